@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The README's test command: set up (idempotent), lint, then every test (unit and integration).
+# Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/scripts/setup.sh"
+cd "$ROOT"
+VENV="${ZCUBE_VENV:-$ROOT/.venv}"
+echo "[test] ruff"
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+echo "[test] shellcheck"
+shellcheck scripts/*.sh .ci/run
+echo "[test] pytest"
+exec "$VENV/bin/python" -m pytest "${@:-tests}"
