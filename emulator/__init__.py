@@ -1,0 +1,1 @@
+"""The emulated cluster: fabric description, builders, cost model, Mininet realization."""

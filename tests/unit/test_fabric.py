@@ -1,0 +1,155 @@
+"""The fabric description: wiring, paths, reports and validation, with no root."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from emulator.builders import build_clos, build_fabric, build_roft, build_zcube
+from emulator.fabric import FabricSpec
+from zcube_lab.errors import ConfigError
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_zcube_wiring_follows_the_gid_rule(n: int) -> None:
+    f = build_zcube(n=n)
+    assert len(f.hosts) == n * n
+    assert sorted(s.name for s in f.switches) == sorted(
+        [f"a{i}" for i in range(n)] + [f"b{i}" for i in range(n)]
+    )
+    for h in f.hosts:
+        assert len(h.interfaces) == 2
+        assert f.attachments[(h.name, 0)].switch == f"a{h.gid // n}"
+        assert f.attachments[(h.name, 1)].switch == f"b{h.gid % n}"
+    # K(n,n) between the groups, one link per pair by default, none inside a group.
+    pairs = [
+        (lk.node1, lk.node2) for lk in f.links if f.is_switch(lk.node1) and f.is_switch(lk.node2)
+    ]
+    assert len(pairs) == n * n
+    assert {(a[0], b[0]) for a, b in pairs} == {("a", "b")}
+    assert len(set(pairs)) == n * n
+    # Radix 2n: n ports down, n across, every port used.
+    assert set(f.ports_used().values()) == {2 * n}
+    assert f.diameter() == 2
+
+
+def test_zcube_parallel_links_multiply_cross_ports() -> None:
+    f = build_zcube(n=4, m=2)
+    assert f.switch_adjacency["a0"]["b3"] == ((11, 5), (12, 6))
+    assert set(f.ports_used().values()) == {4 + 8}
+
+
+def test_zcube_ports_run_at_half_the_nic_rate() -> None:
+    f = build_zcube(n=4, nic_gbps=400)
+    assert {lk.gbps for lk in f.links} == {200.0}
+    # Switching capacity 2*N*B (DOMAIN.md §2), ROFT's is 3*N*B.
+    assert f.switching_capacity_gbps() == 2 * 16 * 400
+    assert build_roft().switching_capacity_gbps() == 3 * 16 * 400
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_zcube_path_counts(n: int) -> None:
+    f = build_zcube(n=n)
+    for src, dst in itertools.permutations(f.hosts, 2):
+        paths = f.shortest_paths(src.name, dst.name)
+        s1, r1 = divmod(src.gid, n)
+        s2, r2 = divmod(dst.gid, n)
+        if s1 == s2:
+            assert [p.switches for p in paths] == [(f"a{s1}",)]
+            assert (paths[0].src_interface, paths[0].dst_interface) == (0, 0)
+        elif r1 == r2:
+            assert [p.switches for p in paths] == [(f"b{r1}",)]
+            assert (paths[0].src_interface, paths[0].dst_interface) == (1, 1)
+        else:
+            assert sorted(p.switches for p in paths) == sorted(
+                [(f"a{s1}", f"b{r2}"), (f"b{r1}", f"a{s2}")]
+            )
+            by_port = {p.src_interface: p for p in paths}
+            assert by_port[0].dst_interface == 1 and by_port[1].dst_interface == 0
+            # Link-disjoint: the two paths share no switch, hence no link.
+            assert not set(paths[0].switches) & set(paths[1].switches)
+
+
+def test_zcube_host_routes_pick_the_path_by_destination_address() -> None:
+    f = build_zcube(n=4)
+    h0 = f.host("h0")
+    routes = {r.prefix: r.interface for r in h0.routes}
+    assert routes == {"10.1.0.0/24": 0, "10.2.0.0/24": 1, "10.1.0.0/16": 1, "10.2.0.0/16": 0}
+    assert [i.ip for i in f.host("h5").interfaces] == ["10.1.1.2", "10.2.1.2"]
+
+
+def test_roft_paths_one_hop_in_rail_one_path_per_spine_across() -> None:
+    f = build_roft(servers=4, gpus_per_server=4, spines=2)
+    assert len(f.hosts) == 16
+    assert sorted(s.name for s in f.switches) == [f"leaf{i}" for i in range(4)] + [
+        "spine0",
+        "spine1",
+    ]
+    for src, dst in itertools.permutations(f.hosts, 2):
+        paths = f.shortest_paths(src.name, dst.name)
+        if src.rank == dst.rank:
+            assert [p.switches for p in paths] == [(f"leaf{src.rank}",)]
+        else:
+            assert sorted(p.switches for p in paths) == [
+                (f"leaf{src.rank}", f"spine{k}", f"leaf{dst.rank}") for k in range(2)
+            ]
+    assert f.diameter() == 3
+    # Rail r of every server sits on leaf r; 1:1 means as many uplinks as downlinks.
+    for h in f.hosts:
+        assert f.attachments[(h.name, 0)].switch == f"leaf{h.rank}"
+    assert f.ports_used()["leaf0"] == 8
+
+
+def test_roft_server_groups_make_more_leaves() -> None:
+    f = build_roft(servers=4, gpus_per_server=2, spines=2, servers_per_leaf=2)
+    assert sum(1 for s in f.switches if s.role == "leaf") == 4
+    assert f.attachments[("h5", 0)].switch == "leaf3"  # server 2 is in group 1, rank 1
+
+
+def test_clos_keeps_a_server_under_one_leaf() -> None:
+    f = build_clos()
+    for h in f.hosts:
+        assert f.attachments[(h.name, 0)].switch == f"leaf{h.server // 2}"
+    assert f.host_hops("h0", "h7") == 1
+    assert f.host_hops("h0", "h8") == 3
+
+
+def test_addresses_and_names_are_unique() -> None:
+    for f in (build_zcube(n=8), build_roft(), build_clos()):
+        ips = [i.ip for h in f.hosts for i in h.interfaces]
+        macs = [i.mac for h in f.hosts for i in h.interfaces]
+        assert len(set(ips)) == len(ips)
+        assert len(set(macs)) == len(macs)
+        assert len({s.dpid for s in f.switches}) == len(f.switches)
+        # Mininet interface names must fit Linux's 15 characters.
+        for lk in f.links:
+            for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
+                assert len(f"{node}-eth{port}") <= 15
+
+
+def test_spec_round_trips_through_json() -> None:
+    spec = FabricSpec.of("roft", servers=4, spines=2)
+    assert FabricSpec.from_json(spec.to_json()) == spec
+    assert build_fabric(spec).summary()["hosts"] == 16
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "hint"),
+    [
+        (FabricSpec.of("zcube", n=1), "n", "between 2"),
+        (FabricSpec.of("zcube", n=6, gpus_per_server=4), "gpus_per_server", "[1, 2, 3, 6]"),
+        (FabricSpec.of("zcube", n="4"), "n", "whole number"),
+        (FabricSpec.of("roft", spines=3), "spines", "[1, 2, 4]"),
+        (FabricSpec.of("roft", oversubscription=3), "oversubscription", "[4, 2, 1]"),
+        (FabricSpec.of("roft", servers=6, servers_per_leaf=4), "servers_per_leaf", "[1, 2, 3, 6]"),
+        (FabricSpec.of("clos", nic_gbps=-1), "nic_gbps", "positive"),
+        (FabricSpec.of("roft", n=4), "n", "not a roft parameter"),
+        (FabricSpec.of("torus"), "fabric", "['clos', 'roft', 'zcube']"),
+    ],
+)
+def test_invalid_sizes_name_the_parameter(spec: FabricSpec, field: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_fabric(spec)
+    assert info.value.field == field
+    assert hint in str(info.value)

@@ -1,0 +1,55 @@
+"""Command-line options that choose a fabric and its size, shared by `fabric`, `up` and later
+commands. Options that do not apply to the chosen fabric are rejected by name."""
+
+from __future__ import annotations
+
+import argparse
+
+from emulator.builders import BUILDERS
+from emulator.fabric import FabricSpec
+
+# option dest -> builder parameter
+SIZE_OPTIONS = {
+    "n": "n",
+    "m": "m",
+    "servers": "servers",
+    "gpus_per_server": "gpus_per_server",
+    "spines": "spines",
+    "oversubscription": "oversubscription",
+    "servers_per_leaf": "servers_per_leaf",
+    "nic_gbps": "nic_gbps",
+}
+
+
+def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --fabric and the size options (defaults are each builder's small default)."""
+    group = parser.add_argument_group("fabric")
+    group.add_argument("--fabric", choices=sorted(BUILDERS), default="zcube", help="fabric kind")
+    group.add_argument("--n", type=int, help="zcube: switches per group (n*n GPUs; default 4)")
+    group.add_argument("--m", type=int, help="zcube: parallel links per A-B pair (default 1)")
+    group.add_argument("--servers", type=int, help="roft/clos: servers (default 4)")
+    group.add_argument(
+        "--gpus-per-server", type=int, help="GPUs per server (= rails on roft; default 4)"
+    )
+    group.add_argument("--spines", type=int, help="roft/clos: spine switches (default 2)")
+    group.add_argument(
+        "--oversubscription", type=float, help="roft/clos: leaf down:up ratio (default 1)"
+    )
+    group.add_argument(
+        "--servers-per-leaf", type=int, help="roft: servers per rail leaf; clos: per leaf"
+    )
+    group.add_argument(
+        "--nic-gbps", type=float, help="full-scale NIC bandwidth per GPU in Gb/s (default 400)"
+    )
+
+
+def spec_from_args(args: argparse.Namespace) -> FabricSpec:
+    """The fabric spec the options describe (unset options keep the builder's default)."""
+    params = {}
+    for dest, param in SIZE_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            if isinstance(value, float) and value.is_integer() and dest == "oversubscription":
+                value = int(value)
+            params[param] = value
+    return FabricSpec.of(args.fabric, **params)
