@@ -8,7 +8,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ZCUBE_VENV:-$ROOT/.venv}"
 APT_PACKAGES=(
-    openvswitch-switch mininet prometheus iperf3 ethtool iputils-ping iproute2 procps psmisc
+    openvswitch-switch mininet prometheus iperf3 ethtool iputils-ping fping iproute2 procps psmisc
     python3 python3-venv python3-pip shellcheck
 )
 

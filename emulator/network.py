@@ -1,0 +1,509 @@
+"""The Mininet realization of a fabric description, with an explicit lifecycle.
+
+`Lab(fabric, options).start()` removes stale state of an earlier crashed run, starts our os-ken
+controller, builds the hosts, switches and links in Mininet on Open vSwitch (userspace datapath
+when the kernel has no openvswitch module), configures every host (addresses, routes, static
+ARP, offloads off), and waits until every switch holds the rules the controller computed.
+`stop()` undoes it in reverse, and a state file under `/tmp/zcube-lab` lets the next run remove
+what a killed run left behind. Needs root.
+
+Names: bridges are the fabric's switch names; root-side interfaces `<switch>-eth<port>`; each
+bridge carries `external_ids:zcube-lab=<pid>` so leftovers can be found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emulator.fabric import Fabric
+from emulator.hostconfig import Scale, ip_batch, sysctls
+from zcube_lab.errors import ConfigError
+
+STATE_DIR = Path(os.environ.get("ZCUBE_LAB_STATE", "/tmp/zcube-lab"))
+OWNER_KEY = "zcube-lab"
+OFFLOADS = ("tx", "off", "tso", "off", "gso", "off", "gro", "off")
+DATAPATHS = ("auto", "user", "kernel")
+
+
+class LabError(RuntimeError):
+    """The lab could not be brought up (the message says which phase and why)."""
+
+
+@dataclass(frozen=True)
+class LabOptions:
+    """How to realize a fabric."""
+
+    scale: Scale = field(default_factory=Scale)
+    mtu: int = 9000
+    datapath: str = "auto"
+    policy: str = "ecmp"
+    of_port: int = 6653
+    metrics_port: int = 9101
+    poll_interval: float = 1.0
+    route_timeout: float = 60.0
+    state_dir: Path = STATE_DIR
+
+    def __post_init__(self) -> None:
+        if self.datapath not in DATAPATHS:
+            raise ConfigError("datapath", self.datapath, f"one of {list(DATAPATHS)}")
+        if not 1280 <= self.mtu <= 9000:
+            raise ConfigError("mtu", self.mtu, "between 1280 and 9000")
+        if self.scale.nic_mbps <= 0 or self.scale.nic_mbps > 1000:
+            raise ConfigError(
+                "nic_mbps",
+                self.scale.nic_mbps,
+                "between 0 and 1000 (the userspace datapath carries ~1 Gb/s in total)",
+            )
+
+
+def kernel_datapath_available() -> bool:
+    """True when the openvswitch kernel module is loaded or loadable."""
+    if Path("/sys/module/openvswitch").exists():
+        return True
+    probe = subprocess.run(
+        ["modprobe", "-q", "openvswitch"], capture_output=True, check=False, timeout=20
+    )
+    return probe.returncode == 0 and Path("/sys/module/openvswitch").exists()
+
+
+def _run(argv: list[str], check: bool = True, timeout: float = 30) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and done.returncode != 0:
+        raise LabError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_group(pid: int, grace: float = 3.0) -> None:
+    """SIGTERM a process group, then SIGKILL what is left after `grace` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not _pid_alive(pid):
+                return
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.05)
+
+
+def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
+    """Remove what crashed runs left: their processes, bridges and root-side interfaces.
+
+    Refuses (LabError) when the run that owns a state file is still alive.
+    """
+    removed: list[str] = []
+    if state_dir.exists():
+        for path in sorted(state_dir.glob("lab-*.json")):
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                path.unlink(missing_ok=True)
+                continue
+            owner = int(state.get("owner", 0))
+            if owner and owner != os.getpid() and _pid_alive(owner):
+                raise LabError(
+                    f"another zcube-lab run (pid {owner}) is up; stop it first (state file {path})"
+                )
+            for pid in state.get("pids", []):
+                if _pid_alive(pid):
+                    _kill_group(pid, grace=1.0)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    removed.append(f"process {pid}")
+            removed += _delete_bridges(state.get("bridges", []))
+            for intf in state.get("interfaces", []):
+                if Path(f"/sys/class/net/{intf}").exists():
+                    _run(["ip", "link", "del", intf], check=False)
+                    removed.append(f"interface {intf}")
+            path.unlink(missing_ok=True)
+    # Bridges marked as ours whose state file is gone (a crash before it was written).
+    if shutil.which("ovs-vsctl"):
+        out = _run(
+            [
+                "ovs-vsctl",
+                "--timeout=10",
+                "--bare",
+                "--columns=name,external_ids",
+                "list",
+                "Bridge",
+            ],
+            check=False,
+        )
+        ours = []
+        for block in out.strip().split("\n\n"):
+            lines = block.strip().splitlines()
+            if len(lines) >= 2 and f"{OWNER_KEY}=" in lines[1]:
+                pid = int(lines[1].split(f"{OWNER_KEY}=")[1].split()[0].strip('",}'))
+                if pid != os.getpid() and not _pid_alive(pid):
+                    ours.append(lines[0].strip())
+        removed += _delete_bridges(ours)
+    return removed
+
+
+def _delete_bridges(names: list[str]) -> list[str]:
+    if not names:
+        return []
+    existing = set(_run(["ovs-vsctl", "--timeout=10", "list-br"], check=False).split())
+    gone = [b for b in names if b in existing]
+    if gone:
+        argv = ["ovs-vsctl", "--timeout=20"]
+        for b in gone:
+            argv += ["--", "--if-exists", "del-br", b]
+        _run(argv, check=False)
+    for b in names:
+        # A userspace bridge leaves its tap device behind.
+        if Path(f"/sys/class/net/{b}").exists():
+            _run(["ip", "link", "del", b], check=False)
+    return [f"bridge {b}" for b in gone]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise LabError(f"controller exited with {proc.returncode}:\n{tail}")
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise LabError(f"controller did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+
+@dataclass
+class PhaseTimes:
+    """Seconds spent in each bring-up phase, in order."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.phases[name] = round(seconds, 2)
+
+
+class Lab:
+    """A fabric realized in Mininet and routed by our controller. Use as a context manager or
+    call `start()` and `stop()` (always, in `finally`)."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        options: LabOptions | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.fabric = fabric
+        self.options = options or LabOptions()
+        self.progress = progress or (lambda _msg: None)
+        self.net = None  # mininet.net.Mininet once built
+        self.controller: subprocess.Popen[bytes] | None = None
+        self.times = PhaseTimes()
+        self.datapath = ""
+        self.rules_installed: dict[str, int] = {}
+        self.state_file = self.options.state_dir / f"lab-{os.getpid()}.json"
+        self.run_dir = Path(tempfile.mkdtemp(prefix="zcube-lab-"))
+        self.controller_log = self.run_dir / "controller.log"
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> Lab:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Lab:
+        """Bring the lab up; on any failure everything started so far is torn down."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        if os.geteuid() != 0:
+            raise LabError("the lab needs root (Mininet creates namespaces and links)")
+        t0 = time.monotonic()
+        removed = remove_stale_state(self.options.state_dir)
+        if removed:
+            self.progress(f"removed stale state: {', '.join(removed)}")
+        self._write_state()
+        self.times.add("cleanup", time.monotonic() - t0)
+
+        t0 = time.monotonic()
+        self._start_controller()
+        self.times.add("controller", time.monotonic() - t0)
+
+        t0 = time.monotonic()
+        self.progress(
+            f"building {len(self.fabric.hosts)} hosts, {len(self.fabric.switches)} switches, "
+            f"{len(self.fabric.links)} links"
+        )
+        self._build()
+        self.times.add("build", time.monotonic() - t0)
+
+        t0 = time.monotonic()
+        self.progress("starting switches and configuring hosts")
+        self.net.start()
+        self._configure()
+        self.times.add("start", time.monotonic() - t0)
+
+        t0 = time.monotonic()
+        self.progress("waiting for the controller's rules")
+        self.wait_for_routes()
+        self.times.add("routed", time.monotonic() - t0)
+
+    def stop(self) -> None:
+        """Tear everything down, in reverse order; safe to call twice."""
+        if self.net is not None:
+            net, self.net = self.net, None
+            try:
+                net.stop()
+            except Exception as exc:  # keep tearing down: leftovers are swept below
+                print(f"warning: mininet stop: {exc}", file=sys.stderr)
+        if self.controller is not None:
+            _kill_group(self.controller.pid)
+            with contextlib.suppress(Exception):
+                self.controller.wait(timeout=1)
+            self.controller = None
+        # Whatever Mininet did not remove (e.g. after a failed build) goes too.
+        if self.state_file.exists():
+            state = json.loads(self.state_file.read_text())
+            _delete_bridges(state.get("bridges", []))
+            for intf in state.get("interfaces", []):
+                if Path(f"/sys/class/net/{intf}").exists():
+                    _run(["ip", "link", "del", intf], check=False)
+            for pid in state.get("pids", []):
+                if _pid_alive(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            self.state_file.unlink(missing_ok=True)
+
+    # -- phases ------------------------------------------------------------------------
+    def _write_state(self, pids: list[int] | None = None) -> None:
+        self.options.state_dir.mkdir(parents=True, exist_ok=True)
+        root_intfs = [
+            f"{node}-eth{port}"
+            for lk in self.fabric.links
+            for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+            if self.fabric.is_switch(node)
+        ]
+        state = {
+            "owner": os.getpid(),
+            "fabric": self.fabric.spec.to_json(),
+            "bridges": [s.name for s in self.fabric.switches],
+            "interfaces": root_intfs,
+            "pids": pids or [],
+            "run_dir": str(self.run_dir),
+        }
+        self.state_file.write_text(json.dumps(state))
+
+    def _start_controller(self) -> None:
+        o = self.options
+        argv = [
+            sys.executable,
+            "-m",
+            "controller",
+            "--fabric-spec",
+            self.fabric.spec.to_json(),
+            "--policy",
+            o.policy,
+            "--of-port",
+            str(o.of_port),
+            "--metrics-port",
+            str(o.metrics_port),
+            "--poll-interval",
+            str(o.poll_interval),
+        ]
+        self.progress(f"starting controller (policy {o.policy}, log {self.controller_log})")
+        with self.controller_log.open("wb") as log:
+            self.controller = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._write_state([self.controller.pid])
+        _wait_listening(o.of_port, self.controller, 30, self.controller_log)
+
+    def _build(self) -> None:
+        from mininet.link import TCLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+        from mininet.topo import Topo
+
+        setLogLevel("error")
+        o = self.options
+        if o.datapath == "auto":
+            self.datapath = "kernel" if kernel_datapath_available() else "user"
+        else:
+            self.datapath = o.datapath
+        mtu = o.mtu
+        owner = os.getpid()
+
+        class LabSwitch(OVSSwitch):
+            """OVS bridge with the lab's MTU on every port and our owner mark."""
+
+            def intfOpts(self, intf):
+                return super().intfOpts(intf) + f" mtu_request={mtu}"
+
+            def bridgeOpts(self):
+                return super().bridgeOpts() + f" external_ids:{OWNER_KEY}={owner}"
+
+        topo = Topo()
+        for h in self.fabric.hosts:
+            topo.addHost(h.name, ip=None)
+        for s in self.fabric.switches:
+            topo.addSwitch(s.name, dpid=f"{s.dpid:016x}")
+        for lk in self.fabric.links:
+            topo.addLink(
+                lk.node1,
+                lk.node2,
+                port1=lk.port1,
+                port2=lk.port2,
+                bw=o.scale.link_mbps(self.fabric, lk.gbps),
+                # The userspace datapath stalls TCP unless offloads are off (DOMAIN.md §5).
+                txo=self.datapath != "user",
+                gro=False,
+            )
+
+        def switch(name: str, **params: object) -> OVSSwitch:
+            return LabSwitch(
+                name,
+                datapath=self.datapath,
+                failMode="secure",
+                protocols="OpenFlow13",
+                **params,
+            )
+
+        self.net = Mininet(
+            topo=topo,
+            switch=switch,
+            link=TCLink,
+            controller=RemoteController("c0", ip="127.0.0.1", port=o.of_port),
+            build=False,
+            autoSetMacs=False,
+            autoStaticArp=False,
+        )
+        self.net.build()
+        pids = [self.controller.pid] if self.controller else []
+        pids += [h.pid for h in self.net.hosts]
+        self._write_state(pids)
+
+    def _configure(self) -> None:
+        mtu = self.options.mtu
+        for h in self.fabric.hosts:
+            node = self.net.get(h.name)
+            batch = self.run_dir / f"{h.name}.ip"
+            batch.write_text("\n".join(ip_batch(self.fabric, h, mtu)) + "\n")
+            out = node.cmd("sysctl", "-q", "-w", *sysctls(h), ";", "ip", "-batch", str(batch))
+            if out.strip():
+                raise LabError(f"configuring {h.name}: {out.strip()}")
+            if self.datapath == "user":
+                for iface in h.interfaces:
+                    node.cmd("ethtool", "-K", iface.name, *OFFLOADS)
+        if self.datapath == "user":
+            for lk in self.fabric.links:
+                for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
+                    if self.fabric.is_switch(node):
+                        _run(["ethtool", "-K", f"{node}-eth{port}", *OFFLOADS], check=False)
+
+    def expected_rules(self) -> dict[str, int]:
+        """Flow entries each switch must hold once routed, from the controller's pure rules."""
+        from controller.rules import compute_rules
+
+        rules = compute_rules(self.fabric, self.options.policy)
+        return {s.name: len(rules[s.dpid].flows) for s in self.fabric.switches}
+
+    def installed_rules(self) -> dict[str, int]:
+        """Flow entries each bridge holds now (from ovs-ofctl)."""
+        out = {}
+        for s in self.fabric.switches:
+            text = _run(
+                ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", s.name, "--no-stats"], check=False
+            )
+            out[s.name] = sum(1 for line in text.splitlines() if "actions=" in line)
+        return out
+
+    def wait_for_routes(self) -> None:
+        """Block until every bridge holds exactly the rules the controller computed."""
+        expected = self.expected_rules()
+        deadline = time.monotonic() + self.options.route_timeout
+        while True:
+            installed = self.installed_rules()
+            if installed == expected:
+                self.rules_installed = installed
+                return
+            if time.monotonic() > deadline:
+                missing = {
+                    k: (installed.get(k), v) for k, v in expected.items() if installed.get(k) != v
+                }
+                raise LabError(
+                    f"routes not installed within {self.options.route_timeout:.0f}s "
+                    f"(switch: (installed, expected)) {missing}; see {self.controller_log}"
+                )
+            time.sleep(0.25)
+
+    # -- checks --------------------------------------------------------------------------
+    def check_reachability(self, timeout_ms: int = 500, retries: int = 2) -> dict[str, list[str]]:
+        """Ping every address of every other host from every host, in parallel across hosts.
+        Returns host -> the addresses it could not reach (empty lists when all is well)."""
+        t0 = time.monotonic()
+        pending = []
+        for h in self.fabric.hosts:
+            targets = [i.ip for o in self.fabric.hosts if o.name != h.name for i in o.interfaces]
+            node = self.net.get(h.name)
+            # -a prints the addresses that answered; the rest are unreachable.
+            node.sendCmd("fping", "-a", "-t", str(timeout_ms), "-r", str(retries), *targets)
+            pending.append((h.name, node, targets))
+        failures: dict[str, list[str]] = {}
+        for name, node, targets in pending:
+            alive = {line.strip() for line in node.waitOutput().splitlines()}
+            failures[name] = [t for t in targets if t not in alive]
+        self.times.add("reachable", time.monotonic() - t0)
+        return failures
+
+    def summary(self) -> dict[str, object]:
+        """What a user wants to see after bring-up."""
+        return {
+            "fabric": self.fabric.kind,
+            "datapath": self.datapath,
+            "hosts": len(self.fabric.hosts),
+            "switches": len(self.fabric.switches),
+            "links": len(self.fabric.links),
+            "rules_installed": sum(self.rules_installed.values()),
+            "bandwidth_scale": self.options.scale.bandwidth_scale(self.fabric),
+            "nic_mbps": self.options.scale.nic_mbps,
+            "mtu": self.options.mtu,
+            "phase_seconds": dict(self.times.phases),
+            "controller_log": str(self.controller_log),
+            "metrics": f"http://127.0.0.1:{self.options.metrics_port}/metrics",
+        }

@@ -1,0 +1,65 @@
+"""Host configuration as data: egress choice, ip batch lines, scale arithmetic."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from emulator.builders import build_clos, build_roft, build_zcube
+from emulator.fabric import Fabric
+from emulator.hostconfig import Scale, egress_interface, ip_batch, sysctls
+
+
+def _hops_via(fabric: Fabric, src: str, out: int, dst: str, dst_if: int) -> int:
+    a = fabric.attachments[(src, out)].switch
+    b = fabric.attachments[(dst, dst_if)].switch
+    return fabric.switch_distances[a][b] + 1
+
+
+@pytest.mark.parametrize("fabric", [build_zcube(n=4), build_zcube(n=8), build_roft(), build_clos()])
+def test_egress_choice_is_a_shortest_way_to_each_address(fabric: Fabric) -> None:
+    for src, dst in itertools.permutations(fabric.hosts, 2):
+        for di in dst.interfaces:
+            out = egress_interface(src, di.ip)
+            assert out is not None
+            best = min(
+                _hops_via(fabric, src.name, si.index, dst.name, di.index) for si in src.interfaces
+            )
+            assert _hops_via(fabric, src.name, out, dst.name, di.index) == best
+
+
+def test_zcube_two_ports_give_the_two_disjoint_paths() -> None:
+    f = build_zcube(n=4)
+    src, dst = f.host("h0"), f.host("h5")  # segment 0 rail 0 -> segment 1 rail 1
+    assert egress_interface(src, dst.interfaces[1].ip) == 0  # A0 > B1 > h5 port 2
+    assert egress_interface(src, dst.interfaces[0].ip) == 1  # B0 > A1 > h5 port 1
+    assert _hops_via(f, "h0", 0, "h5", 1) == 2
+    assert _hops_via(f, "h0", 1, "h5", 0) == 2
+
+
+def test_ip_batch_configures_addresses_routes_and_static_arp() -> None:
+    f = build_zcube(n=4)
+    lines = ip_batch(f, f.host("h0"), mtu=9000)
+    assert "addr add 10.1.0.1/32 dev h0-eth0" in lines
+    assert "addr add 10.2.0.1/32 dev h0-eth1" in lines
+    assert "route replace 10.1.0.0/16 dev h0-eth1 src 10.2.0.1" in lines
+    neigh = [ln for ln in lines if ln.startswith("neigh")]
+    assert len(neigh) == 2 * 15  # every other host's two addresses
+    h5 = f.host("h5")
+    assert f"neigh replace 10.2.1.2 lladdr {h5.interfaces[1].mac} dev h0-eth0 nud permanent" in (
+        lines
+    )
+    assert any("mtu 9000" in ln for ln in lines)
+    assert "net.ipv4.conf.h0-eth1.rp_filter=0" in sysctls(f.host("h0"))
+
+
+def test_scale_keeps_time_and_shrinks_bytes() -> None:
+    f = build_zcube(n=4, nic_gbps=400)
+    scale = Scale(nic_mbps=100)
+    assert scale.bandwidth_scale(f) == 4000
+    assert scale.link_mbps(f, 200) == 50  # a ZCube port is half a NIC
+    # 9 GB of KV at 400G takes 0.18 s; its scaled bytes at 100 Mb/s take the same.
+    real_s = 9e9 * 8 / 400e9
+    lab_s = (9e9 / scale.bandwidth_scale(f)) * 8 / 100e6
+    assert lab_s == pytest.approx(real_s)
