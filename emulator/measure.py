@@ -1,0 +1,69 @@
+"""Measurements inside a running lab: iperf3 throughput between hosts and select-group bucket
+counters from Open vSwitch. Needs a started `Lab`."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+from emulator.network import Lab, LabError
+
+
+def iperf3(
+    lab: Lab, src: str, dst_ip: str, seconds: float = 3.0, parallel: int = 1, port: int = 5201
+) -> float:
+    """TCP goodput in Mb/s from host `src` to fabric address `dst_ip` (receiver's count)."""
+    dst = lab.fabric.interfaces_by_ip[dst_ip].host
+    server = lab.net.get(dst).popen(
+        ["iperf3", "-s", "-1", "-p", str(port), "-B", dst_ip],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(50):  # the server needs a moment to listen
+            out = lab.net.get(src).cmd(
+                "iperf3",
+                "-c",
+                dst_ip,
+                "-p",
+                str(port),
+                "-t",
+                str(seconds),
+                "-P",
+                str(parallel),
+                "-J",
+            )
+            if "Connection refused" not in out and "unable to connect" not in out:
+                break
+            time.sleep(0.1)
+        start = out.find("{")
+        if start < 0:
+            raise LabError(f"iperf3 {src} -> {dst_ip} printed no JSON: {out.strip()[:300]}")
+        result = json.loads(out[start:])
+        if "error" in result:
+            raise LabError(f"iperf3 {src} -> {dst_ip}: {result['error']}")
+        return float(result["end"]["sum_received"]["bits_per_second"]) / 1e6
+    finally:
+        server.kill()
+        server.wait()
+
+
+def group_bucket_packets(switch: str) -> dict[int, list[int]]:
+    """Packets counted by every bucket of every group on a bridge: group id -> per bucket."""
+    out = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", "dump-group-stats", switch],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout
+    groups: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        gid = re.search(r"group_id=(\d+)", line)
+        if not gid:
+            continue
+        buckets = re.findall(r"bucket(\d+):packet_count=(\d+)", line)
+        groups[int(gid.group(1))] = [int(count) for _, count in sorted(buckets)]
+    return groups

@@ -1,0 +1,36 @@
+"""Shared gates for integration tests: they need root, a running Open vSwitch and Mininet.
+They skip only where the machine truly lacks one, and say which."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def lab_missing() -> str | None:
+    """Why the lab cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "needs root (Mininet creates namespaces and links)"
+    if not shutil.which("mnexec"):
+        return "needs Mininet (mnexec not on PATH): run scripts/setup.sh"
+    try:
+        import mininet  # noqa: F401
+    except ImportError:
+        return "needs Mininet's Python library: run scripts/setup.sh"
+    probe = subprocess.run(
+        ["ovs-vsctl", "--timeout=5", "show"], capture_output=True, check=False, timeout=10
+    )
+    if probe.returncode != 0:
+        return "needs Open vSwitch running: /usr/share/openvswitch/scripts/ovs-ctl start"
+    return None
+
+
+@pytest.fixture(scope="session")
+def lab_available() -> None:
+    """Skip (with the reason) when the machine cannot run Mininet on Open vSwitch."""
+    reason = lab_missing()
+    if reason:
+        pytest.skip(reason)
