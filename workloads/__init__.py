@@ -1,0 +1,1 @@
+"""Load generation: Locust users, arrival shapes and workload profiles (to come)."""
