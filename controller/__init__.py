@@ -1,0 +1,5 @@
+"""The fabric's OpenFlow controller: pure rule computation (`rules`), an in-memory flow table
+(`flowtable`), the os-ken app (`app`) and its metrics (`metrics`).
+
+Run it with `python -m controller`.
+"""

@@ -1,0 +1,142 @@
+"""An in-memory model of the rules installed on every switch, to ask where packets go.
+
+`FabricTable(fabric, rules)` holds each switch's flows and groups exactly as `compute_rules`
+produced them, and answers two questions without any switch:
+- `output_ports(switch, packet)`: the ports the highest-priority matching flow sends to (every
+  bucket of a select group, since any of them may be chosen);
+- `trace(switch, in_port, packet)` / `send(host, dst_ip)`: the packet followed hop by hop over the
+  fabric's links, returning every switch sequence that delivers it (and to which host interface),
+  and every one that drops or loops.
+
+Packets are plain mappings of OXM field names to values (`in_port`, `eth_type`, `ipv4_dst`).
+Matching is exact on every field of a flow's match, as our rules only use exact matches.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from controller.rules import ETH_TYPE_IPV4, FlowSpec, Output, SwitchRules, ToGroup, port_peers
+from emulator.fabric import Fabric, Host
+
+Packet = Mapping[str, int | str]
+
+# Far more hops than any fabric here has; a walk this long has lost its way.
+MAX_HOPS = 32
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A path that reaches a host: switches crossed in order, then the receiving interface."""
+
+    switches: tuple[str, ...]
+    host: str
+    interface: int
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every way a packet can go: delivered, dropped (no rule, hairpin, dangling port) or
+    looped (a switch seen twice), each as its switch sequence."""
+
+    delivered: frozenset[Delivery]
+    dropped: frozenset[tuple[str, ...]]
+    looped: frozenset[tuple[str, ...]]
+
+    @property
+    def paths(self) -> frozenset[tuple[str, ...]]:
+        return frozenset(d.switches for d in self.delivered)
+
+    @property
+    def receivers(self) -> frozenset[tuple[str, int]]:
+        return frozenset((d.host, d.interface) for d in self.delivered)
+
+
+def egress_interface(host: Host, dst_ip: str) -> int:
+    """The interface a host sends `dst_ip` through: longest prefix match over its routes."""
+    address = ipaddress.ip_address(dst_ip)
+    best: tuple[int, int] | None = None
+    for route in host.routes:
+        net = ipaddress.ip_network(route.prefix)
+        if address in net and (best is None or net.prefixlen > best[0]):
+            best = (net.prefixlen, route.interface)
+    if best is None:
+        raise LookupError(f"{host.name} has no route to {dst_ip}")
+    return best[1]
+
+
+def ipv4_packet(dst_ip: str) -> dict[str, int | str]:
+    """An IPv4 packet to `dst_ip`, as the fields our rules look at."""
+    return {"eth_type": ETH_TYPE_IPV4, "ipv4_dst": dst_ip}
+
+
+class FabricTable:
+    """The installed rules of a whole fabric, and the links that join the switches."""
+
+    def __init__(self, fabric: Fabric, rules: Mapping[int, SwitchRules]) -> None:
+        self.fabric = fabric
+        self._rules = {r.name: r for r in rules.values()}
+        self._groups = {r.name: {g.group_id: g for g in r.groups} for r in self._rules.values()}
+        # Highest priority first, so the first match wins as on a switch.
+        self._flows = {
+            name: sorted(r.flows, key=lambda f: -f.priority) for name, r in self._rules.items()
+        }
+        self._peers = port_peers(fabric)
+
+    def lookup(self, switch: str, packet: Packet) -> FlowSpec | None:
+        """The flow a packet hits on `switch`, or None (no table-miss flow either)."""
+        for flow in self._flows[switch]:
+            if all(packet.get(k) == v for k, v in flow.match):
+                return flow
+        return None
+
+    def output_ports(self, switch: str, packet: Packet) -> tuple[int, ...]:
+        """Every port the packet may leave `switch` through (all buckets of a group)."""
+        flow = self.lookup(switch, packet)
+        if flow is None:
+            return ()
+        ports: list[int] = []
+        for action in flow.actions:
+            if isinstance(action, Output):
+                ports.append(action.port)
+            elif isinstance(action, ToGroup):
+                group = self._groups[switch].get(action.group_id)
+                if group is None:
+                    raise LookupError(f"{switch}: flow points to missing group {action.group_id}")
+                ports.extend(b.port for b in group.buckets)
+        return tuple(ports)
+
+    def trace(self, switch: str, in_port: int, packet: Packet) -> Trace:
+        """Follow a packet entering `switch` on `in_port` through every branch."""
+        delivered: set[Delivery] = set()
+        dropped: set[tuple[str, ...]] = set()
+        looped: set[tuple[str, ...]] = set()
+
+        def walk(node: str, port_in: int, path: tuple[str, ...]) -> None:
+            if node in path or len(path) >= MAX_HOPS:
+                looped.add((*path, node))
+                return
+            here = (*path, node)
+            ports = self.output_ports(node, {**packet, "in_port": port_in})
+            if not ports:
+                dropped.add(here)
+            for port in ports:
+                far = self._peers.get((node, port))
+                # A switch does not send a packet back out of its in_port (no IN_PORT action).
+                if port == port_in or far is None:
+                    dropped.add(here)
+                elif self.fabric.is_switch(far[0]):
+                    walk(far[0], far[1], here)
+                else:
+                    delivered.add(Delivery(here, far[0], far[1]))
+
+        walk(switch, in_port, ())
+        return Trace(frozenset(delivered), frozenset(dropped), frozenset(looped))
+
+    def send(self, src: str, dst_ip: str) -> Trace:
+        """An IPv4 packet from host `src` to `dst_ip`, leaving by the host's own route."""
+        iface = egress_interface(self.fabric.host(src), dst_ip)
+        attachment = self.fabric.attachments[(src, iface)]
+        return self.trace(attachment.switch, attachment.port, ipv4_packet(dst_ip))

@@ -1,0 +1,118 @@
+"""Rule specs turned into OpenFlow 1.3 messages for one datapath: the only place that does so.
+
+Each function takes the datapath (for its `ofproto` constants and `ofproto_parser` classes) and
+plain specs from `controller.rules`, and returns unsent messages; the app sends them. Nothing
+here touches a socket, so tests pass a stand-in datapath and serialise the messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.rules import COOKIE, Action, FlowSpec, GroupSpec, Output, SwitchRules, ToGroup
+
+# The cookie mask that selects exactly our flows in deletes and statistics requests.
+COOKIE_MASK = 0xFFFFFFFFFFFFFFFF
+
+
+def _group_type(ofp: Any, name: str) -> int:
+    return {"select": ofp.OFPGT_SELECT, "indirect": ofp.OFPGT_INDIRECT, "ff": ofp.OFPGT_FF}[name]
+
+
+def _actions(parser: Any, actions: tuple[Action, ...]) -> list[Any]:
+    out = []
+    for a in actions:
+        if isinstance(a, Output):
+            out.append(parser.OFPActionOutput(a.port))
+        elif isinstance(a, ToGroup):
+            out.append(parser.OFPActionGroup(a.group_id))
+        else:
+            raise TypeError(f"no OpenFlow action for {a!r}")
+    return out
+
+
+def flow_mod(datapath: Any, flow: FlowSpec) -> Any:
+    """An OFPFC_ADD for one flow spec in table 0; no actions means drop."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    actions = _actions(parser, flow.actions)
+    # An empty instruction list is OpenFlow's drop.
+    instructions = (
+        [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
+    )
+    return parser.OFPFlowMod(
+        datapath,
+        cookie=COOKIE,
+        table_id=0,
+        command=ofp.OFPFC_ADD,
+        priority=flow.priority,
+        match=parser.OFPMatch(**flow.match_fields),
+        instructions=instructions,
+    )
+
+
+def group_mod(datapath: Any, group: GroupSpec) -> Any:
+    """An OFPGC_ADD for one group spec."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    buckets = [
+        parser.OFPBucket(
+            weight=b.weight if group.type == "select" else 0,
+            watch_port=ofp.OFPP_ANY if b.watch_port is None else b.watch_port,
+            watch_group=ofp.OFPG_ANY,
+            actions=[parser.OFPActionOutput(b.port)],
+        )
+        for b in group.buckets
+    ]
+    return parser.OFPGroupMod(
+        datapath,
+        command=ofp.OFPGC_ADD,
+        type_=_group_type(ofp, group.type),
+        group_id=group.group_id,
+        buckets=buckets,
+    )
+
+
+def clear_messages(datapath: Any) -> list[Any]:
+    """Delete every flow in every table, then every group (flows first: they point to groups)."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    return [
+        parser.OFPFlowMod(
+            datapath,
+            table_id=ofp.OFPTT_ALL,
+            command=ofp.OFPFC_DELETE,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            match=parser.OFPMatch(),
+        ),
+        parser.OFPGroupMod(datapath, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL),
+    ]
+
+
+def install_messages(datapath: Any, rules: SwitchRules) -> list[Any]:
+    """Everything a freshly connected switch needs, in order: clear, groups, flows.
+    The caller ends with a barrier to learn when the switch has applied them."""
+    return [
+        *clear_messages(datapath),
+        *(group_mod(datapath, g) for g in rules.groups),
+        *(flow_mod(datapath, f) for f in rules.flows),
+    ]
+
+
+def stats_requests(datapath: Any, with_groups: bool) -> list[Any]:
+    """One polling round: port counters, our flow count, and group bucket counters."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    requests = [
+        parser.OFPPortStatsRequest(datapath, 0, ofp.OFPP_ANY),
+        parser.OFPAggregateStatsRequest(
+            datapath,
+            0,
+            ofp.OFPTT_ALL,
+            ofp.OFPP_ANY,
+            ofp.OFPG_ANY,
+            COOKIE,
+            COOKIE_MASK,
+            parser.OFPMatch(),
+        ),
+    ]
+    if with_groups:
+        requests.append(parser.OFPGroupStatsRequest(datapath, 0, ofp.OFPG_ALL))
+    return requests
