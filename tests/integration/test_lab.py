@@ -100,15 +100,52 @@ def test_uncontended_path_reaches_90_percent_of_link_rate(lab: Lab) -> None:
     assert got <= 1.05 * rate, f"{got:.1f} Mb/s exceeds the {rate:.0f} Mb/s limit"
 
 
-def test_parallel_flows_spread_over_select_group_buckets(lab: Lab) -> None:
-    if lab.fabric.kind != "roft":
-        pytest.skip("the spine-spreading check is about ROFT's cross-rail ECMP")
+def test_multipath_is_used(lab: Lab) -> None:
+    """ROFT and Clos spread parallel flows over select-group buckets; ZCube's two disjoint
+    paths are chosen by the destination address (port 1 or port 2)."""
+    if lab.fabric.kind == "zcube":
+        _check_zcube_addresses_select_the_two_disjoint_paths(lab)
+    else:
+        _check_parallel_flows_spread_over_select_group_buckets(lab)
+
+
+def _check_parallel_flows_spread_over_select_group_buckets(lab: Lab) -> None:
+    f = lab.fabric
+    # h0 to a host under another leaf: leaf0 > spine > leaf, several equal-cost uplinks.
+    dst = next(h for h in f.hosts if f.attachments[(h.name, 0)].switch != "leaf0")
     before = group_bucket_packets("leaf0")
-    # h0 (rail 0) to h1 (rail 1): leaf0 > spine > leaf1, 4 equal-cost uplinks.
-    iperf3(lab, "h0", lab.fabric.host("h1").interfaces[0].ip, seconds=2, parallel=8)
+    iperf3(lab, "h0", dst.interfaces[0].ip, seconds=2, parallel=8)
     after = group_bucket_packets("leaf0")
     used = 0
     for gid, counts in after.items():
         old = before.get(gid, [0] * len(counts))
         used = max(used, sum(1 for a, b in zip(counts, old, strict=True) if a - b > 100))
     assert used > 1, f"bucket counters before {before} after {after}"
+
+
+def _tx_bytes(switch: str, port: int) -> int:
+    out = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(out.split("tx pkts=")[1].split("bytes=")[1].split(",")[0])
+
+
+def _check_zcube_addresses_select_the_two_disjoint_paths(lab: Lab) -> None:
+    f = lab.fabric
+    n = dict(f.spec.params)["n"]
+    # h0 (segment 0, rail 0) to h5 (segment 1, rail 1).
+    a0_to_b1 = f.switch_adjacency["a0"]["b1"][0][0]
+    b0_to_a1 = f.switch_adjacency["b0"]["a1"][0][0]
+    assert (a0_to_b1, b0_to_a1) == (n + 2, n + 2)
+    for dst_if, used, unused in (
+        (1, ("a0", a0_to_b1), ("b0", b0_to_a1)),
+        (0, ("b0", b0_to_a1), ("a0", a0_to_b1)),
+    ):
+        before_used, before_unused = _tx_bytes(*used), _tx_bytes(*unused)
+        iperf3(lab, "h0", f.host("h5").interfaces[dst_if].ip, seconds=1)
+        sent = _tx_bytes(*used) - before_used
+        assert sent > 1_000_000, f"{used} carried {sent} bytes"
+        assert _tx_bytes(*unused) - before_unused < sent / 100
