@@ -29,6 +29,53 @@ class Scale:
         return gbps * 1000.0 / self.bandwidth_scale(fabric)
 
 
+MGMT_BRIDGE = "zcl-mgmt"
+MGMT_ROOT_IP = "10.255.255.254"
+MGMT_PREFIX_LEN = 16
+
+
+def management_address(gid: int) -> str:
+    """Management (front-end network) address of GPU host `gid`: API and metrics live here, so
+    they never cross the fabric under test."""
+    return f"10.255.{gid // 250}.{gid % 250 + 1}"
+
+
+def management_interface(host: Host) -> str:
+    """The host-side name of its management interface."""
+    return f"{host.name}-mgmt"
+
+
+def management_peer(host: Host) -> str:
+    """The root-namespace end of a host's management link, enslaved to `MGMT_BRIDGE`."""
+    return f"zm-{host.name}"
+
+
+def management_root_batch(fabric: Fabric, pids: dict[str, int]) -> list[str]:
+    """`ip -batch` lines, run in the root namespace, that create the management bridge and one
+    veth per host, moving the host end into the namespace of the host's shell (`pids`)."""
+    lines = [
+        f"link add {MGMT_BRIDGE} type bridge",
+        f"addr add {MGMT_ROOT_IP}/{MGMT_PREFIX_LEN} dev {MGMT_BRIDGE}",
+        f"link set {MGMT_BRIDGE} up",
+    ]
+    for h in fabric.hosts:
+        inner, outer = management_interface(h), management_peer(h)
+        lines.append(f"link add {outer} type veth peer name {inner}")
+        lines.append(f"link set {inner} netns {pids[h.name]}")
+        lines.append(f"link set {outer} master {MGMT_BRIDGE} up")
+    return lines
+
+
+def management_host_batch(host: Host) -> list[str]:
+    """`ip -batch` lines, run in the host, that address its management interface."""
+    name = management_interface(host)
+    return [
+        "link set lo up",
+        f"addr add {management_address(host.gid)}/{MGMT_PREFIX_LEN} dev {name}",
+        f"link set {name} up",
+    ]
+
+
 def egress_interface(host: Host, ip: str) -> int | None:
     """The interface index the host's routes pick for `ip` (longest prefix match)."""
     addr = ipaddress.ip_address(ip)

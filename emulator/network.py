@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.fabric import Fabric
-from emulator.hostconfig import Scale, ip_batch, sysctls
+from emulator.hostconfig import (
+    MGMT_BRIDGE,
+    Scale,
+    ip_batch,
+    management_address,
+    management_host_batch,
+    management_peer,
+    management_root_batch,
+    sysctls,
+)
 from zcube_lab.errors import ConfigError
 
 STATE_DIR = Path(os.environ.get("ZCUBE_LAB_STATE", "/tmp/zcube-lab"))
@@ -53,6 +62,7 @@ class LabOptions:
     metrics_port: int = 9101
     poll_interval: float = 1.0
     route_timeout: float = 60.0
+    management: bool = False  # a front-end network (10.255/16) from the root namespace
     state_dir: Path = STATE_DIR
 
     def __post_init__(self) -> None:
@@ -187,18 +197,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+def _wait_listening(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+    """Wait for the controller's "listening" line (connecting to probe would look like a
+    switch to it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "controller listening" in text:
+            return
         if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise LabError(f"controller exited with {proc.returncode}:\n{tail}")
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise LabError(f"controller did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+            raise LabError(f"controller exited with {proc.returncode}:\n{text[-2000:]}")
+        time.sleep(0.05)
+    raise LabError(f"controller did not start listening within {timeout:.0f}s; see {log}")
 
 
 @dataclass
@@ -318,6 +328,8 @@ class Lab:
             for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
             if self.fabric.is_switch(node)
         ]
+        if self.options.management:
+            root_intfs += [MGMT_BRIDGE] + [management_peer(h) for h in self.fabric.hosts]
         state = {
             "owner": os.getpid(),
             "fabric": self.fabric.spec.to_json(),
@@ -351,7 +363,7 @@ class Lab:
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self._write_state([self.controller.pid])
-        _wait_listening(o.of_port, self.controller, 30, self.controller_log)
+        _wait_listening(self.controller, 30, self.controller_log)
 
     def _build(self) -> None:
         from mininet.link import TCLink
@@ -419,24 +431,42 @@ class Lab:
         pids = [self.controller.pid] if self.controller else []
         pids += [h.pid for h in self.net.hosts]
         self._write_state(pids)
+        if self.options.management:
+            batch = self.run_dir / "management.ip"
+            host_pids = {h.name: h.pid for h in self.net.hosts}
+            batch.write_text("\n".join(management_root_batch(self.fabric, host_pids)) + "\n")
+            _run(["ip", "-batch", str(batch)])
 
     def _configure(self) -> None:
         mtu = self.options.mtu
         for h in self.fabric.hosts:
             node = self.net.get(h.name)
             batch = self.run_dir / f"{h.name}.ip"
-            batch.write_text("\n".join(ip_batch(self.fabric, h, mtu)) + "\n")
+            lines = ip_batch(self.fabric, h, mtu)
+            if self.options.management:
+                lines += management_host_batch(h)
+            batch.write_text("\n".join(lines) + "\n")
             out = node.cmd("sysctl", "-q", "-w", *sysctls(h), ";", "ip", "-batch", str(batch))
             if out.strip():
                 raise LabError(f"configuring {h.name}: {out.strip()}")
             if self.datapath == "user":
                 for iface in h.interfaces:
                     node.cmd("ethtool", "-K", iface.name, *OFFLOADS)
+        switch_intfs = [
+            f"{node}-eth{port}"
+            for lk in self.fabric.links
+            for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+            if self.fabric.is_switch(node)
+        ]
+        # The root-side ports would otherwise emit IPv6 router and multicast chatter into the
+        # fabric, which muddies the port counters the experiments compare.
+        _run(
+            ["sysctl", "-q", "-w", *(f"net.ipv6.conf.{i}.disable_ipv6=1" for i in switch_intfs)],
+            check=False,
+        )
         if self.datapath == "user":
-            for lk in self.fabric.links:
-                for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
-                    if self.fabric.is_switch(node):
-                        _run(["ethtool", "-K", f"{node}-eth{port}", *OFFLOADS], check=False)
+            for intf in switch_intfs:
+                _run(["ethtool", "-K", intf, *OFFLOADS], check=False)
 
     def expected_rules(self) -> dict[str, int]:
         """Flow entries each switch must hold once routed, from the controller's pure rules."""
@@ -492,6 +522,12 @@ class Lab:
             failures[name] = [t for t in targets if t not in alive]
         self.times.add("reachable", time.monotonic() - t0)
         return failures
+
+    def management_ip(self, host: str) -> str:
+        """A host's management address (API and metrics; needs `management=True`)."""
+        if not self.options.management:
+            raise LabError("this lab has no management network (LabOptions.management)")
+        return management_address(self.fabric.host(host).gid)
 
     def summary(self) -> dict[str, object]:
         """What a user wants to see after bring-up."""

@@ -8,7 +8,15 @@ import pytest
 
 from emulator.builders import build_clos, build_roft, build_zcube
 from emulator.fabric import Fabric
-from emulator.hostconfig import Scale, egress_interface, ip_batch, sysctls
+from emulator.hostconfig import (
+    Scale,
+    egress_interface,
+    ip_batch,
+    management_address,
+    management_host_batch,
+    management_root_batch,
+    sysctls,
+)
 
 
 def _hops_via(fabric: Fabric, src: str, out: int, dst: str, dst_if: int) -> int:
@@ -63,3 +71,18 @@ def test_scale_keeps_time_and_shrinks_bytes() -> None:
     real_s = 9e9 * 8 / 400e9
     lab_s = (9e9 / scale.bandwidth_scale(f)) * 8 / 100e6
     assert lab_s == pytest.approx(real_s)
+
+
+def test_management_network_is_apart_from_the_fabric() -> None:
+    f = build_zcube(n=8)
+    addrs = {management_address(h.gid) for h in f.hosts}
+    assert len(addrs) == 64
+    fabric_ips = {i.ip for h in f.hosts for i in h.interfaces}
+    assert not addrs & fabric_ips
+    assert all(a.startswith("10.255.") for a in addrs)
+    # No host route of the fabric covers a management address.
+    assert all(egress_interface(f.host("h0"), a) is None for a in addrs)
+    root = management_root_batch(f, {h.name: 1000 + h.gid for h in f.hosts})
+    assert "link set h7-mgmt netns 1007" in root
+    assert root[0] == "link add zcl-mgmt type bridge"
+    assert "addr add 10.255.0.8/16 dev h7-mgmt" in management_host_batch(f.host("h7"))
