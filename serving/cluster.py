@@ -1,0 +1,174 @@
+"""A small PD cluster as local processes on loopback, for development, tests and benches.
+
+`ClusterSpec` says how many prefill and decode instances, which model, and how many KV
+addresses each prefill serves (127.0.0.1, 127.0.0.2, ... stand in for a ZCube host's two fabric
+interfaces). `LocalCluster` starts every role with `python -m serving.<role>` in its own
+process group, waits for `/health`, and `stop()` kills the groups (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serving.config import Address, DecodeConfig, EpWorkerConfig, GatewayConfig, PrefillConfig
+from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
+from zcube_lab.errors import ConfigError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the OS says is free right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What to start."""
+
+    model: str = "tiny"
+    prefills: int = 1
+    decodes: int = 1
+    kv_addresses: int = 2
+    kv_streams: int = 2
+    bandwidth_scale: float = 1.0
+    gateway_port: int = 0
+    ep_size: int = 1
+    extra_prefill_args: tuple[str, ...] = ()
+    extra_decode_args: tuple[str, ...] = ()
+    extra_gateway_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("prefills", "decodes", "kv_addresses", "kv_streams", "ep_size"):
+            v = getattr(self, name)
+            if not 1 <= v <= 16:
+                raise ConfigError(name, v, "1..16")
+
+
+@dataclass
+class RoleProcess:
+    """One started role."""
+
+    role: str
+    argv: list[str]
+    url: str | None
+    proc: subprocess.Popen[bytes]
+
+
+@dataclass
+class LocalCluster:
+    """Processes of one local cluster; use as a context manager or call start()/stop()."""
+
+    spec: ClusterSpec
+    log_dir: Path | None = None
+    processes: list[RoleProcess] = field(default_factory=list)
+    gateway_url: str = ""
+    prefill_urls: list[str] = field(default_factory=list)
+    decode_urls: list[str] = field(default_factory=list)
+
+    def _spawn(self, role: str, argv: list[str], url: str | None) -> None:
+        out = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{role}-{len(self.processes)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes.append(RoleProcess(role, argv, url, proc))
+
+    def _ep_peers(self, n: int) -> tuple[Address, ...]:
+        """Start n-1 EP workers; return their addresses."""
+        peers = tuple(Address("127.0.0.1", free_port()) for _ in range(n - 1))
+        for a in peers:
+            self._spawn("ep_worker", ep_worker_argv(EpWorkerConfig(bind=(a,))), None)
+        return peers
+
+    def start(self, timeout_s: float = 20.0) -> LocalCluster:
+        """Start prefills, decodes, then the gateway; wait until all answer /health."""
+        s = self.spec
+        try:
+            for i in range(s.prefills):
+                kv = tuple(
+                    Address(f"127.0.0.{k + 1}", free_port(f"127.0.0.{k + 1}"))
+                    for k in range(s.kv_addresses)
+                )
+                pcfg = PrefillConfig(
+                    model=s.model, port=free_port(), engine_index=str(i), engine_id=f"prefill-{i}",
+                    bandwidth_scale=s.bandwidth_scale, kv_bind=kv,
+                    ep_peers=self._ep_peers(s.ep_size),
+                )  # fmt: skip
+                url = f"http://{pcfg.host}:{pcfg.port}"
+                self._spawn("prefill", [*prefill_argv(pcfg), *s.extra_prefill_args], url)
+                self.prefill_urls.append(url)
+            for i in range(s.decodes):
+                dcfg = DecodeConfig(
+                    model=s.model, port=free_port(), engine_index=str(i), kv_streams=s.kv_streams,
+                    bandwidth_scale=s.bandwidth_scale, ep_peers=self._ep_peers(s.ep_size),
+                )  # fmt: skip
+                url = f"http://{dcfg.host}:{dcfg.port}"
+                self._spawn("decode", [*decode_argv(dcfg), *s.extra_decode_args], url)
+                self.decode_urls.append(url)
+            gcfg = GatewayConfig(
+                model=s.model, port=s.gateway_port or free_port(),
+                prefill_urls=tuple(self.prefill_urls), decode_urls=tuple(self.decode_urls),
+            )  # fmt: skip
+            self.gateway_url = f"http://{gcfg.host}:{gcfg.port}"
+            self._spawn("gateway", [*gateway_argv(gcfg), *s.extra_gateway_args], self.gateway_url)
+            self._wait_healthy(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for rp in self.processes:
+            if rp.url is None:
+                continue
+            while True:
+                if rp.proc.poll() is not None:
+                    raise RuntimeError(f"{rp.role} exited with {rp.proc.returncode}: {rp.argv}")
+                try:
+                    with urllib.request.urlopen(rp.url + "/health", timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{rp.role} at {rp.url} not healthy after {timeout_s}s")
+                time.sleep(0.05)
+
+    def kill(self, role: str, index: int = 0) -> None:
+        """Kill one role's process (fault injection)."""
+        procs = [rp for rp in self.processes if rp.role == role]
+        _kill_group(procs[index].proc)
+
+    def stop(self) -> None:
+        """Kill every process group, gently then firmly."""
+        for rp in reversed(self.processes):
+            _kill_group(rp.proc)
+        self.processes.clear()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=3)

@@ -1,0 +1,46 @@
+"""An expert-parallel peer: a secondary GPU host of a multi-host instance.
+
+It only answers the leader's all-to-all exchanges (dispatch in, combine out) on its fabric
+address(es). Run: `python -m serving.ep_worker --bind FABRIC:7300`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+from serving.alltoall import start_ep_server
+from serving.config import EpWorkerConfig, addresses
+from serving.httpapi import setup_logging
+from zcube_lab.errors import ConfigError
+
+
+async def serve(cfg: EpWorkerConfig) -> None:
+    """Serve every bind address until cancelled."""
+    servers = [await start_ep_server(a) for a in cfg.bind]
+    try:
+        await asyncio.gather(*(s.serve_forever() for s in servers))
+    finally:
+        for s in servers:
+            s.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one EP worker until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m serving.ep_worker", description=__doc__)
+    parser.add_argument("--bind", action="append", required=True, help="host:port, repeatable")
+    args = parser.parse_args(argv)
+    try:
+        cfg = EpWorkerConfig(bind=addresses(args.bind, "bind"))
+    except ConfigError as exc:
+        parser.error(str(exc))
+    setup_logging()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

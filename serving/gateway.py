@@ -1,0 +1,284 @@
+"""The gateway (router): OpenAI API in front, the PD flow behind, decode's stream relayed.
+
+For each request it validates (same rules and profile as the engines), picks a prefill and a
+decode instance with the configured policy, asks prefill for the KV (`max_tokens=1`,
+`kv_transfer_params.do_remote_decode`), passes prefill's `kv_transfer_params` to decode and
+relays decode's answer byte for byte. It refuses with 429 + Retry-After above `max_outstanding`.
+Run: `python -m serving.gateway --host MGMT --port 8000 --prefill-url http://P:8100
+--decode-url http://D:8200`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from serving import httpapi
+from serving.config import GatewayConfig, parse_with_file
+from serving.metrics import GatewayMetrics
+from serving.openai_api import CHAT, COMPLETION, ApiError, parse_request
+from serving.routing import Backend, Policy, make_policy
+from zcube_lab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+ROUTES = {COMPLETION: "/v1/completions", CHAT: "/v1/chat/completions"}
+_PASS_HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
+
+
+@dataclass
+class GatewayState:
+    """Backends, policies, the upstream session and counters."""
+
+    cfg: GatewayConfig
+    metrics: GatewayMetrics
+    prefills: list[Backend]
+    decodes: list[Backend]
+    prefill_policy: Policy
+    decode_policy: Policy
+    session: aiohttp.ClientSession | None = None
+    outstanding: int = 0
+    background: set[asyncio.Task] = field(default_factory=set)
+
+
+STATE_KEY = web.AppKey("gateway_state", GatewayState)
+
+
+def _prefill_body(body: dict[str, Any], kind: str) -> bytes:
+    b = dict(body)
+    b["stream"] = False
+    b.pop("stream_options", None)
+    b["max_tokens"] = 1
+    b.pop("min_tokens", None)
+    if kind == CHAT:
+        b.pop("max_completion_tokens", None)
+    b["kv_transfer_params"] = {
+        "do_remote_decode": True,
+        "do_remote_prefill": False,
+        "remote_engine_id": None,
+        "remote_block_ids": None,
+        "remote_host": None,
+        "remote_port": None,
+    }
+    return json.dumps(b, separators=(",", ":")).encode()
+
+
+def _relay_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
+    return {h: resp.headers[h] for h in _PASS_HEADERS if h in resp.headers}
+
+
+def _upstream_failed(state: GatewayState, role: str, exc: BaseException) -> ApiError:
+    state.metrics.upstream_error(role)
+    log.warning("%s unreachable: %s", role, exc)
+    return ApiError(
+        502, f"{role} instance unreachable: {type(exc).__name__}", code="upstream_error"
+    )
+
+
+async def _prefill(
+    state: GatewayState, body: dict[str, Any], kind: str, prompt_tokens: int, rid: str
+) -> dict[str, Any] | web.Response:
+    assert state.session is not None
+    backend = state.prefill_policy.pick(state.prefills)
+    backend.load += prompt_tokens
+    backend.in_flight += 1
+    try:
+        async with state.session.post(
+            backend.url + ROUTES[kind],
+            data=_prefill_body(body, kind),
+            headers={"Content-Type": "application/json", "X-Request-Id": rid},
+        ) as resp:
+            raw = await resp.read()
+            if resp.status != 200:
+                return web.Response(body=raw, status=resp.status, headers=_relay_headers(resp))
+            params = json.loads(raw).get("kv_transfer_params")
+            if not isinstance(params, dict):
+                raise ApiError(502, "prefill returned no kv_transfer_params", code="upstream_error")
+            return params
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise _upstream_failed(state, "prefill", exc) from None
+    finally:
+        backend.load -= prompt_tokens
+        backend.in_flight -= 1
+
+
+async def _decode(
+    state: GatewayState,
+    request: web.Request,
+    body: dict[str, Any],
+    kind: str,
+    params: dict[str, Any],
+    rid: str,
+    start: float,
+) -> web.StreamResponse:
+    assert state.session is not None
+    backend = state.decode_policy.pick(state.decodes)
+    backend.load += 1
+    backend.in_flight += 1
+    b = dict(body)
+    b["kv_transfer_params"] = params
+    loop = asyncio.get_running_loop()
+    try:
+        async with state.session.post(
+            backend.url + ROUTES[kind],
+            data=json.dumps(b, separators=(",", ":")).encode(),
+            headers={"Content-Type": "application/json", "X-Request-Id": rid},
+        ) as dresp:
+            ctype = dresp.headers.get("Content-Type", "")
+            if dresp.status != 200 or not ctype.startswith("text/event-stream"):
+                raw = await dresp.read()
+                state.metrics.ttft.observe(loop.time() - start)
+                return web.Response(body=raw, status=dresp.status, headers=_relay_headers(dresp))
+            out = web.StreamResponse(headers=_relay_headers(dresp))
+            await out.prepare(request)
+            first = True
+            try:
+                async for data in dresp.content.iter_any():
+                    if first:
+                        state.metrics.ttft.observe(loop.time() - start)
+                        first = False
+                    await out.write(data)
+            except ConnectionError:
+                # Our client left: leaving the `async with` closes decode's stream, and decode
+                # frees the sequence.
+                log.info("client of %s went away mid-stream", rid)
+            return out
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise _upstream_failed(state, "decode", exc) from None
+    finally:
+        backend.load -= 1
+        backend.in_flight -= 1
+
+
+def _handler(kind: str):
+    async def handle(request: web.Request) -> web.StreamResponse:
+        state = request.app[STATE_KEY]
+        cfg = state.cfg
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        status = 500
+        try:
+            body = await httpapi.read_json(request)
+            req = parse_request(body, kind, cfg.profile, cfg.model_name)
+            assert isinstance(body, dict)
+            if state.outstanding >= cfg.max_outstanding:
+                state.metrics.rejected("gateway_full")
+                raise ApiError(
+                    429, "gateway is at max_outstanding", code="overloaded", retry_after=1
+                )
+            rid = httpapi.request_id(request)
+            state.outstanding += 1
+            state.metrics.outstanding.set(state.outstanding)
+            try:
+                got = await _prefill(state, body, kind, req.prompt_tokens, rid)
+                if isinstance(got, web.Response):
+                    status = got.status
+                    return got
+                resp = await _decode(state, request, body, kind, got, rid, start)
+                status = resp.status
+                return resp
+            finally:
+                state.outstanding -= 1
+                state.metrics.outstanding.set(state.outstanding)
+        except ApiError as err:
+            status = err.status
+            raise
+        finally:
+            state.metrics.request(ROUTES[kind], status)
+
+    return handle
+
+
+async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE_KEY]
+    timeout = aiohttp.ClientTimeout(total=state.cfg.upstream_timeout_s, sock_connect=5)
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+    state.session = aiohttp.ClientSession(
+        connector=connector, timeout=timeout, auto_decompress=False
+    )
+    try:
+        yield
+    finally:
+        await state.session.close()
+
+
+def make_gateway_app(
+    cfg: GatewayConfig, registry: CollectorRegistry | None = None
+) -> web.Application:
+    """The gateway app: OpenAI routes running the PD flow, plus health, models and metrics."""
+    registry = registry if registry is not None else CollectorRegistry()
+    app = httpapi.new_app(registry, cfg.model_name)
+    app[STATE_KEY] = GatewayState(
+        cfg=cfg,
+        metrics=GatewayMetrics(registry, cfg.model_name),
+        prefills=[Backend(u.rstrip("/")) for u in cfg.prefill_urls],
+        decodes=[Backend(u.rstrip("/")) for u in cfg.decode_urls],
+        prefill_policy=make_policy(cfg.policy),
+        decode_policy=make_policy(cfg.policy),
+    )
+    app.router.add_post("/v1/completions", _handler(COMPLETION))
+    app.router.add_post("/v1/chat/completions", _handler(CHAT))
+    app.cleanup_ctx.append(_session_ctx)
+    return app
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Gateway flags."""
+    parser.add_argument("--config", help="JSON file with any of these options (flags win)")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--served-model-name", default="")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--prefill-url", action="append", default=None, help="repeatable")
+    parser.add_argument("--decode-url", action="append", default=None, help="repeatable")
+    parser.add_argument("--policy", default="least-outstanding")
+    parser.add_argument("--max-outstanding", type=int, default=2048)
+    parser.add_argument("--upstream-timeout-s", type=float, default=600.0)
+
+
+def _urls(values: Sequence[str] | str | None) -> tuple[str, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [values]
+    return tuple(u for v in values for u in str(v).split(",") if u)
+
+
+def config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    """GatewayConfig from parsed flags."""
+    return GatewayConfig(
+        model=args.model,
+        served_model_name=args.served_model_name,
+        host=args.host,
+        port=args.port,
+        prefill_urls=_urls(args.prefill_url),
+        decode_urls=_urls(args.decode_url),
+        policy=args.policy,
+        max_outstanding=args.max_outstanding,
+        upstream_timeout_s=args.upstream_timeout_s,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the gateway until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m serving.gateway", description=__doc__)
+    add_arguments(parser)
+    try:
+        cfg = config_from_args(parse_with_file(parser, argv))
+    except ConfigError as exc:
+        parser.error(str(exc))
+    httpapi.setup_logging()
+    web.run_app(make_gateway_app(cfg), host=cfg.host, port=cfg.port, access_log=None, print=None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

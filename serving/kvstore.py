@@ -1,0 +1,81 @@
+"""Prefill's held KV caches: one real byte buffer per request, kept until pulled or expired.
+
+Pure bookkeeping: the caller passes `now` (seconds on any monotonic clock). The buffer's content
+is seeded from the request id, so a test can regenerate it; its CRC-32 travels to decode in
+`kv_transfer_params` and decode checks the bytes it reassembles against it.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass
+
+
+@dataclass
+class HeldKV:
+    """One request's KV cache held for decode to pull."""
+
+    request_id: str
+    data: bytes
+    tokens: int
+    checksum: int
+    expires_at: float
+
+
+def make_kv_buffer(request_id: str, seed: int, num_bytes: int) -> bytes:
+    """Deterministic pseudo-random bytes standing in for a request's KV cache."""
+    return random.Random(f"kv:{seed}:{request_id}").randbytes(num_bytes)
+
+
+class KVStore:
+    """Held KV buffers by request id, with a token capacity and lease expiry."""
+
+    def __init__(self, capacity_tokens: int) -> None:
+        self.capacity_tokens = capacity_tokens
+        self._held: dict[str, HeldKV] = {}
+        self.used_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def fits(self, tokens: int) -> bool:
+        """Whether `tokens` more tokens fit next to what is held."""
+        return self.used_tokens + tokens <= self.capacity_tokens
+
+    def put(self, request_id: str, data: bytes, tokens: int, now: float, lease_s: float) -> HeldKV:
+        """Hold `data` for `request_id` until `now + lease_s`."""
+        self.release(request_id)
+        held = HeldKV(request_id, data, tokens, zlib.crc32(data), now + lease_s)
+        self._held[request_id] = held
+        self.used_tokens += tokens
+        return held
+
+    def get(self, request_id: str) -> HeldKV | None:
+        """The held buffer, or None if unknown, released or expired."""
+        return self._held.get(request_id)
+
+    def release(self, request_id: str) -> bool:
+        """Free a buffer (decode pulled it); False if it was not held."""
+        held = self._held.pop(request_id, None)
+        if held is None:
+            return False
+        self.used_tokens -= held.tokens
+        return True
+
+    def expire(self, now: float) -> list[str]:
+        """Free every buffer whose lease ended at or before `now`; return their ids."""
+        gone = [rid for rid, h in self._held.items() if h.expires_at <= now]
+        for rid in gone:
+            self.release(rid)
+        return gone
+
+    @property
+    def usage(self) -> float:
+        """Fraction of capacity held (vllm:kv_cache_usage_perc)."""
+        return self.used_tokens / self.capacity_tokens if self.capacity_tokens else 0.0
+
+    def get_bytes(self, request_id: str) -> bytes | None:
+        """The held bytes (what the KV server serves), or None."""
+        held = self._held.get(request_id)
+        return held.data if held is not None else None

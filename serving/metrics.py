@@ -1,0 +1,214 @@
+"""Prometheus metrics with vLLM's names, labels (`model_name`, `engine`) and bucket boundaries.
+
+Names and buckets are copied from vLLM's `vllm/v1/metrics/loggers.py` and the NIXL connector's
+`NixlPromMetrics`. prometheus_client appends `_total` to counters on the wire, exactly as vLLM's
+own `vllm:prompt_tokens` is scraped as `vllm:prompt_tokens_total`; the constants below are the
+names passed to prometheus_client. Our own metrics use the `zcube:` prefix.
+One class per component; each takes the `CollectorRegistry` to register into.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# vLLM engine metrics
+NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
+NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
+KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
+PROMPT_TOKENS = "vllm:prompt_tokens"  # scraped as vllm:prompt_tokens_total
+GENERATION_TOKENS = "vllm:generation_tokens"  # scraped as vllm:generation_tokens_total
+REQUEST_SUCCESS = "vllm:request_success"  # scraped as vllm:request_success_total
+TIME_TO_FIRST_TOKEN = "vllm:time_to_first_token_seconds"
+INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
+REQUEST_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
+E2E_REQUEST_LATENCY = "vllm:e2e_request_latency_seconds"
+REQUEST_QUEUE_TIME = "vllm:request_queue_time_seconds"
+REQUEST_PREFILL_TIME = "vllm:request_prefill_time_seconds"
+REQUEST_DECODE_TIME = "vllm:request_decode_time_seconds"
+# vLLM NIXL connector metrics
+NIXL_XFER_TIME = "vllm:nixl_xfer_time_seconds"
+NIXL_BYTES_TRANSFERRED = "vllm:nixl_bytes_transferred"
+NIXL_NUM_FAILED_TRANSFERS = "vllm:nixl_num_failed_transfers"
+NIXL_NUM_KV_EXPIRED_REQS = "vllm:nixl_num_kv_expired_reqs"
+# ours
+ALLTOALL_TIME = "zcube:ep_alltoall_seconds"
+ALLTOALL_BYTES = "zcube:ep_alltoall_bytes"  # scraped as zcube:ep_alltoall_bytes_total
+STEP_OVERRUN = "zcube:engine_step_overrun_seconds"
+REJECTED_REQUESTS = "zcube:rejected_requests"  # scraped as zcube:rejected_requests_total
+GATEWAY_REQUESTS = "zcube:gateway_requests"  # scraped as zcube:gateway_requests_total
+GATEWAY_OUTSTANDING = "zcube:gateway_outstanding_requests"
+GATEWAY_TTFT = "zcube:gateway_time_to_first_token_seconds"
+GATEWAY_UPSTREAM_ERRORS = "zcube:gateway_upstream_errors"
+
+LABELS = ("model_name", "engine")
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+# NIXL: vLLM builds [0.001, 0.005, ...] and passes buckets[1:] for the transfer time.
+NIXL_XFER_TIME_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0,
+)  # fmt: skip
+# "uniform 2kb to 16gb range": 2 ** (10 + i) for i in range(1, 25, 2)
+NIXL_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))
+STEP_OVERRUN_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
+ALLTOALL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0)
+
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+class EngineMetrics:
+    """Metrics a prefill or decode engine exports (bound to one model name and engine index)."""
+
+    def __init__(self, registry: CollectorRegistry, model_name: str, engine: str) -> None:
+        lv = (model_name, engine)
+
+        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, LABELS, registry=registry, buckets=buckets).labels(*lv)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, LABELS, registry=registry).labels(*lv)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, LABELS, registry=registry).labels(*lv)
+
+        self.running = gauge(NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.")
+        self.waiting = gauge(NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.")
+        self.kv_usage = gauge(KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.")
+        self.prompt_tokens = counter(PROMPT_TOKENS, "Number of prefill tokens processed.")
+        self.generation_tokens = counter(
+            GENERATION_TOKENS, "Number of generation tokens processed."
+        )
+        success = Counter(
+            REQUEST_SUCCESS,
+            "Count of successfully processed requests.",
+            (*LABELS, "finished_reason"),
+            registry=registry,
+        )
+        self.request_success = {r: success.labels(*lv, r) for r in FINISH_REASONS}
+        self.ttft = hist(
+            TIME_TO_FIRST_TOKEN, "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.itl = hist(
+            INTER_TOKEN_LATENCY, "Histogram of inter-token latency in seconds.", ITL_BUCKETS
+        )
+        self.tpot = hist(
+            REQUEST_TIME_PER_OUTPUT_TOKEN,
+            "Histogram of time_per_output_token_seconds per request.",
+            ITL_BUCKETS,
+        )
+        self.e2e = hist(
+            E2E_REQUEST_LATENCY,
+            "Histogram of e2e request latency in seconds.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.queue_time = hist(
+            REQUEST_QUEUE_TIME,
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.prefill_time = hist(
+            REQUEST_PREFILL_TIME,
+            "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.decode_time = hist(
+            REQUEST_DECODE_TIME,
+            "Histogram of time spent in DECODE phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.xfer_time = hist(
+            NIXL_XFER_TIME,
+            "Histogram of transfer duration for NIXL KV Cache transfers.",
+            NIXL_XFER_TIME_BUCKETS,
+        )
+        self.bytes_transferred = hist(
+            NIXL_BYTES_TRANSFERRED,
+            "Histogram of bytes transferred per NIXL KV Cache transfers.",
+            NIXL_BYTES_BUCKETS,
+        )
+        self.failed_transfers = counter(
+            NIXL_NUM_FAILED_TRANSFERS, "Number of failed NIXL KV Cache transfers."
+        )
+        self.kv_expired = counter(
+            NIXL_NUM_KV_EXPIRED_REQS,
+            "Number of requests that had their KV expire. "
+            "NOTE: This metric is tracked on the P instance.",
+        )
+        self.a2a_time = hist(
+            ALLTOALL_TIME, "Expert-parallel all-to-all time per engine step.", ALLTOALL_BUCKETS
+        )
+        self.a2a_bytes = counter(
+            ALLTOALL_BYTES, "Expert-parallel all-to-all bytes sent and received (scaled)."
+        )
+        self.step_overrun = hist(
+            STEP_OVERRUN,
+            "How late each step's compute sleep ended (event-loop lag: the host is saturated).",
+            STEP_OVERRUN_BUCKETS,
+        )
+        rejected = Counter(
+            REJECTED_REQUESTS,
+            "Requests refused with 429/503 because queues were full.",
+            (*LABELS, "reason"),
+            registry=registry,
+        )
+        self.rejected = rejected.labels(*lv, "queue_full")
+
+
+class GatewayMetrics:
+    """Metrics the gateway exports: requests by route and status, outstanding, gateway TTFT."""
+
+    def __init__(self, registry: CollectorRegistry, model_name: str) -> None:
+        self._model = model_name
+        self._requests = Counter(
+            GATEWAY_REQUESTS,
+            "Requests answered by the gateway, by route and HTTP status.",
+            ("model_name", "route", "status"),
+            registry=registry,
+        )
+        self.outstanding = Gauge(
+            GATEWAY_OUTSTANDING,
+            "Requests in flight through the gateway.",
+            ("model_name",),
+            registry=registry,
+        ).labels(model_name)
+        self.ttft = Histogram(
+            GATEWAY_TTFT,
+            "Time to first token measured at the gateway (vLLM's TTFT buckets).",
+            ("model_name",),
+            registry=registry,
+            buckets=TTFT_BUCKETS,
+        ).labels(model_name)
+        self._rejected = Counter(
+            REJECTED_REQUESTS,
+            "Requests refused with 429/503 because the gateway was full.",
+            ("model_name", "engine", "reason"),
+            registry=registry,
+        )
+        self._upstream_errors = Counter(
+            GATEWAY_UPSTREAM_ERRORS,
+            "Failures talking to prefill or decode, by role.",
+            ("model_name", "role"),
+            registry=registry,
+        )
+
+    def request(self, route: str, status: int) -> None:
+        """Count one answered request."""
+        self._requests.labels(self._model, route, str(status)).inc()
+
+    def rejected(self, reason: str) -> None:
+        """Count one overload refusal."""
+        self._rejected.labels(self._model, "gateway", reason).inc()
+
+    def upstream_error(self, role: str) -> None:
+        """Count one failure reaching a backend."""
+        self._upstream_errors.labels(self._model, role).inc()

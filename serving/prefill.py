@@ -1,0 +1,327 @@
+"""The prefill role: a waiting queue, token-budget batching, the compute model, and held KV.
+
+`make_prefill_app(cfg, registry)` builds the aiohttp app; its KV server(s), engine loop and
+lease-expiry loop live in `cleanup_ctx`. The response to a completions request carries
+`kv_transfer_params` shaped like vLLM's NIXL connector's (plus our `remote_addresses`,
+`num_bytes`, `num_tokens` and `checksum`), which the gateway hands to decode.
+Run: `python -m serving.prefill --host MGMT --port 8100 --kv-bind FABRIC1:7100 --kv-bind ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from serving import httpapi
+from serving.alltoall import AllToAll
+from serving.batching import PrefillJob, plan_prefill_step
+from serving.config import (
+    PrefillConfig,
+    add_common_arguments,
+    addresses,
+    common_kwargs,
+    parse_with_file,
+)
+from serving.engine_step import run_step
+from serving.kvstore import HeldKV, KVStore, make_kv_buffer
+from serving.kvwire import start_kv_server
+from serving.metrics import EngineMetrics
+from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
+from serving.profiles import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
+from serving.textgen import plan_output, request_rng, token_text
+from zcube_lab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+BLOCK_SIZE = 16
+# Buffers above this size are generated in a thread so the event loop keeps serving.
+_THREAD_BUFFER_BYTES = 4 * 2**20
+
+
+@dataclass
+class _Entry:
+    job: PrefillJob
+    arrival: float
+    done: asyncio.Future[tuple[HeldKV, float, float]]
+    started: float | None = None
+    admitted: bool = False
+
+
+@dataclass
+class PrefillEngine:
+    """The prefill engine state: queue, held KV, metrics, optional EP exchange."""
+
+    cfg: PrefillConfig
+    metrics: EngineMetrics
+    store: KVStore
+    a2a: AllToAll
+    queue: deque[_Entry] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    reserved_tokens: int = 0
+    background: set[asyncio.Task] = field(default_factory=set)
+
+    def submit(self, request_id: str, prompt_tokens: int, now: float) -> asyncio.Future:
+        """Queue a prompt; the future resolves to (held KV, queue time, prefill time)."""
+        if sum(1 for e in self.queue if not e.admitted) >= self.cfg.max_waiting:
+            self.metrics.rejected.inc()
+            raise ApiError(503, "prefill queue is full", code="overloaded", retry_after=1)
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.queue.append(_Entry(PrefillJob(request_id, prompt_tokens), now, fut))
+        self.wake.set()
+        return fut
+
+    def _admit(self) -> list[_Entry]:
+        admitted = []
+        for e in self.queue:
+            if not e.admitted:
+                need = e.job.prompt_tokens
+                if (
+                    self.store.used_tokens + self.reserved_tokens + need
+                    > self.store.capacity_tokens
+                ):
+                    break  # FCFS: later prompts wait behind the one that does not fit
+                e.admitted = True
+                self.reserved_tokens += need
+            admitted.append(e)
+        return admitted
+
+    def _update_gauges(self) -> None:
+        admitted = sum(1 for e in self.queue if e.admitted)
+        self.metrics.running.set(admitted)
+        self.metrics.waiting.set(len(self.queue) - admitted)
+        cap = self.store.capacity_tokens
+        self.metrics.kv_usage.set((self.store.used_tokens + self.reserved_tokens) / cap)
+
+    def _drop_cancelled(self) -> None:
+        kept: deque[_Entry] = deque()
+        for e in self.queue:
+            if not e.done.cancelled():
+                kept.append(e)
+            elif e.admitted:
+                self.reserved_tokens -= e.job.prompt_tokens
+        self.queue = kept
+
+    async def run(self) -> None:
+        """The engine loop: one prefill step per iteration while there is work."""
+        loop = asyncio.get_running_loop()
+        profile = self.cfg.profile
+        while True:
+            self._drop_cancelled()
+            admitted = self._admit()
+            self._update_gauges()
+            if not admitted:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            plan = plan_prefill_step([e.job for e in admitted], self.cfg.token_budget)
+            tokens = sum(n for _, n in plan)
+            step_start = loop.time()
+            for e in admitted[: len(plan)]:
+                if e.started is None:
+                    e.started = step_start
+            a2a_bytes = alltoall_bytes_per_peer(
+                profile, tokens, self.cfg.ep_size, self.cfg.bandwidth_scale
+            )
+            await run_step(prefill_step_seconds(profile, tokens), self.a2a, a2a_bytes, self.metrics)
+            for job, n in plan:
+                job.done_tokens += n
+            self.metrics.prompt_tokens.inc(tokens)
+            finished = [e for e in admitted[: len(plan)] if e.job.remaining == 0]
+            done_at = loop.time()
+            for e in finished:
+                self.queue.remove(e)
+                # Making the buffer is emulator work, not modelled compute: do it off the step.
+                task = asyncio.create_task(self._finish(e, done_at))
+                self.background.add(task)
+                task.add_done_callback(self.background.discard)
+
+    async def _finish(self, e: _Entry, done_at: float) -> None:
+        loop = asyncio.get_running_loop()
+        nbytes = kv_transfer_bytes(self.cfg.profile, e.job.prompt_tokens, self.cfg.bandwidth_scale)
+        if nbytes > _THREAD_BUFFER_BYTES:
+            data = await asyncio.to_thread(make_kv_buffer, e.job.request_id, self.cfg.seed, nbytes)
+        else:
+            data = make_kv_buffer(e.job.request_id, self.cfg.seed, nbytes)
+        self.reserved_tokens -= e.job.prompt_tokens
+        held = self.store.put(
+            e.job.request_id, data, e.job.prompt_tokens, loop.time(), self.cfg.kv_lease_s
+        )
+        now = done_at
+        started = e.started if e.started is not None else now
+        queue_s, prefill_s = started - e.arrival, now - started
+        m = self.metrics
+        m.queue_time.observe(queue_s)
+        m.prefill_time.observe(prefill_s)
+        m.ttft.observe(now - e.arrival)
+        m.e2e.observe(now - e.arrival)
+        m.generation_tokens.inc(1)
+        m.request_success["length"].inc()
+        if not e.done.done():
+            e.done.set_result((held, queue_s, prefill_s))
+        else:  # the requester went away: nobody will pull this KV
+            self.store.release(e.job.request_id)
+
+    def release(self, request_id: str) -> bool:
+        """Decode pulled the KV: free it now."""
+        freed = self.store.release(request_id)
+        self._update_gauges()
+        return freed
+
+    async def expire_loop(self) -> None:
+        """Free held KV whose lease ran out (counted in vllm:nixl_num_kv_expired_reqs)."""
+        loop = asyncio.get_running_loop()
+        period = min(1.0, self.cfg.kv_lease_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            gone = self.store.expire(loop.time())
+            if gone:
+                self.metrics.kv_expired.inc(len(gone))
+                log.info("KV lease expired for %d request(s)", len(gone))
+            self._update_gauges()
+
+
+ENGINE_KEY = web.AppKey("prefill_engine", PrefillEngine)
+CONFIG_KEY = web.AppKey("prefill_config", PrefillConfig)
+
+
+def kv_transfer_params(cfg: PrefillConfig, held: HeldKV) -> dict[str, object]:
+    """The hand-off for decode, shaped like vLLM NIXL's (our extensions at the end)."""
+    first = cfg.kv_bind[0]
+    return {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_block_ids": list(range(math.ceil(held.tokens / BLOCK_SIZE))),
+        "remote_engine_id": cfg.nixl_engine_id,
+        "remote_request_id": held.request_id,
+        "remote_host": first.host,
+        "remote_port": first.port,
+        "tp_size": 1,
+        "remote_addresses": [str(a) for a in cfg.kv_bind],
+        "num_tokens": held.tokens,
+        "num_bytes": len(held.data),
+        "checksum": held.checksum,
+    }
+
+
+def _handler(kind: str):
+    async def handle(request: web.Request) -> web.Response:
+        cfg = request.app[CONFIG_KEY]
+        engine = request.app[ENGINE_KEY]
+        body = await httpapi.read_json(request)
+        req = parse_request(body, kind, cfg.profile, cfg.model_name)
+        request_id = httpapi.request_id(request)
+        loop = asyncio.get_running_loop()
+        fut = engine.submit(request_id, req.prompt_tokens, loop.time())
+        try:
+            held, _, _ = await fut
+        finally:
+            fut.cancel()  # a no-op when done; drops the job if this handler was cancelled
+        rng = request_rng(req.seed, cfg.seed, request_id)
+        plan = plan_output(rng, 1, 0, True, 0.0)
+        text = token_text(rng, 0, plan)
+        return httpapi.json_response(
+            full_response(
+                req,
+                request_id,
+                int(time.time()),
+                text,
+                "length",
+                1,
+                kv_transfer_params(cfg, held),
+            )
+        )
+
+    return handle
+
+
+async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
+    cfg = app[CONFIG_KEY]
+    engine = app[ENGINE_KEY]
+    servers = [
+        await start_kv_server(engine.store.get_bytes, engine.release, a) for a in cfg.kv_bind
+    ]
+    tasks = [asyncio.create_task(engine.run()), asyncio.create_task(engine.expire_loop())]
+    try:
+        yield
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for s in servers:
+            s.close()
+        for t in list(engine.background):
+            t.cancel()
+        await engine.a2a.close()
+
+
+def make_prefill_app(
+    cfg: PrefillConfig, registry: CollectorRegistry | None = None
+) -> web.Application:
+    """The prefill app: OpenAI routes that prefill and hold KV, plus health and metrics."""
+    registry = registry if registry is not None else CollectorRegistry()
+    app = httpapi.new_app(registry, cfg.model_name)
+    app[CONFIG_KEY] = cfg
+    app[ENGINE_KEY] = PrefillEngine(
+        cfg=cfg,
+        metrics=EngineMetrics(registry, cfg.model_name, cfg.engine_index),
+        store=KVStore(cfg.profile.kv_capacity_tokens),
+        a2a=AllToAll(cfg.ep_peers),
+    )
+    app.router.add_post("/v1/completions", _handler(COMPLETION))
+    app.router.add_post("/v1/chat/completions", _handler(CHAT))
+    app.cleanup_ctx.append(_engine_ctx)
+    return app
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Prefill flags."""
+    add_common_arguments(parser, default_port=8100)
+    parser.add_argument(
+        "--kv-bind",
+        action="append",
+        default=None,
+        help="host:port of a KV server (fabric address; repeat for each NIC port)",
+    )
+    parser.add_argument("--engine-id", default="", help="NIXL remote_engine_id")
+    parser.add_argument("--token-budget", type=int, default=8192, help="prompt tokens per step")
+    parser.add_argument("--kv-lease-s", type=float, default=30.0, help="free unpulled KV after")
+
+
+def config_from_args(args: argparse.Namespace) -> PrefillConfig:
+    """PrefillConfig from parsed flags."""
+    kv_bind = addresses(args.kv_bind, "kv_bind") or (PrefillConfig.kv_bind)
+    return PrefillConfig(
+        **common_kwargs(args),
+        kv_bind=kv_bind,
+        engine_id=args.engine_id,
+        token_budget=args.token_budget,
+        kv_lease_s=args.kv_lease_s,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one prefill instance until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m serving.prefill", description=__doc__)
+    add_arguments(parser)
+    try:
+        cfg = config_from_args(parse_with_file(parser, argv))
+    except ConfigError as exc:
+        parser.error(str(exc))
+    httpapi.setup_logging()
+    web.run_app(make_prefill_app(cfg), host=cfg.host, port=cfg.port, access_log=None, print=None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

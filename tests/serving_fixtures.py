@@ -1,0 +1,136 @@
+"""Helpers for the serving tests: an in-process PD cluster (one event loop, real loopback
+sockets), a threaded app host for synchronous clients, and Prometheus scraping helpers.
+Imported explicitly by the serving test modules (no conftest)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from serving.cluster import free_port
+from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
+from serving.decode import make_decode_app
+from serving.gateway import make_gateway_app
+from serving.prefill import make_prefill_app
+
+
+@dataclass
+class InProcessCluster:
+    """URLs and registries of a cluster whose apps run in the test's event loop."""
+
+    gateway_url: str
+    prefill_url: str
+    decode_url: str
+    prefill_cfg: PrefillConfig
+    decode_cfg: DecodeConfig
+    gateway_registry: CollectorRegistry
+    prefill_registry: CollectorRegistry
+    decode_registry: CollectorRegistry
+
+
+async def start_inprocess_cluster(
+    aiohttp_server: Callable[..., Any],
+    prefill: dict[str, Any] | None = None,
+    decode: dict[str, Any] | None = None,
+    gateway: dict[str, Any] | None = None,
+    kv_addresses: int = 2,
+) -> InProcessCluster:
+    """Start prefill, decode and gateway apps with pytest-aiohttp's `aiohttp_server`."""
+    kv_bind = tuple(
+        Address(f"127.0.0.{k + 1}", free_port(f"127.0.0.{k + 1}")) for k in range(kv_addresses)
+    )
+    pcfg = replace(PrefillConfig(kv_bind=kv_bind, engine_id="prefill-0"), **(prefill or {}))
+    dcfg = replace(DecodeConfig(), **(decode or {}))
+    preg, dreg, greg = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
+    psrv = await aiohttp_server(make_prefill_app(pcfg, preg))
+    dsrv = await aiohttp_server(make_decode_app(dcfg, dreg))
+    purl, durl = str(psrv.make_url("")).rstrip("/"), str(dsrv.make_url("")).rstrip("/")
+    gcfg = replace(GatewayConfig(prefill_urls=(purl,), decode_urls=(durl,)), **(gateway or {}))
+    gsrv = await aiohttp_server(make_gateway_app(gcfg, greg))
+    return InProcessCluster(
+        str(gsrv.make_url("")).rstrip("/"), purl, durl, pcfg, dcfg, greg, preg, dreg
+    )
+
+
+def sample_values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample in an exposition, keyed by (name, sorted labels)."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples called `name` whose labels include `labels`."""
+    total = 0.0
+    for (n, lbls), v in sample_values(text).items():
+        d = dict(lbls)
+        if n == name and all(d.get(k) == val for k, val in labels.items()):
+            total += v
+    return total
+
+
+def registry_text(registry: CollectorRegistry) -> str:
+    """The exposition of a registry, as /metrics would serve it."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(registry).decode()
+
+
+@contextmanager
+def threaded_apps(*factories: Callable[[list[str]], web.Application]) -> Iterator[list[str]]:
+    """Run apps on loopback in a background event loop; yield their base URLs.
+
+    Each factory gets the URLs of the apps started before it (so a gateway can point at stubs).
+    """
+    loop = asyncio.new_event_loop()
+    urls: list[str] = []
+    runners: list[web.AppRunner] = []
+    ready = threading.Event()
+    error: list[BaseException] = []
+
+    async def start() -> None:
+        for f in factories:
+            runner = web.AppRunner(f(list(urls)), access_log=None)
+            await runner.setup()
+            port = free_port()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            runners.append(runner)
+            urls.append(f"http://127.0.0.1:{port}")
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(start())
+        except BaseException as exc:
+            error.append(exc)
+        ready.set()
+        if not error:
+            loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+    if error:
+        raise error[0]
+    try:
+        yield urls
+    finally:
+
+        async def stop() -> None:
+            for r in reversed(runners):
+                await r.cleanup()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

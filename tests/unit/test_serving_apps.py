@@ -1,0 +1,255 @@
+"""The three roles in one event loop on loopback: PD flow, metrics, faults, EP, openai SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+
+from serving.alltoall import start_ep_server
+from serving.cluster import free_port
+from serving.config import Address
+from serving.profiles import get_profile, prefill_step_seconds
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serving_fixtures import (
+    metric_sum,
+    registry_text,
+    start_inprocess_cluster,
+)
+
+TINY = get_profile("tiny")
+
+
+async def _stream(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, list, dict]:
+    """POST a streaming request; return status, parsed data events, headers."""
+    async with session.post(url + "/v1/completions", json=body) as r:
+        if r.status != 200:
+            return r.status, [await r.json()], dict(r.headers)
+        events = []
+        async for line in r.content:
+            if line.startswith(b"data: "):
+                payload = line[6:].strip()
+                events.append("[DONE]" if payload == b"[DONE]" else json.loads(payload))
+        return r.status, events, dict(r.headers)
+
+
+def _body(prompt_words: int, max_tokens: int, **kw: object) -> dict:
+    return {
+        "model": "tiny",
+        "prompt": "w " * prompt_words,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        **kw,
+    }
+
+
+async def test_concurrent_streams_counts_match_metrics(aiohttp_server) -> None:
+    c = await start_inprocess_cluster(aiohttp_server)
+    n, out = 24, 7
+    async with aiohttp.ClientSession() as s:
+        results = await asyncio.gather(
+            *(
+                _stream(
+                    s, c.gateway_url, _body(10 + i, out, stream_options={"include_usage": True})
+                )
+                for i in range(n)
+            )
+        )
+    for status, events, _ in results:
+        assert status == 200 and events[-1] == "[DONE]"
+        tokens = [e for e in events[:-1] if e.get("choices")]
+        assert len(tokens) == out  # one token per chunk
+        assert tokens[-1]["choices"][0]["finish_reason"] == "length"
+        assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == out
+    d, p = registry_text(c.decode_registry), registry_text(c.prefill_registry)
+    assert metric_sum(d, "vllm:generation_tokens_total") == n * out
+    assert metric_sum(d, "vllm:request_success_total", finished_reason="length") == n
+    assert metric_sum(d, "vllm:time_to_first_token_seconds_count") == n
+    assert metric_sum(d, "vllm:inter_token_latency_seconds_count") == n * (out - 1)
+    assert metric_sum(d, "vllm:nixl_xfer_time_seconds_count") == n
+    expected_bytes = sum((10 + i) * TINY.kv_bytes_per_token for i in range(n))
+    assert metric_sum(d, "vllm:nixl_bytes_transferred_sum") == expected_bytes
+    assert metric_sum(p, "vllm:prompt_tokens_total") == sum(10 + i for i in range(n))
+    assert metric_sum(d, "vllm:num_requests_running") == 0
+    # every pulled KV was released on prefill
+    await asyncio.sleep(0.1)
+    assert metric_sum(registry_text(c.prefill_registry), "vllm:kv_cache_usage_perc") == 0
+    g = registry_text(c.gateway_registry)
+    assert metric_sum(g, "zcube:gateway_requests_total", status="200") == n
+
+
+async def test_ttft_covers_prefill_and_kv_transfer(aiohttp_server) -> None:
+    c = await start_inprocess_cluster(aiohttp_server, decode={"kv_chunk_bytes": 64 * 1024})
+    words = 6000
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as s:
+        start = loop.time()
+        async with s.post(c.gateway_url + "/v1/completions", json=_body(words, 3)) as r:
+            assert r.status == 200
+            await r.content.readline()
+            ttft = loop.time() - start
+            await r.read()
+    d = registry_text(c.decode_registry)
+    xfer = metric_sum(d, "vllm:nixl_xfer_time_seconds_sum")
+    assert metric_sum(d, "vllm:nixl_bytes_transferred_sum") == words * TINY.kv_bytes_per_token
+    floor = prefill_step_seconds(TINY, words) + xfer
+    assert floor <= ttft <= floor + 0.5
+
+
+async def test_non_streaming_and_models(aiohttp_server) -> None:
+    c = await start_inprocess_cluster(aiohttp_server)
+    async with aiohttp.ClientSession() as s:
+        body = {"model": "tiny", "prompt": "a b c", "max_tokens": 4, "ignore_eos": True}
+        async with s.post(c.gateway_url + "/v1/completions", json=body) as r:
+            obj = await r.json()
+        assert r.status == 200
+        assert obj["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        assert len(obj["choices"][0]["text"].split()) == 4
+        async with s.get(c.gateway_url + "/v1/models") as r:
+            assert (await r.json())["data"][0]["id"] == "tiny"
+        async with s.post(c.gateway_url + "/v1/completions", data=b"{nope") as r:
+            err = await r.json()
+            assert r.status == 400 and "not valid JSON" in err["error"]["message"]
+
+
+async def test_gateway_overload_is_429_with_retry_after(aiohttp_server) -> None:
+    c = await start_inprocess_cluster(aiohttp_server, gateway={"max_outstanding": 2})
+    async with aiohttp.ClientSession() as s:
+        results = await asyncio.gather(*(_stream(s, c.gateway_url, _body(5, 30)) for _ in range(6)))
+    statuses = sorted(r[0] for r in results)
+    assert statuses.count(200) >= 2 and statuses.count(429) >= 1
+    assert all(r[2].get("Retry-After") == "1" for r in results if r[0] == 429)
+    g = registry_text(c.gateway_registry)
+    assert metric_sum(g, "zcube:rejected_requests_total") == statuses.count(429)
+
+
+async def test_decode_queue_full_is_503_relayed(aiohttp_server) -> None:
+    c = await start_inprocess_cluster(aiohttp_server, decode={"max_num_seqs": 1, "max_waiting": 1})
+    async with aiohttp.ClientSession() as s:
+        first = asyncio.create_task(_stream(s, c.gateway_url, _body(5, 100)))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(_stream(s, c.gateway_url, _body(5, 5)))
+        await asyncio.sleep(0.05)
+        third = await _stream(s, c.gateway_url, _body(5, 5))
+        assert third[0] == 503 and third[2].get("Retry-After") == "1"
+        assert third[1][0]["error"]["code"] == "overloaded"
+        assert (await first)[0] == 200 and (await second)[0] == 200
+    assert metric_sum(registry_text(c.decode_registry), "zcube:rejected_requests_total") == 1
+
+
+async def test_kv_pull_failure_is_an_error_event_after_bounded_retries(aiohttp_server) -> None:
+    dead = (("prefill-0", (Address("127.0.0.1", free_port()),)),)
+    c = await start_inprocess_cluster(
+        aiohttp_server, decode={"prefill_kv": dead, "kv_retries": 2, "kv_timeout_s": 1.0}
+    )
+    async with aiohttp.ClientSession() as s:
+        status, events, _ = await _stream(s, c.gateway_url, _body(5, 5))
+        assert status == 200 and events[-1] == "[DONE]"
+        assert events[0]["error"]["code"] == "kv_transfer_failed"
+        assert "after 3 attempts" in events[0]["error"]["message"]
+        body = _body(5, 5, stream=False)
+        async with s.post(c.gateway_url + "/v1/completions", json=body) as r:
+            assert r.status == 502 and (await r.json())["error"]["code"] == "kv_transfer_failed"
+    d = registry_text(c.decode_registry)
+    assert metric_sum(d, "vllm:nixl_num_failed_transfers_total") == 6  # 2 requests x 3 tries
+
+
+async def test_unpulled_kv_expires_on_prefill(aiohttp_server) -> None:
+    dead = (("prefill-0", (Address("127.0.0.1", free_port()),)),)
+    c = await start_inprocess_cluster(
+        aiohttp_server,
+        prefill={"kv_lease_s": 0.2},
+        decode={"prefill_kv": dead, "kv_retries": 0},
+    )
+    async with aiohttp.ClientSession() as s:
+        await _stream(s, c.gateway_url, _body(50, 5))
+    p = registry_text(c.prefill_registry)
+    assert metric_sum(p, "vllm:kv_cache_usage_perc") > 0  # still held
+    await asyncio.sleep(0.5)
+    p = registry_text(c.prefill_registry)
+    assert metric_sum(p, "vllm:nixl_num_kv_expired_reqs_total") == 1
+    assert metric_sum(p, "vllm:kv_cache_usage_perc") == 0
+
+
+async def test_client_disconnect_frees_the_sequence(aiohttp_server) -> None:
+    c = await start_inprocess_cluster(aiohttp_server)
+    async with aiohttp.ClientSession() as s:
+        r = await s.post(c.gateway_url + "/v1/completions", json=_body(5, 5000))
+        for _ in range(5):
+            await r.content.readline()
+        r.close()  # drop the connection mid-stream
+    for _ in range(50):
+        await asyncio.sleep(0.02)
+        d = registry_text(c.decode_registry)
+        if metric_sum(d, "vllm:request_success_total", finished_reason="abort") == 1:
+            break
+    assert metric_sum(d, "vllm:request_success_total", finished_reason="abort") == 1
+    assert metric_sum(d, "vllm:num_requests_running") == 0
+    assert metric_sum(d, "vllm:kv_cache_usage_perc") == 0
+    generated = metric_sum(d, "vllm:generation_tokens_total")
+    assert generated < 5000
+    await asyncio.sleep(0.1)
+    assert metric_sum(registry_text(c.decode_registry), "vllm:generation_tokens_total") == generated
+
+
+async def test_expert_parallel_all_to_all_moves_profile_sized_bytes(aiohttp_server) -> None:
+    peers = tuple(Address("127.0.0.1", free_port()) for _ in range(3))
+    servers = [await start_ep_server(a) for a in peers]
+    try:
+        c = await start_inprocess_cluster(
+            aiohttp_server, prefill={"ep_peers": peers}, decode={"ep_peers": peers}
+        )
+        async with aiohttp.ClientSession() as s:
+            status, _, _ = await _stream(s, c.gateway_url, _body(100, 10))
+        assert status == 200
+    finally:
+        for srv in servers:
+            srv.close()
+    # per peer: tokens x k(2) x hidden(256) x 2 bytes / ep_size(4); both ways; 3 peers
+    per_token = 2 * 256 * 2 // 4
+    d = registry_text(c.decode_registry)
+    assert metric_sum(d, "zcube:ep_alltoall_bytes_total") == 10 * (2 * per_token * 3)
+    assert metric_sum(d, "zcube:ep_alltoall_seconds_count") == 10
+    assert metric_sum(d, "zcube:engine_step_overrun_seconds_count") == 10  # one per step
+    p = registry_text(c.prefill_registry)
+    assert metric_sum(p, "zcube:ep_alltoall_bytes_total") == 2 * 100 * per_token * 3
+
+
+async def test_openai_sdk_streaming_and_not(aiohttp_server) -> None:
+    c = await start_inprocess_cluster(aiohttp_server)
+    client = openai.AsyncOpenAI(base_url=c.gateway_url + "/v1", api_key="unused", max_retries=0)
+    try:
+        comp = await client.completions.create(
+            model="tiny", prompt="hello there", max_tokens=6, extra_body={"ignore_eos": True}
+        )
+        assert comp.usage is not None and comp.usage.completion_tokens == 6
+        assert comp.choices[0].finish_reason == "length"
+        stream = await client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=5,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+        pieces, usage = [], None
+        async for chunk in stream:
+            if chunk.choices:
+                pieces.append(chunk.choices[0].delta.content)
+            if chunk.usage:
+                usage = chunk.usage
+        assert len(pieces) == 5 and usage is not None
+        assert usage.prompt_tokens == 4 + 1 + 3 and usage.completion_tokens == 5
+        with pytest.raises(openai.NotFoundError):
+            await client.completions.create(model="nope", prompt="x", max_tokens=1)
+        with pytest.raises(openai.BadRequestError):
+            await client.completions.create(model="tiny", prompt="x", max_tokens=-3)
+    finally:
+        await client.close()

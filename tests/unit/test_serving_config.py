@@ -1,0 +1,83 @@
+"""Role configuration: frozen, validated, one error type naming field, value and allowed."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from serving import decode, gateway, prefill
+from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig, parse_with_file
+from zcube_lab.errors import ConfigError
+
+
+def _parse(mod: object, argv: list[str]) -> object:
+    parser = argparse.ArgumentParser()
+    mod.add_arguments(parser)  # type: ignore[attr-defined]
+    return mod.config_from_args(parse_with_file(parser, argv))  # type: ignore[attr-defined]
+
+
+def test_prefill_flags_with_two_kv_addresses() -> None:
+    cfg = _parse(prefill, ["--kv-bind", "10.1.0.1:7100", "--kv-bind", "10.2.0.1:7100"])
+    assert isinstance(cfg, PrefillConfig)
+    assert cfg.kv_bind == (Address("10.1.0.1", 7100), Address("10.2.0.1", 7100))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.port = 1  # type: ignore[misc]
+
+
+def test_decode_prefill_kv_table() -> None:
+    cfg = _parse(decode, ["--prefill-kv", "p0=10.1.0.1:7100,10.2.0.1:7100", "--kv-streams", "4"])
+    assert isinstance(cfg, DecodeConfig)
+    assert dict(cfg.prefill_kv)["p0"] == (Address("10.1.0.1", 7100), Address("10.2.0.1", 7100))
+    assert cfg.kv_streams == 4
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: PrefillConfig(model="nope"), "model"),
+        (lambda: PrefillConfig(bandwidth_scale=0.5), "bandwidth_scale"),
+        (lambda: PrefillConfig(token_budget=0), "token_budget"),
+        (lambda: DecodeConfig(kv_streams=0), "kv_streams"),
+        (lambda: DecodeConfig(eos_probability=2.0), "eos_probability"),
+        (lambda: DecodeConfig(model="llama-3.1-8b", ep_peers=(Address("h", 1),)), "ep_peers"),
+        (lambda: GatewayConfig(), "prefill_urls"),
+        (
+            lambda: GatewayConfig(
+                prefill_urls=("http://a",), decode_urls=("http://b",), policy="x"
+            ),
+            "policy",
+        ),
+    ],
+)
+def test_bad_values_raise_config_error_naming_the_field(build, field: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError) as exc:
+        build()
+    assert exc.value.field == field
+
+
+def test_bad_address_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as exc:
+        _parse(prefill, ["--kv-bind", "10.1.0.1"])
+    assert exc.value.field == "kv_bind"
+
+
+def test_json_config_file_and_flags_win(tmp_path: Path) -> None:
+    f = tmp_path / "gw.json"
+    f.write_text(
+        json.dumps({"prefill_url": ["http://p:1"], "decode_url": ["http://d:2"], "port": 9})
+    )
+    cfg = _parse(gateway, ["--config", str(f), "--port", "9000"])
+    assert isinstance(cfg, GatewayConfig)
+    assert cfg.prefill_urls == ("http://p:1",) and cfg.port == 9000
+
+
+def test_unknown_key_in_config_file(tmp_path: Path) -> None:
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"kv_bnid": ["1.2.3.4:5"]}))
+    with pytest.raises(ConfigError) as exc:
+        _parse(prefill, ["--config", str(f)])
+    assert exc.value.field == "kv_bnid"

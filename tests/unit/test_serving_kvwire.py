@@ -1,0 +1,101 @@
+"""The KV pull protocol on loopback: two addresses x N streams, checksums, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+
+import pytest
+
+from serving.cluster import free_port
+from serving.config import Address
+from serving.kvstore import KVStore, make_kv_buffer
+from serving.kvwire import KVTransferError, plan_lanes, pull_kv, release_kv, start_kv_server
+
+
+def test_plan_lanes_deals_chunks_over_addresses_and_streams() -> None:
+    a, b = Address("127.0.0.1", 1), Address("127.0.0.2", 2)
+    lanes = plan_lanes(10 * 1024 + 1, 1024, [a, b], 2)
+    assert [addr for addr, _ in lanes] == [a, b, a, b]
+    chunks = sorted(c for _, cs in lanes for c in cs)
+    assert sum(n for _, n in chunks) == 10 * 1024 + 1 and len(chunks) == 11
+    # a single chunk still makes one lane, never an empty one
+    assert len(plan_lanes(100, 1024, [a, b], 4)) == 1
+
+
+async def _servers(store: KVStore, n: int) -> tuple[list[Address], list[asyncio.Server]]:
+    addrs = [Address(f"127.0.0.{k + 1}", free_port(f"127.0.0.{k + 1}")) for k in range(n)]
+    servers = [await start_kv_server(store.get_bytes, store.release, a) for a in addrs]
+    return addrs, servers
+
+
+async def test_pull_over_two_addresses_verifies_bytes_and_checksum() -> None:
+    store = KVStore(10**6)
+    data = make_kv_buffer("req", 3, 5 * 2**20 + 17)
+    store.put("req", data, 1000, now=0.0, lease_s=60)
+    addrs, servers = await _servers(store, 2)
+    try:
+        buf, result = await pull_kv(
+            "req", addrs, len(data), zlib.crc32(data), chunk_bytes=64 * 1024, streams=3,
+            timeout_s=10,
+        )  # fmt: skip
+        assert bytes(buf) == data
+        assert result.num_bytes == len(data) and result.lanes == 6
+        # both fabric addresses carried a share
+        assert set(result.bytes_by_address) == {str(a) for a in addrs}
+        assert all(n > 2 * 2**20 for n in result.bytes_by_address.values())
+        assert await release_kv("req", addrs[1]) is True
+        assert store.get("req") is None
+    finally:
+        for s in servers:
+            s.close()
+
+
+async def test_checksum_mismatch_is_detected() -> None:
+    store = KVStore(10**6)
+    data = make_kv_buffer("req", 0, 100_000)
+    store.put("req", data, 10, now=0.0, lease_s=60)
+    addrs, servers = await _servers(store, 1)
+    try:
+        with pytest.raises(KVTransferError, match="checksum"):
+            await pull_kv(
+                "req", addrs, len(data), zlib.crc32(data) ^ 1, chunk_bytes=8192, streams=2,
+                timeout_s=5,
+            )  # fmt: skip
+    finally:
+        for s in servers:
+            s.close()
+
+
+async def test_unknown_request_and_dead_address_fail_fast() -> None:
+    store = KVStore(10**6)
+    addrs, servers = await _servers(store, 1)
+    try:
+        with pytest.raises(KVTransferError, match="holds no KV"):
+            await pull_kv("nope", addrs, 10, 0, chunk_bytes=4096, streams=1, timeout_s=5)
+    finally:
+        for s in servers:
+            s.close()
+    dead = [Address("127.0.0.1", free_port())]
+    with pytest.raises(KVTransferError, match="ConnectionRefused"):
+        await pull_kv("x", dead, 10, 0, chunk_bytes=4096, streams=1, timeout_s=5)
+
+
+async def test_silent_server_times_out_within_bounds() -> None:
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 20)
+        await asyncio.sleep(5)
+
+    port = free_port()
+    server = await asyncio.start_server(mute, "127.0.0.1", port)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        with pytest.raises(KVTransferError, match="timed out"):
+            await pull_kv(
+                "x", [Address("127.0.0.1", port)], 10, 0, chunk_bytes=4096, streams=1,
+                timeout_s=0.3,
+            )  # fmt: skip
+    finally:
+        server.close()
+    assert 0.3 <= loop.time() - start < 1.5

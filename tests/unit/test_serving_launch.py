@@ -1,0 +1,42 @@
+"""Role command lines round-trip through each role's own flag parser."""
+
+from __future__ import annotations
+
+import argparse
+
+from serving import decode, gateway, prefill
+from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig, parse_with_file
+from serving.launch import decode_argv, gateway_argv, prefill_argv
+
+
+def _back(mod: object, argv: list[str]) -> object:
+    assert argv[1:3] == ["-m", f"serving.{mod.__name__.split('.')[-1]}"]  # type: ignore[attr-defined]
+    parser = argparse.ArgumentParser()
+    mod.add_arguments(parser)  # type: ignore[attr-defined]
+    return mod.config_from_args(parse_with_file(parser, argv[3:]))  # type: ignore[attr-defined]
+
+
+def test_prefill_round_trip() -> None:
+    cfg = PrefillConfig(
+        model="glm-5.1", host="192.168.0.1", port=8100, bandwidth_scale=4000.0,
+        kv_bind=(Address("10.1.0.1", 7100), Address("10.2.0.1", 7100)), engine_id="prefill-0",
+        ep_peers=(Address("10.1.0.2", 7300),), kv_lease_s=12.5, engine_index="3",
+    )  # fmt: skip
+    assert _back(prefill, prefill_argv(cfg)) == cfg
+
+
+def test_decode_round_trip() -> None:
+    cfg = DecodeConfig(
+        model="deepseek-v3", host="192.168.0.2", port=8200, bandwidth_scale=4000.0,
+        prefill_kv=(("prefill-0", (Address("10.1.0.1", 7100), Address("10.2.0.1", 7100))),),
+        kv_streams=4, kv_retries=1, eos_probability=0.0, served_model_name="ds",
+    )  # fmt: skip
+    assert _back(decode, decode_argv(cfg)) == cfg
+
+
+def test_gateway_round_trip() -> None:
+    cfg = GatewayConfig(
+        model="glm-5.1", host="192.168.0.10", prefill_urls=("http://192.168.0.1:8100",),
+        decode_urls=("http://192.168.0.2:8200", "http://192.168.0.3:8200"), policy="round-robin",
+    )  # fmt: skip
+    assert _back(gateway, gateway_argv(cfg)) == cfg

@@ -1,0 +1,72 @@
+"""Model profiles: DOMAIN.md's KV-bytes table, the compute model and fabric byte scaling."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving.profiles import (
+    PROFILES,
+    alltoall_bytes_per_peer,
+    decode_step_seconds,
+    get_profile,
+    kv_transfer_bytes,
+    prefill_step_seconds,
+    scaled_bytes,
+)
+from zcube_lab.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("name", "bytes_per_token"),
+    [
+        ("llama-3.1-8b", 131_072),
+        ("llama-3.1-70b", 327_680),
+        ("deepseek-v3", 70_272),
+        ("glm-5.1", 89_856),
+    ],
+)
+def test_kv_bytes_per_token_matches_domain_table(name: str, bytes_per_token: int) -> None:
+    assert get_profile(name).kv_bytes_per_token == bytes_per_token
+
+
+def test_required_profiles_exist_and_are_sane() -> None:
+    assert {"glm-5.1", "deepseek-v3", "llama-3.1-70b", "llama-3.1-8b", "tiny"} <= set(PROFILES)
+    for p in PROFILES.values():
+        assert p.context_length > 0 and p.kv_capacity_tokens > 0 and p.max_num_seqs > 0
+        assert p.prefill_tokens_per_s > 0
+
+
+def test_unknown_profile_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as exc:
+        get_profile("gpt-9")
+    assert exc.value.field == "model" and "tiny" in exc.value.allowed
+
+
+def test_decode_step_time_grows_with_batch() -> None:
+    p = get_profile("glm-5.1")
+    assert decode_step_seconds(p, 0) == 0.0
+    one, many = decode_step_seconds(p, 1), decode_step_seconds(p, 128)
+    assert one == pytest.approx(0.030 + 0.0002)
+    assert many == pytest.approx(0.030 + 0.0002 * 128)
+
+
+def test_prefill_time_is_overhead_plus_tokens_over_throughput() -> None:
+    p = get_profile("deepseek-v3")
+    assert prefill_step_seconds(p, 0) == 0.0
+    assert prefill_step_seconds(p, 20_000) == pytest.approx(0.010 + 1.0)
+
+
+def test_fabric_bytes_divide_by_bandwidth_scale() -> None:
+    glm = get_profile("glm-5.1")
+    assert kv_transfer_bytes(glm, 100_000, 1.0) == 8_985_600_000
+    assert kv_transfer_bytes(glm, 100_000, 4000.0) == 2_246_400
+    assert scaled_bytes(1, 4000.0) == 1  # never rounds a real payload down to nothing
+    assert scaled_bytes(0, 4000.0) == 0
+
+
+def test_alltoall_bytes_per_peer() -> None:
+    ds = get_profile("deepseek-v3")
+    # 10 tokens x 8 experts x 7168 hidden x 2 bytes over 4 hosts
+    assert alltoall_bytes_per_peer(ds, 10, 4, 1.0) == 10 * 8 * 7168 * 2 // 4
+    assert alltoall_bytes_per_peer(ds, 10, 1, 1.0) == 0  # EP size 1 turns it off
+    assert alltoall_bytes_per_peer(get_profile("llama-3.1-8b"), 10, 4, 1.0) == 0  # dense

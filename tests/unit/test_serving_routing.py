@@ -1,0 +1,23 @@
+"""Gateway routing policies."""
+
+from __future__ import annotations
+
+from serving.routing import Backend, LeastOutstanding, RoundRobin, make_policy
+
+
+def test_least_outstanding_picks_least_load_ties_to_first() -> None:
+    a, b, c = Backend("a", load=5), Backend("b", load=2), Backend("c", load=2)
+    assert LeastOutstanding().pick([a, b, c]) is b
+    b.load = 9
+    assert LeastOutstanding().pick([a, b, c]) is c
+
+
+def test_round_robin_cycles() -> None:
+    bs = [Backend("a"), Backend("b")]
+    rr = RoundRobin()
+    assert [rr.pick(bs).url for _ in range(5)] == ["a", "b", "a", "b", "a"]
+
+
+def test_policies_by_name() -> None:
+    assert isinstance(make_policy("least-outstanding"), LeastOutstanding)
+    assert isinstance(make_policy("round-robin"), RoundRobin)
