@@ -26,10 +26,11 @@ from serving import httpapi
 from serving.config import GatewayConfig, parse_with_file
 from serving.metrics import GatewayMetrics
 from serving.openai_api import CHAT, COMPLETION, ApiError, parse_request
-from serving.routing import Backend, Policy, make_policy
+from serving.routing import Backend, Policy, make_policy, same_group
 from zcube_lab.errors import ConfigError
 
 log = logging.getLogger(__name__)
+GROUP_KEY = "_zcube_group"
 ROUTES = {COMPLETION: "/v1/completions", CHAT: "/v1/chat/completions"}
 _PASS_HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
 
@@ -102,6 +103,8 @@ async def _prefill(
             params = json.loads(raw).get("kv_transfer_params")
             if not isinstance(params, dict):
                 raise ApiError(502, "prefill returned no kv_transfer_params", code="upstream_error")
+            # Not sent on: the decode handler pops it to pick a decode of the same group.
+            params[GROUP_KEY] = backend.group
             return params
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         raise _upstream_failed(state, "prefill", exc) from None
@@ -120,7 +123,8 @@ async def _decode(
     start: float,
 ) -> web.StreamResponse:
     assert state.session is not None
-    backend = state.decode_policy.pick(state.decodes)
+    params = dict(params)
+    backend = state.decode_policy.pick(same_group(state.decodes, params.pop(GROUP_KEY, "")))
     backend.load += 1
     backend.in_flight += 1
     b = dict(body)
@@ -219,8 +223,8 @@ def make_gateway_app(
     app[STATE_KEY] = GatewayState(
         cfg=cfg,
         metrics=GatewayMetrics(registry, cfg.model_name),
-        prefills=[Backend(u.rstrip("/")) for u in cfg.prefill_urls],
-        decodes=[Backend(u.rstrip("/")) for u in cfg.decode_urls],
+        prefills=[Backend.parse(u) for u in cfg.prefill_urls],
+        decodes=[Backend.parse(u) for u in cfg.decode_urls],
         prefill_policy=make_policy(cfg.policy),
         decode_policy=make_policy(cfg.policy),
     )

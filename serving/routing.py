@@ -4,6 +4,10 @@ A policy is a small class with `pick(backends) -> Backend`, registered by name i
 `least-outstanding` takes the backend with the least outstanding work (prompt tokens in flight
 for prefill, requests in flight for decode), ties going to the earliest listed; `round-robin`
 cycles regardless of load.
+
+Backends may carry a group (`http://host:port#group=rail3`): when the chosen prefill has one,
+the decode is chosen among the decodes of the same group, if there are any. The lab uses this
+for rail-aligned placements, where a prefill GPU hands its KV only to decode GPUs on its rail.
 """
 
 from __future__ import annotations
@@ -20,6 +24,22 @@ class Backend:
     url: str
     load: int = 0
     in_flight: int = 0
+    group: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> Backend:
+        """A backend from `URL` or `URL#group=NAME`."""
+        url, _, fragment = spec.partition("#")
+        group = fragment.removeprefix("group=") if fragment.startswith("group=") else ""
+        return cls(url.rstrip("/"), group=group)
+
+
+def same_group(backends: Sequence[Backend], group: str) -> Sequence[Backend]:
+    """The backends of `group`; all of them when the group is empty or has none."""
+    if not group:
+        return backends
+    matching = [b for b in backends if b.group == group]
+    return matching or backends
 
 
 class Policy(Protocol):

@@ -253,3 +253,14 @@ async def test_openai_sdk_streaming_and_not(aiohttp_server) -> None:
             await client.completions.create(model="tiny", prompt="x", max_tokens=-3)
     finally:
         await client.close()
+
+
+def test_backend_groups_pair_prefill_and_decode_of_the_same_rail() -> None:
+    from serving.routing import Backend, same_group
+
+    decodes = [Backend.parse(f"http://d{i}:8200#group=rail{i % 2}") for i in range(4)]
+    assert decodes[1] == Backend("http://d1:8200", group="rail1")
+    assert [b.url for b in same_group(decodes, "rail1")] == ["http://d1:8200", "http://d3:8200"]
+    assert same_group(decodes, "") == decodes
+    assert same_group(decodes, "rail7") == decodes  # no decode on that rail: any will do
+    assert Backend.parse("http://p:8100/") == Backend("http://p:8100")

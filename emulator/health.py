@@ -1,0 +1,546 @@
+"""Emulator health: did the machine and the switch datapath keep up during a run?
+
+The Mininet-HiFi idea: an emulated result is only worth reporting if the emulator itself was not
+saturated, because every scheduling delay on the host shows up as latency in the numbers it
+prints. So every run samples CPU use and a verdict marks it trustworthy or not.
+
+Two layers. Pure: `parse_proc_stat` and `parse_pid_stat` read /proc text, `sample_between` turns
+two `Reading`s into a `HealthSample` (machine and per-core busy share, per-process CPU in cores),
+`judge` turns samples into a `HealthVerdict`; none of them reads the clock or /proc, so tests feed
+them synthetic text. Adapter: `HealthSampler` reads /proc in a background thread every
+`interval_s`, finds `ovs-vswitchd` itself, samples any pids the caller registers by name, and
+exports the latest values as Prometheus gauges so the run's Prometheus scrapes them too:
+`zcube_emulator_cpu_utilization` (busy share of all CPUs, 0-1) and
+`zcube_emulator_process_cpu_cores{process=...}` (cores used by one named process).
+
+Accounting. Machine busy = all jiffies except idle and iowait (a CPU waiting on I/O was free to
+run us); guest time is already inside user time, so it is not added again. Steal (a hypervisor
+running someone else) counts as busy and has its own rule. Process CPU = utime + stime of every
+thread, over wall time, in cores (1.0 = one core flat out).
+
+Default thresholds (`Thresholds`), chosen for the 2-core machine the lab is sized for:
+- machine CPU above 90% in more than 5% of samples (about: p95 above 90%): on two cores the emulated
+  hosts, Open vSwitch, the controller and Locust all queue for the same CPUs, and queueing lands
+  in the tail the report leads with (TTFT P99), so even a short saturated share matters. 90%, not
+  100%, because a 1 s average of 90% usually hides sub-second stretches at 100%.
+- ovs-vswitchd above 0.85 core in more than 20% of samples: with the kernel datapath it only
+  handles flow-table misses (upcalls), so a sustained high share means packets took the slow
+  path; with the userspace datapath it forwards every packet and this is the binding limit.
+  Short bursts (first packets of each flow, revalidation) are expected, hence 20%.
+- any registered process above 0.90 core in more than 20% of samples: Python event loops and
+  Locust workers are single-threaded, so they saturate at one core however idle the other core
+  is (Locust itself warns at 90%). Startup bursts are expected, hence 20%.
+- mean steal above 5%: the machine ran slower than its clock says.
+- fewer than 3 samples: too few to tell, so not trustworthy.
+Per-core busy is reported but not judged: the scheduler moves tasks between cores, and the one
+case where one pegged core hurts (a single-threaded bottleneck) is what the process rule checks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from zcube_lab.errors import ConfigError
+
+DATAPATH = "ovs-vswitchd"
+OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+CPU_METRIC = "zcube_emulator_cpu_utilization"
+PROCESS_METRIC = "zcube_emulator_process_cpu_cores"
+
+
+# --- pure: /proc parsing and interval arithmetic --------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Cumulative jiffies of one `cpu` line of /proc/stat."""
+
+    user: int
+    nice: int
+    system: int
+    idle: int
+    iowait: int = 0
+    irq: int = 0
+    softirq: int = 0
+    steal: int = 0
+
+    @property
+    def total(self) -> int:
+        # guest and guest_nice are already counted in user and nice; leave them out.
+        return (
+            self.user
+            + self.nice
+            + self.system
+            + self.idle
+            + self.iowait
+            + self.irq
+            + self.softirq
+            + self.steal
+        )
+
+    @property
+    def busy(self) -> int:
+        return self.total - self.idle - self.iowait
+
+
+def parse_proc_stat(text: str) -> dict[str, CpuTimes]:
+    """The `cpu` (all cores) and `cpuN` lines of /proc/stat, by name."""
+    cpus: dict[str, CpuTimes] = {}
+    for line in text.splitlines():
+        if not line.startswith("cpu"):
+            continue
+        name, *values = line.split()
+        if len(values) < 4:
+            raise ValueError(f"/proc/stat line has fewer than 4 counters: {line!r}")
+        cpus[name] = CpuTimes(*(int(v) for v in values[:8]))
+    if "cpu" not in cpus:
+        raise ValueError("/proc/stat has no aggregate 'cpu' line")
+    return cpus
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """Shares (0-1) of one CPU line's jiffies over an interval."""
+
+    busy: float
+    softirq: float
+    steal: float
+
+
+def cpu_share(prev: CpuTimes, cur: CpuTimes) -> CpuShare:
+    """Busy, softirq and steal share of the jiffies that passed between two readings."""
+    total = cur.total - prev.total
+    if total <= 0:  # no tick between the readings (or a counter reset): nothing to say
+        return CpuShare(0.0, 0.0, 0.0)
+    return CpuShare(
+        busy=_clamp((cur.busy - prev.busy) / total),
+        softirq=_clamp((cur.softirq - prev.softirq) / total),
+        steal=_clamp((cur.steal - prev.steal) / total),
+    )
+
+
+@dataclass(frozen=True)
+class ProcessTimes:
+    """CPU ticks (utime + stime, all threads) of one pid; `start` tells a reused pid apart."""
+
+    pid: int
+    start: int
+    ticks: int
+
+
+def parse_pid_stat(text: str) -> ProcessTimes:
+    """utime + stime and the start time from a /proc/<pid>/stat line."""
+    # The command name (field 2) is in parentheses and may itself hold spaces and ')'.
+    head, _, rest = text.rpartition(")")
+    pid = int(head.split("(", 1)[0])
+    fields = rest.split()  # fields[0] is field 3 (state) of proc(5)
+    utime, stime, start = int(fields[11]), int(fields[12]), int(fields[19])
+    return ProcessTimes(pid=pid, start=start, ticks=utime + stime)
+
+
+def process_cores(
+    prev: Iterable[ProcessTimes], cur: Iterable[ProcessTimes], elapsed_s: float, clk_tck: int
+) -> float | None:
+    """Cores used by a process (summed over its pids) between two readings; None if none lived
+    through the whole interval."""
+    before = {(p.pid, p.start): p.ticks for p in prev}
+    ticks = [p.ticks - before[(p.pid, p.start)] for p in cur if (p.pid, p.start) in before]
+    if not ticks or elapsed_s <= 0:
+        return None
+    return max(0.0, sum(ticks) / clk_tck / elapsed_s)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Raw counters read at one instant `t` (monotonic seconds)."""
+
+    t: float
+    cpus: Mapping[str, CpuTimes]
+    processes: Mapping[str, tuple[ProcessTimes, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HealthSample:
+    """CPU use over one interval ending at `t`: shares of all CPUs, per core, per process."""
+
+    t: float
+    interval_s: float
+    machine_cpu: float
+    per_core: tuple[float, ...]
+    softirq: float
+    steal: float
+    processes: Mapping[str, float]  # name -> cores
+
+
+def sample_between(prev: Reading, cur: Reading, clk_tck: int) -> HealthSample | None:
+    """The sample for the interval between two readings; None if no time passed."""
+    elapsed = cur.t - prev.t
+    if elapsed <= 0:
+        return None
+    machine = cpu_share(prev.cpus["cpu"], cur.cpus["cpu"])
+    cores = sorted(
+        (name for name in cur.cpus if name != "cpu" and name in prev.cpus),
+        key=lambda name: int(name[3:]),  # cpu10 after cpu9
+    )
+    processes: dict[str, float] = {}
+    for name, times in cur.processes.items():
+        cores_used = process_cores(prev.processes.get(name, ()), times, elapsed, clk_tck)
+        if cores_used is not None:
+            processes[name] = cores_used
+    return HealthSample(
+        t=cur.t,
+        interval_s=elapsed,
+        machine_cpu=machine.busy,
+        per_core=tuple(cpu_share(prev.cpus[c], cur.cpus[c]).busy for c in cores),
+        softirq=machine.softirq,
+        steal=machine.steal,
+        processes=processes,
+    )
+
+
+# --- pure: the verdict ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Limits beyond which a run is not trustworthy; the module docstring says why these."""
+
+    machine_cpu: float = 0.90  # share of all CPUs
+    machine_fraction: float = 0.05  # of samples above machine_cpu (i.e. a p95 rule)
+    datapath_cores: float = 0.85  # ovs-vswitchd, in cores
+    datapath_fraction: float = 0.20
+    process_cores: float = 0.90  # any registered process, in cores
+    process_fraction: float = 0.20
+    steal_mean: float = 0.05
+    min_samples: int = 3
+    require_datapath: bool = True  # no ovs-vswitchd samples: the datapath is unchecked
+
+    def __post_init__(self) -> None:
+        for name in ("machine_cpu", "machine_fraction", "datapath_fraction", "process_fraction"):
+            _check_share(name, getattr(self, name))
+        _check_share("steal_mean", self.steal_mean)
+        for name in ("datapath_cores", "process_cores"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(f"thresholds.{name}", value, "a positive number of cores")
+        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int):
+            raise ConfigError("thresholds.min_samples", self.min_samples, "an integer >= 1")
+        if self.min_samples < 1:
+            raise ConfigError("thresholds.min_samples", self.min_samples, "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Mean, p95 and share of samples over a limit, for one measured quantity."""
+
+    mean: float
+    p95: float
+    over: float
+
+
+@dataclass(frozen=True)
+class HealthVerdict:
+    """Whether the emulator kept up; the reasons when it did not, and the figures behind it."""
+
+    trustworthy: bool
+    reasons: tuple[str, ...]
+    samples: int
+    machine_cpu_mean: float | None
+    machine_cpu_p95: float | None
+    datapath_cpu_mean: float | None  # ovs-vswitchd, in cores
+    datapath_cpu_p95: float | None
+    per_core_p95: tuple[float, ...]
+    softirq_mean: float | None
+    steal_mean: float | None
+    processes: Mapping[str, Usage]  # registered processes, in cores
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data for summary.json."""
+        return asdict(self)
+
+
+def judge(samples: Sequence[HealthSample], thresholds: Thresholds | None = None) -> HealthVerdict:
+    """Verdict on a run from its health samples."""
+    limits = thresholds or Thresholds()
+    reasons: list[str] = []
+    n = len(samples)
+    if n < limits.min_samples:
+        reasons.append(
+            f"only {n} health samples (need {limits.min_samples}): cannot tell whether the "
+            "emulator kept up"
+        )
+    machine = _usage([s.machine_cpu for s in samples], limits.machine_cpu)
+    if machine and machine.over > limits.machine_fraction:
+        reasons.append(
+            f"machine CPU above {limits.machine_cpu:.0%} in {machine.over:.0%} of samples "
+            f"(allowed {limits.machine_fraction:.0%}; p95 {machine.p95:.0%})"
+        )
+    datapath = _usage(
+        [s.processes[DATAPATH] for s in samples if DATAPATH in s.processes], limits.datapath_cores
+    )
+    if datapath is None:
+        if limits.require_datapath and n:
+            reasons.append(f"{DATAPATH} was never sampled: the switch datapath is unchecked")
+    elif datapath.over > limits.datapath_fraction:
+        reasons.append(
+            f"{DATAPATH} above {limits.datapath_cores:.2f} core in {datapath.over:.0%} of "
+            f"samples (allowed {limits.datapath_fraction:.0%}; p95 {datapath.p95:.2f} core)"
+        )
+    names = sorted({name for s in samples for name in s.processes} - {DATAPATH})
+    processes: dict[str, Usage] = {}
+    for name in names:
+        usage = _usage(
+            [s.processes[name] for s in samples if name in s.processes], limits.process_cores
+        )
+        assert usage is not None  # the name came from some sample
+        processes[name] = usage
+        if usage.over > limits.process_fraction:
+            reasons.append(
+                f"process {name} above {limits.process_cores:.2f} core in {usage.over:.0%} of "
+                f"samples (allowed {limits.process_fraction:.0%}; p95 {usage.p95:.2f} core)"
+            )
+    steal = _mean([s.steal for s in samples])
+    if steal is not None and steal > limits.steal_mean:
+        reasons.append(f"CPU steal averaged {steal:.0%} (allowed {limits.steal_mean:.0%})")
+    width = min((len(s.per_core) for s in samples), default=0)
+    return HealthVerdict(
+        trustworthy=not reasons,
+        reasons=tuple(reasons),
+        samples=n,
+        machine_cpu_mean=machine.mean if machine else None,
+        machine_cpu_p95=machine.p95 if machine else None,
+        datapath_cpu_mean=datapath.mean if datapath else None,
+        datapath_cpu_p95=datapath.p95 if datapath else None,
+        per_core_p95=tuple(
+            percentile([s.per_core[i] for s in samples], 0.95) for i in range(width)
+        ),
+        softirq_mean=_mean([s.softirq for s in samples]),
+        steal_mean=steal,
+        processes=processes,
+    )
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0-1) with linear interpolation between order statistics (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _usage(values: Sequence[float], limit: float) -> Usage | None:
+    if not values:
+        return None
+    return Usage(
+        mean=sum(values) / len(values),
+        p95=percentile(values, 0.95),
+        over=sum(1 for v in values if v > limit) / len(values),
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _clamp(share: float) -> float:
+    return min(1.0, max(0.0, share))
+
+
+def _check_share(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ConfigError(f"thresholds.{name}", value, "a share between 0 and 1")
+
+
+# --- adapter: sampling /proc in a background thread -----------------------------------------
+
+
+class HealthSampler:
+    """Samples machine, ovs-vswitchd and registered processes' CPU every `interval_s` seconds.
+
+    `start()` begins sampling in a daemon thread; `stop()` ends it and returns the samples.
+    With a `registry`, the latest values are also exported as gauges on it.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = 1.0,
+        registry: CollectorRegistry | None = None,
+        *,
+        watch_datapath: bool = True,
+        proc: Path | str = Path("/proc"),
+        ovs_pidfile: Path | str = OVS_PIDFILE,
+    ) -> None:
+        if isinstance(interval_s, bool) or not isinstance(interval_s, int | float):
+            raise ConfigError("interval_s", interval_s, "seconds between 0.05 and 60")
+        if not 0.05 <= interval_s <= 60:
+            raise ConfigError("interval_s", interval_s, "seconds between 0.05 and 60")
+        self.interval_s = float(interval_s)
+        self.watch_datapath = watch_datapath
+        self.proc = Path(proc)
+        self.ovs_pidfile = Path(ovs_pidfile)
+        self.clk_tck = os.sysconf("SC_CLK_TCK")
+        self._registered: dict[str, tuple[int, ...]] = {}
+        self._datapath_pids: tuple[int, ...] = ()
+        self._samples: list[HealthSample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._cpu_gauge: Gauge | None = None
+        self._process_gauge: Gauge | None = None
+        self._exported: set[str] = set()
+        if registry is not None:
+            self._cpu_gauge = Gauge(
+                CPU_METRIC,
+                "Busy share (0-1) of all CPUs of the emulator machine over the last interval",
+                registry=registry,
+            )
+            self._process_gauge = Gauge(
+                PROCESS_METRIC,
+                "CPU used by one process of the emulator over the last interval, in cores",
+                ["process"],
+                registry=registry,
+            )
+
+    def register(self, name: str, pids: int | Sequence[int]) -> None:
+        """Sample the CPU of `pids` (one process, or several summed) under `name`."""
+        if not name or (self.watch_datapath and name == DATAPATH):
+            raise ConfigError("process", name, f"a non-empty name other than {DATAPATH!r}")
+        group = (pids,) if isinstance(pids, int) else tuple(pids)
+        if not group or not all(isinstance(p, int) and p > 0 for p in group):
+            raise ConfigError(f"process.{name}", pids, "one or more positive pids")
+        with self._lock:
+            self._registered[name] = group
+
+    def unregister(self, name: str) -> None:
+        """Stop sampling `name` (e.g. before its process is replaced)."""
+        with self._lock:
+            self._registered.pop(name, None)
+
+    def start(self) -> HealthSampler:
+        """Begin sampling in the background."""
+        if self._thread is not None:
+            raise RuntimeError("HealthSampler is already started")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="health-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[HealthSample]:
+        """Stop sampling; all samples taken. Re-raises an error the sampling thread hit."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError("health sampling failed") from error
+        return self.samples
+
+    @property
+    def samples(self) -> list[HealthSample]:
+        with self._lock:
+            return list(self._samples)
+
+    def verdict(self, thresholds: Thresholds | None = None) -> HealthVerdict:
+        """`judge` over the samples so far."""
+        thresholds = thresholds or Thresholds(require_datapath=self.watch_datapath)
+        return judge(self.samples, thresholds)
+
+    def to_json(self, thresholds: Thresholds | None = None) -> str:
+        """Samples and verdict as JSON, for the run's results directory."""
+        return json.dumps(
+            {
+                "interval_s": self.interval_s,
+                "samples": [asdict(s) for s in self.samples],
+                "verdict": self.verdict(thresholds).to_dict(),
+            },
+            indent=1,
+        )
+
+    # the thread
+
+    def _run(self) -> None:
+        try:
+            prev = self._read()
+            while not self._stop.wait(self.interval_s):
+                cur = self._read()
+                sample = sample_between(prev, cur, self.clk_tck)
+                if sample is not None:
+                    with self._lock:
+                        self._samples.append(sample)
+                    self._export(sample)
+                prev = cur
+        except BaseException as exc:  # surfaced by stop(); a silent dead sampler would lie
+            self._error = exc
+
+    def _read(self) -> Reading:
+        with self._lock:
+            groups = dict(self._registered)
+        if self.watch_datapath:
+            groups[DATAPATH] = self._find_datapath()
+        t = time.monotonic()
+        cpus = parse_proc_stat((self.proc / "stat").read_text())
+        processes = {
+            name: tuple(times for pid in pids if (times := self._pid_times(pid)) is not None)
+            for name, pids in groups.items()
+        }
+        return Reading(t=t, cpus=cpus, processes=processes)
+
+    def _pid_times(self, pid: int) -> ProcessTimes | None:
+        try:
+            return parse_pid_stat((self.proc / str(pid) / "stat").read_text())
+        except (FileNotFoundError, ProcessLookupError):
+            return None  # exited; it simply drops out of the sample
+
+    def _find_datapath(self) -> tuple[int, ...]:
+        """ovs-vswitchd's pid(s): cached while alive, else the pidfile, else a /proc scan."""
+        if self._datapath_pids and all(
+            (self.proc / str(pid)).exists() for pid in self._datapath_pids
+        ):
+            return self._datapath_pids
+        pids: tuple[int, ...] = ()
+        try:
+            pid = int(self.ovs_pidfile.read_text().strip())
+            if self._comm(pid) == DATAPATH:
+                pids = (pid,)
+        except (OSError, ValueError):
+            pass
+        if not pids:
+            # With --monitor a watchdog parent shares the name; summing includes its idle ticks.
+            pids = tuple(
+                int(entry.name)
+                for entry in self.proc.iterdir()
+                if entry.name.isdigit() and self._comm(int(entry.name)) == DATAPATH
+            )
+        self._datapath_pids = pids
+        return pids
+
+    def _comm(self, pid: int) -> str | None:
+        try:
+            return (self.proc / str(pid) / "comm").read_text().strip()
+        except OSError:
+            return None
+
+    def _export(self, sample: HealthSample) -> None:
+        if self._cpu_gauge is None or self._process_gauge is None:
+            return
+        self._cpu_gauge.set(sample.machine_cpu)
+        for name, cores in sample.processes.items():
+            self._process_gauge.labels(process=name).set(cores)
+        # A process that went away must not keep reporting its last value.
+        for name in self._exported - set(sample.processes):
+            self._process_gauge.remove(name)
+        self._exported = set(sample.processes)

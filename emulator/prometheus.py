@@ -1,0 +1,500 @@
+"""The run's Prometheus: a generated scrape config (pure) and the real server as a subprocess.
+
+Two layers, as everywhere in the lab. `scrape_config()` validates a plan (jobs, targets, interval,
+run labels) into a frozen `ScrapePlan` and renders prometheus.yml; it touches nothing, so it is
+unit-tested without a server. `PrometheusServer` is the thin adapter: it runs Debian's
+`/usr/bin/prometheus` on 127.0.0.1 at a free port (never 9090, where the Debian system service may
+listen), waits for `/-/ready`, and speaks the HTTP API (queries, target health, TSDB snapshots,
+series export) with urllib, so it needs no extra dependency.
+
+Naming: one scrape job per component (`gateway`, `prefill`, `decode`, `controller`, `loadgen`,
+and `emulator` for the health gauges); targets are `host:port`; the run labels (e.g. `run`,
+`fabric`) are attached to every scraped series as target labels, so series from several runs stay
+apart in one TSDB, and also set as external labels for anything federated out.
+
+Layout under the caller's working directory: `prometheus.yml`, `prometheus.log`, `tsdb/` (with
+`tsdb/snapshots/<name>` after `snapshot()`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from zcube_lab.errors import ConfigError
+
+PROMETHEUS_BINARY = "/usr/bin/prometheus"
+COMPONENTS = ("gateway", "prefill", "decode", "controller", "loadgen", "emulator")
+MIN_INTERVAL_S = 0.1
+# The issue caps the scrape interval at 2 s: slower scrapes blur a 30 s run's rates and quantiles.
+MAX_INTERVAL_S = 2.0
+
+_JOB_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Prometheus itself sets these on every series; a run label with the same name would clash.
+_RESERVED_LABELS = frozenset({"job", "instance"})
+_HOST = re.compile(
+    r"^(\[[0-9a-fA-F:.]+\]"  # bracketed IPv6
+    r"|[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*)$"
+)
+
+
+# --- pure: the scrape plan and its prometheus.yml -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScrapePlan:
+    """A validated scrape plan: jobs in order, each with its `host:port` targets."""
+
+    jobs: tuple[tuple[str, tuple[str, ...]], ...]
+    interval_s: float
+    labels: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        _check_interval(self.interval_s)
+        if not self.jobs:
+            raise ConfigError("jobs", {}, "at least one scrape job")
+        seen: set[str] = set()
+        for job, targets in self.jobs:
+            if not isinstance(job, str) or not _JOB_NAME.match(job):
+                raise ConfigError("jobs", job, "a job name of letters, digits, '_' and '-'")
+            if job in seen:
+                raise ConfigError("jobs", job, "each job name once")
+            seen.add(job)
+            if not targets:
+                raise ConfigError(f"jobs.{job}", targets, "a non-empty list of 'host:port'")
+            for target in targets:
+                _check_target(f"jobs.{job}", target)
+            if len(set(targets)) != len(targets):
+                raise ConfigError(f"jobs.{job}", list(targets), "each target once")
+        for name, value in self.labels:
+            if not isinstance(name, str) or not _LABEL_NAME.match(name) or name.startswith("__"):
+                raise ConfigError(
+                    "labels", name, "a label name matching [a-zA-Z_][a-zA-Z0-9_]*, not '__...'"
+                )
+            if name in _RESERVED_LABELS:
+                raise ConfigError(f"labels.{name}", value, "a name other than 'job' or 'instance'")
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"labels.{name}", value, "a non-empty string")
+
+    def render(self) -> str:
+        """prometheus.yml text. JSON is a subset of YAML, so json.dumps writes it exactly."""
+        duration = _duration(self.interval_s)
+        labels = dict(self.labels)
+        doc: dict[str, Any] = {
+            "global": {
+                "scrape_interval": duration,
+                # Prometheus rejects a scrape timeout longer than the interval (default 10 s).
+                "scrape_timeout": duration,
+                "evaluation_interval": duration,
+                "external_labels": labels,
+            },
+            "scrape_configs": [
+                {
+                    "job_name": job,
+                    "scrape_interval": duration,
+                    "scrape_timeout": duration,
+                    "static_configs": [{"targets": list(targets), "labels": labels}],
+                }
+                for job, targets in self.jobs
+            ],
+        }
+        return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
+def scrape_config(
+    jobs: Mapping[str, Sequence[str]],
+    interval_s: float = 1.0,
+    labels: Mapping[str, str] | None = None,
+) -> str:
+    """prometheus.yml scraping `jobs` (name -> `host:port` targets) every `interval_s` seconds."""
+    return scrape_plan(jobs, interval_s, labels).render()
+
+
+def scrape_plan(
+    jobs: Mapping[str, Sequence[str]],
+    interval_s: float = 1.0,
+    labels: Mapping[str, str] | None = None,
+) -> ScrapePlan:
+    """The frozen, validated plan behind `scrape_config`."""
+    if not isinstance(jobs, Mapping):
+        raise ConfigError("jobs", jobs, "a mapping of job name to a list of 'host:port'")
+    if labels is not None and not isinstance(labels, Mapping):
+        raise ConfigError("labels", labels, "a mapping of label name to value")
+    for job, targets in jobs.items():
+        # A bare string is a Sequence too; tuple("h:1") would silently become characters.
+        if isinstance(targets, str) or not isinstance(targets, Sequence):
+            raise ConfigError(f"jobs.{job}", targets, "a list of 'host:port'")
+    return ScrapePlan(
+        jobs=tuple((job, tuple(targets)) for job, targets in jobs.items()),
+        interval_s=interval_s,
+        labels=tuple((labels or {}).items()),
+    )
+
+
+def _check_interval(interval_s: object) -> None:
+    if (
+        isinstance(interval_s, bool)
+        or not isinstance(interval_s, int | float)
+        or not math.isfinite(interval_s)
+        or not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S
+    ):
+        raise ConfigError(
+            "interval_s", interval_s, f"seconds between {MIN_INTERVAL_S} and {MAX_INTERVAL_S}"
+        )
+
+
+def _check_target(field: str, target: object) -> None:
+    allowed = "'host:port' with a hostname, IPv4 or [IPv6] host and a port 1-65535"
+    if not isinstance(target, str) or ":" not in target:
+        raise ConfigError(field, target, allowed)
+    host, _, port = target.rpartition(":")
+    if not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(field, target, allowed)
+
+
+def _duration(seconds: float) -> str:
+    """A Prometheus duration; whole milliseconds, since 0.1 s is the finest interval allowed."""
+    return f"{round(seconds * 1000)}ms"
+
+
+# --- adapter: the real server ---------------------------------------------------------------
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus failed to start, or its API answered with an error (its message included)."""
+
+
+@dataclass(frozen=True)
+class TargetHealth:
+    """Scrape health of one active target, as `/api/v1/targets` reports it."""
+
+    job: str
+    instance: str
+    health: str  # "up", "down" or "unknown" (not scraped yet)
+    last_error: str
+    scrape_url: str
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (the kernel picks it; never 9090 by chance)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port != 9090:
+            return port
+
+
+class PrometheusServer:
+    """Debian's Prometheus on 127.0.0.1:<free port>, storing its TSDB under `workdir/tsdb`.
+
+    `start()` writes the config, launches the binary and waits for `/-/ready`; `stop()` sends
+    SIGTERM, then SIGKILL after `grace_s`, and always reaps the process. Use it as a context
+    manager so a failing run still stops it.
+    """
+
+    def __init__(
+        self,
+        config_text: str,
+        workdir: Path | str,
+        *,
+        binary: str = PROMETHEUS_BINARY,
+        retention: str = "1d",
+        ready_timeout_s: float = 30.0,
+        grace_s: float = 10.0,
+        http_timeout_s: float = 10.0,
+    ) -> None:
+        self.config_text = config_text
+        self.workdir = Path(workdir)
+        self.binary = binary
+        self.retention = retention
+        self.ready_timeout_s = ready_timeout_s
+        self.grace_s = grace_s
+        self.http_timeout_s = http_timeout_s
+        self.port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        # urllib follows http_proxy from the environment; never send 127.0.0.1 through a proxy.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    # paths and addresses
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "prometheus.yml"
+
+    @property
+    def tsdb_path(self) -> Path:
+        return self.workdir / "tsdb"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "prometheus.log"
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise PrometheusError("Prometheus is not started")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def running(self) -> bool:
+        """Whether our Prometheus process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    # lifecycle
+
+    def start(self) -> PrometheusServer:
+        """Launch Prometheus and return once it answers `/-/ready`."""
+        if self._proc is not None:
+            raise PrometheusError("Prometheus is already started")
+        if not os.access(self.binary, os.X_OK):
+            raise PrometheusError(f"{self.binary} not found: run scripts/setup.sh")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.tsdb_path.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config_text)
+        # The free port can be taken between our probe and Prometheus' bind: retry a few times.
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            self.port = free_port()
+            self._launch()
+            try:
+                self._wait_ready()
+                return self
+            except PrometheusError as exc:
+                log = self._log_tail()
+                self.stop()
+                if "address already in use" not in log or attempt == attempts:
+                    raise PrometheusError(f"{exc}; {self.log_path} ends:\n{log}") from None
+            except BaseException:
+                self.stop()  # e.g. Ctrl-C while waiting: __exit__ will not run, so stop here
+                raise
+        raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        """Terminate Prometheus (SIGTERM, then SIGKILL after `grace_s`) and reap it; idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # lets it close the TSDB head cleanly
+                proc.wait(timeout=self.grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            # Also reached on Ctrl-C during the grace period: never leave it running.
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _launch(self) -> None:
+        args = [
+            self.binary,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.tsdb_path}",
+            # Short: a run lasts minutes. Retention counts back from the newest sample, not the
+            # wall clock, so reopening a finished run's TSDB later deletes nothing.
+            f"--storage.tsdb.retention.time={self.retention}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            # For TSDB snapshots; safe, since it listens on 127.0.0.1 only.
+            "--web.enable-admin-api",
+        ]
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                # Its own session: a Ctrl-C meant for the run reaches Prometheus only via stop().
+                start_new_session=True,
+            )
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            code = self._proc.poll()
+            if code is not None:
+                raise PrometheusError(f"Prometheus exited with code {code} before it was ready")
+            try:
+                with self._opener.open(f"{self.url}/-/ready", timeout=1.0) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass  # not listening yet, or still replaying its WAL (503)
+            time.sleep(0.1)
+        raise PrometheusError(f"Prometheus not ready after {self.ready_timeout_s} s")
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # HTTP API
+
+    def _api(self, path: str, params: Mapping[str, str] | None = None, post: bool = False) -> Any:
+        """`data` of a Prometheus API answer; PrometheusError with its message otherwise."""
+        body = urllib.parse.urlencode(params or {}).encode()
+        url = f"{self.url}{path}"
+        if post:
+            request = urllib.request.Request(url, data=body, method="POST")
+            request.add_header("Content-Type", "application/x-www-form-urlencoded")
+        else:
+            request = urllib.request.Request(f"{url}?{body.decode()}" if params else url)
+        try:
+            with self._opener.open(request, timeout=self.http_timeout_s) as response:
+                payload = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            # Bad PromQL and the like: Prometheus answers 400/422 with {"error": ...}.
+            raw = exc.read()
+            try:
+                message = json.loads(raw).get("error", raw.decode(errors="replace"))
+            except ValueError:
+                message = raw.decode(errors="replace")
+            raise PrometheusError(
+                f"{path} {dict(params or {})}: HTTP {exc.code}: {message}"
+            ) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            raise PrometheusError(f"{path}: Prometheus unreachable at {self.url}: {exc}") from None
+        if payload.get("status") != "success":
+            raise PrometheusError(f"{path} {dict(params or {})}: {payload.get('error', payload)}")
+        return payload.get("data")
+
+    def query(self, promql: str, time: float | None = None) -> list[dict[str, Any]]:
+        """Instant query: series as Prometheus returns them ({"metric": ..., "value": [t, v]}).
+
+        A scalar or string result comes back as one series with empty labels.
+        """
+        params = {"query": promql}
+        if time is not None:
+            params["time"] = _timestamp(time)
+        data = self._api("/api/v1/query", params, post=True)
+        if data["resultType"] in ("scalar", "string"):
+            return [{"metric": {}, "value": data["result"]}]
+        return list(data["result"])
+
+    def query_value(self, promql: str, time: float | None = None) -> float | None:
+        """The single value of an instant query; None when it has no series (no data yet)."""
+        series = self.query(promql, time)
+        if not series:
+            return None
+        if len(series) > 1:
+            labels = [s["metric"] for s in series]
+            raise PrometheusError(f"{promql!r} returned {len(series)} series, wanted one: {labels}")
+        return float(series[0]["value"][1])
+
+    def query_range(
+        self, promql: str, start: float, end: float, step: float
+    ) -> list[dict[str, Any]]:
+        """Range query between unix times: series as {"metric": ..., "values": [[t, v], ...]}."""
+        if not step > 0:
+            raise ValueError(f"step={step!r} must be positive")
+        params = {
+            "query": promql,
+            "start": _timestamp(start),
+            "end": _timestamp(end),
+            "step": _timestamp(step),
+        }
+        return list(self._api("/api/v1/query_range", params, post=True)["result"])
+
+    def targets(self) -> list[TargetHealth]:
+        """Scrape health of every active target."""
+        data = self._api("/api/v1/targets", {"state": "active"})
+        return [
+            TargetHealth(
+                job=str(t["labels"].get("job", "")),
+                instance=str(t["labels"].get("instance", "")),
+                health=str(t.get("health", "unknown")),
+                last_error=str(t.get("lastError", "")),
+                scrape_url=str(t.get("scrapeUrl", "")),
+            )
+            for t in data["activeTargets"]
+        ]
+
+    def wait_for_targets_up(self, timeout: float = 30.0) -> list[TargetHealth]:
+        """Wait until every configured target has been scraped successfully; their health."""
+        deadline = time.monotonic() + timeout
+        while True:
+            targets = self.targets()
+            if targets and all(t.health == "up" for t in targets):
+                return targets
+            if time.monotonic() >= deadline:
+                down = [f"{t.job}/{t.instance}: {t.health} {t.last_error}" for t in targets]
+                raise PrometheusError(
+                    f"targets not up after {timeout} s: "
+                    f"{down or 'no active targets yet (Prometheus adds them within ~5 s)'}"
+                )
+            time.sleep(0.2)
+
+    def snapshot(self) -> Path:
+        """A TSDB snapshot (admin API, includes the head block); its directory on disk."""
+        data = self._api("/api/v1/admin/tsdb/snapshot", post=True)
+        path = self.tsdb_path / "snapshots" / str(data["name"])
+        if not path.is_dir():
+            raise PrometheusError(f"snapshot {data['name']} reported but {path} does not exist")
+        return path
+
+    def export_series(
+        self,
+        matchers: Sequence[str],
+        start: float,
+        end: float,
+        step: float,
+        path: Path | str,
+    ) -> Path:
+        """Write every series matching `matchers` between `start` and `end` as JSON; the path.
+
+        Each matcher is a PromQL selector (e.g. `vllm:time_to_first_token_seconds_bucket`) or
+        any expression; values are sampled every `step` seconds.
+        """
+        exported = {
+            "start": start,
+            "end": end,
+            "step": step,
+            "series": [
+                {"matcher": matcher, "metric": s["metric"], "values": s["values"]}
+                for matcher in matchers
+                for s in self.query_range(matcher, start, end, step)
+            ],
+        }
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(exported))
+        tmp.replace(out)  # a report never reads a half-written file
+        return out
+
+
+def _timestamp(value: float) -> str:
+    return repr(float(value))
