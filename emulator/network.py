@@ -468,6 +468,13 @@ class Lab:
             for intf in switch_intfs:
                 _run(["ethtool", "-K", intf, *OFFLOADS], check=False)
 
+    def track_pid(self, pid: int) -> None:
+        """Record a process started in the lab (e.g. a server in a host) so a later run can
+        remove it if this one dies without tearing down."""
+        if self.state_file.exists():
+            state = json.loads(self.state_file.read_text())
+            self._write_state([*state.get("pids", []), pid])
+
     def expected_rules(self) -> dict[str, int]:
         """Flow entries each switch must hold once routed, from the controller's pure rules."""
         from controller.rules import compute_rules

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cost": ("zcube_lab.commands.cost", "price full-size ROFT, Clos and ZCube side by side"),
     "up": ("zcube_lab.commands.up", "build a fabric in Mininet, route it, check reachability"),
     "serve": ("zcube_lab.commands.serve", "run the mock PD-disaggregated inference cluster"),
+    "run": ("zcube_lab.commands.run", "one experiment: fabric + serving + load + Prometheus"),
 }
 
 EPILOG = """examples:

@@ -1,0 +1,520 @@
+"""One experiment run: a fabric, a serving cluster on its GPU hosts, a real Prometheus, Locust
+load, then collection and teardown. Needs root.
+
+Order (`Experiment.run`): lab up with a management network; EP workers, prefill and decode
+engines started inside their Mininet hosts (API and metrics on the management address, KV and
+all-to-all on the fabric addresses); the gateway in the root namespace on 127.0.0.1; the health
+sampler and Prometheus; Locust headless for the run; then queries, a TSDB snapshot and
+`summary.json`. Every process is stopped in `finally`, whatever failed.
+
+Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
+`config.json`, `locust_*.csv`, `locust.json`, `requests.jsonl`, `series.json`,
+`prometheus/` (config, TSDB and its snapshot), `health.json`, `logs/`, `summary.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from emulator.builders import build_fabric
+from emulator.fabric import Fabric, FabricSpec
+from emulator.health import HealthSampler
+from emulator.hostconfig import Scale
+from emulator.network import Lab, LabError, LabOptions, free_port
+from emulator.placement import LayoutSpec, Placement, place
+from emulator.prometheus import PrometheusServer, scrape_config
+from emulator.results import (
+    client_summary,
+    host_ingress_bytes,
+    link_utilization,
+    throughput_series,
+    utilization_summary,
+)
+from zcube_lab.errors import ConfigError
+
+PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
+MODELS = ("glm-5.1", "deepseek-v3", "llama-3.1-70b", "llama-3.1-8b", "tiny")
+# What crossed the fabric is compared with what the servers say they sent; the fabric also
+# carries TCP/IP headers, ACKs and the KV protocol's own framing.
+OVERHEAD_TOLERANCE = 0.15
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; written to config.json."""
+
+    fabric: FabricSpec
+    workload: str = "coding-agent"
+    duration_s: float = 60.0
+    rate: float | None = None
+    arrival: str | None = None
+    burstiness: float | None = None
+    seed: int = 1
+    model: str = "glm-5.1"
+    length_scale: float | None = None
+    nic_mbps: float = 100.0
+    policy: str = "ecmp"
+    layout: LayoutSpec = field(default_factory=LayoutSpec)
+    kv_streams: int = 2
+    scrape_interval_s: float = 1.0
+    drain_s: float = 60.0
+    results_root: Path = Path("results")
+    tag: str = ""
+
+    def __post_init__(self) -> None:
+        if not 5 <= self.duration_s <= 3600:
+            raise ConfigError("duration", self.duration_s, "between 5 and 3600 seconds")
+        if self.model not in MODELS:
+            raise ConfigError("model", self.model, f"one of {list(MODELS)}")
+        if self.rate is not None and not 0 < self.rate <= 1000:
+            raise ConfigError("rate", self.rate, "between 0 and 1000 requests/s")
+        if not 1 <= self.kv_streams <= 16:
+            raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fabric"] = json.loads(self.fabric.to_json())
+        d["results_root"] = str(self.results_root)
+        return d
+
+
+@dataclass
+class RunResult:
+    """Where a run's results are and what it measured."""
+
+    path: Path
+    summary: dict[str, Any]
+
+
+class Experiment:
+    """One run. `run()` returns the results; it always tears everything down."""
+
+    def __init__(self, config: RunConfig, progress: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.progress = progress or (lambda _m: None)
+        self.fabric: Fabric = build_fabric(config.fabric)
+        self.scale = Scale(nic_mbps=config.nic_mbps)
+        self.placement: Placement = place(self.fabric, config.layout)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        name = f"{stamp}-{self.fabric.kind}-{Path(config.workload).stem}"
+        if config.tag:
+            name += f"-{config.tag}"
+        self.dir = config.results_root / name
+        self.lab: Lab | None = None
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.logs: list[IO[bytes]] = []
+        self.prometheus: PrometheusServer | None = None
+        self.health: HealthSampler | None = None
+        self._health_http = None
+        self.gateway_port = 0
+        self.loadgen_port = 0
+        self.health_port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Bring everything up, drive the load, collect, tear down."""
+        self.dir.mkdir(parents=True, exist_ok=False)
+        (self.dir / "logs").mkdir()
+        self._write_config()
+        try:
+            self._start_lab()
+            self._start_serving()
+            self._start_monitoring()
+            t0, t1 = self._drive_load()
+            return RunResult(self.dir, self._collect(t0, t1))
+        finally:
+            self._teardown()
+
+    def _write_config(self) -> None:
+        cfg = self.config.to_dict()
+        cfg["fabric_summary"] = dict(self.fabric.summary())
+        cfg["bandwidth_scale"] = self.scale.bandwidth_scale(self.fabric)
+        cfg["placement"] = [asdict(e) for e in self.placement.engines]
+        (self.dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+
+    def _start_lab(self) -> None:
+        opts = LabOptions(
+            scale=self.scale,
+            policy=self.config.policy,
+            management=True,
+            of_port=free_port(),
+            metrics_port=free_port(),
+        )
+        self.progress(
+            f"fabric {self.fabric.kind}: {len(self.fabric.hosts)} GPU hosts, "
+            f"{len(self.fabric.switches)} switches (bandwidth scale "
+            f"{self.scale.bandwidth_scale(self.fabric):g})"
+        )
+        self.lab = Lab(self.fabric, opts, progress=self.progress)
+        self.lab.start()
+        failures = self.lab.check_reachability()
+        bad = {h: v for h, v in failures.items() if v}
+        if bad:
+            raise LabError(f"fabric not fully reachable: {bad}")
+
+    # -- serving -----------------------------------------------------------------------
+    def _peer_address(self, src: str, dst: str) -> str:
+        """The fabric address of `dst` that `src` reaches on a shortest path (ZCube: of the two
+        2-hop options, alternate by host pair so both ports carry all-to-all)."""
+        paths = self.fabric.shortest_paths(src, dst)
+        choice = paths[(self.fabric.host(src).gid + self.fabric.host(dst).gid) % len(paths)]
+        return self.fabric.host(dst).interfaces[choice.dst_interface].ip
+
+    def _popen_in(self, host: str, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        assert self.lab is not None and self.lab.net is not None
+        log = (self.dir / "logs" / f"{name}.log").open("wb")
+        self.logs.append(log)
+        proc = self.lab.net.get(host).popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append((name, proc))
+        self.lab.track_pid(proc.pid)
+        return proc
+
+    def _popen_root(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.dir / "logs" / f"{name}.log").open("wb")
+        self.logs.append(log)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((name, proc))
+        if self.lab is not None:
+            self.lab.track_pid(proc.pid)
+        return proc
+
+    def _start_serving(self) -> None:
+        from serving.config import (
+            Address,
+            DecodeConfig,
+            EpWorkerConfig,
+            GatewayConfig,
+            PrefillConfig,
+        )
+        from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
+
+        assert self.lab is not None
+        c = self.config
+        bw = self.scale.bandwidth_scale(self.fabric)
+        self.progress(
+            f"starting {len(self.placement.role('prefill'))} prefill and "
+            f"{len(self.placement.role('decode'))} decode engines ({c.model}), "
+            f"{len(self.placement.ep_hosts)} EP workers"
+        )
+        for host in self.placement.ep_hosts:
+            binds = tuple(Address(i.ip, EP_PORT) for i in self.fabric.host(host).interfaces)
+            self._popen_in(host, f"ep-{host}", ep_worker_argv(EpWorkerConfig(bind=binds)))
+        api: dict[str, str] = {}
+        for e in self.placement.engines:
+            h = self.fabric.host(e.host)
+            mgmt = self.lab.management_ip(e.host)
+            peers = tuple(Address(self._peer_address(e.host, p), EP_PORT) for p in e.ep_peers)
+            common: dict[str, Any] = {
+                "model": c.model,
+                "host": mgmt,
+                "bandwidth_scale": bw,
+                "seed": c.seed,
+                "engine_index": str(h.gid),
+                "ep_peers": peers,
+            }
+            if e.role == "prefill":
+                cfg = PrefillConfig(
+                    **common,
+                    port=PREFILL_PORT,
+                    kv_bind=tuple(Address(i.ip, KV_PORT) for i in h.interfaces),
+                    engine_id=e.engine_id,
+                )
+                self._popen_in(e.host, e.engine_id, prefill_argv(cfg))
+                api[e.engine_id] = f"http://{mgmt}:{PREFILL_PORT}"
+            else:
+                cfg = DecodeConfig(**common, port=DECODE_PORT, kv_streams=c.kv_streams)
+                self._popen_in(e.host, e.engine_id, decode_argv(cfg))
+                api[e.engine_id] = f"http://{mgmt}:{DECODE_PORT}"
+        rail_groups = self.config.layout.layout == "rail-aligned"
+
+        def url(e: Any) -> str:
+            return api[e.engine_id] + (f"#group=rail{e.rail}" if rail_groups else "")
+
+        self.gateway_port = free_port()
+        gw = GatewayConfig(
+            model=c.model,
+            host="127.0.0.1",
+            port=self.gateway_port,
+            prefill_urls=tuple(url(e) for e in self.placement.role("prefill")),
+            decode_urls=tuple(url(e) for e in self.placement.role("decode")),
+        )
+        self._popen_root("gateway", gateway_argv(gw))
+        targets = [*api.values(), f"http://127.0.0.1:{self.gateway_port}"]
+        self._wait_healthy(targets, timeout=90)
+
+    def _wait_healthy(self, urls: list[str], timeout: float) -> None:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + timeout
+        pending = list(urls)
+        while pending:
+            for name, proc in self.procs:
+                if proc.poll() is not None:
+                    log = (self.dir / "logs" / f"{name}.log").read_text(errors="replace")
+                    raise LabError(f"{name} exited with {proc.returncode}:\n{log[-1500:]}")
+            still = []
+            for u in pending:
+                try:
+                    with opener.open(u + "/health", timeout=1) as resp:
+                        if resp.status != 200:
+                            still.append(u)
+                except OSError:
+                    still.append(u)
+            pending = still
+            if pending and time.monotonic() > deadline:
+                raise LabError(f"not healthy after {timeout:.0f}s: {pending}")
+            if pending:
+                time.sleep(0.3)
+
+    # -- monitoring ----------------------------------------------------------------------
+    def _start_monitoring(self) -> None:
+        assert self.lab is not None
+        registry = CollectorRegistry()
+        self.health = HealthSampler(interval_s=1.0, registry=registry)
+        for name, proc in self.procs:
+            self.health.register(name, proc.pid)
+        if self.lab.controller is not None:
+            self.health.register("controller", self.lab.controller.pid)
+        self.health.start()
+        self.health_port = free_port()
+        self._health_http = start_http_server(self.health_port, "127.0.0.1", registry)
+        self.loadgen_port = free_port()
+        mgmt = {e.engine_id: self.lab.management_ip(e.host) for e in self.placement.engines}
+        jobs = {
+            "gateway": [f"127.0.0.1:{self.gateway_port}"],
+            "prefill": [
+                f"{mgmt[e.engine_id]}:{PREFILL_PORT}" for e in self.placement.role("prefill")
+            ],
+            "decode": [f"{mgmt[e.engine_id]}:{DECODE_PORT}" for e in self.placement.role("decode")],
+            "controller": [f"127.0.0.1:{self.lab.options.metrics_port}"],
+            "loadgen": [f"127.0.0.1:{self.loadgen_port}"],
+            "emulator": [f"127.0.0.1:{self.health_port}"],
+        }
+        labels = {"run": self.dir.name, "fabric": self.fabric.kind}
+        text = scrape_config(jobs, self.config.scrape_interval_s, labels)
+        self.prometheus = PrometheusServer(text, self.dir / "prometheus")
+        self.progress(f"starting Prometheus (scrape every {self.config.scrape_interval_s:g}s)")
+        self.prometheus.start()
+
+    # -- load ----------------------------------------------------------------------------
+    def _drive_load(self) -> tuple[float, float]:
+        c = self.config
+        run_time = c.duration_s + c.drain_s
+        argv = [
+            sys.executable, "-m", "locust",
+            "-f", str(Path(__file__).resolve().parent.parent / "workloads" / "locustfile.py"),
+            "--headless", "--host", f"http://127.0.0.1:{self.gateway_port}",
+            "-u", "1", "-r", "1", "--run-time", f"{run_time:.0f}s",
+            "--workload", c.workload, "--seed", str(c.seed), "--model", c.model,
+            "--duration", f"{c.duration_s:g}",
+            "--metrics-port", str(self.loadgen_port), "--metrics-linger", "3",
+            "--requests-out", str(self.dir / "requests.jsonl"),
+            "--summary-out", str(self.dir / "loadgen-summary.json"),
+            "--csv", str(self.dir / "locust"), "--json-file", str(self.dir / "locust"),
+            "--only-summary", "--loglevel", "WARNING",
+        ]  # fmt: skip
+        for flag, value in (
+            ("--rate", c.rate),
+            ("--arrival", c.arrival),
+            ("--burstiness", c.burstiness),
+            ("--length-scale", c.length_scale),
+        ):
+            if value is not None:
+                argv += [flag, str(value)]
+        self.progress(f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed})")
+        t0 = time.time()
+        proc = self._popen_root("locust", argv)
+        self._wait_loadgen(proc, run_time + 30)
+        t1 = time.time()
+        # One more scrape so the counters include the end of the run.
+        time.sleep(2 * c.scrape_interval_s + 0.5)
+        if proc.returncode not in (0, 1):  # 1: Locust saw failed requests, still a result
+            log = (self.dir / "logs" / "locust.log").read_text(errors="replace")
+            raise LabError(f"load generator exited with {proc.returncode}:\n{log[-2000:]}")
+        return t0, t1
+
+    def _wait_loadgen(self, proc: subprocess.Popen[bytes], limit: float) -> None:
+        start = time.monotonic()
+        last = -1
+        while proc.poll() is None:
+            elapsed = time.monotonic() - start
+            if elapsed > limit:
+                raise LabError(f"load generator still running after {limit:.0f}s")
+            tick = int(elapsed // 10)
+            if tick != last:
+                last = tick
+                done = _count_lines(self.dir / "requests.jsonl")
+                self.progress(
+                    f"  {elapsed:5.0f}s / {self.config.duration_s:g}s  {done} requests finished"
+                )
+            time.sleep(0.5)
+
+    # -- collection ----------------------------------------------------------------------
+    def _collect(self, t0: float, t1: float) -> dict[str, Any]:
+        assert self.prometheus is not None and self.health is not None
+        self.progress("collecting")
+        window = max(t1 - t0, 1.0)
+        rng = f"[{int(window) + 5}s]"
+        prom = self.prometheus
+        records = _read_jsonl(self.dir / "requests.jsonl")
+        load_summary = _read_json(self.dir / "loadgen-summary.json")
+        client = client_summary(records, window_s=self.config.duration_s)
+
+        def q(expr: str) -> float | None:
+            try:
+                return prom.query_value(expr, time=t1)
+            except Exception:  # a missing series is a gap in the report, not a failed run
+                return None
+
+        def quantile(metric: str, qv: float, job: str | None = None) -> float | None:
+            sel = f'{{job="{job}"}}' if job else ""
+            return q(f"histogram_quantile({qv}, sum by (le) (increase({metric}_bucket{sel}{rng})))")
+
+        server = {
+            f"{name}_p{int(qv * 100)}_s": quantile(metric, qv, job)
+            for name, metric, job in (
+                ("gateway_ttft", "zcube:gateway_time_to_first_token_seconds", "gateway"),
+                ("ttft", "vllm:time_to_first_token_seconds", None),
+                ("itl", "vllm:inter_token_latency_seconds", None),
+                ("kv_xfer", "vllm:nixl_xfer_time_seconds", None),
+                ("alltoall", "zcube:ep_alltoall_seconds", None),
+                ("client_ttft", "zcube_client_ttft_seconds", "loadgen"),
+            )
+            for qv in (0.5, 0.9, 0.99)
+        }
+        server["kv_bytes"] = q(f"sum(increase(vllm:nixl_bytes_transferred_sum{rng}))")
+        server["alltoall_bytes"] = q(f"sum(increase(zcube:ep_alltoall_bytes_total{rng}))")
+        server["kv_failed"] = q(f"sum(increase(vllm:nixl_num_failed_transfers_total{rng}))")
+        tx = self._port_counter("zcube_port_tx_bytes_total", rng, t1)
+        rx = self._port_counter("zcube_port_rx_bytes_total", rng, t1)
+        drops = sum(
+            sum(self._port_counter(m, rng, t1).values())
+            for m in ("zcube_port_tx_dropped_total", "zcube_port_rx_dropped_total")
+        )
+        util = link_utilization(self.fabric, self.scale, tx, window)
+        fabric_bytes = host_ingress_bytes(self.fabric, rx)
+        sent = (server["kv_bytes"] or 0) + (server["alltoall_bytes"] or 0)
+        verdict = self.health.verdict()
+        (self.dir / "health.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
+        with contextlib.suppress(Exception):
+            prom.snapshot()
+        with contextlib.suppress(Exception):
+            prom.export_series(
+                [
+                    "zcube_port_tx_bytes_total",
+                    "zcube:gateway_time_to_first_token_seconds_bucket",
+                    "zcube_client_ttft_seconds_bucket",
+                ],
+                t0,
+                t1,
+                2.0,
+                self.dir / "series.json",
+            )
+        summary = {
+            "run": self.dir.name,
+            "fabric": self.fabric.kind,
+            "fabric_params": dict(self.fabric.spec.params),
+            "workload": self.config.workload,
+            "model": self.config.model,
+            "seed": self.config.seed,
+            "window_s": window,
+            "client": client,
+            "loadgen": load_summary,
+            "server": server,
+            "fabric_stats": {
+                **utilization_summary(util, self.fabric),
+                "drops": drops,
+                "host_ingress_bytes": fabric_bytes,
+                "server_reported_bytes": sent,
+                "overhead_ratio": fabric_bytes / sent if sent else None,
+                "switches": len(self.fabric.switches),
+                "switching_capacity_gbps": self.fabric.switching_capacity_gbps(),
+            },
+            "port_util": {f"{k[0]}:{k[1]}": v for k, v in sorted(util.items())},
+            "throughput_series": throughput_series(records),
+            "health": verdict.to_dict(),
+            "trustworthy": verdict.trustworthy,
+        }
+        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        return summary
+
+    def _port_counter(self, metric: str, rng: str, t1: float) -> dict[tuple[str, int], float]:
+        assert self.prometheus is not None
+        out: dict[tuple[str, int], float] = {}
+        try:
+            series = self.prometheus.query(f"increase({metric}{rng})", time=t1)
+        except Exception:
+            return out
+        for s in series:
+            m = s.get("metric", {})
+            if "switch" in m and "port" in m:
+                out[(m["switch"], int(m["port"]))] = float(s["value"][1])
+        return out
+
+    # -- teardown ------------------------------------------------------------------------
+    def _teardown(self) -> None:
+        for _name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for _name, proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=2)
+        self.procs.clear()
+        for log in self.logs:
+            log.close()
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        if self.health is not None:
+            with contextlib.suppress(Exception):
+                self.health.stop()
+        if self._health_http is not None:
+            server, thread = self._health_http
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=2)
+        if self.lab is not None:
+            self.lab.stop()
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            rows.append(json.loads(line))
+    return rows
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}

@@ -1,0 +1,125 @@
+"""Turning a run's raw records into the figures users compare (pure).
+
+Inputs are plain data: the client's per-request records (`requests.jsonl` written by the load
+generator), per-port byte counts over the run window, and the fabric description. Outputs are
+the dictionaries written to `summary.json` and compared by `compare`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from emulator.fabric import Fabric
+from emulator.hostconfig import Scale
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0-100) by linear interpolation; None for no values."""
+    if not values:
+        return None
+    data = sorted(values)
+    if len(data) == 1:
+        return float(data[0])
+    pos = (len(data) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
+
+
+def _ok(record: Mapping[str, Any]) -> bool:
+    return record.get("outcome") == "ok"
+
+
+def client_summary(records: Iterable[Mapping[str, Any]], window_s: float) -> dict[str, Any]:
+    """Throughput and latency quantiles from the client's per-request records."""
+    recs = list(records)
+    ok = [r for r in recs if _ok(r)]
+    ttft = [float(r["ttft_s"]) for r in ok if r.get("ttft_s") is not None]
+    tpot = [float(r["tpot_s"]) for r in ok if r.get("tpot_s") is not None]
+    e2e = [float(r["e2e_s"]) for r in ok if r.get("e2e_s") is not None]
+    itl = [float(g) for r in ok for g in r.get("itl_s") or ()]
+    tokens = sum(int(r.get("output_tokens") or 0) for r in ok)
+    out: dict[str, Any] = {
+        "requests": len(recs),
+        "completed": len(ok),
+        "failed": len(recs) - len(ok),
+        "requests_per_s": len(ok) / window_s if window_s > 0 else None,
+        "output_tokens_per_s": tokens / window_s if window_s > 0 else None,
+        "output_tokens": tokens,
+    }
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}_s"] = percentile(values, q)
+        out[f"{name}_mean_s"] = statistics.fmean(values) if values else None
+    return out
+
+
+def port_capacity_bps(fabric: Fabric, scale: Scale) -> dict[tuple[str, int], float]:
+    """Emulated capacity in bit/s of every switch port, keyed by (switch, port)."""
+    caps: dict[tuple[str, int], float] = {}
+    for lk in fabric.links:
+        bps = scale.link_mbps(fabric, lk.gbps) * 1e6
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
+            if fabric.is_switch(node):
+                caps[(node, port)] = bps
+    return caps
+
+
+def link_utilization(
+    fabric: Fabric,
+    scale: Scale,
+    tx_bytes: Mapping[tuple[str, int], float],
+    window_s: float,
+) -> dict[tuple[str, int], float]:
+    """Fraction of capacity each switch port transmitted over the window."""
+    caps = port_capacity_bps(fabric, scale)
+    return {
+        key: (tx_bytes.get(key, 0.0) * 8 / window_s) / cap
+        for key, cap in caps.items()
+        if window_s > 0
+    }
+
+
+def utilization_summary(util: Mapping[tuple[str, int], float], fabric: Fabric) -> dict[str, Any]:
+    """Max and mean utilization, over all switch ports and over switch-to-switch ports, and the
+    hottest ports."""
+    trunk_ports = {
+        (node, port)
+        for lk in fabric.links
+        if fabric.is_switch(lk.node1) and fabric.is_switch(lk.node2)
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+    }
+    trunk = {k: v for k, v in util.items() if k in trunk_ports}
+    hottest = sorted(util.items(), key=lambda kv: kv[1], reverse=True)[:5]
+    return {
+        "link_util_max": max(util.values(), default=0.0),
+        "link_util_mean": statistics.fmean(util.values()) if util else 0.0,
+        "trunk_util_max": max(trunk.values(), default=0.0),
+        "trunk_util_mean": statistics.fmean(trunk.values()) if trunk else 0.0,
+        "hottest_ports": [{"switch": k[0], "port": k[1], "util": v} for k, v in hottest],
+    }
+
+
+def host_ingress_bytes(fabric: Fabric, rx_bytes: Mapping[tuple[str, int], float]) -> float:
+    """Bytes that entered the fabric from GPU hosts: the switch rx counters of host ports."""
+    total = 0.0
+    for att in fabric.attachments.values():
+        total += rx_bytes.get((att.switch, att.port), 0.0)
+    return total
+
+
+def throughput_series(
+    records: Iterable[Mapping[str, Any]], bin_s: float = 5.0
+) -> list[tuple[float, float]]:
+    """Completed requests/s in bins of `bin_s` seconds, by completion time since the load
+    generator's start."""
+    done: dict[int, int] = {}
+    for r in records:
+        if _ok(r) and r.get("e2e_s") is not None:
+            b = int((float(r["sent_s"]) + float(r["e2e_s"])) // bin_s)
+            done[b] = done.get(b, 0) + 1
+    if not done:
+        return []
+    return [(b * bin_s, done.get(b, 0) / bin_s) for b in range(max(done) + 1)]

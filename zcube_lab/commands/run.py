@@ -1,0 +1,133 @@
+"""Run one experiment: bring up a fabric, place a PD-disaggregated serving cluster on its GPU
+hosts, start a real Prometheus, drive the workload with Locust (open loop), collect, tear down.
+Results go to results/<time>-<fabric>-<workload>/ (config, Locust CSV/JSON, per-request records,
+Prometheus TSDB and snapshot, emulator health, summary.json). Needs root."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from emulator.fabric import FabricSpec
+from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+
+if TYPE_CHECKING:
+    from emulator.experiment import RunConfig
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Workload, cluster and lab options shared by `run` and `compare`."""
+    w = parser.add_argument_group("workload")
+    w.add_argument(
+        "--workload",
+        default="coding-agent",
+        help="profile name (coding-agent, chat, rail-aligned, trace) or a profile JSON path",
+    )
+    w.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
+    w.add_argument("--rate", type=float, help="mean requests/s (default: the profile's)")
+    w.add_argument("--arrival", help="poisson, gamma, fixed or staged (default: the profile's)")
+    w.add_argument("--burstiness", type=float, help="gamma shape k (1 = Poisson, < 1 burstier)")
+    w.add_argument("--length-scale", type=float, help="multiply every token length")
+    w.add_argument("--seed", type=int, default=1, help="same seed, same requests on every fabric")
+    w.add_argument("--drain", type=float, default=60.0, help="max seconds to finish in-flight")
+    c = parser.add_argument_group("cluster")
+    c.add_argument("--model", default="glm-5.1", help="model profile of the serving engines")
+    c.add_argument("--prefill-servers", type=int, default=1, help="servers that prefill")
+    c.add_argument("--decode-servers", type=int, help="servers that decode (default: the rest)")
+    c.add_argument("--ep-servers", type=int, default=1, help="servers per EP instance")
+    c.add_argument("--alltoall", default="rail", help="EP exchange: rail (same rank) or all")
+    c.add_argument(
+        "--layout", help="default or rail-aligned (default: the workload profile's hint)"
+    )
+    c.add_argument("--kv-streams", type=int, default=2, help="TCP streams per KV address")
+    lab = parser.add_argument_group("lab")
+    lab.add_argument("--policy", default="ecmp", help="routing policy: ecmp or single")
+    lab.add_argument("--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate")
+    lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Fabric plus run options."""
+    add_fabric_arguments(parser)
+    add_run_arguments(parser)
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _layout_hint(workload: str) -> str:
+    from workloads.profiles import load_profile
+
+    placement = getattr(load_profile(workload), "placement", "") or ""
+    return "rail-aligned" if placement == "rail-aligned" else "default"
+
+
+def config_from_args(
+    args: argparse.Namespace, fabric_spec: FabricSpec | None = None, tag: str = ""
+) -> RunConfig:
+    """The RunConfig the options describe."""
+    from emulator.experiment import RunConfig
+    from emulator.placement import LayoutSpec
+
+    layout = LayoutSpec(
+        prefill_servers=args.prefill_servers,
+        decode_servers=args.decode_servers,
+        ep_servers=args.ep_servers,
+        layout=args.layout or _layout_hint(args.workload),
+        alltoall=args.alltoall,
+    )
+    return RunConfig(
+        fabric=fabric_spec or spec_from_args(args),
+        workload=args.workload,
+        duration_s=args.duration,
+        rate=args.rate,
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        seed=args.seed,
+        model=args.model,
+        length_scale=args.length_scale,
+        nic_mbps=args.nic_mbps,
+        policy=args.policy,
+        layout=layout,
+        kv_streams=args.kv_streams,
+        drain_s=args.drain,
+        results_root=args.results,
+        tag=tag,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """One run; prints where the results are and the headline figures."""
+    from emulator.experiment import Experiment
+    from emulator.network import LabError
+
+    console = Console(stderr=True)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    exp = Experiment(config_from_args(args), progress=lambda m: console.print(f"[dim]»[/dim] {m}"))
+    try:
+        result = exp.run()
+    except LabError as exc:
+        console.print(f"[red]zcube-lab run: {exc}[/red]\nlogs: {exp.dir / 'logs'}")
+        return 1
+    except KeyboardInterrupt:
+        console.print(f"interrupted: torn down; partial results in {exp.dir}")
+        return 130
+    s = result.summary
+    c = s["client"]
+    print(json.dumps({
+        "results": str(result.path),
+        "completed": c["completed"],
+        "failed": c["failed"],
+        "requests_per_s": c["requests_per_s"],
+        "ttft_p50_s": c["ttft_p50_s"],
+        "ttft_p99_s": c["ttft_p99_s"],
+        "trustworthy": s["trustworthy"],
+    }, indent=2))  # fmt: skip
+    return 0
