@@ -2,8 +2,9 @@
 
 A policy is a small class with `pick(backends) -> Backend`, registered by name in `POLICIES`.
 `least-outstanding` takes the backend with the least outstanding work (prompt tokens in flight
-for prefill, requests in flight for decode), ties going to the earliest listed; `round-robin`
-cycles regardless of load.
+for prefill, requests in flight for decode), rotating among ties (always taking the first tie
+would pile a lightly loaded cluster's KV traffic onto the first few GPUs, a hotspot of the
+router's making, not the fabric's); `round-robin` cycles regardless of load.
 
 Backends may carry a group (`http://host:port#group=rail3`): when the chosen prefill has one,
 the decode is chosen among the decodes of the same group, if there are any. The lab uses this
@@ -51,11 +52,18 @@ class Policy(Protocol):
 
 
 class LeastOutstanding:
-    """The backend with the least outstanding work; ties to the earliest listed."""
+    """The backend with the least outstanding work; ties taken in turn."""
+
+    def __init__(self) -> None:
+        self._turn = 0
 
     def pick(self, backends: Sequence[Backend]) -> Backend:
-        """The least-loaded backend."""
-        return min(backends, key=lambda b: b.load)
+        """The least-loaded backend (the next of the tied ones)."""
+        least = min(b.load for b in backends)
+        ties = [b for b in backends if b.load == least]
+        b = ties[self._turn % len(ties)]
+        self._turn += 1
+        return b
 
 
 class RoundRobin:

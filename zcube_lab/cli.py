@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("zcube_lab.commands.up", "build a fabric in Mininet, route it, check reachability"),
     "serve": ("zcube_lab.commands.serve", "run the mock PD-disaggregated inference cluster"),
     "run": ("zcube_lab.commands.run", "one experiment: fabric + serving + load + Prometheus"),
+    "compare": ("zcube_lab.commands.compare", "fabrics side by side on one workload, report.html"),
 }
 
 EPILOG = """examples:

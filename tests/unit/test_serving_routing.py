@@ -5,11 +5,16 @@ from __future__ import annotations
 from serving.routing import Backend, LeastOutstanding, RoundRobin, make_policy
 
 
-def test_least_outstanding_picks_least_load_ties_to_first() -> None:
+def test_least_outstanding_picks_least_load_and_rotates_ties() -> None:
     a, b, c = Backend("a", load=5), Backend("b", load=2), Backend("c", load=2)
-    assert LeastOutstanding().pick([a, b, c]) is b
+    lo = LeastOutstanding()
+    assert [lo.pick([a, b, c]).url for _ in range(4)] == ["b", "c", "b", "c"]
     b.load = 9
-    assert LeastOutstanding().pick([a, b, c]) is c
+    assert lo.pick([a, b, c]) is c
+    idle = [Backend(x) for x in "pqrs"]
+    assert {LeastOutstanding().pick(idle).url} == {"p"}
+    rotating = LeastOutstanding()
+    assert [rotating.pick(idle).url for _ in range(4)] == ["p", "q", "r", "s"]
 
 
 def test_round_robin_cycles() -> None:

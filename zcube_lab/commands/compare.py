@@ -1,0 +1,137 @@
+"""Compare fabrics on the same workload: runs each fabric --repeat times with identical requests
+(same seed), interleaving fabrics so machine noise spreads evenly, then prints a side-by-side
+table and writes report.html with plots (TTFT CDF, throughput over time, per-port utilization
+heatmaps) to results/compare-<time>/. Needs root."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.table import Table
+
+from emulator.fabric import FabricSpec
+from zcube_lab.commands.run import add_run_arguments, config_from_args
+from zcube_lab.errors import ConfigError
+
+KINDS = ("zcube", "roft", "clos")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Fabrics, size, repeats, and the run options."""
+    g = parser.add_argument_group("comparison")
+    g.add_argument("--fabrics", default="zcube,roft", help="comma-separated fabric kinds")
+    g.add_argument(
+        "--gpus",
+        type=int,
+        default=16,
+        help="GPU hosts per fabric, a square: zcube n=sqrt; roft/clos sqrt servers x sqrt GPUs",
+    )
+    g.add_argument("--spines", type=int, default=2, help="roft/clos spines")
+    g.add_argument("--repeat", type=int, default=3, help="runs per fabric (medians reported)")
+    g.add_argument("--baseline", default="roft", help="fabric the differences are taken against")
+    g.add_argument("--report-only", type=Path, nargs="*", help="rebuild a report from run folders")
+    add_run_arguments(parser)
+
+
+def fabric_specs(kinds: list[str], gpus: int, spines: int) -> dict[str, FabricSpec]:
+    """Same-size fabrics: the same GPU hosts (gid -> server, rank) on each."""
+    side = math.isqrt(gpus)
+    if side * side != gpus or side < 2:
+        raise ConfigError("gpus", gpus, "a square of at least 4 (16, 36, 64)")
+    specs = {}
+    for k in kinds:
+        if k not in KINDS:
+            raise ConfigError("fabrics", k, f"comma-separated from {list(KINDS)}")
+        if k == "zcube":
+            specs[k] = FabricSpec.of("zcube", n=side, gpus_per_server=side)
+        elif k == "roft":
+            specs[k] = FabricSpec.of("roft", servers=side, gpus_per_server=side, spines=spines)
+        else:
+            specs[k] = FabricSpec.of(
+                "clos",
+                servers=side,
+                gpus_per_server=side,
+                spines=spines,
+                servers_per_leaf=2 if side % 2 == 0 else 1,
+            )
+    return specs
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the comparison and write the report."""
+    from emulator.builders import build_fabric
+    from emulator.experiment import Experiment
+    from emulator.hostconfig import Scale
+    from emulator.network import LabError
+    from emulator.report import aggregate, load_run, table_rows, trust, write_report
+    from emulator.results import port_capacity_bps
+
+    console = Console(stderr=True)
+    kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
+    specs = fabric_specs(kinds, args.gpus, args.spines)
+    if args.baseline not in specs:
+        raise ConfigError("baseline", args.baseline, f"one of the compared fabrics {kinds}")
+    if args.repeat < 1:
+        raise ConfigError("repeat", args.repeat, "at least 1")
+    out_dir = args.results / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    runs = []
+    if args.report_only:
+        runs = [load_run(p) for p in args.report_only]
+    else:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        total = len(kinds) * args.repeat
+        done = 0
+        try:
+            for rep in range(args.repeat):
+                for kind in kinds:
+                    done += 1
+                    console.rule(f"run {done}/{total}: {kind}, repeat {rep + 1}/{args.repeat}")
+                    cfg = config_from_args(args, specs[kind], tag=f"r{rep + 1}")
+                    exp = Experiment(cfg, progress=lambda m: console.print(f"[dim]»[/dim] {m}"))
+                    result = exp.run()
+                    runs.append(load_run(result.path))
+                    c = result.summary["client"]
+                    console.print(
+                        f"  {kind}: {c['completed']} done, {c['failed']} failed, TTFT p99 "
+                        f"{c['ttft_p99_s'] or float('nan'):.3f}s -> {result.path}"
+                    )
+        except LabError as exc:
+            console.print(f"[red]zcube-lab compare: {exc}[/red]")
+            return 1
+        except KeyboardInterrupt:
+            console.print("interrupted: the current run was torn down")
+            if not runs:
+                return 130
+    capacities = {
+        k: {f"{s}:{p}": v for (s, p), v in port_capacity_bps(
+            build_fabric(specs[k]), Scale(nic_mbps=args.nic_mbps)).items()}
+        for k in kinds
+    }  # fmt: skip
+    page = write_report(runs, out_dir, args.baseline, capacities)
+    agg = aggregate(runs)
+    fabrics = sorted({r["fabric"] for r in runs}, key=lambda f: (f == args.baseline, f))
+    table = Table(title=f"{args.workload}: medians of {args.repeat} repeats [min-max]")
+    table.add_column("metric")
+    for f in fabrics:
+        table.add_column(f, justify="right")
+    for f in fabrics:
+        if f != args.baseline:
+            table.add_column(f"{f} vs {args.baseline}", justify="right")
+    for row in table_rows(agg, fabrics, args.baseline):
+        table.add_row(*row)
+    Console().print(table)
+    for f, reasons in trust(runs).items():
+        if reasons:
+            console.print(f"[red]{f}: NOT TRUSTWORTHY[/red]: " + "; ".join(reasons))
+    console.print(f"report: {page}")
+    return 0
