@@ -14,11 +14,12 @@ class PrefillJob:
     request_id: str
     prompt_tokens: int
     done_tokens: int = 0
+    cached_tokens: int = 0  # served from the prefix cache: no compute, but their KV still moves
 
     @property
     def remaining(self) -> int:
         """Prompt tokens not yet computed."""
-        return self.prompt_tokens - self.done_tokens
+        return self.prompt_tokens - self.cached_tokens - self.done_tokens
 
 
 def plan_prefill_step(

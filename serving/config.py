@@ -102,9 +102,16 @@ class PrefillConfig(EngineCommon):
     engine_id: str = ""
     token_budget: int = 8192
     kv_lease_s: float = 30.0
+    prefix_cache_hit_rate: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check(
+            0.0 <= self.prefix_cache_hit_rate < 1.0,
+            "prefix_cache_hit_rate",
+            self.prefix_cache_hit_rate,
+            "0 <= rate < 1",
+        )
         _check(len(self.kv_bind) >= 1, "kv_bind", self.kv_bind, "at least one host:port")
         _check(self.token_budget >= 1, "token_budget", self.token_budget, ">= 1")
         _check(self.kv_lease_s > 0, "kv_lease_s", self.kv_lease_s, "> 0 seconds")

@@ -33,6 +33,7 @@ def prefill_argv(cfg: PrefillConfig, python: str = sys.executable) -> list[str]:
     if cfg.engine_id:
         argv += ["--engine-id", cfg.engine_id]
     argv += ["--token-budget", str(cfg.token_budget), "--kv-lease-s", repr(cfg.kv_lease_s)]
+    argv += ["--prefix-cache-hit-rate", repr(cfg.prefix_cache_hit_rate)]
     return argv
 
 

@@ -75,7 +75,11 @@ class PrefillEngine:
             self.metrics.rejected.inc()
             raise ApiError(503, "prefill queue is full", code="overloaded", retry_after=1)
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.queue.append(_Entry(PrefillJob(request_id, prompt_tokens), now, fut))
+        # A prefix-cache hit skips the compute of that share of the prompt (at least one token
+        # is always computed); the KV of the whole prompt is still held and transferred.
+        cached = min(int(prompt_tokens * self.cfg.prefix_cache_hit_rate), prompt_tokens - 1)
+        job = PrefillJob(request_id, prompt_tokens, cached_tokens=max(cached, 0))
+        self.queue.append(_Entry(job, now, fut))
         self.wake.set()
         return fut
 
@@ -128,6 +132,8 @@ class PrefillEngine:
             for e in admitted[: len(plan)]:
                 if e.started is None:
                     e.started = step_start
+                    # vLLM counts cached prompt tokens as prompt tokens too.
+                    self.metrics.prompt_tokens.inc(e.job.cached_tokens)
             a2a_bytes = alltoall_bytes_per_peer(
                 profile, tokens, self.cfg.ep_size, self.cfg.bandwidth_scale
             )
@@ -296,6 +302,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine-id", default="", help="NIXL remote_engine_id")
     parser.add_argument("--token-budget", type=int, default=8192, help="prompt tokens per step")
     parser.add_argument("--kv-lease-s", type=float, default=30.0, help="free unpulled KV after")
+    parser.add_argument(
+        "--prefix-cache-hit-rate",
+        type=float,
+        default=0.0,
+        help="share of each prompt served from the prefix cache (no compute; KV still moves)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> PrefillConfig:
@@ -307,6 +319,7 @@ def config_from_args(args: argparse.Namespace) -> PrefillConfig:
         engine_id=args.engine_id,
         token_budget=args.token_budget,
         kv_lease_s=args.kv_lease_s,
+        prefix_cache_hit_rate=args.prefix_cache_hit_rate,
     )
 
 

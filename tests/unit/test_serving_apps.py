@@ -264,3 +264,25 @@ def test_backend_groups_pair_prefill_and_decode_of_the_same_rail() -> None:
     assert same_group(decodes, "") == decodes
     assert same_group(decodes, "rail7") == decodes  # no decode on that rail: any will do
     assert Backend.parse("http://p:8100/") == Backend("http://p:8100")
+
+
+async def test_prefix_cache_hits_skip_compute_but_not_kv_bytes(aiohttp_server) -> None:
+    words = 8000
+    results = {}
+    for rate in (0.0, 0.75):
+        c = await start_inprocess_cluster(aiohttp_server, prefill={"prefix_cache_hit_rate": rate})
+        async with aiohttp.ClientSession() as s:
+            status, _, _ = await _stream(s, c.gateway_url, _body(words, 1))
+        assert status == 200
+        p = registry_text(c.prefill_registry)
+        d = registry_text(c.decode_registry)
+        results[rate] = (
+            metric_sum(p, "vllm:request_prefill_time_seconds_sum"),
+            metric_sum(d, "vllm:nixl_bytes_transferred_sum"),
+            metric_sum(p, "vllm:prompt_tokens_total"),
+        )
+    full, cached = results[0.0], results[0.75]
+    assert full[0] >= prefill_step_seconds(TINY, words) * 0.95
+    assert cached[0] < 0.5 * full[0]  # a quarter of the tokens computed
+    assert cached[1] == full[1] > 0  # the whole prompt's KV still crosses the fabric
+    assert cached[2] == full[2] == words
