@@ -9,6 +9,7 @@ value and what is allowed. A JSON config file uses the flag names with `_` for `
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -134,10 +135,23 @@ class DecodeConfig(EngineCommon):
     kv_timeout_s: float = 10.0
     max_num_seqs: int = 0
     eos_probability: float = 0.02
+    # (cidr, local address): the source address for KV pulls from addresses in cidr.
+    kv_source_map: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(1 <= self.kv_streams <= 64, "kv_streams", self.kv_streams, "1..64")
+        for cidr, local in self.kv_source_map:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+                ipaddress.ip_address(local)
+            except ValueError:
+                _check(
+                    False,
+                    "kv_source",
+                    f"{cidr}={local}",
+                    "CIDR=LOCAL_IP, e.g. 10.2.0.0/16=10.1.0.1",
+                )
         _check(
             4096 <= self.kv_chunk_bytes <= 64 * 2**20,
             "kv_chunk_bytes",
@@ -269,6 +283,17 @@ def common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def addresses(values: Sequence[str] | str | None, field_name: str) -> tuple[Address, ...]:
     """Repeatable / comma-separated `host:port` flags to Addresses."""
     return _addresses(values, field_name)
+
+
+def parse_kv_sources(values: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
+    """`CIDR=LOCAL` flags to the decode's KV source map."""
+    out = []
+    for v in values or ():
+        cidr, sep, local = str(v).partition("=")
+        if not sep or not cidr or not local:
+            raise ConfigError("kv_source", v, "CIDR=LOCAL_IP, e.g. 10.2.0.0/16=10.1.0.1")
+        out.append((cidr, local))
+    return tuple(out)
 
 
 def parse_prefill_kv(

@@ -34,6 +34,7 @@ from serving.config import (
     add_common_arguments,
     common_kwargs,
     parse_address,
+    parse_kv_sources,
     parse_prefill_kv,
     parse_with_file,
 )
@@ -268,6 +269,7 @@ class DecodeEngine:
                         chunk_bytes=cfg.kv_chunk_bytes,
                         streams=cfg.kv_streams,
                         timeout_s=cfg.kv_timeout_s,
+                        source_map=cfg.kv_source_map,
                     )
                 except KVTransferError as exc:
                     last = exc
@@ -407,6 +409,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ENGINE_ID=host:port[,host:port]: a prefill's KV (fabric) addresses; repeatable",
     )
     parser.add_argument("--kv-streams", type=int, default=2, help="TCP streams per KV address")
+    parser.add_argument(
+        "--kv-source",
+        action="append",
+        default=None,
+        help="CIDR=LOCAL: pull KV from addresses in CIDR with local source address LOCAL "
+        "(repeatable; picks the NIC port, e.g. on ZCube)",
+    )
     parser.add_argument("--kv-chunk-bytes", type=int, default=256 * 1024)
     parser.add_argument("--kv-retries", type=int, default=3)
     parser.add_argument("--kv-timeout-s", type=float, default=10.0)
@@ -425,6 +434,7 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
         kv_timeout_s=args.kv_timeout_s,
         max_num_seqs=args.max_num_seqs,
         eos_probability=args.eos_probability,
+        kv_source_map=parse_kv_sources(args.kv_source),
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import struct
 import zlib
 from collections.abc import Callable, Sequence
@@ -98,6 +99,19 @@ class PullResult:
     checksum: int
 
 
+def pick_source(remote: str, source_map: Sequence[tuple[str, str]]) -> str | None:
+    """The local address to bind when connecting to `remote`: the first `(cidr, local)` entry
+    whose network holds it (on ZCube, pulling a port-2 address from local port 1 and a port-1
+    address from local port 2 puts each lane on its own disjoint path), or None."""
+    if not source_map:
+        return None
+    addr = ipaddress.ip_address(remote)
+    for cidr, local in source_map:
+        if addr in ipaddress.ip_network(cidr, strict=False):
+            return local
+    return None
+
+
 def plan_lanes(
     num_bytes: int, chunk_bytes: int, addrs: Sequence[Address], streams: int
 ) -> list[tuple[Address, list[tuple[int, int]]]]:
@@ -112,9 +126,15 @@ def plan_lanes(
 
 
 async def _pull_lane(
-    request_id: str, addr: Address, chunks: list[tuple[int, int]], out: memoryview
+    request_id: str,
+    addr: Address,
+    chunks: list[tuple[int, int]],
+    out: memoryview,
+    local: str | None = None,
 ) -> int:
-    reader, writer = await asyncio.open_connection(addr.host, addr.port, limit=2**20)
+    reader, writer = await asyncio.open_connection(
+        addr.host, addr.port, limit=2**20, local_addr=(local, 0) if local else None
+    )
     try:
         writer.write(b"".join(encode_request(OP_GET, request_id, o, n) for o, n in chunks))
         await writer.drain()
@@ -146,6 +166,7 @@ async def pull_kv(
     chunk_bytes: int,
     streams: int,
     timeout_s: float,
+    source_map: Sequence[tuple[str, str]] = (),
 ) -> tuple[bytearray, PullResult]:
     """Pull one request's KV over every address and stream; verify bytes and checksum."""
     if not addrs:
@@ -155,7 +176,10 @@ async def pull_kv(
     lanes = plan_lanes(num_bytes, chunk_bytes, addrs, streams)
     try:
         async with asyncio.timeout(timeout_s), asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(_pull_lane(request_id, a, c, view)) for a, c in lanes]
+            tasks = [
+                tg.create_task(_pull_lane(request_id, a, c, view, pick_source(a.host, source_map)))
+                for a, c in lanes
+            ]
     except TimeoutError:
         raise KVTransferError(
             f"KV pull of {num_bytes} bytes timed out after {timeout_s}s"

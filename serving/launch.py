@@ -47,6 +47,8 @@ def decode_argv(cfg: DecodeConfig, python: str = sys.executable) -> list[str]:
         "--kv-retries", str(cfg.kv_retries), "--kv-timeout-s", repr(cfg.kv_timeout_s),
         "--max-num-seqs", str(cfg.max_num_seqs), "--eos-probability", repr(cfg.eos_probability),
     ]  # fmt: skip
+    for cidr, local in cfg.kv_source_map:
+        argv += ["--kv-source", f"{cidr}={local}"]
     return argv
 
 

@@ -81,3 +81,15 @@ def test_unknown_key_in_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         _parse(prefill, ["--config", str(f)])
     assert exc.value.field == "kv_bnid"
+
+
+def test_decode_kv_sources_pick_the_nic_port() -> None:
+    cfg = _parse(
+        decode, ["--kv-source", "10.2.0.0/16=10.1.0.1", "--kv-source", "10.1.0.0/16=10.2.0.1"]
+    )
+    assert isinstance(cfg, DecodeConfig)
+    assert cfg.kv_source_map == (("10.2.0.0/16", "10.1.0.1"), ("10.1.0.0/16", "10.2.0.1"))
+    for bad in ("10.2.0.0/16", "10.2.0.0/99=10.1.0.1", "nonsense=10.1.0.1"):
+        with pytest.raises(ConfigError) as info:
+            _parse(decode, ["--kv-source", bad])
+        assert info.value.field == "kv_source"

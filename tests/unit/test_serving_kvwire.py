@@ -10,7 +10,14 @@ import pytest
 from serving.cluster import free_port
 from serving.config import Address
 from serving.kvstore import KVStore, make_kv_buffer
-from serving.kvwire import KVTransferError, plan_lanes, pull_kv, release_kv, start_kv_server
+from serving.kvwire import (
+    KVTransferError,
+    pick_source,
+    plan_lanes,
+    pull_kv,
+    release_kv,
+    start_kv_server,
+)
 
 
 def test_plan_lanes_deals_chunks_over_addresses_and_streams() -> None:
@@ -99,3 +106,35 @@ async def test_silent_server_times_out_within_bounds() -> None:
     finally:
         server.close()
     assert 0.3 <= loop.time() - start < 1.5
+
+
+def test_pick_source_maps_remote_networks_to_local_ports() -> None:
+    zcube = (("10.2.0.0/16", "10.1.0.1"), ("10.1.0.0/16", "10.2.0.1"))
+    assert pick_source("10.2.3.1", zcube) == "10.1.0.1"  # a port-2 address: from local port 1
+    assert pick_source("10.1.3.1", zcube) == "10.2.0.1"
+    assert pick_source("10.0.0.1", zcube) is None
+    assert pick_source("10.2.3.1", ()) is None
+
+
+async def test_pull_binds_the_mapped_source_address() -> None:
+    store = KVStore(10**6)
+    data = make_kv_buffer("req", 5, 300_000)
+    store.put("req", data, 100, now=0.0, lease_s=60)
+    addrs, servers = await _servers(store, 2)
+    try:
+        good = (("127.0.0.0/8", "127.0.0.3"),)
+        buf, _ = await pull_kv(
+            "req", addrs, len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+            timeout_s=10, source_map=good,
+        )  # fmt: skip
+        assert bytes(buf) == data
+        # A source address this machine does not have cannot be bound: the map is applied.
+        bad = (("127.0.0.0/8", "192.0.2.1"),)
+        with pytest.raises(KVTransferError):
+            await pull_kv(
+                "req", addrs, len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+                timeout_s=10, source_map=bad,
+            )  # fmt: skip
+    finally:
+        for s in servers:
+            s.close()

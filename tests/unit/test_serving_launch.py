@@ -21,6 +21,7 @@ def test_prefill_round_trip() -> None:
         model="glm-5.1", host="192.168.0.1", port=8100, bandwidth_scale=4000.0,
         kv_bind=(Address("10.1.0.1", 7100), Address("10.2.0.1", 7100)), engine_id="prefill-0",
         ep_peers=(Address("10.1.0.2", 7300),), kv_lease_s=12.5, engine_index="3",
+        prefix_cache_hit_rate=0.75,
     )  # fmt: skip
     assert _back(prefill, prefill_argv(cfg)) == cfg
 
@@ -30,6 +31,7 @@ def test_decode_round_trip() -> None:
         model="deepseek-v3", host="192.168.0.2", port=8200, bandwidth_scale=4000.0,
         prefill_kv=(("prefill-0", (Address("10.1.0.1", 7100), Address("10.2.0.1", 7100))),),
         kv_streams=4, kv_retries=1, eos_probability=0.0, served_model_name="ds",
+        kv_source_map=(("10.2.0.0/16", "10.1.0.1"), ("10.1.0.0/16", "10.2.0.1")),
     )  # fmt: skip
     assert _back(decode, decode_argv(cfg)) == cfg
 
