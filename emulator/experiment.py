@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from emulator.builders import build_fabric
 from emulator.fabric import Fabric, FabricSpec
 from emulator.health import HealthSampler
-from emulator.hostconfig import Scale
+from emulator.hostconfig import Scale, kv_source_map
 from emulator.network import Lab, LabError, LabOptions, free_port
 from emulator.placement import LayoutSpec, Placement, place
 from emulator.prometheus import PrometheusServer, scrape_config
@@ -69,6 +69,8 @@ class RunConfig:
     policy: str = "ecmp"
     layout: LayoutSpec = field(default_factory=LayoutSpec)
     kv_streams: int = 2
+    prefix_cache_hit_rate: float = 0.0
+    kv_paths: str = "disjoint"  # ZCube: "disjoint" binds each KV lane to its own port
     scrape_interval_s: float = 1.0
     drain_s: float = 60.0
     results_root: Path = Path("results")
@@ -83,6 +85,10 @@ class RunConfig:
             raise ConfigError("rate", self.rate, "between 0 and 1000 requests/s")
         if not 1 <= self.kv_streams <= 16:
             raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
+        if self.kv_paths not in ("disjoint", "shortest"):
+            raise ConfigError("kv_paths", self.kv_paths, "disjoint or shortest")
+        if not 0 <= self.prefix_cache_hit_rate < 1:
+            raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -231,11 +237,15 @@ class Experiment:
                     port=PREFILL_PORT,
                     kv_bind=tuple(Address(i.ip, KV_PORT) for i in h.interfaces),
                     engine_id=e.engine_id,
+                    prefix_cache_hit_rate=c.prefix_cache_hit_rate,
                 )
                 self._popen_in(e.host, e.engine_id, prefill_argv(cfg))
                 api[e.engine_id] = f"http://{mgmt}:{PREFILL_PORT}"
             else:
-                cfg = DecodeConfig(**common, port=DECODE_PORT, kv_streams=c.kv_streams)
+                sources = kv_source_map(self.fabric, h) if c.kv_paths == "disjoint" else ()
+                cfg = DecodeConfig(
+                    **common, port=DECODE_PORT, kv_streams=c.kv_streams, kv_source_map=sources
+                )
                 self._popen_in(e.host, e.engine_id, decode_argv(cfg))
                 api[e.engine_id] = f"http://{mgmt}:{DECODE_PORT}"
         rail_groups = self.config.layout.layout == "rail-aligned"

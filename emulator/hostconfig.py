@@ -29,6 +29,7 @@ class Scale:
         return gbps * 1000.0 / self.bandwidth_scale(fabric)
 
 
+SOURCE_TABLE_BASE = 100
 MGMT_BRIDGE = "zcl-mgmt"
 MGMT_ROOT_IP = "10.255.255.254"
 MGMT_PREFIX_LEN = 16
@@ -97,7 +98,17 @@ def ip_batch(fabric: Fabric, host: Host, mtu: int) -> list[str]:
     for route in host.routes:
         iface = host.interfaces[route.interface]
         lines.append(f"route replace {route.prefix} dev {iface.name} src {iface.ip}")
-    # Every other address is resolved statically, so the fabric never carries ARP.
+    multi = len(host.interfaces) > 1
+    if multi:
+        # Source routing: a packet from a port's address leaves through that port. Replies
+        # then retrace their request's path, and a sender that binds a port's address (a
+        # dual-port NIC queue pair) picks its path; unbound traffic keeps the shortest routes.
+        for iface in host.interfaces:
+            table = SOURCE_TABLE_BASE + iface.index
+            lines.append(f"rule add from {iface.ip} table {table} priority {table}")
+            lines.append(f"route replace default dev {iface.name} src {iface.ip} table {table}")
+    # Every other address is resolved statically, so the fabric never carries ARP (on every
+    # port of a multi-port host, since source routing may send anything out of any port).
     for other in fabric.hosts:
         if other.name == host.name:
             continue
@@ -105,9 +116,23 @@ def ip_batch(fabric: Fabric, host: Host, mtu: int) -> list[str]:
             out = egress_interface(host, dst.ip)
             if out is None:
                 continue
-            dev = host.interfaces[out].name
-            lines.append(f"neigh replace {dst.ip} lladdr {dst.mac} dev {dev} nud permanent")
+            ports = host.interfaces if multi else (host.interfaces[out],)
+            for port in ports:
+                lines.append(
+                    f"neigh replace {dst.ip} lladdr {dst.mac} dev {port.name} nud permanent"
+                )
     return lines
+
+
+def kv_source_map(fabric: Fabric, host: Host) -> tuple[tuple[str, str], ...]:
+    """For a ZCube host: pull port-2 addresses (10.2/16) from local port 1 and port-1 addresses
+    (10.1/16) from local port 2, so each KV lane takes its own link-disjoint path, both NIC
+    ports carry it at both ends, and same-rail or same-segment pairs do not squeeze the whole
+    transfer through one port. Other fabrics: no mapping (one port)."""
+    if fabric.kind != "zcube":
+        return ()
+    p1, p2 = host.interfaces
+    return (("10.2.0.0/16", p1.ip), ("10.1.0.0/16", p2.ip))
 
 
 def sysctls(host: Host) -> list[str]:

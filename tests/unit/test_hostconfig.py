@@ -12,6 +12,7 @@ from emulator.hostconfig import (
     Scale,
     egress_interface,
     ip_batch,
+    kv_source_map,
     management_address,
     management_host_batch,
     management_root_batch,
@@ -53,13 +54,33 @@ def test_ip_batch_configures_addresses_routes_and_static_arp() -> None:
     assert "addr add 10.2.0.1/32 dev h0-eth1" in lines
     assert "route replace 10.1.0.0/16 dev h0-eth1 src 10.2.0.1" in lines
     neigh = [ln for ln in lines if ln.startswith("neigh")]
-    assert len(neigh) == 2 * 15  # every other host's two addresses
+    assert len(neigh) == 2 * 2 * 15  # every other host's two addresses, on both ports
+    assert "rule add from 10.1.0.1 table 100 priority 100" in lines
+    assert "route replace default dev h0-eth1 src 10.2.0.1 table 101" in lines
+    roft = build_roft()
+    single = ip_batch(roft, roft.host("h0"), mtu=1500)
+    assert not [ln for ln in single if ln.startswith("rule")]
+    assert len([ln for ln in single if ln.startswith("neigh")]) == 15
     h5 = f.host("h5")
     assert f"neigh replace 10.2.1.2 lladdr {h5.interfaces[1].mac} dev h0-eth0 nud permanent" in (
         lines
     )
     assert any("mtu 9000" in ln for ln in lines)
     assert "net.ipv4.conf.h0-eth1.rp_filter=0" in sysctls(f.host("h0"))
+
+
+def test_kv_source_map_puts_each_lane_on_a_disjoint_path() -> None:
+    f = build_zcube(n=4)
+    decode, prefill = f.host("h5"), f.host("h1")  # same rail 1, other segment
+    smap = dict(kv_source_map(f, decode))
+    for remote in prefill.interfaces:
+        local_ip = next(v for k, v in smap.items() if remote.ip.startswith(k[:5]))
+        local = f.interfaces_by_ip[local_ip]
+        assert local.index != remote.index  # port 1 to port 2 and port 2 to port 1
+        a = f.attachments[(decode.name, local.index)].switch
+        b = f.attachments[(prefill.name, remote.index)].switch
+        assert f.switch_distances[a][b] == 1  # a 2-hop path: A to B or B to A
+    assert kv_source_map(build_roft(), build_roft().host("h0")) == ()
 
 
 def test_scale_keeps_time_and_shrinks_bytes() -> None:

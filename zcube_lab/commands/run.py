@@ -46,6 +46,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--layout", help="default or rail-aligned (default: the workload profile's hint)"
     )
     c.add_argument("--kv-streams", type=int, default=2, help="TCP streams per KV address")
+    c.add_argument(
+        "--kv-paths",
+        choices=["disjoint", "shortest"],
+        default="disjoint",
+        help="ZCube: disjoint binds each KV lane to its own NIC port and 2-hop path; "
+        "shortest lets host routes pick (same-rail pulls then share one port)",
+    )
+    c.add_argument(
+        "--prefix-cache-hit-rate",
+        type=float,
+        help="share of each prompt served from prefill's prefix cache (default: the profile's)",
+    )
     lab = parser.add_argument_group("lab")
     lab.add_argument("--policy", default="ecmp", help="routing policy: ecmp or single")
     lab.add_argument("--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate")
@@ -62,10 +74,15 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _layout_hint(workload: str) -> str:
+def _profile_hint(workload: str, name: str, default: object) -> object:
     from workloads.profiles import load_profile
 
-    placement = getattr(load_profile(workload), "placement", "") or ""
+    value = getattr(load_profile(workload), name, None)
+    return default if value is None else value
+
+
+def _layout_hint(workload: str) -> str:
+    placement = _profile_hint(workload, "placement", "")
     return "rail-aligned" if placement == "rail-aligned" else "default"
 
 
@@ -97,6 +114,12 @@ def config_from_args(
         policy=args.policy,
         layout=layout,
         kv_streams=args.kv_streams,
+        kv_paths=args.kv_paths,
+        prefix_cache_hit_rate=float(
+            args.prefix_cache_hit_rate
+            if args.prefix_cache_hit_rate is not None
+            else _profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)
+        ),
         drain_s=args.drain,
         results_root=args.results,
         tag=tag,

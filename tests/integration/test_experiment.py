@@ -1,0 +1,100 @@
+"""A short real comparison, as a user would run it: both fabrics, real servers in Mininet hosts,
+a real Prometheus, real Locust; then the figures must hang together and nothing may remain."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator.hostconfig import MGMT_BRIDGE
+from serving.metrics import TTFT_BUCKETS
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
+
+
+def _bucket_width(value: float) -> float:
+    """Width of the vLLM TTFT bucket holding `value`: the resolution of a Prometheus quantile."""
+    lower = 0.0
+    for upper in TTFT_BUCKETS:
+        if value <= upper:
+            return upper - lower
+        lower = upper
+    return float("inf")
+
+
+def _ours_running(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = tmp_path_factory.mktemp("results")
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "zcube_lab.cli", "compare",
+            "--fabrics", "zcube,roft", "--repeat", "1",
+            "--workload", "coding-agent", "--duration", "25", "--drain", "30",
+            "--rate", "3", "--results", str(results),
+        ],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return results
+
+
+def _runs(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob("*/summary.json"))]
+
+
+def test_requests_complete_on_both_fabrics(comparison: Path) -> None:
+    runs = _runs(comparison)
+    assert sorted(r["fabric"] for r in runs) == ["roft", "zcube"]
+    for r in runs:
+        assert r["client"]["completed"] >= 30, r["client"]
+        assert r["client"]["failed"] == 0
+        assert r["server"]["kv_failed"] == 0
+
+
+def test_prometheus_quantiles_agree_with_the_client(comparison: Path) -> None:
+    for r in _runs(comparison):
+        server = r["server"]["gateway_ttft_p50_s"]
+        client = r["client"]["ttft_p50_s"]
+        assert server is not None, "Prometheus returned no TTFT quantile"
+        # A histogram quantile is exact only to its bucket: allow one bucket width.
+        assert abs(server - client) <= _bucket_width(client), (server, client)
+        assert r["server"]["kv_xfer_p99_s"] is not None
+
+
+def test_fabric_counters_match_the_bytes_the_servers_moved(comparison: Path) -> None:
+    for r in _runs(comparison):
+        stats = r["fabric_stats"]
+        assert stats["server_reported_bytes"] > 1_000_000
+        # Headers, ACKs and the KV protocol's framing add a little; nothing else crosses.
+        assert 1.0 <= stats["overhead_ratio"] <= 1.15, stats
+
+
+def test_report_and_results_are_written(comparison: Path) -> None:
+    reports = list(comparison.glob("compare-*/report.html"))
+    assert len(reports) == 1
+    page = reports[0].read_text()
+    for png in ("ttft_cdf.png", "throughput.png", "ports_zcube.png", "ports_roft.png"):
+        assert png in page
+        assert (reports[0].parent / png).stat().st_size > 5000
+    for run in comparison.glob("*-r1"):
+        for name in ("config.json", "locust_stats.csv", "requests.jsonl", "health.json"):
+            assert (run / name).exists(), name
+        assert any((run / "prometheus").rglob("snapshots/*"))
+
+
+def test_nothing_of_ours_remains(comparison: Path) -> None:
+    assert _ours_running(str(comparison)) == []
+    assert _ours_running("serving.prefill") == []
+    assert _ours_running("serving.decode") == []
+    assert not Path(f"/sys/class/net/{MGMT_BRIDGE}").exists()
+    bridges = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
+    assert not {"a0", "b0", "leaf0", "spine0"} & set(bridges.split())
