@@ -1,18 +1,13 @@
 #!/usr/bin/env bash
-# The README's main command. At this stage of the lab: set up (idempotent), check the machine,
-# bring up each fabric at its default size through our controller and check all-pairs
-# reachability, then price the full-size fabrics side by side.
+# The README's main command: set up (idempotent), check the machine, then the default
+# comparison: ZCube vs ROFT (16 emulated GPUs each), the coding-agent workload, 3 interleaved
+# repeats of 45 s. Prints the table and writes results/compare-<time>/report.html.
+# About 8-10 minutes on a 2-core machine. Extra arguments go to `zcube-lab compare`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
 LAB="${ZCUBE_VENV:-$ROOT/.venv}/bin/zcube-lab"
+cd "$ROOT"
 "$LAB" doctor
-for fabric in zcube roft clos; do
-    echo
-    echo "=== zcube-lab up --fabric $fabric"
-    "$LAB" up --fabric "$fabric"
-done
-echo
-echo "=== zcube-lab cost (1024 GPUs, 400G NICs, 64x400G and 128x400G switches)"
 "$LAB" cost --gpus 1024 --nic-gbps 400 --switch-ports 64 --port-gbps 400
-"$LAB" cost --gpus 1024 --nic-gbps 400 --switch-ports 128 --port-gbps 400
+"$LAB" compare --fabrics zcube,roft --workload coding-agent --repeat 3 --duration 45 "$@"
