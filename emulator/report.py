@@ -32,9 +32,10 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("TPOT p99 (s)", ("client", "tpot_p99_s"), True),
     ("ITL p50 (s)", ("client", "itl_p50_s"), True),
     ("ITL p99 (s)", ("client", "itl_p99_s"), True),
-    ("KV transfer p50 (s)", ("server", "kv_xfer_p50_s"), True),
-    ("KV transfer p99 (s)", ("server", "kv_xfer_p99_s"), True),
-    ("all-to-all p99 (s)", ("server", "alltoall_p99_s"), True),
+    # Histogram quantiles: exact only to vLLM's buckets (the top ones span 0.25-1 s and 1-5 s).
+    ("KV transfer p50 (s, bucketed)", ("server", "kv_xfer_p50_s"), True),
+    ("KV transfer p99 (s, bucketed)", ("server", "kv_xfer_p99_s"), True),
+    ("all-to-all p99 (s, bucketed)", ("server", "alltoall_p99_s"), True),
     ("link util max", ("fabric_stats", "link_util_max"), True),
     ("link util mean", ("fabric_stats", "link_util_mean"), True),
     ("fabric drops", ("fabric_stats", "drops"), True),
@@ -138,6 +139,8 @@ def table_rows(
 def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
+    if float(v).is_integer():
+        return f"{v:,.0f}"
     if abs(v) >= 100:
         return f"{v:,.0f}"
     if abs(v) >= 1:
