@@ -1,0 +1,99 @@
+"""Run figures from raw records, and the comparison's aggregation (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.builders import build_roft, build_zcube
+from emulator.hostconfig import Scale
+from emulator.report import aggregate, difference_pct, table_rows
+from emulator.results import (
+    client_summary,
+    host_ingress_bytes,
+    link_utilization,
+    percentile,
+    throughput_series,
+    utilization_summary,
+)
+
+
+def _rec(i: int, ttft: float, ok: bool = True) -> dict:
+    return {
+        "outcome": "ok" if ok else "http_error",
+        "sent_s": float(i),
+        "ttft_s": ttft,
+        "tpot_s": 0.03,
+        "e2e_s": ttft + 0.3,
+        "itl_s": [0.03] * 10,
+        "output_tokens": 11,
+    }
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
+    assert percentile(list(range(101)), 99) == pytest.approx(99.0)
+
+
+def test_client_summary_counts_and_quantiles() -> None:
+    recs = [_rec(i, 0.1 * (i + 1)) for i in range(10)] + [_rec(10, 9.0, ok=False)]
+    s = client_summary(recs, window_s=5.0)
+    assert (s["requests"], s["completed"], s["failed"]) == (11, 10, 1)
+    assert s["requests_per_s"] == 2.0
+    assert s["output_tokens_per_s"] == 22.0
+    assert s["ttft_p50_s"] == pytest.approx(0.55)
+    assert s["ttft_p99_s"] < 1.0  # the failed request's 9 s does not count
+    assert s["itl_p50_s"] == pytest.approx(0.03)
+
+
+def test_throughput_series_bins_completions() -> None:
+    recs = [_rec(i, 0.2) for i in range(10)]  # complete at i + 0.5 s
+    series = throughput_series(recs, bin_s=5.0)
+    assert series == [(0.0, 1.0), (5.0, 1.0)]
+
+
+def test_link_utilization_uses_emulated_capacity() -> None:
+    f = build_zcube(n=4)
+    scale = Scale(nic_mbps=100)
+    # a0 port 5 (to b0) is a 50 Mb/s link: 62.5 MB in 20 s is 25 Mb/s, half of it.
+    util = link_utilization(f, scale, {("a0", 5): 62_500_000}, window_s=20)
+    assert util[("a0", 5)] == pytest.approx(0.5)
+    assert util[("a0", 1)] == 0.0
+    s = utilization_summary(util, f)
+    assert s["link_util_max"] == pytest.approx(0.5)
+    assert s["trunk_util_max"] == pytest.approx(0.5)
+    assert s["hottest_ports"][0] == {"switch": "a0", "port": 5, "util": pytest.approx(0.5)}
+
+
+def test_host_ingress_counts_only_host_ports() -> None:
+    f = build_roft()
+    rx = {("leaf0", 1): 100.0, ("leaf0", 5): 1_000.0, ("spine0", 1): 7.0}  # port 5: an uplink
+    assert host_ingress_bytes(f, rx) == 100.0
+
+
+def _summary(fabric: str, ttft: float, rps: float) -> dict:
+    return {
+        "fabric": fabric,
+        "client": {"ttft_p99_s": ttft, "requests_per_s": rps},
+        "server": {},
+        "fabric_stats": {},
+    }
+
+
+def test_aggregate_medians_spread_and_differences() -> None:
+    runs = [_summary("zcube", t, 5.0) for t in (1.0, 2.0, 9.0)]
+    runs += [_summary("roft", t, 4.0) for t in (2.0, 4.0, 3.0)]
+    agg = aggregate(runs)
+    cell = agg["zcube"]["TTFT p99 client (s)"]
+    assert (cell.median, cell.low, cell.high, cell.n) == (2.0, 1.0, 9.0, 3)
+    assert difference_pct(2.0, 3.0) == pytest.approx(-33.333, abs=1e-3)
+    assert difference_pct(1.0, 0.0) is None
+    rows = {r[0]: r for r in table_rows(agg, ["zcube", "roft"], "roft")}
+    assert rows["TTFT p99 client (s)"] == [
+        "TTFT p99 client (s)",
+        "2.00 [1.00-9.00]",
+        "3.00 [2.00-4.00]",
+        "-33.3%",
+    ]
+    assert rows["completed requests/s"][-1] == "+25.0%"
