@@ -1,0 +1,238 @@
+"""Real Locust, headless, as the orchestrator runs it: open-loop load on a local PD cluster, a
+bad option failing before any request, and SIGTERM ending a run with every request accounted.
+
+Needs no root: the cluster is `serving.cluster.LocalCluster` (gateway, prefill, decode as
+processes on loopback) and Locust a subprocess in its own process group; both are stopped in
+`finally`, and the test checks nothing of theirs is left.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from serving.cluster import ClusterSpec, LocalCluster, free_port
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+LOCUST = Path(sys.executable).with_name("locust")
+RATE = 10.0
+DURATION = 8.0
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    c = LocalCluster(ClusterSpec(model="tiny"), tmp_path_factory.mktemp("cluster-logs"))
+    c.start()
+    try:
+        yield c.gateway_url
+    finally:
+        c.stop()
+
+
+def _scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_locust_headless_open_loop_against_the_gateway(gateway: str, tmp_path: Path) -> None:
+    metrics_port = free_port()
+    out = tmp_path / "run"
+    cmd = [
+        str(LOCUST),
+        "-f",
+        str(ROOT / "workloads" / "locustfile.py"),
+        "--headless",
+        "--host",
+        gateway,
+        "-u",
+        "1",
+        "-r",
+        "1",
+        "--run-time",
+        "30s",
+        "--csv",
+        str(out / "locust"),
+        "--json-file",
+        str(out / "locust"),
+        "--only-summary",
+        "--workload",
+        "chat",
+        "--model",
+        "tiny",
+        "--length-scale",
+        "0.05",
+        "--arrival",
+        "fixed",
+        "--rate",
+        str(RATE),
+        "--duration",
+        str(DURATION),
+        "--seed",
+        "11",
+        "--metrics-port",
+        str(metrics_port),
+        "--requests-out",
+        str(out / "requests.jsonl"),
+        "--summary-out",
+        str(out / "summary.json"),
+    ]
+    out.mkdir()
+    log = (out / "locust.log").open("w")
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    scraped = ""
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            text = _scrape(metrics_port)
+            if "zcube_client_ttft_seconds_count" in text and 'outcome="ok"' in text:
+                scraped = text
+            time.sleep(0.5)
+        assert proc.poll() == 0, (out / "locust.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        log.close()
+
+    summary = json.loads((out / "summary.json").read_text())
+    planned = int(RATE * DURATION)
+    assert summary["planned"] == planned
+    assert summary["completed_ok"] == planned, summary
+    assert abs(summary["achieved_rate"] - RATE) <= 0.05 * RATE
+    assert summary["lag_p99_s"] < 0.05
+
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(rows) == planned
+    for r in rows:
+        assert r["outcome"] == "ok", r
+        assert r["output_tokens"] == r["planned_output_tokens"]
+        # The gateway counted exactly the prompt the plan meant to send.
+        assert r["usage_prompt_tokens"] == r["prompt_tokens"]
+        assert 0 < r["ttft_s"] <= r["e2e_s"]
+    assert sorted(r["planned_s"] for r in rows) == [i / RATE for i in range(planned)]
+
+    with (out / "locust_stats.csv").open() as f:
+        stats = {(row["Type"], row["Name"]): row for row in csv.DictReader(f)}
+    assert int(stats[("POST", "chat-stream")]["Request Count"]) == planned
+    assert int(stats[("POST", "chat-stream")]["Failure Count"]) == 0
+    ttft = stats[("TTFT", "chat-stream")]
+    assert int(ttft["Request Count"]) == planned
+    assert 0 < float(ttft["50%"]) <= float(ttft["99%"])
+    json_stats = json.loads((out / "locust.json").read_text())
+    assert {(s["method"], s["name"]) for s in json_stats} >= {("POST", "chat-stream")}
+
+    assert "zcube_client_ttft_seconds_bucket" in scraped
+    assert "zcube_client_requests_in_flight" in scraped
+    # Torn down: the exporter went with the process.
+    assert not _port_open(metrics_port)
+
+
+def test_bad_option_fails_before_any_request(tmp_path: Path) -> None:
+    cmd = [
+        str(LOCUST),
+        "-f",
+        str(ROOT / "workloads" / "locustfile.py"),
+        "--headless",
+        "--host",
+        "http://127.0.0.1:9",
+        "--run-time",
+        "5s",
+        "--workload",
+        "chat",
+        "--rate",
+        "-3",
+        "--requests-out",
+        str(tmp_path / "requests.jsonl"),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "rate=-3.0 is not valid" in proc.stderr
+    assert not (tmp_path / "requests.jsonl").exists()
+
+
+def test_sigterm_ends_the_run_and_accounts_for_every_request(tmp_path: Path) -> None:
+    port = free_port()
+    stub = subprocess.Popen(
+        [sys.executable, "-m", "workloads.stubserver", "--port", str(port), "--ttft", "2"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    locust = None
+    try:
+        deadline = time.monotonic() + 15
+        while not _port_open(port):
+            assert time.monotonic() < deadline, "stub server did not start"
+            time.sleep(0.1)
+        cmd = [
+            str(LOCUST),
+            "-f",
+            str(ROOT / "workloads" / "locustfile.py"),
+            "--headless",
+            "--host",
+            f"http://127.0.0.1:{port}",
+            "--run-time",
+            "60s",
+            "--workload",
+            "chat",
+            "--model",
+            "stub",
+            "--length-scale",
+            "0.05",
+            "--arrival",
+            "fixed",
+            "--rate",
+            "10",
+            "--duration",
+            "30",
+            "--requests-out",
+            str(tmp_path / "requests.jsonl"),
+            "--summary-out",
+            str(tmp_path / "summary.json"),
+        ]
+        locust = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        time.sleep(4.0)
+        locust.send_signal(signal.SIGTERM)
+        locust.wait(15)
+    finally:
+        for p in (locust, stub):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    rows = (tmp_path / "requests.jsonl").read_text().splitlines()
+    # Answers take 2 s: about 20 of the ~40 sent were in flight and are reported cancelled.
+    assert summary["outcomes"]["ok"] >= 10
+    assert summary["outcomes"]["cancelled"] >= 10
+    assert len(rows) == summary["sent"] == sum(summary["outcomes"].values())

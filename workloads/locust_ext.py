@@ -1,0 +1,389 @@
+"""The Locust extension: options, the run's state, and how results reach Locust and Prometheus.
+
+`add_arguments(parser)` adds our options to Locust's parser (each also settable through a
+`ZCUBE_*` environment variable); `register(environment)` hooks the run into Locust's events:
+
+- `init`: load the profile, draw the plan (bad options fail here, before any user spawns) and
+  start the Prometheus exporter on `--metrics-port` with its own registry;
+- a user (`OpenLoopUser` in `workloads/locustfile.py`) calls `WorkloadRun.drive()`, which replays
+  the plan open-loop (`workloads.openloop`);
+- every finished request fires Locust's standard `request` event three ways, so the stats,
+  CSV and JSON output carry them unchanged: type `POST` with the E2E latency (failures here),
+  type `TTFT` and type `TPOT`, all named after the endpoint (`completion-stream`,
+  `chat-stream`); it is also observed in the `zcube_client_*` metrics and written as one JSONL
+  row to `--requests-out`;
+- `test_stop`: abandon what is still in flight (`cancelled`), flush files, write the summary;
+- `quitting`: keep the exporter up for `--metrics-linger` seconds so a last scrape sees the end.
+
+Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from workloads.arrivals import PROCESSES, parse_stages, staged_duration
+from workloads.client import OpenAIStreamClient
+from workloads.metrics import ClientMetrics
+from workloads.openloop import OpenLoopDriver, RequestRecord
+from workloads.profiles import load_profile
+from workloads.requests import PlannedRequest, generate_requests, resolve_arrival
+from zcube_lab.errors import ConfigError
+
+log = logging.getLogger("zcube.workloads")
+
+ENV_ATTR = "zcube_workload"  # the `WorkloadRun` hangs off the Locust environment under this name
+DEFAULT_DURATION = 60.0
+STREAM_NAMES = {"completions": "completion-stream", "chat": "chat-stream"}
+
+
+def add_arguments(parser: Any) -> None:
+    """Our options on Locust's (configargparse) parser."""
+    g = parser.add_argument_group("zcube-lab workload")
+
+    def opt(name: str, **kw: Any) -> None:
+        env = "ZCUBE_" + name.lstrip("-").replace("-", "_").upper()
+        g.add_argument(name, env_var=env, **kw)
+
+    opt("--workload", default="chat", help="profile name or path to a profile JSON file")
+    opt("--seed", type=int, default=0, help="seed of the request plan")
+    opt("--arrival", choices=PROCESSES, default=None, help="arrival process (default: profile's)")
+    opt("--rate", type=float, default=None, help="mean requests/s (default: profile's)")
+    opt("--burstiness", type=float, default=None, help="gamma shape k (1 = Poisson, <1 burstier)")
+    opt("--stages", default=None, help="staged load, DURATION:RATE[,DURATION:RATE...]")
+    opt("--model", default=None, help="served model name (default: profile's)")
+    opt("--trace", default=None, help="Mooncake JSONL trace for --workload trace")
+    opt("--length-scale", type=float, default=None, help="multiply all token lengths")
+    opt("--duration", type=float, default=None, help="plan length, s (default: --run-time)")
+    opt("--metrics-port", type=int, default=0, help="Prometheus exporter port (0: none)")
+    opt("--metrics-addr", default="127.0.0.1", help="Prometheus exporter address")
+    opt("--metrics-linger", type=float, default=0.0, help="keep the exporter up after the run, s")
+    opt("--requests-out", default=None, help="per-request JSONL output file")
+    opt("--summary-out", default=None, help="run summary JSON output file")
+    opt("--max-in-flight", type=int, default=4096, help="driver safety limit on open requests")
+    opt("--request-timeout", type=float, default=600.0, help="per-request network timeout, s")
+    opt("--keep-running", action="store_true", help="do not end the run when the plan is done")
+
+
+@dataclass
+class WorkloadRun:
+    """Everything one Locust run of a workload holds: plan, client, metrics, output files."""
+
+    environment: Any
+    plan: list[PlannedRequest]
+    name: str
+    model: str
+    stream_name: str
+    metrics: ClientMetrics
+    registry: CollectorRegistry
+    host: str
+    options: Any
+    duration: float
+    # What was asked for (process, configured rate, burstiness): a Poisson plan's own rate
+    # differs from the configured one by sampling, identically on every fabric.
+    arrival: dict[str, Any] = field(default_factory=dict)
+    requests_out: IO[str] | None = None
+    driver: OpenLoopDriver | None = None
+    client: OpenAIStreamClient | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    started: bool = False
+    finished: bool = False
+    quitting: bool = False
+    # Closed-loop state (`send_next`): where in the plan, since when, how many open.
+    next_index: int = 0
+    closed_t0: float | None = None
+    closed_in_flight: int = 0
+
+    def _client(self) -> OpenAIStreamClient:
+        o = self.options
+        return OpenAIStreamClient(
+            self.host,
+            timeout=o.request_timeout,
+            max_connections=o.max_in_flight,
+            api_key=os.environ.get("OPENAI_API_KEY"),
+        )
+
+    def drive(self) -> None:
+        """Replay the plan open-loop against the host; returns when every request finished."""
+        if self.started:
+            return
+        self.started = True
+        o = self.options
+        self.client = self._client()
+        self.driver = OpenLoopDriver(
+            self.plan,
+            send=self.client.stream,
+            on_done=self.record,
+            on_send=lambda req, lag: self.metrics.send_lag.observe(max(lag, 0.0)),
+            max_in_flight=o.max_in_flight,
+        )
+        self.metrics.in_flight.set_function(lambda: self.driver.in_flight if self.driver else 0)
+        log.info("open-loop replay of %d planned requests starts", len(self.plan))
+        self.driver.run()
+
+    def send_next(self) -> bool:
+        """Closed loop: send the plan's next request now and wait for it; False when used up."""
+        if self.closed_t0 is None:
+            self.started = True
+            self.client = self._client()
+            self.closed_t0 = time.perf_counter()
+            self.metrics.in_flight.set_function(lambda: self.closed_in_flight)
+        assert self.client is not None
+        if self.finished or self.next_index >= len(self.plan):
+            return False
+        req = self.plan[self.next_index]
+        self.next_index += 1
+        sent, wall = time.perf_counter() - self.closed_t0, time.time()
+        self.closed_in_flight += 1
+        try:
+            result = self.client.stream(req)
+        finally:
+            self.closed_in_flight -= 1
+        self.record(RequestRecord(req, sent, result, wall))
+        return True
+
+    def record(self, rec: RequestRecord) -> None:
+        """Report one finished request to Locust, Prometheus and the JSONL file."""
+        r = rec.result
+        self.metrics.observe(r, rec.req.prompt_tokens)
+        fire = self.environment.events.request.fire
+        start = rec.wall_time
+        exc = None if r.ok else RuntimeError(f"{r.outcome}: {r.error or r.status}")
+        fire(
+            request_type="POST",
+            name=self.stream_name,
+            response_time=r.e2e * 1000.0,
+            response_length=r.output_tokens,
+            exception=exc,
+            context={"index": rec.req.index},
+            start_time=start,
+            url=rec.req.path,
+        )
+        if r.ok and r.ttft is not None:
+            fire(
+                request_type="TTFT",
+                name=self.stream_name,
+                response_time=r.ttft * 1000.0,
+                response_length=0,
+                exception=None,
+                context={},
+                start_time=start,
+            )
+        if r.ok and r.tpot is not None:
+            fire(
+                request_type="TPOT",
+                name=self.stream_name,
+                response_time=r.tpot * 1000.0,
+                response_length=0,
+                exception=None,
+                context={},
+                start_time=start,
+            )
+        row = rec.to_json()
+        self.records.append(_summary_fields(row))
+        if self.requests_out is not None:
+            self.requests_out.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+    def stop(self) -> None:
+        """Cancel what is in flight, close files, write the summary (idempotent)."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.driver is not None:
+            n = self.driver.cancel()
+            if n:
+                log.warning("%d requests still in flight at the end were cancelled", n)
+        if self.client is not None:
+            self.client.close()
+        if self.requests_out is not None:
+            self.requests_out.close()
+        duration = self.duration
+        if self.closed_t0 is not None:
+            # Closed loop: planned times mean nothing; rates are over the time actually run,
+            # from the first send to the last answer.
+            ends = [r["sent_s"] + (r["e2e_s"] or 0.0) for r in self.records]
+            duration = max(ends) if ends else time.perf_counter() - self.closed_t0
+        summary = summarize(self.plan, self.records, duration)
+        summary.update(workload=self.name, model=self.model, seed=self.options.seed)
+        summary["mode"] = "closed-loop" if self.closed_t0 is not None else "open-loop"
+        summary["arrival"] = self.arrival
+        log.info("workload summary: %s", json.dumps(summary))
+        if self.options.summary_out:
+            Path(self.options.summary_out).write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _summary_fields(row: dict[str, Any]) -> dict[str, Any]:
+    # Only what the summary needs is kept in memory (ITL lists go to the file only).
+    return {k: row[k] for k in ("sent_s", "lag_s", "outcome", "ttft_s", "e2e_s", "output_tokens")}
+
+
+def summarize(
+    plan: list[PlannedRequest], rows: list[dict[str, Any]], duration: float
+) -> dict[str, Any]:
+    """Planned vs achieved: counts by outcome, send rate over the plan window, lag and TTFT."""
+    sent = [r for r in rows if r["outcome"] not in ("overload",)]
+    in_window = [r for r in sent if r["sent_s"] < duration]
+    ok = [r for r in rows if r["outcome"] == "ok"]
+    lags = sorted(r["lag_s"] for r in sent)
+    ttfts = sorted(r["ttft_s"] for r in ok if r["ttft_s"] is not None)
+    outcomes: dict[str, int] = {}
+    for r in rows:
+        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+    return {
+        "duration_s": duration,
+        "planned": len(plan),
+        "planned_rate": round(len(plan) / duration, 4) if duration else 0.0,
+        "sent": len(sent),
+        "achieved_rate": round(len(in_window) / duration, 4) if duration else 0.0,
+        "completed_ok": len(ok),
+        "outcomes": outcomes,
+        "output_tokens": sum(r["output_tokens"] for r in ok),
+        "lag_p50_s": _quantile(lags, 0.5),
+        "lag_p99_s": _quantile(lags, 0.99),
+        "lag_max_s": lags[-1] if lags else None,
+        "ttft_p50_s": _quantile(ttfts, 0.5),
+        "ttft_p99_s": _quantile(ttfts, 0.99),
+    }
+
+
+def _quantile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    if len(sorted_values) == 1:
+        return round(sorted_values[0], 6)
+    cuts = statistics.quantiles(sorted_values, n=1000, method="inclusive")
+    return round(cuts[round(q * 1000) - 1], 6)
+
+
+def plan_duration(options: Any) -> float | None:
+    """`--duration`, else `--run-time`, else None."""
+    if options.duration:
+        return float(options.duration)
+    if getattr(options, "run_time", None):
+        return float(options.run_time)
+    return None
+
+
+def build_run(environment: Any) -> WorkloadRun:
+    """Load the profile and draw the plan from the parsed options (raises ConfigError)."""
+    o = environment.parsed_options
+    if not environment.host:
+        raise ConfigError("host", environment.host, "the gateway base URL (--host http://H:P)")
+    trace = Path(o.trace) if o.trace else None
+    profile = load_profile(o.workload, length_scale=o.length_scale, model=o.model, trace=trace)
+    stages = parse_stages(o.stages) if o.stages else ()
+    duration = plan_duration(o)
+    if profile.trace is not None:
+        plan = generate_requests(profile, o.arrival, duration or math.inf, o.rate, o.seed)
+        arrival: dict[str, Any] = {"process": "trace", "rate": o.rate, "trace": str(profile.trace)}
+        if duration is None:
+            # The window closes just after the last request: planned rate = n / span.
+            duration = (plan[-1].t if plan else 0.0) + 1e-6
+    else:
+        process = o.arrival or ("staged" if stages else None)
+        if stages and process != "staged":
+            raise ConfigError("stages", o.stages, "only with --arrival staged")
+        spec = resolve_arrival(profile, process, o.rate, o.burstiness, stages)
+        if duration is None:
+            duration = staged_duration(spec) if spec.process == "staged" else DEFAULT_DURATION
+        plan = generate_requests(profile, spec, duration, seed=o.seed)
+        arrival = {"process": spec.process, "rate": spec.rate, "burstiness": spec.burstiness}
+        if spec.process == "staged":
+            arrival["stages"] = [[st.duration, st.rate] for st in spec.stages]
+    registry = CollectorRegistry()
+    run = WorkloadRun(
+        environment=environment,
+        plan=plan,
+        name=profile.name,
+        model=profile.model,
+        stream_name=STREAM_NAMES[profile.endpoint],
+        metrics=ClientMetrics(registry, profile.model, profile.name),
+        registry=registry,
+        host=environment.host,
+        options=o,
+        duration=duration,
+        arrival=arrival,
+    )
+    if o.requests_out:
+        Path(o.requests_out).parent.mkdir(parents=True, exist_ok=True)
+        # Line-buffered: rows are on disk as requests finish, even if the run is killed.
+        run.requests_out = open(o.requests_out, "w", buffering=1)  # noqa: SIM115
+    return run
+
+
+def over_context(plan: list[PlannedRequest], model: str) -> int:
+    """How many planned requests exceed the context of `model`, if the lab's servers know it."""
+    try:
+        from serving.profiles import PROFILES
+    except ImportError:  # the load generator also drives servers that are not ours
+        return 0
+    profile = PROFILES.get(model)
+    if profile is None:
+        return 0
+    return sum(r.prompt_tokens + r.max_tokens > profile.context_length for r in plan)
+
+
+def get_run(environment: Any) -> WorkloadRun:
+    """The run registered on this Locust environment."""
+    run = getattr(environment, ENV_ATTR, None)
+    if run is None:
+        raise RuntimeError("workloads.locust_ext.register(environment) was not called")
+    return run
+
+
+def register(environment: Any) -> None:
+    """Hook a workload run into this Locust environment's events (call from the `init` event)."""
+    from locust.runners import MasterRunner
+
+    if isinstance(environment.runner, MasterRunner):
+        # A master only aggregates; the plan is replayed by one process (see docs/WORKLOADS.md).
+        return
+    try:
+        run = build_run(environment)
+    except ConfigError as exc:
+        log.error("zcube workload: %s", exc)
+        raise SystemExit(2) from None
+    setattr(environment, ENV_ATTR, run)
+    o = environment.parsed_options
+    if o.metrics_port:
+        start_http_server(o.metrics_port, addr=o.metrics_addr, registry=run.registry)
+        log.info("client metrics on http://%s:%d/metrics", o.metrics_addr, o.metrics_port)
+    too_long = over_context(run.plan, run.model)
+    if too_long:
+        log.warning(
+            "%d of %d planned requests exceed %s's context window and will be refused; "
+            "shrink them with --length-scale",
+            too_long,
+            len(run.plan),
+            run.model,
+        )
+    log.info(
+        "workload %s: %d requests planned, model %s, seed %d",
+        run.name,
+        len(run.plan),
+        run.model,
+        o.seed,
+    )
+
+    def on_test_stop(**_: Any) -> None:
+        run.stop()
+
+    def on_quitting(**_: Any) -> None:
+        run.stop()
+        if o.metrics_linger > 0:
+            import gevent
+
+            gevent.sleep(o.metrics_linger)
+
+    environment.events.test_stop.add_listener(on_test_stop)
+    environment.events.quitting.add_listener(on_quitting)
