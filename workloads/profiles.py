@@ -91,6 +91,9 @@ class Profile:
     output: LengthDist | None
     session: SessionSpec | None = None
     trace: Path | None = None
+    # Share of each prompt the prefill engines serve from their prefix cache (coding agents:
+    # 70-80%, DOMAIN.md §3): no compute for it, but its KV still crosses the fabric.
+    prefix_cache_hit_rate: float = 0.0
 
     def scaled_prompt(self) -> LengthDist:
         """The prompt distribution after `length_scale` (not for trace profiles)."""
@@ -115,6 +118,7 @@ _TOP_KEYS = {
     "output",
     "session",
     "trace",
+    "prefix_cache_hit_rate",
 }
 
 
@@ -129,6 +133,9 @@ def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Prof
     endpoint = _choice(data.get("endpoint", "completions"), f"{where}.endpoint", ENDPOINTS)
     placement = _choice(data.get("placement", "default"), f"{where}.placement", PLACEMENTS)
     scale = _number(data.get("length_scale", 1.0), f"{where}.length_scale", positive=True)
+    hit = _number(data.get("prefix_cache_hit_rate", 0.0), f"{where}.prefix_cache_hit_rate")
+    if not 0 <= hit < 1:
+        raise ConfigError(f"{where}.prefix_cache_hit_rate", hit, "0 <= rate < 1")
     arrival = _arrival(data.get("arrival", {}), f"{where}.arrival")
     trace = None
     prompt = output = None
@@ -165,6 +172,7 @@ def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Prof
         output=output,
         session=session,
         trace=trace,
+        prefix_cache_hit_rate=hit,
     )
 
 

@@ -171,3 +171,15 @@ def test_trace_errors_point_at_the_right_line(tmp_path: Path) -> None:
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(ConfigError):
         mooncake.load_trace(tmp_path / "empty.jsonl")
+
+
+def test_coding_agent_carries_its_prefix_cache_hit_rate() -> None:
+    from workloads.profiles import load_profile, parse_profile
+
+    assert load_profile("coding-agent").prefix_cache_hit_rate == 0.75
+    assert load_profile("chat").prefix_cache_hit_rate == 0.0
+    data = json.loads((PROFILE_DIR / "chat.json").read_text())
+    data["prefix_cache_hit_rate"] = 1.0
+    with pytest.raises(ConfigError) as info:
+        parse_profile(data)
+    assert info.value.field == "chat.prefix_cache_hit_rate"
