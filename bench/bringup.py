@@ -73,7 +73,11 @@ def main() -> None:
         for spec in SIZES[gpus]:
             runs = [bring_up(spec, args.nic_mbps) for _ in range(args.repeat)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            label = f"{spec.kind} {dict(spec.params)}"[:33]
+            p = dict(spec.params)
+            size = (
+                f"n={p['n']}" if spec.kind == "zcube" else f"{p['servers']}x{p['gpus_per_server']}"
+            )
+            label = f"{spec.kind} {size} ({gpus} GPU hosts)"
             print(
                 f"{label:<34}{med['built']:>9.1f}{med['routed']:>10.1f}"
                 f"{med['reachable']:>13.1f}{med['teardown']:>12.1f}",
