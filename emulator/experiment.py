@@ -118,7 +118,7 @@ class Experiment:
         name = f"{stamp}-{self.fabric.kind}-{Path(config.workload).stem}"
         if config.tag:
             name += f"-{config.tag}"
-        self.dir = config.results_root / name
+        self.dir = config.results_root.resolve() / name
         self.lab: Lab | None = None
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.logs: list[IO[bytes]] = []

@@ -220,7 +220,8 @@ class PrometheusServer:
         http_timeout_s: float = 10.0,
     ) -> None:
         self.config_text = config_text
-        self.workdir = Path(workdir)
+        # Absolute: Prometheus resolves relative paths against its own working directory.
+        self.workdir = Path(workdir).resolve()
         self.binary = binary
         self.retention = retention
         self.ready_timeout_s = ready_timeout_s

@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from emulator.experiment import Experiment
     from emulator.hostconfig import Scale
     from emulator.network import LabError
+    from emulator.prometheus import PrometheusError
     from emulator.report import aggregate, load_run, table_rows, trust, write_report
     from emulator.results import port_capacity_bps
 
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                         f"  {kind}: {c['completed']} done, {c['failed']} failed, TTFT p99 "
                         f"{c['ttft_p99_s'] or float('nan'):.3f}s -> {result.path}"
                     )
-        except LabError as exc:
+        except (LabError, PrometheusError) as exc:
             console.print(f"[red]zcube-lab compare: {exc}[/red]")
             return 1
         except KeyboardInterrupt:

@@ -130,13 +130,14 @@ def run(args: argparse.Namespace) -> int:
     """One run; prints where the results are and the headline figures."""
     from emulator.experiment import Experiment
     from emulator.network import LabError
+    from emulator.prometheus import PrometheusError
 
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     exp = Experiment(config_from_args(args), progress=lambda m: console.print(f"[dim]»[/dim] {m}"))
     try:
         result = exp.run()
-    except LabError as exc:
+    except (LabError, PrometheusError) as exc:
         console.print(f"[red]zcube-lab run: {exc}[/red]\nlogs: {exp.dir / 'logs'}")
         return 1
     except KeyboardInterrupt:
