@@ -317,6 +317,8 @@ class Experiment:
         self.prometheus = PrometheusServer(text, self.dir / "prometheus")
         self.progress(f"starting Prometheus (scrape every {self.config.scrape_interval_s:g}s)")
         self.prometheus.start()
+        if self.prometheus.pid is not None:
+            self.lab.track_pid(self.prometheus.pid)  # removed by the next run if this one dies
 
     # -- load ----------------------------------------------------------------------------
     def _drive_load(self) -> tuple[float, float]:
