@@ -1,0 +1,76 @@
+"""A lab whose process is killed leaves namespaces, bridges and processes behind; the next
+bring-up removes them first, and its own teardown leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator.builders import build_fabric
+from emulator.fabric import FabricSpec
+from emulator.network import Lab, LabOptions, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
+
+CRASHER = """
+import os, signal, sys
+from pathlib import Path
+from emulator.builders import build_fabric
+from emulator.fabric import FabricSpec
+from emulator.network import Lab, LabOptions
+lab = Lab(build_fabric(FabricSpec.of("zcube", n=2)), LabOptions(
+    of_port=int(sys.argv[1]), metrics_port=int(sys.argv[2]), state_dir=Path(sys.argv[3]),
+    management=True))
+lab.start()
+print("UP", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no teardown at all
+"""
+
+
+def _bridges() -> set[str]:
+    out = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and ") Z " not in stat.read_text()
+
+
+def test_next_bring_up_removes_what_a_killed_run_left(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CRASHER, str(free_port()), str(free_port()), str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert "UP" in done.stdout, done.stderr[-2000:]
+    assert done.returncode == -signal.SIGKILL
+    state_files = list(tmp_path.glob("lab-*.json"))
+    assert len(state_files) == 1
+    state = json.loads(state_files[0].read_text())
+    fabric = build_fabric(FabricSpec.of("zcube", n=2))
+    names = {s.name for s in fabric.switches}
+    assert names <= _bridges()  # the killed run's switches are still there
+    assert any(_alive(p) for p in state["pids"])  # and its controller and host shells
+
+    lab = Lab(fabric, LabOptions(of_port=free_port(), metrics_port=free_port(), state_dir=tmp_path))
+    lab.start()
+    try:
+        assert not any(_alive(p) for p in state["pids"])
+        assert lab.check_reachability() == {h.name: [] for h in fabric.hosts}
+    finally:
+        lab.stop()
+    time.sleep(0.2)
+    assert not names & _bridges()
+    assert not any(Path(f"/sys/class/net/{i}").exists() for i in state["interfaces"])
+    assert list(tmp_path.glob("lab-*.json")) == []
