@@ -22,8 +22,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +118,20 @@ def _kill_group(pid: int, grace: float = 3.0) -> None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM for the duration (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
@@ -294,7 +309,12 @@ class Lab:
         self.times.add("routed", time.monotonic() - t0)
 
     def stop(self) -> None:
-        """Tear everything down, in reverse order; safe to call twice."""
+        """Tear everything down, in reverse order; safe to call twice. A second Ctrl-C while
+        tearing down is ignored: an interrupted teardown is what leaves namespaces behind."""
+        with _signals_ignored():
+            self._stop()
+
+    def _stop(self) -> None:
         if self.net is not None:
             net, self.net = self.net, None
             try:

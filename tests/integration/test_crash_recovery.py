@@ -74,3 +74,29 @@ def test_next_bring_up_removes_what_a_killed_run_left(tmp_path: Path) -> None:
     assert not names & _bridges()
     assert not any(Path(f"/sys/class/net/{i}").exists() for i in state["interfaces"])
     assert list(tmp_path.glob("lab-*.json")) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_during_bring_up_tears_everything_down(tmp_path: Path, sig: int) -> None:
+    env = {**os.environ, "ZCUBE_LAB_STATE": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zcube_lab.cli", "up", "--fabric", "zcube", "--n", "4",
+         "--of-port", str(free_port()), "--metrics-port", str(free_port())],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + 60
+    while "building" not in seen and time.monotonic() < deadline:
+        seen += proc.stdout.readline()
+    assert "building" in seen, seen
+    time.sleep(0.5)  # in the middle of building hosts and links
+    proc.send_signal(sig)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, seen + rest
+    assert "tearing down" in rest
+    fabric = build_fabric(FabricSpec.of("zcube", n=4))
+    assert not {s.name for s in fabric.switches} & _bridges()
+    assert list(tmp_path.glob("lab-*.json")) == []
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert not [ln for ln in links.splitlines() if ln.split("@")[0].startswith(("a0-", "b0-"))]
