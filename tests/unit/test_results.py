@@ -97,3 +97,25 @@ def test_aggregate_medians_spread_and_differences() -> None:
         "-33.3%",
     ]
     assert rows["completed requests/s"][-1] == "+25.0%"
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--workload", "nonexist"], "workload"),
+        (["--ep-servers", "2"], "ep_servers"),
+        (["--gpus", "15"], "gpus"),
+        (["--fabrics", "zcube,torus"], "fabrics"),
+        (["--rate", "-1"], "rate"),
+        (["--layout", "diagonal"], "layout"),
+    ],
+)
+def test_compare_rejects_bad_options_before_any_run(
+    argv: list[str], field: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zcube_lab.cli import main
+
+    assert main(["compare", *argv, "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {field}=" in err
+    assert list(tmp_path.iterdir()) == []  # nothing started, nothing written

@@ -84,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("baseline", args.baseline, f"one of the compared fabrics {kinds}")
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")
+    # Validate every run's configuration before the first one starts (fail in seconds, not
+    # after a run): building an Experiment checks the fabric, placement and options.
+    for kind in kinds:
+        Experiment(config_from_args(args, specs[kind]))
     out_dir = args.results / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     runs = []
     if args.report_only:
