@@ -314,11 +314,15 @@ class Experiment:
         }
         labels = {"run": self.dir.name, "fabric": self.fabric.kind}
         text = scrape_config(jobs, self.config.scrape_interval_s, labels)
-        self.prometheus = PrometheusServer(text, self.dir / "prometheus")
+        self.prometheus = self._new_prometheus(text)
         self.progress(f"starting Prometheus (scrape every {self.config.scrape_interval_s:g}s)")
         self.prometheus.start()
         if self.prometheus.pid is not None:
             self.lab.track_pid(self.prometheus.pid)  # removed by the next run if this one dies
+
+    def _new_prometheus(self, config_text: str) -> PrometheusServer:
+        """The run's Prometheus (on a free port; `up --serve` puts it on a fixed one)."""
+        return PrometheusServer(config_text, self.dir / "prometheus")
 
     # -- load ----------------------------------------------------------------------------
     def _drive_load(self) -> tuple[float, float]:

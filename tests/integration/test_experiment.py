@@ -98,3 +98,84 @@ def test_nothing_of_ours_remains(comparison: Path) -> None:
     assert not Path(f"/sys/class/net/{MGMT_BRIDGE}").exists()
     bridges = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
     assert not {"a0", "b0", "leaf0", "spine0"} & set(bridges.split())
+
+
+# --- Grafana: every dashboard panel's query returns data on the runs above (issue 5) ---------
+
+
+def _grafana_support():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import grafana_support
+
+    return grafana_support
+
+
+def _dashboard_problems(run_dir: Path, work: Path, alltoall: bool) -> list[str]:
+    """Start Prometheus on a copy of the run's TSDB and evaluate every panel over the run."""
+    from emulator.prometheus import PrometheusServer
+
+    g = _grafana_support()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    start, end = g.run_window(run_dir)
+    with PrometheusServer("global: {}\n", g.copy_tsdb(run_dir, work)) as prom:
+        return g.check_dashboards_against(
+            prom, summary["run"], summary["fabric"], start, end, alltoall=alltoall
+        )
+
+
+def test_every_grafana_panel_returns_data_on_both_fabrics(comparison: Path, tmp_path: Path) -> None:
+    runs = sorted(p.parent for p in comparison.glob("*/summary.json"))
+    assert len(runs) == 2
+    for run in runs:
+        # No expert parallelism in this comparison: all-to-all quantiles are NaN by definition.
+        problems = _dashboard_problems(run, tmp_path / run.name, alltoall=False)
+        assert problems == [], "\n".join(problems)
+
+
+@pytest.fixture(scope="module")
+def ep_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short ZCube run with instances spanning two servers, so all-to-all crosses the fabric."""
+    results = tmp_path_factory.mktemp("ep-results")
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "zcube_lab.cli", "run",
+            "--fabric", "zcube", "--n", "4", "--gpus-per-server", "4",
+            "--prefill-servers", "2", "--ep-servers", "2",
+            "--workload", "coding-agent", "--duration", "15", "--drain", "20",
+            "--rate", "2", "--results", str(results),
+        ],
+        capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = (p.parent for p in results.glob("*/summary.json"))
+    return run
+
+
+def test_every_grafana_panel_returns_data_with_expert_parallelism(
+    ep_run: Path, tmp_path: Path
+) -> None:
+    problems = _dashboard_problems(ep_run, tmp_path, alltoall=True)
+    assert problems == [], "\n".join(problems)
+
+
+def test_vllm_dashboard_series_we_export_return_data(comparison: Path, tmp_path: Path) -> None:
+    """vLLM's example dashboard (metric names in tests/grafana_support.py): each series it reads
+    that we export has samples with a model_name label its variable can offer."""
+    from emulator.prometheus import PrometheusServer
+
+    g = _grafana_support()
+    run = sorted(p.parent for p in comparison.glob("*/summary.json"))[0]
+    start, end = g.run_window(run)
+    wanted = sorted(g.VLLM_DASHBOARD_METRICS - set(g.VLLM_DASHBOARD_NOT_EXPORTED))
+    with PrometheusServer("global: {}\n", g.copy_tsdb(run, tmp_path)) as prom:
+        models = prom._api(
+            "/api/v1/label/model_name/values",
+            {"match[]": '{__name__=~"vllm:.*"}', "start": repr(start), "end": repr(end)},
+        )
+        assert models, "vLLM's model_name variable would offer nothing"
+        empty = [
+            name
+            for name in wanted
+            if not prom.query_range(f'{name}{{model_name="{models[0]}"}}', start, end, 5.0)
+        ]
+    assert empty == []

@@ -1,7 +1,10 @@
 """Build a fabric in Mininet on Open vSwitch, start our os-ken controller with a routing policy,
 wait until every switch holds its rules, check that every host reaches every other host's
 addresses, print a summary, then tear down (or stay up with Mininet's CLI with --cli).
-Needs root. Ctrl-C tears everything down; a run after a crash first removes stale state."""
+With --serve the lab stays up serving traffic instead: the serving cluster in its hosts,
+Prometheus on a fixed port and Locust's web UI, for live exploration in Grafana
+(`emulator/live.py`). Needs root. Ctrl-C (or SIGTERM) tears everything down; a run after a
+crash first removes stale state."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import argparse
 import json
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
@@ -43,6 +47,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lab.add_argument("--no-ping", action="store_true", help="skip the all-pairs check")
     lab.add_argument("--cli", action="store_true", help="stay up with Mininet's CLI")
     lab.add_argument("--json", action="store_true", help="print the summary as JSON")
+    serve = parser.add_argument_group("serve (stay up with traffic, for Grafana)")
+    serve.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the lab up serving traffic: serving cluster, Prometheus, Locust web UI",
+    )
+    serve.add_argument("--workload", default="coding-agent", help="workload profile")
+    serve.add_argument("--rate", type=float, help="mean requests/s (default: the profile's)")
+    serve.add_argument("--model", default="glm-5.1", help="model profile of the engines")
+    serve.add_argument("--seed", type=int, default=1, help="seed of the request plan")
+    serve.add_argument(
+        "--plan-duration",
+        type=float,
+        default=3600.0,
+        help="seconds of planned arrivals (at most 3600); the UI stays up after",
+    )
+    serve.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=9090,
+        help="Prometheus port; a free one is picked when it is taken",
+    )
+    serve.add_argument(
+        "--locust-port",
+        type=int,
+        default=8089,
+        help="Locust web UI port; a free one is picked when it is taken",
+    )
+    serve.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        help="address for Prometheus and Locust (0.0.0.0 in the VM, for forwarded ports)",
+    )
+    serve.add_argument(
+        "--results", type=Path, default=Path("results"), help="folder for the live lab's files"
+    )
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -50,7 +90,9 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Bring the lab up, check it, report, tear down."""
+    """Bring the lab up, check it, report, tear down (or serve until Ctrl-C with --serve)."""
+    if args.serve:
+        return serve(args)
     from emulator.builders import build_fabric
     from emulator.hostconfig import Scale
     from emulator.network import Lab, LabError, LabOptions
@@ -112,3 +154,82 @@ def _print_summary(summary: dict[str, object], failures: dict[str, list[str]]) -
     bad = {k: v for k, v in failures.items() if v}
     for host, addrs in bad.items():
         print(f"{host} cannot reach: {' '.join(addrs)}", file=sys.stderr)
+
+
+def _port(wanted: int, bind: str, what: str, console: Console) -> int:
+    from emulator.live import port_free
+    from emulator.network import free_port
+
+    if port_free(wanted, bind):
+        return wanted
+    port = free_port()
+    console.print(f"[yellow]port {wanted} is taken: {what} uses {port}[/yellow]")
+    return port
+
+
+def serve(args: argparse.Namespace) -> int:
+    """The lab with the serving cluster, Prometheus and Locust's UI, up until Ctrl-C."""
+    from emulator.experiment import RunConfig
+    from emulator.live import LiveLab
+    from emulator.network import LabError
+    from emulator.placement import LayoutSpec
+    from emulator.prometheus import PrometheusError
+    from zcube_lab.commands.run import _layout_hint, _profile_hint
+    from zcube_lab.errors import ConfigError
+
+    console = Console(stderr=True)
+    if args.cli:
+        console.print("[red]zcube-lab up: --serve and --cli do not go together[/red]")
+        return 2
+    try:
+        config = RunConfig(
+            fabric=spec_from_args(args),
+            workload=args.workload,
+            duration_s=args.plan_duration,
+            rate=args.rate,
+            seed=args.seed,
+            model=args.model,
+            nic_mbps=args.nic_mbps,
+            policy=args.policy,
+            layout=LayoutSpec(layout=_layout_hint(args.workload)),
+            prefix_cache_hit_rate=float(
+                _profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)  # type: ignore[arg-type]
+            ),
+            results_root=args.results,
+            tag="live",
+        )
+    except ConfigError as exc:
+        console.print(f"[red]zcube-lab up: {exc}[/red]")
+        return 2
+    live = LiveLab(
+        config,
+        prometheus_port=_port(args.prometheus_port, args.bind, "Prometheus", console),
+        locust_port=_port(args.locust_port, args.bind, "the Locust UI", console),
+        bind=args.bind,
+        progress=lambda msg: console.print(f"[dim]»[/dim] {msg}"),
+    )
+
+    def ready(urls: dict[str, str]) -> None:
+        title = f"{config.fabric.kind} lab serving {config.workload}"
+        table = Table(title=title, show_header=False)
+        table.add_row("Prometheus", urls["prometheus"])
+        table.add_row("Locust web UI", urls["locust"])
+        table.add_row("OpenAI API (gateway)", urls["gateway"])
+        table.add_row("Grafana (in the VM)", "http://localhost:3000")
+        table.add_row("files", str(live.dir))
+        Console().print(table)
+        console.print("serving; Ctrl-C tears everything down")
+
+    # Ctrl-C, SIGTERM and a closed ssh session all tear down. SIGINT explicitly too: a process
+    # started in the background by a non-interactive shell inherits it ignored.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupt)
+    try:
+        live.serve(ready)
+    except (LabError, PrometheusError) as exc:
+        console.print(f"[red]zcube-lab up: {exc}[/red]\nlogs: {live.dir / 'logs'}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("interrupted: torn down")
+        return 0
+    return 0

@@ -1,0 +1,36 @@
+"""`up --serve`'s Prometheus listens where Grafana's datasource points (a fixed port), unlike a
+run's, which takes a free one; and a taken port is detected before the lab starts."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from emulator.live import FixedPortPrometheus, port_free
+from emulator.network import free_port
+from emulator.prometheus import PrometheusError, scrape_config
+
+pytestmark = pytest.mark.integration
+
+
+def test_fixed_port_prometheus_serves_on_the_port_asked_for(tmp_path: Path) -> None:
+    port = free_port()
+    text = scrape_config({"prefill": ["127.0.0.1:9"]}, 1.0, {"run": "r-live", "fabric": "zcube"})
+    with FixedPortPrometheus(text, tmp_path, port=port, host="127.0.0.1") as prom:
+        assert prom.port == port
+        assert not port_free(port)
+        assert prom.query_value("vector(1)") == 1.0
+
+
+def test_a_taken_port_is_reported(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = int(sock.getsockname()[1])
+        assert not port_free(port)
+        prom = FixedPortPrometheus("global: {}\n", tmp_path, port=port, host="127.0.0.1")
+        with pytest.raises(PrometheusError, match="address already in use"):
+            prom.start()
+        assert not prom.running()

@@ -1,0 +1,34 @@
+"""`zcube-lab up --serve`'s options without a lab: what conflicts, and ports that are taken."""
+
+from __future__ import annotations
+
+import socket
+
+from rich.console import Console
+
+from emulator.live import port_free
+from zcube_lab.cli import main
+from zcube_lab.commands.up import _port
+
+
+def test_serve_and_cli_do_not_go_together(capsys) -> None:
+    assert main(["up", "--fabric", "zcube", "--serve", "--cli"]) == 2
+    assert "--serve and --cli" in capsys.readouterr().err
+
+
+def test_a_bad_plan_duration_is_refused_before_anything_starts(capsys) -> None:
+    assert main(["up", "--fabric", "zcube", "--serve", "--plan-duration", "99999"]) == 2
+    assert "duration" in capsys.readouterr().err
+
+
+def test_a_taken_port_is_replaced_by_a_free_one() -> None:
+    console = Console(stderr=True)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        taken = int(sock.getsockname()[1])
+        assert not port_free(taken)
+        other = _port(taken, "127.0.0.1", "Prometheus", console)
+    assert other != taken
+    free = _port(other, "127.0.0.1", "Prometheus", console)
+    assert free == other
