@@ -244,6 +244,7 @@ class DecodeEngine:
             seq.kv = None
             self.running.remove(seq)
             m.request_success[seq.plan.finish_reason].inc()
+            m.finished(seq.req.prompt_tokens, seq.generated, seq.req.max_tokens)
             m.e2e.observe(now - seq.arrival)
             m.decode_time.observe(now - (seq.admitted_at or now))
             if seq.generated > 1:
@@ -390,7 +391,9 @@ def make_decode_app(
     app[CONFIG_KEY] = cfg
     app[ENGINE_KEY] = DecodeEngine(
         cfg=cfg,
-        metrics=EngineMetrics(registry, cfg.model_name, cfg.engine_index),
+        metrics=EngineMetrics(
+            registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length
+        ),
         a2a=AllToAll(cfg.ep_peers),
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))

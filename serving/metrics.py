@@ -9,6 +9,8 @@ One class per component; each takes the `CollectorRegistry` to register into.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # vLLM engine metrics
@@ -26,6 +28,13 @@ REQUEST_QUEUE_TIME = "vllm:request_queue_time_seconds"
 REQUEST_PREFILL_TIME = "vllm:request_prefill_time_seconds"
 REQUEST_DECODE_TIME = "vllm:request_decode_time_seconds"
 # vLLM NIXL connector metrics
+REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+REQUEST_MAX_NUM_GENERATION_TOKENS = "vllm:request_max_num_generation_tokens"
+# Names vLLM has since renamed, still read by its example Grafana dashboard: exported as
+# duplicates so that dashboard works unchanged.
+LEGACY_GPU_CACHE_USAGE_PERC = "vllm:gpu_cache_usage_perc"
+LEGACY_TIME_PER_OUTPUT_TOKEN = "vllm:time_per_output_token_seconds"
 NIXL_XFER_TIME = "vllm:nixl_xfer_time_seconds"
 NIXL_BYTES_TRANSFERRED = "vllm:nixl_bytes_transferred"
 NIXL_NUM_FAILED_TRANSFERS = "vllm:nixl_num_failed_transfers"
@@ -66,10 +75,44 @@ ALLTOALL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5
 FINISH_REASONS = ("stop", "length", "abort")
 
 
+def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
+    """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50, ... up to `max_value`."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return tuple(out)
+            out.append(float(value))
+        exponent += 1
+
+
+class _Both:
+    """Forwards observe/set to a metric and its legacy-named twin."""
+
+    def __init__(self, *metrics: Any) -> None:
+        self._metrics = metrics
+
+    def observe(self, value: float) -> None:
+        for m in self._metrics:
+            m.observe(value)
+
+    def set(self, value: float) -> None:
+        for m in self._metrics:
+            m.set(value)
+
+
 class EngineMetrics:
     """Metrics a prefill or decode engine exports (bound to one model name and engine index)."""
 
-    def __init__(self, registry: CollectorRegistry, model_name: str, engine: str) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        model_name: str,
+        engine: str,
+        max_model_len: int = 131_072,
+    ) -> None:
         lv = (model_name, engine)
 
         def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
@@ -83,7 +126,10 @@ class EngineMetrics:
 
         self.running = gauge(NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.")
         self.waiting = gauge(NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.")
-        self.kv_usage = gauge(KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.")
+        self.kv_usage = _Both(
+            gauge(KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage."),
+            gauge(LEGACY_GPU_CACHE_USAGE_PERC, "GPU KV-cache usage (vLLM's former name)."),
+        )
         self.prompt_tokens = counter(PROMPT_TOKENS, "Number of prefill tokens processed.")
         self.generation_tokens = counter(
             GENERATION_TOKENS, "Number of generation tokens processed."
@@ -101,10 +147,29 @@ class EngineMetrics:
         self.itl = hist(
             INTER_TOKEN_LATENCY, "Histogram of inter-token latency in seconds.", ITL_BUCKETS
         )
-        self.tpot = hist(
-            REQUEST_TIME_PER_OUTPUT_TOKEN,
-            "Histogram of time_per_output_token_seconds per request.",
-            ITL_BUCKETS,
+        self.tpot = _Both(
+            hist(
+                REQUEST_TIME_PER_OUTPUT_TOKEN,
+                "Histogram of time_per_output_token_seconds per request.",
+                ITL_BUCKETS,
+            ),
+            hist(
+                LEGACY_TIME_PER_OUTPUT_TOKEN,
+                "Histogram of time per output token in seconds (vLLM's former name).",
+                ITL_BUCKETS,
+            ),
+        )
+        tokens = build_1_2_5_buckets(max_model_len)
+        self.request_prompt_tokens = hist(
+            REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed.", tokens
+        )
+        self.request_generation_tokens = hist(
+            REQUEST_GENERATION_TOKENS, "Number of generation tokens processed.", tokens
+        )
+        self.request_max_generation_tokens = hist(
+            REQUEST_MAX_NUM_GENERATION_TOKENS,
+            "Histogram of maximum number of requested generation tokens.",
+            tokens,
         )
         self.e2e = hist(
             E2E_REQUEST_LATENCY,
@@ -162,6 +227,12 @@ class EngineMetrics:
             registry=registry,
         )
         self.rejected = rejected.labels(*lv, "queue_full")
+
+    def finished(self, prompt_tokens: int, generation_tokens: int, max_tokens: int) -> None:
+        """Record a finished request's token counts (vLLM's per-request histograms)."""
+        self.request_prompt_tokens.observe(prompt_tokens)
+        self.request_generation_tokens.observe(generation_tokens)
+        self.request_max_generation_tokens.observe(max_tokens)
 
 
 class GatewayMetrics:

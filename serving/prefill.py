@@ -171,6 +171,8 @@ class PrefillEngine:
         m.e2e.observe(now - e.arrival)
         m.generation_tokens.inc(1)
         m.request_success["length"].inc()
+        # Prefill's side of the PD hand-off generates one token (vLLM's P instance: max_tokens=1).
+        m.finished(e.job.prompt_tokens, 1, 1)
         if not e.done.done():
             e.done.set_result((held, queue_s, prefill_s))
         else:  # the requester went away: nobody will pull this KV
@@ -280,7 +282,9 @@ def make_prefill_app(
     app[CONFIG_KEY] = cfg
     app[ENGINE_KEY] = PrefillEngine(
         cfg=cfg,
-        metrics=EngineMetrics(registry, cfg.model_name, cfg.engine_index),
+        metrics=EngineMetrics(
+            registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length
+        ),
         store=KVStore(cfg.profile.kv_capacity_tokens),
         a2a=AllToAll(cfg.ep_peers),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from serving import metrics as m
@@ -83,3 +83,24 @@ def test_two_components_in_one_process_use_their_own_registries() -> None:
     assert "vllm:generation_tokens_total" in registry_text(a)
     assert 'engine="0",model_name="tiny"} 5.0' in registry_text(a)
     assert 'engine="1",model_name="tiny"} 7.0' in registry_text(b)
+
+
+def test_per_request_token_histograms_and_legacy_names() -> None:
+    reg = CollectorRegistry()
+    em = m.EngineMetrics(reg, "tiny", "0", max_model_len=8192)
+    em.finished(3000, 24, 50)
+    em.kv_usage.set(0.25)
+    em.tpot.observe(0.03)
+    text = generate_latest(reg).decode()
+    assert m.build_1_2_5_buckets(8192)[-2:] == (2000.0, 5000.0)
+    assert m.build_1_2_5_buckets(100) == (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+    assert 'vllm:request_prompt_tokens_bucket{engine="0",le="5000.0",model_name="tiny"} 1.0' in text
+    assert 'vllm:request_prompt_tokens_bucket{engine="0",le="2000.0",model_name="tiny"} 0.0' in text
+    assert 'vllm:request_generation_tokens_sum{engine="0",model_name="tiny"} 24.0' in text
+    assert 'vllm:request_max_num_generation_tokens_sum{engine="0",model_name="tiny"} 50.0' in text
+    assert 'vllm:gpu_cache_usage_perc{engine="0",model_name="tiny"} 0.25' in text
+    assert 'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25' in text
+    assert 'vllm:time_per_output_token_seconds_count{engine="0",model_name="tiny"} 1.0' in text
+    assert 'vllm:request_time_per_output_token_seconds_count{engine="0",model_name="tiny"} 1.0' in (
+        text
+    )
