@@ -16,6 +16,7 @@ import contextlib
 import ipaddress
 import struct
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -125,21 +126,39 @@ def plan_lanes(
     return lanes
 
 
+LANE_WINDOW = 2  # chunk requests a lane keeps outstanding, so the link never idles a round trip
+
+
 async def _pull_lane(
     request_id: str,
     addr: Address,
-    chunks: list[tuple[int, int]],
+    queue: deque[tuple[int, int]],
     out: memoryview,
     local: str | None = None,
 ) -> int:
+    """Pull chunks from the shared queue until it is empty: a lane on a faster path takes more
+    chunks, so a transfer is not held back by its slowest lane (multi-rail transports share
+    work the same way)."""
     reader, writer = await asyncio.open_connection(
         addr.host, addr.port, limit=2**20, local_addr=(local, 0) if local else None
     )
+    inflight: deque[tuple[int, int]] = deque()
+
+    def ask() -> bool:
+        if not queue:
+            return False
+        chunk = queue.popleft()
+        inflight.append(chunk)
+        writer.write(encode_request(OP_GET, request_id, *chunk))
+        return True
+
     try:
-        writer.write(b"".join(encode_request(OP_GET, request_id, o, n) for o, n in chunks))
+        for _ in range(LANE_WINDOW):
+            ask()
         await writer.drain()
         moved = 0
-        for offset, length in chunks:
+        while inflight:
+            offset, length = inflight.popleft()
             status, crc, got_len = _RESP.unpack(await reader.readexactly(_RESP.size))
             if status == NOT_FOUND:
                 raise KVTransferError(f"prefill at {addr} holds no KV for {request_id}")
@@ -150,6 +169,8 @@ async def _pull_lane(
                 raise KVTransferError(f"chunk {offset}+{length} from {addr}: checksum mismatch")
             out[offset : offset + length] = data
             moved += length
+            if ask():
+                await writer.drain()
         return moved
     finally:
         writer.close()
@@ -174,11 +195,15 @@ async def pull_kv(
     buf = bytearray(num_bytes)
     view = memoryview(buf)
     lanes = plan_lanes(num_bytes, chunk_bytes, addrs, streams)
+    # Every chunk in offset order; whichever lane is free takes the next one.
+    queue = deque(sorted(c for _, chunks in lanes for c in chunks))
     try:
         async with asyncio.timeout(timeout_s), asyncio.TaskGroup() as tg:
             tasks = [
-                tg.create_task(_pull_lane(request_id, a, c, view, pick_source(a.host, source_map)))
-                for a, c in lanes
+                tg.create_task(
+                    _pull_lane(request_id, a, queue, view, pick_source(a.host, source_map))
+                )
+                for a, _ in lanes
             ]
     except TimeoutError:
         raise KVTransferError(

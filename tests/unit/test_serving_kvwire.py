@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 
 import pytest
@@ -50,7 +51,8 @@ async def test_pull_over_two_addresses_verifies_bytes_and_checksum() -> None:
         assert result.num_bytes == len(data) and result.lanes == 6
         # both fabric addresses carried a share
         assert set(result.bytes_by_address) == {str(a) for a in addrs}
-        assert all(n > 2 * 2**20 for n in result.bytes_by_address.values())
+        # (shares follow each lane's speed: lanes take chunks from one queue)
+        assert all(n > 2**20 for n in result.bytes_by_address.values())
         assert await release_kv("req", addrs[1]) is True
         assert store.get("req") is None
     finally:
@@ -136,5 +138,48 @@ async def test_pull_binds_the_mapped_source_address() -> None:
                 timeout_s=10, source_map=bad,
             )  # fmt: skip
     finally:
+        for s in servers:
+            s.close()
+
+
+async def _slow_proxy(target: Address, delay_s: float) -> tuple[Address, asyncio.Server]:
+    """A TCP proxy that holds every piece of the server's answer for `delay_s`: a slow path."""
+
+    async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay: float) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await src.read(65536):
+                if delay:
+                    await asyncio.sleep(delay)
+                dst.write(data)
+                await dst.drain()
+        dst.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(target.host, target.port)
+        await asyncio.gather(pump(reader, up_writer, 0.0), pump(up_reader, writer, delay_s))
+
+    addr = Address("127.0.0.3", free_port("127.0.0.3"))
+    return addr, await asyncio.start_server(handle, addr.host, addr.port)
+
+
+async def test_a_faster_lane_takes_more_chunks() -> None:
+    store = KVStore(10**6)
+    data = make_kv_buffer("req", 9, 4 * 2**20)
+    store.put("req", data, 1000, now=0.0, lease_s=60)
+    addrs, servers = await _servers(store, 2)
+    slow, proxy = await _slow_proxy(addrs[1], 0.02)
+    try:
+        buf, result = await pull_kv(
+            "req", [addrs[0], slow], len(data), zlib.crc32(data), chunk_bytes=64 * 1024,
+            streams=1, timeout_s=30,
+        )  # fmt: skip
+        assert bytes(buf) == data
+        fast_share = result.bytes_by_address[str(addrs[0])]
+        slow_share = result.bytes_by_address[str(slow)]
+        assert fast_share + slow_share == len(data)
+        assert slow_share > 0  # the slow path still carried some
+        assert fast_share > 3 * slow_share  # but the work went where it moves fastest
+    finally:
+        proxy.close()
         for s in servers:
             s.close()
