@@ -15,6 +15,7 @@ Wiring (DOMAIN.md §2):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +49,12 @@ def _require_int(name: str, value: Any, low: int, high: int | None = None) -> in
 
 
 def _require_rate(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ConfigError(name, value, "must be a positive number of Gb/s")
     return float(value)
 
@@ -114,7 +120,11 @@ def build_zcube(
 # -- leaf-spine (ROFT and Clos share the tier-2 wiring) -------------------------------------
 def _uplinks(downlinks: int, oversubscription: Any, spines: int) -> int:
     """Links from one leaf to each spine, validated."""
-    if isinstance(oversubscription, bool) or not isinstance(oversubscription, int | float):
+    if (
+        isinstance(oversubscription, bool)
+        or not isinstance(oversubscription, int | float)
+        or not math.isfinite(oversubscription)
+    ):
         raise ConfigError("oversubscription", oversubscription, "must be a number >= 1")
     if oversubscription < 1:
         raise ConfigError("oversubscription", oversubscription, "must be >= 1 (1 means 1:1)")

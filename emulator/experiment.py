@@ -33,7 +33,7 @@ from emulator.builders import build_fabric
 from emulator.fabric import Fabric, FabricSpec
 from emulator.health import HealthSampler
 from emulator.hostconfig import Scale, kv_source_map
-from emulator.network import Lab, LabError, LabOptions, free_port
+from emulator.network import Lab, LabError, LabOptions, free_port, signals_ignored
 from emulator.placement import LayoutSpec, Placement, place
 from emulator.prometheus import PrometheusServer, scrape_config
 from emulator.results import (
@@ -83,6 +83,12 @@ class RunConfig:
             raise ConfigError("model", self.model, f"one of {list(MODELS)}")
         if self.rate is not None and not 0 < self.rate <= 1000:
             raise ConfigError("rate", self.rate, "between 0 and 1000 requests/s")
+        if not 0 < self.nic_mbps <= 1000:
+            raise ConfigError("nic_mbps", self.nic_mbps, "between 0 and 1000 Mb/s")
+        if not 0 <= self.drain_s <= 3600:
+            raise ConfigError("drain", self.drain_s, "between 0 and 3600 seconds")
+        if self.policy not in ("ecmp", "single"):
+            raise ConfigError("policy", self.policy, "ecmp or single")
         if not 1 <= self.kv_streams <= 16:
             raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
         if self.kv_paths not in ("disjoint", "shortest"):
@@ -352,10 +358,12 @@ class Experiment:
         self.progress(f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed})")
         t0 = time.time()
         proc = self._popen_root("locust", argv)
+        if self.health is not None:  # a saturated load generator would inflate TTFT
+            self.health.register("locust", proc.pid)
         self._wait_loadgen(proc, run_time + 30)
-        t1 = time.time()
-        # One more scrape so the counters include the end of the run.
+        # One more scrape so the counters include the end of the run; queries run at t1.
         time.sleep(2 * c.scrape_interval_s + 0.5)
+        t1 = time.time()
         if proc.returncode not in (0, 1):  # 1: Locust saw failed requests, still a result
             log = (self.dir / "logs" / "locust.log").read_text(errors="replace")
             raise LabError(f"load generator exited with {proc.returncode}:\n{log[-2000:]}")
@@ -402,8 +410,8 @@ class Experiment:
             f"{name}_p{int(qv * 100)}_s": quantile(metric, qv, job)
             for name, metric, job in (
                 ("gateway_ttft", "zcube:gateway_time_to_first_token_seconds", "gateway"),
-                ("ttft", "vllm:time_to_first_token_seconds", None),
-                ("itl", "vllm:inter_token_latency_seconds", None),
+                ("ttft", "vllm:time_to_first_token_seconds", "decode"),
+                ("itl", "vllm:inter_token_latency_seconds", "decode"),
                 ("kv_xfer", "vllm:nixl_xfer_time_seconds", None),
                 ("alltoall", "zcube:ep_alltoall_seconds", None),
                 ("client_ttft", "zcube_client_ttft_seconds", "loadgen"),
@@ -481,6 +489,15 @@ class Experiment:
 
     # -- teardown ------------------------------------------------------------------------
     def _teardown(self) -> None:
+        # A second Ctrl-C must not cut teardown short: that is what leaves labs behind.
+        with signals_ignored():
+            try:
+                self._stop_processes()
+            finally:
+                if self.lab is not None:
+                    self.lab.stop()
+
+    def _stop_processes(self) -> None:
         for _name, proc in reversed(self.procs):
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -498,17 +515,17 @@ class Experiment:
         for log in self.logs:
             log.close()
         if self.prometheus is not None:
-            self.prometheus.stop()
+            with contextlib.suppress(Exception):
+                self.prometheus.stop()
         if self.health is not None:
             with contextlib.suppress(Exception):
                 self.health.stop()
         if self._health_http is not None:
             server, thread = self._health_http
-            server.shutdown()
-            server.server_close()
+            with contextlib.suppress(Exception):
+                server.shutdown()
+                server.server_close()
             thread.join(timeout=2)
-        if self.lab is not None:
-            self.lab.stop()
 
 
 def _count_lines(path: Path) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -121,7 +122,7 @@ def _kill_group(pid: int, grace: float = 3.0) -> None:
 
 
 @contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
+def signals_ignored() -> Iterator[None]:
     """Ignore SIGINT and SIGTERM for the duration (main thread only; elsewhere a no-op)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -311,7 +312,7 @@ class Lab:
     def stop(self) -> None:
         """Tear everything down, in reverse order; safe to call twice. A second Ctrl-C while
         tearing down is ignored: an interrupted teardown is what leaves namespaces behind."""
-        with _signals_ignored():
+        with signals_ignored():
             self._stop()
 
     def _stop(self) -> None:
@@ -466,7 +467,10 @@ class Lab:
             if self.options.management:
                 lines += management_host_batch(h)
             batch.write_text("\n".join(lines) + "\n")
-            out = node.cmd("sysctl", "-q", "-w", *sysctls(h), ";", "ip", "-batch", str(batch))
+            # Mininet runs this line in the host's bash: the path is quoted, the rest is ours.
+            out = node.cmd(
+                "sysctl", "-q", "-w", *sysctls(h), ";", "ip", "-batch", shlex.quote(str(batch))
+            )
             if out.strip():
                 raise LabError(f"configuring {h.name}: {out.strip()}")
             if self.datapath == "user":

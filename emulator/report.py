@@ -130,6 +130,9 @@ def table_rows(
         for f in fabrics:
             if f == baseline:
                 continue
+            if baseline not in agg:  # e.g. interrupted before the baseline's first run
+                row.append("-")
+                continue
             d = difference_pct(agg[f][label].median, agg[baseline][label].median)
             row.append("-" if d is None else f"{d:+.1f}%")
         rows.append(row)
@@ -266,7 +269,8 @@ def write_report(
         if (Path(first["_dir"]) / "series.json").exists():
             plots.append(plot_port_heatmap(first, out_dir / f"ports_{f}.png", capacities[f]))
     bad = trust(runs)
-    gpus = len(json.loads((Path(runs[0]["_dir"]) / "config.json").read_text())["placement"])
+    config = json.loads((Path(runs[0]["_dir"]) / "config.json").read_text())
+    gpus = config["fabric_summary"]["hosts"]
     cost = compare(CostInputs(gpus=1024, nic_gbps=400, switch_ports=64, port_gbps=400))
     heads = ["metric", *fabrics, *(f"{f} vs {baseline}" for f in fabrics if f != baseline)]
     parts = [

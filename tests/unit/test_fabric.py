@@ -144,6 +144,8 @@ def test_spec_round_trips_through_json() -> None:
         (FabricSpec.of("roft", oversubscription=3), "oversubscription", "[4, 2, 1]"),
         (FabricSpec.of("roft", servers=6, servers_per_leaf=4), "servers_per_leaf", "[1, 2, 3, 6]"),
         (FabricSpec.of("clos", nic_gbps=-1), "nic_gbps", "positive"),
+        (FabricSpec.of("clos", nic_gbps=float("nan")), "nic_gbps", "positive"),
+        (FabricSpec.of("roft", oversubscription=float("nan")), "oversubscription", "number"),
         (FabricSpec.of("roft", n=4), "n", "not a roft parameter"),
         (FabricSpec.of("torus"), "fabric", "['clos', 'roft', 'zcube']"),
     ],

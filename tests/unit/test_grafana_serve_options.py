@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from rich.console import Console
 
 from emulator.live import port_free
 from zcube_lab.cli import main
 from zcube_lab.commands.up import _port
+
+
+@pytest.fixture(autouse=True)
+def _no_lab(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit test must never bring a lab up: fail loudly if validation lets one through."""
+    from emulator.live import LiveLab
+    from emulator.network import Lab
+
+    def refuse(*_a: object, **_k: object) -> None:
+        pytest.fail("a unit test tried to start a real lab")
+
+    monkeypatch.setattr(Lab, "start", refuse)
+    monkeypatch.setattr(LiveLab, "serve", refuse)
 
 
 def test_serve_and_cli_do_not_go_together(capsys) -> None:

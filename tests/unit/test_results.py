@@ -108,13 +108,25 @@ def test_aggregate_medians_spread_and_differences() -> None:
         (["--fabrics", "zcube,torus"], "fabrics"),
         (["--rate", "-1"], "rate"),
         (["--layout", "diagonal"], "layout"),
+        (["--nic-mbps", "0"], "nic_mbps"),
+        (["--drain", "-5"], "drain"),
+        (["--policy", "flood"], "policy"),
     ],
 )
 def test_compare_rejects_bad_options_before_any_run(
-    argv: list[str], field: str, tmp_path, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    field: str,
+    tmp_path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from emulator.experiment import Experiment
     from zcube_lab.cli import main
 
+    def refuse(*_a: object, **_k: object) -> None:
+        pytest.fail("a unit test tried to start a real run")
+
+    monkeypatch.setattr(Experiment, "run", refuse)
     assert main(["compare", *argv, "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"error: {field}=" in err

@@ -35,7 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--spines", type=int, default=2, help="roft/clos spines")
     g.add_argument("--repeat", type=int, default=3, help="runs per fabric (medians reported)")
     g.add_argument("--baseline", default="roft", help="fabric the differences are taken against")
-    g.add_argument("--report-only", type=Path, nargs="*", help="rebuild a report from run folders")
+    g.add_argument(
+        "--report-only",
+        type=Path,
+        nargs="+",
+        metavar="RUN",
+        help="rebuild a report from run folders",
+    )
     add_run_arguments(parser)
 
 
@@ -90,8 +96,15 @@ def run(args: argparse.Namespace) -> int:
         Experiment(config_from_args(args, specs[kind]))
     out_dir = args.results / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     runs = []
-    if args.report_only:
+    failed = 0
+    if args.report_only is not None:
+        for p in args.report_only:
+            if not (p / "summary.json").is_file():
+                raise ConfigError("report_only", str(p), "run folders holding a summary.json")
         runs = [load_run(p) for p in args.report_only]
+        unknown = sorted({r["fabric"] for r in runs} - set(kinds))
+        if unknown:
+            raise ConfigError("fabrics", args.fabrics, f"must include the runs' fabrics {unknown}")
     else:
         signal.signal(signal.SIGTERM, _raise_interrupt)
         total = len(kinds) * args.repeat
@@ -111,8 +124,11 @@ def run(args: argparse.Namespace) -> int:
                         f"{c['ttft_p99_s'] or float('nan'):.3f}s -> {result.path}"
                     )
         except (LabError, PrometheusError) as exc:
+            # Keep what completed: the report below covers the runs before the failure.
             console.print(f"[red]zcube-lab compare: {exc}[/red]")
-            return 1
+            failed = 1
+            if not runs:
+                return 1
         except KeyboardInterrupt:
             console.print("interrupted: the current run was torn down")
             if not runs:
@@ -139,4 +155,4 @@ def run(args: argparse.Namespace) -> int:
         if reasons:
             console.print(f"[red]{f}: NOT TRUSTWORTHY[/red]: " + "; ".join(reasons))
     console.print(f"report: {page}")
-    return 0
+    return failed
