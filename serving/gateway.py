@@ -100,7 +100,8 @@ async def _prefill(
             raw = await resp.read()
             if resp.status != 200:
                 return web.Response(body=raw, status=resp.status, headers=_relay_headers(resp))
-            params = json.loads(raw).get("kv_transfer_params")
+            reply = json.loads(raw)
+            params = reply.get("kv_transfer_params") if isinstance(reply, dict) else None
             if not isinstance(params, dict):
                 raise ApiError(502, "prefill returned no kv_transfer_params", code="upstream_error")
             # Not sent on: the decode handler pops it to pick a decode of the same group.

@@ -132,29 +132,35 @@ LANE_WINDOW = 2  # chunk requests a lane keeps outstanding, so the link never id
 async def _pull_lane(
     request_id: str,
     addr: Address,
+    first: tuple[int, int],
     queue: deque[tuple[int, int]],
+    lanes: int,
     out: memoryview,
     local: str | None = None,
 ) -> int:
-    """Pull chunks from the shared queue until it is empty: a lane on a faster path takes more
-    chunks, so a transfer is not held back by its slowest lane (multi-rail transports share
-    work the same way)."""
+    """Pull `first`, then chunks from the shared queue until it is empty: a lane on a faster
+    path takes more chunks, so a transfer is not held back by its slowest lane (multi-rail
+    transports share work the same way). A lane keeps a second request outstanding only while
+    the queue holds enough for every lane, so the tail is not hoarded by one lane."""
     reader, writer = await asyncio.open_connection(
         addr.host, addr.port, limit=2**20, local_addr=(local, 0) if local else None
     )
     inflight: deque[tuple[int, int]] = deque()
 
-    def ask() -> bool:
-        if not queue:
-            return False
-        chunk = queue.popleft()
+    def send(chunk: tuple[int, int]) -> None:
         inflight.append(chunk)
         writer.write(encode_request(OP_GET, request_id, *chunk))
+
+    def ask() -> bool:
+        if not queue or (inflight and len(queue) < lanes):
+            return False
+        send(queue.popleft())
         return True
 
     try:
-        for _ in range(LANE_WINDOW):
-            ask()
+        send(first)
+        while len(inflight) < LANE_WINDOW and ask():
+            pass
         await writer.drain()
         moved = 0
         while inflight:
@@ -169,7 +175,10 @@ async def _pull_lane(
                 raise KVTransferError(f"chunk {offset}+{length} from {addr}: checksum mismatch")
             out[offset : offset + length] = data
             moved += length
-            if ask():
+            sent = False
+            while len(inflight) < LANE_WINDOW and ask():
+                sent = True
+            if sent:
                 await writer.drain()
         return moved
     finally:
@@ -195,15 +204,24 @@ async def pull_kv(
     buf = bytearray(num_bytes)
     view = memoryview(buf)
     lanes = plan_lanes(num_bytes, chunk_bytes, addrs, streams)
-    # Every chunk in offset order; whichever lane is free takes the next one.
-    queue = deque(sorted(c for _, chunks in lanes for c in chunks))
+    # Each lane starts with one chunk; the rest go, in offset order, to whichever lane is free.
+    chunks = sorted(c for _, cs in lanes for c in cs)
+    queue = deque(chunks[len(lanes) :])
     try:
         async with asyncio.timeout(timeout_s), asyncio.TaskGroup() as tg:
             tasks = [
                 tg.create_task(
-                    _pull_lane(request_id, a, queue, view, pick_source(a.host, source_map))
+                    _pull_lane(
+                        request_id,
+                        a,
+                        chunks[i],
+                        queue,
+                        len(lanes),
+                        view,
+                        pick_source(a.host, source_map),
+                    )
                 )
-                for a, _ in lanes
+                for i, (a, _) in enumerate(lanes)
             ]
     except TimeoutError:
         raise KVTransferError(

@@ -183,3 +183,21 @@ async def test_a_faster_lane_takes_more_chunks() -> None:
         proxy.close()
         for s in servers:
             s.close()
+
+
+async def test_a_short_transfer_spreads_one_chunk_per_lane() -> None:
+    store = KVStore(10**6)
+    data = make_kv_buffer("req", 4, 3 * 65536)  # three chunks, four lanes asked for
+    store.put("req", data, 100, now=0.0, lease_s=60)
+    addrs, servers = await _servers(store, 2)
+    try:
+        _, result = await pull_kv(
+            "req", addrs, len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+            timeout_s=10,
+        )  # fmt: skip
+        # Lanes a, b, a: no lane hoards the tail, so both addresses carry their share.
+        assert result.lanes == 3
+        assert result.bytes_by_address == {str(addrs[0]): 2 * 65536, str(addrs[1]): 65536}
+    finally:
+        for s in servers:
+            s.close()
