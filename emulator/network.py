@@ -135,13 +135,42 @@ def signals_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), which
+    tells a recorded process from a later one that reused its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _same_process(pid: int, starts: dict[str, int]) -> bool:
+    """Alive, and (when its start time was recorded) the very process that was recorded."""
+    if not _pid_alive(pid):
+        return False
+    recorded = starts.get(str(pid))
+    return recorded is None or recorded == _start_time(pid)
+
+
+def check_state_dir(path: Path) -> None:
+    """Create the state folder (mode 0700) or refuse one that root must not trust: a symlink,
+    or a folder another user owns (it lists processes and interfaces root will remove)."""
+    if path.is_symlink():
+        raise LabError(f"state folder {path} is a symlink; remove it")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_uid != os.geteuid():
+        raise LabError(f"state folder {path} belongs to another user; remove it")
+
+
 def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
     """Remove what crashed runs left: their processes, bridges and root-side interfaces.
 
     Refuses (LabError) when the run that owns a state file is still alive.
     """
     removed: list[str] = []
-    if state_dir.exists():
+    if state_dir.exists() or state_dir.is_symlink():
+        check_state_dir(state_dir)
         for path in sorted(state_dir.glob("lab-*.json")):
             try:
                 state = json.loads(path.read_text())
@@ -153,8 +182,9 @@ def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
                 raise LabError(
                     f"another zcube-lab run (pid {owner}) is up; stop it first (state file {path})"
                 )
+            starts = state.get("starts", {})
             for pid in state.get("pids", []):
-                if _pid_alive(pid):
+                if _same_process(pid, starts):
                     _kill_group(pid, grace=1.0)
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
@@ -334,15 +364,24 @@ class Lab:
             for intf in state.get("interfaces", []):
                 if Path(f"/sys/class/net/{intf}").exists():
                     _run(["ip", "link", "del", intf], check=False)
+            starts = state.get("starts", {})
             for pid in state.get("pids", []):
-                if _pid_alive(pid):
+                if _same_process(pid, starts):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
             self.state_file.unlink(missing_ok=True)
 
     # -- phases ------------------------------------------------------------------------
     def _write_state(self, pids: list[int] | None = None) -> None:
-        self.options.state_dir.mkdir(parents=True, exist_ok=True)
+        check_state_dir(self.options.state_dir)
+        # Start times, kept from when each process was first recorded (it may be gone now).
+        starts: dict[str, int] = {}
+        if self.state_file.exists():
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                starts = json.loads(self.state_file.read_text()).get("starts", {})
+        for p in pids or []:
+            if str(p) not in starts and (t := _start_time(p)) is not None:
+                starts[str(p)] = t
         root_intfs = [
             f"{node}-eth{port}"
             for lk in self.fabric.links
@@ -357,6 +396,7 @@ class Lab:
             "bridges": [s.name for s in self.fabric.switches],
             "interfaces": root_intfs,
             "pids": pids or [],
+            "starts": starts,
             "run_dir": str(self.run_dir),
         }
         self.state_file.write_text(json.dumps(state))

@@ -107,3 +107,38 @@ def test_management_network_is_apart_from_the_fabric() -> None:
     assert "link set h7-mgmt netns 1007" in root
     assert root[0] == "link add zcl-mgmt type bridge"
     assert "addr add 10.255.0.8/16 dev h7-mgmt" in management_host_batch(f.host("h7"))
+
+
+def test_state_folder_that_root_must_not_trust_is_refused(tmp_path) -> None:
+    import os
+
+    import pytest
+
+    from emulator.network import LabError, check_state_dir
+
+    good = tmp_path / "state"
+    check_state_dir(good)
+    assert good.is_dir() and (good.stat().st_mode & 0o777) == 0o700
+    link = tmp_path / "link"
+    link.symlink_to(good)
+    with pytest.raises(LabError, match="symlink"):
+        check_state_dir(link)
+    if os.geteuid() == 0:
+        other = tmp_path / "other"
+        other.mkdir()
+        os.chown(other, 65534, 65534)
+        with pytest.raises(LabError, match="another user"):
+            check_state_dir(other)
+
+
+def test_a_reused_pid_is_not_taken_for_the_recorded_process() -> None:
+    import os
+
+    from emulator.network import _same_process, _start_time
+
+    me = os.getpid()
+    started = _start_time(me)
+    assert started is not None
+    assert _same_process(me, {str(me): started})
+    assert not _same_process(me, {str(me): started + 1})  # same pid, another process
+    assert _same_process(me, {})  # nothing recorded: alive is all we know
