@@ -24,7 +24,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,16 +32,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from zcube_lab.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 LOCUST = Path(sys.executable).with_name("locust")
 ZCUBE = Path(sys.executable).with_name("zcube-lab")
-
-
-def free_port() -> int:
-    """An unused TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(url: str, timeout: float = 20.0) -> None:

@@ -33,7 +33,7 @@ from emulator.builders import build_fabric
 from emulator.fabric import Fabric, FabricSpec
 from emulator.health import HealthSampler
 from emulator.hostconfig import Scale, kv_source_map
-from emulator.network import Lab, LabError, LabOptions, free_port, signals_ignored
+from emulator.network import Lab, LabError, LabOptions, signals_ignored
 from emulator.placement import LayoutSpec, Placement, place
 from emulator.prometheus import PrometheusServer, scrape_config
 from emulator.results import (
@@ -44,6 +44,7 @@ from emulator.results import (
     utilization_summary,
 )
 from zcube_lab.errors import ConfigError
+from zcube_lab.ports import free_port
 
 PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
 MODELS = ("glm-5.1", "deepseek-v3", "llama-3.1-70b", "llama-3.1-8b", "tiny")

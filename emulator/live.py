@@ -13,7 +13,6 @@ logs, the Prometheus TSDB), without the collection step.
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -42,28 +41,7 @@ class FixedPortPrometheus(PrometheusServer):
     """The run's Prometheus on a port and address chosen by the caller, not a free one."""
 
     def __init__(self, config_text: str, workdir: Path, *, port: int, host: str) -> None:
-        super().__init__(config_text, workdir)
-        self.fixed_port = port
-        self.host = host
-
-    def _launch(self) -> None:
-        self.port = self.fixed_port  # `url` (for our own API calls) stays on 127.0.0.1
-        args = [
-            self.binary,
-            f"--config.file={self.config_path}",
-            f"--storage.tsdb.path={self.tsdb_path}",
-            f"--storage.tsdb.retention.time={self.retention}",
-            f"--web.listen-address={self.host}:{self.port}",
-        ]
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
+        super().__init__(config_text, workdir, port=port, listen_host=host)
 
 
 class LiveLab(Experiment):

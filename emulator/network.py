@@ -19,7 +19,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -234,13 +233,6 @@ def _delete_bridges(names: list[str]) -> list[str]:
         if Path(f"/sys/class/net/{b}").exists():
             _run(["ip", "link", "del", b], check=False)
     return [f"bridge {b}" for b in gone]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:

@@ -23,7 +23,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -36,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from zcube_lab.errors import ConfigError
+from zcube_lab.ports import free_port
 
 PROMETHEUS_BINARY = "/usr/bin/prometheus"
 COMPONENTS = ("gateway", "prefill", "decode", "controller", "loadgen", "emulator")
@@ -190,16 +190,6 @@ class TargetHealth:
     scrape_url: str
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (the kernel picks it; never 9090 by chance)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if port != 9090:
-            return port
-
-
 class PrometheusServer:
     """Debian's Prometheus on 127.0.0.1:<free port>, storing its TSDB under `workdir/tsdb`.
 
@@ -218,6 +208,8 @@ class PrometheusServer:
         ready_timeout_s: float = 30.0,
         grace_s: float = 10.0,
         http_timeout_s: float = 10.0,
+        port: int | None = None,
+        listen_host: str = "127.0.0.1",
     ) -> None:
         self.config_text = config_text
         # Absolute: Prometheus resolves relative paths against its own working directory.
@@ -227,6 +219,9 @@ class PrometheusServer:
         self.ready_timeout_s = ready_timeout_s
         self.grace_s = grace_s
         self.http_timeout_s = http_timeout_s
+        # None: a free port on each attempt; a number: that port, for Grafana and browsers.
+        self.requested_port = port
+        self.listen_host = listen_host
         self.port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         # urllib follows http_proxy from the environment; never send 127.0.0.1 through a proxy.
@@ -272,9 +267,9 @@ class PrometheusServer:
         self.tsdb_path.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text)
         # The free port can be taken between our probe and Prometheus' bind: retry a few times.
-        attempts = 3
+        attempts = 3 if self.requested_port is None else 1
         for attempt in range(1, attempts + 1):
-            self.port = free_port()
+            self.port = self.requested_port or free_port()
             self._launch()
             try:
                 self._wait_ready()
@@ -325,10 +320,11 @@ class PrometheusServer:
             # Short: a run lasts minutes. Retention counts back from the newest sample, not the
             # wall clock, so reopening a finished run's TSDB later deletes nothing.
             f"--storage.tsdb.retention.time={self.retention}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            # For TSDB snapshots; safe, since it listens on 127.0.0.1 only.
-            "--web.enable-admin-api",
+            f"--web.listen-address={self.listen_host}:{self.port}",
         ]
+        if self.listen_host == "127.0.0.1":
+            # For TSDB snapshots; safe only while it listens on loopback.
+            args.append("--web.enable-admin-api")
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
                 args,

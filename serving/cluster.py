@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,13 +20,7 @@ from pathlib import Path
 from serving.config import Address, DecodeConfig, EpWorkerConfig, GatewayConfig, PrefillConfig
 from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
 from zcube_lab.errors import ConfigError
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port the OS says is free right now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+from zcube_lab.ports import free_port
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from serving.cluster import free_port
 from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.decode import make_decode_app
 from serving.gateway import make_gateway_app
 from serving.prefill import make_prefill_app
+from zcube_lab.ports import free_port
 
 
 @dataclass

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from emulator.live import FixedPortPrometheus, port_free
-from emulator.network import free_port
 from emulator.prometheus import PrometheusError, scrape_config
+from zcube_lab.ports import free_port
 
 pytestmark = pytest.mark.integration
 

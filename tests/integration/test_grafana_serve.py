@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from emulator.hostconfig import MGMT_BRIDGE
-from emulator.network import free_port
+from zcube_lab.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

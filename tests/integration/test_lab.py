@@ -15,7 +15,8 @@ from emulator.builders import build_fabric
 from emulator.fabric import FabricSpec
 from emulator.hostconfig import Scale
 from emulator.measure import group_bucket_packets, iperf3
-from emulator.network import Lab, LabOptions, free_port
+from emulator.network import Lab, LabOptions
+from zcube_lab.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

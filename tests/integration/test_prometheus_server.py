@@ -18,9 +18,9 @@ from emulator.prometheus import (
     PROMETHEUS_BINARY,
     PrometheusError,
     PrometheusServer,
-    free_port,
     scrape_config,
 )
+from zcube_lab.ports import free_port
 
 pytestmark = [
     pytest.mark.integration,

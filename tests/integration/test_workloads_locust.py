@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.cluster import ClusterSpec, LocalCluster, free_port
+from serving.cluster import ClusterSpec, LocalCluster
+from zcube_lab.ports import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from serving.alltoall import start_ep_server
-from serving.cluster import free_port
 from serving.config import Address
 from serving.profiles import get_profile, prefill_step_seconds
+from zcube_lab.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import (

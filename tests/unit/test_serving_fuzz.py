@@ -17,11 +17,11 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.cluster import free_port
 from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.decode import make_decode_app
 from serving.gateway import make_gateway_app
 from serving.prefill import make_prefill_app
+from zcube_lab.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import threaded_apps

@@ -8,7 +8,6 @@ import zlib
 
 import pytest
 
-from serving.cluster import free_port
 from serving.config import Address
 from serving.kvstore import KVStore, make_kv_buffer
 from serving.kvwire import (
@@ -19,6 +18,7 @@ from serving.kvwire import (
     release_kv,
     start_kv_server,
 )
+from zcube_lab.ports import free_port
 
 
 def test_plan_lanes_deals_chunks_over_addresses_and_streams() -> None:

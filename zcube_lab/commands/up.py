@@ -158,7 +158,7 @@ def _print_summary(summary: dict[str, object], failures: dict[str, list[str]]) -
 
 def _port(wanted: int, bind: str, what: str, console: Console) -> int:
     from emulator.live import port_free
-    from emulator.network import free_port
+    from zcube_lab.ports import free_port
 
     if port_free(wanted, bind):
         return wanted
