@@ -166,6 +166,28 @@ def _leaf_spine_links(
     return links
 
 
+def _leaf_spine_tier(
+    leaves: int, downlinks: int, spines: int, per_spine: int, gbps: float
+) -> tuple[list[Switch], list[Link]]:
+    """The leaf and spine switches and the links between them (ROFT and Clos alike)."""
+    leaf_radix = downlinks + spines * per_spine
+    switches = [Switch(f"leaf{i}", _dpid("leaf", i), "leaf", i, leaf_radix) for i in range(leaves)]
+    switches += [
+        Switch(f"spine{j}", _dpid("spine", j), "spine", j, leaves * per_spine)
+        for j in range(spines)
+    ]
+    return switches, _leaf_spine_links(leaves, downlinks, spines, per_spine, gbps)
+
+
+def _check_divides_servers(servers_per_leaf: int, servers: int) -> None:
+    if servers % servers_per_leaf:
+        raise ConfigError(
+            "servers_per_leaf",
+            servers_per_leaf,
+            f"must divide servers={servers}: one of {_divisors(servers)}",
+        )
+
+
 def _single_port_host(gid: int, server: int, rank: int, rail: int) -> Host:
     name = f"h{gid}"
     iface = Interface(name, 0, f"10.0.{server}.{rank + 1}", _mac(gid, 0))
@@ -192,10 +214,7 @@ def build_roft(
     nic = _require_rate("nic_gbps", nic_gbps)
     spl = servers if servers_per_leaf is None else servers_per_leaf
     spl = _require_int("servers_per_leaf", spl, 1)
-    if servers % spl:
-        raise ConfigError(
-            "servers_per_leaf", spl, f"must divide servers={servers}: one of {_divisors(servers)}"
-        )
+    _check_divides_servers(spl, servers)
     groups = servers // spl
     per_spine = _uplinks(spl, oversubscription, spines)
     leaves = groups * gps
@@ -207,13 +226,8 @@ def build_roft(
             gid = server * gps + rank
             hosts.append(_single_port_host(gid, server, rank, rank))
             links.append(Link(f"h{gid}", 0, f"leaf{group * gps + rank}", local + 1, nic))
-    links += _leaf_spine_links(leaves, spl, spines, per_spine, nic)
-    leaf_radix = spl + spines * per_spine
-    switches = [Switch(f"leaf{i}", _dpid("leaf", i), "leaf", i, leaf_radix) for i in range(leaves)]
-    switches += [
-        Switch(f"spine{j}", _dpid("spine", j), "spine", j, leaves * per_spine)
-        for j in range(spines)
-    ]
+    switches, trunks = _leaf_spine_tier(leaves, spl, spines, per_spine, nic)
+    links += trunks
     spec = FabricSpec.of(
         "roft",
         servers=servers,
@@ -239,10 +253,7 @@ def build_clos(
     spines = _require_int("spines", spines, 1)
     nic = _require_rate("nic_gbps", nic_gbps)
     spl = _require_int("servers_per_leaf", servers_per_leaf, 1)
-    if servers % spl:
-        raise ConfigError(
-            "servers_per_leaf", spl, f"must divide servers={servers}: one of {_divisors(servers)}"
-        )
+    _check_divides_servers(spl, servers)
     leaves = servers // spl
     downlinks = spl * gps
     per_spine = _uplinks(downlinks, oversubscription, spines)
@@ -254,13 +265,8 @@ def build_clos(
             gid = server * gps + rank
             hosts.append(_single_port_host(gid, server, rank, rank))
             links.append(Link(f"h{gid}", 0, f"leaf{leaf}", local * gps + rank + 1, nic))
-    links += _leaf_spine_links(leaves, downlinks, spines, per_spine, nic)
-    leaf_radix = downlinks + spines * per_spine
-    switches = [Switch(f"leaf{i}", _dpid("leaf", i), "leaf", i, leaf_radix) for i in range(leaves)]
-    switches += [
-        Switch(f"spine{j}", _dpid("spine", j), "spine", j, leaves * per_spine)
-        for j in range(spines)
-    ]
+    switches, trunks = _leaf_spine_tier(leaves, downlinks, spines, per_spine, nic)
+    links += trunks
     spec = FabricSpec.of(
         "clos",
         servers=servers,
