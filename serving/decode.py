@@ -36,7 +36,6 @@ from serving.config import (
     parse_address,
     parse_kv_sources,
     parse_prefill_kv,
-    parse_with_file,
 )
 from serving.engine_step import run_step
 from serving.kvwire import KVTransferError, pull_kv, release_kv
@@ -443,15 +442,9 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one decode instance until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m serving.decode", description=__doc__)
-    add_arguments(parser)
-    try:
-        cfg = config_from_args(parse_with_file(parser, argv))
-    except ConfigError as exc:
-        parser.error(str(exc))
-    httpapi.setup_logging()
-    web.run_app(make_decode_app(cfg), host=cfg.host, port=cfg.port, access_log=None, print=None)
-    return 0
+    return httpapi.run_role(
+        "python -m serving.decode", __doc__, add_arguments, config_from_args, make_decode_app, argv
+    )
 
 
 if __name__ == "__main__":

@@ -23,11 +23,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from serving import httpapi
-from serving.config import GatewayConfig, parse_with_file
+from serving.config import GatewayConfig
 from serving.metrics import GatewayMetrics
 from serving.openai_api import CHAT, COMPLETION, ApiError, parse_request
 from serving.routing import Backend, Policy, make_policy, same_group
-from zcube_lab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 GROUP_KEY = "_zcube_group"
@@ -274,15 +273,14 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the gateway until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m serving.gateway", description=__doc__)
-    add_arguments(parser)
-    try:
-        cfg = config_from_args(parse_with_file(parser, argv))
-    except ConfigError as exc:
-        parser.error(str(exc))
-    httpapi.setup_logging()
-    web.run_app(make_gateway_app(cfg), host=cfg.host, port=cfg.port, access_log=None, print=None)
-    return 0
+    return httpapi.run_role(
+        "python -m serving.gateway",
+        __doc__,
+        add_arguments,
+        config_from_args,
+        make_gateway_app,
+        argv,
+    )
 
 
 if __name__ == "__main__":

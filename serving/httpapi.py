@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import re
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from serving.config import parse_with_file
 from serving.openai_api import ApiError
+from zcube_lab.errors import ConfigError
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 MODEL_NAME_KEY = web.AppKey("model_name", str)
@@ -113,6 +117,27 @@ def new_app(registry: CollectorRegistry, model_name: str) -> web.Application:
     app[MODEL_NAME_KEY] = model_name
     add_common_routes(app)
     return app
+
+
+def run_role(
+    prog: str,
+    doc: str | None,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    config_from_args: Callable[[argparse.Namespace], Any],
+    make_app: Callable[[Any], web.Application],
+    argv: Sequence[str] | None,
+) -> int:
+    """A role process's `main`: parse flags (and a --config file), then serve until
+    interrupted; a bad option is a usage error naming the field."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc)
+    add_arguments(parser)
+    try:
+        cfg = config_from_args(parse_with_file(parser, argv))
+    except ConfigError as exc:
+        parser.error(str(exc))
+    setup_logging()
+    web.run_app(make_app(cfg), host=cfg.host, port=cfg.port, access_log=None, print=None)
+    return 0
 
 
 def setup_logging() -> None:

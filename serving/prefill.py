@@ -30,7 +30,6 @@ from serving.config import (
     add_common_arguments,
     addresses,
     common_kwargs,
-    parse_with_file,
 )
 from serving.engine_step import run_step
 from serving.kvstore import HeldKV, KVStore, make_kv_buffer
@@ -39,7 +38,6 @@ from serving.metrics import EngineMetrics
 from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
 from serving.profiles import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
 from serving.textgen import plan_output, request_rng, token_text
-from zcube_lab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 BLOCK_SIZE = 16
@@ -329,15 +327,14 @@ def config_from_args(args: argparse.Namespace) -> PrefillConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one prefill instance until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m serving.prefill", description=__doc__)
-    add_arguments(parser)
-    try:
-        cfg = config_from_args(parse_with_file(parser, argv))
-    except ConfigError as exc:
-        parser.error(str(exc))
-    httpapi.setup_logging()
-    web.run_app(make_prefill_app(cfg), host=cfg.host, port=cfg.port, access_log=None, print=None)
-    return 0
+    return httpapi.run_role(
+        "python -m serving.prefill",
+        __doc__,
+        add_arguments,
+        config_from_args,
+        make_prefill_app,
+        argv,
+    )
 
 
 if __name__ == "__main__":
