@@ -14,11 +14,11 @@ Matching is exact on every field of a flow's match, as our rules only use exact 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from controller.rules import ETH_TYPE_IPV4, FlowSpec, Output, SwitchRules, ToGroup, port_peers
+from emulator import hostconfig
 from emulator.fabric import Fabric, Host
 
 Packet = Mapping[str, int | str]
@@ -55,16 +55,11 @@ class Trace:
 
 
 def egress_interface(host: Host, dst_ip: str) -> int:
-    """The interface a host sends `dst_ip` through: longest prefix match over its routes."""
-    address = ipaddress.ip_address(dst_ip)
-    best: tuple[int, int] | None = None
-    for route in host.routes:
-        net = ipaddress.ip_network(route.prefix)
-        if address in net and (best is None or net.prefixlen > best[0]):
-            best = (net.prefixlen, route.interface)
-    if best is None:
+    """The interface a host sends `dst_ip` through (its routes, longest prefix first)."""
+    out = hostconfig.egress_interface(host, dst_ip)
+    if out is None:
         raise LookupError(f"{host.name} has no route to {dst_ip}")
-    return best[1]
+    return out
 
 
 def ipv4_packet(dst_ip: str) -> dict[str, int | str]:
