@@ -1,7 +1,11 @@
 """`python -m controller`: run the fabric controller (OpenFlow 1.3 on 127.0.0.1) and its metrics.
 
     python -m controller --fabric-spec '{"kind": "roft", "params": {}}' --policy ecmp \
-        --of-port 6653 --metrics-port 9101 --poll-interval 1
+        --of-port 6653 --metrics-port 9101 --poll-interval 1 [--recompute]
+
+`--recompute` makes the controller route around links that go down (and back when they come
+up), sending each switch only what changed; without it the controller only records link state,
+and failures are handled by the switches (`ecmp`, `ff`) or not at all (`single`).
 
 os-ken has no `osken-manager` command here, so this does what `ryu-manager` does: register
 os-ken's options by importing its modules, parse them into `os_ken.cfg.CONF` (listen host and
@@ -67,6 +71,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--poll-interval", type=float, default=1.0, help="seconds between statistics polls"
     )
+    p.add_argument(
+        "--recompute",
+        action="store_true",
+        help="recompute routes on port-status changes and push the difference to the switches",
+    )
     p.add_argument("--log-level", default="INFO", help="Python logging level")
     return p.parse_args(argv)
 
@@ -125,7 +134,8 @@ def _serve(
     print(
         f"controller listening on tcp:{LISTEN_HOST}:{args.of_port} (OpenFlow 1.3), "
         f"metrics on http://{LISTEN_HOST}:{metrics_port}/metrics, "
-        f"fabric {fabric.kind} ({len(fabric.switches)} switches), policy {config.policy}",
+        f"fabric {fabric.kind} ({len(fabric.switches)} switches), policy {config.policy}"
+        f"{', recompute' if config.recompute else ''}",
         flush=True,
     )
     while not stop.wait(0.2):
@@ -142,7 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     registry = CollectorRegistry()
     try:
         fabric = build_fabric(FabricSpec.from_json(args.fabric_spec))
-        config = ControllerConfig(fabric, args.policy, args.poll_interval, registry)
+        config = ControllerConfig(
+            fabric, args.policy, args.poll_interval, registry, recompute=args.recompute
+        )
     except (ConfigError, ValueError, KeyError, TypeError) as err:
         print(f"controller: bad configuration: {err}", file=sys.stderr)
         return 2

@@ -6,10 +6,23 @@ Configuration is passed in, not read from globals: the app expects the keyword a
 module with a plain `AppManager.run_apps` therefore fails at once with a message saying so.
 
 Handlers stay thin: they look up the switch by dpid, call pure code (`controller.ofmsg` for
-messages, `FabricStats` for counters) and send what it returns.
+messages, `controller.rules` for routes and diffs, `FabricStats` for counters) and send what it
+returns.
 - switch features (a switch connected): known dpid -> clear its flows and groups, add the
-  groups, then the flows, then a barrier; unknown dpid -> log and ignore.
+  groups, then the flows of the CURRENT rules (after any recompute), then a barrier; unknown
+  dpid -> log and ignore.
 - barrier reply: the switch applied everything; record the installed counts.
+- port status (and the port descriptions os-ken asks for at connect): a port is down when its
+  state says link down, its config says port down, or it was deleted. The app keeps the set of
+  down (switch, port); a fabric link is down as soon as either end is. `zcube_link_up` and
+  `zcube_port_status_events_total` follow.
+- with `recompute` set, a change of link state starts a short debounce (both ends of a link
+  report within it), then the app computes `compute_rules` on the fabric without the down links,
+  and sends every connected switch only the difference (`rules.diff_rules` after
+  `rules.align_groups`, as messages from `ofmsg.diff_messages`) and a barrier. Without it the
+  app only records: `single` then does not react at all, `ecmp` and `ff` react in the switch
+  (a select group hashes over the buckets whose watch_port is up; a fast-failover group takes
+  the first such bucket).
 - a poller thread sends port, aggregate-flow and group statistics requests every
   `poll_interval` seconds; the replies update `FabricStats`, which `FabricCollector` exports.
 """
@@ -17,6 +30,8 @@ messages, `FabricStats` for counters) and send what it returns.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,26 +48,57 @@ from os_ken.ofproto import ofproto_v1_3
 from prometheus_client import CollectorRegistry
 
 from controller.metrics import FabricCollector, FabricStats, PortCounters
-from controller.ofmsg import install_messages, stats_requests
-from controller.rules import SwitchRules, check_policy, compute_rules, port_peers
-from emulator.fabric import Fabric
+from controller.ofmsg import diff_messages, install_messages, stats_requests
+from controller.rules import (
+    RuleDiff,
+    SwitchRules,
+    align_groups,
+    check_policy,
+    compute_rules,
+    diff_rules,
+    failed_links,
+    link_states,
+    port_peers,
+)
+from emulator.fabric import Fabric, Link
 from zcube_lab.errors import ConfigError
+
+# Both ends of a failed link report within a few milliseconds; wait this long after the first
+# change so one recompute covers them.
+RECOMPUTE_DEBOUNCE_S = 0.03
+
+
+def port_is_down(ofp: Any, reason: int, desc: Any) -> bool:
+    """Whether a port-status (or port description) says the port carries no traffic."""
+    return bool(
+        reason == ofp.OFPPR_DELETE
+        or desc.state & ofp.OFPPS_LINK_DOWN
+        or desc.config & ofp.OFPPC_PORT_DOWN
+    )
+
+
+def link_text(link: Link) -> str:
+    """A link as `node1:port1-node2:port2` for logs."""
+    return f"{link.node1}:{link.port1}-{link.node2}:{link.port2}"
 
 
 @dataclass(frozen=True)
 class ControllerConfig:
     """What the app routes and how: the fabric, the policy, the polling period, the registry
-    its metrics go to."""
+    its metrics go to, and whether it recomputes routes when links go down or up."""
 
     fabric: Fabric
     policy: str
     poll_interval: float
     registry: CollectorRegistry
+    recompute: bool = False
 
     def __post_init__(self) -> None:
         check_policy(self.policy)
         if not self.poll_interval > 0:
             raise ConfigError("poll_interval", self.poll_interval, "a number of seconds > 0")
+        if not isinstance(self.recompute, bool):
+            raise ConfigError("recompute", self.recompute, "True or False")
 
 
 class ZCubeController(app_manager.OSKenApp):
@@ -78,45 +124,60 @@ class ZCubeController(app_manager.OSKenApp):
             for (node, port), (far, _far_port) in port_peers(fabric).items()
             if fabric.is_switch(node)
         }
-        self.stats = FabricStats(by_name)
-        config.registry.register(FabricCollector(self.stats, by_name, peers))
+        self.stats = FabricStats(by_name, link_states(fabric, ()))
+        config.registry.register(FabricCollector(self.stats, peers))
         self._datapaths: dict[int, Any] = {}
         self._barriers: dict[int, int] = {}  # dpid -> xid of the barrier ending the install
         self._lock = threading.Lock()
+        # Serialises installing a connecting switch with a recompute, so a switch gets either
+        # the old rules and then the diff, or the new rules and no diff.
+        self._route_lock = threading.Lock()
         self._stop = threading.Event()
+        self._down_ports: set[tuple[str, int]] = set()
+        self._routed_down: tuple[Link, ...] = ()  # the failed links self.rules avoid
+        self._pending_since: float | None = None  # monotonic time of the first unrouted change
+        self._timer: Any = None
+        # Runs a function after a delay on another thread (tests replace it).
+        self.defer: Callable[[float, Callable[[], None]], Any] = hub.spawn_after
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> Any:
         thread = super().start()
         self.threads.append(hub.spawn(self._poll_loop))
         self.logger.info(
-            "routing %s (%d switches) with policy %s",
+            "routing %s (%d switches) with policy %s%s",
             self.config.fabric.kind,
             len(self.rules),
             self.config.policy,
+            ", recomputing on link changes" if self.config.recompute else "",
         )
         return thread
 
     def stop(self) -> None:
         self._stop.set()
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         super().stop()
 
     # -- installing rules -------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _on_features(self, ev: Any) -> None:
         dp = ev.msg.datapath
-        rules = self.rules.get(dp.id)
-        if rules is None:
-            self.logger.warning("ignoring switch with unknown dpid %016x", dp.id)
-            return
-        for msg in install_messages(dp, rules):
-            dp.send_msg(msg)
-        barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
-        dp.set_xid(barrier)
-        with self._lock:
-            self._datapaths[dp.id] = dp
-            self._barriers[dp.id] = barrier.xid
-        dp.send_msg(barrier)
+        with self._route_lock:
+            rules = self.rules.get(dp.id)
+            if rules is None:
+                self.logger.warning("ignoring switch with unknown dpid %016x", dp.id)
+                return
+            for msg in install_messages(dp, rules):
+                dp.send_msg(msg)
+            barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
+            dp.set_xid(barrier)
+            with self._lock:
+                self._datapaths[dp.id] = dp
+                self._barriers[dp.id] = barrier.xid
+            dp.send_msg(barrier)
         self.stats.connected(rules.name)
         self.logger.info(
             "%s (%016x): sent %d flows, %d groups",
@@ -157,6 +218,124 @@ class ZCubeController(app_manager.OSKenApp):
         self.logger.error(
             "OpenFlow error from %016x: type=%d code=%d", msg.datapath.id, msg.type, msg.code
         )
+
+    # -- link state and recomputing ----------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPortStatus, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _on_port_status(self, ev: Any) -> None:
+        msg = ev.msg
+        rules = self.rules.get(msg.datapath.id)
+        if rules is None:
+            return
+        ofp = msg.datapath.ofproto
+        self.stats.port_status(rules.name)
+        if msg.desc.port_no <= ofp.OFPP_MAX:
+            down = port_is_down(ofp, msg.reason, msg.desc)
+            self._observe(rules.name, {msg.desc.port_no: down})
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _on_port_desc(self, ev: Any) -> None:
+        # os-ken asks every connecting switch for its ports: this catches links that changed
+        # while the switch was away.
+        msg = ev.msg
+        rules = self.rules.get(msg.datapath.id)
+        if rules is None:
+            return
+        ofp = msg.datapath.ofproto
+        self._observe(
+            rules.name,
+            {
+                p.port_no: port_is_down(ofp, ofp.OFPPR_MODIFY, p)
+                for p in msg.body
+                if p.port_no <= ofp.OFPP_MAX
+            },
+        )
+
+    def _observe(self, switch: str, ports: dict[int, bool]) -> None:
+        """Record port states (True = down); on a change, update link metrics and, when
+        recomputing, schedule a recompute."""
+        fabric = self.config.fabric
+        with self._lock:
+            before = set(self._down_ports)
+            for port, down in ports.items():
+                if down:
+                    self._down_ports.add((switch, port))
+                else:
+                    self._down_ports.discard((switch, port))
+            if self._down_ports == before:
+                return
+            down_now = frozenset(self._down_ports)
+            schedule = self.config.recompute and self._pending_since is None
+            if schedule:
+                self._pending_since = time.monotonic()
+        for port, down in sorted(ports.items()):
+            if ((switch, port) in before) != down:
+                self.logger.info("%s port %d %s", switch, port, "down" if down else "up")
+        self.stats.set_links(link_states(fabric, down_now))
+        if schedule:
+            timer = self.defer(RECOMPUTE_DEBOUNCE_S, self._recompute_safely)
+            with self._lock:
+                self._timer = timer
+
+    def _recompute_safely(self) -> None:
+        try:
+            self.recompute()
+        except Exception:
+            # On a timer thread nobody else would see it.
+            self.logger.exception("route recompute failed")
+
+    def recompute(self) -> dict[str, RuleDiff]:
+        """Route around the links down now: compute the rules without them and send every
+        connected switch what changed. Returns the non-empty diffs by switch name."""
+        fabric, policy = self.config.fabric, self.config.policy
+        started = time.monotonic()
+        with self._route_lock:
+            with self._lock:
+                since, self._pending_since = self._pending_since, None
+                self._timer = None
+                down = failed_links(fabric, self._down_ports)
+                datapaths = dict(self._datapaths)
+            if down == self._routed_down:
+                return {}  # a flap within the debounce: nothing to change
+            went_down = [lk for lk in down if lk not in self._routed_down]
+            came_up = [lk for lk in self._routed_down if lk not in down]
+            fresh = compute_rules(fabric.without_links(down), policy)
+            rules: dict[int, SwitchRules] = {}
+            diffs: dict[int, RuleDiff] = {}
+            for dpid, old in self.rules.items():
+                rules[dpid] = align_groups(old, fresh[dpid])
+                diff = diff_rules(old, rules[dpid])
+                if not diff.empty:
+                    diffs[dpid] = diff
+            self.rules, self._routed_down = rules, down
+            for dpid in diffs:
+                self.stats.set_rules(rules[dpid].name, rules[dpid])
+            for dpid, diff in diffs.items():
+                dp = datapaths.get(dpid)
+                if dp is None:
+                    continue  # it gets the current rules when it connects
+                for msg in diff_messages(dp, diff):
+                    dp.send_msg(msg)
+                barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
+                dp.set_xid(barrier)
+                with self._lock:
+                    self._barriers[dpid] = barrier.xid
+                dp.send_msg(barrier)
+            # From the first port status it answers (or from now, when called directly).
+            elapsed = time.monotonic() - (started if since is None else since)
+        self.stats.recomputed(elapsed)
+        changes = [
+            *(f"link {link_text(lk)} down" for lk in went_down),
+            *(f"link {link_text(lk)} up" for lk in came_up),
+        ]
+        self.logger.warning(
+            "%s; recomputed, %d flows/%d groups changed on %d switches in %.1f ms",
+            ", ".join(changes),
+            sum(d.flows_changed for d in diffs.values()),
+            sum(d.groups_changed for d in diffs.values()),
+            len(diffs),
+            elapsed * 1000,
+        )
+        return {rules[dpid].name: diff for dpid, diff in diffs.items()}
 
     # -- statistics -------------------------------------------------------------------------
     def _poll_loop(self) -> None:

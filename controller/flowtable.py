@@ -1,12 +1,21 @@
 """An in-memory model of the rules installed on every switch, to ask where packets go.
 
-`FabricTable(fabric, rules)` holds each switch's flows and groups exactly as `compute_rules`
-produced them, and answers two questions without any switch:
+`FabricTable(fabric, rules, down_ports)` holds each switch's flows and groups exactly as
+`compute_rules` produced them, on the fabric's links with some of them failed, and answers two
+questions without any switch:
 - `output_ports(switch, packet)`: the ports the highest-priority matching flow sends to (every
-  bucket of a select group, since any of them may be chosen);
+  live bucket of a select group, since any of them may be chosen; the first live bucket of a
+  fast-failover group);
 - `trace(switch, in_port, packet)` / `send(host, dst_ip)`: the packet followed hop by hop over the
   fabric's links, returning every switch sequence that delivers it (and to which host interface),
   and every one that drops or loops.
+
+Failures: `down_ports` lists (node, port) link ends that are down (switch ports by OpenFlow
+number, host ports by interface index); a link is down as soon as either end is, and then both
+its ends count as down, as both sides of a real link lose carrier. Output to a down port drops;
+a group bucket is live while its watch_port is up; a group with no live bucket drops; a packet
+whose sending host's own link is down is dropped before any switch (an empty switch sequence).
+`with_failed(links)` returns the same table with more links down.
 
 Packets are plain mappings of OXM field names to values (`in_port`, `eth_type`, `ipv4_dst`).
 Matching is exact on every field of a flow's match, as our rules only use exact matches.
@@ -14,12 +23,23 @@ Matching is exact on every field of a flow's match, as our rules only use exact 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.rules import ETH_TYPE_IPV4, FlowSpec, Output, SwitchRules, ToGroup, port_peers
+from controller.rules import (
+    ETH_TYPE_IPV4,
+    Bucket,
+    FlowSpec,
+    GroupSpec,
+    Output,
+    SwitchRules,
+    ToGroup,
+    failed_links,
+    link_ends,
+    port_peers,
+)
 from emulator import hostconfig
-from emulator.fabric import Fabric, Host
+from emulator.fabric import Fabric, Host, Link
 
 Packet = Mapping[str, int | str]
 
@@ -68,10 +88,19 @@ def ipv4_packet(dst_ip: str) -> dict[str, int | str]:
 
 
 class FabricTable:
-    """The installed rules of a whole fabric, and the links that join the switches."""
+    """The installed rules of a whole fabric, and the links that join the switches (some of
+    them down)."""
 
-    def __init__(self, fabric: Fabric, rules: Mapping[int, SwitchRules]) -> None:
+    def __init__(
+        self,
+        fabric: Fabric,
+        rules: Mapping[int, SwitchRules],
+        down_ports: Collection[tuple[str, int]] = (),
+    ) -> None:
         self.fabric = fabric
+        self.rules = rules
+        self.down_links = failed_links(fabric, down_ports)
+        self.down_ports = link_ends(self.down_links)
         self._rules = {r.name: r for r in rules.values()}
         self._groups = {r.name: {g.group_id: g for g in r.groups} for r in self._rules.values()}
         # Highest priority first, so the first match wins as on a switch.
@@ -79,6 +108,25 @@ class FabricTable:
             name: sorted(r.flows, key=lambda f: -f.priority) for name, r in self._rules.items()
         }
         self._peers = port_peers(fabric)
+
+    def with_failed(self, links: Iterable[Link]) -> FabricTable:
+        """The same rules with `links` down as well (both ends)."""
+        return FabricTable(self.fabric, self.rules, self.down_ports | link_ends(links))
+
+    def is_up(self, node: str, port: int) -> bool:
+        """Whether the link at (node, port) carries packets."""
+        return (node, port) not in self.down_ports
+
+    def _live(self, switch: str, bucket: Bucket) -> bool:
+        return bucket.watch_port is None or self.is_up(switch, bucket.watch_port)
+
+    def _group_ports(self, switch: str, group: GroupSpec) -> list[int]:
+        live = [b.port for b in group.buckets if self._live(switch, b)]
+        if group.type == "ff":
+            return live[:1]
+        if group.type == "indirect":
+            return [b.port for b in group.buckets[:1]]
+        return live
 
     def lookup(self, switch: str, packet: Packet) -> FlowSpec | None:
         """The flow a packet hits on `switch`, or None (no table-miss flow either)."""
@@ -88,7 +136,9 @@ class FabricTable:
         return None
 
     def output_ports(self, switch: str, packet: Packet) -> tuple[int, ...]:
-        """Every port the packet may leave `switch` through (all buckets of a group)."""
+        """Every port the packet may leave `switch` through: an output, every live bucket of a
+        select group, the first live bucket of a fast-failover group. Ports whose link is down
+        are left out (the switch drops what it sends there)."""
         flow = self.lookup(switch, packet)
         if flow is None:
             return ()
@@ -100,8 +150,8 @@ class FabricTable:
                 group = self._groups[switch].get(action.group_id)
                 if group is None:
                     raise LookupError(f"{switch}: flow points to missing group {action.group_id}")
-                ports.extend(b.port for b in group.buckets)
-        return tuple(ports)
+                ports.extend(self._group_ports(switch, group))
+        return tuple(p for p in ports if self.is_up(switch, p))
 
     def trace(self, switch: str, in_port: int, packet: Packet) -> Trace:
         """Follow a packet entering `switch` on `in_port` through every branch."""
@@ -134,4 +184,6 @@ class FabricTable:
         """An IPv4 packet from host `src` to `dst_ip`, leaving by the host's own route."""
         iface = egress_interface(self.fabric.host(src), dst_ip)
         attachment = self.fabric.attachments[(src, iface)]
+        if not self.is_up(src, iface):
+            return Trace(frozenset(), frozenset({()}), frozenset())
         return self.trace(attachment.switch, attachment.port, ipv4_packet(dst_ip))

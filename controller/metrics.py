@@ -8,6 +8,11 @@ families on whatever `CollectorRegistry` it is registered with. Counters are the
 Labels: `switch` is the fabric switch name (`a0`, `leaf1`), `port` the OpenFlow port number,
 `peer` the node at the other end of that port in the fabric description (`b0`, `spine1`, `h3`;
 empty for a port the fabric does not know); group buckets add `group` and `bucket` (index).
+
+Failures: `zcube_link_up` is 0 for both switch ends of a link once either end reported down
+(port status), `zcube_port_status_events_total` counts those reports per switch, and a
+recomputing controller counts its recomputes and how long the last one took from the port
+status to the last barrier sent.
 """
 
 from __future__ import annotations
@@ -40,8 +45,13 @@ SWITCH_GROUPS_INSTALLED = "zcube_switch_groups_installed"
 SWITCH_FLOWS = "zcube_switch_flows"
 SWITCH_UP = "zcube_switch_up"
 OPENFLOW_ERRORS = "zcube_openflow_errors_total"
+# Per switch port that is a link end, and per switch: link state from port-status messages.
+LINK_UP = "zcube_link_up"
+PORT_STATUS_EVENTS = "zcube_port_status_events_total"
 # Fabric-wide.
 SWITCHES_CONNECTED = "zcube_switches_connected"
+ROUTE_RECOMPUTES = "zcube_route_recomputes_total"
+ROUTE_RECOMPUTE_SECONDS = "zcube_route_recompute_seconds"
 
 PORT_COUNTERS: tuple[tuple[str, str, str], ...] = (
     # (PortCounters field, metric name, help)
@@ -77,27 +87,78 @@ class _SwitchState:
     groups_installed: int = 0
     flows_reported: int | None = None
     errors: int = 0
+    port_status_events: int = 0
     ports: dict[int, PortCounters] = field(default_factory=dict)
     # group id -> (packets, bytes) per bucket, in bucket order
     buckets: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
 
-class FabricStats:
-    """The latest counters of every switch, keyed by switch name."""
+@dataclass(frozen=True)
+class RouteStats:
+    """Fabric-wide link and recompute figures."""
 
-    def __init__(self, switches: Mapping[str, SwitchRules]) -> None:
+    links: dict[tuple[str, int], bool]
+    recomputes: int
+    last_recompute_s: float | None
+
+
+class FabricStats:
+    """The latest counters of every switch, keyed by switch name, the rules each should hold,
+    and the state of every link end (switch, port)."""
+
+    def __init__(
+        self,
+        switches: Mapping[str, SwitchRules],
+        links: Mapping[tuple[str, int], bool] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
-        self._expected = {name: len(r.flows) for name, r in switches.items()}
+        self._rules = dict(switches)
         self._state = {name: _SwitchState() for name in switches}
+        self._links = dict(links or {})
+        self._recomputes = 0
+        self._last_recompute_s: float | None = None
+
+    def _kept(self, switch: str, up: bool) -> _SwitchState:
+        # Event counters survive a reconnect; the switch's own counters do not.
+        old = self._state[switch]
+        return _SwitchState(up=up, errors=old.errors, port_status_events=old.port_status_events)
 
     def connected(self, switch: str) -> None:
         with self._lock:
-            self._state[switch] = _SwitchState(up=True, errors=self._state[switch].errors)
+            self._state[switch] = self._kept(switch, up=True)
 
     def disconnected(self, switch: str) -> None:
         # Counters of a gone switch are stale: drop them rather than export old values.
         with self._lock:
-            self._state[switch] = _SwitchState(errors=self._state[switch].errors)
+            self._state[switch] = self._kept(switch, up=False)
+
+    def set_rules(self, switch: str, rules: SwitchRules) -> None:
+        """The rules the switch should now hold (after a recompute)."""
+        with self._lock:
+            self._rules[switch] = rules
+
+    def rules(self, switch: str) -> SwitchRules:
+        with self._lock:
+            return self._rules[switch]
+
+    def port_status(self, switch: str) -> None:
+        with self._lock:
+            self._state[switch].port_status_events += 1
+
+    def set_links(self, links: Mapping[tuple[str, int], bool]) -> None:
+        """Whether each link end's link is up (ends not given keep their state)."""
+        with self._lock:
+            self._links.update(links)
+
+    def recomputed(self, seconds: float) -> None:
+        with self._lock:
+            self._recomputes += 1
+            self._last_recompute_s = seconds
+
+    def routes(self) -> RouteStats:
+        """A copy of the link states and recompute figures."""
+        with self._lock:
+            return RouteStats(dict(self._links), self._recomputes, self._last_recompute_s)
 
     def installed(self, switch: str, flows: int, groups: int) -> None:
         with self._lock:
@@ -130,6 +191,7 @@ class FabricStats:
                     s.groups_installed,
                     s.flows_reported,
                     s.errors,
+                    s.port_status_events,
                     dict(s.ports),
                     dict(s.buckets),
                 )
@@ -137,20 +199,15 @@ class FabricStats:
             }
 
     def expected(self, switch: str) -> int:
-        return self._expected[switch]
+        with self._lock:
+            return len(self._rules[switch].flows)
 
 
 class FabricCollector(Collector):
     """Exports a `FabricStats` as `zcube_*` metric families at every scrape."""
 
-    def __init__(
-        self,
-        stats: FabricStats,
-        rules: Mapping[str, SwitchRules],
-        peers: Mapping[tuple[str, int], str],
-    ) -> None:
+    def __init__(self, stats: FabricStats, peers: Mapping[tuple[str, int], str]) -> None:
         self._stats = stats
-        self._rules = rules
         self._peers = peers
 
     def collect(self) -> Iterator[Metric]:
@@ -201,7 +258,7 @@ class FabricCollector(Collector):
                 labels = [name, str(port), self._peers.get((name, port), "")]
                 for attr, family in families.items():
                     family.add_metric(labels, getattr(counters, attr))
-            group_specs = {g.group_id: g for g in self._rules[name].groups}
+            group_specs = {g.group_id: g for g in self._stats.rules(name).groups}
             for group_id, counts in sorted(state.buckets.items()):
                 spec = group_specs.get(group_id)
                 for index, (packets, nbytes) in enumerate(counts):
@@ -220,3 +277,31 @@ class FabricCollector(Collector):
         yield from families.values()
         yield from (b_packets, b_bytes, expected, installed, groups, reported, up, errors)
         yield connected
+        yield from self._route_families(snap)
+
+    def _route_families(self, snap: Mapping[str, _SwitchState]) -> Iterator[Metric]:
+        routes = self._stats.routes()
+        link_up = GaugeMetricFamily(
+            LINK_UP,
+            "1 while the link at this switch port is up (neither end reported down).",
+            labels=["switch", "port", "peer"],
+        )
+        for (name, port), is_up in sorted(routes.links.items()):
+            link_up.add_metric([name, str(port), self._peers.get((name, port), "")], int(is_up))
+        events = CounterMetricFamily(
+            PORT_STATUS_EVENTS, "Port-status messages received from the switch.", labels=["switch"]
+        )
+        for name, state in sorted(snap.items()):
+            events.add_metric([name], state.port_status_events)
+        recomputes = CounterMetricFamily(
+            ROUTE_RECOMPUTES, "Route recomputes after link-state changes."
+        )
+        recomputes.add_metric([], routes.recomputes)
+        yield from (link_up, events, recomputes)
+        if routes.last_recompute_s is not None:
+            seconds = GaugeMetricFamily(
+                ROUTE_RECOMPUTE_SECONDS,
+                "Seconds from the port status to the last barrier sent, last recompute.",
+            )
+            seconds.add_metric([], routes.last_recompute_s)
+            yield seconds

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.rules import COOKIE, Action, FlowSpec, GroupSpec, Output, SwitchRules, ToGroup
+from controller.rules import (
+    COOKIE,
+    Action,
+    FlowSpec,
+    GroupSpec,
+    Output,
+    RuleDiff,
+    SwitchRules,
+    ToGroup,
+)
 
 # The cookie mask that selects exactly our flows in deletes and statistics requests.
 COOKIE_MASK = 0xFFFFFFFFFFFFFFFF
@@ -32,7 +41,8 @@ def _actions(parser: Any, actions: tuple[Action, ...]) -> list[Any]:
 
 
 def flow_mod(datapath: Any, flow: FlowSpec) -> Any:
-    """An OFPFC_ADD for one flow spec in table 0; no actions means drop."""
+    """An OFPFC_ADD for one flow spec in table 0 (it replaces a flow of equal priority and
+    match); no actions means drop."""
     ofp, parser = datapath.ofproto, datapath.ofproto_parser
     actions = _actions(parser, flow.actions)
     # An empty instruction list is OpenFlow's drop.
@@ -50,8 +60,25 @@ def flow_mod(datapath: Any, flow: FlowSpec) -> Any:
     )
 
 
-def group_mod(datapath: Any, group: GroupSpec) -> Any:
-    """An OFPGC_ADD for one group spec."""
+def flow_delete_strict(datapath: Any, flow: FlowSpec) -> Any:
+    """An OFPFC_DELETE_STRICT removing our flow of equal priority and match from table 0."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    return parser.OFPFlowMod(
+        datapath,
+        cookie=COOKIE,
+        cookie_mask=COOKIE_MASK,
+        table_id=0,
+        command=ofp.OFPFC_DELETE_STRICT,
+        priority=flow.priority,
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=parser.OFPMatch(**flow.match_fields),
+    )
+
+
+def group_mod(datapath: Any, group: GroupSpec, modify: bool = False) -> Any:
+    """An OFPGC_ADD for one group spec, or an OFPGC_MODIFY replacing the type and buckets of the
+    group with its id."""
     ofp, parser = datapath.ofproto, datapath.ofproto_parser
     buckets = [
         parser.OFPBucket(
@@ -64,11 +91,17 @@ def group_mod(datapath: Any, group: GroupSpec) -> Any:
     ]
     return parser.OFPGroupMod(
         datapath,
-        command=ofp.OFPGC_ADD,
+        command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
         type_=_group_type(ofp, group.type),
         group_id=group.group_id,
         buckets=buckets,
     )
+
+
+def group_delete(datapath: Any, group_id: int) -> Any:
+    """An OFPGC_DELETE for one group id."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    return parser.OFPGroupMod(datapath, command=ofp.OFPGC_DELETE, group_id=group_id)
 
 
 def clear_messages(datapath: Any) -> list[Any]:
@@ -94,6 +127,18 @@ def install_messages(datapath: Any, rules: SwitchRules) -> list[Any]:
         *clear_messages(datapath),
         *(group_mod(datapath, g) for g in rules.groups),
         *(flow_mod(datapath, f) for f in rules.flows),
+    ]
+
+
+def diff_messages(datapath: Any, diff: RuleDiff) -> list[Any]:
+    """A `RuleDiff` as messages in its order: add groups, modify groups, add (or replace)
+    flows, delete flows, delete groups. The caller ends with a barrier."""
+    return [
+        *(group_mod(datapath, g) for g in diff.groups_added),
+        *(group_mod(datapath, g, modify=True) for g in diff.groups_modified),
+        *(flow_mod(datapath, f) for f in diff.flows_added),
+        *(flow_delete_strict(datapath, f) for f in diff.flows_deleted),
+        *(group_delete(datapath, g.group_id) for g in diff.groups_deleted),
     ]
 
 

@@ -6,14 +6,31 @@ messages, so every forwarding decision can be checked in unit tests with `contro
 Forwarding model (one table, table 0):
 - every host interface address is matched exactly (`eth_type=0x0800, ipv4_dst=<address>`);
 - on the switch the address is attached to, the flow outputs to the host port;
-- elsewhere it forwards to the next hops on a shortest switch path towards that attachment
-  switch (parallel links are separate next hops). Policy `ecmp` sends to all of them through a
-  select group (one group per distinct port set on a switch, shared by every destination using
-  that set; a single next hop is a plain output); policy `single` outputs to one of them, chosen
-  by the destination's port number on its attachment switch, so the hosts under one leaf spread
-  over the spines while each destination keeps one path;
+- elsewhere it forwards towards that attachment switch, by policy:
+  - `ecmp`: to every next hop on a shortest switch path (parallel links are separate next hops)
+    through a select group. Each bucket watches its own port, and Open vSwitch leaves a bucket
+    whose watch_port is down out of the hash, so ecmp already fails over locally among the
+    equal-cost ports that remain; it cannot leave the shortest paths.
+  - `single`: to one of those next hops, chosen by the destination's port number on its
+    attachment switch (the hosts under one leaf spread over the spines while each destination
+    keeps one path). The static reference: plain outputs, nothing reacts to a failure.
+  - `ff` (fast failover): a fast-failover group; the switch uses its first bucket whose
+    watch_port is up. Buckets in order: the primary, one shortest next hop chosen as
+    `ports[(attachment port + switch index) % len(ports)]` (the switch index in the formula
+    makes neighbours pick different primaries, which is what gives detours); the other
+    shortest next hops; then detours: ports to a neighbour off the shortest paths from which
+    following primaries reaches the attachment switch without coming back here (shortest
+    such chain first, then by port). With every port up each destination takes one path, over
+    the primaries; a switch whose primary goes down reroutes locally, without the controller.
+  A destination with one port gets a plain output; groups are shared by every destination
+  with the same bucket list on a switch. An unreachable destination gets no flow.
 - ARP and IPv6 are dropped explicitly (hosts carry static ARP entries for every fabric address;
   IPv6 router solicitations and the like are noise); anything else hits the table-miss drop.
+
+Failures: a controller that reacts recomputes on what remains,
+`rules_without(fabric, down_links, policy)` = `compute_rules(fabric.without_links(...))`, and
+sends each switch `diff_rules(old, align_groups(old, new))`: the flows and groups that changed,
+with group ids kept stable so that no flow ever points to a group meant for others.
 
 ZCube needs nothing special: a host picks the destination's port-1 or port-2 address through its
 routes, and shortest-path forwarding to that address's switch yields the 1-hop path or one of
@@ -25,13 +42,14 @@ keyed by dpid; group ids count from 1 per switch in the order destinations are v
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import count
 
-from emulator.fabric import Fabric
+from emulator.fabric import Attachment, Fabric, Link
 from zcube_lab.errors import ConfigError
 
-POLICIES = ("ecmp", "single")
+POLICIES = ("ecmp", "single", "ff")
 GROUP_TYPES = ("select", "indirect", "ff")
 
 # Every flow we install carries this cookie, so our flows are easy to tell from anything else.
@@ -155,48 +173,276 @@ def check_policy(policy: str) -> str:
     return policy
 
 
-def _switch_rules(fabric: Fabric, switch: str, policy: str) -> SwitchRules:
-    groups: dict[tuple[int, ...], GroupSpec] = {}
-    flows = list(base_flows())
+GROUP_TYPE_OF_POLICY = {"ecmp": "select", "ff": "ff"}
+
+
+def _destinations(fabric: Fabric) -> list[tuple[str, Attachment]]:
+    """(address, attachment) of every plugged-in host interface, in host then interface order
+    (an unplugged interface has nowhere to be delivered)."""
+    out = []
     for host in fabric.hosts:
         for iface in host.interfaces:
             attachment = fabric.attachments.get((host.name, iface.index))
-            if attachment is None:
-                continue  # an unplugged interface has nowhere to be delivered
-            if attachment.switch == switch:
-                action: Action = Output(attachment.port)
-            else:
-                ports = next_hop_ports(fabric, switch, attachment.switch)
-                if not ports:
-                    continue  # unreachable from here: the table miss drops it
-                if policy == "single":
-                    action = Output(ports[attachment.port % len(ports)])
-                elif len(ports) == 1:
-                    action = Output(ports[0])
-                else:
-                    if ports not in groups:
-                        groups[ports] = GroupSpec(
-                            len(groups) + 1,
-                            "select",
-                            # watch_port lets the switch skip a bucket whose link is down.
-                            tuple(Bucket(p, 1, p) for p in ports),
-                        )
-                    action = ToGroup(groups[ports].group_id)
-            flows.append(
-                FlowSpec(
-                    PRIORITY_IPV4_DST,
-                    match(eth_type=ETH_TYPE_IPV4, ipv4_dst=iface.ip),
-                    (action,),
+            if attachment is not None:
+                out.append((iface.ip, attachment))
+    return out
+
+
+class _Routes:
+    """Per-switch egress ports for every destination address, in bucket order."""
+
+    def __init__(self, fabric: Fabric, policy: str) -> None:
+        self.fabric = fabric
+        self.policy = policy
+        self.destinations = _destinations(fabric)
+        self._next_hops: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._peers = port_peers(fabric)
+        self._chains: dict[tuple[str, str], tuple[str, ...] | None] = {}
+        # (switch, address) -> the fast-failover primary port (ff only)
+        self._primary: dict[tuple[str, str], int] = {}
+        if policy == "ff":
+            for ip, attachment in self.destinations:
+                for sw in fabric.switches:
+                    ports = self.next_hops(sw.name, attachment.switch)
+                    if ports:
+                        index = (attachment.port + sw.index) % len(ports)
+                        self._primary[(sw.name, ip)] = ports[index]
+
+    def next_hops(self, switch: str, target: str) -> tuple[int, ...]:
+        key = (switch, target)
+        if key not in self._next_hops:
+            self._next_hops[key] = next_hop_ports(self.fabric, switch, target)
+        return self._next_hops[key]
+
+    def _primary_chain(self, switch: str, ip: str, target: str) -> tuple[str, ...] | None:
+        """Switches visited from `switch` following primaries to `target` (both included), or
+        None if there is no path."""
+        key = (switch, ip)
+        if key not in self._chains:
+            chain = [switch]
+            node = switch
+            while node != target:
+                port = self._primary.get((node, ip))
+                if port is None:
+                    self._chains[key] = None
+                    return None
+                # Primaries follow shortest paths, so the walk ends within the diameter.
+                node = self._peers[(node, port)][0]
+                chain.append(node)
+            self._chains[key] = tuple(chain)
+        return self._chains[key]
+
+    def ports(self, switch: str, ip: str, attachment: Attachment) -> tuple[int, ...]:
+        """The ports `switch` forwards `ip` through, in bucket order; () if unreachable."""
+        if attachment.switch == switch:
+            return (attachment.port,)
+        ports = self.next_hops(switch, attachment.switch)
+        if not ports or self.policy == "ecmp":
+            return ports
+        if self.policy == "single":
+            return (ports[attachment.port % len(ports)],)
+        primary = self._primary[(switch, ip)]
+        others = tuple(p for p in ports if p != primary)
+        return (primary, *others, *self._detours(switch, ip, attachment.switch))
+
+    def _detours(self, switch: str, ip: str, target: str) -> tuple[int, ...]:
+        """Ports to neighbours off the shortest paths whose primary chain reaches `target`
+        without coming back through `switch`: shortest chain first, then by port."""
+        to_target = self.fabric.switch_distances[target]
+        here = to_target[switch]
+        found: list[tuple[int, int]] = []
+        for neighbour, links in self.fabric.switch_adjacency[switch].items():
+            if to_target.get(neighbour) == here - 1:
+                continue  # a shortest next hop: already a bucket
+            chain = self._primary_chain(neighbour, ip, target)
+            if chain is None or switch in chain:
+                continue
+            found.extend((len(chain) - 1, local) for local, _far in links)
+        return tuple(port for _length, port in sorted(found))
+
+
+def _switch_rules(routes: _Routes, switch: str) -> SwitchRules:
+    group_type = GROUP_TYPE_OF_POLICY.get(routes.policy)
+    groups: dict[tuple[int, ...], GroupSpec] = {}
+    flows = list(base_flows())
+    for ip, attachment in routes.destinations:
+        ports = routes.ports(switch, ip, attachment)
+        if not ports:
+            continue  # unreachable from here: the table miss drops it
+        if len(ports) == 1 or group_type is None:
+            action: Action = Output(ports[0])
+        else:
+            if ports not in groups:
+                groups[ports] = GroupSpec(
+                    len(groups) + 1,
+                    group_type,
+                    # watch_port makes a bucket dead while its port is down: a select group
+                    # then hashes over the live buckets only, a fast-failover group uses the
+                    # first live one.
+                    tuple(Bucket(p, 1, p) for p in ports),
                 )
+            action = ToGroup(groups[ports].group_id)
+        flows.append(
+            FlowSpec(
+                PRIORITY_IPV4_DST,
+                match(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip),
+                (action,),
             )
-    sw = fabric.switch(switch)
+        )
+    sw = routes.fabric.switch(switch)
     return SwitchRules(sw.name, sw.dpid, tuple(flows), tuple(groups.values()))
 
 
 def compute_rules(fabric: Fabric, policy: str) -> dict[int, SwitchRules]:
     """The flows and groups of every switch, keyed by dpid, for routing `policy`."""
     check_policy(policy)
-    return {sw.dpid: _switch_rules(fabric, sw.name, policy) for sw in fabric.switches}
+    routes = _Routes(fabric, policy)
+    return {sw.dpid: _switch_rules(routes, sw.name) for sw in fabric.switches}
+
+
+# -- failures --------------------------------------------------------------------------------
+def failed_links(fabric: Fabric, down_ports: Iterable[tuple[str, int]]) -> tuple[Link, ...]:
+    """The links with at least one end in `down_ports` ((node, port) pairs), in fabric order."""
+    down = set(down_ports)
+    return tuple(
+        link
+        for link in fabric.links
+        if (link.node1, link.port1) in down or (link.node2, link.port2) in down
+    )
+
+
+def link_ends(links: Iterable[Link]) -> frozenset[tuple[str, int]]:
+    """Both (node, port) ends of every link."""
+    return frozenset(end for lk in links for end in ((lk.node1, lk.port1), (lk.node2, lk.port2)))
+
+
+def link_states(
+    fabric: Fabric, down_ports: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], bool]:
+    """(switch, port) -> whether its link is up, for every switch port that is a link end.
+    A link is down as soon as either end is."""
+    dead = link_ends(failed_links(fabric, down_ports))
+    return {
+        end: end not in dead
+        for link in fabric.links
+        for end in ((link.node1, link.port1), (link.node2, link.port2))
+        if fabric.is_switch(end[0])
+    }
+
+
+def rules_without(
+    fabric: Fabric, down_links: Iterable[Link], policy: str
+) -> dict[int, SwitchRules]:
+    """What a recomputing controller installs once `down_links` failed: `policy` on the fabric
+    that remains. (Group ids restart from 1; `align_groups` keeps them stable against the
+    rules a switch already holds.)"""
+    return compute_rules(fabric.without_links(down_links), policy)
+
+
+# -- changing installed rules -----------------------------------------------------------------
+FlowKey = tuple[int, tuple[tuple[str, MatchValue], ...]]
+
+
+def flow_key(flow: FlowSpec) -> FlowKey:
+    """What identifies a flow on a switch: priority and match (OFPFC_ADD of an equal key
+    replaces it)."""
+    return (flow.priority, flow.match)
+
+
+@dataclass(frozen=True)
+class RuleDiff:
+    """What to send one switch to turn its rules from one set into another, in this order:
+    add groups, modify groups, add flows (new or with changed actions; an add replaces the
+    flow of equal priority and match), delete flows (strict), delete groups. Groups come first
+    and go last because flows point to them."""
+
+    groups_added: tuple[GroupSpec, ...] = ()
+    groups_modified: tuple[GroupSpec, ...] = ()
+    flows_added: tuple[FlowSpec, ...] = ()
+    flows_deleted: tuple[FlowSpec, ...] = ()
+    groups_deleted: tuple[GroupSpec, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.flows_changed or self.groups_changed)
+
+    @property
+    def flows_changed(self) -> int:
+        return len(self.flows_added) + len(self.flows_deleted)
+
+    @property
+    def groups_changed(self) -> int:
+        return len(self.groups_added) + len(self.groups_modified) + len(self.groups_deleted)
+
+
+def diff_rules(old: SwitchRules, new: SwitchRules) -> RuleDiff:
+    """The changes that turn `old` into `new` on one switch, by flow key and group id."""
+    old_flows = {flow_key(f): f for f in old.flows}
+    new_keys = {flow_key(f) for f in new.flows}
+    old_groups = {g.group_id: g for g in old.groups}
+    return RuleDiff(
+        groups_added=tuple(g for g in new.groups if g.group_id not in old_groups),
+        groups_modified=tuple(
+            g for g in new.groups if g.group_id in old_groups and old_groups[g.group_id] != g
+        ),
+        flows_added=tuple(f for f in new.flows if old_flows.get(flow_key(f)) != f),
+        flows_deleted=tuple(f for f in old.flows if flow_key(f) not in new_keys),
+        groups_deleted=tuple(g for g in old.groups if g.group_id not in new.group_ids),
+    )
+
+
+def _group_users(rules: SwitchRules) -> dict[int, frozenset[FlowKey]]:
+    users: dict[int, set[FlowKey]] = {g.group_id: set() for g in rules.groups}
+    for f in rules.flows:
+        for a in f.actions:
+            if isinstance(a, ToGroup) and a.group_id in users:
+                users[a.group_id].add(flow_key(f))
+    return {gid: frozenset(keys) for gid, keys in users.items()}
+
+
+def align_groups(old: SwitchRules, new: SwitchRules) -> SwitchRules:
+    """`new` with its group ids chosen against `old`, so that applying `diff_rules(old, result)`
+    in order never shows a flow a group meant for other destinations:
+    - a group equal to an old one (type and buckets) keeps that old id;
+    - else a group used by every flow that used some old group takes that id (a modify: those
+      flows get their new buckets at once);
+    - else a fresh id no old group had (an add)."""
+    old_users, new_users = _group_users(old), _group_users(new)
+    by_content = {(g.type, g.buckets): g.group_id for g in old.groups}
+    ids: dict[int, int] = {}
+    for g in new.groups:
+        same = by_content.get((g.type, g.buckets))
+        if same is not None and same not in ids.values():
+            ids[g.group_id] = same
+    for g in new.groups:
+        if g.group_id in ids:
+            continue
+        for old_id, users in old_users.items():
+            if users and users <= new_users[g.group_id] and old_id not in ids.values():
+                ids[g.group_id] = old_id
+                break
+    unavailable = set(old.group_ids) | set(ids.values())
+    fresh = (i for i in count(1) if i not in unavailable)
+    for g in new.groups:
+        if g.group_id not in ids:
+            ids[g.group_id] = next(fresh)
+
+    def renumber(action: Action) -> Action:
+        return ToGroup(ids[action.group_id]) if isinstance(action, ToGroup) else action
+
+    return SwitchRules(
+        new.name,
+        new.dpid,
+        tuple(
+            FlowSpec(f.priority, f.match, tuple(renumber(a) for a in f.actions)) for f in new.flows
+        ),
+        tuple(
+            sorted(
+                (GroupSpec(ids[g.group_id], g.type, g.buckets) for g in new.groups),
+                key=lambda g: g.group_id,
+            )
+        ),
+    )
 
 
 def rule_counts(rules: Mapping[int, SwitchRules]) -> dict[str, tuple[int, int]]:

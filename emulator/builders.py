@@ -9,7 +9,10 @@ Wiring (DOMAIN.md §2):
   pair. Port rate = NIC rate / 2.
 - roft: rail-optimised fat tree: GPU r of every server goes to the rail-r leaf (one leaf per rail
   per group of `servers_per_leaf` servers); leaves meshed to every spine. One NIC port per GPU at
-  the full NIC rate.
+  the full NIC rate. With `planes` P > 1 (multi-plane, as MRC deploys it): P identical,
+  disconnected leaf-spine planes `p<k>leaf<i>`, `p<k>spine<j>`; NIC port k (`h<gid>-eth<k>`,
+  address `10.<k>.<server>.<rank+1>`) goes to plane k, and every link of plane k runs at
+  NIC rate / P, so the planes together carry what one plane would.
 - clos: leaf-spine where all GPUs of a server sit under one leaf.
 """
 
@@ -24,10 +27,15 @@ from zcube_lab.errors import ConfigError
 
 DEFAULT_NIC_GBPS = 400.0
 ROLE_CODES = {"A": 0xA, "B": 0xB, "leaf": 0x1, "spine": 0x2, "core": 0x3}
+# Plane k's names start `p<k>`: one digit keeps `p7leaf12-eth16` within Linux's 15 characters.
+MAX_PLANES = 8
+IFNAME_MAX = 15
 
 
-def _dpid(role: str, index: int) -> int:
-    return (ROLE_CODES[role] << 16) | (index + 1)
+def _dpid(role: str, index: int, plane: int = 0) -> int:
+    # Hex digits read plane, role, index: plane 1's leaf 3 is 0x110004; plane 0 keeps the
+    # 1-plane ids.
+    return (plane << 20) | (ROLE_CODES[role] << 16) | (index + 1)
 
 
 def _mac(gid: int, iface: int) -> str:
@@ -148,7 +156,7 @@ def _uplinks(downlinks: int, oversubscription: Any, spines: int) -> int:
 
 
 def _leaf_spine_links(
-    leaves: int, downlinks: int, spines: int, per_spine: int, gbps: float
+    leaves: int, downlinks: int, spines: int, per_spine: int, gbps: float, prefix: str = ""
 ) -> list[Link]:
     links = []
     for leaf in range(leaves):
@@ -156,9 +164,9 @@ def _leaf_spine_links(
             for k in range(per_spine):
                 links.append(
                     Link(
-                        f"leaf{leaf}",
+                        f"{prefix}leaf{leaf}",
                         downlinks + 1 + sp * per_spine + k,
-                        f"spine{sp}",
+                        f"{prefix}spine{sp}",
                         1 + leaf * per_spine + k,
                         gbps,
                     )
@@ -167,16 +175,26 @@ def _leaf_spine_links(
 
 
 def _leaf_spine_tier(
-    leaves: int, downlinks: int, spines: int, per_spine: int, gbps: float
+    leaves: int,
+    downlinks: int,
+    spines: int,
+    per_spine: int,
+    gbps: float,
+    plane: int = 0,
+    prefix: str = "",
 ) -> tuple[list[Switch], list[Link]]:
-    """The leaf and spine switches and the links between them (ROFT and Clos alike)."""
+    """The leaf and spine switches and the links between them (ROFT and Clos alike); `plane`
+    and `prefix` number and name the switches of one plane of a multi-plane fabric."""
     leaf_radix = downlinks + spines * per_spine
-    switches = [Switch(f"leaf{i}", _dpid("leaf", i), "leaf", i, leaf_radix) for i in range(leaves)]
+    switches = [
+        Switch(f"{prefix}leaf{i}", _dpid("leaf", i, plane), "leaf", i, leaf_radix)
+        for i in range(leaves)
+    ]
     switches += [
-        Switch(f"spine{j}", _dpid("spine", j), "spine", j, leaves * per_spine)
+        Switch(f"{prefix}spine{j}", _dpid("spine", j, plane), "spine", j, leaves * per_spine)
         for j in range(spines)
     ]
-    return switches, _leaf_spine_links(leaves, downlinks, spines, per_spine, gbps)
+    return switches, _leaf_spine_links(leaves, downlinks, spines, per_spine, gbps, prefix)
 
 
 def _check_divides_servers(servers_per_leaf: int, servers: int) -> None:
@@ -194,6 +212,31 @@ def _single_port_host(gid: int, server: int, rank: int, rail: int) -> Host:
     return Host(name, gid, server, rank, rail, (iface,), (Route("10.0.0.0/16", 0),))
 
 
+def _plane_host(gid: int, server: int, rank: int, planes: int) -> Host:
+    """A ROFT host with one NIC port per plane: port k has a plane-k address, and plane k's /16
+    leaves through port k, so naming a destination's plane-k address picks plane k. With one
+    plane this is the single-port host."""
+    name = f"h{gid}"
+    ifaces = tuple(
+        Interface(name, k, f"10.{k}.{server}.{rank + 1}", _mac(gid, k)) for k in range(planes)
+    )
+    routes = tuple(Route(f"10.{k}.0.0/16", k) for k in range(planes))
+    return Host(name, gid, server, rank, rank, ifaces, routes)
+
+
+def _check_interface_names(planes: int, links: list[Link]) -> None:
+    """Mininet names a switch port `<switch>-eth<port>`, and Linux allows 15 characters."""
+    names = (f"{n}-eth{p}" for lk in links for n, p in ((lk.node1, lk.port1), (lk.node2, lk.port2)))
+    longest = max(names, key=len)
+    if len(longest) > IFNAME_MAX:
+        raise ConfigError(
+            "planes",
+            planes,
+            f"1 at this size: the plane prefix makes interface names such as {longest} longer "
+            f"than Linux's {IFNAME_MAX} characters; use fewer servers or GPUs per server",
+        )
+
+
 def _check_servers(servers: Any, gpus_per_server: Any) -> tuple[int, int]:
     servers = _require_int("servers", servers, 1, 255)
     gps = _require_int("gpus_per_server", gpus_per_server, 1, 254)
@@ -207,27 +250,45 @@ def build_roft(
     oversubscription: float = 1,
     servers_per_leaf: int | None = None,
     nic_gbps: float = DEFAULT_NIC_GBPS,
+    planes: int = 1,
 ) -> Fabric:
-    """Rail-optimised fat tree: one leaf per rail per server group, leaves meshed to spines."""
+    """Rail-optimised fat tree: one leaf per rail per server group, leaves meshed to spines;
+    `planes` > 1 builds that many disconnected copies, one NIC port into each."""
     servers, gps = _check_servers(servers, gpus_per_server)
     spines = _require_int("spines", spines, 1)
     nic = _require_rate("nic_gbps", nic_gbps)
+    planes = _require_int("planes", planes, 1, MAX_PLANES)
     spl = servers if servers_per_leaf is None else servers_per_leaf
     spl = _require_int("servers_per_leaf", spl, 1)
     _check_divides_servers(spl, servers)
     groups = servers // spl
     per_spine = _uplinks(spl, oversubscription, spines)
     leaves = groups * gps
+    gbps = nic / planes
+    # One plane keeps the plain names (`leaf0`); several are told apart by `p<k>`.
+    prefixes = [""] if planes == 1 else [f"p{k}" for k in range(planes)]
     hosts: list[Host] = []
     links: list[Link] = []
     for server in range(servers):
         group, local = divmod(server, spl)
         for rank in range(gps):
             gid = server * gps + rank
-            hosts.append(_single_port_host(gid, server, rank, rank))
-            links.append(Link(f"h{gid}", 0, f"leaf{group * gps + rank}", local + 1, nic))
-    switches, trunks = _leaf_spine_tier(leaves, spl, spines, per_spine, nic)
-    links += trunks
+            hosts.append(_plane_host(gid, server, rank, planes))
+            for k, prefix in enumerate(prefixes):
+                leaf = f"{prefix}leaf{group * gps + rank}"
+                links.append(Link(f"h{gid}", k, leaf, local + 1, gbps))
+    switches: list[Switch] = []
+    for k, prefix in enumerate(prefixes):
+        plane_switches, trunks = _leaf_spine_tier(leaves, spl, spines, per_spine, gbps, k, prefix)
+        switches += plane_switches
+        links += trunks
+    notes: tuple[str, ...] = ()
+    if planes > 1:
+        _check_interface_names(planes, links)
+        notes = (
+            f"{planes} disconnected planes p0..p{planes - 1}; NIC port k and every link of "
+            f"plane k at {gbps:g} Gb/s",
+        )
     spec = FabricSpec.of(
         "roft",
         servers=servers,
@@ -236,8 +297,10 @@ def build_roft(
         oversubscription=oversubscription,
         servers_per_leaf=spl,
         nic_gbps=nic,
+        # Absent for one plane, so 1-plane specs (and their JSON) stay as they were.
+        planes=planes if planes > 1 else None,
     )
-    return Fabric(spec, nic, tuple(hosts), tuple(switches), tuple(links))
+    return Fabric(spec, nic, tuple(hosts), tuple(switches), tuple(links), notes)
 
 
 def build_clos(
@@ -293,6 +356,7 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
         "oversubscription",
         "servers_per_leaf",
         "nic_gbps",
+        "planes",
     ),
     "clos": (
         "servers",

@@ -7,6 +7,12 @@ hold. Every fabric is built from the same switch ASIC, `switch_ports` x `port_gb
   ASIC at `port_gbps`; a NIC of `nic_gbps` takes `nic_gbps / port_gbps` switch ports. Both are
   non-blocking (1:1) with 2 tiers, or a 3-tier fat tree where 2 tiers cannot reach the size.
   At 1:1 Clos has exactly ROFT's counts: the two differ only in which leaf a NIC plugs into.
+- Multi-plane (`planes` P > 1, as MRC deploys it: an 800G NIC as 8 x 100G into 8 planes): each
+  NIC splits into P ports of `nic_gbps / P`, one into each of P identical, disconnected fat
+  trees. Where that share is slower than `port_gbps` the same ASIC is broken out at the share
+  (51.2T as 512 x 100G instead of 64 x 800G): the radix grows P-fold, so every switch serves P
+  times the GPUs, a 2-tier plane reaches P*P times as many, and fewer tiers may do (2 tiers of
+  512-port switches reach 512 * 512 / 2 = 131,072 GPUs). Every count is P times one plane's.
 - ZCube breaks the same ASIC out at half the NIC rate, b = nic_gbps / 2 (64x400G becomes
   128x200G). Each NIC has two b ports, one to an A switch and one to a B switch; A and B form a
   complete bipartite graph with m parallel links per pair. With n switches per group,
@@ -23,7 +29,7 @@ Prices: `switch_price` is per switch (the same ASIC everywhere, so one price fit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from zcube_lab.errors import ConfigError
 
@@ -43,9 +49,10 @@ class CostInputs:
     port_gbps: int
     switch_price: float | None = None
     optic_price: float | None = None
+    planes: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("gpus", "nic_gbps", "switch_ports", "port_gbps"):
+        for name in ("gpus", "nic_gbps", "switch_ports", "port_gbps", "planes"):
             value = getattr(self, name)
             # bool is an int subclass; True GPUs is a bug, not a size.
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -85,11 +92,54 @@ class CostInputs:
                 raise ConfigError(name, value, "a number >= 0, or None for no price")
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(name, value, "a finite number >= 0, or None for no price")
+        if self.planes > 1:
+            self._check_planes()
+
+    def _check_planes(self) -> None:
+        problem = self._planes_problem(self.planes)
+        if problem is not None:
+            fits = [q for q in range(1, 17) if self._planes_problem(q) is None]
+            raise ConfigError("planes", self.planes, f"{problem}; up to 16: one of {fits}")
+
+    def _planes_problem(self, planes: int) -> str | None:
+        """Why `planes` cannot split these NICs over this ASIC, or None."""
+        if self.nic_gbps % planes:
+            return f"a divisor of nic_gbps={self.nic_gbps} (each plane gets an equal share)"
+        share = self.nic_gbps // planes
+        if share >= self.port_gbps:
+            if share % self.port_gbps:
+                return (
+                    f"a count whose NIC share nic_gbps/planes is a multiple of "
+                    f"port_gbps={self.port_gbps} or slower than it (the ASIC broken out at it)"
+                )
+        elif self.asic_gbps % share or (self.asic_gbps // share) % 2:
+            return (
+                f"a count whose NIC share nic_gbps/planes breaks the {self.asic_gbps}G ASIC "
+                "into an even number of ports"
+            )
+        return None
+
+    @property
+    def plane_gbps(self) -> int:
+        """A NIC's bandwidth into each plane (all of it with one plane)."""
+        return self.nic_gbps // self.planes
+
+    @property
+    def roft_port_gbps(self) -> int:
+        """ROFT's and Clos's switch port rate: `port_gbps`, or a plane's NIC share where that
+        is slower (the ASIC broken out at the share)."""
+        return min(self.port_gbps, self.plane_gbps)
+
+    @property
+    def roft_switch_ports(self) -> int:
+        """ROFT's and Clos's radix: the ASIC's capacity at `roft_port_gbps`."""
+        return self.asic_gbps // self.roft_port_gbps
 
     @property
     def ports_per_nic(self) -> int:
-        """Switch ports of `port_gbps` one NIC takes in ROFT and Clos."""
-        return self.nic_gbps // self.port_gbps
+        """Switch ports one NIC takes in each plane of ROFT and Clos (in the only plane: of
+        `port_gbps`)."""
+        return self.plane_gbps // self.roft_port_gbps
 
     @property
     def asic_gbps(self) -> int:
@@ -129,6 +179,7 @@ class FabricCost:
     switch_price: float | None = None
     optic_price: float | None = None
     notes: tuple[str, ...] = field(default=())
+    planes: int = 1
 
     @property
     def switches(self) -> int:
@@ -184,9 +235,10 @@ class FabricCost:
         return sum(parts) if parts else None
 
     def to_dict(self) -> dict[str, object]:
-        """Plain data for JSON output, derived totals included."""
+        """Plain data for JSON output, derived totals included (`planes` only when > 1)."""
         return {
             "fabric": self.fabric,
+            **({"planes": self.planes} if self.planes > 1 else {}),
             "tiers": self.tiers,
             "diameter_hops": self.diameter_hops,
             "switch_port_gbps": self.switch_port_gbps,
@@ -247,16 +299,7 @@ class CostComparison:
         """Plain data for JSON output."""
         i = self.inputs
         return {
-            "inputs": {
-                "gpus": i.gpus,
-                "nic_gbps": i.nic_gbps,
-                "switch_ports": i.switch_ports,
-                "port_gbps": i.port_gbps,
-                "switch_price": i.switch_price,
-                "optic_price": i.optic_price,
-                "optic_price_unit": f"per transceiver end at {REFERENCE_END_GBPS}G, "
-                "other rates in proportion",
-            },
+            "inputs": _inputs_dict(i),
             "limits": {
                 "roft_two_tier_max_gpus": roft_two_tier_max_gpus(i),
                 "roft_three_tier_max_gpus": roft_three_tier_max_gpus(i),
@@ -270,6 +313,66 @@ class CostComparison:
         }
 
 
+@dataclass(frozen=True)
+class PlaneComparison:
+    """ROFT in `inputs.planes` planes against ROFT in one, for the same GPUs, NICs and ASIC.
+    `one_plane` is None when one plane cannot reach the size; `one_plane_error` says why."""
+
+    inputs: CostInputs
+    planes: FabricCost
+    one_plane: FabricCost | None
+    one_plane_error: str | None = None
+
+    @property
+    def fabrics(self) -> tuple[FabricCost | None, FabricCost]:
+        """One plane first, then the planes."""
+        return (self.one_plane, self.planes)
+
+    def diff_pct(self, metric: str) -> float | None:
+        """The planes' `metric` relative to one plane's, in %; None when either is missing or
+        zero."""
+        if self.one_plane is None:
+            return None
+        base = getattr(self.one_plane, metric)
+        value = getattr(self.planes, metric)
+        if base is None or value is None or base == 0:
+            return None
+        return (value - base) / base * 100
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data for JSON output."""
+        one = replace(self.inputs, planes=1)
+        return {
+            "inputs": _inputs_dict(self.inputs),
+            "limits": {
+                "one_plane_two_tier_max_gpus": roft_two_tier_max_gpus(one),
+                "one_plane_three_tier_max_gpus": roft_three_tier_max_gpus(one),
+                "planes_two_tier_max_gpus": roft_two_tier_max_gpus(self.inputs),
+                "planes_three_tier_max_gpus": roft_three_tier_max_gpus(self.inputs),
+            },
+            "fabrics": {
+                "roft": None if self.one_plane is None else self.one_plane.to_dict(),
+                "roft_planes": self.planes.to_dict(),
+            },
+            "one_plane_error": self.one_plane_error,
+            "diff_vs_one_plane_pct": {key: self.diff_pct(key) for key, _ in COMPARED_METRICS},
+        }
+
+
+def _inputs_dict(i: CostInputs) -> dict[str, object]:
+    return {
+        "gpus": i.gpus,
+        "nic_gbps": i.nic_gbps,
+        "switch_ports": i.switch_ports,
+        "port_gbps": i.port_gbps,
+        **({"planes": i.planes} if i.planes > 1 else {}),
+        "switch_price": i.switch_price,
+        "optic_price": i.optic_price,
+        "optic_price_unit": f"per transceiver end at {REFERENCE_END_GBPS}G, "
+        "other rates in proportion",
+    }
+
+
 def zcube_port_gbps(inputs: CostInputs) -> int:
     """ZCube's switch port rate: half the NIC rate, as each NIC has two ports."""
     return inputs.nic_gbps // 2
@@ -281,13 +384,14 @@ def zcube_ports_per_switch(inputs: CostInputs) -> int:
 
 
 def roft_two_tier_max_gpus(inputs: CostInputs) -> int:
-    """Largest non-blocking 2-tier ROFT/Clos: P leaves of P/2 down ports, P*P/2 NIC ports."""
-    return inputs.switch_ports**2 // 2 // inputs.ports_per_nic
+    """Largest non-blocking 2-tier ROFT/Clos: R leaves of R/2 down ports, R*R/2 NIC ports (per
+    plane; every plane holds every GPU)."""
+    return inputs.roft_switch_ports**2 // 2 // inputs.ports_per_nic
 
 
 def roft_three_tier_max_gpus(inputs: CostInputs) -> int:
-    """Largest non-blocking 3-tier fat tree: P*P*P/4 NIC ports."""
-    return inputs.switch_ports**3 // 4 // inputs.ports_per_nic
+    """Largest non-blocking 3-tier fat tree: R*R*R/4 NIC ports (per plane)."""
+    return inputs.roft_switch_ports**3 // 4 // inputs.ports_per_nic
 
 
 def zcube_max_gpus(inputs: CostInputs) -> int:
@@ -296,10 +400,12 @@ def zcube_max_gpus(inputs: CostInputs) -> int:
 
 
 def roft_cost(inputs: CostInputs, fabric: str = "roft") -> FabricCost:
-    """ROFT (or Clos, same counts at 1:1) with 2 tiers, or 3 where 2 cannot reach the size."""
-    p = inputs.switch_ports
-    r = inputs.port_gbps
-    nic_ports = inputs.gpus * inputs.ports_per_nic
+    """ROFT (or Clos, same counts at 1:1) with 2 tiers, or 3 where 2 cannot reach the size; with
+    `inputs.planes` > 1, that many identical planes of it."""
+    p = inputs.roft_switch_ports
+    r = inputs.roft_port_gbps
+    planes = inputs.planes
+    nic_ports = inputs.gpus * inputs.ports_per_nic  # per plane
     if inputs.gpus > roft_three_tier_max_gpus(inputs):
         raise ConfigError(
             "gpus",
@@ -308,26 +414,37 @@ def roft_cost(inputs: CostInputs, fabric: str = "roft") -> FabricCost:
             f"{p}x{r}G switches; use more switch ports",
         )
     notes: list[str] = []
+    if planes > 1:
+        chip = f"{inputs.switch_ports}x{inputs.port_gbps}G ASIC"
+        notes.append(
+            f"each NIC as {planes} x {inputs.plane_gbps}G, one port per plane; {chip}"
+            + (f" broken out as {p}x{r}G" if r != inputs.port_gbps else "")
+            + f"; counts cover all {planes} planes; links are {r}G lanes (breakout optics carry "
+            "several), so compare optics by 400G-equivalent ends"
+        )
     if fabric == "clos":
         notes.append(
             "same counts as ROFT at 1:1: a server's GPUs share one leaf instead of one leaf "
             "per rail"
         )
+    each = " per plane" if planes > 1 else ""
     # Non-blocking: each leaf (and aggregation switch) has as many ports up as down.
     half = p // 2
     leaves = math.ceil(nic_ports / half)
     if nic_ports % half:
         notes.append(
-            f"{nic_ports} NIC ports do not fill whole leaves of {half} down ports; "
-            f"rounded up to {leaves} leaves"
+            f"{nic_ports} NIC ports{each} do not fill whole leaves of {half} down ports; "
+            f"rounded up to {leaves} leaves{each}"
         )
-    links = [LinkGroup("nic-leaf", nic_ports, r)]
+    links = [LinkGroup("nic-leaf", planes * nic_ports, r)]
     if inputs.gpus <= roft_two_tier_max_gpus(inputs):
         spines = math.ceil(nic_ports / p)
         if nic_ports % p:
-            notes.append(f"{nic_ports} uplinks do not fill whole spines; rounded up to {spines}")
-        groups = (SwitchGroup("leaf", leaves), SwitchGroup("spine", spines))
-        links.append(LinkGroup("leaf-spine", nic_ports, r))
+            notes.append(
+                f"{nic_ports} uplinks{each} do not fill whole spines; rounded up to {spines}{each}"
+            )
+        groups = (SwitchGroup("leaf", planes * leaves), SwitchGroup("spine", planes * spines))
+        links.append(LinkGroup("leaf-spine", planes * nic_ports, r))
         tiers, diameter = 2, 3
     else:
         aggregation = leaves
@@ -339,12 +456,12 @@ def roft_cost(inputs: CostInputs, fabric: str = "roft") -> FabricCost:
             f"for {p}-port switches: 3 tiers"
         )
         groups = (
-            SwitchGroup("leaf", leaves),
-            SwitchGroup("aggregation", aggregation),
-            SwitchGroup("core", core),
+            SwitchGroup("leaf", planes * leaves),
+            SwitchGroup("aggregation", planes * aggregation),
+            SwitchGroup("core", planes * core),
         )
-        links.append(LinkGroup("leaf-aggregation", nic_ports, r))
-        links.append(LinkGroup("aggregation-core", nic_ports, r))
+        links.append(LinkGroup("leaf-aggregation", planes * nic_ports, r))
+        links.append(LinkGroup("aggregation-core", planes * nic_ports, r))
         tiers, diameter = 3, 5
     # Every link's switch ends: the NIC link has one, switch-to-switch links two.
     ports_used = links[0].count + 2 * sum(g.count for g in links[1:])
@@ -360,6 +477,7 @@ def roft_cost(inputs: CostInputs, fabric: str = "roft") -> FabricCost:
         switch_price=inputs.switch_price,
         optic_price=inputs.optic_price,
         notes=tuple(notes),
+        planes=planes,
     )
 
 
@@ -423,10 +541,22 @@ def zcube_cost(inputs: CostInputs) -> FabricCost:
 
 
 def compare(inputs: CostInputs) -> CostComparison:
-    """Price ROFT, Clos and ZCube for the same cluster."""
+    """Price ROFT, Clos and ZCube for the same cluster (ROFT and Clos in `inputs.planes`
+    planes; ZCube's two ports are its own split)."""
     return CostComparison(
         inputs=inputs,
         roft=roft_cost(inputs, "roft"),
         clos=roft_cost(inputs, "clos"),
         zcube=zcube_cost(inputs),
     )
+
+
+def compare_planes(inputs: CostInputs) -> PlaneComparison:
+    """Price ROFT in `inputs.planes` planes and in one plane for the same cluster; one plane may
+    be out of reach (more than 3 tiers), the planes may not."""
+    planes = roft_cost(inputs)
+    try:
+        one = roft_cost(replace(inputs, planes=1))
+    except ConfigError as exc:
+        return PlaneComparison(inputs, planes, None, str(exc))
+    return PlaneComparison(inputs, planes, one)

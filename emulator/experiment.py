@@ -9,7 +9,9 @@ sampler and Prometheus; Locust headless for the run; then queries, a TSDB snapsh
 
 Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
 `config.json`, `locust_*.csv`, `locust.json`, `requests.jsonl`, `series.json`,
-`prometheus/` (config, TSDB and its snapshot), `health.json`, `logs/`, `summary.json`.
+`prometheus/` (config, TSDB and its snapshot), `health.json`, `logs/` (every process, the
+controller, and one `kv-<engine>.jsonl` per decode engine: every KV pull attempt),
+`faults.jsonl` (injected failures, when `--fail` is given), `summary.json`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from emulator.builders import build_fabric
 from emulator.fabric import Fabric, FabricSpec
+from emulator.faults import Fault, FaultInjector, analyze, parse_faults, read_events
 from emulator.health import HealthSampler
 from emulator.hostconfig import Scale, kv_source_map
 from emulator.network import Lab, LabError, LabOptions, signals_ignored
 from emulator.placement import LayoutSpec, Placement, place
+from emulator.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
 from emulator.prometheus import PrometheusServer, scrape_config
 from emulator.results import (
     client_summary,
@@ -68,6 +72,7 @@ class RunConfig:
     length_scale: float | None = None
     nic_mbps: float = 100.0
     policy: str = "ecmp"
+    faults: tuple[str, ...] = ()  # --fail specifications (emulator.faults)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
     kv_streams: int = 2
     prefix_cache_hit_rate: float = 0.0
@@ -88,8 +93,7 @@ class RunConfig:
             raise ConfigError("nic_mbps", self.nic_mbps, "between 0 and 1000 Mb/s")
         if not 0 <= self.drain_s <= 3600:
             raise ConfigError("drain", self.drain_s, "between 0 and 3600 seconds")
-        if self.policy not in ("ecmp", "single"):
-            raise ConfigError("policy", self.policy, "ecmp or single")
+        get_policy(self.policy)
         if not 1 <= self.kv_streams <= 16:
             raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
         if self.kv_paths not in ("disjoint", "shortest"):
@@ -121,6 +125,11 @@ class Experiment:
         self.fabric: Fabric = build_fabric(config.fabric)
         self.scale = Scale(nic_mbps=config.nic_mbps)
         self.placement: Placement = place(self.fabric, config.layout)
+        self.policy = get_policy(config.policy)
+        self.faults: list[Fault] = parse_faults(
+            config.faults, self.fabric, config.duration_s, config.seed
+        )
+        self.injector: FaultInjector | None = None
         stamp = time.strftime("%Y%m%d-%H%M%S")
         name = f"{stamp}-{self.fabric.kind}-{Path(config.workload).stem}"
         if config.tag:
@@ -135,6 +144,12 @@ class Experiment:
         self.gateway_port = 0
         self.loadgen_port = 0
         self.health_port = 0
+        self.label = self.fabric.kind
+        planes = dict(self.fabric.spec.params).get("planes", 1)
+        if planes != 1:
+            self.label += f"-{planes}planes"
+        if self.policy.name != "ecmp" or self.faults:
+            self.label += f"/{self.policy.name}"
 
     # -- lifecycle ---------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -161,8 +176,10 @@ class Experiment:
     def _start_lab(self) -> None:
         opts = LabOptions(
             scale=self.scale,
-            policy=self.config.policy,
+            policy=self.policy.routing,
+            recompute=self.policy.recompute,
             management=True,
+            log_dir=self.dir / "logs",
             of_port=free_port(),
             metrics_port=free_port(),
         )
@@ -250,8 +267,14 @@ class Experiment:
                 api[e.engine_id] = f"http://{mgmt}:{PREFILL_PORT}"
             else:
                 sources = kv_source_map(self.fabric, h) if c.kv_paths == "disjoint" else ()
+                spray = self.policy.spray
                 cfg = DecodeConfig(
-                    **common, port=DECODE_PORT, kv_streams=c.kv_streams, kv_source_map=sources
+                    **common,
+                    port=DECODE_PORT,
+                    kv_streams=SPRAY_STREAMS if spray else c.kv_streams,
+                    kv_source_map=sources,
+                    kv_stall_timeout_s=SPRAY_STALL_S if spray else None,
+                    kv_log=str(self.dir / "logs" / f"kv-{e.engine_id}.jsonl"),
                 )
                 self._popen_in(e.host, e.engine_id, decode_argv(cfg))
                 api[e.engine_id] = f"http://{mgmt}:{DECODE_PORT}"
@@ -307,6 +330,14 @@ class Experiment:
         self.health.start()
         self.health_port = free_port()
         self._health_http = start_http_server(self.health_port, "127.0.0.1", registry)
+        if self.faults:
+            self.injector = FaultInjector(
+                self.fabric,
+                self.faults,
+                self.dir / "faults.jsonl",
+                registry=registry,
+                progress=self.progress,
+            )
         self.loadgen_port = free_port()
         mgmt = {e.engine_id: self.lab.management_ip(e.host) for e in self.placement.engines}
         jobs = {
@@ -356,9 +387,14 @@ class Experiment:
         ):
             if value is not None:
                 argv += [flag, str(value)]
-        self.progress(f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed})")
+        self.progress(
+            f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed}), policy {self.policy.name}"
+            + "".join(f"; {f.label} at {f.at_s:g}s" for f in self.faults)
+        )
         t0 = time.time()
         proc = self._popen_root("locust", argv)
+        if self.injector is not None:
+            self.injector.start(t0)
         if self.health is not None:  # a saturated load generator would inflate TTFT
             self.health.register("locust", proc.pid)
         self._wait_loadgen(proc, run_time + 30)
@@ -447,8 +483,17 @@ class Experiment:
                 2.0,
                 self.dir / "series.json",
             )
+        kv_attempts = [
+            row for p in sorted((self.dir / "logs").glob("kv-*.jsonl")) for row in _read_jsonl(p)
+        ]
+        events = read_events(self.dir / "faults.jsonl")
+        faults = analyze(events, records, kv_attempts, end_wall=t1)
+        faults["injected"] = [f.to_dict() for f in self.faults]
+        faults["spans_s"] = _load_time_spans(faults.pop("windows"), records)
         summary = {
             "run": self.dir.name,
+            "label": self.label,
+            "policy": self.policy.name,
             "fabric": self.fabric.kind,
             "fabric_params": dict(self.fabric.spec.params),
             "workload": self.config.workload,
@@ -469,6 +514,7 @@ class Experiment:
             },
             "port_util": {f"{k[0]}:{k[1]}": v for k, v in sorted(util.items())},
             "throughput_series": throughput_series(records),
+            "faults": faults,
             "health": verdict.to_dict(),
             "trustworthy": verdict.trustworthy,
         }
@@ -493,6 +539,8 @@ class Experiment:
         # A second Ctrl-C must not cut teardown short: that is what leaves labs behind.
         with signals_ignored():
             try:
+                if self.injector is not None:
+                    self.injector.stop()  # links back up before anything else stops
                 self._stop_processes()
             finally:
                 if self.lab is not None:
@@ -527,6 +575,18 @@ class Experiment:
                 server.shutdown()
                 server.server_close()
             thread.join(timeout=2)
+
+
+def _load_time_spans(
+    windows: list[tuple[float, float]], records: list[dict[str, Any]]
+) -> list[tuple[float, float]]:
+    """Fault windows (wall time) in seconds since the load generator's start, the clock of
+    `sent_s` and of the throughput series."""
+    anchor = next((r for r in records if "wall_time" in r and "sent_s" in r), None)
+    if anchor is None:
+        return []
+    start = float(anchor["wall_time"]) - float(anchor["sent_s"])
+    return [(round(s - start, 3), round(e - start, 3)) for s, e in windows]
 
 
 def _count_lines(path: Path) -> int:

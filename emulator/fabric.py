@@ -15,9 +15,10 @@ Naming scheme:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -172,6 +173,27 @@ class Fabric:
                 if node in self._hosts_by_name and far in self._switches_by_name:
                     out[(node, port)] = Attachment(far, far_port)
         return out
+
+    @cached_property
+    def _links_by_end(self) -> dict[tuple[str, int], Link]:
+        return {
+            end: link
+            for link in self.links
+            for end in ((link.node1, link.port1), (link.node2, link.port2))
+        }
+
+    def link_at(self, node: str, port: int) -> Link | None:
+        """The link plugged into `port` of `node` (switch port or host interface), if any."""
+        return self._links_by_end.get((node, port))
+
+    def without_links(self, links: Iterable[Link]) -> Fabric:
+        """A copy of this fabric with `links` removed (failed); everything else is the same.
+        Derived lookups (attachments, adjacency, distances) are recomputed on the copy."""
+        gone = set(links)
+        unknown = gone.difference(self.links)
+        if unknown:
+            raise ValueError(f"not links of this fabric: {sorted(map(repr, unknown))}")
+        return dataclasses.replace(self, links=tuple(lk for lk in self.links if lk not in gone))
 
     @cached_property
     def interfaces_by_ip(self) -> dict[str, Interface]:

@@ -103,6 +103,7 @@ def ip_batch(fabric: Fabric, host: Host, mtu: int) -> list[str]:
         # Source routing: a packet from a port's address leaves through that port. Replies
         # then retrace their request's path, and a sender that binds a port's address (a
         # dual-port NIC queue pair) picks its path; unbound traffic keeps the shortest routes.
+        # (Multi-plane ROFT: a port's address and its plane's prefix name the same port.)
         for iface in host.interfaces:
             table = SOURCE_TABLE_BASE + iface.index
             lines.append(f"rule add from {iface.ip} table {table} priority {table}")
@@ -128,7 +129,8 @@ def kv_source_map(fabric: Fabric, host: Host) -> tuple[tuple[str, str], ...]:
     """For a ZCube host: pull port-2 addresses (10.2/16) from local port 1 and port-1 addresses
     (10.1/16) from local port 2, so each KV lane takes its own link-disjoint path, both NIC
     ports carry it at both ends, and same-rail or same-segment pairs do not squeeze the whole
-    transfer through one port. Other fabrics: no mapping (one port)."""
+    transfer through one port. Other fabrics: no mapping. A multi-plane ROFT needs none either:
+    plane k's addresses are routed out of port k, so each pull already stays in its plane."""
     if fabric.kind != "zcube":
         return ()
     p1, p2 = host.interfaces

@@ -58,13 +58,15 @@ class LabOptions:
     scale: Scale = field(default_factory=Scale)
     mtu: int = 9000
     datapath: str = "auto"
-    policy: str = "ecmp"
+    policy: str = "ecmp"  # controller routing: ecmp, single or ff
+    recompute: bool = False  # the controller reroutes when a port goes down or comes back
     of_port: int = 6653
     metrics_port: int = 9101
     poll_interval: float = 1.0
     route_timeout: float = 60.0
     management: bool = False  # a front-end network (10.255/16) from the root namespace
     state_dir: Path = STATE_DIR
+    log_dir: Path | None = None  # where controller.log goes (default: a fresh temporary folder)
 
     def __post_init__(self) -> None:
         if self.datapath not in DATAPATHS:
@@ -278,7 +280,11 @@ class Lab:
         self.datapath = ""
         self.rules_installed: dict[str, int] = {}
         self.state_file = self.options.state_dir / f"lab-{os.getpid()}.json"
-        self.run_dir = Path(tempfile.mkdtemp(prefix="zcube-lab-"))
+        if self.options.log_dir is not None:
+            self.options.log_dir.mkdir(parents=True, exist_ok=True)
+            self.run_dir = self.options.log_dir
+        else:
+            self.run_dir = Path(tempfile.mkdtemp(prefix="zcube-lab-"))
         self.controller_log = self.run_dir / "controller.log"
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -410,7 +416,12 @@ class Lab:
             "--poll-interval",
             str(o.poll_interval),
         ]
-        self.progress(f"starting controller (policy {o.policy}, log {self.controller_log})")
+        if o.recompute:
+            argv.append("--recompute")
+        self.progress(
+            f"starting controller (policy {o.policy}{', recompute' if o.recompute else ''}, "
+            f"log {self.controller_log})"
+        )
         with self.controller_log.open("wb") as log:
             self.controller = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -39,15 +39,30 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("link util max", ("fabric_stats", "link_util_max"), True),
     ("link util mean", ("fabric_stats", "link_util_mean"), True),
     ("fabric drops", ("fabric_stats", "drops"), True),
+    # Faults (docs/FAILURES.md): "-" in runs without an injected failure.
+    ("TTFT p99 before fault (s)", ("faults", "ttft_p99_before_s"), True),
+    ("TTFT p99 during fault (s)", ("faults", "ttft_p99_during_s"), True),
+    ("TTFT p99 after fault (s)", ("faults", "ttft_p99_after_s"), True),
+    ("failed during fault", ("faults", "failed_during"), True),
+    ("KV transfers retried", ("faults", "kv_retried"), True),
+    ("KV subflows retired", ("faults", "kv_lanes_retired"), True),
+    ("KV bytes lost (completed)", ("faults", "kv_bytes_lost"), True),
+    ("recovery: first hit KV done (s)", ("faults", "recovery_kv_first_s"), True),
+    ("recovery: last hit KV done (s)", ("faults", "recovery_kv_all_s"), True),
+    ("recovery: throughput (s)", ("faults", "recovery_throughput_s"), True),
     ("emulated switches", ("fabric_stats", "switches"), True),
     ("emulated switching Tb/s", ("fabric_stats", "switching_capacity_tbps"), True),
 )
 
 
 def load_run(path: Path) -> dict[str, Any]:
-    """A run folder's summary, with its folder recorded."""
+    """A run folder's summary, with its folder recorded. `fabric` becomes the run's label
+    (`zcube`, or `zcube/spray` when a policy or fault distinguishes it); `fabric_kind` keeps the
+    fabric."""
     summary = json.loads((path / "summary.json").read_text())
     summary["_dir"] = str(path)
+    summary["fabric_kind"] = summary["fabric"]
+    summary["fabric"] = summary.get("label") or summary["fabric"]
     stats = summary.get("fabric_stats", {})
     if "switching_capacity_gbps" in stats:
         stats["switching_capacity_tbps"] = stats["switching_capacity_gbps"] / 1000
@@ -199,11 +214,57 @@ def plot_throughput(runs: Sequence[dict[str, Any]], out: Path) -> Path:
         if series:
             xs, ys = zip(*series, strict=True)
             ax.plot(xs, ys, label=f"{r['fabric']} {Path(r['_dir']).name[-6:]}", alpha=0.8)
+    shaded = next((r for r in runs if (r.get("faults") or {}).get("spans_s")), None)
+    if shaded is not None:
+        _shade_faults(ax, shaded)
     ax.set_xlabel("time since load start (s)")
     ax.set_ylabel("completed requests/s (5 s bins)")
     ax.set_title("Throughput over time")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _shade_faults(ax: Any, run: dict[str, Any]) -> None:
+    for i, (s, e) in enumerate((run.get("faults") or {}).get("spans_s") or ()):
+        ax.axvspan(s, e, color="red", alpha=0.12, label="fault" if i == 0 else None)
+
+
+def plot_fault_timeline(runs: Sequence[dict[str, Any]], out: Path) -> Path:
+    """TTFT of every request by send time, failed ones marked, fault windows shaded: the first
+    run of each label, one panel per label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    firsts: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        firsts.setdefault(r["fabric"], r)
+    fig, axes = plt.subplots(
+        len(firsts), 1, figsize=(8, 2.2 * len(firsts) + 0.6), sharex=True, squeeze=False
+    )
+    for ax, (label, r) in zip(axes[:, 0], sorted(firsts.items()), strict=True):
+        recs = _read_jsonl(Path(r["_dir"]) / "requests.jsonl")
+        ok = [
+            (x["sent_s"], x["ttft_s"]) for x in recs if x.get("outcome") == "ok" and x.get("ttft_s")
+        ]
+        bad = [x["sent_s"] for x in recs if x.get("outcome") != "ok"]
+        if ok:
+            xs, ys = zip(*ok, strict=True)
+            ax.scatter(xs, ys, s=6, alpha=0.7, label="TTFT")
+        if bad:
+            top = max((y for _, y in ok), default=1.0)
+            ax.scatter(bad, [top] * len(bad), marker="x", color="red", label="failed")
+        _shade_faults(ax, r)
+        ax.set_ylabel("TTFT (s)")
+        ax.set_title(f"{label} ({Path(r['_dir']).name[-6:]})", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("request sent, seconds since load start")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -264,10 +325,14 @@ def write_report(
     rows = table_rows(agg, fabrics, baseline)
     plots = [plot_ttft_cdf(runs, out_dir / "ttft_cdf.png")]
     plots.append(plot_throughput(runs, out_dir / "throughput.png"))
+    if any((r.get("faults") or {}).get("spans_s") for r in runs):
+        plots.append(plot_fault_timeline(runs, out_dir / "fault_timeline.png"))
     for f in fabrics:
         first = next(r for r in runs if r["fabric"] == f)
+        caps = capacities.get(f) or capacities.get(first["fabric_kind"], {})
         if (Path(first["_dir"]) / "series.json").exists():
-            plots.append(plot_port_heatmap(first, out_dir / f"ports_{f}.png", capacities[f]))
+            name = f.replace("/", "-")
+            plots.append(plot_port_heatmap(first, out_dir / f"ports_{name}.png", caps))
     bad = trust(runs)
     config = json.loads((Path(runs[0]["_dir"]) / "config.json").read_text())
     gpus = config["fabric_summary"]["hosts"]

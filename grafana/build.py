@@ -315,6 +315,18 @@ def _fabric() -> Dashboard:
                 ),
             ),
             Panel(
+                "Failures: links down and injected faults",
+                "Switch port ends whose link is down (from OpenFlow port-status, zcube_link_up) "
+                "and the faults `--fail` holds at the moment (zcube_fault_active). The same "
+                "windows are annotations on every dashboard.",
+                (
+                    Query(f"count(zcube_link_up{{{RUN}}} == 0) or vector(0)", "link ends down"),
+                    Query(f"sum(zcube_fault_active{{{RUN}}}) or vector(0)", "faults active"),
+                ),
+                width=24,
+                height=6,
+            ),
+            Panel(
                 "Switches and rules",
                 "Switches connected and the share of expected flow rules installed.",
                 (
@@ -538,6 +550,32 @@ def _panel(panel: Panel, pid: int, x: int, y: int) -> dict[str, object]:
     }
 
 
+# Failure windows on every dashboard: injected faults (the run's injector) and links the
+# controller saw go down (OpenFlow port-status).
+ANNOTATIONS: tuple[dict[str, object], ...] = (
+    {
+        "name": "Injected faults",
+        "datasource": DS,
+        "enable": True,
+        "iconColor": "red",
+        "expr": f"max by (fault) (zcube_fault_active{{{RUN}}}) > 0",
+        "step": "1s",
+        "titleFormat": "fault: {{fault}}",
+        "tagKeys": "fault",
+    },
+    {
+        "name": "Links down",
+        "datasource": DS,
+        "enable": True,
+        "iconColor": "orange",
+        "expr": f"count by (switch, peer) (zcube_link_up{{{RUN}}} == 0)",
+        "step": "1s",
+        "titleFormat": "link down: {{switch}} -> {{peer}}",
+        "tagKeys": "switch,peer",
+    },
+)
+
+
 def render(d: Dashboard) -> dict[str, object]:
     """The Grafana dashboard model (schemaVersion 39) of one dashboard."""
     panels = []
@@ -563,7 +601,7 @@ def render(d: Dashboard) -> dict[str, object]:
         "refresh": "5s",
         "time": {"from": "now-15m", "to": "now"},
         "timezone": "utc",
-        "annotations": {"list": []},
+        "annotations": {"list": list(ANNOTATIONS)},
         "links": [],
         "templating": {"list": variables},
         "panels": panels,

@@ -137,6 +137,12 @@ class DecodeConfig(EngineCommon):
     eos_probability: float = 0.02
     # (cidr, local address): the source address for KV pulls from addresses in cidr.
     kv_source_map: tuple[tuple[str, str], ...] = ()
+    # Retire a KV lane that receives no byte for this long and reopen it (None: never).
+    kv_stall_timeout_s: float | None = None
+    # Retired lanes one pull may replace (None: RETIRE_BUDGET_PER_LANE x its lanes).
+    kv_max_retired: int | None = None
+    # Append one JSON line per KV pull attempt to this file ("": no log).
+    kv_log: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -160,6 +166,21 @@ class DecodeConfig(EngineCommon):
         )
         _check(0 <= self.kv_retries <= 10, "kv_retries", self.kv_retries, "0..10")
         _check(self.kv_timeout_s > 0, "kv_timeout_s", self.kv_timeout_s, "> 0")
+        if self.kv_stall_timeout_s is not None:
+            _check(
+                0 < self.kv_stall_timeout_s < self.kv_timeout_s,
+                "kv_stall_timeout_s",
+                self.kv_stall_timeout_s,
+                f"> 0 and < kv_timeout_s ({self.kv_timeout_s}), or unset (off)",
+            )
+        if self.kv_max_retired is not None:
+            _check(
+                0 <= self.kv_max_retired <= 1024,
+                "kv_max_retired",
+                self.kv_max_retired,
+                "0..1024, or unset (4 x lanes)",
+            )
+        _check("\n" not in self.kv_log, "kv_log", self.kv_log, "a file path")
         _check(self.max_num_seqs >= 0, "max_num_seqs", self.max_num_seqs, ">= 0 (0: profile)")
         _check(
             0.0 <= self.eos_probability <= 1.0,

@@ -4,8 +4,10 @@
 A request must carry prefill's `kv_transfer_params` (`do_remote_prefill`); decode pulls the KV
 over every prefill KV address (its `--prefill-kv` table wins over the advertised ones) with
 `kv_streams` TCP streams each, verifies bytes and checksum, tells prefill to release it, then
-joins the running batch. A failed pull is retried `kv_retries` times, then the client gets an
-error event in the stream. A client that goes away frees its sequence and KV at the next token.
+joins the running batch. With `kv_stall_timeout_s`, a pull retires a lane that stalls and moves
+its chunks to a new connection (a new path id; `serving/kvwire.py`). A failed pull is retried
+`kv_retries` times, then the client gets an error event in the stream. `kv_log` gets one JSON
+line per pull attempt. A client that goes away frees its sequence and KV at the next token.
 Run: `python -m serving.decode --host MGMT --port 8200 --prefill-kv ID=FABRIC1:7100,FABRIC2:7100`.
 """
 
@@ -14,13 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -38,7 +41,7 @@ from serving.config import (
     parse_prefill_kv,
 )
 from serving.engine_step import run_step
-from serving.kvwire import KVTransferError, pull_kv, release_kv
+from serving.kvwire import KVTransferError, PullResult, pull_kv, release_kv
 from serving.metrics import EngineMetrics
 from serving.openai_api import (
     CHAT,
@@ -149,6 +152,7 @@ class DecodeEngine:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     pulling: int = 0
     background: set[asyncio.Task] = field(default_factory=set)
+    kv_log: TextIO | None = None
 
     @property
     def kv_used(self) -> int:
@@ -249,8 +253,9 @@ class DecodeEngine:
             if seq.generated > 1:
                 m.tpot.observe((now - seq.first_token_at) / (seq.generated - 1))
 
-    async def pull(self, handle: KVHandle) -> bytearray:
-        """Pull KV with bounded retries; every failed attempt counts as a failed transfer."""
+    async def pull(self, handle: KVHandle, request_id: str = "") -> bytearray:
+        """Pull KV with bounded retries; every failed attempt counts as a failed transfer, and
+        every attempt is one line of the KV log."""
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         last: KVTransferError | None = None
@@ -259,7 +264,8 @@ class DecodeEngine:
             for attempt in range(cfg.kv_retries + 1):
                 if attempt:
                     await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
-                start = loop.time()
+                    self.metrics.kv_pull_retries.inc()
+                start, wall_start = loop.time(), time.time()
                 try:
                     buf, result = await pull_kv(
                         handle.request_id,
@@ -270,15 +276,26 @@ class DecodeEngine:
                         streams=cfg.kv_streams,
                         timeout_s=cfg.kv_timeout_s,
                         source_map=cfg.kv_source_map,
+                        stall_timeout_s=cfg.kv_stall_timeout_s,
+                        max_retired=cfg.kv_max_retired,
                     )
+                except asyncio.CancelledError:
+                    # The client went away mid-pull: still one line for this attempt.
+                    gone = KVTransferError("cancelled: the request went away during the pull")
+                    self._log_attempt(handle, request_id, attempt, wall_start, gone)
+                    raise
                 except KVTransferError as exc:
                     last = exc
                     self.metrics.failed_transfers.inc()
+                    self.metrics.kv_lanes_retired.inc(exc.retired_lanes)
+                    self._log_attempt(handle, request_id, attempt, wall_start, exc)
                     log.warning("KV pull %s attempt %d failed: %s", handle.request_id, attempt, exc)
                     continue
                 self.metrics.xfer_time.observe(loop.time() - start)
                 self.metrics.bytes_transferred.observe(result.num_bytes)
-                task = asyncio.create_task(self._release(handle))
+                self.metrics.kv_lanes_retired.inc(result.retired_lanes)
+                self._log_attempt(handle, request_id, attempt, wall_start, result)
+                task = asyncio.create_task(self._release(handle, result))
                 self.background.add(task)
                 task.add_done_callback(self.background.discard)
                 return buf
@@ -289,9 +306,45 @@ class DecodeEngine:
             f"attempts: {last}"
         )
 
-    async def _release(self, handle: KVHandle) -> None:
+    def _log_attempt(
+        self,
+        handle: KVHandle,
+        request_id: str,
+        attempt: int,
+        start: float,
+        outcome: PullResult | KVTransferError,
+    ) -> None:
+        if self.kv_log is None:
+            return
+        if isinstance(outcome, PullResult):
+            got, checksum_ok, error = outcome.num_bytes, True, None
+        else:
+            got, checksum_ok, error = outcome.received, outcome.checksum_ok, str(outcome)
+        record = {
+            "request_id": request_id,
+            "kv_request_id": handle.request_id,
+            "engine_id": handle.engine_id,
+            "start": start,
+            "end": time.time(),
+            "ok": error is None,
+            "bytes": got,
+            "expected_bytes": handle.num_bytes,
+            "checksum_ok": checksum_ok,
+            "attempt": attempt,
+            "lanes": outcome.lanes,
+            "retired_lanes": outcome.retired_lanes,
+            "paths_used": outcome.paths_used,
+            "error": error,
+        }
+        self.kv_log.write(json.dumps(record) + "\n")
+        self.kv_log.flush()
+
+    async def _release(self, handle: KVHandle, result: PullResult) -> None:
+        # Over the address that carried the most bytes: the first one may be a dead path.
+        moved = result.bytes_by_address
+        addr = max(handle.addresses, key=lambda a: moved.get(str(a), 0))
         try:
-            await release_kv(handle.request_id, handle.addresses[0])
+            await release_kv(handle.request_id, addr)
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.info("KV release of %s not acknowledged: %s", handle.request_id, exc)
 
@@ -320,7 +373,7 @@ def _handler(kind: str):
             resp = web.StreamResponse(headers=SSE_HEADERS)
             await resp.prepare(request)
         try:
-            kv = await engine.pull(handle_)
+            kv = await engine.pull(handle_, request_id)
         except KVTransferError as exc:
             message = f"KV cache transfer failed: {exc}"
             if resp is None:
@@ -367,6 +420,21 @@ async def _collect(seq: DecodeSeq, req: ApiRequest, request_id: str, created: in
     )
 
 
+async def _kv_log_ctx(app: web.Application) -> AsyncIterator[None]:
+    path = app[CONFIG_KEY].kv_log
+    if not path:
+        yield
+        return
+    engine = app[ENGINE_KEY]
+    # Appended to, line by line: a run reads it afterwards; each decode writes its own file.
+    with open(path, "a", encoding="utf-8") as f:
+        engine.kv_log = f
+        try:
+            yield
+        finally:
+            engine.kv_log = None
+
+
 async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     engine = app[ENGINE_KEY]
     task = asyncio.create_task(engine.run())
@@ -397,6 +465,7 @@ def make_decode_app(
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))
     app.router.add_post("/v1/chat/completions", _handler(CHAT))
+    app.cleanup_ctx.append(_kv_log_ctx)
     app.cleanup_ctx.append(_engine_ctx)
     return app
 
@@ -421,6 +490,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-chunk-bytes", type=int, default=256 * 1024)
     parser.add_argument("--kv-retries", type=int, default=3)
     parser.add_argument("--kv-timeout-s", type=float, default=10.0)
+    parser.add_argument(
+        "--kv-stall-timeout-s",
+        type=float,
+        default=None,
+        help="retire a KV lane (TCP connection, i.e. path id) that receives no byte for this "
+        "long, move its chunks to the other lanes and open a new one (default: off)",
+    )
+    parser.add_argument(
+        "--kv-max-retired",
+        type=int,
+        default=None,
+        help="retired lanes one pull may replace (default: 4 x its lanes)",
+    )
+    parser.add_argument(
+        "--kv-log", default="", help="append one JSON line per KV pull attempt to this file"
+    )
     parser.add_argument("--max-num-seqs", type=int, default=0, help="0: the profile's")
     parser.add_argument("--eos-probability", type=float, default=0.02)
 
@@ -437,6 +522,9 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
         max_num_seqs=args.max_num_seqs,
         eos_probability=args.eos_probability,
         kv_source_map=parse_kv_sources(args.kv_source),
+        kv_stall_timeout_s=args.kv_stall_timeout_s,
+        kv_max_retired=args.kv_max_retired,
+        kv_log=args.kv_log,
     )
 
 

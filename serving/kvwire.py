@@ -1,8 +1,17 @@
 """The KV-cache pull protocol: plain TCP, framed, chunked, every chunk CRC-32 checked.
 
-Decode pulls (like vLLM's NIXL connector): it opens `streams` connections to each of the
-prefill's KV addresses (a ZCube host has one per NIC port), deals the chunks of one request's
-buffer round-robin over all those lanes, pipelines its requests, and reassembles the bytes.
+Decode pulls (like vLLM's NIXL connector): it opens `streams` connections ("lanes") to each of
+the prefill's KV addresses (a ZCube host has one per NIC port), deals the chunks of one
+request's buffer over all those lanes from one shared queue, pipelines its requests, and
+reassembles the bytes.
+
+Spraying with end-host failover (MRC-style): every lane is its own TCP connection, so its own
+source port, so its own ECMP hash: a path id, like MRC's entropy values. With a stall timeout,
+a lane that has requests outstanding and receives no byte for that long is retired: its
+connection is aborted, its chunks go back to the front of the queue for the other lanes, and
+a replacement lane (a new source port, so a new path id) is opened, preferring an address on
+which lanes still move bytes. Without a stall timeout a stalled lane holds its chunks until the
+pull's overall timeout (the static reference).
 
 Frames (network byte order):
 - request:  op u8 (1 GET, 2 RELEASE), id_len u16, id bytes, offset u64, length u32
@@ -14,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import math
 import struct
 import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from serving.config import Address
 
@@ -34,7 +44,19 @@ _RESP = struct.Struct("!BII")
 
 
 class KVTransferError(Exception):
-    """A KV pull failed: connection refused or reset, timeout, missing buffer, bad checksum."""
+    """A KV pull failed: connection refused or reset, timeout, missing buffer, bad checksum.
+
+    Raised by `pull_kv`, it also says what the attempt did: `received` bytes of verified
+    chunks, `lanes` it started with, `retired_lanes`, `paths_used` (connections opened) and
+    `checksum_ok` (False: a checksum mismatch; None: the attempt ended before the check)."""
+
+    def __init__(self, message: str, *, checksum_ok: bool | None = None) -> None:
+        super().__init__(message)
+        self.checksum_ok = checksum_ok
+        self.received = 0
+        self.lanes = 0
+        self.retired_lanes = 0
+        self.paths_used = 0
 
 
 def encode_request(op: int, request_id: str, offset: int = 0, length: int = 0) -> bytes:
@@ -92,12 +114,17 @@ async def start_kv_server(lookup: Lookup, release: Release, addr: Address) -> as
 
 @dataclass(frozen=True)
 class PullResult:
-    """What a pull moved: total bytes, per-address bytes, lanes used, checksum verified."""
+    """What a pull moved: total bytes, per-address bytes, lanes it started with, checksum
+    verified, lanes retired for stalling, and the path ids used: `paths_used` connections
+    opened in all, `source_ports` their local ports (each a distinct ECMP hash)."""
 
     num_bytes: int
     bytes_by_address: dict[str, int]
     lanes: int
     checksum: int
+    retired_lanes: int = 0
+    paths_used: int = 0
+    source_ports: tuple[int, ...] = ()
 
 
 def pick_source(remote: str, source_map: Sequence[tuple[str, str]]) -> str | None:
@@ -126,65 +153,171 @@ def plan_lanes(
     return lanes
 
 
+def pick_replacement(
+    addrs: Sequence[Address],
+    last_progress: Mapping[Address, float],
+    last_retired: Mapping[Address, float],
+    turn: int,
+) -> Address:
+    """The address for a replacement lane: rotate (by `turn`) over the addresses whose latest
+    news is a lane receiving bytes, or no news; if every address has had a lane retired since
+    its last progress, the one whose last retirement is oldest.
+
+    On ZCube one address pair can be the dead path, so reopening there would only stall again;
+    on a fat tree a new source port re-hashes to another spine, so the same address is fine."""
+    never = -math.inf
+    healthy = [a for a in addrs if last_retired.get(a, never) <= last_progress.get(a, never)]
+    if healthy:
+        return healthy[turn % len(healthy)]
+    return min(addrs, key=lambda a: last_retired.get(a, never))
+
+
 LANE_WINDOW = 2  # chunk requests a lane keeps outstanding, so the link never idles a round trip
+RETIRE_BUDGET_PER_LANE = 4  # default replacement budget of one pull: 4 x its starting lanes
+_READ_PIECE = 2**20  # most bytes one read takes; any bytes at all reset the stall timer
 
 
-async def _pull_lane(
-    request_id: str,
-    addr: Address,
-    first: tuple[int, int],
-    queue: deque[tuple[int, int]],
-    lanes: int,
-    out: memoryview,
-    local: str | None = None,
-) -> int:
-    """Pull `first`, then chunks from the shared queue until it is empty: a lane on a faster
-    path takes more chunks, so a transfer is not held back by its slowest lane (multi-rail
-    transports share work the same way). A lane keeps a second request outstanding only while
-    the queue holds enough for every lane, so the tail is not hoarded by one lane."""
-    reader, writer = await asyncio.open_connection(
-        addr.host, addr.port, limit=2**20, local_addr=(local, 0) if local else None
-    )
-    inflight: deque[tuple[int, int]] = deque()
+class _LaneRetired(Exception):
+    """A lane's path looks dead: no bytes for the stall timeout, connect failed, or reset."""
 
-    def send(chunk: tuple[int, int]) -> None:
-        inflight.append(chunk)
-        writer.write(encode_request(OP_GET, request_id, *chunk))
 
-    def ask() -> bool:
-        if not queue or (inflight and len(queue) < lanes):
-            return False
-        send(queue.popleft())
-        return True
+@dataclass(eq=False)
+class _Lane:
+    """One TCP connection of a pull and the chunks it owns (requested or about to be)."""
 
+    addr: Address
+    local: str | None
+    inflight: deque[tuple[int, int]]
+    moved: int = 0
+    port: int = 0
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.addr} from port {self.port or '-'} ({self.reason})"
+
+
+@dataclass(eq=False)
+class _Pull:
+    """State the lanes of one pull share."""
+
+    request_id: str
+    out: memoryview
+    queue: deque[tuple[int, int]]
+    lanes: int
+    stall_timeout_s: float | None
+    last_progress: dict[Address, float] = field(default_factory=dict)
+    last_retired: dict[Address, float] = field(default_factory=dict)
+    ports: list[int] = field(default_factory=list)
+
+
+async def _run_lane(pull: _Pull, lane: _Lane) -> None:
+    """Pull the lane's chunks, then chunks from the shared queue until it is empty: a lane on
+    a faster path takes more chunks, so a transfer is not held back by its slowest lane
+    (multi-rail transports share work the same way). A lane keeps a second request
+    outstanding only while the queue holds enough for every lane, so the tail is not hoarded
+    by one lane. With a stall timeout, a dead path raises `_LaneRetired`; the lane's unfinished
+    chunks stay in `lane.inflight` (a partly received one is simply fetched again in full)."""
+    loop = asyncio.get_running_loop()
+    stall = pull.stall_timeout_s
+    writer: asyncio.StreamWriter | None = None
+    done = False
     try:
-        send(first)
-        while len(inflight) < LANE_WINDOW and ask():
-            pass
-        await writer.drain()
-        moved = 0
-        while inflight:
-            offset, length = inflight.popleft()
-            status, crc, got_len = _RESP.unpack(await reader.readexactly(_RESP.size))
-            if status == NOT_FOUND:
-                raise KVTransferError(f"prefill at {addr} holds no KV for {request_id}")
-            if status != OK or got_len != length:
-                raise KVTransferError(f"prefill at {addr} refused range {offset}+{length}")
-            data = await reader.readexactly(length)
-            if zlib.crc32(data) != crc:
-                raise KVTransferError(f"chunk {offset}+{length} from {addr}: checksum mismatch")
-            out[offset : offset + length] = data
-            moved += length
-            sent = False
-            while len(inflight) < LANE_WINDOW and ask():
-                sent = True
-            if sent:
-                await writer.drain()
-        return moved
+        # One timer per lane, pushed back whenever bytes arrive: a slow lane that keeps
+        # moving is never retired, only a silent one. Its first period bounds the connect.
+        async with asyncio.timeout(stall) as watchdog:
+            reader, conn = await asyncio.open_connection(
+                lane.addr.host,
+                lane.addr.port,
+                limit=2**20,
+                local_addr=(lane.local, 0) if lane.local else None,
+            )
+            writer = conn
+            lane.port = int(conn.get_extra_info("sockname")[1])
+            pull.ports.append(lane.port)
+
+            def alive() -> None:
+                now = loop.time()
+                pull.last_progress[lane.addr] = now
+                if stall is not None:
+                    watchdog.reschedule(now + stall)
+
+            def ask() -> bool:
+                if not pull.queue or (lane.inflight and len(pull.queue) < pull.lanes):
+                    return False
+                chunk = pull.queue.popleft()
+                lane.inflight.append(chunk)
+                conn.write(encode_request(OP_GET, pull.request_id, *chunk))
+                return True
+
+            if stall is not None:
+                watchdog.reschedule(loop.time() + stall)
+            for chunk in lane.inflight:
+                conn.write(encode_request(OP_GET, pull.request_id, *chunk))
+            while len(lane.inflight) < LANE_WINDOW and ask():
+                pass
+            await conn.drain()
+            while lane.inflight:
+                offset, length = lane.inflight[0]
+                status, crc, got_len = _RESP.unpack(await reader.readexactly(_RESP.size))
+                alive()
+                if status == NOT_FOUND:
+                    raise KVTransferError(
+                        f"prefill at {lane.addr} holds no KV for {pull.request_id}"
+                    )
+                if status != OK or got_len != length:
+                    raise KVTransferError(f"prefill at {lane.addr} refused range {offset}+{length}")
+                # Read in pieces straight into place, checking the CRC as it goes. If the lane
+                # is retired mid-chunk the chunk stays owned by it, is requeued whole, and the
+                # lane that fetches it again overwrites these bytes with the same ones.
+                got, running_crc = 0, 0
+                while got < length:
+                    piece = await reader.read(min(length - got, _READ_PIECE))
+                    if not piece:
+                        raise asyncio.IncompleteReadError(b"", length - got)
+                    pull.out[offset + got : offset + got + len(piece)] = piece
+                    running_crc = zlib.crc32(piece, running_crc)
+                    got += len(piece)
+                    alive()
+                if running_crc != crc:
+                    raise KVTransferError(
+                        f"chunk {offset}+{length} from {lane.addr}: checksum mismatch",
+                        checksum_ok=False,
+                    )
+                lane.inflight.popleft()
+                lane.moved += length
+                sent = False
+                while len(lane.inflight) < LANE_WINDOW and ask():
+                    sent = True
+                if sent:
+                    await conn.drain()
+        done = True
+    except TimeoutError as exc:
+        # Only the watchdog's own expiry is a stall; the OS's ETIMEDOUT is a lost connection.
+        if stall is None:
+            raise
+        if watchdog.expired():
+            what = "connect" if writer is None else "no bytes"
+            raise _LaneRetired(f"{what} for {stall}s") from None
+        raise _LaneRetired(f"{type(exc).__name__}: {exc}") from None
+    except (OSError, asyncio.IncompleteReadError) as exc:
+        if stall is None:
+            raise
+        raise _LaneRetired(f"{type(exc).__name__}: {exc}") from None
     finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
+        if writer is not None:
+            if done:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+            else:
+                # Failed, retired or cancelled: a graceful close would wait on a dead path.
+                writer.transport.abort()
+
+
+def _summary(retired: Sequence[_Lane], most: int = 4) -> str:
+    listed = "; ".join(str(lane) for lane in retired[-most:])
+    more = f" and {len(retired) - most} earlier" if len(retired) > most else ""
+    return f"{len(retired)} lanes retired: {listed}{more}"
 
 
 async def pull_kv(
@@ -197,55 +330,104 @@ async def pull_kv(
     streams: int,
     timeout_s: float,
     source_map: Sequence[tuple[str, str]] = (),
+    stall_timeout_s: float | None = None,
+    max_retired: int | None = None,
 ) -> tuple[bytearray, PullResult]:
-    """Pull one request's KV over every address and stream; verify bytes and checksum."""
+    """Pull one request's KV over every address and stream; verify bytes and checksum.
+
+    With `stall_timeout_s`, a lane that receives nothing for that long is retired and
+    replaced by a new connection (a new path id), at most `max_retired` times per pull
+    (default `RETIRE_BUDGET_PER_LANE` x the starting lanes); a lane that stalls after that is
+    retired without replacement and the lanes still running take its chunks. Protocol errors
+    (missing KV, bad range, checksum) fail the pull at once."""
     if not addrs:
         raise KVTransferError("no KV address to pull from")
+    if stall_timeout_s is not None and not stall_timeout_s > 0:
+        raise ValueError(f"stall_timeout_s must be > 0 or None, not {stall_timeout_s!r}")
     buf = bytearray(num_bytes)
     view = memoryview(buf)
-    lanes = plan_lanes(num_bytes, chunk_bytes, addrs, streams)
+    plan = plan_lanes(num_bytes, chunk_bytes, addrs, streams)
+    budget = RETIRE_BUDGET_PER_LANE * len(plan) if max_retired is None else max_retired
     # Each lane starts with one chunk; the rest go, in offset order, to whichever lane is free.
-    chunks = sorted(c for _, cs in lanes for c in cs)
-    queue = deque(chunks[len(lanes) :])
+    chunks = sorted(c for _, cs in plan for c in cs)
+    pull = _Pull(request_id, view, deque(chunks[len(plan) :]), len(plan), stall_timeout_s)
+    running: dict[asyncio.Task[None], _Lane] = {}
+    ended: list[_Lane] = []
+    retired: list[_Lane] = []
+    loop = asyncio.get_running_loop()
+
+    def launch(addr: Address, first: list[tuple[int, int]]) -> None:
+        lane = _Lane(addr, pick_source(addr.host, source_map), deque(first))
+        running[asyncio.create_task(_run_lane(pull, lane))] = lane
+
+    def failed(exc: KVTransferError) -> KVTransferError:
+        exc.received = sum(lane.moved for lane in (*ended, *running.values()))
+        exc.lanes, exc.retired_lanes, exc.paths_used = len(plan), len(retired), len(pull.ports)
+        return exc
+
     try:
-        async with asyncio.timeout(timeout_s), asyncio.TaskGroup() as tg:
-            tasks = [
-                tg.create_task(
-                    _pull_lane(
-                        request_id,
-                        a,
-                        chunks[i],
-                        queue,
-                        len(lanes),
-                        view,
-                        pick_source(a.host, source_map),
+        async with asyncio.timeout(timeout_s):
+            for i, (addr, _) in enumerate(plan):
+                launch(addr, chunks[i : i + 1])
+            while running:
+                finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in finished:
+                    lane = running.pop(task)
+                    ended.append(lane)
+                    exc = task.exception()
+                    if exc is None:
+                        continue
+                    if isinstance(exc, KVTransferError):
+                        raise failed(exc)
+                    if not isinstance(exc, _LaneRetired):
+                        raise failed(
+                            KVTransferError(f"KV pull failed: {type(exc).__name__}: {exc}")
+                        )
+                    lane.reason = str(exc)
+                    retired.append(lane)
+                    pull.last_retired[lane.addr] = loop.time()
+                    pull.queue.extendleft(reversed(lane.inflight))
+                    lane.inflight.clear()
+                    if pull.queue and len(retired) <= budget:
+                        addr = pick_replacement(
+                            addrs, pull.last_progress, pull.last_retired, len(retired)
+                        )
+                        launch(addr, [])
+            if pull.queue:
+                raise failed(
+                    KVTransferError(
+                        f"KV pull of {num_bytes} bytes failed: no live lane left and the "
+                        f"replacement budget ({budget}) is spent; {_summary(retired)}"
                     )
                 )
-                for i, (a, _) in enumerate(lanes)
-            ]
     except TimeoutError:
-        raise KVTransferError(
-            f"KV pull of {num_bytes} bytes timed out after {timeout_s}s"
+        why = f"; {_summary(retired)}" if retired else ""
+        raise failed(
+            KVTransferError(f"KV pull of {num_bytes} bytes timed out after {timeout_s}s{why}")
         ) from None
-    except ExceptionGroup as group:
-        # A TaskGroup cancels the other lanes when one fails; report the first failure.
-        exc = group.exceptions[0]
-        if isinstance(exc, KVTransferError):
-            raise exc from None
-        raise KVTransferError(f"KV pull failed: {type(exc).__name__}: {exc}") from None
     finally:
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
         view.release()
-    moved = [t.result() for t in tasks]
     by_addr: dict[str, int] = {}
-    for (a, _), n in zip(lanes, moved, strict=True):
-        by_addr[str(a)] = by_addr.get(str(a), 0) + n
-    total = sum(moved)
+    for lane in ended:
+        by_addr[str(lane.addr)] = by_addr.get(str(lane.addr), 0) + lane.moved
+    total = sum(lane.moved for lane in ended)
     if total != num_bytes:
-        raise KVTransferError(f"received {total} bytes, expected {num_bytes}")
+        raise failed(KVTransferError(f"received {total} bytes, expected {num_bytes}"))
     crc = zlib.crc32(buf)
     if crc != expected_checksum:
-        raise KVTransferError(f"KV checksum {crc:#010x} != expected {expected_checksum:#010x}")
-    return buf, PullResult(total, by_addr, len(lanes), crc)
+        raise failed(
+            KVTransferError(
+                f"KV checksum {crc:#010x} != expected {expected_checksum:#010x}",
+                checksum_ok=False,
+            )
+        )
+    return buf, PullResult(
+        total, by_addr, len(plan), crc, len(retired), len(pull.ports), tuple(pull.ports)
+    )
 
 
 async def release_kv(request_id: str, addr: Address, timeout_s: float = 5.0) -> bool:

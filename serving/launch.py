@@ -49,6 +49,12 @@ def decode_argv(cfg: DecodeConfig, python: str = sys.executable) -> list[str]:
     ]  # fmt: skip
     for cidr, local in cfg.kv_source_map:
         argv += ["--kv-source", f"{cidr}={local}"]
+    if cfg.kv_stall_timeout_s is not None:
+        argv += ["--kv-stall-timeout-s", repr(cfg.kv_stall_timeout_s)]
+    if cfg.kv_max_retired is not None:
+        argv += ["--kv-max-retired", str(cfg.kv_max_retired)]
+    if cfg.kv_log:
+        argv += ["--kv-log", cfg.kv_log]
     return argv
 
 

@@ -48,6 +48,8 @@ GATEWAY_REQUESTS = "zcube:gateway_requests"  # scraped as zcube:gateway_requests
 GATEWAY_OUTSTANDING = "zcube:gateway_outstanding_requests"
 GATEWAY_TTFT = "zcube:gateway_time_to_first_token_seconds"
 GATEWAY_UPSTREAM_ERRORS = "zcube:gateway_upstream_errors"
+KV_LANES_RETIRED = "zcube:kv_lanes_retired"  # scraped as zcube:kv_lanes_retired_total
+KV_PULL_RETRIES = "zcube:kv_pull_retries"  # scraped as zcube:kv_pull_retries_total
 
 LABELS = ("model_name", "engine")
 
@@ -203,6 +205,13 @@ class EngineMetrics:
         )
         self.failed_transfers = counter(
             NIXL_NUM_FAILED_TRANSFERS, "Number of failed NIXL KV Cache transfers."
+        )
+        self.kv_lanes_retired = counter(
+            KV_LANES_RETIRED,
+            "KV pull lanes (TCP connections, i.e. path ids) retired because they stalled.",
+        )
+        self.kv_pull_retries = counter(
+            KV_PULL_RETRIES, "KV pull attempts after the first one of a request."
         )
         self.kv_expired = counter(
             NIXL_NUM_KV_EXPIRED_REQS,

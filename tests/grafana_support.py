@@ -94,6 +94,7 @@ def exported_metric_names() -> set[str]:
     from prometheus_client import CollectorRegistry
 
     import controller.metrics as controller_metrics
+    import emulator.faults as faults
     import emulator.health as health
     from serving.metrics import EngineMetrics, GatewayMetrics
     from workloads.metrics import ClientMetrics
@@ -117,7 +118,7 @@ def exported_metric_names() -> set[str]:
         for key, value in vars(controller_metrics).items()
         if key.isupper() and isinstance(value, str) and value.startswith("zcube_")
     )
-    names.update({health.CPU_METRIC, health.PROCESS_METRIC})
+    names.update({health.CPU_METRIC, health.PROCESS_METRIC, faults.ACTIVE_METRIC})
     return names
 
 

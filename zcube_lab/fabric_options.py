@@ -18,6 +18,7 @@ SIZE_OPTIONS = {
     "oversubscription": "oversubscription",
     "servers_per_leaf": "servers_per_leaf",
     "nic_gbps": "nic_gbps",
+    "planes": "planes",
 }
 
 
@@ -40,6 +41,12 @@ def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--nic-gbps", type=float, help="full-scale NIC bandwidth per GPU in Gb/s (default 400)"
+    )
+    group.add_argument(
+        "--planes",
+        type=int,
+        help="roft: disconnected leaf-spine planes, one NIC port of nic-gbps/planes into each "
+        "(MRC's multi-plane; 1 to 8, default 1)",
     )
 
 

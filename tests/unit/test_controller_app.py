@@ -10,15 +10,34 @@ from os_ken.ofproto import ofproto_parser, ofproto_protocol, ofproto_v1_3
 from prometheus_client import CollectorRegistry, generate_latest
 
 from controller import metrics
-from controller.app import ControllerConfig, ZCubeController
+from controller.__main__ import parse_args
+from controller.app import RECOMPUTE_DEBOUNCE_S, ControllerConfig, ZCubeController, port_is_down
+from controller.flowtable import FabricTable
 from controller.metrics import PortCounters
-from controller.ofmsg import flow_mod, group_mod, install_messages, stats_requests
-from controller.rules import COOKIE, Output, ToGroup, compute_rules
+from controller.ofmsg import (
+    diff_messages,
+    flow_mod,
+    group_mod,
+    install_messages,
+    stats_requests,
+)
+from controller.rules import (
+    COOKIE,
+    Bucket,
+    GroupSpec,
+    Output,
+    RuleDiff,
+    SwitchRules,
+    ToGroup,
+    compute_rules,
+    diff_rules,
+)
 from emulator.builders import build_fabric
-from emulator.fabric import FabricSpec
+from emulator.fabric import Fabric, FabricSpec
 from zcube_lab.errors import ConfigError
 
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2)
+ZCUBE4 = FabricSpec.of("zcube", n=4)
 
 
 class FakeDatapath(ofproto_protocol.ProtocolDesc):
@@ -46,6 +65,12 @@ def roundtrip(dp: FakeDatapath, msg: Any) -> Any:
     msg.set_xid(7)
     msg.serialize()
     return ofproto_parser.msg(dp, msg.version, msg.msg_type, msg.msg_len, msg.xid, bytes(msg.buf))
+
+
+def serialized(msg: Any) -> Any:
+    msg.set_xid(7)
+    msg.serialize()
+    return msg
 
 
 def leaf0() -> tuple[Any, Any]:
@@ -100,8 +125,13 @@ def test_stats_requests_ask_for_groups_only_when_there_are_some() -> None:
     assert len(stats_requests(dp, with_groups=False)) == 2
 
 
-def make_app(registry: CollectorRegistry) -> ZCubeController:
-    config = ControllerConfig(build_fabric(ROFT), "ecmp", 1.0, registry)
+def make_app(
+    registry: CollectorRegistry,
+    spec: FabricSpec = ROFT,
+    policy: str = "ecmp",
+    recompute: bool = False,
+) -> ZCubeController:
+    config = ControllerConfig(build_fabric(spec), policy, 1.0, registry, recompute=recompute)
     return ZCubeController(zcube_config=config)
 
 
@@ -121,6 +151,8 @@ def test_config_rejects_bad_policy_and_interval() -> None:
         ControllerConfig(fabric, "spray", 1.0, CollectorRegistry())
     with pytest.raises(ConfigError):
         ControllerConfig(fabric, "ecmp", 0, CollectorRegistry())
+    with pytest.raises(ConfigError):
+        ControllerConfig(fabric, "ecmp", 1.0, CollectorRegistry(), recompute="yes")  # type: ignore[arg-type]
 
 
 def test_features_installs_rules_and_barrier_confirms_them() -> None:
@@ -202,3 +234,226 @@ def test_disconnect_drops_stale_counters() -> None:
         )
         is None
     )
+
+
+# -- failures -----------------------------------------------------------------------------------
+def test_ff_group_mods_are_fast_failover_groups_with_ordered_watched_buckets() -> None:
+    fabric = build_fabric(ZCUBE4)
+    a0 = compute_rules(fabric, "ff")[fabric.switch("a0").dpid]
+    dp = FakeDatapath(a0.dpid)
+    for group in a0.groups:
+        parsed = serialized(group_mod(dp, group))
+        assert parsed.type == ofproto_v1_3.OFPGT_FF and parsed.command == ofproto_v1_3.OFPGC_ADD
+        assert [(b.weight, b.watch_port, b.actions[0].port) for b in parsed.buckets] == [
+            (0, b.port, b.port) for b in group.buckets
+        ]
+
+
+def test_diff_messages_in_order_and_on_the_wire() -> None:
+    _fabric, rules = leaf0()
+    dp = FakeDatapath(rules.dpid)
+    flows = [f for f in rules.flows if f.match_fields.get("ipv4_dst")]
+    new_group = GroupSpec(2, "select", (Bucket(5, 1, 5), Bucket(6, 1, 6)))
+    diff = RuleDiff(
+        groups_added=(new_group,),
+        groups_modified=(GroupSpec(1, "select", (Bucket(7, 1, 7),)),),
+        flows_added=(flows[0],),
+        flows_deleted=(flows[1],),
+        groups_deleted=(GroupSpec(3, "ff", ()),),
+    )
+    # os-ken parses flow mods but not group mods (a switch never sends one).
+    msgs = [
+        roundtrip(dp, m) if type(m).__name__ == "OFPFlowMod" else serialized(m)
+        for m in diff_messages(dp, diff)
+    ]
+    assert [(type(m).__name__, m.command) for m in msgs] == [
+        ("OFPGroupMod", ofproto_v1_3.OFPGC_ADD),
+        ("OFPGroupMod", ofproto_v1_3.OFPGC_MODIFY),
+        ("OFPFlowMod", ofproto_v1_3.OFPFC_ADD),
+        ("OFPFlowMod", ofproto_v1_3.OFPFC_DELETE_STRICT),
+        ("OFPGroupMod", ofproto_v1_3.OFPGC_DELETE),
+    ]
+    assert msgs[0].group_id == 2 and msgs[1].group_id == 1 and msgs[4].group_id == 3
+    delete = msgs[3]
+    assert delete.priority == flows[1].priority and delete.table_id == 0
+    assert dict(delete.match.items()) == flows[1].match_fields
+    assert (delete.cookie, delete.cookie_mask) == (COOKIE, 0xFFFFFFFFFFFFFFFF)
+    assert delete.out_port == ofproto_v1_3.OFPP_ANY and delete.out_group == ofproto_v1_3.OFPG_ANY
+
+
+def port_desc(port_no: int, down: bool = False, config: int = 0) -> SimpleNamespace:
+    state = ofproto_v1_3.OFPPS_LINK_DOWN if down else ofproto_v1_3.OFPPS_LIVE
+    return SimpleNamespace(port_no=port_no, state=state, config=config)
+
+
+def port_status(dp: FakeDatapath, port_no: int, down: bool) -> Any:
+    return event(dp, reason=ofproto_v1_3.OFPPR_MODIFY, desc=port_desc(port_no, down))
+
+
+def test_port_is_down_on_link_down_port_down_or_delete() -> None:
+    ofp = ofproto_v1_3
+    assert port_is_down(ofp, ofp.OFPPR_MODIFY, port_desc(1, down=True))
+    assert port_is_down(ofp, ofp.OFPPR_MODIFY, port_desc(1, config=ofp.OFPPC_PORT_DOWN))
+    assert port_is_down(ofp, ofp.OFPPR_DELETE, port_desc(1))
+    assert not port_is_down(ofp, ofp.OFPPR_ADD, port_desc(1))
+    assert not port_is_down(ofp, ofp.OFPPR_MODIFY, port_desc(1, config=ofp.OFPPC_NO_FWD))
+
+
+class Deferred:
+    """Stands in for the debounce timer: records what the app schedules."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Any]] = []
+
+    def __call__(self, delay: float, fn: Any) -> None:
+        self.calls.append((delay, fn))
+
+    def run(self) -> None:
+        calls, self.calls = self.calls, []
+        for _delay, fn in calls:
+            fn()
+
+
+def connected_zcube(
+    recompute: bool, policy: str = "ecmp"
+) -> tuple[CollectorRegistry, ZCubeController, dict[str, FakeDatapath], Deferred]:
+    registry = CollectorRegistry()
+    app = make_app(registry, ZCUBE4, policy, recompute=recompute)
+    deferred = Deferred()
+    app.defer = deferred
+    dps = {}
+    for sw in app.config.fabric.switches:
+        dps[sw.name] = FakeDatapath(sw.dpid)
+        app._on_features(event(dps[sw.name]))
+        dps[sw.name].sent.clear()
+    return registry, app, dps, deferred
+
+
+def a0_b1(fabric: Fabric) -> Any:
+    (link,) = (lk for lk in fabric.links if {lk.node1, lk.node2} == {"a0", "b1"})
+    assert (link.node1, link.port1, link.node2, link.port2) == ("a0", 6, "b1", 5)
+    return link
+
+
+def link_up(registry: CollectorRegistry, switch: str, port: int, peer: str) -> float | None:
+    labels = {"switch": switch, "port": str(port), "peer": peer}
+    return registry.get_sample_value(metrics.LINK_UP, labels)
+
+
+def test_port_down_with_recompute_sends_the_difference_once_both_ends_reported() -> None:
+    registry, app, dps, deferred = connected_zcube(recompute=True)
+    fabric = app.config.fabric
+    link = a0_b1(fabric)
+    before = dict(app.rules)
+    app._on_port_status(port_status(dps["a0"], 6, down=True))
+    assert [delay for delay, _fn in deferred.calls] == [RECOMPUTE_DEBOUNCE_S]
+    app._on_port_status(port_status(dps["b1"], 5, down=True))
+    assert len(deferred.calls) == 1, "the second end falls in the same debounce"
+    assert all(dp.sent == [] for dp in dps.values()), "nothing before the debounce ends"
+    deferred.run()
+
+    # a0: the select group over b0..b3 is modified in place to b0, b2, b3, and b1's four
+    # addresses now use it; then a barrier.
+    sent = dps["a0"].sent
+    assert [type(m).__name__ for m in sent] == ["OFPGroupMod"] + ["OFPFlowMod"] * 4 + [
+        "OFPBarrierRequest"
+    ]
+    assert sent[0].command == ofproto_v1_3.OFPGC_MODIFY and sent[0].group_id == 1
+    assert [b.watch_port for b in sent[0].buckets] == [5, 7, 8]
+    assert {m.command for m in sent[1:5]} == {ofproto_v1_3.OFPFC_ADD}
+    a0 = app.rules[fabric.switch("a0").dpid]
+    for dpid, old in before.items():
+        name = old.name
+        diff = diff_rules(old, app.rules[dpid])
+        assert len(dps[name].sent) == len(diff_messages(dps[name], diff)) + 1, name
+        assert type(dps[name].sent[-1]).__name__ == "OFPBarrierRequest"
+    assert a0.groups == (GroupSpec(1, "select", tuple(Bucket(p, 1, p) for p in (5, 7, 8))),)
+    # The rules the app now holds route around the failure.
+    table = FabricTable(fabric, app.rules).with_failed([link])
+    for src in fabric.hosts:
+        for dst in fabric.hosts:
+            for iface in dst.interfaces if src is not dst else ():
+                assert table.send(src.name, iface.ip).receivers == {(dst.name, iface.index)}
+
+    assert link_up(registry, "a0", 6, "b1") == 0 and link_up(registry, "b1", 5, "a0") == 0
+    assert link_up(registry, "a0", 5, "b0") == 1
+    assert registry.get_sample_value(metrics.PORT_STATUS_EVENTS, {"switch": "a0"}) == 1
+    assert registry.get_sample_value(metrics.ROUTE_RECOMPUTES) == 1
+    assert registry.get_sample_value(metrics.ROUTE_RECOMPUTE_SECONDS) >= 0
+    app._on_barrier(event(dps["a0"], xid=sent[-1].xid))
+    assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "a0"}) == len(
+        a0.flows
+    )
+
+    # A switch that reconnects gets the current rules.
+    again = FakeDatapath(a0.dpid)
+    app._on_features(event(again))
+    groups = [m for m in again.sent if type(m).__name__ == "OFPGroupMod"][1:]
+    assert [[b.watch_port for b in g.buckets] for g in groups] == [[5, 7, 8]]
+
+    # Both ends up again: back to the original routes. Group ids may differ: a group is only
+    # modified in place when every flow using it keeps using it.
+    app._on_port_status(port_status(dps["a0"], 6, down=False))
+    app._on_port_status(port_status(dps["b1"], 5, down=False))
+    deferred.run()
+    assert registry.get_sample_value(metrics.ROUTE_RECOMPUTES) == 2
+    assert link_up(registry, "a0", 6, "b1") == 1
+    for dpid, old in before.items():
+        assert routes(app.rules[dpid]) == routes(old), old.name
+
+
+def routes(rules: SwitchRules) -> dict[Any, tuple[Any, ...]]:
+    """Flow key -> its actions with groups replaced by their type and buckets."""
+    groups = {g.group_id: (g.type, g.buckets) for g in rules.groups}
+    return {
+        (f.priority, f.match): tuple(
+            groups[a.group_id] if isinstance(a, ToGroup) else a for a in f.actions
+        )
+        for f in rules.flows
+    }
+
+
+def test_port_down_without_recompute_only_records() -> None:
+    registry, app, dps, deferred = connected_zcube(recompute=False)
+    rules = dict(app.rules)
+    app._on_port_status(port_status(dps["a0"], 6, down=True))
+    assert deferred.calls == []
+    assert all(dp.sent == [] for dp in dps.values())
+    assert app.rules == rules
+    # One end reported is enough to call the link down at both ends.
+    assert link_up(registry, "a0", 6, "b1") == 0 and link_up(registry, "b1", 5, "a0") == 0
+    assert registry.get_sample_value(metrics.PORT_STATUS_EVENTS, {"switch": "a0"}) == 1
+    assert registry.get_sample_value(metrics.PORT_STATUS_EVENTS, {"switch": "b1"}) == 0
+    assert registry.get_sample_value(metrics.ROUTE_RECOMPUTES) == 0
+    assert registry.get_sample_value(metrics.ROUTE_RECOMPUTE_SECONDS) is None
+    app._on_port_status(port_status(dps["a0"], 6, down=False))
+    assert link_up(registry, "a0", 6, "b1") == 1
+    assert registry.get_sample_value(metrics.PORT_STATUS_EVENTS, {"switch": "a0"}) == 2
+
+
+def test_a_flap_within_the_debounce_changes_nothing() -> None:
+    registry, app, dps, deferred = connected_zcube(recompute=True, policy="ff")
+    rules = dict(app.rules)
+    app._on_port_status(port_status(dps["a0"], 6, down=True))
+    app._on_port_status(port_status(dps["a0"], 6, down=False))
+    deferred.run()
+    assert app.rules == rules
+    assert all(dp.sent == [] for dp in dps.values())
+    assert registry.get_sample_value(metrics.ROUTE_RECOMPUTES) == 0
+
+
+def test_port_descriptions_at_connect_record_links_down_meanwhile() -> None:
+    registry, app, dps, deferred = connected_zcube(recompute=True)
+    local = port_desc(ofproto_v1_3.OFPP_LOCAL, down=True)
+    app._on_port_desc(event(dps["b1"], body=[port_desc(5, down=True), port_desc(6), local]))
+    assert link_up(registry, "b1", 5, "a0") == 0 and link_up(registry, "b1", 6, "a1") == 1
+    assert registry.get_sample_value(metrics.PORT_STATUS_EVENTS, {"switch": "b1"}) == 0
+    assert len(deferred.calls) == 1
+    deferred.run()
+    assert registry.get_sample_value(metrics.ROUTE_RECOMPUTES) == 1
+
+
+def test_recompute_flag_on_the_command_line() -> None:
+    base = ["--fabric-spec", ZCUBE4.to_json()]
+    assert parse_args(base).recompute is False
+    assert parse_args([*base, "--recompute", "--policy", "ff"]).recompute is True

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from emulator.cost import (
     CostInputs,
     compare,
+    compare_planes,
     roft_cost,
     roft_three_tier_max_gpus,
     roft_two_tier_max_gpus,
@@ -178,6 +180,11 @@ def test_no_prices_no_capex() -> None:
         ({"switch_price": -1.0}, "switch_price", ">= 0"),
         ({"optic_price": float("nan")}, "optic_price", ">= 0"),
         ({"optic_price": "cheap"}, "optic_price", "number"),
+        ({"planes": 0}, "planes", "positive"),
+        ({"planes": True}, "planes", "positive"),
+        ({"planes": 3}, "planes", "divisor of nic_gbps=400"),
+        # 400G / 32 = 12.5G is no whole rate; the hint lists the counts up to 16 that fit.
+        ({"planes": 32}, "planes", "one of [1, 2, 4, 5, 8, 10, 16]"),
     ],
 )
 def test_invalid_inputs_name_the_field(overrides: dict, field: str, hint: str) -> None:
@@ -274,3 +281,121 @@ def test_counts_agree_with_the_fabric_description_at_small_size() -> None:
     assert cost.link_count == summary["links"]
     assert cost.switch_ports_used == sum(fabric.ports_used().values())
     assert cost.switch_ports_used * cost.switch_port_gbps == fabric.switching_capacity_gbps()
+
+
+# -- multi-plane ROFT (MRC: an 800G NIC as 8 x 100G into 8 planes) ---------------------------
+MRC = CostInputs(gpus=131072, nic_gbps=800, switch_ports=64, port_gbps=800, planes=8)
+
+
+def test_mrc_two_tiers_reach_131072_gpus_in_8_planes() -> None:
+    # The 51.2T chip as 512 x 100G: a 2-tier leaf-spine plane holds 512 * 512 / 2 GPUs.
+    assert (MRC.roft_switch_ports, MRC.roft_port_gbps) == (512, 100)
+    assert roft_two_tier_max_gpus(MRC) == 512 * 512 // 2 == 131072
+    r = roft_cost(MRC)
+    assert (r.tiers, r.diameter_hops, r.planes) == (2, 3, 8)
+    assert roles(r) == {"leaf": 8 * 512, "spine": 8 * 256}
+    assert (r.ports_per_switch, r.switch_port_gbps) == (512, 100)
+    assert r.switch_ports_used == r.switch_ports_installed  # every port of every plane used
+    assert r.transceiver_ends_400g == 2 * 2 * 131072 * 800 / 400
+    assert roft_cost(replace(MRC, gpus=131073)).tiers == 3
+    # One plane of the same chip would need a fourth tier: beyond what the model prices.
+    c = compare_planes(MRC)
+    assert c.one_plane is None
+    assert c.one_plane_error is not None and "65536" in c.one_plane_error
+    assert c.diff_pct("switches") is None
+
+
+def test_8_planes_vs_1_plane_at_16k_gpus() -> None:
+    c = compare_planes(replace(MRC, gpus=16384))
+    assert c.one_plane is not None
+    assert roles(c.one_plane) == {"leaf": 512, "aggregation": 512, "core": 256}
+    assert roles(c.planes) == {"leaf": 512, "spine": 256}
+    assert (c.one_plane.switches, c.planes.switches) == (1280, 768)
+    assert c.diff_pct("switches") == pytest.approx(-40)
+    # Same bandwidth in thinner lanes: 8x the links, a third fewer 400G-equivalent ends.
+    assert c.planes.link_count == 8 * 2 * 16384
+    assert (c.one_plane.transceiver_ends_400g, c.planes.transceiver_ends_400g) == (196608, 131072)
+    assert c.diff_pct("transceiver_ends_400g") == pytest.approx(-100 / 3)
+    # Each plane is one 16K-GPU ROFT of 100G NICs on 512 x 100G switches.
+    plane = roft_cost(CostInputs(gpus=16384, nic_gbps=100, switch_ports=512, port_gbps=100))
+    assert c.planes.switches == 8 * plane.switches
+    assert c.planes.link_count == 8 * plane.link_count
+    assert c.planes.switching_gbps == 8 * plane.switching_gbps
+
+
+def test_planes_no_slower_than_a_port_change_nothing_but_wiring() -> None:
+    # 800G NICs on 64 x 400G: one plane takes 2 ports per NIC, two planes 1 port in each.
+    one = roft_cost(CostInputs(gpus=1024, nic_gbps=800, switch_ports=64, port_gbps=400))
+    two = roft_cost(CostInputs(gpus=1024, nic_gbps=800, switch_ports=64, port_gbps=400, planes=2))
+    assert (one.switch_groups, one.links, one.ports_per_switch) == (
+        two.switch_groups,
+        two.links,
+        two.ports_per_switch,
+    )
+
+
+def test_one_plane_is_the_default_and_leaves_output_as_it_was() -> None:
+    inputs = CostInputs(gpus=1024, nic_gbps=400, switch_ports=64, port_gbps=400)
+    assert inputs.planes == 1
+    assert replace(inputs, planes=1) == inputs
+    data = compare(inputs).to_dict()
+    assert "planes" not in data["inputs"]
+    assert all("planes" not in f for f in data["fabrics"].values())
+    assert roles(roft_cost(inputs)) == {"leaf": 32, "spine": 16}
+
+
+def test_compare_prices_roft_and_clos_in_planes() -> None:
+    c = compare(CostInputs(gpus=4096, nic_gbps=400, switch_ports=64, port_gbps=400, planes=8))
+    assert c.roft.planes == c.clos.planes == 8
+    assert c.clos.switch_groups == c.roft.switch_groups
+    assert c.zcube.planes == 1
+
+
+def test_planes_count_what_the_builder_builds_at_small_size() -> None:
+    from emulator.builders import build_roft
+
+    # 2 planes of 4 rail leaves (4 down + 4 up at 200G) and 2 spines: an 8 x 200G chip, 4 x 400G.
+    fabric = build_roft(servers=4, gpus_per_server=4, spines=2, nic_gbps=400, planes=2)
+    cost = roft_cost(CostInputs(gpus=16, nic_gbps=400, switch_ports=4, port_gbps=400, planes=2))
+    summary = fabric.summary()
+    assert roles(cost) == summary["switches_by_role"] == {"leaf": 8, "spine": 4}
+    assert cost.link_count == summary["links"]
+    assert cost.switch_ports_used == sum(fabric.ports_used().values())
+    assert cost.switch_ports_used * cost.switch_port_gbps == fabric.switching_capacity_gbps()
+
+
+def test_cli_planes_table(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["cost", "--gpus", "16384", "--nic-gbps", "800", "--switch-ports", "64"]
+    assert main([*argv, "--port-gbps", "800", "--planes", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "1 plane vs 8 planes of 100G" in out
+    cells = {
+        parts[1]: parts[2:-1]
+        for parts in ([c.strip() for c in line.split("│")] for line in out.splitlines())
+        if len(parts) == 6
+    }
+    # label: one plane, 8 planes, 8 planes vs 1
+    assert cells["switches"] == ["1,280", "768", "-40.0%"]
+    assert cells["switch ports"] == ["64x800G", "512x100G", ""]
+    assert cells["transceiver ends (400G-eq)"] == ["196,608", "131,072", "-33.3%"]
+    assert "131,072 in 8 planes of 512x100G" in out
+
+
+def test_cli_planes_json_reaches_131072_where_one_plane_cannot(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["cost", "--gpus", "131072", "--nic-gbps", "800", "--switch-ports", "64"]
+    assert main([*argv, "--port-gbps", "800", "--planes", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["inputs"]["planes"] == 8
+    assert data["fabrics"]["roft"] is None
+    assert "65536" in data["one_plane_error"]
+    planes = data["fabrics"]["roft_planes"]
+    assert (planes["planes"], planes["tiers"], planes["switches"]) == (8, 2, 6144)
+    assert data["limits"]["planes_two_tier_max_gpus"] == 131072
+    assert data["diff_vs_one_plane_pct"]["switches"] is None
+
+
+def test_cli_bad_planes_exits_2_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--planes", "3"]) == 2
+    assert "planes=3" in capsys.readouterr().err

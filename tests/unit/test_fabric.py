@@ -116,7 +116,8 @@ def test_clos_keeps_a_server_under_one_leaf() -> None:
 
 
 def test_addresses_and_names_are_unique() -> None:
-    for f in (build_zcube(n=8), build_roft(), build_clos()):
+    many_leaves = build_roft(servers=8, gpus_per_server=8, servers_per_leaf=4, planes=8)
+    for f in (build_zcube(n=8), build_roft(), build_clos(), build_roft(planes=8), many_leaves):
         ips = [i.ip for h in f.hosts for i in h.interfaces]
         macs = [i.mac for h in f.hosts for i in h.interfaces]
         assert len(set(ips)) == len(ips)
@@ -126,6 +127,32 @@ def test_addresses_and_names_are_unique() -> None:
         for lk in f.links:
             for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
                 assert len(f"{node}-eth{port}") <= 15
+
+
+def test_one_plane_roft_is_the_plain_roft() -> None:
+    assert build_roft(planes=1) == build_roft()
+    f = build_roft(servers=4, gpus_per_server=2, servers_per_leaf=2, planes=1)
+    assert "planes" not in dict(f.spec.params)
+    assert f.spec.to_json() == (
+        '{"kind": "roft", "params": {"gpus_per_server": 2, "nic_gbps": 400.0, '
+        '"oversubscription": 1, "servers": 4, "servers_per_leaf": 2, "spines": 2}}'
+    )
+    assert [s.name for s in f.switches][:2] == ["leaf0", "leaf1"]
+    assert f.switch("spine1").dpid == 0x20002
+    assert f.host("h3").interfaces[0].ip == "10.0.1.2"
+
+
+def test_multi_plane_roft_names_ids_and_rates() -> None:
+    f = build_roft(planes=2, nic_gbps=400)
+    assert dict(f.spec.params)["planes"] == 2
+    assert FabricSpec.from_json(f.spec.to_json()) == f.spec
+    assert build_fabric(f.spec) == f
+    assert f.switch("p0leaf3").dpid == 0x10004  # plane 0 keeps the 1-plane ids
+    assert f.switch("p1leaf3").dpid == 0x110004
+    assert f.switch("p1spine0").dpid == 0x120001
+    assert {lk.gbps for lk in f.links} == {200.0}
+    assert f.nic_gbps == 400  # the NIC, all planes together
+    assert f.summary()["switches_by_role"] == {"leaf": 8, "spine": 4}
 
 
 def test_spec_round_trips_through_json() -> None:
@@ -147,6 +174,18 @@ def test_spec_round_trips_through_json() -> None:
         (FabricSpec.of("clos", nic_gbps=float("nan")), "nic_gbps", "positive"),
         (FabricSpec.of("roft", oversubscription=float("nan")), "oversubscription", "number"),
         (FabricSpec.of("roft", n=4), "n", "not a roft parameter"),
+        (FabricSpec.of("roft", planes=0), "planes", "between 1 and 8"),
+        (FabricSpec.of("roft", planes=9), "planes", "between 1 and 8"),
+        (FabricSpec.of("roft", planes=2.0), "planes", "whole number"),
+        (
+            FabricSpec.of(
+                "roft", servers=128, gpus_per_server=8, spines=1, servers_per_leaf=1, planes=2
+            ),
+            "planes",
+            "p0spine0-eth1000 longer than Linux's 15",
+        ),
+        (FabricSpec.of("clos", planes=2), "planes", "not a clos parameter"),
+        (FabricSpec.of("zcube", planes=2), "planes", "not a zcube parameter"),
         (FabricSpec.of("torus"), "fabric", "['clos', 'roft', 'zcube']"),
     ],
 )
@@ -155,3 +194,20 @@ def test_invalid_sizes_name_the_parameter(spec: FabricSpec, field: str, hint: st
         build_fabric(spec)
     assert info.value.field == field
     assert hint in str(info.value)
+
+
+def test_planes_option_maps_to_roft_and_is_refused_elsewhere() -> None:
+    import argparse
+
+    from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+
+    parser = argparse.ArgumentParser()
+    add_fabric_arguments(parser)
+    spec = spec_from_args(parser.parse_args(["--fabric", "roft", "--planes", "4"]))
+    assert dict(spec.params) == {"planes": 4}
+    assert len(build_fabric(spec).host("h0").interfaces) == 4
+    unset = spec_from_args(parser.parse_args(["--fabric", "roft"]))
+    assert build_fabric(unset) == build_roft()
+    with pytest.raises(ConfigError) as info:
+        build_fabric(spec_from_args(parser.parse_args(["--fabric", "zcube", "--planes", "2"])))
+    assert info.value.field == "planes"

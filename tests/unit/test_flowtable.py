@@ -10,7 +10,7 @@ import pytest
 from controller.flowtable import FabricTable, Trace, egress_interface, ipv4_packet
 from controller.rules import ETH_TYPE_ARP, POLICIES, Output, compute_rules
 from emulator.builders import build_fabric
-from emulator.fabric import Fabric, FabricSpec, Host
+from emulator.fabric import Fabric, FabricSpec, Host, Link
 
 ZCUBE4 = FabricSpec.of("zcube", n=4)
 ZCUBE8 = FabricSpec.of("zcube", n=8)
@@ -53,7 +53,7 @@ def test_every_pair_is_delivered_to_the_addressed_interface_on_a_shortest_path(
         for path in trace.paths:
             assert path[0] == first and path[-1] == last
             assert len(path) == fabric.switch_distances[first][last] + 1
-        if policy == "single":
+        if policy in ("single", "ff"):
             assert len(trace.paths) == 1, (src.name, ip, trace.paths)
 
 
@@ -157,3 +157,65 @@ def test_the_model_reports_a_forwarding_loop() -> None:
     trace = FabricTable(fabric, rules).trace("leaf0", 1, ipv4_packet(target))
     assert trace.delivered == frozenset()
     assert trace.looped == {("leaf0", "spine0", "leaf1", "spine1", "leaf0")}
+
+
+# -- failed links ------------------------------------------------------------------------------
+def link_between(fabric: Fabric, a: str, b: str) -> list[Link]:
+    return [lk for lk in fabric.links if {lk.node1, lk.node2} == {a, b}]
+
+
+def test_output_to_a_down_port_drops() -> None:
+    t = table(ZCUBE4, "single")
+    ip = t.fabric.host("h5").interfaces[1].ip  # on b1
+    assert clean(t.send("h0", ip)).paths == {("a0", "b1")}
+    failed = t.with_failed(link_between(t.fabric, "a0", "b1"))
+    trace = failed.send("h0", ip)
+    assert trace.dropped == {("a0",)} and not trace.delivered
+    assert failed.output_ports("a0", ipv4_packet(ip)) == ()
+    # Either end listed takes the whole link down.
+    (link,) = link_between(t.fabric, "a0", "b1")
+    one_end = FabricTable(t.fabric, t.rules, [(link.node2, link.port2)])
+    assert one_end.send("h0", ip).dropped == {("a0",)}
+    assert not one_end.is_up(link.node1, link.port1)
+
+
+def test_select_groups_branch_over_live_buckets_only() -> None:
+    t = table(ROFT, "ecmp")
+    fabric = t.fabric
+    packet = ipv4_packet(fabric.host("h1").interfaces[0].ip)  # on leaf1
+    uplinks = t.output_ports("leaf0", packet)
+    assert len(uplinks) == 4
+    spine0 = link_between(fabric, "leaf0", "spine0")
+    assert t.with_failed(spine0[:1]).output_ports("leaf0", packet) == uplinks[1:]
+    assert t.with_failed(spine0).output_ports("leaf0", packet) == uplinks[2:]
+    everything = t.with_failed([*spine0, *link_between(fabric, "leaf0", "spine1")])
+    assert everything.output_ports("leaf0", packet) == ()
+    assert everything.send("h0", packet["ipv4_dst"]).dropped == {("leaf0",)}
+
+
+def test_fast_failover_groups_take_the_first_live_bucket() -> None:
+    t = table(ZCUBE4, "ff")
+    fabric = t.fabric
+    packet = ipv4_packet(fabric.host("h5").interfaces[1].ip)  # port 2 of h5, on b1
+    assert t.output_ports("a0", packet) == (6,)  # buckets 6 (b1), 5 (b0), 8 (b3)
+    down = t.with_failed(link_between(fabric, "a0", "b1"))
+    assert down.output_ports("a0", packet) == (5,)
+    assert clean(down.send("h0", packet["ipv4_dst"])).paths == {("a0", "b0", "a2", "b1")}
+    down = down.with_failed(link_between(fabric, "a0", "b0"))
+    assert down.output_ports("a0", packet) == (8,)
+    down = down.with_failed(link_between(fabric, "a0", "b3"))
+    assert down.output_ports("a0", packet) == ()
+    assert down.send("h0", packet["ipv4_dst"]).dropped == {("a0",)}
+
+
+def test_a_host_link_down_stops_delivery_and_sending() -> None:
+    t = table(ZCUBE4, "ecmp")
+    fabric = t.fabric
+    h5 = fabric.host("h5")
+    down = t.with_failed([fabric.link_at("h5", 1)])
+    assert down.send("h0", h5.interfaces[1].ip).dropped == {("a0", "b1")}
+    assert clean(down.send("h0", h5.interfaces[0].ip)).receivers == {("h5", 0)}
+    # h5 (rail 1) sends to h9's port-2 address (rail 1, on b1) through its own, dead, port 2.
+    assert egress_interface(h5, fabric.host("h9").interfaces[1].ip) == 1
+    trace = down.send("h5", fabric.host("h9").interfaces[1].ip)
+    assert trace.dropped == {()} and not trace.delivered

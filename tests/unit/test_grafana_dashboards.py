@@ -126,6 +126,15 @@ def test_every_queried_metric_is_one_we_export(path: Path, exported: set[str]) -
     assert queried - exported == set()
 
 
+@pytest.mark.parametrize("path", g.DASHBOARDS, ids=lambda p: p.stem)
+def test_fault_annotations_query_metrics_we_export(path: Path, exported: set[str]) -> None:
+    annotations = g.load(path)["annotations"]["list"]
+    assert {a["name"] for a in annotations} == {"Injected faults", "Links down"}
+    for a in annotations:
+        names = g.metric_names(g.substitute(a["expr"], VALUES))
+        assert names and names <= exported, a["expr"]
+
+
 def test_exported_names_follow_the_wire_format(exported: set[str]) -> None:
     # Counters carry _total, histograms their three series, gauges their bare name.
     assert "vllm:prompt_tokens_total" in exported

@@ -98,6 +98,10 @@ def test_ecmp_groups_are_shared_select_groups_with_live_buckets(fabric: Fabric) 
         assert used == sw.group_ids, "a group no flow uses"
 
 
+def test_policies_include_the_static_reference_and_fast_failover() -> None:
+    assert set(POLICIES) == {"ecmp", "single", "ff"}
+
+
 def test_single_has_no_groups_and_one_output_per_flow(fabric: Fabric) -> None:
     for sw in compute_rules(fabric, "single").values():
         assert sw.groups == ()
@@ -154,6 +158,11 @@ def test_ofctl_text_matches_what_ovs_prints() -> None:
     assert group_line(group) == (
         "group_id=1,type=select,bucket=watch_port:5,actions=output:5,"
         "bucket=watch_port:6,actions=output:6"
+    )
+    ff = GroupSpec(2, "ff", (Bucket(6, 1, 6), Bucket(5, 1, 5)))
+    assert group_line(ff) == (
+        "group_id=2,type=fast_failover,bucket=watch_port:6,actions=output:6,"
+        "bucket=watch_port:5,actions=output:5"
     )
     assert COOKIE == 0x2C0BE
 

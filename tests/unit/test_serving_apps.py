@@ -144,10 +144,19 @@ async def test_decode_queue_full_is_503_relayed(aiohttp_server) -> None:
     assert metric_sum(registry_text(c.decode_registry), "zcube:rejected_requests_total") == 1
 
 
-async def test_kv_pull_failure_is_an_error_event_after_bounded_retries(aiohttp_server) -> None:
+async def test_kv_pull_failure_is_an_error_event_after_bounded_retries(
+    aiohttp_server, tmp_path: Path
+) -> None:
     dead = (("prefill-0", (Address("127.0.0.1", free_port()),)),)
+    kv_log = tmp_path / "kv.jsonl"
     c = await start_inprocess_cluster(
-        aiohttp_server, decode={"prefill_kv": dead, "kv_retries": 2, "kv_timeout_s": 1.0}
+        aiohttp_server,
+        decode={
+            "prefill_kv": dead,
+            "kv_retries": 2,
+            "kv_timeout_s": 1.0,
+            "kv_log": str(kv_log),
+        },
     )
     async with aiohttp.ClientSession() as s:
         status, events, _ = await _stream(s, c.gateway_url, _body(5, 5))
@@ -159,6 +168,76 @@ async def test_kv_pull_failure_is_an_error_event_after_bounded_retries(aiohttp_s
             assert r.status == 502 and (await r.json())["error"]["code"] == "kv_transfer_failed"
     d = registry_text(c.decode_registry)
     assert metric_sum(d, "vllm:nixl_num_failed_transfers_total") == 6  # 2 requests x 3 tries
+    assert metric_sum(d, "zcube:kv_pull_retries_total") == 4  # the attempts after the first
+    assert metric_sum(d, "zcube:kv_lanes_retired_total") == 0  # no stall timeout: none
+    lines = [json.loads(line) for line in kv_log.read_text().splitlines()]
+    assert [r["attempt"] for r in lines] == [0, 1, 2, 0, 1, 2]
+    assert len({r["request_id"] for r in lines}) == 2
+    for r in lines:
+        assert r["ok"] is False and r["bytes"] == 0 and r["expected_bytes"] > 0
+        assert r["checksum_ok"] is None and "ConnectionRefused" in r["error"]
+        assert r["start"] <= r["end"] and r["retired_lanes"] == 0
+
+
+async def test_a_dead_kv_path_is_retired_and_each_attempt_logged(
+    aiohttp_server, tmp_path: Path
+) -> None:
+    # Prefill serves KV on two addresses; decode reaches one of them through a dead path,
+    # listed first.
+    kv_bind = (
+        Address("127.0.0.1", free_port("127.0.0.1")),
+        Address("127.0.0.2", free_port("127.0.0.2")),
+    )
+    dead = Address("127.0.0.3", free_port("127.0.0.3"))
+    held: list[asyncio.StreamWriter] = []
+
+    async def black_hole(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accepts, reads nothing, answers nothing: a dead path
+        await asyncio.Event().wait()
+
+    hole = await asyncio.start_server(black_hole, dead.host, dead.port)
+    kv_log = tmp_path / "kv.jsonl"
+    try:
+        c = await start_inprocess_cluster(
+            aiohttp_server,
+            prefill={"kv_bind": kv_bind},
+            decode={
+                "prefill_kv": (("prefill-0", (dead, kv_bind[0])),),
+                "kv_chunk_bytes": 16384,
+                "kv_stall_timeout_s": 0.2,
+                "kv_log": str(kv_log),
+            },
+        )
+        words = 100  # 100 KiB of KV: 7 chunks over 2 addresses x 2 streams
+        async with aiohttp.ClientSession() as s:
+            for _ in range(2):
+                status, events, _ = await _stream(s, c.gateway_url, _body(words, 3))
+                assert status == 200 and events[-1] == "[DONE]"
+                assert all("error" not in e for e in events[:-1])
+    finally:
+        hole.close()
+        for w in held:
+            w.transport.abort()
+    d = registry_text(c.decode_registry)
+    assert metric_sum(d, "zcube:kv_lanes_retired_total") == 4  # 2 lanes per pull on the dead path
+    assert metric_sum(d, "zcube:kv_pull_retries_total") == 0  # recovered inside one attempt
+    assert metric_sum(d, "vllm:nixl_num_failed_transfers_total") == 0
+    assert metric_sum(d, "vllm:nixl_bytes_transferred_sum") == 2 * words * TINY.kv_bytes_per_token
+    lines = [json.loads(line) for line in kv_log.read_text().splitlines()]
+    assert len(lines) == 2
+    for r in lines:
+        assert set(r) >= {
+            "request_id", "start", "end", "ok", "bytes", "expected_bytes", "checksum_ok",
+            "attempt", "lanes", "retired_lanes", "error",
+        }  # fmt: skip
+        assert r["ok"] is True and r["checksum_ok"] is True and r["error"] is None
+        assert r["bytes"] == r["expected_bytes"] == words * TINY.kv_bytes_per_token
+        assert r["attempt"] == 0 and r["lanes"] == 4 and r["retired_lanes"] == 2
+        assert r["paths_used"] == 6
+        assert 0.2 <= r["end"] - r["start"] < 2.0
+    # the KV was released over the live address, not the dead first-listed one
+    await asyncio.sleep(0.1)
+    assert metric_sum(registry_text(c.prefill_registry), "vllm:kv_cache_usage_perc") == 0
 
 
 async def test_unpulled_kv_expires_on_prefill(aiohttp_server) -> None:

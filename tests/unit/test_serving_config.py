@@ -43,6 +43,11 @@ def test_decode_prefill_kv_table() -> None:
         (lambda: PrefillConfig(token_budget=0), "token_budget"),
         (lambda: DecodeConfig(kv_streams=0), "kv_streams"),
         (lambda: DecodeConfig(eos_probability=2.0), "eos_probability"),
+        (lambda: DecodeConfig(kv_stall_timeout_s=0.0), "kv_stall_timeout_s"),
+        (lambda: DecodeConfig(kv_stall_timeout_s=-1.0), "kv_stall_timeout_s"),
+        (lambda: DecodeConfig(kv_timeout_s=2.0, kv_stall_timeout_s=2.0), "kv_stall_timeout_s"),
+        (lambda: DecodeConfig(kv_max_retired=-1), "kv_max_retired"),
+        (lambda: DecodeConfig(kv_max_retired=5000), "kv_max_retired"),
         (lambda: DecodeConfig(model="llama-3.1-8b", ep_peers=(Address("h", 1),)), "ep_peers"),
         (lambda: GatewayConfig(), "prefill_urls"),
         (
@@ -93,3 +98,25 @@ def test_decode_kv_sources_pick_the_nic_port() -> None:
         with pytest.raises(ConfigError) as info:
             _parse(decode, ["--kv-source", bad])
         assert info.value.field == "kv_source"
+
+
+def test_decode_stall_retirement_and_kv_log_flags(tmp_path: Path) -> None:
+    cfg = _parse(decode, [])
+    assert isinstance(cfg, DecodeConfig)
+    # off by default: the static reference behaviour
+    assert cfg.kv_stall_timeout_s is None and cfg.kv_max_retired is None and cfg.kv_log == ""
+    log = str(tmp_path / "kv.jsonl")
+    cfg = _parse(
+        decode,
+        ["--kv-stall-timeout-s", "0.5", "--kv-max-retired", "0", "--kv-log", log],
+    )
+    assert isinstance(cfg, DecodeConfig)
+    assert (cfg.kv_stall_timeout_s, cfg.kv_max_retired, cfg.kv_log) == (0.5, 0, log)
+    with pytest.raises(ConfigError) as info:
+        _parse(decode, ["--kv-timeout-s", "1", "--kv-stall-timeout-s", "3"])
+    assert info.value.field == "kv_stall_timeout_s" and "kv_timeout_s" in info.value.allowed
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps({"kv_stall_timeout_s": 0.25, "kv_max_retired": 8}))
+    cfg = _parse(decode, ["--config", str(f)])
+    assert isinstance(cfg, DecodeConfig)
+    assert (cfg.kv_stall_timeout_s, cfg.kv_max_retired) == (0.25, 8)

@@ -1,10 +1,13 @@
-"""The KV pull protocol on loopback: two addresses x N streams, checksums, failures."""
+"""The KV pull protocol on loopback: two addresses x N streams, checksums, failures, and
+spraying with end-host failover (stalled lanes retired and replaced by new path ids)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import zlib
+from collections.abc import Callable
 
 import pytest
 
@@ -12,6 +15,7 @@ from serving.config import Address
 from serving.kvstore import KVStore, make_kv_buffer
 from serving.kvwire import (
     KVTransferError,
+    pick_replacement,
     pick_source,
     plan_lanes,
     pull_kv,
@@ -49,6 +53,9 @@ async def test_pull_over_two_addresses_verifies_bytes_and_checksum() -> None:
         )  # fmt: skip
         assert bytes(buf) == data
         assert result.num_bytes == len(data) and result.lanes == 6
+        # without a stall timeout nothing is retired: one connection (path id) per lane
+        assert result.retired_lanes == 0 and result.paths_used == 6
+        assert len(set(result.source_ports)) == 6
         # both fabric addresses carried a share
         assert set(result.bytes_by_address) == {str(a) for a in addrs}
         # (shares follow each lane's speed: lanes take chunks from one queue)
@@ -201,3 +208,252 @@ async def test_a_short_transfer_spreads_one_chunk_per_lane() -> None:
     finally:
         for s in servers:
             s.close()
+
+
+# ---- spraying with end-host failover ---------------------------------------------------
+
+
+class _Path:
+    """A TCP proxy in front of a KV server standing for a network path. `dies_after(k)` says
+    after how many answer bytes the k-th connection through it (0-based) goes silent (None:
+    never; 0: at once), like a link failing mid-transfer: the connection stays open and nothing
+    more crosses it. `piece` and `delay_s` pace the answers; `flip_at` corrupts that byte of
+    every answer stream."""
+
+    def __init__(
+        self,
+        target: Address,
+        dies_after: Callable[[int], int | None] = lambda k: None,
+        piece: int = 65536,
+        delay_s: float = 0.0,
+        flip_at: int | None = None,
+    ) -> None:
+        self.target, self.dies_after = target, dies_after
+        self.piece, self.delay_s, self.flip_at = piece, delay_s, flip_at
+        self.connections = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str = "127.0.0.3") -> Address:
+        addr = Address(host, free_port(host))
+        self._server = await asyncio.start_server(self._handle, addr.host, addr.port)
+        return addr
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for w in self._writers:
+            w.transport.abort()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        limit = self.dies_after(self.connections)
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection(self.target.host, self.target.port)
+        self._writers += [writer, up_writer]
+        await asyncio.gather(
+            self._pump(reader, up_writer, None, 0.0, None),
+            self._pump(up_reader, writer, limit, self.delay_s, self.flip_at),
+            return_exceptions=True,
+        )
+        self._tasks.discard(task)
+
+    async def _pump(
+        self,
+        src: asyncio.StreamReader,
+        dst: asyncio.StreamWriter,
+        limit: int | None,
+        delay_s: float,
+        flip_at: int | None,
+    ) -> None:
+        sent = 0
+        while data := await src.read(self.piece):
+            if limit is not None:
+                data = data[: max(0, limit - sent)]
+                if not data:
+                    await asyncio.Event().wait()  # the path is dead: hold everything
+            if flip_at is not None and sent <= flip_at < sent + len(data):
+                mutable = bytearray(data)
+                mutable[flip_at - sent] ^= 0xFF
+                data = bytes(mutable)
+            if delay_s:
+                await asyncio.sleep(delay_s)
+            dst.write(data)
+            await dst.drain()
+            sent += len(data)
+        dst.close()
+
+
+async def _stored(size: int, n_addrs: int = 1) -> tuple[bytes, list[Address], list]:
+    store = KVStore(10**6)
+    data = make_kv_buffer("req", 7, size)
+    store.put("req", data, 100, now=0.0, lease_s=60)
+    addrs, servers = await _servers(store, n_addrs)
+    return data, addrs, servers
+
+
+def test_pick_replacement_avoids_an_address_whose_lanes_just_stalled() -> None:
+    a, b, c = Address("10.1.0.1", 7100), Address("10.2.0.1", 7100), Address("10.3.0.1", 7100)
+    # b had a lane retired after its last progress: rotate over a and c only
+    progress, retired = {a: 5.0, b: 4.0, c: 1.0}, {b: 6.0}
+    assert [pick_replacement([a, b, c], progress, retired, t) for t in range(4)] == [a, c, a, c]
+    # progress after the retirement clears the suspicion (another lane there moves bytes)
+    assert pick_replacement([b], {b: 7.0}, {b: 6.0}, 0) == b
+    # nothing known yet: plain rotation
+    assert pick_replacement([a, b], {}, {}, 1) == b
+    # every address suspect: the one retired longest ago
+    assert pick_replacement([a, b], {}, {a: 3.0, b: 2.0}, 0) == b
+    assert pick_replacement([a, b], {a: -math.inf}, {a: 9.0, b: 9.5}, 5) == a
+
+
+async def test_a_lane_that_stalls_mid_chunk_is_retired_and_its_chunks_refetched() -> None:
+    data, addrs, servers = await _stored(1 << 20)
+    # the first connection dies 100,000 bytes in: mid-way through its second 64 KiB chunk
+    path = _Path(addrs[0], dies_after=lambda k: 100_000 if k == 0 else None)
+    via = await path.start()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        buf, result = await pull_kv(
+            "req", [via], len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+            timeout_s=5, stall_timeout_s=0.2,
+        )  # fmt: skip
+    finally:
+        await path.close()
+        for s in servers:
+            s.close()
+    assert bytes(buf) == data and result.checksum == zlib.crc32(data)
+    assert result.retired_lanes == 1
+    assert result.lanes == 2 and result.paths_used == 3 == path.connections
+    assert len(set(result.source_ports)) == 3  # the replacement is a new path id
+    # the partial chunk's bytes were not counted: every byte counted exactly once
+    assert result.num_bytes == sum(result.bytes_by_address.values()) == len(data)
+    assert 0.2 <= loop.time() - start < 1.5
+
+
+async def test_without_a_stall_timeout_a_stalled_lane_holds_the_pull_until_timeout() -> None:
+    data, addrs, servers = await _stored(1 << 20)
+    path = _Path(addrs[0], dies_after=lambda k: 100_000 if k == 0 else None)
+    via = await path.start()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        with pytest.raises(KVTransferError, match="timed out") as info:
+            await pull_kv(
+                "req", [via], len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+                timeout_s=0.5,
+            )  # fmt: skip
+    finally:
+        await path.close()
+        for s in servers:
+            s.close()
+    assert 0.5 <= loop.time() - start < 1.5
+    assert info.value.retired_lanes == 0 and info.value.paths_used == 2
+    assert 0 < info.value.received < len(data)  # the other lane moved all it could
+    assert info.value.checksum_ok is None
+
+
+async def test_a_dead_address_pair_is_abandoned_for_the_live_one() -> None:
+    # ZCube: one address pair's path is dead; reopening there would stall again
+    data, addrs, servers = await _stored(1 << 20, n_addrs=2)
+    path = _Path(addrs[1], dies_after=lambda k: 0)
+    via = await path.start()
+    try:
+        buf, result = await pull_kv(
+            "req", [addrs[0], via], len(data), zlib.crc32(data), chunk_bytes=65536,
+            streams=2, timeout_s=5, stall_timeout_s=0.15,
+        )  # fmt: skip
+    finally:
+        await path.close()
+        for s in servers:
+            s.close()
+    assert bytes(buf) == data
+    assert result.retired_lanes == 2  # the two lanes on the dead pair, nothing more
+    assert path.connections == 2  # no replacement went back to the dead pair
+    assert result.paths_used == 6
+    assert result.bytes_by_address == {str(addrs[0]): len(data), str(via): 0}
+
+
+async def test_a_slow_but_moving_lane_is_not_retired() -> None:
+    # 4 KiB every 10 ms: a 64 KiB chunk takes ~0.16 s, longer than the stall timeout, but
+    # bytes keep arriving, so the lane is slow, not dead
+    data, addrs, servers = await _stored(2 * 65536)
+    path = _Path(addrs[0], piece=4096, delay_s=0.01)
+    via = await path.start()
+    try:
+        buf, result = await pull_kv(
+            "req", [via], len(data), zlib.crc32(data), chunk_bytes=65536, streams=1,
+            timeout_s=5, stall_timeout_s=0.1,
+        )  # fmt: skip
+    finally:
+        await path.close()
+        for s in servers:
+            s.close()
+    assert bytes(buf) == data
+    assert result.retired_lanes == 0 and result.paths_used == 1
+
+
+async def test_protocol_errors_fail_at_once_even_with_a_stall_timeout() -> None:
+    data, addrs, servers = await _stored(4 * 65536)
+    path = _Path(addrs[0], flip_at=100)  # one flipped payload byte on every connection
+    via = await path.start()
+    loop = asyncio.get_running_loop()
+    try:
+        start = loop.time()
+        with pytest.raises(KVTransferError, match="holds no KV") as missing:
+            await pull_kv(
+                "nope", addrs, 10, 0, chunk_bytes=4096, streams=2, timeout_s=5,
+                stall_timeout_s=1.0,
+            )  # fmt: skip
+        assert missing.value.retired_lanes == 0
+        with pytest.raises(KVTransferError, match="checksum mismatch") as corrupt:
+            await pull_kv(
+                "req", [via], len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+                timeout_s=5, stall_timeout_s=1.0,
+            )  # fmt: skip
+        assert corrupt.value.checksum_ok is False and corrupt.value.retired_lanes == 0
+        assert loop.time() - start < 0.5  # neither waited for a stall timeout
+    finally:
+        await path.close()
+        for s in servers:
+            s.close()
+
+
+async def test_a_spent_retirement_budget_fails_with_the_retired_lanes_named() -> None:
+    data, addrs, servers = await _stored(4 * 65536)
+    path = _Path(addrs[0], dies_after=lambda k: 0)  # every connection through it is dead
+    via = await path.start()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        with pytest.raises(KVTransferError, match=r"budget \(2\) is spent") as info:
+            await pull_kv(
+                "req", [via], len(data), zlib.crc32(data), chunk_bytes=65536, streams=1,
+                timeout_s=5, stall_timeout_s=0.1, max_retired=2,
+            )  # fmt: skip
+    finally:
+        await path.close()
+        for s in servers:
+            s.close()
+    message = str(info.value)
+    assert "3 lanes retired" in message and f"{via} from port" in message
+    assert "no bytes for 0.1s" in message
+    assert info.value.retired_lanes == 3 and info.value.paths_used == 3 == path.connections
+    assert info.value.received == 0
+    assert 0.3 <= loop.time() - start < 1.5  # three stall timeouts, not the overall timeout
+
+
+async def test_connect_failures_count_as_retirements() -> None:
+    dead = Address("127.0.0.1", free_port())
+    with pytest.raises(KVTransferError, match="ConnectionRefused") as info:
+        await pull_kv(
+            "x", [dead], 10, 0, chunk_bytes=4096, streams=1, timeout_s=5,
+            stall_timeout_s=0.5, max_retired=1,
+        )  # fmt: skip
+    assert info.value.retired_lanes == 2 and "budget (1)" in str(info.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from serving import decode, gateway, prefill
 from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig, parse_with_file
@@ -34,6 +35,13 @@ def test_decode_round_trip() -> None:
         kv_source_map=(("10.2.0.0/16", "10.1.0.1"), ("10.1.0.0/16", "10.2.0.1")),
     )  # fmt: skip
     assert _back(decode, decode_argv(cfg)) == cfg
+    spraying = dataclasses.replace(
+        cfg, kv_stall_timeout_s=0.25, kv_max_retired=0, kv_log="/tmp/run/kv-decode-0.jsonl"
+    )
+    argv = decode_argv(spraying)
+    assert "--kv-stall-timeout-s" in argv and "--kv-log" in argv
+    assert _back(decode, argv) == spraying
+    assert "--kv-stall-timeout-s" not in decode_argv(cfg)  # off stays off
 
 
 def test_gateway_round_trip() -> None:

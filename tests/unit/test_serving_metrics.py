@@ -45,6 +45,8 @@ def test_wire_names_match_vllm() -> None:
         "zcube:ep_alltoall_seconds_bucket",
         "zcube:ep_alltoall_bytes_total",
         "zcube:engine_step_overrun_seconds_bucket",
+        'zcube:kv_lanes_retired_total{engine="0",model_name="glm-5.1"} 0.0',
+        'zcube:kv_pull_retries_total{engine="0",model_name="glm-5.1"} 0.0',
     ):
         assert name in text, name
 

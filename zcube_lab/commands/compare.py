@@ -33,8 +33,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPU hosts per fabric, a square: zcube n=sqrt; roft/clos sqrt servers x sqrt GPUs",
     )
     g.add_argument("--spines", type=int, default=2, help="roft/clos spines")
+    g.add_argument(
+        "--planes", type=int, default=1, help="roft: parallel leaf-spine planes (MRC multi-plane)"
+    )
+    g.add_argument(
+        "--policies",
+        help="comma-separated policies to run on every fabric (static, ecmp, ff, recompute, "
+        "spray; default: --policy); results are labelled fabric/policy",
+    )
     g.add_argument("--repeat", type=int, default=3, help="runs per fabric (medians reported)")
-    g.add_argument("--baseline", default="roft", help="fabric the differences are taken against")
+    g.add_argument(
+        "--baseline",
+        default="roft",
+        help="fabric (or fabric/policy label) the differences are taken against",
+    )
     g.add_argument(
         "--report-only",
         type=Path,
@@ -45,7 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-def fabric_specs(kinds: list[str], gpus: int, spines: int) -> dict[str, FabricSpec]:
+def fabric_specs(
+    kinds: list[str], gpus: int, spines: int, planes: int = 1
+) -> dict[str, FabricSpec]:
     """Same-size fabrics: the same GPU hosts (gid -> server, rank) on each."""
     side = math.isqrt(gpus)
     if side * side != gpus or side < 2:
@@ -57,7 +71,13 @@ def fabric_specs(kinds: list[str], gpus: int, spines: int) -> dict[str, FabricSp
         if k == "zcube":
             specs[k] = FabricSpec.of("zcube", n=side, gpus_per_server=side)
         elif k == "roft":
-            specs[k] = FabricSpec.of("roft", servers=side, gpus_per_server=side, spines=spines)
+            specs[k] = FabricSpec.of(
+                "roft",
+                servers=side,
+                gpus_per_server=side,
+                spines=spines,
+                planes=planes if planes != 1 else None,
+            )
         else:
             specs[k] = FabricSpec.of(
                 "clos",
@@ -85,15 +105,23 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
-    specs = fabric_specs(kinds, args.gpus, args.spines)
-    if args.baseline not in specs:
-        raise ConfigError("baseline", args.baseline, f"one of the compared fabrics {kinds}")
+    specs = fabric_specs(kinds, args.gpus, args.spines, args.planes)
+    policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")
     # Validate every run's configuration before the first one starts (fail in seconds, not
-    # after a run): building an Experiment checks the fabric, placement and options.
-    for kind in kinds:
-        Experiment(config_from_args(args, specs[kind]))
+    # after a run): building an Experiment checks the fabric, placement, policy and faults.
+    variants = [(kind, policy) for kind in kinds for policy in policies]
+    labels = []
+    for kind, policy in variants:
+        args.policy = policy
+        labels.append(Experiment(config_from_args(args, specs[kind])).label)
+    baseline = args.baseline
+    if baseline not in labels:
+        matches = [lb for lb in labels if lb.split("/")[0] == baseline]
+        if not matches:
+            raise ConfigError("baseline", baseline, f"one of the compared fabrics {labels}")
+        baseline = matches[0]
     out_dir = args.results / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     runs = []
     failed = 0
@@ -102,25 +130,27 @@ def run(args: argparse.Namespace) -> int:
             if not (p / "summary.json").is_file():
                 raise ConfigError("report_only", str(p), "run folders holding a summary.json")
         runs = [load_run(p) for p in args.report_only]
-        unknown = sorted({r["fabric"] for r in runs} - set(kinds))
+        unknown = sorted({r["fabric_kind"] for r in runs} - set(kinds))
         if unknown:
             raise ConfigError("fabrics", args.fabrics, f"must include the runs' fabrics {unknown}")
     else:
         signal.signal(signal.SIGTERM, _raise_interrupt)
-        total = len(kinds) * args.repeat
+        total = len(variants) * args.repeat
         done = 0
         try:
             for rep in range(args.repeat):
-                for kind in kinds:
+                for (kind, policy), label in zip(variants, labels, strict=True):
                     done += 1
-                    console.rule(f"run {done}/{total}: {kind}, repeat {rep + 1}/{args.repeat}")
-                    cfg = config_from_args(args, specs[kind], tag=f"r{rep + 1}")
+                    console.rule(f"run {done}/{total}: {label}, repeat {rep + 1}/{args.repeat}")
+                    args.policy = policy
+                    tag = f"{policy}-r{rep + 1}" if len(policies) > 1 else f"r{rep + 1}"
+                    cfg = config_from_args(args, specs[kind], tag=tag)
                     exp = Experiment(cfg, progress=lambda m: console.print(f"[dim]»[/dim] {m}"))
                     result = exp.run()
                     runs.append(load_run(result.path))
                     c = result.summary["client"]
                     console.print(
-                        f"  {kind}: {c['completed']} done, {c['failed']} failed, TTFT p99 "
+                        f"  {label}: {c['completed']} done, {c['failed']} failed, TTFT p99 "
                         f"{c['ttft_p99_s'] or float('nan'):.3f}s -> {result.path}"
                     )
         except (LabError, PrometheusError) as exc:
@@ -138,17 +168,17 @@ def run(args: argparse.Namespace) -> int:
             build_fabric(specs[k]), Scale(nic_mbps=args.nic_mbps)).items()}
         for k in kinds
     }  # fmt: skip
-    page = write_report(runs, out_dir, args.baseline, capacities)
+    page = write_report(runs, out_dir, baseline, capacities)
     agg = aggregate(runs)
-    fabrics = sorted({r["fabric"] for r in runs}, key=lambda f: (f == args.baseline, f))
+    fabrics = sorted({r["fabric"] for r in runs}, key=lambda f: (f == baseline, f))
     table = Table(title=f"{args.workload}: medians of {args.repeat} repeats [min-max]")
     table.add_column("metric")
     for f in fabrics:
         table.add_column(f, justify="right")
     for f in fabrics:
-        if f != args.baseline:
-            table.add_column(f"{f} vs {args.baseline}", justify="right")
-    for row in table_rows(agg, fabrics, args.baseline):
+        if f != baseline:
+            table.add_column(f"{f} vs {baseline}", justify="right")
+    for row in table_rows(agg, fabrics, baseline):
         table.add_row(*row)
     Console().print(table)
     for f, reasons in trust(runs).items():

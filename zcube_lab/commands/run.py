@@ -59,7 +59,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of each prompt served from prefill's prefix cache (default: the profile's)",
     )
     lab = parser.add_argument_group("lab")
-    lab.add_argument("--policy", default="ecmp", help="routing policy: ecmp or single")
+    lab.add_argument(
+        "--policy",
+        default="ecmp",
+        help="what reacts to failures: static, ecmp, ff, recompute or spray (docs/FAILURES.md)",
+    )
+    lab.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a failure, repeatable: 'link a1-b2 at 30s for 10s', 'switch leaf1 at 20s "
+        "for 5s', 'flaps 3 seed 7 for 4s' (times from the load start)",
+    )
     lab.add_argument("--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate")
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
 
@@ -112,6 +124,7 @@ def config_from_args(
         length_scale=args.length_scale,
         nic_mbps=args.nic_mbps,
         policy=args.policy,
+        faults=tuple(args.fail),
         layout=layout,
         kv_streams=args.kv_streams,
         kv_paths=args.kv_paths,

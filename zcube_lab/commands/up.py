@@ -25,7 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Fabric, routing and realization options."""
     add_fabric_arguments(parser)
     lab = parser.add_argument_group("lab")
-    lab.add_argument("--policy", default="ecmp", help="routing policy: ecmp or single")
+    lab.add_argument(
+        "--policy",
+        default="ecmp",
+        help="routing policy: static, ecmp, ff, recompute or spray (see docs/FAILURES.md)",
+    )
     lab.add_argument(
         "--nic-mbps",
         type=float,
@@ -96,13 +100,16 @@ def run(args: argparse.Namespace) -> int:
     from emulator.builders import build_fabric
     from emulator.hostconfig import Scale
     from emulator.network import Lab, LabError, LabOptions
+    from emulator.policies import get_policy
 
     fabric = build_fabric(spec_from_args(args))
+    policy = get_policy(args.policy)
     options = LabOptions(
         scale=Scale(nic_mbps=args.nic_mbps),
         mtu=args.mtu,
         datapath=args.datapath,
-        policy=args.policy,
+        policy=policy.routing,
+        recompute=policy.recompute,
         of_port=args.of_port,
         metrics_port=args.metrics_port,
     )

@@ -1,0 +1,149 @@
+"""Benchmark: what each policy does when a link under KV traffic dies mid-run (issue 6).
+
+For each fabric and policy, `--repeat` real runs (`zcube-lab run` machinery: Mininet, our
+controller, the serving cluster, Prometheus, Locust) with the same workload, seed and fault: one
+fabric link next to the prefill engines' switch goes down `--at` seconds into the load for
+`--for` seconds. Runs are interleaved (repeat-major) so machine noise spreads evenly. Prints,
+per fabric and policy, the medians [min-max] of: TTFT p99 overall and during the fault, completed
+requests/s, failed requests, retried KV transfers, retired subflows, KV bytes lost, and the
+recovery times (onset to the first and to the last KV transfer hit by the fault completing;
+throughput back to 90% of the pre-fault rate). Saves every run under `--results` and the table
+as JSON next to them.
+
+    sudo .venv/bin/python bench/recovery.py                       # zcube,roft x 5 policies x 3
+    sudo .venv/bin/python bench/recovery.py --fabrics zcube --policies ff,spray --repeat 1
+
+The fault per fabric (`FAULTS`): ZCube `a0-b1` (the prefill servers' A switch to a B switch:
+half of every KV pull towards rail-1 decode engines crosses it); ROFT `leaf0-spine0` (the rail-0
+prefill leaf's first uplink: cross-rail KV from h0 hashed to spine0 crosses it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from emulator.experiment import Experiment, RunConfig  # noqa: E402
+from emulator.placement import LayoutSpec  # noqa: E402
+from zcube_lab.commands.compare import fabric_specs  # noqa: E402
+
+FAULTS = {"zcube": "link a0-b1", "roft": "link leaf0-spine0", "clos": "link leaf0-spine0"}
+COLUMNS = (
+    ("TTFT p99 (s)", ("client", "ttft_p99_s")),
+    ("TTFT p99 during (s)", ("faults", "ttft_p99_during_s")),
+    ("req/s", ("client", "requests_per_s")),
+    ("failed", ("client", "failed")),
+    ("KV retried", ("faults", "kv_retried")),
+    ("subflows retired", ("faults", "kv_lanes_retired")),
+    ("KV bytes lost", ("faults", "kv_bytes_lost")),
+    ("recovery first KV (s)", ("faults", "recovery_kv_first_s")),
+    ("recovery last KV (s)", ("faults", "recovery_kv_all_s")),
+    ("recovery throughput (s)", ("faults", "recovery_throughput_s")),
+)
+
+
+def _get(summary: dict, path: tuple[str, ...]) -> float | None:
+    cur = summary
+    for key in path:
+        if not isinstance(cur, dict) or cur.get(key) is None:
+            return None
+        cur = cur[key]
+    return float(cur)
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) > 1 and min(values) != max(values):
+        return f"{med:.3g} [{min(values):.3g}-{max(values):.3g}]"
+    return f"{med:.3g}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fabrics", default="zcube,roft")
+    parser.add_argument("--policies", default="static,ecmp,ff,recompute,spray")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workload", default="coding-agent")
+    parser.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals")
+    parser.add_argument("--at", type=float, default=15.0, help="fault onset (s into the load)")
+    parser.add_argument("--for", dest="length", type=float, default=10.0, help="fault length")
+    parser.add_argument("--rate", type=float, help="requests/s (default: the profile's)")
+    parser.add_argument("--results", type=Path, default=ROOT / "results" / "bench-recovery")
+    args = parser.parse_args()
+    fabrics = [f for f in args.fabrics.split(",") if f]
+    policies = [p for p in args.policies.split(",") if p]
+    specs = fabric_specs(fabrics, 16, 2)
+    args.results.mkdir(parents=True, exist_ok=True)
+    rows: dict[tuple[str, str], list[dict]] = {}
+    total = len(fabrics) * len(policies) * args.repeat
+    done = 0
+    for rep in range(args.repeat):
+        for fabric in fabrics:
+            for policy in policies:
+                done += 1
+                fault = f"{FAULTS[fabric]} at {args.at:g}s for {args.length:g}s"
+                print(f"[{done}/{total}] {fabric} {policy} repeat {rep + 1}: {fault}", flush=True)
+                cfg = RunConfig(
+                    fabric=specs[fabric],
+                    workload=args.workload,
+                    duration_s=args.duration,
+                    rate=args.rate,
+                    policy=policy,
+                    faults=(fault,),
+                    layout=LayoutSpec(),
+                    prefix_cache_hit_rate=0.75 if args.workload == "coding-agent" else 0.0,
+                    drain_s=45.0,
+                    results_root=args.results,
+                    tag=f"{policy}-r{rep + 1}",
+                )
+                t0 = time.monotonic()
+                result = Experiment(cfg).run()
+                s = result.summary
+                rows.setdefault((fabric, policy), []).append(s)
+                f = s["faults"]
+                print(
+                    f"    {time.monotonic() - t0:.0f}s: failed {s['client']['failed']}, "
+                    f"TTFT p99 {s['client']['ttft_p99_s']}, during {f.get('ttft_p99_during_s')}, "
+                    f"recovery {f.get('recovery_kv_first_s')}/{f.get('recovery_kv_all_s')}, "
+                    f"trustworthy {s['trustworthy']}",
+                    flush=True,
+                )
+    heads = ["fabric", "policy", *(c for c, _ in COLUMNS)]
+    table = []
+    for (fabric, policy), summaries in rows.items():
+        cells = [
+            _cell([v for v in (_get(s, path) for s in summaries) if v is not None])
+            for _, path in COLUMNS
+        ]
+        table.append([fabric, policy, *cells])
+    print("\n| " + " | ".join(heads) + " |")
+    print("|" + "---|" * len(heads))
+    for row in table:
+        print("| " + " | ".join(row) + " |")
+    untrusted = [
+        s["run"] for summaries in rows.values() for s in summaries if not s.get("trustworthy")
+    ]
+    print(f"\nruns not trustworthy (emulator saturated): {untrusted or 'none'}")
+    out = args.results / f"recovery-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(
+        json.dumps(
+            {"columns": heads, "rows": table, "runs": [s["run"] for v in rows.values() for s in v]},
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Failure specifications, their schedule, and the fault report (pure parts of emulator.faults)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from emulator.builders import build_fabric
+from emulator.fabric import FabricSpec
+from emulator.faults import (
+    FaultInjector,
+    analyze,
+    fault_windows,
+    interfaces,
+    parse_fault,
+    parse_faults,
+    schedule,
+    switch_links,
+)
+from emulator.policies import POLICIES, get_policy
+from zcube_lab.errors import ConfigError
+
+ZCUBE = build_fabric(FabricSpec.of("zcube", n=4))
+ROFT = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2))
+
+
+def test_link_fault_names_both_switch_ends_and_its_timing() -> None:
+    (f,) = parse_fault("link A1-B2 at 30s for 10s", ZCUBE, 60)
+    assert (f.kind, f.at_s, f.for_s, f.end_s) == ("link", 30.0, 10.0, 40.0)
+    (lk,) = f.links
+    assert {lk.node1, lk.node2} == {"a1", "b2"}
+    ends = interfaces(ZCUBE, f.links)
+    assert len(ends) == 2
+    assert {e.split("-")[0] for e in ends} == {"a1", "b2"}
+
+
+def test_times_accept_seconds_and_milliseconds_and_no_end() -> None:
+    (f,) = parse_fault("link a0-b0 at 1500ms", ZCUBE, 60)
+    assert f.at_s == 1.5 and f.for_s is None and f.end_s is None
+
+
+def test_switch_fault_takes_every_link_of_the_switch() -> None:
+    (f,) = parse_fault("switch spine1 at 5s for 2s", ROFT, 30)
+    assert f.kind == "switch"
+    assert len(f.links) == sum(1 for lk in ROFT.links if "spine1" in (lk.node1, lk.node2))
+    assert all(e.startswith(("spine1-", "leaf")) for e in interfaces(ROFT, f.links))
+
+
+def test_flaps_are_seeded_switch_links_inside_the_window() -> None:
+    a = parse_fault("flaps 4 seed 7 for 3s from 10s to 20s", ZCUBE, 60)
+    b = parse_fault("flaps 4 seed 7 for 3s from 10s to 20s", ZCUBE, 60)
+    c = parse_fault("flaps 4 seed 8 for 3s from 10s to 20s", ZCUBE, 60)
+    assert a == b and a != c
+    assert len(a) == 4
+    inner = set(switch_links(ZCUBE))
+    for f in a:
+        assert 10 <= f.at_s <= 20 and f.for_s == 3
+        assert set(f.links) <= inner
+    assert [f.at_s for f in a] == sorted(f.at_s for f in a)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("link a1-b9 at 3s", "fail.link"),
+        ("link a1 at 3s", "fail.link"),
+        ("link a1-b2", "fail.at"),
+        ("link a1-b2 at 99s", "fail.at"),
+        ("link a1-b2 at soon", "fail.at"),
+        ("link a1-b2 at 3s for 0s", "fail.for"),
+        ("link a1-b2#3 at 3s", "fail.link"),
+        ("switch core9 at 3s", "fail.switch"),
+        ("flaps 0", "fail.flaps"),
+        ("flaps 2 from 50s to 10s", "fail.flaps"),
+        ("melt a1 at 3s", "fail"),
+        ("link a1-b2 at 3s at 4s", "fail"),
+        ("", "fail"),
+    ],
+)
+def test_bad_specifications_name_the_field(text: str, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_fault(text, ZCUBE, 60)
+    assert info.value.field == field
+
+
+def test_unknown_switch_error_lists_the_fabric_switches() -> None:
+    with pytest.raises(ConfigError, match="a0"):
+        parse_fault("switch zz at 3s", ZCUBE, 60)
+
+
+def test_schedule_keeps_an_interface_down_while_any_fault_holds_it() -> None:
+    faults = parse_faults(
+        ["link a1-b2 at 10s for 10s", "switch a1 at 15s for 10s"], ZCUBE, duration_s=60
+    )
+    steps = schedule(ZCUBE, faults)
+    assert [(t.t_s, t.action) for t in steps] == [
+        (10, "down"),
+        (15, "down"),
+        (20, "up"),
+        (25, "up"),
+    ]
+    link_ends = set(interfaces(ZCUBE, faults[0].links))
+    a1_end = next(e for e in link_ends if e.startswith("a1-"))
+    # The switch fault takes both ends of every link of a1, the a1-b2 ones included: they
+    # are already down when the switch fails, and stay down when the link fault ends.
+    assert a1_end not in steps[1].interfaces
+    assert steps[2].interfaces == ()
+    assert link_ends <= set(steps[3].interfaces)
+    assert len(steps[1].interfaces) + len(link_ends) == len(steps[3].interfaces)
+
+
+def test_injector_runs_the_schedule_and_restores_what_it_broke(tmp_path: Path) -> None:
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    calls: list[list[str]] = []
+    faults = parse_faults(["link a1-b2 at 0.05s", "link a0-b0 at 0.1s for 0.05s"], ZCUBE, 60)
+    registry = CollectorRegistry()
+    inj = FaultInjector(
+        ZCUBE, faults, tmp_path / "faults.jsonl", registry=registry, runner=calls.append
+    )
+    inj.start(time.time())
+    time.sleep(0.4)
+    assert registry.get_sample_value("zcube_fault_active", {"fault": "link a1-b2"}) == 1
+    assert registry.get_sample_value("zcube_fault_active", {"fault": "link a0-b0"}) == 0
+    inj.stop()
+    lines = [line for batch in calls for line in batch]
+    assert sum(" down" in x for x in lines) == 4
+    # a0-b0 came back on schedule; a1-b2 (no end) is brought back by stop().
+    assert sum(" up" in x for x in lines) == 4
+    assert all(x.startswith("link set dev ") for x in lines)
+    events = (tmp_path / "faults.jsonl").read_text().splitlines()
+    assert len(events) == 3
+
+
+def _req(t: float, ttft: float, ok: bool = True) -> dict:
+    return {
+        "wall_time": t,
+        "sent_s": t - 1000,
+        "outcome": "ok" if ok else "server_error",
+        "ttft_s": ttft if ok else None,
+        "e2e_s": ttft + 0.5 if ok else 1.0,
+        "error": "" if ok else "KV transfer failed",
+    }
+
+
+def _kv(rid: str, start: float, end: float, ok: bool = True, **kw: object) -> dict:
+    row = {
+        "request_id": rid,
+        "start": start,
+        "end": end,
+        "ok": ok,
+        "bytes": 100 if ok else 0,
+        "expected_bytes": 100,
+        "checksum_ok": ok,
+        "attempt": 0,
+        "retired_lanes": 0,
+    }
+    row.update(kw)
+    return row
+
+
+def test_fault_windows_merge_and_close_at_the_end() -> None:
+    events = [
+        {"action": "down", "fault": "x", "wall": 10.0},
+        {"action": "down", "fault": "y", "wall": 12.0},
+        {"action": "up", "fault": "x", "wall": 14.0},
+        {"action": "up", "fault": "y", "wall": 15.0},
+        {"action": "down", "fault": "z", "wall": 30.0},
+    ]
+    assert fault_windows(events, end_wall=40.0) == [(10.0, 15.0), (30.0, 40.0)]
+
+
+def test_analysis_splits_phases_counts_failures_and_recovery() -> None:
+    events = [
+        {"action": "down", "fault": "link a1-b2", "wall": 1020.0},
+        {"action": "up", "fault": "link a1-b2", "wall": 1030.0},
+    ]
+    requests = [_req(1000 + i, 0.5) for i in range(20)]
+    requests += [_req(1021, 3.0), _req(1022, 2.0), _req(1023, 0.0, ok=False)]
+    requests += [_req(1031 + i, 0.6) for i in range(10)]
+    kv = [_kv(f"r{i}", 1000 + i, 1000.1 + i) for i in range(19)]
+    # In flight at the onset: one lane retired, done 1.5 s after the onset.
+    kv.append(_kv("hit", 1019.9, 1021.5, retired_lanes=1))
+    # Failed once, retried and done after the link came back.
+    kv.append(_kv("retry", 1022.0, 1027.0, ok=False, attempt=0, error="timed out"))
+    kv.append(_kv("retry", 1027.0, 1031.0, attempt=1))
+    out = analyze(events, requests, kv, end_wall=1045.0)
+    assert out["windows"] == [(1020.0, 1030.0)]
+    assert out["failed_requests"] == 1 and out["failed_during"] == 1
+    assert out["failed_before"] == 0 and out["failed_after"] == 0
+    assert out["ttft_p99_before_s"] == pytest.approx(0.5)
+    assert out["ttft_p99_during_s"] > 2.0
+    assert out["ttft_p99_after_s"] == pytest.approx(0.6)
+    assert out["kv_retried"] == 1 and out["kv_lanes_retired"] == 1
+    assert out["kv_bytes_lost"] == 0 and out["kv_checksum_failures"] == 0
+    assert out["kv_hit_transfers"] == 2
+    assert out["recovery_kv_first_s"] == pytest.approx(1.5)
+    assert out["recovery_kv_all_s"] == pytest.approx(11.0)
+    assert out["recovery_kv_first_after_restore"] is False
+    assert out["errors"] == {"KV transfer failed": 1}
+
+
+def test_analysis_flags_lost_bytes_and_runs_without_faults() -> None:
+    kv = [_kv("a", 1.0, 2.0, bytes=90)]
+    out = analyze([], [_req(1.0, 0.3)], kv, end_wall=10.0)
+    assert out["kv_bytes_lost"] == 10
+    assert out["faults"] == 0 and out["windows"] == []
+    assert "ttft_p99_during_s" not in out
+
+
+def test_throughput_recovery_after_a_dip() -> None:
+    events = [
+        {"action": "down", "fault": "f", "wall": 30.0},
+        {"action": "up", "fault": "f", "wall": 40.0},
+    ]
+    # One completion per second, none sent between 30 and 40 complete until 40.
+    requests = [_req(float(t), 0.1) for t in range(0, 30)]
+    requests += [dict(_req(float(t), 0.1), e2e_s=40.5 - t) for t in range(30, 40)]
+    requests += [_req(float(t), 0.1) for t in range(40, 60)]
+    out = analyze(events, requests, [], end_wall=60.0)
+    assert out["recovery_throughput_s"] is not None
+    assert 5 <= out["recovery_throughput_s"] <= 16
+
+
+def test_policies_map_to_routing_and_reactions() -> None:
+    assert get_policy("static").routing == "single"
+    assert get_policy("single") == get_policy("static")
+    assert get_policy("ff").routing == "ff"
+    assert get_policy("recompute").recompute and not get_policy("ecmp").recompute
+    assert get_policy("spray").spray and get_policy("spray").routing == "ecmp"
+    assert set(POLICIES) == {"static", "ecmp", "ff", "recompute", "spray"}
+    with pytest.raises(ConfigError) as info:
+        get_policy("magic")
+    assert info.value.field == "policy" and "spray" in str(info.value)
