@@ -38,7 +38,7 @@ from emulator.health import HealthSampler
 from emulator.hostconfig import Scale, kv_source_map
 from emulator.network import Lab, LabError, LabOptions, signals_ignored
 from emulator.placement import LayoutSpec, Placement, place
-from emulator.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
+from emulator.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS, get_policy
 from emulator.prometheus import PrometheusServer, scrape_config
 from emulator.results import (
     client_summary,
@@ -274,6 +274,7 @@ class Experiment:
                     kv_streams=SPRAY_STREAMS if spray else c.kv_streams,
                     kv_source_map=sources,
                     kv_stall_timeout_s=SPRAY_STALL_S if spray else None,
+                    **({"kv_chunk_bytes": SPRAY_CHUNK_BYTES} if spray else {}),
                     kv_log=str(self.dir / "logs" / f"kv-{e.engine_id}.jsonl"),
                 )
                 self._popen_in(e.host, e.engine_id, decode_argv(cfg))

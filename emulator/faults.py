@@ -7,6 +7,8 @@ Pure parts (no root, no clock):
     `flaps 3 seed 7 for 4s from 10s to 40s`   3 random switch-to-switch links, onsets drawn
                                      uniformly in the window (default 20%-70% of the run)
   Times count from the start of the load; without `for` a fault lasts until the run ends.
+  A `zcube:` (or `roft:`, `clos:`) prefix applies a specification to that fabric only, so one
+  `compare` can break a comparable link on each fabric.
 - `schedule(faults)` turns them into ordered interface transitions. Breaking a link sets the
   root-namespace (switch) ends of its veth pair down; a veth whose peer is down loses its
   carrier, so both switches (and a host at the far end) see the link go down. Overlapping faults
@@ -41,6 +43,7 @@ GRAMMAR = (
     "'flaps N [seed S] [for D] [from T1 to T2]' (times like 30s, 1.5s or 500ms)"
 )
 FLAP_DEFAULT_S = 5.0
+FABRIC_KINDS = ("zcube", "roft", "clos")
 ACTIVE_METRIC = "zcube_fault_active"
 
 
@@ -178,8 +181,15 @@ def parse_fault(text: str, fabric: Fabric, duration_s: float, seed: int = 1) -> 
 def parse_faults(
     texts: Iterable[str], fabric: Fabric, duration_s: float, seed: int = 1
 ) -> list[Fault]:
-    """Every `--fail` specification, in start order."""
-    faults = [f for t in texts for f in parse_fault(t, fabric, duration_s, seed)]
+    """Every `--fail` specification that applies to this fabric, in start order."""
+    faults = []
+    for text in texts:
+        head, sep, rest = text.partition(":")
+        if sep and head.strip().lower() in FABRIC_KINDS:
+            if head.strip().lower() != fabric.kind:
+                continue
+            text = rest
+        faults += parse_fault(text, fabric, duration_s, seed)
     return sorted(faults, key=lambda f: f.at_s)
 
 
@@ -272,9 +282,10 @@ def analyze(
       `expected_bytes`, `checksum_ok`, `attempt`, `retired_lanes`).
     - A KV transfer is hit by a fault if an attempt of it was in flight at a fault's onset or
       started during a fault and took longer than the pre-fault p99 (+ 0.2 s), or needed a retry or
-      retired a lane. `recovery_kv_first_s`: onset to the first hit transfer that completed
-      (over another path, or when the link came back: `..._after_restore` says which);
-      `recovery_kv_all_s`: onset to the last hit transfer completed.
+      retired a lane. Its recovery time runs from when it met the fault (the onset, or its own
+      start if later) to its completion. `recovery_kv_first_s` is the shortest (the first
+      transfer through: over another path, or when the link came back, `..._after_restore`
+      says which) and `recovery_kv_all_s` the longest.
     - `recovery_throughput_s`: onset to the first 5 s window (by completion time) whose completed
       requests reach 90% of the pre-fault rate, counted from the first dip below it (0 when the
       rate never dipped).
@@ -332,7 +343,7 @@ def analyze(
         float(a["end"]) - float(a["start"]) for a in done if float(a["end"]) < first
     ]  # completed before any fault
     slow = (_p99(base) or 0.0) + 0.2
-    hit_done: list[tuple[float, float, float]] = []  # (onset, completion of the request, restore)
+    hit_done: list[tuple[float, float, float]] = []  # (met the fault, completed, restore)
     for v in by_request.values():
         v = sorted(v, key=lambda a: float(a["start"]))
         start = float(v[0]["start"])
@@ -347,7 +358,7 @@ def analyze(
             troubled = len(v) > 1 or any(int(a.get("retired_lanes") or 0) for a in v)
             if troubled or took > slow:
                 if end is not None:
-                    hit_done.append((s, end, e))
+                    hit_done.append((max(s, start), end, e))
                 break
     out["kv_hit_transfers"] = len(hit_done)
     if hit_done:

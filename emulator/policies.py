@@ -10,7 +10,8 @@ equal-cost ports), the controller (`recompute`), the end hosts (`spray`) or nobo
   switch takes the first live bucket.
 - `recompute`: ecmp rules; the controller recomputes shortest paths without the dead link and
   pushes the difference to every switch.
-- `spray`: ecmp rules; each KV pull runs `SPRAY_STREAMS` subflows per address, and a subflow
+- `spray`: ecmp rules; each KV pull runs `SPRAY_STREAMS` subflows per address (over
+  `SPRAY_CHUNK_BYTES` chunks, so a small pull still has that many), and a subflow
   with requests outstanding that receives nothing for `SPRAY_STALL_S` is retired: its bytes go
   to the others and a fresh subflow (new source port, new ECMP hash) replaces it.
 Only `spray` changes the KV transport; the others keep the run's `--kv-streams` lanes.
@@ -27,6 +28,9 @@ from zcube_lab.errors import ConfigError
 
 SPRAY_STREAMS = 8  # subflows per KV address: 16 per pull on a dual-port ZCube NIC
 SPRAY_STALL_S = 0.5  # no byte for this long on a subflow with requests outstanding: retire it
+# A pull has as many subflows as it has chunks at most: at bandwidth scale 4000 a 50K-token
+# GLM-5.1 prompt is ~1.1 MB, 4 chunks of the default 256 KiB, so spraying uses smaller ones.
+SPRAY_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,10 @@ class DecodeConfig(EngineCommon):
     kv_stall_timeout_s: float | None = None
     # Retired lanes one pull may replace (None: RETIRE_BUDGET_PER_LANE x its lanes).
     kv_max_retired: int | None = None
+    # With a stall timeout: how long an address whose lane stalled stays avoided by later pulls
+    # unless a probe or lane gets an answer (None: PATH_HOLD_STALLS x the stall timeout;
+    # 0: no memory across pulls).
+    kv_path_hold_s: float | None = None
     # Append one JSON line per KV pull attempt to this file ("": no log).
     kv_log: str = ""
 
@@ -179,6 +183,13 @@ class DecodeConfig(EngineCommon):
                 "kv_max_retired",
                 self.kv_max_retired,
                 "0..1024, or unset (4 x lanes)",
+            )
+        if self.kv_path_hold_s is not None:
+            _check(
+                0 <= self.kv_path_hold_s <= 3600,
+                "kv_path_hold_s",
+                self.kv_path_hold_s,
+                "0..3600 seconds (0: off), or unset (10 x kv_stall_timeout_s)",
             )
         _check("\n" not in self.kv_log, "kv_log", self.kv_log, "a file path")
         _check(self.max_num_seqs >= 0, "max_num_seqs", self.max_num_seqs, ">= 0 (0: profile)")

@@ -5,7 +5,9 @@ A request must carry prefill's `kv_transfer_params` (`do_remote_prefill`); decod
 over every prefill KV address (its `--prefill-kv` table wins over the advertised ones) with
 `kv_streams` TCP streams each, verifies bytes and checksum, tells prefill to release it, then
 joins the running batch. With `kv_stall_timeout_s`, a pull retires a lane that stalls and moves
-its chunks to a new connection (a new path id; `serving/kvwire.py`). A failed pull is retried
+its chunks to a new connection (a new path id; `serving/kvwire.py`), and the engine remembers
+the addresses whose lanes stalled (`PathHealth`, shared by all pulls): later pulls keep their
+lanes off them and only probe them until they answer again. A failed pull is retried
 `kv_retries` times, then the client gets an error event in the stream. `kv_log` gets one JSON
 line per pull attempt. A client that goes away frees its sequence and KV at the next token.
 Run: `python -m serving.decode --host MGMT --port 8200 --prefill-kv ID=FABRIC1:7100,FABRIC2:7100`.
@@ -41,7 +43,14 @@ from serving.config import (
     parse_prefill_kv,
 )
 from serving.engine_step import run_step
-from serving.kvwire import KVTransferError, PullResult, pull_kv, release_kv
+from serving.kvwire import (
+    PATH_HOLD_STALLS,
+    KVTransferError,
+    PathHealth,
+    PullResult,
+    pull_kv,
+    release_kv,
+)
 from serving.metrics import EngineMetrics
 from serving.openai_api import (
     CHAT,
@@ -153,6 +162,8 @@ class DecodeEngine:
     pulling: int = 0
     background: set[asyncio.Task] = field(default_factory=set)
     kv_log: TextIO | None = None
+    # What every pull learnt about the KV addresses (with a stall timeout; None: off).
+    health: PathHealth | None = None
 
     @property
     def kv_used(self) -> int:
@@ -266,6 +277,7 @@ class DecodeEngine:
                     await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
                     self.metrics.kv_pull_retries.inc()
                 start, wall_start = loop.time(), time.time()
+                suspect = self._suspect_paths(handle.addresses)
                 try:
                     buf, result = await pull_kv(
                         handle.request_id,
@@ -278,33 +290,43 @@ class DecodeEngine:
                         source_map=cfg.kv_source_map,
                         stall_timeout_s=cfg.kv_stall_timeout_s,
                         max_retired=cfg.kv_max_retired,
+                        health=self.health,
                     )
                 except asyncio.CancelledError:
                     # The client went away mid-pull: still one line for this attempt.
                     gone = KVTransferError("cancelled: the request went away during the pull")
-                    self._log_attempt(handle, request_id, attempt, wall_start, gone)
+                    self._log_attempt(handle, request_id, attempt, wall_start, gone, suspect)
                     raise
                 except KVTransferError as exc:
                     last = exc
                     self.metrics.failed_transfers.inc()
                     self.metrics.kv_lanes_retired.inc(exc.retired_lanes)
-                    self._log_attempt(handle, request_id, attempt, wall_start, exc)
+                    self._log_attempt(handle, request_id, attempt, wall_start, exc, suspect)
                     log.warning("KV pull %s attempt %d failed: %s", handle.request_id, attempt, exc)
                     continue
                 self.metrics.xfer_time.observe(loop.time() - start)
                 self.metrics.bytes_transferred.observe(result.num_bytes)
                 self.metrics.kv_lanes_retired.inc(result.retired_lanes)
-                self._log_attempt(handle, request_id, attempt, wall_start, result)
+                self._log_attempt(handle, request_id, attempt, wall_start, result, suspect)
                 task = asyncio.create_task(self._release(handle, result))
                 self.background.add(task)
                 task.add_done_callback(self.background.discard)
                 return buf
         finally:
             self.pulling -= 1
+            self._suspect_paths(())
         raise KVTransferError(
             f"KV transfer from {handle.engine_id} failed after {cfg.kv_retries + 1} "
             f"attempts: {last}"
         )
+
+    def _suspect_paths(self, addrs: Sequence[Address]) -> int:
+        """How many of `addrs` are suspect now; refreshes the engine-wide gauge."""
+        if self.health is None:
+            return 0
+        suspects = self.health.suspects()
+        self.metrics.kv_paths_suspect.set(len(suspects))
+        return len({str(a) for a in addrs} & suspects)
 
     def _log_attempt(
         self,
@@ -313,6 +335,7 @@ class DecodeEngine:
         attempt: int,
         start: float,
         outcome: PullResult | KVTransferError,
+        suspect_paths: int = 0,
     ) -> None:
         if self.kv_log is None:
             return
@@ -334,6 +357,7 @@ class DecodeEngine:
             "lanes": outcome.lanes,
             "retired_lanes": outcome.retired_lanes,
             "paths_used": outcome.paths_used,
+            "suspect_paths": suspect_paths,
             "error": error,
         }
         self.kv_log.write(json.dumps(record) + "\n")
@@ -446,7 +470,20 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             await task
         for t in list(engine.background):
             t.cancel()
+        if engine.health is not None:
+            await engine.health.aclose()
         await engine.a2a.close()
+
+
+def path_health(cfg: DecodeConfig) -> PathHealth | None:
+    """The engine's path memory: only with a stall timeout and a hold above 0. The default hold,
+    `PATH_HOLD_STALLS` stall timeouts, only has to bridge gaps without pulls (every pull probes
+    the suspect addresses, renewing or clearing the suspicion within one stall timeout)."""
+    stall = cfg.kv_stall_timeout_s
+    if stall is None:
+        return None
+    hold = PATH_HOLD_STALLS * stall if cfg.kv_path_hold_s is None else cfg.kv_path_hold_s
+    return PathHealth(hold) if hold > 0 else None
 
 
 def make_decode_app(
@@ -462,6 +499,7 @@ def make_decode_app(
             registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length
         ),
         a2a=AllToAll(cfg.ep_peers),
+        health=path_health(cfg),
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))
     app.router.add_post("/v1/chat/completions", _handler(CHAT))
@@ -504,6 +542,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="retired lanes one pull may replace (default: 4 x its lanes)",
     )
     parser.add_argument(
+        "--kv-path-hold-s",
+        type=float,
+        default=None,
+        help="with --kv-stall-timeout-s: how long later pulls avoid (and only probe) a KV "
+        f"address whose lane stalled (default: {PATH_HOLD_STALLS} x the stall timeout; 0: off)",
+    )
+    parser.add_argument(
         "--kv-log", default="", help="append one JSON line per KV pull attempt to this file"
     )
     parser.add_argument("--max-num-seqs", type=int, default=0, help="0: the profile's")
@@ -524,6 +569,7 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
         kv_source_map=parse_kv_sources(args.kv_source),
         kv_stall_timeout_s=args.kv_stall_timeout_s,
         kv_max_retired=args.kv_max_retired,
+        kv_path_hold_s=args.kv_path_hold_s,
         kv_log=args.kv_log,
     )
 

@@ -13,6 +13,12 @@ a replacement lane (a new source port, so a new path id) is opened, preferring a
 which lanes still move bytes. Without a stall timeout a stalled lane holds its chunks until the
 pull's overall timeout (the static reference).
 
+Path health across pulls (optional, `PathHealth`): like MRC, which keeps an entropy value's
+state for the connection's lifetime, a decode engine remembers which addresses had a lane
+retired and moved nothing since. A later pull plans its lanes on the other addresses and sends
+each suspect address only a probe (a zero-length GET on its own connection, not waited for by
+the pull): an answer clears the suspicion, silence for the stall timeout renews it.
+
 Frames (network byte order):
 - request:  op u8 (1 GET, 2 RELEASE), id_len u16, id bytes, offset u64, length u32
 - response: status u8 (0 OK, 1 NOT FOUND, 2 BAD RANGE), crc32 u32, length u32, payload
@@ -25,9 +31,10 @@ import contextlib
 import ipaddress
 import math
 import struct
+import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from serving.config import Address
@@ -141,12 +148,20 @@ def pick_source(remote: str, source_map: Sequence[tuple[str, str]]) -> str | Non
 
 
 def plan_lanes(
-    num_bytes: int, chunk_bytes: int, addrs: Sequence[Address], streams: int
+    num_bytes: int,
+    chunk_bytes: int,
+    addrs: Sequence[Address],
+    streams: int,
+    avoid: Collection[Address] = (),
 ) -> list[tuple[Address, list[tuple[int, int]]]]:
-    """Deal chunks (offset, length) round-robin over `streams` lanes per address."""
+    """Deal chunks (offset, length) round-robin over `streams` lanes per address. The lanes
+    that would go to an address in `avoid` go to the other addresses instead (as many lanes in
+    all), unless every address is to be avoided."""
     chunks = [(off, min(chunk_bytes, num_bytes - off)) for off in range(0, num_bytes, chunk_bytes)]
+    use = [a for a in addrs if a not in avoid] or list(addrs)
     # Interleave addresses so that fewer chunks than lanes still use every address.
-    lanes_addrs = [a for _ in range(streams) for a in addrs][: max(1, len(chunks))]
+    count = min(streams * len(addrs), max(1, len(chunks)))
+    lanes_addrs = [use[i % len(use)] for i in range(count)]
     lanes: list[tuple[Address, list[tuple[int, int]]]] = [(a, []) for a in lanes_addrs]
     for i, c in enumerate(chunks):
         lanes[i % len(lanes)][1].append(c)
@@ -170,6 +185,122 @@ def pick_replacement(
     if healthy:
         return healthy[turn % len(healthy)]
     return min(addrs, key=lambda a: last_retired.get(a, never))
+
+
+PATH_HOLD_STALLS = 10  # default hold of a path suspicion: this many stall timeouts (5 s at 0.5)
+
+
+class PathHealth:
+    """What the pulls of one decode engine learnt about each KV address, kept across pulls.
+
+    Keyed by `str(Address)`; on ZCube an address (with its mapped source port) is one 2-hop
+    path. Pulls report every retired lane (`retired`) and every byte received (`progress`). An
+    address is *suspect* while its latest retirement is less than `hold_s` old and nothing has
+    arrived from it since. `probe` checks a suspect address in the background: one zero-length
+    GET on a new connection, at most one in flight per address; an answer counts as progress
+    (the suspicion is cleared), silence or a refused connection for `timeout_s` as a
+    retirement (the suspicion is renewed). `clock` must be monotonic seconds."""
+
+    def __init__(self, hold_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not hold_s > 0:
+            raise ValueError(f"hold_s must be > 0, not {hold_s!r}")
+        self.hold_s = hold_s
+        self.clock = clock
+        self._retired: dict[str, float] = {}
+        self._progress: dict[str, float] = {}
+        self._probes: dict[str, asyncio.Task[None]] = {}
+
+    def retired(self, addr: Address | str, now: float | None = None) -> None:
+        """A lane (or probe) on `addr` was retired: stalled, refused or reset."""
+        self._retired[str(addr)] = self.clock() if now is None else now
+
+    def progress(self, addr: Address | str, now: float | None = None) -> None:
+        """Bytes arrived from `addr`."""
+        self._progress[str(addr)] = self.clock() if now is None else now
+
+    def last_retired(self, addr: Address | str) -> float:
+        """When a lane on `addr` was last retired (-inf: never)."""
+        return self._retired.get(str(addr), -math.inf)
+
+    def last_progress(self, addr: Address | str) -> float:
+        """When bytes last arrived from `addr` (-inf: never)."""
+        return self._progress.get(str(addr), -math.inf)
+
+    def is_suspect(self, addr: Address | str, now: float | None = None) -> bool:
+        """Retired less than `hold_s` ago, and nothing received since."""
+        key = str(addr)
+        at = self._retired.get(key)
+        if at is None:
+            return False
+        now = self.clock() if now is None else now
+        return now - at < self.hold_s and self._progress.get(key, -math.inf) < at
+
+    def suspects(self, now: float | None = None) -> set[str]:
+        """Every suspect address."""
+        now = self.clock() if now is None else now
+        return {a for a in self._retired if self.is_suspect(a, now)}
+
+    @property
+    def probing(self) -> set[str]:
+        """Addresses with a probe in flight."""
+        return set(self._probes)
+
+    def probe(
+        self, addr: Address, request_id: str, *, timeout_s: float, local: str | None = None
+    ) -> bool:
+        """Start a background probe of `addr` (unless one is in flight); True if started."""
+        key = str(addr)
+        if key in self._probes:
+            return False
+        task = asyncio.create_task(self._probe(addr, request_id, timeout_s, local))
+        self._probes[key] = task
+        task.add_done_callback(lambda _: self._probes.pop(key, None))
+        return True
+
+    async def _probe(
+        self, addr: Address, request_id: str, timeout_s: float, local: str | None
+    ) -> None:
+        if await probe_path(addr, request_id, timeout_s=timeout_s, local=local):
+            self.progress(addr)
+        else:
+            self.retired(addr)
+
+    async def wait_probes(self) -> None:
+        """Wait until the probes in flight have their answer."""
+        while self._probes:
+            await asyncio.gather(*self._probes.values(), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Cancel the probes in flight."""
+        tasks = list(self._probes.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def probe_path(
+    addr: Address, request_id: str, *, timeout_s: float, local: str | None = None
+) -> bool:
+    """One round trip on a new connection (a new path id): a GET of zero bytes of
+    `request_id`. True when any answer (OK or NOT FOUND) arrives within `timeout_s`."""
+    writer: asyncio.StreamWriter | None = None
+    ok = False
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(
+                addr.host, addr.port, local_addr=(local, 0) if local else None
+            )
+            writer.write(encode_request(OP_GET, request_id, 0, 0))
+            await writer.drain()
+            await reader.readexactly(_RESP.size)
+        ok = True
+    except (TimeoutError, OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        if writer is not None:
+            # A dead path would hold a graceful close; a live one has nothing left to say.
+            writer.transport.abort()
+    return ok
 
 
 LANE_WINDOW = 2  # chunk requests a lane keeps outstanding, so the link never idles a round trip
@@ -205,6 +336,7 @@ class _Pull:
     queue: deque[tuple[int, int]]
     lanes: int
     stall_timeout_s: float | None
+    health: PathHealth | None = None
     last_progress: dict[Address, float] = field(default_factory=dict)
     last_retired: dict[Address, float] = field(default_factory=dict)
     ports: list[int] = field(default_factory=list)
@@ -238,6 +370,8 @@ async def _run_lane(pull: _Pull, lane: _Lane) -> None:
             def alive() -> None:
                 now = loop.time()
                 pull.last_progress[lane.addr] = now
+                if pull.health is not None:
+                    pull.health.progress(lane.addr)
                 if stall is not None:
                     watchdog.reschedule(now + stall)
 
@@ -332,6 +466,7 @@ async def pull_kv(
     source_map: Sequence[tuple[str, str]] = (),
     stall_timeout_s: float | None = None,
     max_retired: int | None = None,
+    health: PathHealth | None = None,
 ) -> tuple[bytearray, PullResult]:
     """Pull one request's KV over every address and stream; verify bytes and checksum.
 
@@ -339,18 +474,33 @@ async def pull_kv(
     replaced by a new connection (a new path id), at most `max_retired` times per pull
     (default `RETIRE_BUDGET_PER_LANE` x the starting lanes); a lane that stalls after that is
     retired without replacement and the lanes still running take its chunks. Protocol errors
-    (missing KV, bad range, checksum) fail the pull at once."""
+    (missing KV, bad range, checksum) fail the pull at once.
+
+    With `health` (needs `stall_timeout_s`), what earlier pulls learnt is used and extended:
+    the lanes are planned over the addresses that are not suspect (as many lanes), each suspect
+    one gets a background probe instead (the pull does not wait for it), replacements avoid
+    addresses suspected by any pull, and this pull's retirements and progress are recorded.
+    If every address is suspect the lanes are planned as without `health`."""
     if not addrs:
         raise KVTransferError("no KV address to pull from")
     if stall_timeout_s is not None and not stall_timeout_s > 0:
         raise ValueError(f"stall_timeout_s must be > 0 or None, not {stall_timeout_s!r}")
+    if health is not None and stall_timeout_s is None:
+        raise ValueError("path health needs a stall timeout")
+    avoid: list[Address] = []
+    if health is not None:
+        now = health.clock()
+        distinct = list(dict.fromkeys(addrs))
+        avoid = [a for a in distinct if health.is_suspect(a, now)]
+        if len(avoid) == len(distinct):
+            avoid = []
     buf = bytearray(num_bytes)
     view = memoryview(buf)
-    plan = plan_lanes(num_bytes, chunk_bytes, addrs, streams)
+    plan = plan_lanes(num_bytes, chunk_bytes, addrs, streams, avoid)
     budget = RETIRE_BUDGET_PER_LANE * len(plan) if max_retired is None else max_retired
     # Each lane starts with one chunk; the rest go, in offset order, to whichever lane is free.
     chunks = sorted(c for _, cs in plan for c in cs)
-    pull = _Pull(request_id, view, deque(chunks[len(plan) :]), len(plan), stall_timeout_s)
+    pull = _Pull(request_id, view, deque(chunks[len(plan) :]), len(plan), stall_timeout_s, health)
     running: dict[asyncio.Task[None], _Lane] = {}
     ended: list[_Lane] = []
     retired: list[_Lane] = []
@@ -365,10 +515,23 @@ async def pull_kv(
         exc.lanes, exc.retired_lanes, exc.paths_used = len(plan), len(retired), len(pull.ports)
         return exc
 
+    def replacement(turn: int) -> Address:
+        if health is None:
+            return pick_replacement(addrs, pull.last_progress, pull.last_retired, turn)
+        # Any pull's news counts; a retirement older than the hold is forgotten.
+        now = health.clock()
+        progress = {a: health.last_progress(a) for a in addrs}
+        suspect = {a: health.last_retired(a) for a in addrs if health.is_suspect(a, now)}
+        return pick_replacement(addrs, progress, suspect, turn)
+
     try:
         async with asyncio.timeout(timeout_s):
             for i, (addr, _) in enumerate(plan):
                 launch(addr, chunks[i : i + 1])
+            if health is not None and stall_timeout_s is not None:
+                for addr in avoid:
+                    local = pick_source(addr.host, source_map)
+                    health.probe(addr, request_id, timeout_s=stall_timeout_s, local=local)
             while running:
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in finished:
@@ -386,13 +549,12 @@ async def pull_kv(
                     lane.reason = str(exc)
                     retired.append(lane)
                     pull.last_retired[lane.addr] = loop.time()
+                    if health is not None:
+                        health.retired(lane.addr)
                     pull.queue.extendleft(reversed(lane.inflight))
                     lane.inflight.clear()
                     if pull.queue and len(retired) <= budget:
-                        addr = pick_replacement(
-                            addrs, pull.last_progress, pull.last_retired, len(retired)
-                        )
-                        launch(addr, [])
+                        launch(replacement(len(retired)), [])
             if pull.queue:
                 raise failed(
                     KVTransferError(

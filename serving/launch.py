@@ -53,6 +53,8 @@ def decode_argv(cfg: DecodeConfig, python: str = sys.executable) -> list[str]:
         argv += ["--kv-stall-timeout-s", repr(cfg.kv_stall_timeout_s)]
     if cfg.kv_max_retired is not None:
         argv += ["--kv-max-retired", str(cfg.kv_max_retired)]
+    if cfg.kv_path_hold_s is not None:
+        argv += ["--kv-path-hold-s", repr(cfg.kv_path_hold_s)]
     if cfg.kv_log:
         argv += ["--kv-log", cfg.kv_log]
     return argv

@@ -50,6 +50,7 @@ GATEWAY_TTFT = "zcube:gateway_time_to_first_token_seconds"
 GATEWAY_UPSTREAM_ERRORS = "zcube:gateway_upstream_errors"
 KV_LANES_RETIRED = "zcube:kv_lanes_retired"  # scraped as zcube:kv_lanes_retired_total
 KV_PULL_RETRIES = "zcube:kv_pull_retries"  # scraped as zcube:kv_pull_retries_total
+KV_PATHS_SUSPECT = "zcube:kv_paths_suspect"
 
 LABELS = ("model_name", "engine")
 
@@ -212,6 +213,10 @@ class EngineMetrics:
         )
         self.kv_pull_retries = counter(
             KV_PULL_RETRIES, "KV pull attempts after the first one of a request."
+        )
+        self.kv_paths_suspect = gauge(
+            KV_PATHS_SUSPECT,
+            "KV addresses new pulls avoid: a lane there stalled and nothing arrived since.",
         )
         self.kv_expired = counter(
             NIXL_NUM_KV_EXPIRED_REQS,

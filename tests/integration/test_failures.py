@@ -17,53 +17,21 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from emulator.builders import build_fabric
+from emulator.cutprobe import CutResult, cut_during_pull
 from emulator.fabric import FabricSpec
-from emulator.faults import FaultInjector, parse_faults
-from emulator.hostconfig import Scale, kv_source_map
-from emulator.network import Lab, LabOptions
-from emulator.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
-from zcube_lab.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
-PROBE = str(Path(__file__).with_name("kv_probe.py"))
 FABRIC = build_fabric(FabricSpec.of("zcube", n=4))
 KV_BYTES = 24 * 1024 * 1024  # about 2 s over both 50 Mb/s ports
 PULL_TIMEOUT_S = 6.0
-CUT = "link a0-b1 at 0s"  # prefill h0's port 1 hangs off a0; decode h5's port 2 off b1
-
-
-def _tx_bytes(switch: str, port: int) -> int:
-    out = subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    tx = out.split("tx pkts=", 1)[1]
-    return int(tx.split("bytes=", 1)[1].split(",", 1)[0])
-
-
-def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    assert proc.stdout is not None
-    import select
-
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline()
-            if line:
-                return line.strip()
-        if proc.poll() is not None:
-            break
-    raise AssertionError(f"no output within {timeout}s (exit {proc.poll()})")
+# Prefill h0's port 1 hangs off a0; decode h5 pulls it from its port 2 on b1, across b1 > a0.
+CUT = "a0-b1"
 
 
 @pytest.fixture(scope="module")
@@ -71,77 +39,26 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("state")
 
 
-def _cut_during_pull(policy_name: str, logs: Path, state_dir: Path) -> tuple[dict, Lab, int]:
-    policy = get_policy(policy_name)
-    lab = Lab(
+def _cut(policy: str, logs: Path, state_dir: Path) -> CutResult:
+    return cut_during_pull(
         FABRIC,
-        LabOptions(
-            scale=Scale(nic_mbps=100.0),
-            policy=policy.routing,
-            recompute=policy.recompute,
-            of_port=free_port(),
-            metrics_port=free_port(),
-            state_dir=state_dir,
-            log_dir=logs,
-        ),
+        policy,
+        "h0",
+        "h5",
+        link=CUT,
+        num_bytes=KV_BYTES,
+        timeout_s=PULL_TIMEOUT_S,
+        log_dir=logs,
+        state_dir=state_dir,
     )
-    procs: list[subprocess.Popen[str]] = []
-    injector = None
-    try:
-        lab.start()
-        assert lab.net is not None
-        h0, h5 = FABRIC.host("h0"), FABRIC.host("h5")
-        addrs = [f"{i.ip}:7100" for i in h0.interfaces]
-        server = lab.net.get("h0").popen(
-            [sys.executable, PROBE, "serve", "--bytes", str(KV_BYTES), *addrs],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        procs.append(server)
-        assert _readline(server, 20) == "ready"
-        argv = [sys.executable, PROBE, "pull", "--bytes", str(KV_BYTES)]
-        argv += ["--timeout-s", str(PULL_TIMEOUT_S)]
-        argv += [f"--source={cidr}={local}" for cidr, local in kv_source_map(FABRIC, h5)]
-        if policy.spray:
-            argv += ["--streams", str(SPRAY_STREAMS), "--stall-s", str(SPRAY_STALL_S)]
-        client = lab.net.get("h5").popen(
-            [*argv, *addrs], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        procs.append(client)
-        assert _readline(client, 20) == "started"
-        (link,) = [lk for lk in FABRIC.links if {lk.node1, lk.node2} == {"a0", "b1"}]
-        a0_port = link.port1 if link.node1 == "a0" else link.port2
-        before = _tx_bytes("a0", a0_port)
-        time.sleep(0.4)
-        carried = _tx_bytes("a0", a0_port) - before
-        injector = FaultInjector(FABRIC, parse_faults([CUT], FABRIC, 60), logs / "faults.jsonl")
-        injector.start(time.time())
-        line = _readline(client, PULL_TIMEOUT_S + 10)
-        result = json.loads(line)
-        recomputes = 0
-        if policy.recompute:
-            url = f"http://127.0.0.1:{lab.options.metrics_port}/metrics"
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                for row in resp.read().decode().splitlines():
-                    if row.startswith("zcube_route_recomputes_total"):
-                        recomputes = int(float(row.split()[-1]))
-        result["recomputes"] = recomputes
-        return result, lab, carried
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait(timeout=5)
-        if injector is not None:
-            injector.stop()
-        lab.stop()
 
 
 @pytest.mark.parametrize("policy", ["ff", "recompute", "spray"])
 def test_a_reacting_policy_completes_the_cut_transfer_intact(
     policy: str, tmp_path: Path, state_dir: Path
 ) -> None:
-    result, _lab, carried = _cut_during_pull(policy, tmp_path, state_dir)
+    cut = _cut(policy, tmp_path, state_dir)
+    result, carried = cut.pull, cut.carried
     assert carried > 100_000, f"the cut link carried only {carried} bytes of the transfer"
     assert result["ok"], result["error"]
     assert result["bytes"] == KV_BYTES and result["checksum_ok"]
@@ -151,7 +68,7 @@ def test_a_reacting_policy_completes_the_cut_transfer_intact(
     if policy == "spray":
         assert result["retired"] >= 1  # the stalled subflows were retired, not waited for
     if policy == "recompute":
-        assert result["recomputes"] >= 1
+        assert cut.recomputes >= 1
         log = (tmp_path / "controller.log").read_text()
         assert "recomputed" in log
 
@@ -160,12 +77,104 @@ def test_static_routing_reports_the_failure_clearly_without_hanging(
     tmp_path: Path, state_dir: Path
 ) -> None:
     t0 = time.monotonic()
-    result, _lab, carried = _cut_during_pull("static", tmp_path, state_dir)
+    cut = _cut("static", tmp_path, state_dir)
+    result, carried = cut.pull, cut.carried
     assert carried > 100_000
     assert not result["ok"]
     assert "timed out" in result["error"] and str(KV_BYTES) in result["error"]
     assert result["seconds"] < PULL_TIMEOUT_S + 2
     assert time.monotonic() - t0 < 90
+
+
+@pytest.mark.parametrize(
+    ("spec", "policy"),
+    [
+        (FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2), "ff"),
+        (FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2, planes=2), "spray"),
+    ],
+    ids=["roft-ff", "roft-2planes-spray"],
+)
+def test_roft_and_multiplane_roft_survive_a_cut_uplink(
+    spec: FabricSpec, policy: str, tmp_path: Path, state_dir: Path
+) -> None:
+    # h0 (rail 0, leaf 0) to h5 (rail 1): cross-rail, through a spine; the busiest
+    # switch-to-switch link of the transfer is cut. On two planes the pull also uses both.
+    fabric = build_fabric(spec)
+    cut = cut_during_pull(
+        fabric, policy, "h0", "h5", num_bytes=KV_BYTES, log_dir=tmp_path, state_dir=state_dir
+    )
+    assert cut.carried > 100_000 and cut.link is not None
+    assert cut.pull["ok"], cut.pull["error"]
+    assert cut.pull["bytes"] == KV_BYTES and cut.pull["checksum_ok"]
+    assert len(cut.pull["by_address"]) == len(fabric.host("h0").interfaces)
+
+
+# --- a whole run with an injected fault: the pipeline from --fail to the report ---------------
+
+
+@pytest.fixture(scope="module")
+def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = tmp_path_factory.mktemp("fault-results")
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "zcube_lab.cli", "run",
+            "--fabric", "zcube", "--n", "4", "--gpus-per-server", "4",
+            "--workload", "coding-agent", "--duration", "16", "--drain", "30", "--rate", "3",
+            "--policy", "ff", "--fail", "link a0-b1 at 4s for 6s",
+            "--results", str(results),
+        ],
+        capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fault: link a0-b1 down" in done.stderr
+    (run,) = (p.parent for p in results.glob("*/summary.json"))
+    return run
+
+
+def test_a_fault_run_records_the_fault_and_reports_it(fault_run: Path) -> None:
+    events = [json.loads(x) for x in (fault_run / "faults.jsonl").read_text().splitlines()]
+    assert [e["action"] for e in events] == ["down", "up"]
+    assert events[1]["wall"] - events[0]["wall"] == pytest.approx(6.0, abs=0.5)
+    summary = json.loads((fault_run / "summary.json").read_text())
+    assert summary["label"] == "zcube/ff" and summary["policy"] == "ff"
+    f = summary["faults"]
+    assert f["faults"] == 1 and len(f["spans_s"]) == 1
+    assert f["requests_before"] > 0 and f["requests_during"] > 0 and f["requests_after"] > 0
+    # Fast failover: nothing fails, every completed transfer is whole.
+    assert summary["client"]["failed"] == 0 and f["failed_requests"] == 0
+    assert f["kv_completed"] == summary["client"]["completed"]
+    assert f["kv_bytes_lost"] == 0 and f["kv_checksum_failures"] == 0
+    assert f["ttft_p99_during_s"] is not None
+    kv_logs = list((fault_run / "logs").glob("kv-*.jsonl"))
+    assert len(kv_logs) == 12  # one per decode engine
+    log = (fault_run / "logs" / "controller.log").read_text()
+    assert "ff" in log
+
+
+def test_the_fault_shows_in_prometheus_for_grafana(fault_run: Path, tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import grafana_support as g
+
+    from emulator.prometheus import PrometheusServer
+
+    summary = json.loads((fault_run / "summary.json").read_text())
+    start, end = g.run_window(fault_run)
+    sel = f'run="{summary["run"]}"'
+    with PrometheusServer("global: {}\n", g.copy_tsdb(fault_run, tmp_path)) as prom:
+        active = prom.query_range(f"max(zcube_fault_active{{{sel}}})", start, end, 1.0)
+        down = prom.query_range(f"count(zcube_link_up{{{sel}}} == 0)", start, end, 1.0)
+    assert max(float(v) for _, v in active[0]["values"]) == 1.0
+    # Both switch ends of a0-b1 were seen down by the controller (OpenFlow port status).
+    assert max(float(v) for _, v in down[0]["values"]) == 2.0
+
+
+def test_the_comparison_report_shows_fault_rows(fault_run: Path, tmp_path: Path) -> None:
+    from emulator.report import load_run, write_report
+
+    page = write_report([load_run(fault_run)], tmp_path, "zcube/ff", {})
+    text = page.read_text()
+    assert "TTFT p99 during fault" in text and "KV bytes lost" in text
+    assert (tmp_path / "fault_timeline.png").stat().st_size > 10_000
 
 
 def test_nothing_of_the_failure_labs_remains(state_dir: Path) -> None:
@@ -174,6 +183,7 @@ def test_nothing_of_the_failure_labs_remains(state_dir: Path) -> None:
         ["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert not {s.name for s in FABRIC.switches} & set(bridges)
+    assert not [b for b in bridges if b.startswith(("leaf", "spine", "p0", "p1"))]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert "a0-eth" not in links and "zcl-mgmt" not in links
+    assert "a0-eth" not in links and "leaf0-eth" not in links and "p0leaf0" not in links
     assert not list(state_dir.glob("lab-*.json"))

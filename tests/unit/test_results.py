@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from emulator.builders import build_roft, build_zcube
@@ -111,6 +113,11 @@ def test_aggregate_medians_spread_and_differences() -> None:
         (["--nic-mbps", "0"], "nic_mbps"),
         (["--drain", "-5"], "drain"),
         (["--policy", "flood"], "policy"),
+        (["--policies", "ff,flood"], "policy"),
+        (["--fail", "link a0-b9 at 5s"], "fail.link"),
+        (["--fail", "roft: link leaf0-spine7 at 5s"], "fail.link"),
+        (["--policies", "ff,spray", "--baseline", "clos"], "baseline"),
+        (["--planes", "9"], "planes"),
     ],
 )
 def test_compare_rejects_bad_options_before_any_run(
@@ -131,3 +138,19 @@ def test_compare_rejects_bad_options_before_any_run(
     err = capsys.readouterr().err
     assert f"error: {field}=" in err
     assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
+def test_runs_are_grouped_by_their_label(tmp_path) -> None:
+    from emulator.report import load_run
+
+    for name, label in (("a", "zcube/ff"), ("b", "zcube/spray"), ("c", None)):
+        d = tmp_path / name
+        d.mkdir()
+        summary = _summary("zcube", 1.0, 2.0)
+        if label:
+            summary["label"] = label
+        (d / "summary.json").write_text(json.dumps(summary))
+    runs = [load_run(tmp_path / n) for n in "abc"]
+    assert [r["fabric"] for r in runs] == ["zcube/ff", "zcube/spray", "zcube"]
+    assert {r["fabric_kind"] for r in runs} == {"zcube"}
+    assert set(aggregate(runs)) == {"zcube/ff", "zcube/spray", "zcube"}

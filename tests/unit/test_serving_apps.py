@@ -179,11 +179,14 @@ async def test_kv_pull_failure_is_an_error_event_after_bounded_retries(
         assert r["start"] <= r["end"] and r["retired_lanes"] == 0
 
 
+@pytest.mark.parametrize("hold_s", [None, 0.0], ids=["path-memory", "no-memory"])
 async def test_a_dead_kv_path_is_retired_and_each_attempt_logged(
-    aiohttp_server, tmp_path: Path
+    aiohttp_server, tmp_path: Path, hold_s: float | None
 ) -> None:
     # Prefill serves KV on two addresses; decode reaches one of them through a dead path,
-    # listed first.
+    # listed first. Two requests one after the other: with path memory (the default with a
+    # stall timeout) the second pull keeps its lanes off the dead address and only probes it;
+    # with `kv_path_hold_s=0` every pull pays the stall again.
     kv_bind = (
         Address("127.0.0.1", free_port("127.0.0.1")),
         Address("127.0.0.2", free_port("127.0.0.2")),
@@ -205,6 +208,7 @@ async def test_a_dead_kv_path_is_retired_and_each_attempt_logged(
                 "prefill_kv": (("prefill-0", (dead, kv_bind[0])),),
                 "kv_chunk_bytes": 16384,
                 "kv_stall_timeout_s": 0.2,
+                "kv_path_hold_s": hold_s,
                 "kv_log": str(kv_log),
             },
         )
@@ -214,12 +218,15 @@ async def test_a_dead_kv_path_is_retired_and_each_attempt_logged(
                 status, events, _ = await _stream(s, c.gateway_url, _body(words, 3))
                 assert status == 200 and events[-1] == "[DONE]"
                 assert all("error" not in e for e in events[:-1])
+        d = registry_text(c.decode_registry)
     finally:
         hole.close()
         for w in held:
             w.transport.abort()
-    d = registry_text(c.decode_registry)
-    assert metric_sum(d, "zcube:kv_lanes_retired_total") == 4  # 2 lanes per pull on the dead path
+    memory = hold_s is None
+    # 2 lanes on the dead path in the first pull; in the second none (memory) or 2 again
+    assert metric_sum(d, "zcube:kv_lanes_retired_total") == (2 if memory else 4)
+    assert metric_sum(d, "zcube:kv_paths_suspect") == (1 if memory else 0)
     assert metric_sum(d, "zcube:kv_pull_retries_total") == 0  # recovered inside one attempt
     assert metric_sum(d, "vllm:nixl_num_failed_transfers_total") == 0
     assert metric_sum(d, "vllm:nixl_bytes_transferred_sum") == 2 * words * TINY.kv_bytes_per_token
@@ -228,13 +235,23 @@ async def test_a_dead_kv_path_is_retired_and_each_attempt_logged(
     for r in lines:
         assert set(r) >= {
             "request_id", "start", "end", "ok", "bytes", "expected_bytes", "checksum_ok",
-            "attempt", "lanes", "retired_lanes", "error",
+            "attempt", "lanes", "retired_lanes", "suspect_paths", "error",
         }  # fmt: skip
         assert r["ok"] is True and r["checksum_ok"] is True and r["error"] is None
         assert r["bytes"] == r["expected_bytes"] == words * TINY.kv_bytes_per_token
-        assert r["attempt"] == 0 and r["lanes"] == 4 and r["retired_lanes"] == 2
-        assert r["paths_used"] == 6
-        assert 0.2 <= r["end"] - r["start"] < 2.0
+        assert r["attempt"] == 0 and r["lanes"] == 4
+    first, second = lines
+    assert first["retired_lanes"] == 2 and first["paths_used"] == 6
+    assert first["suspect_paths"] == 0 and 0.2 <= first["end"] - first["start"] < 2.0
+    if memory:
+        # the four lanes all went to the live address: nothing stalled, no stall timeout paid
+        assert second["suspect_paths"] == 1
+        assert second["retired_lanes"] == 0 < first["retired_lanes"]
+        assert second["paths_used"] == 4
+        assert second["end"] - second["start"] < 0.2
+    else:
+        assert second["suspect_paths"] == 0
+        assert second["retired_lanes"] == 2 and second["paths_used"] == 6
     # the KV was released over the live address, not the dead first-listed one
     await asyncio.sleep(0.1)
     assert metric_sum(registry_text(c.prefill_registry), "vllm:kv_cache_usage_perc") == 0

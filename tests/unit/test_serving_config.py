@@ -11,6 +11,8 @@ import pytest
 
 from serving import decode, gateway, prefill
 from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig, parse_with_file
+from serving.decode import path_health
+from serving.kvwire import PATH_HOLD_STALLS
 from zcube_lab.errors import ConfigError
 
 
@@ -48,6 +50,8 @@ def test_decode_prefill_kv_table() -> None:
         (lambda: DecodeConfig(kv_timeout_s=2.0, kv_stall_timeout_s=2.0), "kv_stall_timeout_s"),
         (lambda: DecodeConfig(kv_max_retired=-1), "kv_max_retired"),
         (lambda: DecodeConfig(kv_max_retired=5000), "kv_max_retired"),
+        (lambda: DecodeConfig(kv_path_hold_s=-1.0), "kv_path_hold_s"),
+        (lambda: DecodeConfig(kv_path_hold_s=1e6), "kv_path_hold_s"),
         (lambda: DecodeConfig(model="llama-3.1-8b", ep_peers=(Address("h", 1),)), "ep_peers"),
         (lambda: GatewayConfig(), "prefill_urls"),
         (
@@ -120,3 +124,17 @@ def test_decode_stall_retirement_and_kv_log_flags(tmp_path: Path) -> None:
     cfg = _parse(decode, ["--config", str(f)])
     assert isinstance(cfg, DecodeConfig)
     assert (cfg.kv_stall_timeout_s, cfg.kv_max_retired) == (0.25, 8)
+
+
+def test_decode_path_memory_follows_the_stall_timeout_and_hold_flag() -> None:
+    assert _parse(decode, []).kv_path_hold_s is None  # type: ignore[attr-defined]
+    # static (no stall timeout): no memory, whatever the hold says
+    assert path_health(DecodeConfig()) is None
+    assert path_health(DecodeConfig(kv_path_hold_s=3.0)) is None
+    health = path_health(DecodeConfig(kv_stall_timeout_s=0.5))
+    assert health is not None and health.hold_s == PATH_HOLD_STALLS * 0.5 == 5.0
+    cfg = _parse(decode, ["--kv-stall-timeout-s", "0.5", "--kv-path-hold-s", "2"])
+    assert isinstance(cfg, DecodeConfig) and cfg.kv_path_hold_s == 2.0
+    health = path_health(cfg)
+    assert health is not None and health.hold_s == 2.0
+    assert path_health(DecodeConfig(kv_stall_timeout_s=0.5, kv_path_hold_s=0.0)) is None

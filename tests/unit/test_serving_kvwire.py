@@ -15,9 +15,12 @@ from serving.config import Address
 from serving.kvstore import KVStore, make_kv_buffer
 from serving.kvwire import (
     KVTransferError,
+    PathHealth,
+    PullResult,
     pick_replacement,
     pick_source,
     plan_lanes,
+    probe_path,
     pull_kv,
     release_kv,
     start_kv_server,
@@ -457,3 +460,169 @@ async def test_connect_failures_count_as_retirements() -> None:
             stall_timeout_s=0.5, max_retired=1,
         )  # fmt: skip
     assert info.value.retired_lanes == 2 and "budget (1)" in str(info.value)
+
+
+# ---- path health kept across pulls ------------------------------------------------------
+
+
+def test_path_health_suspects_a_retired_address_until_progress_or_hold_end() -> None:
+    now = [100.0]
+    health = PathHealth(hold_s=5.0, clock=lambda: now[0])
+    a, b = Address("10.1.0.1", 7100), Address("10.2.0.1", 7100)
+    assert health.suspects() == set() and not health.is_suspect(a)
+    health.progress(a)
+    health.retired(b)  # keyed by str(Address): the same key either way
+    assert health.suspects() == {"10.2.0.1:7100"} and health.is_suspect("10.2.0.1:7100")
+    now[0] = 104.9
+    assert health.is_suspect(b)
+    now[0] = 105.0  # the hold is over: forgotten
+    assert health.suspects() == set()
+    health.retired(b, now=106.0)
+    health.progress(b, now=106.0)  # bytes at the same instant: not suspect
+    assert not health.is_suspect(b, now=106.5)
+    health.retired(a, now=107.0)
+    assert health.suspects(now=107.0) == {str(a)}
+    health.progress(a, now=107.5)  # a probe or a lane got an answer: cleared
+    assert health.suspects(now=107.5) == set()
+    assert health.last_progress(a) == 107.5 and health.last_retired(a) == 107.0
+    assert health.last_retired(Address("10.3.0.1", 1)) == -math.inf
+    with pytest.raises(ValueError, match="hold_s"):
+        PathHealth(hold_s=0)
+
+
+def test_plan_lanes_moves_lanes_off_avoided_addresses() -> None:
+    a, b = Address("127.0.0.1", 1), Address("127.0.0.2", 2)
+    plan = plan_lanes(10 * 1024, 1024, [a, b], 2, avoid={b})
+    assert [addr for addr, _ in plan] == [a, a, a, a]  # as many lanes, all on a
+    assert sum(n for _, cs in plan for _, n in cs) == 10 * 1024
+    # every address avoided: planned as usual
+    assert [addr for addr, _ in plan_lanes(10 * 1024, 1024, [a, b], 2, avoid={a, b})] == [
+        a, b, a, b,
+    ]  # fmt: skip
+
+
+async def test_probe_path_answers_for_a_live_address_only() -> None:
+    _, addrs, servers = await _stored(65536)
+    path = _Path(addrs[0], dies_after=lambda k: 0)
+    via = await path.start()
+    loop = asyncio.get_running_loop()
+    try:
+        assert await probe_path(addrs[0], "req", timeout_s=1.0) is True
+        assert await probe_path(addrs[0], "gone", timeout_s=1.0) is True  # NOT FOUND answers
+        start = loop.time()
+        assert await probe_path(via, "req", timeout_s=0.1) is False
+        assert 0.1 <= loop.time() - start < 0.5
+        refused = Address("127.0.0.1", free_port())
+        assert await probe_path(refused, "req", timeout_s=1.0) is False
+    finally:
+        await path.close()
+        for s in servers:
+            s.close()
+
+
+async def test_path_health_keeps_later_pulls_off_a_dead_address_until_it_answers() -> None:
+    data, addrs, servers = await _stored(1 << 20, n_addrs=2)
+    dead = [True]
+    path = _Path(addrs[1], dies_after=lambda k: 0 if dead[0] else None)
+    via = await path.start()
+    health = PathHealth(hold_s=5.0)
+    loop = asyncio.get_running_loop()
+
+    async def pull() -> tuple[float, PullResult]:
+        start = loop.time()
+        buf, result = await pull_kv(
+            "req", [via, addrs[0]], len(data), zlib.crc32(data), chunk_bytes=65536,
+            streams=2, timeout_s=5, stall_timeout_s=0.15, health=health,
+        )  # fmt: skip
+        assert bytes(buf) == data and result.checksum == zlib.crc32(data)
+        return loop.time() - start, result
+
+    try:
+        # 1: nothing known; the two lanes on the dead path stall and are retired
+        took1, first = await pull()
+        assert first.retired_lanes == 2 and path.connections == 2
+        assert took1 >= 0.15
+        assert health.suspects() == {str(via)} and health.probing == set()
+        retired_at = health.last_retired(via)
+
+        # 2: as many lanes, all on the live address; the dead one gets only the probe
+        took2, second = await pull()
+        assert second.lanes == first.lanes == 4
+        assert second.retired_lanes == 0 and second.paths_used == 4
+        assert second.bytes_by_address == {str(addrs[0]): len(data)}
+        assert health.probing == {str(via)}  # not waited for by the pull
+        assert took2 < 0.15 <= took1  # no stall timeout paid
+        await health.wait_probes()  # the probe stalled: the suspicion is renewed
+        assert path.connections == 3
+        assert health.suspects() == {str(via)} and health.last_retired(via) > retired_at
+
+        # 3: the path comes back; this pull still avoids it, its probe finds it alive
+        dead[0] = False
+        _, third = await pull()
+        assert third.bytes_by_address == {str(addrs[0]): len(data)}
+        await health.wait_probes()
+        assert path.connections == 4 and health.suspects() == set()
+
+        # 4: lanes over both addresses again
+        _, fourth = await pull()
+        assert fourth.retired_lanes == 0
+        assert set(fourth.bytes_by_address) == {str(via), str(addrs[0])}
+        assert all(n > 0 for n in fourth.bytes_by_address.values())
+        assert path.connections == 6
+    finally:
+        await health.aclose()
+        await path.close()
+        for s in servers:
+            s.close()
+
+
+async def test_every_address_suspect_plans_as_usual_without_probes() -> None:
+    data, addrs, servers = await _stored(1 << 20, n_addrs=2)
+    health = PathHealth(hold_s=5.0)
+    for a in addrs:
+        health.retired(a)
+    try:
+        buf, result = await pull_kv(
+            "req", addrs, len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+            timeout_s=5, stall_timeout_s=0.5, health=health,
+        )  # fmt: skip
+        assert bytes(buf) == data
+        assert set(result.bytes_by_address) == {str(a) for a in addrs}
+        assert result.paths_used == 4 and health.probing == set()
+        assert health.suspects() == set()  # the lanes moved bytes: both cleared
+        with pytest.raises(ValueError, match="stall timeout"):
+            await pull_kv(
+                "req", addrs, len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+                timeout_s=5, health=health,
+            )  # fmt: skip
+    finally:
+        for s in servers:
+            s.close()
+
+
+async def test_a_replacement_avoids_an_address_another_pull_found_dead() -> None:
+    # A flaky address's lane dies mid-transfer; its replacement goes to the live address, not
+    # to the one an earlier pull found dead, though this pull has no news of that one.
+    data, addrs, servers = await _stored(1 << 20, n_addrs=2)
+    flaky = _Path(addrs[1], dies_after=lambda k: 100_000 if k == 0 else None)
+    dead = _Path(addrs[1], dies_after=lambda k: 0)
+    via_flaky, via_dead = await flaky.start(), await dead.start("127.0.0.4")
+    health = PathHealth(hold_s=5.0)
+    health.retired(via_dead)
+    try:
+        buf, result = await pull_kv(
+            "req", [addrs[0], via_flaky, via_dead], len(data), zlib.crc32(data),
+            chunk_bytes=65536, streams=1, timeout_s=5, stall_timeout_s=0.15, health=health,
+        )  # fmt: skip
+        assert bytes(buf) == data
+        assert result.lanes == 3 and result.retired_lanes == 1 and result.paths_used == 4
+        assert flaky.connections == 1 and str(via_dead) not in result.bytes_by_address
+        await health.wait_probes()
+        assert dead.connections == 1  # the probe only
+        assert health.suspects() == {str(via_dead), str(via_flaky)}
+    finally:
+        await health.aclose()
+        await flaky.close()
+        await dead.close()
+        for s in servers:
+            s.close()

@@ -42,6 +42,10 @@ def test_decode_round_trip() -> None:
     assert "--kv-stall-timeout-s" in argv and "--kv-log" in argv
     assert _back(decode, argv) == spraying
     assert "--kv-stall-timeout-s" not in decode_argv(cfg)  # off stays off
+    assert "--kv-path-hold-s" not in argv  # unset: the default hold
+    for hold in (0.0, 7.5):
+        held = dataclasses.replace(spraying, kv_path_hold_s=hold)
+        assert _back(decode, decode_argv(held)) == held
 
 
 def test_gateway_round_trip() -> None:
