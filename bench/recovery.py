@@ -37,7 +37,9 @@ from zcube_lab.commands.compare import fabric_specs  # noqa: E402
 FAULTS = {"zcube": "link a0-b1", "roft": "link leaf0-spine0", "clos": "link leaf0-spine0"}
 COLUMNS = (
     ("TTFT p99 (s)", ("client", "ttft_p99_s")),
+    ("TTFT p99 before (s)", ("faults", "ttft_p99_before_s")),
     ("TTFT p99 during (s)", ("faults", "ttft_p99_during_s")),
+    ("TTFT p99 after (s)", ("faults", "ttft_p99_after_s")),
     ("req/s", ("client", "requests_per_s")),
     ("failed", ("client", "failed")),
     ("KV retried", ("faults", "kv_retried")),
@@ -46,6 +48,7 @@ COLUMNS = (
     ("recovery first KV (s)", ("faults", "recovery_kv_first_s")),
     ("recovery last KV (s)", ("faults", "recovery_kv_all_s")),
     ("recovery throughput (s)", ("faults", "recovery_throughput_s")),
+    ("KV transfers hit", ("faults", "kv_hit_transfers")),
 )
 
 
@@ -78,7 +81,17 @@ def main() -> int:
     parser.add_argument("--for", dest="length", type=float, default=10.0, help="fault length")
     parser.add_argument("--rate", type=float, help="requests/s (default: the profile's)")
     parser.add_argument("--results", type=Path, default=ROOT / "results" / "bench-recovery")
+    parser.add_argument(
+        "--table-only", action="store_true", help="only print the table of the runs in --results"
+    )
     args = parser.parse_args()
+    if args.table_only:
+        rows: dict[tuple[str, str], list[dict]] = {}
+        for path in sorted(args.results.glob("*/summary.json")):
+            s = json.loads(path.read_text())
+            rows.setdefault((s["fabric"], s.get("policy", "ecmp")), []).append(s)
+        print_table(rows, args.results)
+        return 0
     fabrics = [f for f in args.fabrics.split(",") if f]
     policies = [p for p in args.policies.split(",") if p]
     specs = fabric_specs(fabrics, 16, 2)
@@ -117,14 +130,20 @@ def main() -> int:
                     f"trustworthy {s['trustworthy']}",
                     flush=True,
                 )
-    heads = ["fabric", "policy", *(c for c, _ in COLUMNS)]
+    print_table(rows, args.results)
+    return 0
+
+
+def print_table(rows: dict[tuple[str, str], list[dict]], results: Path) -> None:
+    """The medians table, and the same as JSON in `results`."""
+    heads = ["fabric", "policy", "runs", *(c for c, _ in COLUMNS)]
     table = []
     for (fabric, policy), summaries in rows.items():
         cells = [
             _cell([v for v in (_get(s, path) for s in summaries) if v is not None])
             for _, path in COLUMNS
         ]
-        table.append([fabric, policy, *cells])
+        table.append([fabric, policy, str(len(summaries)), *cells])
     print("\n| " + " | ".join(heads) + " |")
     print("|" + "---|" * len(heads))
     for row in table:
@@ -133,7 +152,7 @@ def main() -> int:
         s["run"] for summaries in rows.values() for s in summaries if not s.get("trustworthy")
     ]
     print(f"\nruns not trustworthy (emulator saturated): {untrusted or 'none'}")
-    out = args.results / f"recovery-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = results / f"recovery-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(
         json.dumps(
             {"columns": heads, "rows": table, "runs": [s["run"] for v in rows.values() for s in v]},
@@ -142,7 +161,6 @@ def main() -> int:
         + "\n"
     )
     print(f"saved {out}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -255,6 +255,10 @@ class Experiment:
                 "engine_index": str(h.gid),
                 "ep_peers": peers,
             }
+            if self.policy.spray and peers:
+                # An all-to-all exchange is sprayed like a KV pull: subflows per peer, stalled
+                # ones retired and their part sent again.
+                common.update(ep_subflows=SPRAY_STREAMS, ep_stall_timeout_s=SPRAY_STALL_S)
             if e.role == "prefill":
                 cfg = PrefillConfig(
                     **common,
@@ -459,6 +463,10 @@ class Experiment:
         server["kv_bytes"] = q(f"sum(increase(vllm:nixl_bytes_transferred_sum{rng}))")
         server["alltoall_bytes"] = q(f"sum(increase(zcube:ep_alltoall_bytes_total{rng}))")
         server["kv_failed"] = q(f"sum(increase(vllm:nixl_num_failed_transfers_total{rng}))")
+        server["alltoall_failed"] = q(f"sum(increase(zcube:ep_alltoall_failures_total{rng}))")
+        server["alltoall_subflows_retired"] = q(
+            f"sum(increase(zcube:ep_subflows_retired_total{rng}))"
+        )
         tx = self._port_counter("zcube_port_tx_bytes_total", rng, t1)
         rx = self._port_counter("zcube_port_rx_bytes_total", rng, t1)
         drops = sum(

@@ -46,6 +46,7 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("failed during fault", ("faults", "failed_during"), True),
     ("KV transfers retried", ("faults", "kv_retried"), True),
     ("KV subflows retired", ("faults", "kv_lanes_retired"), True),
+    ("all-to-all exchanges failed", ("server", "alltoall_failed"), True),
     ("KV bytes lost (completed)", ("faults", "kv_bytes_lost"), True),
     ("recovery: first hit KV done (s)", ("faults", "recovery_kv_first_s"), True),
     ("recovery: last hit KV done (s)", ("faults", "recovery_kv_all_s"), True),
@@ -152,6 +153,26 @@ def table_rows(
             row.append("-" if d is None else f"{d:+.1f}%")
         rows.append(row)
     return rows
+
+
+# The columns of the transposed console table `compare` prints when it compares many variants.
+HEADLINE = (
+    "completed requests/s",
+    "failed requests",
+    "TTFT p50 client (s)",
+    "TTFT p99 client (s)",
+    "TTFT p99 during fault (s)",
+    "KV subflows retired",
+    "KV bytes lost (completed)",
+    "recovery: last hit KV done (s)",
+    "link util max",
+)
+
+
+def headline_rows(agg: dict[str, dict[str, Cell]], labels: Sequence[str]) -> list[list[str]]:
+    """One row per label with the `HEADLINE` medians: readable in a terminal where a column per
+    label (and per difference) is not."""
+    return [[lb, *(_fmt(agg[lb][m].median) for m in HEADLINE)] for lb in labels]
 
 
 def _fmt(v: float | None) -> str:
@@ -261,7 +282,7 @@ def plot_fault_timeline(runs: Sequence[dict[str, Any]], out: Path) -> Path:
             ax.scatter(bad, [top] * len(bad), marker="x", color="red", label="failed")
         _shade_faults(ax, r)
         ax.set_ylabel("TTFT (s)")
-        ax.set_title(f"{label} ({Path(r['_dir']).name[-6:]})", fontsize=9)
+        ax.set_title(f"{label} (run {Path(r['_dir']).name.rsplit('-', 1)[-1]})", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("request sent, seconds since load start")

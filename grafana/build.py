@@ -422,6 +422,23 @@ def _kv_alltoall() -> Dashboard:
                 unit="s",
             ),
             Panel(
+                "Failover at the end hosts",
+                "What the senders did about dead paths (docs/FAILURES.md): KV subflows retired "
+                "and KV pulls retried by decode, all-to-all subflows retired and per-peer "
+                "exchanges that failed (timed out or refused). All zero on a healthy fabric.",
+                tuple(
+                    Query(f"sum(increase({metric}{{{SRV}}}{RATE}))", legend)
+                    for metric, legend in (
+                        ("zcube:kv_lanes_retired_total", "KV subflows retired"),
+                        ("zcube:kv_pull_retries_total", "KV pulls retried"),
+                        ("zcube:ep_subflows_retired_total", "all-to-all subflows retired"),
+                        ("zcube:ep_alltoall_failures_total", "all-to-all exchanges failed"),
+                    )
+                ),
+                width=24,
+                height=6,
+            ),
+            Panel(
                 "Engine step overrun",
                 "How late engine steps ended (event-loop lag), p99 per role: high values mean "
                 "the emulator host, not the fabric, slowed the run.",

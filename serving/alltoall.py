@@ -14,10 +14,15 @@ import contextlib
 import logging
 import struct
 from collections.abc import Sequence
+from typing import Protocol
 
-from serving.config import Address
+from serving.config import Address, EngineCommon
+from serving.metrics import EngineMetrics
 
 _LEN = struct.Struct("!Q")
+_LIMIT = 2**20  # stream buffer and read size
+_CHUNK = 256 * 1024  # send granularity when watching for stalls
+DEFAULT_TIMEOUT_S = 5.0
 log = logging.getLogger(__name__)
 
 
@@ -60,22 +65,103 @@ async def start_ep_server(addr: Address) -> asyncio.Server:
     return await asyncio.start_server(_serve_peer, addr.host, addr.port, limit=2**20)
 
 
-class AllToAll:
-    """The leader's side: persistent connections to every peer, one exchange per step."""
+class _Counter(Protocol):
+    """What AllToAll needs of a metric: a prometheus_client counter child fits."""
 
-    def __init__(self, peers: Sequence[Address]) -> None:
+    def inc(self, amount: float = 1) -> None: ...
+
+
+_Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class _Stalled(Exception):
+    """A subflow received nothing for the stall timeout while it had a part outstanding."""
+
+
+def split_bytes(n: int, k: int) -> list[int]:
+    """`n` bytes as at most `k` near-equal nonzero parts (fewer when n < k)."""
+    if n <= 0:
+        return []
+    count = min(k, n)
+    base, extra = divmod(n, count)
+    return [base + (1 if i < extra else 0) for i in range(count)]
+
+
+class _PeerExchange:
+    """One peer's share of one sprayed exchange: parts waiting, parts left, bytes moved."""
+
+    def __init__(self, parts: list[int], workers: int) -> None:
+        self.queue: asyncio.Queue[int | None] = asyncio.Queue()
+        for p in parts:
+            self.queue.put_nowait(p)
+        self.left = len(parts)
+        self.workers = workers
+        self.moved = 0
+
+    def finished(self, moved: int) -> None:
+        self.moved += moved
+        self.left -= 1
+        if self.left == 0:
+            for _ in range(self.workers):
+                self.queue.put_nowait(None)  # idle workers exit
+
+
+class AllToAll:
+    """The leader's side: persistent connections to every peer, one exchange per step.
+
+    `subflows` connections per peer (each its own source port, so its own ECMP hash); an
+    exchange's bytes for a peer are split into that many frames, one per subflow. With
+    `stall_timeout_s`, a subflow that receives nothing for that long while it has a frame
+    outstanding is retired (connection aborted; its frame goes to an idle subflow of the peer, or
+    to a fresh connection in its place). A peer whose exchange is not answered within `timeout_s`
+    (or whose connection fails) counts in `failures`; the step goes on without it.
+    """
+
+    def __init__(
+        self,
+        peers: Sequence[Address],
+        subflows: int = 1,
+        stall_timeout_s: float | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        failed_counter: _Counter | None = None,
+        retired_counter: _Counter | None = None,
+    ) -> None:
+        if subflows < 1:
+            raise ValueError(f"subflows must be >= 1, got {subflows}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if stall_timeout_s is not None and stall_timeout_s <= 0:
+            raise ValueError(f"stall_timeout_s must be > 0 or None, got {stall_timeout_s}")
         self.peers = tuple(peers)
-        self._conns: dict[Address, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        self.subflows = subflows
+        self.stall_timeout_s = stall_timeout_s
+        self.timeout_s = timeout_s
+        self._failed_counter = failed_counter
+        self._retired_counter = retired_counter
+        # (peer, subflow index) -> open connection
+        self._conns: dict[tuple[Address, int], _Conn] = {}
         self._zeros = _ZeroPool()
         self.failures = 0
+        self.retired = 0
 
-    async def _one(self, peer: Address, n: int) -> int:
-        conn = self._conns.get(peer)
+    def _drop(self, key: tuple[Address, int]) -> None:
+        """Abort a connection left mid-frame (no graceful close on a possibly dead path)."""
+        conn = self._conns.pop(key, None)
+        if conn is not None:
+            conn[1].transport.abort()
+
+    async def _connect(self, key: tuple[Address, int]) -> _Conn:
+        conn = self._conns.get(key)
         if conn is None:
-            conn = await asyncio.open_connection(peer.host, peer.port, limit=2**20)
-            self._conns[peer] = conn
-        reader, writer = conn
+            peer = key[0]
+            conn = await asyncio.open_connection(peer.host, peer.port, limit=_LIMIT)
+            self._conns[key] = conn
+        return conn
+
+    async def _frame(self, key: tuple[Address, int], n: int) -> int:
+        """Send one n-byte frame on subflow `key` and read its answer: bytes moved."""
         try:
+            reader, writer = await self._connect(key)
             writer.write(_LEN.pack(n))
             writer.write(self._zeros.view(n))
             await writer.drain()
@@ -83,13 +169,83 @@ class AllToAll:
             await reader.readexactly(back)
             return n + back
         except BaseException:
-            # A half-read connection is useless; open a fresh one next step.
-            self._conns.pop(peer, None)
-            writer.close()
+            # A half-read connection is useless; open a fresh one next time.
+            self._drop(key)
             raise
 
+    async def _watched_frame(self, key: tuple[Address, int], n: int, stall_s: float) -> int:
+        """`_frame`, raising _Stalled when no progress is made for `stall_s`: progress is the
+        connection opening, a send chunk accepted (the peer acknowledged earlier bytes), or
+        bytes received."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(stall_s) as watch:
+                reader, writer = await self._connect(key)
+                watch.reschedule(loop.time() + stall_s)
+                writer.write(_LEN.pack(n))
+                view = self._zeros.view(n)
+                for off in range(0, n, _CHUNK):
+                    writer.write(view[off : off + _CHUNK])
+                    await writer.drain()
+                    watch.reschedule(loop.time() + stall_s)
+                (back,) = _LEN.unpack(await reader.readexactly(_LEN.size))
+                remaining = back
+                while remaining:
+                    watch.reschedule(loop.time() + stall_s)
+                    got = await reader.read(min(remaining, _LIMIT))
+                    if not got:
+                        raise asyncio.IncompleteReadError(b"", remaining)
+                    remaining -= len(got)
+            return n + back
+        except TimeoutError:
+            self._drop(key)
+            raise _Stalled(f"no progress for {stall_s} s") from None
+        except BaseException:
+            self._drop(key)
+            raise
+
+    async def _worker(self, peer: Address, slot: int, ex: _PeerExchange) -> None:
+        key = (peer, slot)
+        stall = self.stall_timeout_s
+        while (part := await ex.queue.get()) is not None:
+            if stall is None:
+                ex.finished(await self._frame(key, part))
+                continue
+            try:
+                moved = await self._watched_frame(key, part, stall)
+            except _Stalled:
+                self.retired += 1
+                if self._retired_counter is not None:
+                    self._retired_counter.inc()
+                log.debug("all-to-all subflow %d to %s retired: stalled %.3g s", slot, peer, stall)
+                ex.queue.put_nowait(part)
+                # Let a subflow already waiting (it just answered, so its path works) take the
+                # part; otherwise this slot takes it on a fresh connection (new source port).
+                await asyncio.sleep(0)
+                continue
+            ex.finished(moved)
+
+    async def _one(self, peer: Address, n: int) -> int:
+        async with asyncio.timeout(self.timeout_s):
+            if self.subflows == 1 and self.stall_timeout_s is None:
+                return await self._frame((peer, 0), n)
+            return await self._spray(peer, n)
+
+    async def _spray(self, peer: Address, n: int) -> int:
+        parts = split_bytes(n, self.subflows)
+        ex = _PeerExchange(parts, len(parts))
+        tasks = [asyncio.create_task(self._worker(peer, i, ex)) for i in range(len(parts))]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            # On failure or timeout: stop the other subflows (those mid-frame abort themselves).
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return ex.moved
+
     async def exchange(self, bytes_per_peer: int) -> int:
-        """Dispatch to and combine from every peer; return bytes moved (0 on failure)."""
+        """Dispatch to and combine from every peer; return bytes moved (0 from a failed peer)."""
         if not self.peers or bytes_per_peer <= 0:
             return 0
         results = await asyncio.gather(
@@ -101,7 +257,10 @@ class AllToAll:
                 if isinstance(r, asyncio.CancelledError):
                     raise r
                 self.failures += 1
-                log.warning("all-to-all with %s failed: %s", peer, r)
+                if self._failed_counter is not None:
+                    self._failed_counter.inc()
+                why = f"no answer within {self.timeout_s} s" if isinstance(r, TimeoutError) else r
+                log.warning("all-to-all with %s failed: %s", peer, why)
             else:
                 moved += r
         return moved
@@ -111,3 +270,15 @@ class AllToAll:
         for _, writer in self._conns.values():
             writer.close()
         self._conns.clear()
+
+
+def engine_alltoall(cfg: EngineCommon, metrics: EngineMetrics) -> AllToAll:
+    """The exchange an engine runs with its EP peers, as configured, counting into `metrics`."""
+    return AllToAll(
+        cfg.ep_peers,
+        subflows=cfg.ep_subflows,
+        stall_timeout_s=cfg.ep_stall_timeout_s,
+        timeout_s=cfg.ep_timeout_s,
+        failed_counter=metrics.a2a_failures,
+        retired_counter=metrics.ep_subflows_retired,
+    )

@@ -70,6 +70,12 @@ class EngineCommon:
     engine_index: str = "0"
     max_waiting: int = 1024
     ep_peers: tuple[Address, ...] = ()
+    # All-to-all: TCP subflows (source ports, hence ECMP hashes) per EP peer; retire a subflow
+    # that receives nothing for ep_stall_timeout_s (None: never); a peer not answered within
+    # ep_timeout_s fails for that step.
+    ep_subflows: int = 1
+    ep_stall_timeout_s: float | None = None
+    ep_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         get_profile(self.model)
@@ -78,6 +84,15 @@ class EngineCommon:
         _check(self.max_waiting >= 1, "max_waiting", self.max_waiting, ">= 1")
         if self.ep_peers and not get_profile(self.model).is_moe:
             raise ConfigError("ep_peers", [str(a) for a in self.ep_peers], "empty: model is dense")
+        _check(1 <= self.ep_subflows <= 64, "ep_subflows", self.ep_subflows, "1..64")
+        _check(0 < self.ep_timeout_s <= 3600, "ep_timeout_s", self.ep_timeout_s, "0 < s <= 3600")
+        if self.ep_stall_timeout_s is not None:
+            _check(
+                0 < self.ep_stall_timeout_s < self.ep_timeout_s,
+                "ep_stall_timeout_s",
+                self.ep_stall_timeout_s,
+                f"> 0 and < ep_timeout_s ({self.ep_timeout_s}), or unset (off)",
+            )
 
     @property
     def profile(self) -> ModelProfile:
@@ -273,6 +288,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, default_port: int) -> 
         default=None,
         help="host:port of an EP peer (repeat or comma-separate); none: EP size 1",
     )
+    parser.add_argument(
+        "--ep-subflows", type=int, default=1, help="all-to-all TCP subflows per EP peer"
+    )
+    parser.add_argument(
+        "--ep-stall-timeout-s",
+        type=float,
+        default=None,
+        help="retire an all-to-all subflow that receives nothing for this long (default: never)",
+    )
+    parser.add_argument(
+        "--ep-timeout-s",
+        type=float,
+        default=5.0,
+        help="an EP peer not answered within this fails for that step",
+    )
 
 
 def parse_with_file(
@@ -309,6 +339,9 @@ def common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "engine_index": str(args.engine_index),
         "max_waiting": args.max_waiting,
         "ep_peers": _addresses(args.ep_peers, "ep_peers"),
+        "ep_subflows": args.ep_subflows,
+        "ep_stall_timeout_s": args.ep_stall_timeout_s,
+        "ep_timeout_s": args.ep_timeout_s,
     }
 
 

@@ -31,7 +31,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from serving import httpapi
-from serving.alltoall import AllToAll
+from serving.alltoall import AllToAll, engine_alltoall
 from serving.batching import admit_count
 from serving.config import (
     Address,
@@ -493,12 +493,11 @@ def make_decode_app(
     registry = registry if registry is not None else CollectorRegistry()
     app = httpapi.new_app(registry, cfg.model_name)
     app[CONFIG_KEY] = cfg
+    metrics = EngineMetrics(registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length)
     app[ENGINE_KEY] = DecodeEngine(
         cfg=cfg,
-        metrics=EngineMetrics(
-            registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length
-        ),
-        a2a=AllToAll(cfg.ep_peers),
+        metrics=metrics,
+        a2a=engine_alltoall(cfg, metrics),
         health=path_health(cfg),
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))

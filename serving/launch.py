@@ -22,6 +22,12 @@ def _common(cfg: EngineCommon) -> list[str]:
         argv += ["--served-model-name", cfg.served_model_name]
     for peer in cfg.ep_peers:
         argv += ["--ep-peers", str(peer)]
+    if cfg.ep_subflows != 1:
+        argv += ["--ep-subflows", str(cfg.ep_subflows)]
+    if cfg.ep_stall_timeout_s is not None:
+        argv += ["--ep-stall-timeout-s", repr(cfg.ep_stall_timeout_s)]
+    if cfg.ep_timeout_s != EngineCommon.ep_timeout_s:
+        argv += ["--ep-timeout-s", repr(cfg.ep_timeout_s)]
     return argv
 
 

@@ -42,6 +42,8 @@ NIXL_NUM_KV_EXPIRED_REQS = "vllm:nixl_num_kv_expired_reqs"
 # ours
 ALLTOALL_TIME = "zcube:ep_alltoall_seconds"
 ALLTOALL_BYTES = "zcube:ep_alltoall_bytes"  # scraped as zcube:ep_alltoall_bytes_total
+ALLTOALL_FAILURES = "zcube:ep_alltoall_failures"  # scraped as zcube:ep_alltoall_failures_total
+EP_SUBFLOWS_RETIRED = "zcube:ep_subflows_retired"  # scraped as zcube:ep_subflows_retired_total
 STEP_OVERRUN = "zcube:engine_step_overrun_seconds"
 REJECTED_REQUESTS = "zcube:rejected_requests"  # scraped as zcube:rejected_requests_total
 GATEWAY_REQUESTS = "zcube:gateway_requests"  # scraped as zcube:gateway_requests_total
@@ -228,6 +230,16 @@ class EngineMetrics:
         )
         self.a2a_bytes = counter(
             ALLTOALL_BYTES, "Expert-parallel all-to-all bytes sent and received (scaled)."
+        )
+        self.a2a_failures = counter(
+            ALLTOALL_FAILURES,
+            "Expert-parallel exchanges with one peer that failed (error or timeout); "
+            "the step went on without that peer.",
+        )
+        self.ep_subflows_retired = counter(
+            EP_SUBFLOWS_RETIRED,
+            "Expert-parallel all-to-all subflows (TCP connections, i.e. path ids) retired "
+            "because they stalled.",
         )
         self.step_overrun = hist(
             STEP_OVERRUN,

@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from serving import httpapi
-from serving.alltoall import AllToAll
+from serving.alltoall import AllToAll, engine_alltoall
 from serving.batching import PrefillJob, plan_prefill_step
 from serving.config import (
     PrefillConfig,
@@ -278,13 +278,12 @@ def make_prefill_app(
     registry = registry if registry is not None else CollectorRegistry()
     app = httpapi.new_app(registry, cfg.model_name)
     app[CONFIG_KEY] = cfg
+    metrics = EngineMetrics(registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length)
     app[ENGINE_KEY] = PrefillEngine(
         cfg=cfg,
-        metrics=EngineMetrics(
-            registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length
-        ),
+        metrics=metrics,
         store=KVStore(cfg.profile.kv_capacity_tokens),
-        a2a=AllToAll(cfg.ep_peers),
+        a2a=engine_alltoall(cfg, metrics),
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))
     app.router.add_post("/v1/chat/completions", _handler(CHAT))

@@ -53,6 +53,11 @@ def test_decode_prefill_kv_table() -> None:
         (lambda: DecodeConfig(kv_path_hold_s=-1.0), "kv_path_hold_s"),
         (lambda: DecodeConfig(kv_path_hold_s=1e6), "kv_path_hold_s"),
         (lambda: DecodeConfig(model="llama-3.1-8b", ep_peers=(Address("h", 1),)), "ep_peers"),
+        (lambda: PrefillConfig(ep_subflows=0), "ep_subflows"),
+        (lambda: DecodeConfig(ep_subflows=65), "ep_subflows"),
+        (lambda: PrefillConfig(ep_timeout_s=0.0), "ep_timeout_s"),
+        (lambda: DecodeConfig(ep_stall_timeout_s=0.0), "ep_stall_timeout_s"),
+        (lambda: PrefillConfig(ep_timeout_s=1.0, ep_stall_timeout_s=1.0), "ep_stall_timeout_s"),
         (lambda: GatewayConfig(), "prefill_urls"),
         (
             lambda: GatewayConfig(
@@ -66,6 +71,18 @@ def test_bad_values_raise_config_error_naming_the_field(build, field: str) -> No
     with pytest.raises(ConfigError) as exc:
         build()
     assert exc.value.field == field
+
+
+def test_ep_spray_flags_on_both_engines() -> None:
+    flags = ["--ep-subflows", "8", "--ep-stall-timeout-s", "0.5", "--ep-timeout-s", "3"]
+    for mod in (prefill, decode):
+        cfg = _parse(mod, flags)
+        assert (cfg.ep_subflows, cfg.ep_stall_timeout_s, cfg.ep_timeout_s) == (8, 0.5, 3.0)  # type: ignore[attr-defined]
+        off = _parse(mod, [])
+        assert (off.ep_subflows, off.ep_stall_timeout_s, off.ep_timeout_s) == (1, None, 5.0)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError) as exc:
+        _parse(prefill, ["--ep-stall-timeout-s", "6"])  # not below the 5 s exchange timeout
+    assert exc.value.field == "ep_stall_timeout_s"
 
 
 def test_bad_address_is_a_config_error() -> None:

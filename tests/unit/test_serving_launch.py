@@ -25,6 +25,11 @@ def test_prefill_round_trip() -> None:
         prefix_cache_hit_rate=0.75,
     )  # fmt: skip
     assert _back(prefill, prefill_argv(cfg)) == cfg
+    assert not any(a.startswith("--ep-") and a != "--ep-peers" for a in prefill_argv(cfg))
+    spray = dataclasses.replace(cfg, ep_subflows=8, ep_stall_timeout_s=0.5, ep_timeout_s=2.5)
+    argv = prefill_argv(spray)
+    assert "--ep-subflows" in argv and "--ep-stall-timeout-s" in argv and "--ep-timeout-s" in argv
+    assert _back(prefill, argv) == spray
 
 
 def test_decode_round_trip() -> None:
@@ -35,6 +40,9 @@ def test_decode_round_trip() -> None:
         kv_source_map=(("10.2.0.0/16", "10.1.0.1"), ("10.1.0.0/16", "10.2.0.1")),
     )  # fmt: skip
     assert _back(decode, decode_argv(cfg)) == cfg
+    ep = dataclasses.replace(cfg, ep_subflows=8, ep_stall_timeout_s=0.5)
+    assert "--ep-timeout-s" not in decode_argv(ep)  # default: not emitted
+    assert _back(decode, decode_argv(ep)) == ep
     spraying = dataclasses.replace(
         cfg, kv_stall_timeout_s=0.25, kv_max_retired=0, kv_log="/tmp/run/kv-decode-0.jsonl"
     )

@@ -100,7 +100,15 @@ def run(args: argparse.Namespace) -> int:
     from emulator.hostconfig import Scale
     from emulator.network import LabError
     from emulator.prometheus import PrometheusError
-    from emulator.report import aggregate, load_run, table_rows, trust, write_report
+    from emulator.report import (
+        HEADLINE,
+        aggregate,
+        headline_rows,
+        load_run,
+        table_rows,
+        trust,
+        write_report,
+    )
     from emulator.results import port_capacity_bps
 
     console = Console(stderr=True)
@@ -171,15 +179,23 @@ def run(args: argparse.Namespace) -> int:
     page = write_report(runs, out_dir, baseline, capacities)
     agg = aggregate(runs)
     fabrics = sorted({r["fabric"] for r in runs}, key=lambda f: (f == baseline, f))
-    table = Table(title=f"{args.workload}: medians of {args.repeat} repeats [min-max]")
-    table.add_column("metric")
-    for f in fabrics:
-        table.add_column(f, justify="right")
-    for f in fabrics:
-        if f != baseline:
-            table.add_column(f"{f} vs {baseline}", justify="right")
-    for row in table_rows(agg, fabrics, baseline):
-        table.add_row(*row)
+    if len(fabrics) <= 3:
+        table = Table(title=f"{args.workload}: medians of {args.repeat} repeats [min-max]")
+        table.add_column("metric")
+        for f in fabrics:
+            table.add_column(f, justify="right")
+        for f in fabrics:
+            if f != baseline:
+                table.add_column(f"{f} vs {baseline}", justify="right")
+        for row in table_rows(agg, fabrics, baseline):
+            table.add_row(*row)
+    else:  # many variants: one row each, headline medians (all of them are in report.html)
+        table = Table(title=f"{args.workload}: medians of {args.repeat} repeats (see the report)")
+        table.add_column("run")
+        for m in HEADLINE:
+            table.add_column(m, justify="right")
+        for row in headline_rows(agg, fabrics):
+            table.add_row(*row)
     Console().print(table)
     for f, reasons in trust(runs).items():
         if reasons:
