@@ -13,9 +13,10 @@ as JSON next to them.
     sudo .venv/bin/python bench/recovery.py                       # zcube,roft x 5 policies x 3
     sudo .venv/bin/python bench/recovery.py --fabrics zcube --policies ff,spray --repeat 1
 
-The fault per fabric (`FAULTS`): ZCube `a0-b1` (the prefill servers' A switch to a B switch:
-half of every KV pull towards rail-1 decode engines crosses it); ROFT `leaf0-spine0` (the rail-0
-prefill leaf's first uplink: cross-rail KV from h0 hashed to spine0 crosses it).
+The fault per fabric (`FAULTS`, or `--link roft=leaf0-spine0#0`): ZCube `a0-b1` (the prefill
+servers' A switch to a B switch, its only link: half of every KV pull towards rail-1 decode
+engines crosses it); ROFT `leaf0-spine0` (the rail-0 prefill leaf to spine 0: both parallel
+links of the pair, so spine 0 loses leaf 0 entirely; `#0` cuts only one of them).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ COLUMNS = (
     ("failed", ("client", "failed")),
     ("KV retried", ("faults", "kv_retried")),
     ("subflows retired", ("faults", "kv_lanes_retired")),
-    ("KV bytes lost", ("faults", "kv_bytes_lost")),
+    ("KV bytes never delivered", ("faults", "kv_bytes_lost")),
+    ("KV checksum failures", ("faults", "kv_checksum_failures")),
     ("recovery first KV (s)", ("faults", "recovery_kv_first_s")),
     ("recovery last KV (s)", ("faults", "recovery_kv_all_s")),
     ("recovery throughput (s)", ("faults", "recovery_throughput_s")),
@@ -80,6 +82,13 @@ def main() -> int:
     parser.add_argument("--at", type=float, default=10.0, help="fault onset (s into the load)")
     parser.add_argument("--for", dest="length", type=float, default=10.0, help="fault length")
     parser.add_argument("--rate", type=float, help="requests/s (default: the profile's)")
+    parser.add_argument(
+        "--link",
+        action="append",
+        default=[],
+        metavar="FABRIC=LINK",
+        help="the link to cut on a fabric instead of FAULTS', e.g. roft=leaf0-spine0#0",
+    )
     parser.add_argument("--results", type=Path, default=ROOT / "results" / "bench-recovery")
     parser.add_argument(
         "--table-only", action="store_true", help="only print the table of the runs in --results"
@@ -92,6 +101,10 @@ def main() -> int:
             rows.setdefault((s["fabric"], s.get("policy", "ecmp")), []).append(s)
         print_table(rows, args.results)
         return 0
+    faults = dict(FAULTS)
+    for item in args.link:
+        fabric, _, link = item.partition("=")
+        faults[fabric] = f"link {link}"
     fabrics = [f for f in args.fabrics.split(",") if f]
     policies = [p for p in args.policies.split(",") if p]
     specs = fabric_specs(fabrics, 16, 2)
@@ -103,7 +116,7 @@ def main() -> int:
         for fabric in fabrics:
             for policy in policies:
                 done += 1
-                fault = f"{FAULTS[fabric]} at {args.at:g}s for {args.length:g}s"
+                fault = f"{faults[fabric]} at {args.at:g}s for {args.length:g}s"
                 print(f"[{done}/{total}] {fabric} {policy} repeat {rep + 1}: {fault}", flush=True)
                 cfg = RunConfig(
                     fabric=specs[fabric],

@@ -13,6 +13,7 @@ from controller.rules import (
     ETH_TYPE_IPV4,
     ETH_TYPE_IPV6,
     Action,
+    DecTtl,
     FlowSpec,
     GroupSpec,
     Output,
@@ -26,6 +27,8 @@ _GROUP_TYPE_WORDS = {"select": "select", "indirect": "indirect", "ff": "fast_fai
 
 
 def _action_text(action: Action) -> str:
+    if isinstance(action, DecTtl):
+        return "dec_ttl"
     if isinstance(action, Output):
         return f"output:{action.port}"
     if isinstance(action, ToGroup):

@@ -12,6 +12,7 @@ from typing import Any
 from controller.rules import (
     COOKIE,
     Action,
+    DecTtl,
     FlowSpec,
     GroupSpec,
     Output,
@@ -31,7 +32,9 @@ def _group_type(ofp: Any, name: str) -> int:
 def _actions(parser: Any, actions: tuple[Action, ...]) -> list[Any]:
     out = []
     for a in actions:
-        if isinstance(a, Output):
+        if isinstance(a, DecTtl):
+            out.append(parser.OFPActionDecNwTtl())
+        elif isinstance(a, Output):
             out.append(parser.OFPActionOutput(a.port))
         elif isinstance(a, ToGroup):
             out.append(parser.OFPActionGroup(a.group_id))

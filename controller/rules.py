@@ -81,7 +81,14 @@ class ToGroup:
     group_id: int
 
 
-Action = Output | ToGroup
+@dataclass(frozen=True)
+class DecTtl:
+    """Decrement the IPv4 TTL (dropped at 0). Fast-failover flows carry it: their detours are
+    loop-free for any single failed link, and the TTL bounds a loop that several failures at once
+    (a switch, overlapping flaps) can still form."""
+
+
+Action = DecTtl | Output | ToGroup
 
 
 @dataclass(frozen=True)
@@ -282,12 +289,11 @@ def _switch_rules(routes: _Routes, switch: str) -> SwitchRules:
                     tuple(Bucket(p, 1, p) for p in ports),
                 )
             action = ToGroup(groups[ports].group_id)
+        actions: tuple[Action, ...] = (action,)
+        if routes.policy == "ff":
+            actions = (DecTtl(), action)
         flows.append(
-            FlowSpec(
-                PRIORITY_IPV4_DST,
-                match(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip),
-                (action,),
-            )
+            FlowSpec(PRIORITY_IPV4_DST, match(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip), actions)
         )
     sw = routes.fabric.switch(switch)
     return SwitchRules(sw.name, sw.dpid, tuple(flows), tuple(groups.values()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import select
@@ -224,8 +225,12 @@ def cut_during_pull(
             moved[lk] = moved.get(lk, 0) + _tx_bytes(*end) - before[(lk, end)]
         chosen = None
         if link == "auto":
+            # The single busiest link (`#k` among parallel links of the pair).
             best = max(moved, key=lambda lk: moved[lk])
+            pair = [lk for lk in fabric.links if {lk.node1, lk.node2} == {best.node1, best.node2}]
             chosen = f"{best.node1}-{best.node2}"
+            if len(pair) > 1:
+                chosen += f"#{pair.index(best)}"
         elif link is not None:
             chosen = link
         carried = 0
@@ -238,12 +243,18 @@ def cut_during_pull(
         recomputes = _recomputes(lab.options.metrics_port) if policy.recompute else 0
         return CutResult(result, chosen, carried, recomputes)
     finally:
-        for p in procs:
-            p.kill()
-            p.wait(timeout=5)
-        if injector is not None:
-            injector.stop()
-        lab.stop()
+        try:
+            for p in procs:
+                p.kill()
+            for p in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5)
+        finally:
+            try:
+                if injector is not None:
+                    injector.stop()
+            finally:
+                lab.stop()
 
 
 if __name__ == "__main__":

@@ -190,7 +190,15 @@ def parse_faults(
                 continue
             text = rest
         faults += parse_fault(text, fabric, duration_s, seed)
-    return sorted(faults, key=lambda f: f.at_s)
+    # Labels key the records and the metric: a second fault on the same target gets "(2)".
+    seen: dict[str, int] = {}
+    unique = []
+    for f in sorted(faults, key=lambda f: f.at_s):
+        seen[f.label] = seen.get(f.label, 0) + 1
+        if seen[f.label] > 1:
+            f = Fault(f"{f.label} ({seen[f.label]})", f.kind, f.at_s, f.for_s, f.links)
+        unique.append(f)
+    return unique
 
 
 def interfaces(fabric: Fabric, links: Iterable[Link]) -> tuple[str, ...]:
@@ -310,12 +318,20 @@ def analyze(
     out["kv_failed_attempts"] = sum(1 for a in kv_attempts if not a.get("ok"))
     out["kv_retried"] = sum(1 for v in by_request.values() if len(v) > 1)
     out["kv_lanes_retired"] = sum(int(a.get("retired_lanes") or 0) for a in kv_attempts)
-    out["kv_bytes_lost"] = sum(
-        max(int(a.get("expected_bytes") or 0) - int(a.get("bytes") or 0), 0) for a in done
+    # A pull completes only with every byte and its checksum verified (kvwire), so integrity
+    # is read from all attempts: corruption caught (and refused), completed transfers that do
+    # not say they verified (must be 0), and the KV of transfers that never completed.
+    out["kv_checksum_failures"] = sum(1 for a in kv_attempts if a.get("checksum_ok") is False)
+    out["kv_completed_unverified"] = sum(
+        1
+        for a in done
+        if a.get("checksum_ok") is not True
+        or int(a.get("bytes") or 0) != int(a.get("expected_bytes") or 0)
     )
-    out["kv_checksum_failures"] = sum(1 for a in done if a.get("checksum_ok") is False)
-    out["kv_unfinished_transfers"] = sum(
-        1 for v in by_request.values() if not any(a.get("ok") for a in v)
+    unfinished = [v for v in by_request.values() if not any(a.get("ok") for a in v)]
+    out["kv_unfinished_transfers"] = len(unfinished)
+    out["kv_bytes_lost"] = sum(
+        max(int(a.get("expected_bytes") or 0) for a in v) for v in unfinished
     )
 
     if not windows:
@@ -403,7 +419,7 @@ Runner = Callable[[list[str]], None]
 
 
 def _ip_link(lines: list[str]) -> None:
-    subprocess.run(
+    done = subprocess.run(
         ["ip", "-force", "-batch", "-"],
         input="\n".join(lines) + "\n",
         text=True,
@@ -411,6 +427,8 @@ def _ip_link(lines: list[str]) -> None:
         check=False,
         timeout=10,
     )
+    if done.returncode != 0:
+        raise RuntimeError(f"ip -batch failed ({done.returncode}): {done.stderr.strip()[:300]}")
 
 
 class FaultInjector:
@@ -453,14 +471,19 @@ class FaultInjector:
 
     def _apply(self, tr: Transition, t0: float) -> None:
         lines = [f"link set dev {name} {tr.action}" for name in tr.interfaces]
-        if lines:
-            self._runner(lines)
-        now = time.time()
-        with self._lock:
+        with self._lock:  # recorded first: stop() restores it even if the command half-ran
             if tr.action == "down":
                 self._down.update(tr.interfaces)
-            else:
+        error = ""
+        if lines:
+            try:
+                self._runner(lines)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        if tr.action == "up" and not error:
+            with self._lock:
                 self._down.difference_update(tr.interfaces)
+        now = time.time()
         if self._gauge is not None:
             self._gauge.labels(tr.fault).set(1 if tr.action == "down" else 0)
         record = {
@@ -470,11 +493,15 @@ class FaultInjector:
             "action": tr.action,
             "fault": tr.fault,
             "interfaces": list(tr.interfaces),
+            "error": error,
         }
         if self._log is not None:
             self._log.write(json.dumps(record) + "\n")
             self._log.flush()
-        self._progress(f"fault: {tr.fault} {tr.action} at {now - t0:.1f}s")
+        if error:
+            self._progress(f"fault: {tr.fault} {tr.action} FAILED at {now - t0:.1f}s: {error}")
+        else:
+            self._progress(f"fault: {tr.fault} {tr.action} at {now - t0:.1f}s")
 
     def _run(self, t0: float) -> None:
         for tr in self.transitions:
@@ -491,14 +518,23 @@ class FaultInjector:
             down = sorted(self._down)
             self._down.clear()
         if down:
-            self._runner([f"link set dev {name} up" for name in down])
+            try:
+                self._runner([f"link set dev {name} up" for name in down])
+            except Exception as exc:
+                self._progress(f"fault: restoring {down} failed: {exc}")
         if self._log is not None:
             self._log.close()
             self._log = None
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """The transitions a run recorded."""
+    """The transitions a run recorded (a line being written at that moment is skipped)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

@@ -47,7 +47,8 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("KV transfers retried", ("faults", "kv_retried"), True),
     ("KV subflows retired", ("faults", "kv_lanes_retired"), True),
     ("all-to-all exchanges failed", ("server", "alltoall_failed"), True),
-    ("KV bytes lost (completed)", ("faults", "kv_bytes_lost"), True),
+    ("KV bytes never delivered", ("faults", "kv_bytes_lost"), True),
+    ("KV checksum failures caught", ("faults", "kv_checksum_failures"), True),
     ("recovery: first hit KV done (s)", ("faults", "recovery_kv_first_s"), True),
     ("recovery: last hit KV done (s)", ("faults", "recovery_kv_all_s"), True),
     ("recovery: throughput (s)", ("faults", "recovery_throughput_s"), True),
@@ -163,7 +164,7 @@ HEADLINE = (
     "TTFT p99 client (s)",
     "TTFT p99 during fault (s)",
     "KV subflows retired",
-    "KV bytes lost (completed)",
+    "KV bytes never delivered",
     "recovery: last hit KV done (s)",
     "link util max",
 )

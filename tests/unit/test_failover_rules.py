@@ -11,6 +11,7 @@ from controller.flowtable import FabricTable, Trace, egress_interface
 from controller.rules import (
     ETH_TYPE_IPV4,
     Bucket,
+    DecTtl,
     FlowSpec,
     GroupSpec,
     Output,
@@ -50,14 +51,14 @@ def by_name(rules: dict[int, SwitchRules]) -> dict[str, SwitchRules]:
     return {r.name: r for r in rules.values()}
 
 
-def ip_action(rules: SwitchRules, ip: str) -> tuple[Output | ToGroup, ...]:
+def ip_action(rules: SwitchRules, ip: str) -> tuple[DecTtl | Output | ToGroup, ...]:
     (flow,) = (f for f in rules.flows if f.match_fields.get("ipv4_dst") == ip)
     return flow.actions
 
 
 def bucket_ports(rules: SwitchRules, ip: str) -> tuple[int, ...]:
     """The ports a switch may use for `ip`, in bucket order (one for a plain output)."""
-    (action,) = ip_action(rules, ip)
+    (action,) = (a for a in ip_action(rules, ip) if not isinstance(a, DecTtl))
     if isinstance(action, Output):
         return (action.port,)
     (group,) = (g for g in rules.groups if g.group_id == action.group_id)
@@ -104,7 +105,7 @@ def test_ff_buckets_are_primary_then_other_shortest_then_loop_free_detours() -> 
     # b3: primary a[(2 + 3) % 4] = a1.
     assert bucket_ports(rules["b3"], ip) == (6, 5, 7, 8)
     # The attachment switch delivers to the host port.
-    assert ip_action(rules["b1"], ip) == (Output(2),)
+    assert ip_action(rules["b1"], ip) == (DecTtl(), Output(2))
 
 
 def test_ff_groups_watch_their_own_ports_and_are_shared(fabric: Fabric) -> None:
@@ -156,9 +157,9 @@ def test_a_destination_with_one_possible_bucket_gets_a_plain_output() -> None:
     fabric = build_zcube(n=2)
     rules = by_name(compute_rules(fabric, "ff"))
     a0_to_b1 = fabric.switch_adjacency["a0"]["b1"][0][0]
-    assert ip_action(rules["a0"], fabric.host("h3").interfaces[1].ip) == (Output(a0_to_b1),)
+    assert ip_action(rules["a0"], fabric.host("h3").interfaces[1].ip) == (DecTtl(), Output(a0_to_b1))
     # h1's port 2 (b1, port 1): b0's primary is a1, so b0 is a detour.
-    assert ip_action(rules["a0"], fabric.host("h1").interfaces[1].ip) == (ToGroup(1),)
+    assert ip_action(rules["a0"], fabric.host("h1").interfaces[1].ip) == (DecTtl(), ToGroup(1))
 
 
 def test_ff_without_failures_takes_one_shortest_path_per_destination(fabric: Fabric) -> None:
@@ -364,3 +365,27 @@ def test_aligned_rules_forward_like_the_recomputed_ones() -> None:
         for dpid, sw in back.items():
             assert {flow_key(f) for f in sw.flows} == {flow_key(f) for f in old[dpid].flows}
         assert undelivered(FabricTable(fabric, back)) == []
+
+
+def test_ff_flows_decrement_the_ttl_so_multiple_failures_cannot_loop_forever() -> None:
+    # Detours are loop-free for one failed link; a switch failure (every link of a0 at once)
+    # can send packets for the switch's own hosts around detours. The TTL ends such a loop.
+    fabric = build_fabric(FabricSpec.of("zcube", n=4))
+    rules = compute_rules(fabric, "ff")
+    for r in rules.values():
+        for f in r.flows:
+            if f.match_fields.get("eth_type") == ETH_TYPE_IPV4:
+                assert isinstance(f.actions[0], DecTtl), f
+    table = FabricTable(fabric, rules).with_failed(
+        [lk for lk in fabric.links if "a0" in (lk.node1, lk.node2)]
+    )
+    looped = [
+        (src.name, ip)
+        for src in fabric.hosts
+        for ip in ("10.1.0.1", "10.2.0.1")
+        if src.name != "h0" and table.send(src.name, ip).looped
+    ]
+    assert looped  # what the TTL is there for: h0's port 1 is gone with a0
+    for policy in ("ecmp", "single"):
+        for r in compute_rules(fabric, policy).values():
+            assert not any(isinstance(a, DecTtl) for f in r.flows for a in f.actions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -161,7 +162,7 @@ def _kv(rid: str, start: float, end: float, ok: bool = True, **kw: object) -> di
         "ok": ok,
         "bytes": 100 if ok else 0,
         "expected_bytes": 100,
-        "checksum_ok": ok,
+        "checksum_ok": True if ok else None,
         "attempt": 0,
         "retired_lanes": 0,
     }
@@ -210,12 +211,56 @@ def test_analysis_splits_phases_counts_failures_and_recovery() -> None:
     assert out["errors"] == {"KV transfer failed": 1}
 
 
-def test_analysis_flags_lost_bytes_and_runs_without_faults() -> None:
-    kv = [_kv("a", 1.0, 2.0, bytes=90)]
+def test_analysis_counts_integrity_over_all_attempts_and_runs_without_faults() -> None:
+    kv = [
+        _kv("whole", 1.0, 2.0),
+        # Corruption caught by the checksum, then a clean retry.
+        _kv("fixed", 1.0, 2.0, ok=False, checksum_ok=False, error="checksum mismatch"),
+        _kv("fixed", 2.0, 3.0, attempt=1),
+        # Never completed: its 100 bytes are lost.
+        _kv("gone", 1.0, 5.0, ok=False, error="timed out"),
+        # A completed attempt that does not add up (must never happen).
+        _kv("odd", 1.0, 2.0, bytes=90),
+    ]
     out = analyze([], [_req(1.0, 0.3)], kv, end_wall=10.0)
-    assert out["kv_bytes_lost"] == 10
+    assert out["kv_checksum_failures"] == 1
+    assert out["kv_unfinished_transfers"] == 1 and out["kv_bytes_lost"] == 100
+    assert out["kv_completed_unverified"] == 1
+    assert out["kv_retried"] == 1
     assert out["faults"] == 0 and out["windows"] == []
     assert "ttft_p99_during_s" not in out
+
+
+def test_a_second_fault_on_the_same_link_gets_its_own_label() -> None:
+    faults = parse_faults(["link a0-b1 at 5s for 20s", "link a0-b1 at 10s for 2s"], ZCUBE, 60)
+    assert [f.label for f in faults] == ["link a0-b1", "link a0-b1 (2)"]
+    events = [
+        {"action": "down", "fault": "link a0-b1", "wall": 5.0},
+        {"action": "down", "fault": "link a0-b1 (2)", "wall": 10.0},
+        {"action": "up", "fault": "link a0-b1 (2)", "wall": 12.0},
+        {"action": "up", "fault": "link a0-b1", "wall": 25.0},
+    ]
+    assert fault_windows(events, end_wall=60.0) == [(5.0, 25.0)]
+
+
+def test_injector_records_a_failed_command_and_still_restores(tmp_path: Path) -> None:
+    import time
+
+    calls: list[list[str]] = []
+
+    def flaky(lines: list[str]) -> None:
+        calls.append(lines)
+        if " down" in lines[0]:
+            raise RuntimeError("ip -batch failed (1): RTNETLINK answers: No such device")
+
+    faults = parse_faults(["link a1-b2 at 0s"], ZCUBE, 60)
+    inj = FaultInjector(ZCUBE, faults, tmp_path / "faults.jsonl", runner=flaky)
+    inj.start(time.time())
+    time.sleep(0.2)
+    inj.stop()
+    (event,) = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()]
+    assert "No such device" in event["error"]
+    assert any(" up" in line for batch in calls for line in batch)  # restored on stop
 
 
 def test_throughput_recovery_after_a_dip() -> None:

@@ -118,6 +118,8 @@ def test_aggregate_medians_spread_and_differences() -> None:
         (["--fail", "roft: link leaf0-spine7 at 5s"], "fail.link"),
         (["--policies", "ff,spray", "--baseline", "clos"], "baseline"),
         (["--planes", "9"], "planes"),
+        (["--fabrics", "zcube,clos", "--planes", "2"], "planes"),
+        (["--fail", "clos: link leaf0-spine0 at 5s"], "fail"),
     ],
 )
 def test_compare_rejects_bad_options_before_any_run(

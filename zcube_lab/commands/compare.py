@@ -117,6 +117,12 @@ def run(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")
+    if args.planes != 1 and "roft" not in kinds:
+        raise ConfigError("planes", args.planes, "1 unless roft is among the compared fabrics")
+    for text in args.fail:
+        head, sep, _ = text.partition(":")
+        if sep and head.strip().lower() in KINDS and head.strip().lower() not in kinds:
+            raise ConfigError("fail", text, f"a prefix among the compared fabrics {kinds}")
     # Validate every run's configuration before the first one starts (fail in seconds, not
     # after a run): building an Experiment checks the fabric, placement, policy and faults.
     variants = [(kind, policy) for kind in kinds for policy in policies]
