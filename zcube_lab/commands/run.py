@@ -70,7 +70,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SPEC",
         help="inject a failure, repeatable: 'link a1-b2 at 30s for 10s', 'switch leaf1 at 20s "
-        "for 5s', 'flaps 3 seed 7 for 4s' (times from the load start)",
+        "for 5s', 'flaps 3 seed 7 for 4s' (times from the load start); a 'zcube:' or "
+        "'roft:' prefix applies it to that fabric only (for compare)",
     )
     lab.add_argument("--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate")
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
