@@ -157,7 +157,10 @@ def test_a_destination_with_one_possible_bucket_gets_a_plain_output() -> None:
     fabric = build_zcube(n=2)
     rules = by_name(compute_rules(fabric, "ff"))
     a0_to_b1 = fabric.switch_adjacency["a0"]["b1"][0][0]
-    assert ip_action(rules["a0"], fabric.host("h3").interfaces[1].ip) == (DecTtl(), Output(a0_to_b1))
+    assert ip_action(rules["a0"], fabric.host("h3").interfaces[1].ip) == (
+        DecTtl(),
+        Output(a0_to_b1),
+    )
     # h1's port 2 (b1, port 1): b0's primary is a1, so b0 is a detour.
     assert ip_action(rules["a0"], fabric.host("h1").interfaces[1].ip) == (DecTtl(), ToGroup(1))
 
