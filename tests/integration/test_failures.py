@@ -175,7 +175,7 @@ def test_the_comparison_report_shows_fault_rows(fault_run: Path, tmp_path: Path)
 
     page = write_report([load_run(fault_run)], tmp_path, "zcube/ff", {})
     text = page.read_text()
-    assert "TTFT p99 during fault" in text and "KV bytes lost" in text
+    assert "TTFT p99 during fault" in text and "KV bytes never delivered" in text
     assert (tmp_path / "fault_timeline.png").stat().st_size > 10_000
 
 
