@@ -28,21 +28,13 @@ sys.path.insert(0, str(ROOT))
 from emulator.builders import build_fabric  # noqa: E402
 from emulator.cutprobe import cut_during_pull  # noqa: E402
 from emulator.fabric import FabricSpec  # noqa: E402
+from emulator.report import median_spread  # noqa: E402
 
 FABRICS = {
     "zcube": FabricSpec.of("zcube", n=4),
     "roft": FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2),
     "roft-2planes": FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2, planes=2),
 }
-
-
-def _cell(values: list[float]) -> str:
-    if not values:
-        return "-"
-    med = statistics.median(values)
-    if len(values) > 1 and min(values) != max(values):
-        return f"{med:.2f} [{min(values):.2f}-{max(values):.2f}]"
-    return f"{med:.2f}"
 
 
 def main() -> int:
@@ -108,12 +100,12 @@ def main() -> int:
             [
                 name,
                 policy,
-                _cell(clean),
-                _cell([x.pull["seconds"] for x in cut_ok]),
-                _cell(rec),
+                median_spread(clean, ".2f"),
+                median_spread([x.pull["seconds"] for x in cut_ok], ".2f"),
+                median_spread(rec, ".2f"),
                 f"{len(cut_ok)}/{len(r['cut'])}",
-                _cell([float(x.pull["retired"]) for x in r["cut"]]),
-                _cell([float(x.recomputes) for x in r["cut"]]),
+                median_spread([float(x.pull["retired"]) for x in r["cut"]], ".2f"),
+                median_spread([float(x.recomputes) for x in r["cut"]], ".2f"),
             ]
         )
     print("\n| " + " | ".join(heads) + " |")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from emulator.experiment import Experiment, RunConfig  # noqa: E402
 from emulator.placement import LayoutSpec  # noqa: E402
+from emulator.report import median_spread, value_at  # noqa: E402
 from zcube_lab.commands.compare import fabric_specs  # noqa: E402
 
 FAULTS = {"zcube": "link a0-b1", "roft": "link leaf0-spine0", "clos": "link leaf0-spine0"}
@@ -52,24 +52,6 @@ COLUMNS = (
     ("recovery throughput (s)", ("faults", "recovery_throughput_s")),
     ("KV transfers hit", ("faults", "kv_hit_transfers")),
 )
-
-
-def _get(summary: dict, path: tuple[str, ...]) -> float | None:
-    cur = summary
-    for key in path:
-        if not isinstance(cur, dict) or cur.get(key) is None:
-            return None
-        cur = cur[key]
-    return float(cur)
-
-
-def _cell(values: list[float]) -> str:
-    if not values:
-        return "-"
-    med = statistics.median(values)
-    if len(values) > 1 and min(values) != max(values):
-        return f"{med:.3g} [{min(values):.3g}-{max(values):.3g}]"
-    return f"{med:.3g}"
 
 
 def main() -> int:
@@ -153,7 +135,7 @@ def print_table(rows: dict[tuple[str, str], list[dict]], results: Path) -> None:
     table = []
     for (fabric, policy), summaries in rows.items():
         cells = [
-            _cell([v for v in (_get(s, path) for s in summaries) if v is not None])
+            median_spread([v for s in summaries if (v := value_at(s, path)) is not None])
             for _, path in COLUMNS
         ]
         table.append([fabric, policy, str(len(summaries)), *cells])

@@ -118,16 +118,6 @@ class CutResult:
     recomputes: int
 
 
-def _tx_bytes(switch: str, port: int) -> int:
-    out = subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return int(out.split("tx pkts=", 1)[1].split("bytes=", 1)[1].split(",", 1)[0])
-
-
 def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
@@ -169,6 +159,7 @@ def cut_during_pull(
     that window; None: no cut, the reference). Brings its own lab up and down."""
     from emulator.faults import FaultInjector, parse_faults, switch_links
     from emulator.hostconfig import Scale, kv_source_map
+    from emulator.measure import port_tx_bytes
     from emulator.network import Lab, LabOptions
     from emulator.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
     from zcube_lab.ports import free_port
@@ -218,11 +209,11 @@ def cut_during_pull(
             for lk in switch_links(fabric)
             for end in ((lk.node1, lk.port1), (lk.node2, lk.port2))
         ]
-        before = {(lk, end): _tx_bytes(*end) for lk, end in ends}
+        before = {(lk, end): port_tx_bytes(*end) for lk, end in ends}
         time.sleep(sample_s)
         moved: dict[Any, int] = {}
         for lk, end in ends:
-            moved[lk] = moved.get(lk, 0) + _tx_bytes(*end) - before[(lk, end)]
+            moved[lk] = moved.get(lk, 0) + port_tx_bytes(*end) - before[(lk, end)]
         chosen = None
         if link == "auto":
             # The single busiest link (`#k` among parallel links of the pair).

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from emulator.builders import build_fabric
 from emulator.fabric import Fabric, FabricSpec
-from emulator.faults import Fault, FaultInjector, analyze, parse_faults, read_events
+from emulator.faults import Fault, FaultInjector, analyze, parse_faults
 from emulator.health import HealthSampler
 from emulator.hostconfig import Scale, kv_source_map
 from emulator.network import Lab, LabError, LabOptions, signals_ignored
@@ -44,6 +44,7 @@ from emulator.results import (
     client_summary,
     host_ingress_bytes,
     link_utilization,
+    read_jsonl,
     throughput_series,
     utilization_summary,
 )
@@ -434,7 +435,7 @@ class Experiment:
         window = max(t1 - t0, 1.0)
         rng = f"[{int(window) + 5}s]"
         prom = self.prometheus
-        records = _read_jsonl(self.dir / "requests.jsonl")
+        records = read_jsonl(self.dir / "requests.jsonl")
         load_summary = _read_json(self.dir / "loadgen-summary.json")
         client = client_summary(records, window_s=self.config.duration_s)
 
@@ -493,9 +494,9 @@ class Experiment:
                 self.dir / "series.json",
             )
         kv_attempts = [
-            row for p in sorted((self.dir / "logs").glob("kv-*.jsonl")) for row in _read_jsonl(p)
+            row for p in sorted((self.dir / "logs").glob("kv-*.jsonl")) for row in read_jsonl(p)
         ]
-        events = read_events(self.dir / "faults.jsonl")
+        events = read_jsonl(self.dir / "faults.jsonl")
         faults = analyze(events, records, kv_attempts, end_wall=t1)
         faults["injected"] = [f.to_dict() for f in self.faults]
         faults["spans_s"] = _load_time_spans(faults.pop("windows"), records)
@@ -604,16 +605,6 @@ def _count_lines(path: Path) -> int:
             return sum(1 for _ in f)
     except OSError:
         return 0
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            rows.append(json.loads(line))
-    return rows
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -525,16 +525,3 @@ class FaultInjector:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """The transitions a run recorded (a line being written at that moment is skipped)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out

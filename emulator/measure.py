@@ -50,6 +50,17 @@ def iperf3(
         server.wait()
 
 
+def port_tx_bytes(switch: str, port: int) -> int:
+    """Bytes a switch port has sent so far (`ovs-ofctl dump-ports`)."""
+    out = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(out.split("tx pkts=", 1)[1].split("bytes=", 1)[1].split(",", 1)[0])
+
+
 def group_bucket_packets(switch: str) -> dict[int, list[int]]:
     """Packets counted by every bucket of every group on a bridge: group id -> per bucket."""
     out = subprocess.run(

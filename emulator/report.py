@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.cost import CostInputs, compare
+from emulator.results import read_jsonl
 
 # (label, path into summary.json, lower is better?)
 METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
@@ -71,7 +72,8 @@ def load_run(path: Path) -> dict[str, Any]:
     return summary
 
 
-def _get(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
+def value_at(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    """The number at `path` in a run summary, or None (missing, not a number, NaN)."""
     cur: Any = summary
     for key in path:
         if not isinstance(cur, dict) or key not in cur:
@@ -101,7 +103,7 @@ def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Cell]]:
     for fabric, rs in fabrics.items():
         cells = {}
         for label, path, _ in METRICS:
-            vals = [v for v in (_get(r, path) for r in rs) if v is not None]
+            vals = [v for v in (value_at(r, path) for r in rs) if v is not None]
             cells[label] = Cell(
                 statistics.median(vals) if vals else None,
                 min(vals) if vals else None,
@@ -176,6 +178,16 @@ def headline_rows(agg: dict[str, dict[str, Cell]], labels: Sequence[str]) -> lis
     return [[lb, *(_fmt(agg[lb][m].median) for m in HEADLINE)] for lb in labels]
 
 
+def median_spread(values: Sequence[float], fmt: str = ".3g") -> str:
+    """`median [min-max]` of values (just the median when they agree), `-` for none."""
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) > 1 and min(values) != max(values):
+        return f"{med:{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+    return f"{med:{fmt}}"
+
+
 def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
@@ -189,12 +201,6 @@ def _fmt(v: float | None) -> str:
 
 
 # -- plots ----------------------------------------------------------------------------------
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def plot_ttft_cdf(runs: Sequence[dict[str, Any]], out: Path) -> Path:
     """TTFT CDF per fabric over all its repeats."""
     import matplotlib
@@ -205,7 +211,7 @@ def plot_ttft_cdf(runs: Sequence[dict[str, Any]], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     by_fabric: dict[str, list[float]] = {}
     for r in runs:
-        for rec in _read_jsonl(Path(r["_dir"]) / "requests.jsonl"):
+        for rec in read_jsonl(Path(r["_dir"]) / "requests.jsonl"):
             if rec.get("outcome") == "ok" and rec.get("ttft_s") is not None:
                 by_fabric.setdefault(r["fabric"], []).append(float(rec["ttft_s"]))
     for fabric, vals in sorted(by_fabric.items()):
@@ -270,7 +276,7 @@ def plot_fault_timeline(runs: Sequence[dict[str, Any]], out: Path) -> Path:
         len(firsts), 1, figsize=(8, 2.2 * len(firsts) + 0.6), sharex=True, squeeze=False
     )
     for ax, (label, r) in zip(axes[:, 0], sorted(firsts.items()), strict=True):
-        recs = _read_jsonl(Path(r["_dir"]) / "requests.jsonl")
+        recs = read_jsonl(Path(r["_dir"]) / "requests.jsonl")
         ok = [
             (x["sent_s"], x["ttft_s"]) for x in recs if x.get("outcome") == "ok" and x.get("ttft_s")
         ]

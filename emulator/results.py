@@ -7,13 +7,29 @@ the dictionaries written to `summary.json` and compared by `compare`.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from emulator.fabric import Fabric
 from emulator.hostconfig import Scale
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file; none if it is missing, and a line that does not parse
+    (one being written at that moment) is skipped."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -14,7 +14,7 @@ import pytest
 from emulator.builders import build_fabric
 from emulator.fabric import FabricSpec
 from emulator.hostconfig import Scale
-from emulator.measure import group_bucket_packets, iperf3
+from emulator.measure import group_bucket_packets, iperf3, port_tx_bytes
 from emulator.network import Lab, LabOptions
 from zcube_lab.ports import free_port
 
@@ -124,16 +124,6 @@ def _check_parallel_flows_spread_over_select_group_buckets(lab: Lab) -> None:
     assert used > 1, f"bucket counters before {before} after {after}"
 
 
-def _tx_bytes(switch: str, port: int) -> int:
-    out = subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return int(out.split("tx pkts=")[1].split("bytes=")[1].split(",")[0])
-
-
 def _check_zcube_addresses_select_the_two_disjoint_paths(lab: Lab) -> None:
     f = lab.fabric
     n = dict(f.spec.params)["n"]
@@ -145,8 +135,8 @@ def _check_zcube_addresses_select_the_two_disjoint_paths(lab: Lab) -> None:
         (1, ("a0", a0_to_b1), ("b0", b0_to_a1)),
         (0, ("b0", b0_to_a1), ("a0", a0_to_b1)),
     ):
-        before_used, before_unused = _tx_bytes(*used), _tx_bytes(*unused)
+        before_used, before_unused = port_tx_bytes(*used), port_tx_bytes(*unused)
         iperf3(lab, "h0", f.host("h5").interfaces[dst_if].ip, seconds=1)
-        sent = _tx_bytes(*used) - before_used
+        sent = port_tx_bytes(*used) - before_used
         assert sent > 1_000_000, f"{used} carried {sent} bytes"
-        assert _tx_bytes(*unused) - before_unused < sent / 100
+        assert port_tx_bytes(*unused) - before_unused < sent / 100
