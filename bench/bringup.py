@@ -13,11 +13,11 @@ import argparse
 import statistics
 import time
 
-from emulator.builders import build_fabric
-from emulator.fabric import FabricSpec
-from emulator.hostconfig import Scale, egress_interface
-from emulator.measure import iperf3
-from emulator.network import Lab, LabOptions
+from emulator.lab.measure import iperf3
+from emulator.lab.network import Lab, LabOptions
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.fabric.hostplan import Scale, egress_interface
 
 SIZES = {
     16: (FabricSpec.of("zcube", n=4), FabricSpec.of("roft", servers=4, gpus_per_server=4)),

@@ -30,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator.experiment import Experiment, RunConfig  # noqa: E402
-from emulator.placement import LayoutSpec  # noqa: E402
-from emulator.report import median_spread, value_at  # noqa: E402
+from emulator.experiment.runner import Experiment, RunConfig  # noqa: E402
+from emulator.results.report import median_spread, value_at  # noqa: E402
 from zcube_lab.commands.compare import fabric_specs  # noqa: E402
+from zcube_lab.fabric.placement import LayoutSpec  # noqa: E402
 
 FAULTS = {"zcube": "link a0-b1", "roft": "link leaf0-spine0", "clos": "link leaf0-spine0"}
 COLUMNS = (

@@ -40,9 +40,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from controller.app import ControllerConfig
 from controller.rules import POLICIES
-from emulator.builders import build_fabric
-from emulator.fabric import FabricSpec
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
 
 LISTEN_HOST = "127.0.0.1"
 APP_MODULE = "controller.app"

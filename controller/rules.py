@@ -46,8 +46,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import count
 
-from emulator.fabric import Attachment, Fabric, Link
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.description import Attachment, Fabric, Link
 
 POLICIES = ("ecmp", "single", "ff")
 GROUP_TYPES = ("select", "indirect", "ff")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.profiles import PROFILES, ModelProfile, get_profile
+from serving.models import PROFILES, ModelProfile, get_profile
 from zcube_lab.errors import ConfigError
 
 POLICIES = ("least-outstanding", "round-robin")

@@ -52,6 +52,7 @@ from serving.kvwire import (
     release_kv,
 )
 from serving.metrics import EngineMetrics
+from serving.models import alltoall_bytes_per_peer, decode_step_seconds
 from serving.openai_api import (
     CHAT,
     COMPLETION,
@@ -63,7 +64,6 @@ from serving.openai_api import (
     parse_request,
     sse_error,
 )
-from serving.profiles import alltoall_bytes_per_peer, decode_step_seconds
 from serving.textgen import OutputPlan, plan_output, request_rng, token_text
 from zcube_lab.errors import ConfigError
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from serving.profiles import ModelProfile
+from serving.models import ModelProfile
 from serving.textgen import count_chat_tokens, count_prompt_tokens
 
 COMPLETION = "completion"

@@ -35,8 +35,8 @@ from serving.engine_step import run_step
 from serving.kvstore import HeldKV, KVStore, make_kv_buffer
 from serving.kvwire import start_kv_server
 from serving.metrics import EngineMetrics
+from serving.models import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
 from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
-from serving.profiles import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
 from serving.textgen import plan_output, request_rng, token_text
 
 log = logging.getLogger(__name__)

@@ -94,8 +94,8 @@ def exported_metric_names() -> set[str]:
     from prometheus_client import CollectorRegistry
 
     import controller.metrics as controller_metrics
-    import emulator.faults as faults
-    import emulator.health as health
+    import emulator.lab.faults as faults
+    import emulator.lab.health as health
     from serving.metrics import EngineMetrics, GatewayMetrics
     from workloads.metrics import ClientMetrics
 

@@ -324,7 +324,7 @@ def build_run(environment: Any) -> WorkloadRun:
 def over_context(plan: list[PlannedRequest], model: str) -> int:
     """How many planned requests exceed the context of `model`, if the lab's servers know it."""
     try:
-        from serving.profiles import PROFILES
+        from serving.models import PROFILES
     except ImportError:  # the load generator also drives servers that are not ours
         return 0
     profile = PROFILES.get(model)

@@ -5,7 +5,7 @@ A profile is a JSON file in `workloads/profiles/` (named by its file stem: `codi
 
 - `name`, `description`: identity and one line for humans;
 - `model`: the served model name requests carry; `endpoint`: `completions` or `chat`;
-- `placement`: the layout hint for the orchestrator, named as `emulator.placement.LAYOUTS`:
+- `placement`: the layout hint for the orchestrator, named as `zcube_lab.fabric.placement.LAYOUTS`:
   `default` (the lab's default layout: the router pairs any prefill with any decode, so KV
   transfers usually cross rails) or `rail-aligned` (each prefill is paired with a decode on
   its own rail, so KV traffic stays on rail switches: the case a rail-optimised fabric is
@@ -36,7 +36,8 @@ from zcube_lab.errors import ConfigError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 ENDPOINTS = ("completions", "chat")
-# The same names as emulator.placement.LAYOUTS, so the orchestrator can pass the hint through.
+# The same names as zcube_lab.fabric.placement.LAYOUTS, so the orchestrator can pass the hint
+# through.
 PLACEMENTS = ("default", "rail-aligned")
 # A chat prompt carries 7 tokens of framing (4 for the message, 3 priming the reply).
 CHAT_FRAMING_TOKENS = 7

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from emulator.builders import BUILDERS
-from emulator.fabric import FabricSpec
+from zcube_lab.fabric.builders import BUILDERS
+from zcube_lab.fabric.description import FabricSpec
 
 # option dest -> builder parameter
 SIZE_OPTIONS = {

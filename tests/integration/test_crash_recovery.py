@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.builders import build_fabric
-from emulator.fabric import FabricSpec
-from emulator.network import Lab, LabOptions
+from emulator.lab.network import Lab, LabOptions
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
@@ -23,9 +23,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 CRASHER = """
 import os, signal, sys
 from pathlib import Path
-from emulator.builders import build_fabric
-from emulator.fabric import FabricSpec
-from emulator.network import Lab, LabOptions
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
+from emulator.lab.network import Lab, LabOptions
 lab = Lab(build_fabric(FabricSpec.of("zcube", n=2)), LabOptions(
     of_port=int(sys.argv[1]), metrics_port=int(sys.argv[2]), state_dir=Path(sys.argv[3]),
     management=True))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.hostconfig import MGMT_BRIDGE
 from serving.metrics import TTFT_BUCKETS
+from zcube_lab.fabric.hostplan import MGMT_BRIDGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -112,7 +112,7 @@ def _grafana_support():
 
 def _dashboard_problems(run_dir: Path, work: Path, alltoall: bool) -> list[str]:
     """Start Prometheus on a copy of the run's TSDB and evaluate every panel over the run."""
-    from emulator.prometheus import PrometheusServer
+    from emulator.prometheus.server import PrometheusServer
 
     g = _grafana_support()
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -161,7 +161,7 @@ def test_every_grafana_panel_returns_data_with_expert_parallelism(
 def test_vllm_dashboard_series_we_export_return_data(comparison: Path, tmp_path: Path) -> None:
     """vLLM's example dashboard (metric names in tests/grafana_support.py): each series it reads
     that we export has samples with a model_name label its variable can offer."""
-    from emulator.prometheus import PrometheusServer
+    from emulator.prometheus.server import PrometheusServer
 
     g = _grafana_support()
     run = sorted(p.parent for p in comparison.glob("*/summary.json"))[0]

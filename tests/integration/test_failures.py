@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.builders import build_fabric
-from emulator.cutprobe import CutResult, cut_during_pull
-from emulator.fabric import FabricSpec
+from emulator.experiment.cutprobe import CutResult, cut_during_pull
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -157,7 +157,7 @@ def test_the_fault_shows_in_prometheus_for_grafana(fault_run: Path, tmp_path: Pa
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import grafana_support as g
 
-    from emulator.prometheus import PrometheusServer
+    from emulator.prometheus.server import PrometheusServer
 
     summary = json.loads((fault_run / "summary.json").read_text())
     start, end = g.run_window(fault_run)
@@ -171,7 +171,7 @@ def test_the_fault_shows_in_prometheus_for_grafana(fault_run: Path, tmp_path: Pa
 
 
 def test_the_comparison_report_shows_fault_rows(fault_run: Path, tmp_path: Path) -> None:
-    from emulator.report import load_run, write_report
+    from emulator.results.report import load_run, write_report
 
     page = write_report([load_run(fault_run)], tmp_path, "zcube/ff", {})
     text = page.read_text()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.live import FixedPortPrometheus, port_free
-from emulator.prometheus import PrometheusError, scrape_config
+from emulator.experiment.live import FixedPortPrometheus, port_free
+from emulator.prometheus.server import PrometheusError, scrape_config
 from zcube_lab.ports import free_port
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.hostconfig import MGMT_BRIDGE
+from zcube_lab.fabric.hostplan import MGMT_BRIDGE
 from zcube_lab.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.builders import build_fabric
-from emulator.fabric import FabricSpec
-from emulator.hostconfig import Scale
-from emulator.measure import group_bucket_packets, iperf3, port_tx_bytes
-from emulator.network import Lab, LabOptions
+from emulator.lab.measure import group_bucket_packets, iperf3, port_tx_bytes
+from emulator.lab.network import Lab, LabOptions
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.fabric.hostplan import Scale
 from zcube_lab.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
@@ -91,7 +91,7 @@ def test_uncontended_path_reaches_90_percent_of_link_rate(lab: Lab) -> None:
     dst_ip = dst.interfaces[-1].ip
     out_if = 0
     if f.kind == "zcube":
-        from emulator.hostconfig import egress_interface
+        from zcube_lab.fabric.hostplan import egress_interface
 
         out_if = egress_interface(src, dst_ip)
     link = next(lk for lk in f.links if (lk.node1, lk.port1) == (src.name, out_if))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.builders import build_fabric
-from emulator.fabric import FabricSpec
-from emulator.hostconfig import MGMT_BRIDGE
-from emulator.network import Lab, LabOptions
+from emulator.lab.network import Lab, LabOptions
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.fabric.hostplan import MGMT_BRIDGE
 from zcube_lab.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from emulator.prometheus import (
+from emulator.prometheus.server import (
     PROMETHEUS_BINARY,
     PrometheusError,
     PrometheusServer,

@@ -22,7 +22,7 @@ import openai
 import pytest
 
 from serving.cluster import ClusterSpec, LocalCluster
-from serving.profiles import get_profile, prefill_step_seconds
+from serving.models import get_profile, prefill_step_seconds
 from zcube_lab.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator import doctor
-from emulator.doctor import Check, Findings, Probe, exit_code, judge
+from emulator.lab import doctor
+from emulator.lab.doctor import Check, Findings, Probe, exit_code, judge
 from zcube_lab.cli import main
 
 OK = Probe(0, "")

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from emulator.builders import build_clos, build_fabric, build_roft, build_zcube
-from emulator.fabric import FabricSpec
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
+from zcube_lab.fabric.description import FabricSpec
 
 
 @pytest.mark.parametrize("n", [4, 8])

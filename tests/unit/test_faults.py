@@ -1,4 +1,4 @@
-"""Failure specifications, their schedule, and the fault report (pure parts of emulator.faults)."""
+"""Failure specifications, their schedule, and the fault report (pure parts)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.builders import build_fabric
-from emulator.fabric import FabricSpec
-from emulator.faults import (
+from emulator.lab.faults import (
     FaultInjector,
     analyze,
     fault_windows,
@@ -19,8 +17,10 @@ from emulator.faults import (
     schedule,
     switch_links,
 )
-from emulator.policies import POLICIES, get_policy
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.policies import POLICIES, get_policy
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=4))
 ROFT = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2))

@@ -7,7 +7,7 @@ import socket
 import pytest
 from rich.console import Console
 
-from emulator.live import port_free
+from emulator.experiment.live import port_free
 from zcube_lab.cli import main
 from zcube_lab.commands.up import _port
 
@@ -15,8 +15,8 @@ from zcube_lab.commands.up import _port
 @pytest.fixture(autouse=True)
 def _no_lab(monkeypatch: pytest.MonkeyPatch) -> None:
     """A unit test must never bring a lab up: fail loudly if validation lets one through."""
-    from emulator.live import LiveLab
-    from emulator.network import Lab
+    from emulator.experiment.live import LiveLab
+    from emulator.lab.network import Lab
 
     def refuse(*_a: object, **_k: object) -> None:
         pytest.fail("a unit test tried to start a real lab")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from emulator.health import (
+from emulator.lab.health import (
     CPU_METRIC,
     DATAPATH,
     PROCESS_METRIC,

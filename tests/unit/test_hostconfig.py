@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from emulator.builders import build_clos, build_roft, build_zcube
-from emulator.fabric import Fabric
-from emulator.hostconfig import (
+from zcube_lab.fabric.builders import build_clos, build_roft, build_zcube
+from zcube_lab.fabric.description import Fabric
+from zcube_lab.fabric.hostplan import (
     Scale,
     egress_interface,
     ip_batch,
@@ -128,7 +128,7 @@ def test_state_folder_that_root_must_not_trust_is_refused(tmp_path) -> None:
 
     import pytest
 
-    from emulator.network import LabError, check_state_dir
+    from emulator.lab.network import LabError, check_state_dir
 
     good = tmp_path / "state"
     check_state_dir(good)
@@ -148,7 +148,7 @@ def test_state_folder_that_root_must_not_trust_is_refused(tmp_path) -> None:
 def test_a_reused_pid_is_not_taken_for_the_recorded_process() -> None:
     import os
 
-    from emulator.network import _same_process, _start_time
+    from emulator.lab.network import _same_process, _start_time
 
     me = os.getpid()
     started = _start_time(me)

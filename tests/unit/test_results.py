@@ -6,10 +6,7 @@ import json
 
 import pytest
 
-from emulator.builders import build_roft, build_zcube
-from emulator.hostconfig import Scale
-from emulator.report import aggregate, difference_pct, table_rows
-from emulator.results import (
+from emulator.results.figures import (
     client_summary,
     host_ingress_bytes,
     link_utilization,
@@ -17,6 +14,9 @@ from emulator.results import (
     throughput_series,
     utilization_summary,
 )
+from emulator.results.report import aggregate, difference_pct, table_rows
+from zcube_lab.fabric.builders import build_roft, build_zcube
+from zcube_lab.fabric.hostplan import Scale
 
 
 def _rec(i: int, ttft: float, ok: bool = True) -> dict:
@@ -129,7 +129,7 @@ def test_compare_rejects_bad_options_before_any_run(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from emulator.experiment import Experiment
+    from emulator.experiment.runner import Experiment
     from zcube_lab.cli import main
 
     def refuse(*_a: object, **_k: object) -> None:
@@ -143,7 +143,7 @@ def test_compare_rejects_bad_options_before_any_run(
 
 
 def test_runs_are_grouped_by_their_label(tmp_path) -> None:
-    from emulator.report import load_run
+    from emulator.results.report import load_run
 
     for name, label in (("a", "zcube/ff"), ("b", "zcube/spray"), ("c", None)):
         d = tmp_path / name

@@ -22,9 +22,9 @@ from controller.rules import (
     match,
     rule_counts,
 )
-from emulator.builders import build_fabric
-from emulator.fabric import Fabric, FabricSpec
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import Fabric, FabricSpec
 
 SPECS = {
     "zcube4": FabricSpec.of("zcube", n=4),

@@ -13,7 +13,7 @@ import pytest
 
 from serving.alltoall import start_ep_server
 from serving.config import Address
-from serving.profiles import get_profile, prefill_step_seconds
+from serving.models import get_profile, prefill_step_seconds
 from zcube_lab.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

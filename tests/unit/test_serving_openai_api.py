@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from serving.models import get_profile
 from serving.openai_api import CHAT, COMPLETION, ApiError, ChunkWriter, parse_request
-from serving.profiles import get_profile
 
 TINY = get_profile("tiny")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.profiles import (
+from serving.models import (
     PROFILES,
     alltoall_bytes_per_peer,
     decode_step_seconds,

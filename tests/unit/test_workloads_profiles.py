@@ -49,7 +49,7 @@ def test_rail_aligned_is_coding_agent_with_another_placement() -> None:
 
 
 def test_placements_are_the_orchestrators_layout_names() -> None:
-    placement = pytest.importorskip("emulator.placement")
+    placement = pytest.importorskip("zcube_lab.fabric.placement")
     assert set(PLACEMENTS) == set(placement.LAYOUTS)
     assert {load_profile(n).placement for n in profile_names()} <= set(placement.LAYOUTS)
 

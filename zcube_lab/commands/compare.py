@@ -15,9 +15,9 @@ from types import FrameType
 from rich.console import Console
 from rich.table import Table
 
-from emulator.fabric import FabricSpec
 from zcube_lab.commands.run import add_run_arguments, config_from_args
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.description import FabricSpec
 
 KINDS = ("zcube", "roft", "clos")
 
@@ -95,12 +95,11 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the comparison and write the report."""
-    from emulator.builders import build_fabric
-    from emulator.experiment import Experiment
-    from emulator.hostconfig import Scale
-    from emulator.network import LabError
-    from emulator.prometheus import PrometheusError
-    from emulator.report import (
+    from emulator.experiment.runner import Experiment
+    from emulator.lab.network import LabError
+    from emulator.prometheus.server import PrometheusError
+    from emulator.results.figures import port_capacity_bps
+    from emulator.results.report import (
         HEADLINE,
         aggregate,
         headline_rows,
@@ -109,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         trust,
         write_report,
     )
-    from emulator.results import port_capacity_bps
+    from zcube_lab.fabric.builders import build_fabric
+    from zcube_lab.fabric.hostplan import Scale
 
     console = Console(stderr=True)
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from emulator.cost import (
+from zcube_lab.fabric.cost import (
     COMPARED_METRICS,
     CostComparison,
     CostInputs,

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run every check, print them, exit 0 when none failed."""
-    from emulator.doctor import exit_code, run_checks
+    from emulator.lab.doctor import exit_code, run_checks
 
     checks = run_checks()
     if args.json:

@@ -9,8 +9,8 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from emulator.builders import build_fabric
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
 
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from emulator.fabric import FabricSpec
+from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
 
 if TYPE_CHECKING:
-    from emulator.experiment import RunConfig
+    from emulator.experiment.runner import RunConfig
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,8 +103,8 @@ def config_from_args(
     args: argparse.Namespace, fabric_spec: FabricSpec | None = None, tag: str = ""
 ) -> RunConfig:
     """The RunConfig the options describe."""
-    from emulator.experiment import RunConfig
-    from emulator.placement import LayoutSpec
+    from emulator.experiment.runner import RunConfig
+    from zcube_lab.fabric.placement import LayoutSpec
 
     layout = LayoutSpec(
         prefill_servers=args.prefill_servers,
@@ -142,9 +142,9 @@ def config_from_args(
 
 def run(args: argparse.Namespace) -> int:
     """One run; prints where the results are and the headline figures."""
-    from emulator.experiment import Experiment
-    from emulator.network import LabError
-    from emulator.prometheus import PrometheusError
+    from emulator.experiment.runner import Experiment
+    from emulator.lab.network import LabError
+    from emulator.prometheus.server import PrometheusError
 
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -3,8 +3,8 @@ wait until every switch holds its rules, check that every host reaches every oth
 addresses, print a summary, then tear down (or stay up with Mininet's CLI with --cli).
 With --serve the lab stays up serving traffic instead: the serving cluster in its hosts,
 Prometheus on a fixed port and Locust's web UI, for live exploration in Grafana
-(`emulator/live.py`). Needs root. Ctrl-C (or SIGTERM) tears everything down; a run after a
-crash first removes stale state."""
+(`emulator/experiment/live.py`). Needs root. Ctrl-C (or SIGTERM) tears everything down; a run
+after a crash first removes stale state."""
 
 from __future__ import annotations
 
@@ -97,10 +97,10 @@ def run(args: argparse.Namespace) -> int:
     """Bring the lab up, check it, report, tear down (or serve until Ctrl-C with --serve)."""
     if args.serve:
         return serve(args)
-    from emulator.builders import build_fabric
-    from emulator.hostconfig import Scale
-    from emulator.network import Lab, LabError, LabOptions
-    from emulator.policies import get_policy
+    from emulator.lab.network import Lab, LabError, LabOptions
+    from zcube_lab.fabric.builders import build_fabric
+    from zcube_lab.fabric.hostplan import Scale
+    from zcube_lab.policies import get_policy
 
     fabric = build_fabric(spec_from_args(args))
     policy = get_policy(args.policy)
@@ -164,7 +164,7 @@ def _print_summary(summary: dict[str, object], failures: dict[str, list[str]]) -
 
 
 def _port(wanted: int, bind: str, what: str, console: Console) -> int:
-    from emulator.live import port_free
+    from emulator.experiment.live import port_free
     from zcube_lab.ports import free_port
 
     if port_free(wanted, bind):
@@ -176,13 +176,13 @@ def _port(wanted: int, bind: str, what: str, console: Console) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     """The lab with the serving cluster, Prometheus and Locust's UI, up until Ctrl-C."""
-    from emulator.experiment import RunConfig
-    from emulator.live import LiveLab
-    from emulator.network import LabError
-    from emulator.placement import LayoutSpec
-    from emulator.prometheus import PrometheusError
+    from emulator.experiment.live import LiveLab
+    from emulator.experiment.runner import RunConfig
+    from emulator.lab.network import LabError
+    from emulator.prometheus.server import PrometheusError
     from zcube_lab.commands.run import _layout_hint, _profile_hint
     from zcube_lab.errors import ConfigError
+    from zcube_lab.fabric.placement import LayoutSpec
 
     console = Console(stderr=True)
     if args.cli:

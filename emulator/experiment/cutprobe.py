@@ -8,9 +8,9 @@ flow, the real `FaultInjector` cutting a link for the rest of the transfer. Need
 
 The module is also the probe run inside the hosts:
 
-    python -m emulator.cutprobe serve --bytes N ADDR:PORT...    prints "ready", serves forever
-    python -m emulator.cutprobe pull --bytes N [--streams K] [--stall-s T] [--timeout-s T]
-                                [--source CIDR=LOCAL]... ADDR:PORT...
+    python -m emulator.experiment.cutprobe serve --bytes N ADDR:PORT...  (prints "ready")
+    python -m emulator.experiment.cutprobe pull --bytes N [--streams K]
+        [--stall-s T] [--timeout-s T] [--source CIDR=LOCAL]... ADDR:PORT...
         prints "started", then one JSON line: ok, bytes, checksum_ok, retired, seconds, error.
 """
 
@@ -157,11 +157,11 @@ def cut_during_pull(
     """Host `dst` pulls `num_bytes` from a KV server on host `src`; after `sample_s` of transfer
     the link is cut (`"a0-b1"`; `"auto"`: the switch-to-switch link that carried most of it in
     that window; None: no cut, the reference). Brings its own lab up and down."""
-    from emulator.faults import FaultInjector, parse_faults, switch_links
-    from emulator.hostconfig import Scale, kv_source_map
-    from emulator.measure import port_tx_bytes
-    from emulator.network import Lab, LabOptions
-    from emulator.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
+    from emulator.lab.faults import FaultInjector, parse_faults, switch_links
+    from emulator.lab.measure import port_tx_bytes
+    from emulator.lab.network import Lab, LabOptions
+    from zcube_lab.fabric.hostplan import Scale, kv_source_map
+    from zcube_lab.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
     from zcube_lab.ports import free_port
 
     policy = get_policy(policy_name)
@@ -184,7 +184,7 @@ def cut_during_pull(
         lab.start()
         assert lab.net is not None
         addrs = [f"{i.ip}:{PORT}" for i in fabric.host(src).interfaces]
-        probe = [sys.executable, "-m", "emulator.cutprobe"]
+        probe = [sys.executable, "-m", "emulator.experiment.cutprobe"]
         server = lab.net.get(src).popen(
             [*probe, "serve", "--bytes", str(num_bytes), *addrs],
             stdout=subprocess.PIPE,

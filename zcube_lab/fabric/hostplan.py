@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from emulator.fabric import Fabric, Host
+from zcube_lab.fabric.description import Fabric, Host
 
 
 @dataclass(frozen=True)

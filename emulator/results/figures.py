@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.fabric import Fabric
-from emulator.hostconfig import Scale
+from zcube_lab.fabric.description import Fabric
+from zcube_lab.fabric.hostplan import Scale
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -19,9 +19,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from emulator.experiment import Experiment, RunConfig
-from emulator.network import LabError
-from emulator.prometheus import PrometheusServer
+from emulator.experiment.runner import Experiment, RunConfig
+from emulator.lab.network import LabError
+from emulator.prometheus.server import PrometheusServer
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "workloads" / "locustfile.py"
 

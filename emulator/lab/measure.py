@@ -8,7 +8,7 @@ import re
 import subprocess
 import time
 
-from emulator.network import Lab, LabError
+from emulator.lab.network import Lab, LabError
 
 
 def iperf3(

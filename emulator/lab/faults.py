@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from emulator.fabric import Fabric, Link
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.description import Fabric, Link
 
 GRAMMAR = (
     "'link X-Y[#k] at T [for D]', 'switch X at T [for D]' or "

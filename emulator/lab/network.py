@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.fabric import Fabric
-from emulator.hostconfig import (
+from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.description import Fabric
+from zcube_lab.fabric.hostplan import (
     MGMT_BRIDGE,
     Scale,
     ip_batch,
@@ -39,7 +40,6 @@ from emulator.hostconfig import (
     management_root_batch,
     sysctls,
 )
-from zcube_lab.errors import ConfigError
 
 STATE_DIR = Path(os.environ.get("ZCUBE_LAB_STATE", "/tmp/zcube-lab"))
 OWNER_KEY = "zcube-lab"

@@ -31,16 +31,11 @@ from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from emulator.builders import build_fabric
-from emulator.fabric import Fabric, FabricSpec
-from emulator.faults import Fault, FaultInjector, analyze, parse_faults
-from emulator.health import HealthSampler
-from emulator.hostconfig import Scale, kv_source_map
-from emulator.network import Lab, LabError, LabOptions, signals_ignored
-from emulator.placement import LayoutSpec, Placement, place
-from emulator.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS, get_policy
-from emulator.prometheus import PrometheusServer, scrape_config
-from emulator.results import (
+from emulator.lab.faults import Fault, FaultInjector, analyze, parse_faults
+from emulator.lab.health import HealthSampler
+from emulator.lab.network import Lab, LabError, LabOptions, signals_ignored
+from emulator.prometheus.server import PrometheusServer, scrape_config
+from emulator.results.figures import (
     client_summary,
     host_ingress_bytes,
     link_utilization,
@@ -49,6 +44,11 @@ from emulator.results import (
     utilization_summary,
 )
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import Fabric, FabricSpec
+from zcube_lab.fabric.hostplan import Scale, kv_source_map
+from zcube_lab.fabric.placement import LayoutSpec, Placement, place
+from zcube_lab.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS, get_policy
 from zcube_lab.ports import free_port
 
 PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
@@ -73,7 +73,7 @@ class RunConfig:
     length_scale: float | None = None
     nic_mbps: float = 100.0
     policy: str = "ecmp"
-    faults: tuple[str, ...] = ()  # --fail specifications (emulator.faults)
+    faults: tuple[str, ...] = ()  # --fail specifications (emulator.lab.faults)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
     kv_streams: int = 2
     prefix_cache_hit_rate: float = 0.0
