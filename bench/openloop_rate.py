@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from zcube_lab.ports import free_port
+from zcube_lab.procs import stop_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUST = Path(sys.executable).with_name("locust")
@@ -63,17 +63,6 @@ def start_target(kind: str, port: int, logdir: Path) -> subprocess.Popen[bytes]:
     )
     wait_ready(f"http://127.0.0.1:{port}/v1/models")
     return proc
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a process group, gently then firmly."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
 
 
 def one_run(
@@ -189,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         finally:
-            stop(target)
+            stop_groups([target])
     if args.json_out:
         args.json_out.write_text(json.dumps(all_runs, indent=2) + "\n")
     return 1 if missed else 0

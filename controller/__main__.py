@@ -25,7 +25,6 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -43,6 +42,7 @@ from controller.rules import POLICIES
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.ports import port_free
 
 LISTEN_HOST = "127.0.0.1"
 APP_MODULE = "controller.app"
@@ -97,20 +97,6 @@ def _listening(port: int, host: str = LISTEN_HOST) -> bool:
     return False
 
 
-def _port_free(port: int, host: str = LISTEN_HOST) -> bool:
-    """True if nothing holds host:port. Checked before os-ken starts, so the later /proc check
-    cannot mistake another program's listener for ours."""
-    with socket.socket() as probe:
-        # Like os-ken's own listener: connections lingering in TIME_WAIT from a previous run
-        # must not count as "in use"; a listening socket still does.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def _serve(
     manager: AppManager,
     config: ControllerConfig,
@@ -160,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     for name, port in (("--of-port", args.of_port), ("--metrics-port", args.metrics_port)):
-        if not _port_free(port):
+        if not port_free(port, LISTEN_HOST):
             print(f"controller: {name} {port} is in use on {LISTEN_HOST}", file=sys.stderr)
             return 1
 

@@ -8,12 +8,7 @@ process group, waits for `/health`, and `stop()` kills the groups (SIGTERM, then
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +16,7 @@ from serving.config import Address, DecodeConfig, EpWorkerConfig, GatewayConfig,
 from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
 from zcube_lab.errors import ConfigError
 from zcube_lab.ports import free_port
+from zcube_lab.procs import stop_groups, wait_http
 
 
 @dataclass(frozen=True)
@@ -120,32 +116,24 @@ class LocalCluster:
         return self
 
     def _wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+        urls = [rp.url + "/health" for rp in self.processes if rp.url is not None]
+        failing = wait_http(urls, timeout_s, alive=self._check_alive, poll_s=0.05)
+        if failing:
+            raise TimeoutError(f"not healthy after {timeout_s}s: {failing}")
+
+    def _check_alive(self) -> None:
         for rp in self.processes:
-            if rp.url is None:
-                continue
-            while True:
-                if rp.proc.poll() is not None:
-                    raise RuntimeError(f"{rp.role} exited with {rp.proc.returncode}: {rp.argv}")
-                try:
-                    with urllib.request.urlopen(rp.url + "/health", timeout=1) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{rp.role} at {rp.url} not healthy after {timeout_s}s")
-                time.sleep(0.05)
+            if rp.proc.poll() is not None:
+                raise RuntimeError(f"{rp.role} exited with {rp.proc.returncode}: {rp.argv}")
 
     def kill(self, role: str, index: int = 0) -> None:
         """Kill one role's process (fault injection)."""
         procs = [rp for rp in self.processes if rp.role == role]
-        _kill_group(procs[index].proc)
+        stop_groups([procs[index].proc], grace=3.0)
 
     def stop(self) -> None:
         """Kill every process group, gently then firmly."""
-        for rp in reversed(self.processes):
-            _kill_group(rp.proc)
+        stop_groups([rp.proc for rp in self.processes], grace=3.0)
         self.processes.clear()
 
     def __enter__(self) -> LocalCluster:
@@ -153,15 +141,3 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=3)

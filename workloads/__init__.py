@@ -7,3 +7,8 @@ generator), `requests` (the pure, seeded request plan), `client` (streaming meas
 options and reporting), `locustfile` (the user Locust runs), `stubserver` (a fast stub endpoint
 for tests and benchmarks). See docs/WORKLOADS.md.
 """
+
+from pathlib import Path
+
+# The file Locust runs (`locust -f LOCUSTFILE`), wherever the package is installed.
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"

@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests, resolve_arrival
 from zcube_lab.errors import ConfigError
+from zcube_lab.stats import quantile
 
 log = logging.getLogger("zcube.workloads")
 
@@ -256,13 +256,9 @@ def summarize(
     }
 
 
-def _quantile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    if len(sorted_values) == 1:
-        return round(sorted_values[0], 6)
-    cuts = statistics.quantiles(sorted_values, n=1000, method="inclusive")
-    return round(cuts[round(q * 1000) - 1], 6)
+def _quantile(values: list[float], q: float) -> float | None:
+    value = quantile(values, q)
+    return None if value is None else round(value, 6)
 
 
 def plan_duration(options: Any) -> float | None:

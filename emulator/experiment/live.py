@@ -12,29 +12,16 @@ logs, the Prometheus TSDB), without the collection step.
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from emulator.experiment.runner import Experiment, RunConfig
 from emulator.lab.network import LabError
 from emulator.prometheus.server import PrometheusServer
-
-LOCUSTFILE = Path(__file__).resolve().parent.parent / "workloads" / "locustfile.py"
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether nothing listens on `host:port` now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+from workloads import LOCUSTFILE
+from zcube_lab.procs import wait_http
 
 
 class FixedPortPrometheus(PrometheusServer):
@@ -114,22 +101,10 @@ class LiveLab(Experiment):
         self._wait_up(f"http://127.0.0.1:{self.locust_port}/", "locust", timeout=30)
 
     def _wait_up(self, url: str, name: str, timeout: float) -> None:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + timeout
-        while True:
-            self._check_alive()
-            try:
-                with opener.open(url, timeout=1):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise LabError(f"{name} not answering at {url} after {timeout:.0f}s") from None
-                time.sleep(0.3)
+        if wait_http([url], timeout, alive=self._check_alive):
+            raise LabError(f"{name} not answering at {url} after {timeout:.0f}s")
 
     def _check_alive(self) -> None:
-        for name, proc in self.procs:
-            if proc.poll() is not None:
-                log = (self.dir / "logs" / f"{name}.log").read_text(errors="replace")
-                raise LabError(f"{name} exited with {proc.returncode}:\n{log[-1500:]}")
+        super()._check_alive()
         if self.prometheus is not None and not self.prometheus.running():
             raise LabError(f"Prometheus exited: see {self.prometheus.log_path}")

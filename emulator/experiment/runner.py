@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +30,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from emulator.lab.faults import Fault, FaultInjector, analyze, parse_faults
 from emulator.lab.health import HealthSampler
-from emulator.lab.network import Lab, LabError, LabOptions, signals_ignored
+from emulator.lab.network import Lab, LabError, LabOptions
 from emulator.prometheus.server import PrometheusServer, scrape_config
 from emulator.results.figures import (
     client_summary,
@@ -43,6 +40,7 @@ from emulator.results.figures import (
     throughput_series,
     utilization_summary,
 )
+from workloads import LOCUSTFILE
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import Fabric, FabricSpec
@@ -50,6 +48,7 @@ from zcube_lab.fabric.hostplan import Scale, kv_source_map
 from zcube_lab.fabric.placement import LayoutSpec, Placement, place
 from zcube_lab.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS, get_policy
 from zcube_lab.ports import free_port
+from zcube_lab.procs import signals_ignored, stop_groups, wait_http
 
 PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
 MODELS = ("glm-5.1", "deepseek-v3", "llama-3.1-70b", "llama-3.1-8b", "tiny")
@@ -302,27 +301,16 @@ class Experiment:
         self._wait_healthy(targets, timeout=90)
 
     def _wait_healthy(self, urls: list[str], timeout: float) -> None:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + timeout
-        pending = list(urls)
-        while pending:
-            for name, proc in self.procs:
-                if proc.poll() is not None:
-                    log = (self.dir / "logs" / f"{name}.log").read_text(errors="replace")
-                    raise LabError(f"{name} exited with {proc.returncode}:\n{log[-1500:]}")
-            still = []
-            for u in pending:
-                try:
-                    with opener.open(u + "/health", timeout=1) as resp:
-                        if resp.status != 200:
-                            still.append(u)
-                except OSError:
-                    still.append(u)
-            pending = still
-            if pending and time.monotonic() > deadline:
-                raise LabError(f"not healthy after {timeout:.0f}s: {pending}")
-            if pending:
-                time.sleep(0.3)
+        failing = wait_http([u + "/health" for u in urls], timeout, alive=self._check_alive)
+        if failing:
+            raise LabError(f"not healthy after {timeout:.0f}s: {failing}")
+
+    def _check_alive(self) -> None:
+        """Raise LabError with the log tail of the first started process that has exited."""
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                log = (self.dir / "logs" / f"{name}.log").read_text(errors="replace")
+                raise LabError(f"{name} exited with {proc.returncode}:\n{log[-1500:]}")
 
     # -- monitoring ----------------------------------------------------------------------
     def _start_monitoring(self) -> None:
@@ -374,7 +362,7 @@ class Experiment:
         run_time = c.duration_s + c.drain_s
         argv = [
             sys.executable, "-m", "locust",
-            "-f", str(Path(__file__).resolve().parent.parent / "workloads" / "locustfile.py"),
+            "-f", str(LOCUSTFILE),
             "--headless", "--host", f"http://127.0.0.1:{self.gateway_port}",
             "-u", "1", "-r", "1", "--run-time", f"{run_time:.0f}s",
             "--workload", c.workload, "--seed", str(c.seed), "--model", c.model,
@@ -557,19 +545,7 @@ class Experiment:
                     self.lab.stop()
 
     def _stop_processes(self) -> None:
-        for _name, proc in reversed(self.procs):
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for _name, proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=2)
+        stop_groups([proc for _name, proc in self.procs])
         self.procs.clear()
         for log in self.logs:
             log.close()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import statistics
 import subprocess
 import threading
 import time
@@ -37,6 +36,7 @@ from typing import IO, Any
 
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.description import Fabric, Link
+from zcube_lab.stats import quantile
 
 GRAMMAR = (
     "'link X-Y[#k] at T [for D]', 'switch X at T [for D]' or "
@@ -244,14 +244,6 @@ def schedule(fabric: Fabric, faults: Sequence[Fault]) -> list[Transition]:
 
 
 # -- analysis ----------------------------------------------------------------------------------
-def _p99(values: Sequence[float]) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[98]
-
-
 def fault_windows(
     events: Sequence[Mapping[str, Any]], end_wall: float
 ) -> list[tuple[float, float]]:
@@ -348,7 +340,7 @@ def analyze(
 
     for name in ("before", "during", "after"):
         ttft = [float(r["ttft_s"]) for r in ok if phase(r) == name and r.get("ttft_s") is not None]
-        out[f"ttft_p99_{name}_s"] = _p99(ttft)
+        out[f"ttft_p99_{name}_s"] = quantile(ttft, 0.99)
         out[f"requests_{name}"] = sum(1 for r in requests if phase(r) == name)
         out[f"failed_{name}"] = sum(
             1 for r in requests if phase(r) == name and r.get("outcome") != "ok"
@@ -358,7 +350,7 @@ def analyze(
     base = [
         float(a["end"]) - float(a["start"]) for a in done if float(a["end"]) < first
     ]  # completed before any fault
-    slow = (_p99(base) or 0.0) + 0.2
+    slow = (quantile(base, 0.99) or 0.0) + 0.2
     hit_done: list[tuple[float, float, float]] = []  # (met the fault, completed, restore)
     for v in by_request.values():
         v = sorted(v, key=lambda a: float(a["start"]))

@@ -39,7 +39,6 @@ case where one pegged core hurts (a single-threaded bottleneck) is what the proc
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
@@ -50,6 +49,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge
 
 from zcube_lab.errors import ConfigError
+from zcube_lab.stats import quantile
 
 DATAPATH = "ovs-vswitchd"
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
@@ -320,24 +320,11 @@ def judge(samples: Sequence[HealthSample], thresholds: Thresholds | None = None)
         machine_cpu_p95=machine.p95 if machine else None,
         datapath_cpu_mean=datapath.mean if datapath else None,
         datapath_cpu_p95=datapath.p95 if datapath else None,
-        per_core_p95=tuple(
-            percentile([s.per_core[i] for s in samples], 0.95) for i in range(width)
-        ),
+        per_core_p95=tuple(_p95([s.per_core[i] for s in samples]) for i in range(width)),
         softirq_mean=_mean([s.softirq for s in samples]),
         steal_mean=steal,
         processes=processes,
     )
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-quantile (0-1) with linear interpolation between order statistics (numpy's default)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _usage(values: Sequence[float], limit: float) -> Usage | None:
@@ -345,9 +332,15 @@ def _usage(values: Sequence[float], limit: float) -> Usage | None:
         return None
     return Usage(
         mean=sum(values) / len(values),
-        p95=percentile(values, 0.95),
+        p95=_p95(values),
         over=sum(1 for v in values if v > limit) / len(values),
     )
+
+
+def _p95(values: Sequence[float]) -> float:
+    value = quantile(values, 0.95)
+    assert value is not None, "p95 of no samples"
+    return value
 
 
 def _mean(values: Sequence[float]) -> float | None:

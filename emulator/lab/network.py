@@ -22,9 +22,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from zcube_lab.fabric.hostplan import (
     management_root_batch,
     sysctls,
 )
+from zcube_lab.procs import kill_group, pid_alive, signals_ignored
 
 STATE_DIR = Path(os.environ.get("ZCUBE_LAB_STATE", "/tmp/zcube-lab"))
 OWNER_KEY = "zcube-lab"
@@ -98,44 +98,6 @@ def _run(argv: list[str], check: bool = True, timeout: float = 30) -> str:
     return done.stdout
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_group(pid: int, grace: float = 3.0) -> None:
-    """SIGTERM a process group, then SIGKILL what is left after `grace` seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if not _pid_alive(pid):
-                return
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def signals_ignored() -> Iterator[None]:
-    """Ignore SIGINT and SIGTERM for the duration (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-
-
 def _start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), which
     tells a recorded process from a later one that reused its pid."""
@@ -148,7 +110,7 @@ def _start_time(pid: int) -> int | None:
 
 def _same_process(pid: int, starts: dict[str, int]) -> bool:
     """Alive, and (when its start time was recorded) the very process that was recorded."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     recorded = starts.get(str(pid))
     return recorded is None or recorded == _start_time(pid)
@@ -179,14 +141,14 @@ def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
                 path.unlink(missing_ok=True)
                 continue
             owner = int(state.get("owner", 0))
-            if owner and owner != os.getpid() and _pid_alive(owner):
+            if owner and owner != os.getpid() and pid_alive(owner):
                 raise LabError(
                     f"another zcube-lab run (pid {owner}) is up; stop it first (state file {path})"
                 )
             starts = state.get("starts", {})
             for pid in state.get("pids", []):
                 if _same_process(pid, starts):
-                    _kill_group(pid, grace=1.0)
+                    kill_group(pid, grace=1.0)
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                     removed.append(f"process {pid}")
@@ -214,7 +176,7 @@ def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
             lines = block.strip().splitlines()
             if len(lines) >= 2 and f"{OWNER_KEY}=" in lines[1]:
                 pid = int(lines[1].split(f"{OWNER_KEY}=")[1].split()[0].strip('",}'))
-                if pid != os.getpid() and not _pid_alive(pid):
+                if pid != os.getpid() and not pid_alive(pid):
                     ours.append(lines[0].strip())
         removed += _delete_bridges(ours)
     return removed
@@ -351,7 +313,7 @@ class Lab:
             except Exception as exc:  # keep tearing down: leftovers are swept below
                 print(f"warning: mininet stop: {exc}", file=sys.stderr)
         if self.controller is not None:
-            _kill_group(self.controller.pid)
+            kill_group(self.controller.pid)
             with contextlib.suppress(Exception):
                 self.controller.wait(timeout=1)
             self.controller = None

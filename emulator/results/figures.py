@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from zcube_lab.stats import quantile
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.fabric.hostplan import Scale
 
@@ -30,18 +31,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return rows
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0-100) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    data = sorted(values)
-    if len(data) == 1:
-        return float(data[0])
-    pos = (len(data) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
 
 
 def _ok(record: Mapping[str, Any]) -> bool:
@@ -67,7 +56,7 @@ def client_summary(records: Iterable[Mapping[str, Any]], window_s: float) -> dic
     }
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
         for q in (50, 90, 99):
-            out[f"{name}_p{q}_s"] = percentile(values, q)
+            out[f"{name}_p{q}_s"] = quantile(values, q / 100)
         out[f"{name}_mean_s"] = statistics.fmean(values) if values else None
     return out
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.live import FixedPortPrometheus, port_free
+from emulator.experiment.live import FixedPortPrometheus
 from emulator.prometheus.server import PrometheusError, scrape_config
-from zcube_lab.ports import free_port
+from zcube_lab.ports import free_port, port_free
 
 pytestmark = pytest.mark.integration
 

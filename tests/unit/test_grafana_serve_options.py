@@ -7,9 +7,9 @@ import socket
 import pytest
 from rich.console import Console
 
-from emulator.experiment.live import port_free
 from zcube_lab.cli import main
 from zcube_lab.commands.up import _port
+from zcube_lab.ports import port_free
 
 
 @pytest.fixture(autouse=True)

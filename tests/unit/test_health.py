@@ -26,7 +26,6 @@ from emulator.lab.health import (
     judge,
     parse_pid_stat,
     parse_proc_stat,
-    percentile,
     process_cores,
     sample_between,
 )
@@ -153,14 +152,6 @@ def test_sample_between_orders_cores_numerically() -> None:
 def test_sample_between_needs_time_to_pass() -> None:
     cpus = parse_proc_stat(STAT_BEFORE)
     assert sample_between(Reading(5, cpus), Reading(5, cpus), 100) is None
-
-
-def test_percentile_interpolates_like_numpy() -> None:
-    assert percentile([1.0], 0.95) == 1.0
-    assert percentile([0.0, 10.0], 0.5) == 5.0
-    assert percentile(list(map(float, range(101))), 0.95) == pytest.approx(95.0)
-    with pytest.raises(ValueError):
-        percentile([], 0.5)
 
 
 # --- the verdict ---

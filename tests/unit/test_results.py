@@ -10,7 +10,6 @@ from emulator.results.figures import (
     client_summary,
     host_ingress_bytes,
     link_utilization,
-    percentile,
     throughput_series,
     utilization_summary,
 )
@@ -29,13 +28,6 @@ def _rec(i: int, ttft: float, ok: bool = True) -> dict:
         "itl_s": [0.03] * 10,
         "output_tokens": 11,
     }
-
-
-def test_percentile_interpolates() -> None:
-    assert percentile([], 50) is None
-    assert percentile([3.0], 99) == 3.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
-    assert percentile(list(range(101)), 99) == pytest.approx(99.0)
 
 
 def test_client_summary_counts_and_quantiles() -> None:

@@ -10,7 +10,6 @@ import math
 import signal
 import time
 from pathlib import Path
-from types import FrameType
 
 from rich.console import Console
 from rich.table import Table
@@ -18,6 +17,7 @@ from rich.table import Table
 from zcube_lab.commands.run import add_run_arguments, config_from_args
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.procs import raise_interrupt
 
 KINDS = ("zcube", "roft", "clos")
 
@@ -89,10 +89,6 @@ def fabric_specs(
     return specs
 
 
-def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the comparison and write the report."""
     from emulator.experiment.runner import Experiment
@@ -148,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise ConfigError("fabrics", args.fabrics, f"must include the runs' fabrics {unknown}")
     else:
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        signal.signal(signal.SIGTERM, raise_interrupt)
         total = len(variants) * args.repeat
         done = 0
         try:

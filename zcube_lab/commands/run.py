@@ -9,13 +9,13 @@ import argparse
 import json
 import signal
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.runner import RunConfig
@@ -83,10 +83,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _profile_hint(workload: str, name: str, default: object) -> object:
     from workloads.profiles import load_profile
 
@@ -147,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from emulator.prometheus.server import PrometheusError
 
     console = Console(stderr=True)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     exp = Experiment(config_from_args(args), progress=lambda m: console.print(f"[dim]»[/dim] {m}"))
     try:
         result = exp.run()

@@ -13,12 +13,12 @@ import json
 import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
 from rich.console import Console
 from rich.table import Table
 
 from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.procs import raise_interrupt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,10 +89,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def run(args: argparse.Namespace) -> int:
     """Bring the lab up, check it, report, tear down (or serve until Ctrl-C with --serve)."""
     if args.serve:
@@ -114,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
     )
     console = Console(stderr=True)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     lab = Lab(fabric, options, progress=lambda msg: console.print(f"[dim]»[/dim] {msg}"))
     failures: dict[str, list[str]] = {}
     try:
@@ -164,8 +160,7 @@ def _print_summary(summary: dict[str, object], failures: dict[str, list[str]]) -
 
 
 def _port(wanted: int, bind: str, what: str, console: Console) -> int:
-    from emulator.experiment.live import port_free
-    from zcube_lab.ports import free_port
+    from zcube_lab.ports import free_port, port_free
 
     if port_free(wanted, bind):
         return wanted
@@ -230,7 +225,7 @@ def serve(args: argparse.Namespace) -> int:
     # Ctrl-C, SIGTERM and a closed ssh session all tear down. SIGINT explicitly too: a process
     # started in the background by a non-interactive shell inherits it ignored.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, _raise_interrupt)
+        signal.signal(signum, raise_interrupt)
     try:
         live.serve(ready)
     except (LabError, PrometheusError) as exc:
