@@ -94,8 +94,8 @@ def exported_metric_names() -> set[str]:
     from prometheus_client import CollectorRegistry
 
     import controller.metrics as controller_metrics
-    import emulator.lab.faults as faults
     import emulator.lab.health as health
+    import zcube_lab.faults as faults
     from serving.metrics import EngineMetrics, GatewayMetrics
     from workloads.metrics import ClientMetrics
 

@@ -157,10 +157,11 @@ def cut_during_pull(
     """Host `dst` pulls `num_bytes` from a KV server on host `src`; after `sample_s` of transfer
     the link is cut (`"a0-b1"`; `"auto"`: the switch-to-switch link that carried most of it in
     that window; None: no cut, the reference). Brings its own lab up and down."""
-    from emulator.lab.faults import FaultInjector, parse_faults, switch_links
+    from emulator.lab.injector import FaultInjector
     from emulator.lab.measure import port_tx_bytes
     from emulator.lab.network import Lab, LabOptions
     from zcube_lab.fabric.hostplan import Scale, kv_source_map
+    from zcube_lab.faults import parse_faults, switch_links
     from zcube_lab.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
     from zcube_lab.ports import free_port
 

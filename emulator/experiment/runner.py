@@ -28,10 +28,11 @@ from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from emulator.lab.faults import Fault, FaultInjector, analyze, parse_faults
 from emulator.lab.health import HealthSampler
+from emulator.lab.injector import FaultInjector
 from emulator.lab.network import Lab, LabError, LabOptions
 from emulator.prometheus.server import PrometheusServer, scrape_config
+from emulator.results.faults import analyze
 from emulator.results.figures import (
     client_summary,
     host_ingress_bytes,
@@ -40,18 +41,19 @@ from emulator.results.figures import (
     throughput_series,
     utilization_summary,
 )
+from serving.models import PROFILES
 from workloads import LOCUSTFILE
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import Fabric, FabricSpec
 from zcube_lab.fabric.hostplan import Scale, kv_source_map
 from zcube_lab.fabric.placement import LayoutSpec, Placement, place
+from zcube_lab.faults import Fault, parse_faults
 from zcube_lab.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS, get_policy
 from zcube_lab.ports import free_port
 from zcube_lab.procs import signals_ignored, stop_groups, wait_http
 
 PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
-MODELS = ("glm-5.1", "deepseek-v3", "llama-3.1-70b", "llama-3.1-8b", "tiny")
 # What crossed the fabric is compared with what the servers say they sent; the fabric also
 # carries TCP/IP headers, ACKs and the KV protocol's own framing.
 OVERHEAD_TOLERANCE = 0.15
@@ -72,7 +74,7 @@ class RunConfig:
     length_scale: float | None = None
     nic_mbps: float = 100.0
     policy: str = "ecmp"
-    faults: tuple[str, ...] = ()  # --fail specifications (emulator.lab.faults)
+    faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.faults)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
     kv_streams: int = 2
     prefix_cache_hit_rate: float = 0.0
@@ -85,8 +87,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not 5 <= self.duration_s <= 3600:
             raise ConfigError("duration", self.duration_s, "between 5 and 3600 seconds")
-        if self.model not in MODELS:
-            raise ConfigError("model", self.model, f"one of {list(MODELS)}")
+        if self.model not in PROFILES:
+            raise ConfigError("model", self.model, f"one of {list(PROFILES)}")
         if self.rate is not None and not 0 < self.rate <= 1000:
             raise ConfigError("rate", self.rate, "between 0 and 1000 requests/s")
         if not 0 < self.nic_mbps <= 1000:

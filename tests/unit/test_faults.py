@@ -7,19 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.faults import (
-    FaultInjector,
-    analyze,
-    fault_windows,
-    interfaces,
-    parse_fault,
-    parse_faults,
-    schedule,
-    switch_links,
-)
+from emulator.lab.injector import FaultInjector
+from emulator.results.faults import analyze, fault_windows
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.faults import interfaces, parse_fault, parse_faults, schedule, switch_links
 from zcube_lab.policies import POLICIES, get_policy
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=4))

@@ -16,10 +16,9 @@ from rich.table import Table
 
 from zcube_lab.commands.run import add_run_arguments, config_from_args
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import BUILDERS
 from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.procs import raise_interrupt
-
-KINDS = ("zcube", "roft", "clos")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,8 +65,8 @@ def fabric_specs(
         raise ConfigError("gpus", gpus, "a square of at least 4 (16, 36, 64)")
     specs = {}
     for k in kinds:
-        if k not in KINDS:
-            raise ConfigError("fabrics", k, f"comma-separated from {list(KINDS)}")
+        if k not in BUILDERS:
+            raise ConfigError("fabrics", k, f"comma-separated from {list(BUILDERS)}")
         if k == "zcube":
             specs[k] = FabricSpec.of("zcube", n=side, gpus_per_server=side)
         elif k == "roft":
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("planes", args.planes, "1 unless roft is among the compared fabrics")
     for text in args.fail:
         head, sep, _ = text.partition(":")
-        if sep and head.strip().lower() in KINDS and head.strip().lower() not in kinds:
+        if sep and head.strip().lower() in BUILDERS and head.strip().lower() not in kinds:
             raise ConfigError("fail", text, f"a prefix among the compared fabrics {kinds}")
     # Validate every run's configuration before the first one starts (fail in seconds, not
     # after a run): building an Experiment checks the fabric, placement, policy and faults.

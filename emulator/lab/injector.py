@@ -1,0 +1,131 @@
+"""The fault injector: carries out a fault schedule on a running lab (needs root).
+
+`FaultInjector` runs a schedule (`zcube_lab.faults.schedule`) in a thread (`ip link set dev X
+down|up`), writes every transition to `faults.jsonl` with its wall time, exports
+`zcube_fault_active{fault=...}` (1 while a fault holds) for Prometheus and Grafana annotations,
+and restores every link it broke on stop.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from zcube_lab.fabric.description import Fabric
+from zcube_lab.faults import ACTIVE_METRIC, Fault, Transition, schedule
+
+Runner = Callable[[list[str]], None]
+
+
+def _ip_link(lines: list[str]) -> None:
+    done = subprocess.run(
+        ["ip", "-force", "-batch", "-"],
+        input="\n".join(lines) + "\n",
+        text=True,
+        capture_output=True,
+        check=False,
+        timeout=10,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"ip -batch failed ({done.returncode}): {done.stderr.strip()[:300]}")
+
+
+class FaultInjector:
+    """Runs a schedule in a background thread, from `t0` (wall time of the load start)."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        faults: Sequence[Fault],
+        log_path: Path,
+        registry: Any = None,
+        runner: Runner = _ip_link,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.fabric = fabric
+        self.faults = list(faults)
+        self.transitions = schedule(fabric, faults)
+        self.log_path = log_path
+        self._runner = runner
+        self._progress = progress or (lambda _m: None)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._down: set[str] = set()
+        self._lock = threading.Lock()
+        self._log: IO[str] | None = None
+        self._gauge = None
+        if registry is not None:
+            from prometheus_client import Gauge
+
+            self._gauge = Gauge(
+                ACTIVE_METRIC, "1 while an injected fault holds.", ["fault"], registry=registry
+            )
+            for f in self.faults:
+                self._gauge.labels(f.label).set(0)
+
+    def start(self, t0: float) -> None:
+        self._log = self.log_path.open("a")
+        self._thread = threading.Thread(target=self._run, args=(t0,), daemon=True)
+        self._thread.start()
+
+    def _apply(self, tr: Transition, t0: float) -> None:
+        lines = [f"link set dev {name} {tr.action}" for name in tr.interfaces]
+        with self._lock:  # recorded first: stop() restores it even if the command half-ran
+            if tr.action == "down":
+                self._down.update(tr.interfaces)
+        error = ""
+        if lines:
+            try:
+                self._runner(lines)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        if tr.action == "up" and not error:
+            with self._lock:
+                self._down.difference_update(tr.interfaces)
+        now = time.time()
+        if self._gauge is not None:
+            self._gauge.labels(tr.fault).set(1 if tr.action == "down" else 0)
+        record = {
+            "t_s": round(now - t0, 3),
+            "planned_s": tr.t_s,
+            "wall": now,
+            "action": tr.action,
+            "fault": tr.fault,
+            "interfaces": list(tr.interfaces),
+            "error": error,
+        }
+        if self._log is not None:
+            self._log.write(json.dumps(record) + "\n")
+            self._log.flush()
+        if error:
+            self._progress(f"fault: {tr.fault} {tr.action} FAILED at {now - t0:.1f}s: {error}")
+        else:
+            self._progress(f"fault: {tr.fault} {tr.action} at {now - t0:.1f}s")
+
+    def _run(self, t0: float) -> None:
+        for tr in self.transitions:
+            if self._stop.wait(max(0.0, t0 + tr.t_s - time.time())):
+                return
+            self._apply(tr, t0)
+
+    def stop(self) -> None:
+        """Stop the schedule and bring back every interface this injector set down."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        with self._lock:
+            down = sorted(self._down)
+            self._down.clear()
+        if down:
+            try:
+                self._runner([f"link set dev {name} up" for name in down])
+            except Exception as exc:
+                self._progress(f"fault: restoring {down} failed: {exc}")
+        if self._log is not None:
+            self._log.close()
+            self._log = None
