@@ -1,6 +1,6 @@
 """Mock PD-disaggregated inference serving: gateway, prefill and decode roles that move real bytes.
 
-One module per concern: `profiles` (model data and the pure compute model), `config` (frozen,
+One module per concern: `models` (model profiles and the pure compute model), `config` (frozen,
 validated role settings), `openai_api` (request parsing, errors, response shapes), `textgen`
 (prompt-token counting and seeded synthetic text), `metrics` (vLLM's names), `kvstore` and
 `kvwire` (held KV buffers and the TCP pull protocol), `alltoall` (expert-parallel exchange),
