@@ -31,7 +31,6 @@ from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.fabric.hostplan import (
     MGMT_BRIDGE,
-    Scale,
     ip_batch,
     management_address,
     management_host_batch,
@@ -39,6 +38,7 @@ from zcube_lab.fabric.hostplan import (
     management_root_batch,
     sysctls,
 )
+from zcube_lab.fabric.scale import Scale
 from zcube_lab.procs import kill_group, pid_alive, signals_ignored
 
 STATE_DIR = Path(os.environ.get("ZCUBE_LAB_STATE", "/tmp/zcube-lab"))
