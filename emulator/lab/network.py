@@ -58,7 +58,7 @@ class LabOptions:
     scale: Scale = field(default_factory=Scale)
     mtu: int = 9000
     datapath: str = "auto"
-    policy: str = "ecmp"  # controller routing: ecmp, single or ff
+    policy: str = "ecmp"  # routing policy (controller.rules.ROUTING_POLICIES)
     recompute: bool = False  # the controller reroutes when a port goes down or comes back
     of_port: int = 6653
     metrics_port: int = 9101
