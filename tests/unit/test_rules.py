@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from controller.ofctl import dump_lines, flow_line, flow_lines, group_line, group_lines
+from controller.ofctl import (
+    dump_lines,
+    flow_line,
+    flow_lines,
+    group_line,
+    group_lines,
+    line_differences,
+)
 from controller.rules import (
     COOKIE,
     ETH_TYPE_ARP,
@@ -192,3 +199,12 @@ def test_rendered_lines_count_matches_specs(fabric: Fabric) -> None:
     for sw in compute_rules(fabric, "ecmp").values():
         assert len(flow_lines(sw)) == len(sw.flows)
         assert len(group_lines(sw)) == len(sw.groups)
+
+
+def test_line_differences_name_missing_and_unexpected_lines(fabric: Fabric) -> None:
+    sw = next(iter(compute_rules(fabric, "ecmp").values()))
+    flows, groups = flow_lines(sw), group_lines(sw)
+    assert line_differences(flows, groups, sw) == []
+    extra = "cookie=0x1, priority=1 actions=drop"
+    diff = line_differences([*flows[1:], extra], groups, sw)
+    assert diff == [f"-{flows[0]}", f"+{extra}"]
