@@ -5,7 +5,8 @@
 
 `--recompute` makes the controller route around links that go down (and back when they come
 up), sending each switch only what changed; without it the controller only records link state,
-and failures are handled by the switches (`ecmp`, `ff`) or not at all (`single`).
+and failures are handled by the switches (`ecmp`, `ff`) or not at all (`static`; its earlier
+name `single` is still accepted).
 
 os-ken has no `osken-manager` command here, so this does what `ryu-manager` does: register
 os-ken's options by importing its modules, parse them into `os_ken.cfg.CONF` (listen host and
@@ -38,7 +39,7 @@ from os_ken.base.app_manager import AppManager
 from prometheus_client import CollectorRegistry, start_http_server
 
 from controller.app import ControllerConfig
-from controller.rules import POLICIES
+from controller.rules import ROUTING_ALIASES, ROUTING_POLICIES
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import FabricSpec
@@ -63,7 +64,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         required=True,
         help='the fabric as FabricSpec JSON, e.g. \'{"kind": "zcube", "params": {"n": 4}}\'',
     )
-    p.add_argument("--policy", default="ecmp", choices=POLICIES, help="routing policy")
+    p.add_argument(
+        "--policy",
+        default="ecmp",
+        choices=(*ROUTING_POLICIES, *ROUTING_ALIASES),
+        help="routing policy",
+    )
     p.add_argument("--of-port", type=int, default=6653, help="OpenFlow TCP port on 127.0.0.1")
     p.add_argument(
         "--metrics-port", type=int, default=9101, help="Prometheus /metrics port on 127.0.0.1"

@@ -20,7 +20,7 @@ returns.
   report within it), then the app computes `compute_rules` on the fabric without the down links,
   and sends every connected switch only the difference (`rules.diff_rules` after
   `rules.align_groups`, as messages from `ofmsg.diff_messages`) and a barrier. Without it the
-  app only records: `single` then does not react at all, `ecmp` and `ff` react in the switch
+  app only records: `static` then does not react at all, `ecmp` and `ff` react in the switch
   (a select group hashes over the buckets whose watch_port is up; a fast-failover group takes
   the first such bucket).
 - a poller thread sends port, aggregate-flow and group statistics requests every
@@ -94,7 +94,8 @@ class ControllerConfig:
     recompute: bool = False
 
     def __post_init__(self) -> None:
-        check_policy(self.policy)
+        # Stored by its name, not an alias, so the logs and the rules agree on what it is.
+        object.__setattr__(self, "policy", check_policy(self.policy))
         if not self.poll_interval > 0:
             raise ConfigError("poll_interval", self.poll_interval, "a number of seconds > 0")
         if not isinstance(self.recompute, bool):

@@ -2,7 +2,9 @@
 
 `flow_lines` matches `ovs-ofctl -O OpenFlow13 --no-stats dump-flows BRIDGE` line for line and
 `group_lines` matches `dump-groups BRIDGE` without its header, once leading spaces are stripped
-and both sides sorted (the switch lists flows of equal priority in no fixed order). Pure.
+and both sides sorted (the switch lists flows of equal priority in no fixed order);
+`line_differences` compares such dumps with the specs. Pure: running `ovs-ofctl` is
+`emulator.lab.ovs`'s job.
 """
 
 from __future__ import annotations
@@ -82,3 +84,15 @@ def dump_lines(text: str) -> list[str]:
     return sorted(
         line.strip() for line in text.splitlines() if line.strip() and " reply " not in line
     )
+
+
+def line_differences(flows: list[str], groups: list[str], rules: SwitchRules) -> list[str]:
+    """What differs between dumped `flows` and `groups` (as `dump_lines` returns them) and
+    `rules`: `-line` missing, `+line` unexpected. Empty when they match exactly."""
+    out = []
+    # Sets suffice: a switch cannot hold two flows with one match and priority, nor two groups
+    # with one id.
+    for have, want in ((flows, flow_lines(rules)), (groups, group_lines(rules))):
+        out += [f"-{line}" for line in sorted(set(want) - set(have))]
+        out += [f"+{line}" for line in sorted(set(have) - set(want))]
+    return out

@@ -11,9 +11,10 @@ Forwarding model (one table, table 0):
     through a select group. Each bucket watches its own port, and Open vSwitch leaves a bucket
     whose watch_port is down out of the hash, so ecmp already fails over locally among the
     equal-cost ports that remain; it cannot leave the shortest paths.
-  - `single`: to one of those next hops, chosen by the destination's port number on its
-    attachment switch (the hosts under one leaf spread over the spines while each destination
-    keeps one path). The static reference: plain outputs, nothing reacts to a failure.
+  - `static` (earlier `single`, still accepted): to one of those next hops, chosen by the
+    destination's port number on its attachment switch (the hosts under one leaf spread over
+    the spines while each destination keeps one path). The reference: plain outputs, nothing
+    reacts to a failure.
   - `ff` (fast failover): a fast-failover group; the switch uses its first bucket whose
     watch_port is up. Buckets in order: the primary, one shortest next hop chosen as
     `ports[(attachment port + switch index) % len(ports)]` (the switch index in the formula
@@ -36,8 +37,11 @@ ZCube needs nothing special: a host picks the destination's port-1 or port-2 add
 routes, and shortest-path forwarding to that address's switch yields the 1-hop path or one of
 the two link-disjoint 2-hop paths (A[s1] > B[r2] or B[r1] > A[s2]).
 
-Naming: match fields use os-ken's OXM names (`eth_type`, `ipv4_dst`, `in_port`); switches are
-keyed by dpid; group ids count from 1 per switch in the order destinations are visited.
+Naming: these are *routing* policies (`ROUTING_POLICIES`), what the switches are told; a run's
+`--policy` is a *run* policy (`zcube_lab.policies.RUN_POLICIES`) that picks one of them and adds
+who else reacts (the controller, the senders). Match fields use os-ken's OXM names (`eth_type`,
+`ipv4_dst`, `in_port`); switches are keyed by dpid; group ids count from 1 per switch in the
+order destinations are visited.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ from itertools import count
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.description import Attachment, Fabric, Link
 
-POLICIES = ("ecmp", "single", "ff")
+ROUTING_POLICIES = ("ecmp", "static", "ff")
+# Earlier names, still accepted (`python -m controller --policy single`).
+ROUTING_ALIASES = {"single": "static"}
 GROUP_TYPES = ("select", "indirect", "ff")
 
 # Every flow we install carries this cookie, so our flows are easy to tell from anything else.
@@ -174,10 +180,12 @@ def port_peers(fabric: Fabric) -> dict[tuple[str, int], tuple[str, int]]:
 
 
 def check_policy(policy: str) -> str:
-    """The policy if known, else a `ConfigError` naming the allowed ones."""
-    if policy not in POLICIES:
-        raise ConfigError("policy", policy, f"one of {list(POLICIES)}")
-    return policy
+    """The routing policy's name (an alias resolved), else a `ConfigError` naming the allowed
+    ones."""
+    name = ROUTING_ALIASES.get(policy, policy)
+    if name not in ROUTING_POLICIES:
+        raise ConfigError("policy", policy, f"one of {list(ROUTING_POLICIES)}")
+    return name
 
 
 GROUP_TYPE_OF_POLICY = {"ecmp": "select", "ff": "ff"}
@@ -246,7 +254,7 @@ class _Routes:
         ports = self.next_hops(switch, attachment.switch)
         if not ports or self.policy == "ecmp":
             return ports
-        if self.policy == "single":
+        if self.policy == "static":
             return (ports[attachment.port % len(ports)],)
         primary = self._primary[(switch, ip)]
         others = tuple(p for p in ports if p != primary)
@@ -301,8 +309,7 @@ def _switch_rules(routes: _Routes, switch: str) -> SwitchRules:
 
 def compute_rules(fabric: Fabric, policy: str) -> dict[int, SwitchRules]:
     """The flows and groups of every switch, keyed by dpid, for routing `policy`."""
-    check_policy(policy)
-    routes = _Routes(fabric, policy)
+    routes = _Routes(fabric, check_policy(policy))
     return {sw.dpid: _switch_rules(routes, sw.name) for sw in fabric.switches}
 
 

@@ -1,4 +1,9 @@
-"""Routing and transport policies a run can choose (`--policy`), as plain data.
+"""Run policies: what a run's `--policy` sets up (routing, controller, transport), as plain data.
+
+Glossary: a *run* policy (here, `RUN_POLICIES`) picks a *routing* policy for the switches
+(`controller.rules.ROUTING_POLICIES`: ecmp, static, ff) and says whether the controller
+recomputes and whether senders spray. The gateway's *balancing* policy (`serving.routing`) is a
+third, unrelated choice.
 
 A policy is what reacts when a link dies, and where: the switches (`ff`, and `ecmp` among
 equal-cost ports), the controller (`recompute`), the end hosts (`spray`) or nobody (`static`).
@@ -34,33 +39,35 @@ SPRAY_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
-class Policy:
+class RunPolicy:
     """What a run's `--policy` sets up."""
 
     name: str
-    routing: str  # controller.rules policy: single, ecmp or ff
+    routing: str  # the routing policy (controller.rules.ROUTING_POLICIES): static, ecmp or ff
     recompute: bool  # the controller reroutes on port-status events
     spray: bool  # KV pulls spread over many subflows and retire stalled ones
     summary: str
 
 
-POLICIES: dict[str, Policy] = {
+RUN_POLICIES: dict[str, RunPolicy] = {
     p.name: p
     for p in (
-        Policy("static", "single", False, False, "one path per destination, no reaction"),
-        Policy("ecmp", "ecmp", False, False, "ECMP select groups; dead buckets skipped"),
-        Policy("ff", "ff", False, False, "fast-failover groups with loop-free detours"),
-        Policy("recompute", "ecmp", True, False, "ECMP; controller recomputes on port status"),
-        Policy("spray", "ecmp", False, True, "ECMP; senders spray subflows, retire stalled ones"),
+        RunPolicy("static", "static", False, False, "one path per destination, no reaction"),
+        RunPolicy("ecmp", "ecmp", False, False, "ECMP select groups; dead buckets skipped"),
+        RunPolicy("ff", "ff", False, False, "fast-failover groups with loop-free detours"),
+        RunPolicy("recompute", "ecmp", True, False, "ECMP; controller recomputes on port status"),
+        RunPolicy(
+            "spray", "ecmp", False, True, "ECMP; senders spray subflows, retire stalled ones"
+        ),
     )
 }
 # Earlier name of `static`, still accepted.
 ALIASES = {"single": "static"}
 
 
-def get_policy(name: str) -> Policy:
-    """The policy called `name`, or a ConfigError naming the allowed ones."""
+def get_policy(name: str) -> RunPolicy:
+    """The run policy called `name`, or a ConfigError naming the allowed ones."""
     key = ALIASES.get(name, name)
-    if key not in POLICIES:
-        raise ConfigError("policy", name, f"one of {list(POLICIES)}")
-    return POLICIES[key]
+    if key not in RUN_POLICIES:
+        raise ConfigError("policy", name, f"one of {list(RUN_POLICIES)}")
+    return RUN_POLICIES[key]

@@ -160,7 +160,8 @@ def cut_during_pull(
     from emulator.lab.injector import FaultInjector
     from emulator.lab.measure import port_tx_bytes
     from emulator.lab.network import Lab, LabOptions
-    from zcube_lab.fabric.hostplan import Scale, kv_source_map
+    from zcube_lab.fabric.hostplan import kv_source_map
+    from zcube_lab.fabric.scale import Scale
     from zcube_lab.faults import parse_faults, switch_links
     from zcube_lab.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
     from zcube_lab.ports import free_port

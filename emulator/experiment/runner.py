@@ -46,8 +46,9 @@ from workloads import LOCUSTFILE
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import Fabric, FabricSpec
-from zcube_lab.fabric.hostplan import Scale, kv_source_map
+from zcube_lab.fabric.hostplan import kv_source_map
 from zcube_lab.fabric.placement import LayoutSpec, Placement, place
+from zcube_lab.fabric.scale import Scale
 from zcube_lab.faults import Fault, parse_faults
 from zcube_lab.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS, get_policy
 from zcube_lab.ports import free_port

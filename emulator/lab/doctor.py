@@ -1,7 +1,8 @@
 """Doctor: can this machine run the lab? Each check is pass, warn or fail, with the fix.
 
-Two layers, as everywhere in the lab: thin probes (`probe_*`, `run_command`) touch the machine
-(subprocess argument lists, file reads, imports) and return plain `Probe` data; the `judge_*`
+Two layers, as everywhere in the lab: thin probes (`probe_*`, `run_command`, and
+`emulator.lab.ovs` for Open vSwitch) touch the machine (subprocess argument lists, file reads,
+imports) and return plain `Probe` data; the `judge_*`
 functions turn probe results into `Check`s and are pure, so tests feed them fake probes.
 `run_checks()` wires the two together.
 
@@ -16,11 +17,13 @@ import importlib
 import importlib.metadata
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from emulator.lab import ovs
+from emulator.lab.system import attempt
 
 STATUSES = ("pass", "warn", "fail")
 MIN_PYTHON = (3, 11)
@@ -87,18 +90,7 @@ class Probe:
 
 def run_command(argv: Sequence[str], timeout: float = 10.0) -> Probe:
     """Run an argument list (never a shell string) and capture its result."""
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except FileNotFoundError:
-        return Probe(None, f"{argv[0]}: not found")
-    except OSError as exc:  # e.g. an unreadable PATH entry: as good as missing
-        return Probe(None, f"{argv[0]}: cannot run: {exc.strerror}")
-    except subprocess.TimeoutExpired:
-        return Probe(None, f"{argv[0]}: timed out after {timeout:g}s")
-    output = "\n".join(s.strip() for s in (done.stdout, done.stderr) if s.strip())
-    return Probe(done.returncode, output)
+    return Probe(*attempt(argv, timeout))
 
 
 def probe_import(module: str, distribution: str | None = None) -> Probe:
@@ -352,8 +344,8 @@ def gather(pid: int | None = None) -> Findings:
     return Findings(
         euid=euid,
         python=tuple(sys.version_info[:3]),
-        ovs=run_command(["ovs-vsctl", "--timeout=3", "show"]),
-        ovs_vswitchd=run_command(["ovs-appctl", "--timeout=3", "version"]),
+        ovs=Probe(*ovs.db_status(timeout_s=3)),
+        ovs_vswitchd=Probe(*ovs.vswitchd_status(timeout_s=3)),
         module_loaded=module_loaded,
         modprobe=modprobe,
         mnexec=shutil.which("mnexec"),

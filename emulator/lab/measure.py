@@ -1,5 +1,6 @@
-"""Measurements inside a running lab: iperf3 throughput between hosts and select-group bucket
-counters from Open vSwitch. Needs a started `Lab`."""
+"""Measurements inside a running lab: iperf3 throughput between hosts, and port and
+select-group bucket counters read from Open vSwitch (through `emulator.lab.ovs`). Needs a
+started `Lab`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import re
 import subprocess
 import time
 
-from emulator.lab.network import Lab, LabError
+from emulator.lab import ovs
+from emulator.lab.network import Lab
+from emulator.lab.system import LabError
 
 
 def iperf3(
@@ -52,24 +55,13 @@ def iperf3(
 
 def port_tx_bytes(switch: str, port: int) -> int:
     """Bytes a switch port has sent so far (`ovs-ofctl dump-ports`)."""
-    out = subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = ovs.dump_ports(switch, port)
     return int(out.split("tx pkts=", 1)[1].split("bytes=", 1)[1].split(",", 1)[0])
 
 
 def group_bucket_packets(switch: str) -> dict[int, list[int]]:
     """Packets counted by every bucket of every group on a bridge: group id -> per bucket."""
-    out = subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", "dump-group-stats", switch],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=10,
-    ).stdout
+    out = ovs.dump_group_stats(switch)
     groups: dict[int, list[int]] = {}
     for line in out.splitlines():
         gid = re.search(r"group_id=(\d+)", line)

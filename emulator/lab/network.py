@@ -4,21 +4,19 @@
 controller, builds the hosts, switches and links in Mininet on Open vSwitch (userspace datapath
 when the kernel has no openvswitch module), configures every host (addresses, routes, static
 ARP, offloads off), and waits until every switch holds the rules the controller computed.
-`stop()` undoes it in reverse, and a state file under `/tmp/zcube-lab` lets the next run remove
-what a killed run left behind. Needs root.
+`stop()` undoes it in reverse, and the state file (`emulator.lab.state`) lets the next run remove
+what a killed run left behind. Open vSwitch is reached only through `emulator.lab.ovs`. Needs
+root.
 
 Names: bridges are the fabric's switch names; root-side interfaces `<switch>-eth<port>`; each
-bridge carries `external_ids:zcube-lab=<pid>` so leftovers can be found.
+bridge carries `external_ids:zcube-lab=<pid>` (`state.OWNER_KEY`) so leftovers can be found.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,11 +25,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.lab import ovs
+from emulator.lab.state import (
+    OWNER_KEY,
+    STATE_DIR,
+    LabState,
+    read_state,
+    remove_stale_state,
+    state_path,
+    sweep,
+    write_state,
+)
+from emulator.lab.system import LabError, attempt, run
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.fabric.hostplan import (
     MGMT_BRIDGE,
-    Scale,
     ip_batch,
     management_address,
     management_host_batch,
@@ -39,16 +48,11 @@ from zcube_lab.fabric.hostplan import (
     management_root_batch,
     sysctls,
 )
-from zcube_lab.procs import kill_group, pid_alive, signals_ignored
+from zcube_lab.fabric.scale import Scale
+from zcube_lab.procs import kill_group, signals_ignored
 
-STATE_DIR = Path(os.environ.get("ZCUBE_LAB_STATE", "/tmp/zcube-lab"))
-OWNER_KEY = "zcube-lab"
 OFFLOADS = ("tx", "off", "tso", "off", "gso", "off", "gro", "off")
 DATAPATHS = ("auto", "user", "kernel")
-
-
-class LabError(RuntimeError):
-    """The lab could not be brought up (the message says which phase and why)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class LabOptions:
     scale: Scale = field(default_factory=Scale)
     mtu: int = 9000
     datapath: str = "auto"
-    policy: str = "ecmp"  # controller routing: ecmp, single or ff
+    policy: str = "ecmp"  # routing policy (controller.rules.ROUTING_POLICIES)
     recompute: bool = False  # the controller reroutes when a port goes down or comes back
     of_port: int = 6653
     metrics_port: int = 9101
@@ -85,118 +89,18 @@ def kernel_datapath_available() -> bool:
     """True when the openvswitch kernel module is loaded or loadable."""
     if Path("/sys/module/openvswitch").exists():
         return True
-    probe = subprocess.run(
-        ["modprobe", "-q", "openvswitch"], capture_output=True, check=False, timeout=20
-    )
-    return probe.returncode == 0 and Path("/sys/module/openvswitch").exists()
+    code, _output = attempt(["modprobe", "-q", "openvswitch"], timeout=20)
+    return code == 0 and Path("/sys/module/openvswitch").exists()
 
 
-def _run(argv: list[str], check: bool = True, timeout: float = 30) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    if check and done.returncode != 0:
-        raise LabError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout
-
-
-def _start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), which
-    tells a recorded process from a later one that reused its pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _same_process(pid: int, starts: dict[str, int]) -> bool:
-    """Alive, and (when its start time was recorded) the very process that was recorded."""
-    if not pid_alive(pid):
-        return False
-    recorded = starts.get(str(pid))
-    return recorded is None or recorded == _start_time(pid)
-
-
-def check_state_dir(path: Path) -> None:
-    """Create the state folder (mode 0700) or refuse one that root must not trust: a symlink,
-    or a folder another user owns (it lists processes and interfaces root will remove)."""
-    if path.is_symlink():
-        raise LabError(f"state folder {path} is a symlink; remove it")
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_uid != os.geteuid():
-        raise LabError(f"state folder {path} belongs to another user; remove it")
-
-
-def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
-    """Remove what crashed runs left: their processes, bridges and root-side interfaces.
-
-    Refuses (LabError) when the run that owns a state file is still alive.
-    """
-    removed: list[str] = []
-    if state_dir.exists() or state_dir.is_symlink():
-        check_state_dir(state_dir)
-        for path in sorted(state_dir.glob("lab-*.json")):
-            try:
-                state = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                path.unlink(missing_ok=True)
-                continue
-            owner = int(state.get("owner", 0))
-            if owner and owner != os.getpid() and pid_alive(owner):
-                raise LabError(
-                    f"another zcube-lab run (pid {owner}) is up; stop it first (state file {path})"
-                )
-            starts = state.get("starts", {})
-            for pid in state.get("pids", []):
-                if _same_process(pid, starts):
-                    kill_group(pid, grace=1.0)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                    removed.append(f"process {pid}")
-            removed += _delete_bridges(state.get("bridges", []))
-            for intf in state.get("interfaces", []):
-                if Path(f"/sys/class/net/{intf}").exists():
-                    _run(["ip", "link", "del", intf], check=False)
-                    removed.append(f"interface {intf}")
-            path.unlink(missing_ok=True)
-    # Bridges marked as ours whose state file is gone (a crash before it was written).
-    if shutil.which("ovs-vsctl"):
-        out = _run(
-            [
-                "ovs-vsctl",
-                "--timeout=10",
-                "--bare",
-                "--columns=name,external_ids",
-                "list",
-                "Bridge",
-            ],
-            check=False,
-        )
-        ours = []
-        for block in out.strip().split("\n\n"):
-            lines = block.strip().splitlines()
-            if len(lines) >= 2 and f"{OWNER_KEY}=" in lines[1]:
-                pid = int(lines[1].split(f"{OWNER_KEY}=")[1].split()[0].strip('",}'))
-                if pid != os.getpid() and not pid_alive(pid):
-                    ours.append(lines[0].strip())
-        removed += _delete_bridges(ours)
-    return removed
-
-
-def _delete_bridges(names: list[str]) -> list[str]:
-    if not names:
-        return []
-    existing = set(_run(["ovs-vsctl", "--timeout=10", "list-br"], check=False).split())
-    gone = [b for b in names if b in existing]
-    if gone:
-        argv = ["ovs-vsctl", "--timeout=20"]
-        for b in gone:
-            argv += ["--", "--if-exists", "del-br", b]
-        _run(argv, check=False)
-    for b in names:
-        # A userspace bridge leaves its tap device behind.
-        if Path(f"/sys/class/net/{b}").exists():
-            _run(["ip", "link", "del", b], check=False)
-    return [f"bridge {b}" for b in gone]
+def switch_interfaces(fabric: Fabric) -> list[str]:
+    """The root-namespace ends of the switches' links, `<switch>-eth<port>`."""
+    return [
+        f"{node}-eth{port}"
+        for lk in fabric.links
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+        if fabric.is_switch(node)
+    ]
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
@@ -241,7 +145,7 @@ class Lab:
         self.times = PhaseTimes()
         self.datapath = ""
         self.rules_installed: dict[str, int] = {}
-        self.state_file = self.options.state_dir / f"lab-{os.getpid()}.json"
+        self.state_file = state_path(self.options.state_dir, os.getpid())
         if self.options.log_dir is not None:
             self.options.log_dir.mkdir(parents=True, exist_ok=True)
             self.run_dir = self.options.log_dir
@@ -317,49 +221,27 @@ class Lab:
             with contextlib.suppress(Exception):
                 self.controller.wait(timeout=1)
             self.controller = None
-        # Whatever Mininet did not remove (e.g. after a failed build) goes too.
-        if self.state_file.exists():
-            state = json.loads(self.state_file.read_text())
-            _delete_bridges(state.get("bridges", []))
-            for intf in state.get("interfaces", []):
-                if Path(f"/sys/class/net/{intf}").exists():
-                    _run(["ip", "link", "del", intf], check=False)
-            starts = state.get("starts", {})
-            for pid in state.get("pids", []):
-                if _same_process(pid, starts):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-            self.state_file.unlink(missing_ok=True)
+        # Whatever Mininet did not remove (e.g. after a failed build) goes too; what still
+        # runs is killed at once (grace 0): a clean teardown has stopped it already.
+        state = read_state(self.state_file)
+        if state is not None:
+            sweep(state, grace=0.0)
+        self.state_file.unlink(missing_ok=True)
 
     # -- phases ------------------------------------------------------------------------
     def _write_state(self, pids: list[int] | None = None) -> None:
-        check_state_dir(self.options.state_dir)
-        # Start times, kept from when each process was first recorded (it may be gone now).
-        starts: dict[str, int] = {}
-        if self.state_file.exists():
-            with contextlib.suppress(OSError, json.JSONDecodeError):
-                starts = json.loads(self.state_file.read_text()).get("starts", {})
-        for p in pids or []:
-            if str(p) not in starts and (t := _start_time(p)) is not None:
-                starts[str(p)] = t
-        root_intfs = [
-            f"{node}-eth{port}"
-            for lk in self.fabric.links
-            for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
-            if self.fabric.is_switch(node)
-        ]
+        root_intfs = switch_interfaces(self.fabric)
         if self.options.management:
             root_intfs += [MGMT_BRIDGE] + [management_peer(h) for h in self.fabric.hosts]
-        state = {
-            "owner": os.getpid(),
-            "fabric": self.fabric.spec.to_json(),
-            "bridges": [s.name for s in self.fabric.switches],
-            "interfaces": root_intfs,
-            "pids": pids or [],
-            "starts": starts,
-            "run_dir": str(self.run_dir),
-        }
-        self.state_file.write_text(json.dumps(state))
+        state = LabState(
+            owner=os.getpid(),
+            fabric=self.fabric.spec.to_json(),
+            bridges=tuple(s.name for s in self.fabric.switches),
+            interfaces=tuple(root_intfs),
+            pids=tuple(pids or ()),
+            run_dir=str(self.run_dir),
+        )
+        write_state(self.state_file, state)
 
     def _start_controller(self) -> None:
         o = self.options
@@ -461,7 +343,7 @@ class Lab:
             batch = self.run_dir / "management.ip"
             host_pids = {h.name: h.pid for h in self.net.hosts}
             batch.write_text("\n".join(management_root_batch(self.fabric, host_pids)) + "\n")
-            _run(["ip", "-batch", str(batch)])
+            run(["ip", "-batch", str(batch)])
 
     def _configure(self) -> None:
         mtu = self.options.mtu
@@ -481,28 +363,23 @@ class Lab:
             if self.datapath == "user":
                 for iface in h.interfaces:
                     node.cmd("ethtool", "-K", iface.name, *OFFLOADS)
-        switch_intfs = [
-            f"{node}-eth{port}"
-            for lk in self.fabric.links
-            for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
-            if self.fabric.is_switch(node)
-        ]
+        switch_intfs = switch_interfaces(self.fabric)
         # The root-side ports would otherwise emit IPv6 router and multicast chatter into the
         # fabric, which muddies the port counters the experiments compare.
-        _run(
+        run(
             ["sysctl", "-q", "-w", *(f"net.ipv6.conf.{i}.disable_ipv6=1" for i in switch_intfs)],
             check=False,
         )
         if self.datapath == "user":
             for intf in switch_intfs:
-                _run(["ethtool", "-K", intf, *OFFLOADS], check=False)
+                run(["ethtool", "-K", intf, *OFFLOADS], check=False)
 
     def track_pid(self, pid: int) -> None:
         """Record a process started in the lab (e.g. a server in a host) so a later run can
         remove it if this one dies without tearing down."""
-        if self.state_file.exists():
-            state = json.loads(self.state_file.read_text())
-            self._write_state([*state.get("pids", []), pid])
+        state = read_state(self.state_file)
+        if state is not None:
+            self._write_state([*state.pids, pid])
 
     def expected_rules(self) -> dict[str, int]:
         """Flow entries each switch must hold once routed, from the controller's pure rules."""
@@ -513,13 +390,7 @@ class Lab:
 
     def installed_rules(self) -> dict[str, int]:
         """Flow entries each bridge holds now (from ovs-ofctl)."""
-        out = {}
-        for s in self.fabric.switches:
-            text = _run(
-                ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", s.name, "--no-stats"], check=False
-            )
-            out[s.name] = sum(1 for line in text.splitlines() if "actions=" in line)
-        return out
+        return {s.name: ovs.flow_count(s.name) for s in self.fabric.switches}
 
     def wait_for_routes(self) -> None:
         """Block until every bridge holds exactly the rules the controller computed."""

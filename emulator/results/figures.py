@@ -16,7 +16,7 @@ from typing import Any
 
 from zcube_lab.stats import quantile
 from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.hostplan import Scale
+from zcube_lab.fabric.scale import Scale
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

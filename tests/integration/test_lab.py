@@ -15,7 +15,7 @@ from emulator.lab.measure import group_bucket_packets, iperf3, port_tx_bytes
 from emulator.lab.network import Lab, LabOptions
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.hostplan import Scale
+from zcube_lab.fabric.scale import Scale
 from zcube_lab.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]

@@ -457,3 +457,11 @@ def test_recompute_flag_on_the_command_line() -> None:
     base = ["--fabric-spec", ZCUBE4.to_json()]
     assert parse_args(base).recompute is False
     assert parse_args([*base, "--recompute", "--policy", "ff"]).recompute is True
+
+
+def test_the_static_policy_keeps_its_earlier_name_single() -> None:
+    base = ["--fabric-spec", ZCUBE4.to_json()]
+    assert parse_args([*base, "--policy", "static"]).policy == "static"
+    assert parse_args([*base, "--policy", "single"]).policy == "single"
+    config = ControllerConfig(build_fabric(ROFT), "single", 1.0, CollectorRegistry())
+    assert config.policy == "static"

@@ -9,10 +9,9 @@ import pytest
 
 from zcube_lab.cli import main
 from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.cost import (
+from zcube_lab.fabric.cost import compare, compare_planes
+from zcube_lab.fabric.pricing import (
     CostInputs,
-    compare,
-    compare_planes,
     roft_cost,
     roft_three_tier_max_gpus,
     roft_two_tier_max_gpus,

@@ -182,7 +182,7 @@ def test_ff_repairs_every_single_link_failure_locally(fabric: Fabric) -> None:
         assert undelivered(table.with_failed([link])) == [], link
 
 
-@pytest.mark.parametrize("policy", ["ecmp", "ff", "single"])
+@pytest.mark.parametrize("policy", ["ecmp", "ff", "static"])
 def test_recomputing_repairs_every_single_link_failure(fabric: Fabric, policy: str) -> None:
     for link in switch_links(fabric):
         table = FabricTable(fabric, rules_without(fabric, [link], policy)).with_failed([link])
@@ -195,7 +195,7 @@ def zcube_a0_b1() -> tuple[Fabric, Link]:
     return fabric, link
 
 
-@pytest.mark.parametrize("policy", ["ecmp", "single"])
+@pytest.mark.parametrize("policy", ["ecmp", "static"])
 def test_without_recompute_a_zcube_a_b_failure_drops_pairs(policy: str) -> None:
     # ECMP's select group only spreads over shortest next hops: from a0 the only one towards
     # b1 is the failed link, so what a0 sends to b1's addresses is dropped there.
@@ -389,6 +389,6 @@ def test_ff_flows_decrement_the_ttl_so_multiple_failures_cannot_loop_forever() -
         if src.name != "h0" and table.send(src.name, ip).looped
     ]
     assert looped  # what the TTL is there for: h0's port 1 is gone with a0
-    for policy in ("ecmp", "single"):
+    for policy in ("ecmp", "static"):
         for r in compute_rules(fabric, policy).values():
             assert not any(isinstance(a, DecTtl) for f in r.flows for a in f.actions)

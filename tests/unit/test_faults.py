@@ -13,7 +13,7 @@ from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.faults import interfaces, parse_fault, parse_faults, schedule, switch_links
-from zcube_lab.policies import POLICIES, get_policy
+from zcube_lab.policies import RUN_POLICIES, get_policy
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=4))
 ROFT = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2))
@@ -271,12 +271,12 @@ def test_throughput_recovery_after_a_dip() -> None:
 
 
 def test_policies_map_to_routing_and_reactions() -> None:
-    assert get_policy("static").routing == "single"
+    assert get_policy("static").routing == "static"
     assert get_policy("single") == get_policy("static")
     assert get_policy("ff").routing == "ff"
     assert get_policy("recompute").recompute and not get_policy("ecmp").recompute
     assert get_policy("spray").spray and get_policy("spray").routing == "ecmp"
-    assert set(POLICIES) == {"static", "ecmp", "ff", "recompute", "spray"}
+    assert set(RUN_POLICIES) == {"static", "ecmp", "ff", "recompute", "spray"}
     with pytest.raises(ConfigError) as info:
         get_policy("magic")
     assert info.value.field == "policy" and "spray" in str(info.value)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from controller.flowtable import FabricTable, Trace, egress_interface, ipv4_packet
-from controller.rules import ETH_TYPE_ARP, POLICIES, Output, compute_rules
+from controller.rules import ETH_TYPE_ARP, ROUTING_POLICIES, Output, compute_rules
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import Fabric, FabricSpec, Host, Link
 
@@ -38,7 +38,7 @@ def clean(trace: Trace) -> Trace:
     return trace
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ROUTING_POLICIES)
 @pytest.mark.parametrize("spec", [ZCUBE4, ZCUBE8, ROFT, CLOS], ids=lambda s: s.to_json())
 def test_every_pair_is_delivered_to_the_addressed_interface_on_a_shortest_path(
     spec: FabricSpec, policy: str
@@ -53,11 +53,11 @@ def test_every_pair_is_delivered_to_the_addressed_interface_on_a_shortest_path(
         for path in trace.paths:
             assert path[0] == first and path[-1] == last
             assert len(path) == fabric.switch_distances[first][last] + 1
-        if policy in ("single", "ff"):
+        if policy in ("static", "ff"):
             assert len(trace.paths) == 1, (src.name, ip, trace.paths)
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ROUTING_POLICIES)
 @pytest.mark.parametrize("spec", [ZCUBE4, ZCUBE8], ids=["n4", "n8"])
 def test_zcube_addresses_choose_the_shortest_paths(spec: FabricSpec, policy: str) -> None:
     t = table(spec, policy)
@@ -100,7 +100,7 @@ def test_roft_ecmp_offers_both_spines_across_rails_and_one_hop_within() -> None:
 
 
 def test_roft_single_uses_one_spine_per_destination_but_both_overall() -> None:
-    t = table(ROFT, "single")
+    t = table(ROFT, "static")
     spines = set()
     for src, dst, _index, ip in sends(t.fabric):
         (path,) = clean(t.send(src.name, ip)).paths
@@ -136,7 +136,7 @@ def test_unknown_destination_hits_the_table_miss() -> None:
 def test_the_model_reports_a_forwarding_loop() -> None:
     # Hand-broken rules: leaf0 > spine0 > leaf1 > spine1 > leaf0 for one address.
     fabric = build_fabric(ROFT)
-    rules = compute_rules(fabric, "single")
+    rules = compute_rules(fabric, "static")
     target = "10.0.3.3"  # h14, rank 2: on leaf2, so none of the loop's switches delivers it
     adj = fabric.switch_adjacency
     hops = {
@@ -165,7 +165,7 @@ def link_between(fabric: Fabric, a: str, b: str) -> list[Link]:
 
 
 def test_output_to_a_down_port_drops() -> None:
-    t = table(ZCUBE4, "single")
+    t = table(ZCUBE4, "static")
     ip = t.fabric.host("h5").interfaces[1].ip  # on b1
     assert clean(t.send("h0", ip)).paths == {("a0", "b1")}
     failed = t.with_failed(link_between(t.fabric, "a0", "b1"))

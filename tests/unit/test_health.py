@@ -14,21 +14,18 @@ from prometheus_client import CollectorRegistry
 
 from emulator.lab.health import (
     CPU_METRIC,
-    DATAPATH,
     PROCESS_METRIC,
     CpuTimes,
-    HealthSample,
     HealthSampler,
     ProcessTimes,
     Reading,
-    Thresholds,
     cpu_share,
-    judge,
     parse_pid_stat,
     parse_proc_stat,
     process_cores,
     sample_between,
 )
+from emulator.lab.verdict import DATAPATH, HealthSample, Thresholds, judge
 from zcube_lab.errors import ConfigError
 
 STAT_BEFORE = """\

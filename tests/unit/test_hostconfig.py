@@ -10,7 +10,6 @@ import pytest
 from zcube_lab.fabric.builders import build_clos, build_roft, build_zcube
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.fabric.hostplan import (
-    Scale,
     egress_interface,
     ip_batch,
     kv_source_map,
@@ -19,6 +18,7 @@ from zcube_lab.fabric.hostplan import (
     management_root_batch,
     sysctls,
 )
+from zcube_lab.fabric.scale import Scale
 
 
 def _hops_via(fabric: Fabric, src: str, out: int, dst: str, dst_if: int) -> float:
@@ -128,7 +128,8 @@ def test_state_folder_that_root_must_not_trust_is_refused(tmp_path) -> None:
 
     import pytest
 
-    from emulator.lab.network import LabError, check_state_dir
+    from emulator.lab.state import check_state_dir
+    from emulator.lab.system import LabError
 
     good = tmp_path / "state"
     check_state_dir(good)
@@ -148,11 +149,50 @@ def test_state_folder_that_root_must_not_trust_is_refused(tmp_path) -> None:
 def test_a_reused_pid_is_not_taken_for_the_recorded_process() -> None:
     import os
 
-    from emulator.lab.network import _same_process, _start_time
+    from emulator.lab.state import process_start_time, same_process
 
     me = os.getpid()
-    started = _start_time(me)
+    started = process_start_time(me)
     assert started is not None
-    assert _same_process(me, {str(me): started})
-    assert not _same_process(me, {str(me): started + 1})  # same pid, another process
-    assert _same_process(me, {})  # nothing recorded: alive is all we know
+    assert same_process(me, {str(me): started})
+    assert not same_process(me, {str(me): started + 1})  # same pid, another process
+    assert same_process(me, {})  # nothing recorded: alive is all we know
+
+
+def test_state_file_round_trip_keeps_the_first_start_time(tmp_path) -> None:
+    import json
+    import os
+
+    from emulator.lab.state import LabState, read_state, state_path, write_state
+
+    path = state_path(tmp_path / "state", 4242)
+    assert path.name == "lab-4242.json" and read_state(path) is None
+    me = os.getpid()
+    state = LabState(4242, '{"kind": "roft"}', ("leaf0",), ("leaf0-eth1",), (me,), {}, "/r")
+    write_state(path, state)
+    first = read_state(path)
+    assert first is not None and first.bridges == ("leaf0",) and first.pids == (me,)
+    assert list(json.loads(path.read_text())) == [
+        "owner",
+        "fabric",
+        "bridges",
+        "interfaces",
+        "pids",
+        "starts",
+        "run_dir",
+    ]
+    started = first.starts[str(me)]
+    # A later write keeps start times recorded earlier, even of pids it no longer lists.
+    path.write_text(LabState(4242, pids=(me,), starts={str(me): started - 1}).to_json())
+    write_state(path, LabState(4242, pids=()))
+    assert read_state(path).starts == {str(me): started - 1}
+    path.write_text("not json")
+    assert read_state(path) is None
+
+
+def test_bridge_marks_name_their_owner() -> None:
+    from emulator.lab.ovs import parse_marks
+
+    text = 'leaf0\n{zcube-lab="123"}\n\nspine0\n{other=x, zcube-lab=77}\n\nbr-ext\n{}\n'
+    assert parse_marks(text, "zcube-lab") == {"leaf0": 123, "spine0": 77}
+    assert parse_marks("", "zcube-lab") == {}

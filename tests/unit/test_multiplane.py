@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from controller.flowtable import FabricTable
-from controller.rules import POLICIES, compute_rules
+from controller.rules import ROUTING_POLICIES, compute_rules
 from zcube_lab.fabric.builders import build_roft
 from zcube_lab.fabric.description import Fabric, Host
 from zcube_lab.fabric.hostplan import egress_interface, ip_batch, kv_source_map
@@ -112,7 +112,7 @@ def test_host_config_binds_each_port_to_its_plane() -> None:
     assert kv_source_map(f, h0) == ()
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ROUTING_POLICIES)
 @pytest.mark.parametrize("fabric", FABRICS)
 def test_controller_delivers_every_address_within_its_plane(fabric: Fabric, policy: str) -> None:
     rules = compute_rules(fabric, policy)

@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from controller.ofctl import dump_lines, flow_line, flow_lines, group_line, group_lines
+from controller.ofctl import (
+    dump_lines,
+    flow_line,
+    flow_lines,
+    group_line,
+    group_lines,
+    line_differences,
+)
 from controller.rules import (
     COOKIE,
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
     ETH_TYPE_IPV6,
-    POLICIES,
     PRIORITY_TABLE_MISS,
+    ROUTING_POLICIES,
     Bucket,
     DecTtl,
     FlowSpec,
     GroupSpec,
     Output,
     ToGroup,
+    check_policy,
     compute_rules,
     match,
     rule_counts,
@@ -54,11 +62,11 @@ def test_unknown_policy_names_the_allowed_ones(fabric: Fabric) -> None:
         compute_rules(fabric, "spray")
     assert err.value.field == "policy"
     assert err.value.value == "spray"
-    for policy in POLICIES:
+    for policy in ROUTING_POLICIES:
         assert policy in str(err.value)
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ROUTING_POLICIES)
 def test_every_switch_has_drops_and_one_flow_per_address(fabric: Fabric, policy: str) -> None:
     rules = compute_rules(fabric, policy)
     assert set(rules) == {s.dpid for s in fabric.switches}
@@ -73,7 +81,7 @@ def test_every_switch_has_drops_and_one_flow_per_address(fabric: Fabric, policy:
         assert len(sw.flows) == len(addresses) + 3
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ROUTING_POLICIES)
 def test_attachment_switch_delivers_to_the_host_port(fabric: Fabric, policy: str) -> None:
     rules = {r.name: r for r in compute_rules(fabric, policy).values()}
     for (host, index), att in fabric.attachments.items():
@@ -102,11 +110,16 @@ def test_ecmp_groups_are_shared_select_groups_with_live_buckets(fabric: Fabric) 
 
 
 def test_policies_include_the_static_reference_and_fast_failover() -> None:
-    assert set(POLICIES) == {"ecmp", "single", "ff"}
+    assert set(ROUTING_POLICIES) == {"ecmp", "static", "ff"}
+
+
+def test_single_is_the_earlier_name_of_static(fabric: Fabric) -> None:
+    assert check_policy("single") == "static"
+    assert compute_rules(fabric, "single") == compute_rules(fabric, "static")
 
 
 def test_single_has_no_groups_and_one_output_per_flow(fabric: Fabric) -> None:
-    for sw in compute_rules(fabric, "single").values():
+    for sw in compute_rules(fabric, "static").values():
         assert sw.groups == ()
         for f in sw.flows:
             assert len(f.actions) <= 1
@@ -128,7 +141,7 @@ def test_roft_leaf_spreads_cross_rail_traffic_over_every_uplink() -> None:
 
 def test_single_spreads_destinations_of_one_leaf_over_both_spines() -> None:
     fabric = build_fabric(SPECS["roft"])
-    leaf0 = compute_rules(fabric, "single")[fabric.switch("leaf0").dpid]
+    leaf0 = compute_rules(fabric, "static")[fabric.switch("leaf0").dpid]
     port_to_spine = {
         p: nbr for nbr, links in fabric.switch_adjacency["leaf0"].items() for p, _ in links
     }
@@ -138,7 +151,7 @@ def test_single_spreads_destinations_of_one_leaf_over_both_spines() -> None:
     assert spines == {"spine0", "spine1"}
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ROUTING_POLICIES)
 def test_rules_are_deterministic(fabric: Fabric, policy: str) -> None:
     assert compute_rules(fabric, policy) == compute_rules(fabric, policy)
 
@@ -186,3 +199,12 @@ def test_rendered_lines_count_matches_specs(fabric: Fabric) -> None:
     for sw in compute_rules(fabric, "ecmp").values():
         assert len(flow_lines(sw)) == len(sw.flows)
         assert len(group_lines(sw)) == len(sw.groups)
+
+
+def test_line_differences_name_missing_and_unexpected_lines(fabric: Fabric) -> None:
+    sw = next(iter(compute_rules(fabric, "ecmp").values()))
+    flows, groups = flow_lines(sw), group_lines(sw)
+    assert line_differences(flows, groups, sw) == []
+    extra = "cookie=0x1, priority=1 actions=drop"
+    diff = line_differences([*flows[1:], extra], groups, sw)
+    assert diff == [f"-{flows[0]}", f"+{extra}"]

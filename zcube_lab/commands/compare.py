@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         write_report,
     )
     from zcube_lab.fabric.builders import build_fabric
-    from zcube_lab.fabric.hostplan import Scale
+    from zcube_lab.fabric.scale import Scale
 
     console = Console(stderr=True)
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]

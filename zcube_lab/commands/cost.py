@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING
 from zcube_lab.fabric.cost import (
     COMPARED_METRICS,
     CostComparison,
-    CostInputs,
-    FabricCost,
     PlaneComparison,
     compare,
     compare_planes,
+)
+from zcube_lab.fabric.pricing import (
+    CostInputs,
+    FabricCost,
     roft_two_tier_max_gpus,
     zcube_max_gpus,
     zcube_port_gbps,

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return serve(args)
     from emulator.lab.network import Lab, LabError, LabOptions
     from zcube_lab.fabric.builders import build_fabric
-    from zcube_lab.fabric.hostplan import Scale
+    from zcube_lab.fabric.scale import Scale
     from zcube_lab.policies import get_policy
 
     fabric = build_fabric(spec_from_args(args))

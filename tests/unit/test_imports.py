@@ -1,0 +1,196 @@
+"""Imports run one way between our packages, and nothing outside the CLI imports the CLI.
+
+Every .py file of our packages is read with `ast` (nothing is imported), every import statement
+counts, at module level or inside a function (a late import is still a dependency), and each
+imported module is put in a layer:
+
+- `cli`: `zcube_lab.cli`, `zcube_lab.commands*`, `zcube_lab.fabric_options`;
+- `core`: the rest of `zcube_lab` (pure; imports nothing of ours outside the core);
+- the other top-level packages, each its own layer.
+
+`ALLOWED` lists the layers each layer may import (its own always); it is acyclic, so a cycle
+between packages shows up as at least one edge it does not allow. Failures list every offending
+edge with the file and line of the import.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("zcube_lab", "controller", "emulator", "serving", "workloads", "grafana", "bench")
+CLI_MODULES = ("zcube_lab.cli", "zcube_lab.commands", "zcube_lab.fabric_options")
+
+_ALL_BUT_CLI = frozenset(
+    {"core", "controller", "serving", "workloads", "emulator", "grafana", "bench"}
+)
+ALLOWED: dict[str, frozenset[str]] = {
+    "core": frozenset(),
+    "controller": frozenset({"core"}),
+    "serving": frozenset({"core"}),
+    "workloads": frozenset({"core", "serving"}),
+    "emulator": frozenset({"core", "controller", "serving", "workloads"}),
+    "grafana": _ALL_BUT_CLI,
+    "bench": _ALL_BUT_CLI,
+    "cli": _ALL_BUT_CLI,
+}
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One import statement: module `source` (in `path`, at `line`) imports module `target`."""
+
+    source: str
+    target: str
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.source} ({layer(self.source)}) -> {self.target} ({layer(self.target)}) "
+            f"at {self.path}:{self.line}"
+        )
+
+
+def layer(module: str) -> str:
+    """The layer a module of ours belongs to (see the module docstring)."""
+    if any(module == m or module.startswith(m + ".") for m in CLI_MODULES):
+        return "cli"
+    top = module.split(".", 1)[0]
+    return "core" if top == "zcube_lab" else top
+
+
+def module_name(path: Path) -> str:
+    """`emulator/lab/ovs.py` -> `emulator.lab.ovs`; a package's `__init__.py` -> the package."""
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files() -> Iterator[Path]:
+    """Every .py file of our packages."""
+    for package in PACKAGES:
+        yield from sorted((REPO / package).rglob("*.py"))
+
+
+def _is_module(name: str) -> bool:
+    base = REPO.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imported_modules(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str, int]]:
+    """(module imported, line) for every import statement in `tree`, relative ones resolved;
+    `from a import b` names `a.b` when `b` is a module, else `a`."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield (full if _is_module(full) else base), node.lineno
+
+
+def our_edges(files: Iterable[Path]) -> list[Edge]:
+    """The imports between our packages, one edge per imported module and statement."""
+    edges = []
+    for path in files:
+        source = module_name(path)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for target, line in imported_modules(tree, source, path.name == "__init__.py"):
+            if target.split(".", 1)[0] in PACKAGES:
+                edges.append(Edge(source, target, str(path.relative_to(REPO)), line))
+    return edges
+
+
+def forbidden(edges: Iterable[Edge]) -> list[Edge]:
+    """Edges that go against `ALLOWED` (a cycle between packages makes at least one)."""
+    return [
+        e
+        for e in edges
+        if layer(e.source) != layer(e.target) and layer(e.target) not in ALLOWED[layer(e.source)]
+    ]
+
+
+def cli_imports(edges: Iterable[Edge]) -> list[Edge]:
+    """Imports of the CLI modules from outside the CLI."""
+    return [e for e in edges if layer(e.target) == "cli" and layer(e.source) != "cli"]
+
+
+def package_cycles(edges: Iterable[Edge]) -> list[list[str]]:
+    """Cycles between layers in the graph the edges make, each as the layers in order."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        a, b = layer(e.source), layer(e.target)
+        if a != b:
+            graph.setdefault(a, set()).add(b)
+    cycles: list[list[str]] = []
+
+    def walk(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == path[0]:
+                cycles.append([*path, nxt])
+            elif nxt not in path and nxt > path[0]:  # each cycle once, from its least layer
+                walk(nxt, [*path, nxt])
+
+    for start in sorted(graph):
+        walk(start, [start])
+    return cycles
+
+
+@pytest.fixture(scope="module")
+def edges() -> list[Edge]:
+    return our_edges(source_files())
+
+
+def test_the_walk_sees_our_packages(edges: list[Edge]) -> None:
+    layers = {layer(e.source) for e in edges}
+    assert {"core", "controller", "emulator", "serving", "workloads", "cli"} <= layers
+    # A late import (inside a function) counts: network.py imports the controller's rules there.
+    assert any(e.source == "emulator.lab.network" and e.target == "controller.rules" for e in edges)
+
+
+def test_imports_run_one_way_between_our_packages(edges: list[Edge]) -> None:
+    bad = forbidden(edges)
+    cycles = package_cycles(edges)
+    assert not bad and not cycles, (
+        "imports against the allowed direction (core <- controller, serving <- workloads <- "
+        "emulator; grafana and bench import anything but the CLI):\n  "
+        + "\n  ".join(map(str, bad))
+        + "".join(f"\ncycle: {' -> '.join(c)}" for c in cycles)
+    )
+
+
+def test_nothing_outside_the_cli_imports_the_cli(edges: list[Edge]) -> None:
+    bad = cli_imports(edges)
+    assert not bad, "imports of the CLI from outside it:\n  " + "\n  ".join(map(str, bad))
+
+
+def test_the_checks_catch_a_cycle_and_a_cli_import() -> None:
+    made_up = [
+        Edge("zcube_lab.fabric.cost", "emulator.lab.network", "zcube_lab/fabric/cost.py", 1),
+        Edge("emulator.lab.network", "zcube_lab.fabric.description", "emulator/lab/x.py", 2),
+        Edge("bench.recovery", "zcube_lab.commands.compare", "bench/recovery.py", 3),
+        Edge("zcube_lab.commands.up", "emulator.lab.network", "zcube_lab/commands/up.py", 4),
+    ]
+    assert forbidden(made_up) == [made_up[0], made_up[2]]
+    assert package_cycles(made_up) == [["core", "emulator", "core"]]
+    assert cli_imports(made_up) == [made_up[2]]
+
+
+def test_relative_and_from_imports_resolve_to_modules() -> None:
+    tree = ast.parse("from . import ovs\nfrom ..lab.state import sweep\nfrom zcube_lab import cli")
+    found = [m for m, _line in imported_modules(tree, "emulator.lab.network", False)]
+    assert found == ["emulator.lab.ovs", "emulator.lab.state", "zcube_lab.cli"]
