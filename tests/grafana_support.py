@@ -13,6 +13,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from serving.metrics import ALLTOALL_TIME
+
 ROOT = Path(__file__).resolve().parents[1]
 GRAFANA = ROOT / "grafana"
 DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
@@ -180,7 +182,7 @@ def copy_tsdb(run_dir: Path, dest: Path) -> Path:
 
 # A quantile of a histogram nobody observed is NaN by definition: without expert parallelism
 # (`--ep-servers 1`, the default) the all-to-all time has no samples.
-ALLTOALL_TIME_SERIES = "zcube:ep_alltoall_seconds_bucket"
+ALLTOALL_TIME_SERIES = f"{ALLTOALL_TIME}_bucket"
 
 
 def check_dashboards_against(

@@ -29,7 +29,13 @@ import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the probe runs inside hosts: it imports only what it uses, when it does
+    from emulator.lab.injector import FaultInjector
+    from emulator.lab.network import Lab
+    from zcube_lab.fabric.description import Fabric, Link
+    from zcube_lab.policies import Policy
 
 PORT = 7100
 CHUNK_BYTES = 256 * 1024
@@ -133,16 +139,125 @@ def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
 
 
 def _recomputes(metrics_port: int) -> int:
+    from controller.metrics import ROUTE_RECOMPUTES
+
     url = f"http://127.0.0.1:{metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=5) as resp:
         for row in resp.read().decode().splitlines():
-            if row.startswith("zcube_route_recomputes_total"):
+            if row.startswith(ROUTE_RECOMPUTES):
                 return int(float(row.split()[-1]))
     return 0
 
 
+def _lab(fabric: Fabric, policy: Policy, log_dir: Path, state_dir: Path | None) -> Lab:
+    """A lab (not started) routed by the policy, on free controller and metrics ports."""
+    from emulator.lab.network import Lab, LabOptions
+    from zcube_lab.fabric.scale import Scale
+    from zcube_lab.ports import free_port
+
+    extra = {} if state_dir is None else {"state_dir": state_dir}
+    return Lab(
+        fabric,
+        LabOptions(
+            scale=Scale(nic_mbps=100.0),
+            policy=policy.routing,
+            recompute=policy.recompute,
+            of_port=free_port(),
+            metrics_port=free_port(),
+            log_dir=log_dir,
+            **extra,
+        ),
+    )
+
+
+def _start_probes(
+    lab: Lab,
+    policy: Policy,
+    route: tuple[str, str],
+    num_bytes: int,
+    timeout_s: float,
+    procs: list[subprocess.Popen[str]],
+) -> subprocess.Popen[str]:
+    """The KV server on host `src` and, once it is ready, the pull from host `dst` (both
+    appended to `procs` as they start, for the caller to stop); returns the pull once started."""
+    from zcube_lab.fabric.hostplan import kv_source_map
+    from zcube_lab.policies import SPRAY_STALL_S, SPRAY_STREAMS
+
+    assert lab.net is not None
+    fabric, (src, dst) = lab.fabric, route
+    addrs = [f"{i.ip}:{PORT}" for i in fabric.host(src).interfaces]
+    probe = [sys.executable, "-m", "emulator.experiment.cutprobe"]
+    server = lab.net.get(src).popen(
+        [*probe, "serve", "--bytes", str(num_bytes), *addrs],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    procs.append(server)
+    if _readline(server, 20) != "ready":
+        raise RuntimeError("KV probe server did not start")
+    argv = [*probe, "pull", "--bytes", str(num_bytes), "--timeout-s", str(timeout_s)]
+    argv += [f"--source={c}={local}" for c, local in kv_source_map(fabric, fabric.host(dst))]
+    if policy.spray:
+        argv += ["--streams", str(SPRAY_STREAMS), "--stall-s", str(SPRAY_STALL_S)]
+    client = lab.net.get(dst).popen(
+        [*argv, *addrs], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    procs.append(client)
+    if _readline(client, 20) != "started":
+        raise RuntimeError("KV probe pull did not start")
+    return client
+
+
+def _bytes_moved(fabric: Fabric, sample_s: float) -> dict[Link, int]:
+    """Bytes each switch-to-switch link sent (both ends) during `sample_s` from now."""
+    from emulator.lab.measure import port_tx_bytes
+    from zcube_lab.faults import switch_links
+
+    ends = [
+        (lk, end)
+        for lk in switch_links(fabric)
+        for end in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+    ]
+    before = {(lk, end): port_tx_bytes(*end) for lk, end in ends}
+    time.sleep(sample_s)
+    moved: dict[Link, int] = {}
+    for lk, end in ends:
+        moved[lk] = moved.get(lk, 0) + port_tx_bytes(*end) - before[(lk, end)]
+    return moved
+
+
+def _link_to_cut(fabric: Fabric, moved: dict[Link, int], link: str | None) -> str | None:
+    """The link spec to cut: `link` as given, or for "auto" the single busiest link (`#k` among
+    parallel links of the pair); None: no cut."""
+    if link != "auto":
+        return link
+    best = max(moved, key=lambda lk: moved[lk])
+    pair = [lk for lk in fabric.links if {lk.node1, lk.node2} == {best.node1, best.node2}]
+    chosen = f"{best.node1}-{best.node2}"
+    if len(pair) > 1:
+        chosen += f"#{pair.index(best)}"
+    return chosen
+
+
+def _stop(procs: list[subprocess.Popen[str]], injector: FaultInjector | None, lab: Lab) -> None:
+    """Stop the probes, then the injector, then the lab, each even if the one before failed."""
+    try:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+    finally:
+        try:
+            if injector is not None:
+                injector.stop()
+        finally:
+            lab.stop()
+
+
 def cut_during_pull(
-    fabric: Any,
+    fabric: Fabric,
     policy_name: str,
     src: str,
     dst: str,
@@ -158,74 +273,18 @@ def cut_during_pull(
     the link is cut (`"a0-b1"`; `"auto"`: the switch-to-switch link that carried most of it in
     that window; None: no cut, the reference). Brings its own lab up and down."""
     from emulator.lab.injector import FaultInjector
-    from emulator.lab.measure import port_tx_bytes
-    from emulator.lab.network import Lab, LabOptions
-    from zcube_lab.fabric.hostplan import kv_source_map
-    from zcube_lab.fabric.scale import Scale
-    from zcube_lab.faults import parse_faults, switch_links
-    from zcube_lab.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
-    from zcube_lab.ports import free_port
+    from zcube_lab.faults import parse_faults
+    from zcube_lab.policies import get_policy
 
     policy = get_policy(policy_name)
-    extra = {} if state_dir is None else {"state_dir": state_dir}
-    lab = Lab(
-        fabric,
-        LabOptions(
-            scale=Scale(nic_mbps=100.0),
-            policy=policy.routing,
-            recompute=policy.recompute,
-            of_port=free_port(),
-            metrics_port=free_port(),
-            log_dir=log_dir,
-            **extra,
-        ),
-    )
+    lab = _lab(fabric, policy, log_dir, state_dir)
     procs: list[subprocess.Popen[str]] = []
     injector = None
     try:
         lab.start()
-        assert lab.net is not None
-        addrs = [f"{i.ip}:{PORT}" for i in fabric.host(src).interfaces]
-        probe = [sys.executable, "-m", "emulator.experiment.cutprobe"]
-        server = lab.net.get(src).popen(
-            [*probe, "serve", "--bytes", str(num_bytes), *addrs],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        procs.append(server)
-        if _readline(server, 20) != "ready":
-            raise RuntimeError("KV probe server did not start")
-        argv = [*probe, "pull", "--bytes", str(num_bytes), "--timeout-s", str(timeout_s)]
-        argv += [f"--source={c}={local}" for c, local in kv_source_map(fabric, fabric.host(dst))]
-        if policy.spray:
-            argv += ["--streams", str(SPRAY_STREAMS), "--stall-s", str(SPRAY_STALL_S)]
-        client = lab.net.get(dst).popen(
-            [*argv, *addrs], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        procs.append(client)
-        if _readline(client, 20) != "started":
-            raise RuntimeError("KV probe pull did not start")
-        ends = [
-            (lk, end)
-            for lk in switch_links(fabric)
-            for end in ((lk.node1, lk.port1), (lk.node2, lk.port2))
-        ]
-        before = {(lk, end): port_tx_bytes(*end) for lk, end in ends}
-        time.sleep(sample_s)
-        moved: dict[Any, int] = {}
-        for lk, end in ends:
-            moved[lk] = moved.get(lk, 0) + port_tx_bytes(*end) - before[(lk, end)]
-        chosen = None
-        if link == "auto":
-            # The single busiest link (`#k` among parallel links of the pair).
-            best = max(moved, key=lambda lk: moved[lk])
-            pair = [lk for lk in fabric.links if {lk.node1, lk.node2} == {best.node1, best.node2}]
-            chosen = f"{best.node1}-{best.node2}"
-            if len(pair) > 1:
-                chosen += f"#{pair.index(best)}"
-        elif link is not None:
-            chosen = link
+        client = _start_probes(lab, policy, (src, dst), num_bytes, timeout_s, procs)
+        moved = _bytes_moved(fabric, sample_s)
+        chosen = _link_to_cut(fabric, moved, link)
         carried = 0
         if chosen is not None:
             (fault,) = parse_faults([f"link {chosen} at 0s"], fabric, 3600)
@@ -236,18 +295,7 @@ def cut_during_pull(
         recomputes = _recomputes(lab.options.metrics_port) if policy.recompute else 0
         return CutResult(result, chosen, carried, recomputes)
     finally:
-        try:
-            for p in procs:
-                p.kill()
-            for p in procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=5)
-        finally:
-            try:
-                if injector is not None:
-                    injector.stop()
-            finally:
-                lab.stop()
+        _stop(procs, injector, lab)
 
 
 if __name__ == "__main__":
