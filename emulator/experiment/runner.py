@@ -1,11 +1,13 @@
 """One experiment run: a fabric, a serving cluster on its GPU hosts, a real Prometheus, Locust
 load, then collection and teardown. Needs root.
 
-Order (`Experiment.run`): lab up with a management network; EP workers, prefill and decode
-engines started inside their Mininet hosts (API and metrics on the management address, KV and
-all-to-all on the fabric addresses); the gateway in the root namespace on 127.0.0.1; the health
-sampler and Prometheus; Locust headless for the run; then queries, a TSDB snapshot and
-`summary.json`. Every process is stopped in `finally`, whatever failed.
+What runs where is the pure `RunPlan` (`emulator.experiment.plan`); this module executes it.
+`Launcher` holds the processes: `start()` brings up the lab with a management network, the EP
+workers, prefill and decode engines inside their Mininet hosts (API and metrics on the
+management address, KV and all-to-all on the fabric addresses), the gateway in the root
+namespace on 127.0.0.1, the health sampler and Prometheus; `stop()` undoes all of it, whatever
+failed. `Experiment.run` adds Locust headless for the run, then queries, a TSDB snapshot and
+`summary.json`; the live lab (`live.py`) adds Locust's web UI instead.
 
 Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
 `config.json`, `locust_*.csv`, `locust.json`, `requests.jsonl`, `series.json`,
@@ -19,19 +21,19 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from emulator.experiment.plan import LOOPBACK, Ports, RunConfig, RunPlan, plan_run
 from emulator.lab.health import HealthSampler
 from emulator.lab.injector import FaultInjector
 from emulator.lab.network import Lab, LabError, LabOptions
-from emulator.prometheus.server import PrometheusServer, scrape_config
+from emulator.prometheus.server import PrometheusServer
 from emulator.results.faults import analyze
 from emulator.results.figures import (
     client_summary,
@@ -41,74 +43,15 @@ from emulator.results.figures import (
     throughput_series,
     utilization_summary,
 )
-from serving.models import PROFILES
-from workloads import LOCUSTFILE
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec
-from zcube_lab.fabric.hostplan import kv_source_map
-from zcube_lab.fabric.placement import LayoutSpec, Placement, place
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.faults import Fault, parse_faults
-from zcube_lab.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS, get_policy
+from zcube_lab.faults import Fault
 from zcube_lab.ports import free_port
 from zcube_lab.procs import signals_ignored, stop_groups, wait_http
 
-PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
+__all__ = ["Experiment", "Launcher", "RunConfig", "RunResult"]  # RunConfig's home: plan.py
+
 # What crossed the fabric is compared with what the servers say they sent; the fabric also
 # carries TCP/IP headers, ACKs and the KV protocol's own framing.
 OVERHEAD_TOLERANCE = 0.15
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything that defines a run; written to config.json."""
-
-    fabric: FabricSpec
-    workload: str = "coding-agent"
-    duration_s: float = 60.0
-    rate: float | None = None
-    arrival: str | None = None
-    burstiness: float | None = None
-    seed: int = 1
-    model: str = "glm-5.1"
-    length_scale: float | None = None
-    nic_mbps: float = 100.0
-    policy: str = "ecmp"
-    faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.faults)
-    layout: LayoutSpec = field(default_factory=LayoutSpec)
-    kv_streams: int = 2
-    prefix_cache_hit_rate: float = 0.0
-    kv_paths: str = "disjoint"  # ZCube: "disjoint" binds each KV lane to its own port
-    scrape_interval_s: float = 1.0
-    drain_s: float = 60.0
-    results_root: Path = Path("results")
-    tag: str = ""
-
-    def __post_init__(self) -> None:
-        if not 5 <= self.duration_s <= 3600:
-            raise ConfigError("duration", self.duration_s, "between 5 and 3600 seconds")
-        if self.model not in PROFILES:
-            raise ConfigError("model", self.model, f"one of {list(PROFILES)}")
-        if self.rate is not None and not 0 < self.rate <= 1000:
-            raise ConfigError("rate", self.rate, "between 0 and 1000 requests/s")
-        if not 0 < self.nic_mbps <= 1000:
-            raise ConfigError("nic_mbps", self.nic_mbps, "between 0 and 1000 Mb/s")
-        if not 0 <= self.drain_s <= 3600:
-            raise ConfigError("drain", self.drain_s, "between 0 and 3600 seconds")
-        get_policy(self.policy)
-        if not 1 <= self.kv_streams <= 16:
-            raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
-        if self.kv_paths not in ("disjoint", "shortest"):
-            raise ConfigError("kv_paths", self.kv_paths, "disjoint or shortest")
-        if not 0 <= self.prefix_cache_hit_rate < 1:
-            raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["fabric"] = json.loads(self.fabric.to_json())
-        d["results_root"] = str(self.results_root)
-        return d
 
 
 @dataclass
@@ -119,94 +62,96 @@ class RunResult:
     summary: dict[str, Any]
 
 
-class Experiment:
-    """One run. `run()` returns the results; it always tears everything down."""
+class Launcher:
+    """A plan's processes in a Mininet lab: `prepare()` makes the run folder, `start()` brings
+    up the lab, the serving roles and monitoring, `stop()` tears everything down (in `finally`).
 
-    def __init__(self, config: RunConfig, progress: Callable[[str], None] | None = None) -> None:
-        self.config = config
+    Root-namespace ports are free ones picked just before their process starts; Prometheus
+    takes a free port on loopback unless `prometheus_port` (and `prometheus_host`) fix it.
+    """
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        progress: Callable[[str], None] | None = None,
+        *,
+        prometheus_port: int | None = None,
+        prometheus_host: str = LOOPBACK,
+    ) -> None:
+        self.plan = plan
         self.progress = progress or (lambda _m: None)
-        self.fabric: Fabric = build_fabric(config.fabric)
-        self.scale = Scale(nic_mbps=config.nic_mbps)
-        self.placement: Placement = place(self.fabric, config.layout)
-        self.policy = get_policy(config.policy)
-        self.faults: list[Fault] = parse_faults(
-            config.faults, self.fabric, config.duration_s, config.seed
-        )
-        self.injector: FaultInjector | None = None
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        name = f"{stamp}-{self.fabric.kind}-{Path(config.workload).stem}"
-        if config.tag:
-            name += f"-{config.tag}"
-        self.dir = config.results_root.resolve() / name
+        self.dir = plan.config.results_root.resolve() / plan.run_name(stamp)
+        self.prometheus_port = prometheus_port
+        self.prometheus_host = prometheus_host
         self.lab: Lab | None = None
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.logs: list[IO[bytes]] = []
         self.prometheus: PrometheusServer | None = None
         self.health: HealthSampler | None = None
+        self.injector: FaultInjector | None = None
         self._health_http = None
         self.gateway_port = 0
         self.loadgen_port = 0
         self.health_port = 0
-        self.label = self.fabric.kind
-        planes = dict(self.fabric.spec.params).get("planes", 1)
-        if planes != 1:
-            self.label += f"-{planes}planes"
-        if self.policy.name != "ecmp" or self.faults:
-            self.label += f"/{self.policy.name}"
 
     # -- lifecycle ---------------------------------------------------------------------
-    def run(self) -> RunResult:
-        """Bring everything up, drive the load, collect, tear down."""
+    def prepare(self) -> None:
+        """Create the run folder and its `logs/`, and write `config.json`."""
         self.dir.mkdir(parents=True, exist_ok=False)
         (self.dir / "logs").mkdir()
-        self._write_config()
-        try:
-            self._start_lab()
-            self._start_serving()
-            self._start_monitoring()
-            t0, t1 = self._drive_load()
-            return RunResult(self.dir, self._collect(t0, t1))
-        finally:
-            self._teardown()
-
-    def _write_config(self) -> None:
-        cfg = self.config.to_dict()
-        cfg["fabric_summary"] = dict(self.fabric.summary())
-        cfg["bandwidth_scale"] = self.scale.bandwidth_scale(self.fabric)
-        cfg["placement"] = [asdict(e) for e in self.placement.engines]
+        plan = self.plan
+        cfg = plan.config.to_dict()
+        cfg["fabric_summary"] = dict(plan.fabric.summary())
+        cfg["bandwidth_scale"] = plan.scale.bandwidth_scale(plan.fabric)
+        cfg["placement"] = [asdict(e) for e in plan.placement.engines]
         (self.dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
 
-    def _start_lab(self) -> None:
+    def start(self) -> None:
+        """The lab, then the serving roles (healthy), then the health sampler and Prometheus."""
+        self.start_lab()
+        self.start_serving()
+        self.start_monitoring()
+
+    def stop(self) -> None:
+        """Undo `start()`: faults healed first, then every process, then the lab."""
+        # A second Ctrl-C must not cut teardown short: that is what leaves labs behind.
+        with signals_ignored():
+            try:
+                if self.injector is not None:
+                    self.injector.stop()  # links back up before anything else stops
+                self._stop_processes()
+            finally:
+                if self.lab is not None:
+                    self.lab.stop()
+
+    def start_lab(self) -> None:
+        """The fabric in Mininet with its controller and management network, all-pairs checked."""
+        plan = self.plan
         opts = LabOptions(
-            scale=self.scale,
-            policy=self.policy.routing,
-            recompute=self.policy.recompute,
+            scale=plan.scale,
+            policy=plan.policy.routing,
+            recompute=plan.policy.recompute,
             management=True,
             log_dir=self.dir / "logs",
             of_port=free_port(),
             metrics_port=free_port(),
         )
         self.progress(
-            f"fabric {self.fabric.kind}: {len(self.fabric.hosts)} GPU hosts, "
-            f"{len(self.fabric.switches)} switches (bandwidth scale "
-            f"{self.scale.bandwidth_scale(self.fabric):g})"
+            f"fabric {plan.fabric.kind}: {len(plan.fabric.hosts)} GPU hosts, "
+            f"{len(plan.fabric.switches)} switches (bandwidth scale "
+            f"{plan.scale.bandwidth_scale(plan.fabric):g})"
         )
-        self.lab = Lab(self.fabric, opts, progress=self.progress)
+        self.lab = Lab(plan.fabric, opts, progress=self.progress)
         self.lab.start()
         failures = self.lab.check_reachability()
         bad = {h: v for h, v in failures.items() if v}
         if bad:
             raise LabError(f"fabric not fully reachable: {bad}")
 
-    # -- serving -----------------------------------------------------------------------
-    def _peer_address(self, src: str, dst: str) -> str:
-        """The fabric address of `dst` that `src` reaches on a shortest path (ZCube: of the two
-        2-hop options, alternate by host pair so both ports carry all-to-all)."""
-        paths = self.fabric.shortest_paths(src, dst)
-        choice = paths[(self.fabric.host(src).gid + self.fabric.host(dst).gid) % len(paths)]
-        return self.fabric.host(dst).interfaces[choice.dst_interface].ip
-
-    def _popen_in(self, host: str, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    # -- processes -----------------------------------------------------------------------
+    def popen_in(self, host: str, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start `argv` in a GPU host's namespace, logging to `logs/<name>.log`."""
         assert self.lab is not None and self.lab.net is not None
         log = (self.dir / "logs" / f"{name}.log").open("wb")
         self.logs.append(log)
@@ -215,7 +160,8 @@ class Experiment:
         self.lab.track_pid(proc.pid)
         return proc
 
-    def _popen_root(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def popen_root(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start `argv` in the root namespace (its own session), logging to `logs/<name>.log`."""
         log = (self.dir / "logs" / f"{name}.log").open("wb")
         self.logs.append(log)
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -224,99 +170,43 @@ class Experiment:
             self.lab.track_pid(proc.pid)
         return proc
 
-    def _start_serving(self) -> None:
-        from serving.config import (
-            Address,
-            DecodeConfig,
-            EpWorkerConfig,
-            GatewayConfig,
-            PrefillConfig,
-        )
-        from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
-
-        assert self.lab is not None
-        c = self.config
-        bw = self.scale.bandwidth_scale(self.fabric)
-        self.progress(
-            f"starting {len(self.placement.role('prefill'))} prefill and "
-            f"{len(self.placement.role('decode'))} decode engines ({c.model}), "
-            f"{len(self.placement.ep_hosts)} EP workers"
-        )
-        for host in self.placement.ep_hosts:
-            binds = tuple(Address(i.ip, EP_PORT) for i in self.fabric.host(host).interfaces)
-            self._popen_in(host, f"ep-{host}", ep_worker_argv(EpWorkerConfig(bind=binds)))
-        api: dict[str, str] = {}
-        for e in self.placement.engines:
-            h = self.fabric.host(e.host)
-            mgmt = self.lab.management_ip(e.host)
-            peers = tuple(Address(self._peer_address(e.host, p), EP_PORT) for p in e.ep_peers)
-            common: dict[str, Any] = {
-                "model": c.model,
-                "host": mgmt,
-                "bandwidth_scale": bw,
-                "seed": c.seed,
-                "engine_index": str(h.gid),
-                "ep_peers": peers,
-            }
-            if self.policy.spray and peers:
-                # An all-to-all exchange is sprayed like a KV pull: subflows per peer, stalled
-                # ones retired and their part sent again.
-                common.update(ep_subflows=SPRAY_STREAMS, ep_stall_timeout_s=SPRAY_STALL_S)
-            if e.role == "prefill":
-                cfg = PrefillConfig(
-                    **common,
-                    port=PREFILL_PORT,
-                    kv_bind=tuple(Address(i.ip, KV_PORT) for i in h.interfaces),
-                    engine_id=e.engine_id,
-                    prefix_cache_hit_rate=c.prefix_cache_hit_rate,
-                )
-                self._popen_in(e.host, e.engine_id, prefill_argv(cfg))
-                api[e.engine_id] = f"http://{mgmt}:{PREFILL_PORT}"
-            else:
-                sources = kv_source_map(self.fabric, h) if c.kv_paths == "disjoint" else ()
-                spray = self.policy.spray
-                cfg = DecodeConfig(
-                    **common,
-                    port=DECODE_PORT,
-                    kv_streams=SPRAY_STREAMS if spray else c.kv_streams,
-                    kv_source_map=sources,
-                    kv_stall_timeout_s=SPRAY_STALL_S if spray else None,
-                    **({"kv_chunk_bytes": SPRAY_CHUNK_BYTES} if spray else {}),
-                    kv_log=str(self.dir / "logs" / f"kv-{e.engine_id}.jsonl"),
-                )
-                self._popen_in(e.host, e.engine_id, decode_argv(cfg))
-                api[e.engine_id] = f"http://{mgmt}:{DECODE_PORT}"
-        rail_groups = self.config.layout.layout == "rail-aligned"
-
-        def url(e: Any) -> str:
-            return api[e.engine_id] + (f"#group=rail{e.rail}" if rail_groups else "")
-
-        self.gateway_port = free_port()
-        gw = GatewayConfig(
-            model=c.model,
-            host="127.0.0.1",
-            port=self.gateway_port,
-            prefill_urls=tuple(url(e) for e in self.placement.role("prefill")),
-            decode_urls=tuple(url(e) for e in self.placement.role("decode")),
-        )
-        self._popen_root("gateway", gateway_argv(gw))
-        targets = [*api.values(), f"http://127.0.0.1:{self.gateway_port}"]
-        self._wait_healthy(targets, timeout=90)
-
-    def _wait_healthy(self, urls: list[str], timeout: float) -> None:
-        failing = wait_http([u + "/health" for u in urls], timeout, alive=self._check_alive)
-        if failing:
-            raise LabError(f"not healthy after {timeout:.0f}s: {failing}")
-
-    def _check_alive(self) -> None:
-        """Raise LabError with the log tail of the first started process that has exited."""
+    def check_alive(self) -> None:
+        """Raise LabError with the log tail of the first started process that has exited (or
+        when Prometheus, once started, has)."""
         for name, proc in self.procs:
             if proc.poll() is not None:
                 log = (self.dir / "logs" / f"{name}.log").read_text(errors="replace")
                 raise LabError(f"{name} exited with {proc.returncode}:\n{log[-1500:]}")
+        if self.prometheus is not None and not self.prometheus.running():
+            raise LabError(f"Prometheus exited: see {self.prometheus.log_path}")
+
+    # -- serving -----------------------------------------------------------------------
+    def start_serving(self) -> None:
+        """Every role of the plan in order, then wait until each answers its health URL."""
+        plan = self.plan
+        self.progress(
+            f"starting {len(plan.placement.role('prefill'))} prefill and "
+            f"{len(plan.placement.role('decode'))} decode engines ({plan.config.model}), "
+            f"{len(plan.placement.ep_hosts)} EP workers"
+        )
+        self.gateway_port = free_port()
+        launches = plan.role_launches(self.gateway_port, self.dir / "logs")
+        for launch in launches:
+            if launch.host is None:
+                self.popen_root(launch.name, list(launch.argv))
+            else:
+                self.popen_in(launch.host, launch.name, list(launch.argv))
+        timeout = 90
+        failing = wait_http(
+            [r.health_url for r in launches if r.health_url], timeout, alive=self.check_alive
+        )
+        if failing:
+            raise LabError(f"not healthy after {timeout:.0f}s: {failing}")
 
     # -- monitoring ----------------------------------------------------------------------
-    def _start_monitoring(self) -> None:
+    def start_monitoring(self) -> None:
+        """The health sampler (and its metrics), the fault injector (armed, not started) and
+        Prometheus scraping every component."""
         assert self.lab is not None
         registry = CollectorRegistry()
         self.health = HealthSampler(interval_s=1.0, registry=registry)
@@ -326,75 +216,107 @@ class Experiment:
             self.health.register("controller", self.lab.controller.pid)
         self.health.start()
         self.health_port = free_port()
-        self._health_http = start_http_server(self.health_port, "127.0.0.1", registry)
-        if self.faults:
+        self._health_http = start_http_server(self.health_port, LOOPBACK, registry)
+        if self.plan.faults:
             self.injector = FaultInjector(
-                self.fabric,
-                self.faults,
+                self.plan.fabric,
+                list(self.plan.faults),
                 self.dir / "faults.jsonl",
                 registry=registry,
                 progress=self.progress,
             )
         self.loadgen_port = free_port()
-        mgmt = {e.engine_id: self.lab.management_ip(e.host) for e in self.placement.engines}
-        jobs = {
-            "gateway": [f"127.0.0.1:{self.gateway_port}"],
-            "prefill": [
-                f"{mgmt[e.engine_id]}:{PREFILL_PORT}" for e in self.placement.role("prefill")
-            ],
-            "decode": [f"{mgmt[e.engine_id]}:{DECODE_PORT}" for e in self.placement.role("decode")],
-            "controller": [f"127.0.0.1:{self.lab.options.metrics_port}"],
-            "loadgen": [f"127.0.0.1:{self.loadgen_port}"],
-            "emulator": [f"127.0.0.1:{self.health_port}"],
-        }
-        labels = {"run": self.dir.name, "fabric": self.fabric.kind}
-        text = scrape_config(jobs, self.config.scrape_interval_s, labels)
-        self.prometheus = self._new_prometheus(text)
-        self.progress(f"starting Prometheus (scrape every {self.config.scrape_interval_s:g}s)")
+        ports = Ports(
+            gateway=self.gateway_port,
+            controller=self.lab.options.metrics_port,
+            loadgen=self.loadgen_port,
+            emulator=self.health_port,
+        )
+        text = self.plan.scrape(ports, self.dir.name).render()
+        if self.prometheus_port is not None:
+            self.progress(f"Prometheus on {self.prometheus_host}:{self.prometheus_port}")
+        self.prometheus = PrometheusServer(
+            text,
+            self.dir / "prometheus",
+            port=self.prometheus_port,
+            listen_host=self.prometheus_host,
+        )
+        interval = self.plan.config.scrape_interval_s
+        self.progress(f"starting Prometheus (scrape every {interval:g}s)")
         self.prometheus.start()
         if self.prometheus.pid is not None:
             self.lab.track_pid(self.prometheus.pid)  # removed by the next run if this one dies
 
-    def _new_prometheus(self, config_text: str) -> PrometheusServer:
-        """The run's Prometheus (on a free port; `up --serve` puts it on a fixed one)."""
-        return PrometheusServer(config_text, self.dir / "prometheus")
+    def _stop_processes(self) -> None:
+        stop_groups([proc for _name, proc in self.procs])
+        self.procs.clear()
+        for log in self.logs:
+            log.close()
+        if self.prometheus is not None:
+            with contextlib.suppress(Exception):
+                self.prometheus.stop()
+        if self.health is not None:
+            with contextlib.suppress(Exception):
+                self.health.stop()
+        if self._health_http is not None:
+            server, thread = self._health_http
+            with contextlib.suppress(Exception):
+                server.shutdown()
+                server.server_close()
+            thread.join(timeout=2)
+
+
+class Experiment:
+    """One run. `run()` returns the results; it always tears everything down."""
+
+    def __init__(self, config: RunConfig, progress: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.progress = progress or (lambda _m: None)
+        self.plan = plan_run(config)  # checks fabric, placement, policy and faults at once
+        self.fabric = self.plan.fabric
+        self.scale = self.plan.scale
+        self.placement = self.plan.placement
+        self.policy = self.plan.policy
+        self.faults: list[Fault] = list(self.plan.faults)
+        self.label = self.plan.label
+        self.launcher = Launcher(self.plan, self.progress)
+        self.dir = self.launcher.dir
+
+    @property
+    def prometheus(self) -> PrometheusServer | None:
+        return self.launcher.prometheus
+
+    @property
+    def health(self) -> HealthSampler | None:
+        return self.launcher.health
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Bring everything up, drive the load, collect, tear down."""
+        self.launcher.prepare()
+        try:
+            self.launcher.start()
+            t0, t1 = self._drive_load()
+            return RunResult(self.dir, self._collect(t0, t1))
+        finally:
+            self.launcher.stop()
 
     # -- load ----------------------------------------------------------------------------
     def _drive_load(self) -> tuple[float, float]:
         c = self.config
-        run_time = c.duration_s + c.drain_s
-        argv = [
-            sys.executable, "-m", "locust",
-            "-f", str(LOCUSTFILE),
-            "--headless", "--host", f"http://127.0.0.1:{self.gateway_port}",
-            "-u", "1", "-r", "1", "--run-time", f"{run_time:.0f}s",
-            "--workload", c.workload, "--seed", str(c.seed), "--model", c.model,
-            "--duration", f"{c.duration_s:g}",
-            "--metrics-port", str(self.loadgen_port), "--metrics-linger", "3",
-            "--requests-out", str(self.dir / "requests.jsonl"),
-            "--summary-out", str(self.dir / "loadgen-summary.json"),
-            "--csv", str(self.dir / "locust"), "--json-file", str(self.dir / "locust"),
-            "--only-summary", "--loglevel", "WARNING",
-        ]  # fmt: skip
-        for flag, value in (
-            ("--rate", c.rate),
-            ("--arrival", c.arrival),
-            ("--burstiness", c.burstiness),
-            ("--length-scale", c.length_scale),
-        ):
-            if value is not None:
-                argv += [flag, str(value)]
+        launcher = self.launcher
+        argv = self.plan.locust_argv(launcher.gateway_port, launcher.loadgen_port, out_dir=self.dir)
         self.progress(
             f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed}), policy {self.policy.name}"
             + "".join(f"; {f.label} at {f.at_s:g}s" for f in self.faults)
         )
         t0 = time.time()
-        proc = self._popen_root("locust", argv)
-        if self.injector is not None:
-            self.injector.start(t0)
-        if self.health is not None:  # a saturated load generator would inflate TTFT
-            self.health.register("locust", proc.pid)
-        self._wait_loadgen(proc, run_time + 30)
+        proc = launcher.popen_root("locust", argv)
+        if launcher.injector is not None:
+            launcher.injector.start(t0)
+        if launcher.health is not None:  # a saturated load generator would inflate TTFT
+            launcher.health.register("locust", proc.pid)
+        self._wait_loadgen(proc, c.duration_s + c.drain_s + 30)
         # One more scrape so the counters include the end of the run; queries run at t1.
         time.sleep(2 * c.scrape_interval_s + 0.5)
         t1 = time.time()
@@ -534,36 +456,6 @@ class Experiment:
             if "switch" in m and "port" in m:
                 out[(m["switch"], int(m["port"]))] = float(s["value"][1])
         return out
-
-    # -- teardown ------------------------------------------------------------------------
-    def _teardown(self) -> None:
-        # A second Ctrl-C must not cut teardown short: that is what leaves labs behind.
-        with signals_ignored():
-            try:
-                if self.injector is not None:
-                    self.injector.stop()  # links back up before anything else stops
-                self._stop_processes()
-            finally:
-                if self.lab is not None:
-                    self.lab.stop()
-
-    def _stop_processes(self) -> None:
-        stop_groups([proc for _name, proc in self.procs])
-        self.procs.clear()
-        for log in self.logs:
-            log.close()
-        if self.prometheus is not None:
-            with contextlib.suppress(Exception):
-                self.prometheus.stop()
-        if self.health is not None:
-            with contextlib.suppress(Exception):
-                self.health.stop()
-        if self._health_http is not None:
-            server, thread = self._health_http
-            with contextlib.suppress(Exception):
-                server.shutdown()
-                server.server_close()
-            thread.join(timeout=2)
 
 
 def _load_time_spans(

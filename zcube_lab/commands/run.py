@@ -83,22 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-def _profile_hint(workload: str, name: str, default: object) -> object:
-    from workloads.profiles import load_profile
-
-    value = getattr(load_profile(workload), name, None)
-    return default if value is None else value
-
-
-def _layout_hint(workload: str) -> str:
-    placement = _profile_hint(workload, "placement", "")
-    return "rail-aligned" if placement == "rail-aligned" else "default"
-
-
 def config_from_args(
     args: argparse.Namespace, fabric_spec: FabricSpec | None = None, tag: str = ""
 ) -> RunConfig:
     """The RunConfig the options describe."""
+    from emulator.experiment.plan import layout_hint, profile_hint
     from emulator.experiment.runner import RunConfig
     from zcube_lab.fabric.placement import LayoutSpec
 
@@ -106,7 +95,7 @@ def config_from_args(
         prefill_servers=args.prefill_servers,
         decode_servers=args.decode_servers,
         ep_servers=args.ep_servers,
-        layout=args.layout or _layout_hint(args.workload),
+        layout=args.layout or layout_hint(args.workload),
         alltoall=args.alltoall,
     )
     return RunConfig(
@@ -128,7 +117,7 @@ def config_from_args(
         prefix_cache_hit_rate=float(
             args.prefix_cache_hit_rate
             if args.prefix_cache_hit_rate is not None
-            else _profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)
+            else profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)
         ),
         drain_s=args.drain,
         results_root=args.results,

@@ -172,10 +172,9 @@ def _port(wanted: int, bind: str, what: str, console: Console) -> int:
 def serve(args: argparse.Namespace) -> int:
     """The lab with the serving cluster, Prometheus and Locust's UI, up until Ctrl-C."""
     from emulator.experiment.live import LiveLab
-    from emulator.experiment.runner import RunConfig
+    from emulator.experiment.plan import RunConfig, layout_hint, profile_hint
     from emulator.lab.network import LabError
     from emulator.prometheus.server import PrometheusError
-    from zcube_lab.commands.run import _layout_hint, _profile_hint
     from zcube_lab.errors import ConfigError
     from zcube_lab.fabric.placement import LayoutSpec
 
@@ -193,9 +192,9 @@ def serve(args: argparse.Namespace) -> int:
             model=args.model,
             nic_mbps=args.nic_mbps,
             policy=args.policy,
-            layout=LayoutSpec(layout=_layout_hint(args.workload)),
+            layout=LayoutSpec(layout=layout_hint(args.workload)),
             prefix_cache_hit_rate=float(
-                _profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)  # type: ignore[arg-type]
+                profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)  # type: ignore[arg-type]
             ),
             results_root=args.results,
             tag="live",

@@ -1,0 +1,340 @@
+"""The serving plan of a run, as plain data (pure): which role runs on which GPU host with which
+command line, where its API answers, what Prometheus scrapes, and how Locust is started.
+
+`plan_run(config)` builds the fabric, places the engines and parses the faults; the `RunPlan`
+it returns answers, given the ports the caller chose (`Ports`: free ones in a run, the adapter
+picks them), with `RoleLaunch`es, a validated `ScrapePlan` and Locust's argv. Nothing here
+starts a process, opens a socket or reads the clock, so the unit tests check it without root;
+`emulator.experiment.runner` realizes it in a Mininet lab.
+
+Naming: a launch is named after what it runs (`ep-<host>`, the engine id `prefill-<gid>` /
+`decode-<gid>`, `gateway`; the runner starts Locust as `locust`); that name is its log file
+(`logs/<name>.log`) and its entry in the health sampler. Engines listen on their host's
+management address (API and metrics never cross the fabric under test); KV and all-to-all use
+the fabric addresses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from emulator.prometheus.server import ScrapePlan, scrape_plan
+from serving.config import Address, DecodeConfig, EpWorkerConfig, GatewayConfig, PrefillConfig
+from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
+from serving.models import PROFILES
+from workloads import LOCUSTFILE
+from workloads.profiles import load_profile
+from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import Fabric, FabricSpec
+from zcube_lab.fabric.hostplan import kv_source_map, management_address
+from zcube_lab.fabric.placement import Engine, LayoutSpec, Placement, place
+from zcube_lab.fabric.scale import Scale
+from zcube_lab.faults import Fault, parse_faults
+from zcube_lab.policies import (
+    SPRAY_CHUNK_BYTES,
+    SPRAY_STALL_S,
+    SPRAY_STREAMS,
+    RunPolicy,
+    get_policy,
+)
+
+# Fixed ports inside the GPU hosts' namespaces (each host has its own, so they never clash).
+PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
+# Gateway, controller, load generator and health gauges share the root namespace: `Ports`.
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; written to config.json."""
+
+    fabric: FabricSpec
+    workload: str = "coding-agent"
+    duration_s: float = 60.0
+    rate: float | None = None
+    arrival: str | None = None
+    burstiness: float | None = None
+    seed: int = 1
+    model: str = "glm-5.1"
+    length_scale: float | None = None
+    nic_mbps: float = 100.0
+    policy: str = "ecmp"
+    faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.faults)
+    layout: LayoutSpec = field(default_factory=LayoutSpec)
+    kv_streams: int = 2
+    prefix_cache_hit_rate: float = 0.0
+    kv_paths: str = "disjoint"  # ZCube: "disjoint" binds each KV lane to its own port
+    scrape_interval_s: float = 1.0
+    drain_s: float = 60.0
+    results_root: Path = Path("results")
+    tag: str = ""
+
+    def __post_init__(self) -> None:
+        if not 5 <= self.duration_s <= 3600:
+            raise ConfigError("duration", self.duration_s, "between 5 and 3600 seconds")
+        if self.model not in PROFILES:
+            raise ConfigError("model", self.model, f"one of {list(PROFILES)}")
+        if self.rate is not None and not 0 < self.rate <= 1000:
+            raise ConfigError("rate", self.rate, "between 0 and 1000 requests/s")
+        if not 0 < self.nic_mbps <= 1000:
+            raise ConfigError("nic_mbps", self.nic_mbps, "between 0 and 1000 Mb/s")
+        if not 0 <= self.drain_s <= 3600:
+            raise ConfigError("drain", self.drain_s, "between 0 and 3600 seconds")
+        get_policy(self.policy)
+        if not 1 <= self.kv_streams <= 16:
+            raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
+        if self.kv_paths not in ("disjoint", "shortest"):
+            raise ConfigError("kv_paths", self.kv_paths, "disjoint or shortest")
+        if not 0 <= self.prefix_cache_hit_rate < 1:
+            raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fabric"] = json.loads(self.fabric.to_json())
+        d["results_root"] = str(self.results_root)
+        return d
+
+
+def profile_hint(workload: str, name: str, default: object) -> object:
+    """A workload profile's value for a run option (`placement`, `prefix_cache_hit_rate`), or
+    `default` when the profile leaves it unset."""
+    value = getattr(load_profile(workload), name, None)
+    return default if value is None else value
+
+
+def layout_hint(workload: str) -> str:
+    """The placement layout a workload profile asks for: `rail-aligned` or `default`."""
+    placement = profile_hint(workload, "placement", "")
+    return "rail-aligned" if placement == "rail-aligned" else "default"
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The root-namespace ports the adapter chose: the gateway's API, the controller's metrics,
+    the load generator's metrics and the health sampler's gauges."""
+
+    gateway: int
+    controller: int
+    loadgen: int
+    emulator: int
+
+
+@dataclass(frozen=True)
+class RoleLaunch:
+    """One serving process: its name, the GPU host whose namespace runs it (None: the root
+    namespace), its argv, and the URL that answers 2xx once it serves ("" : none to wait for)."""
+
+    name: str
+    host: str | None
+    argv: tuple[str, ...]
+    health_url: str = ""
+
+
+@dataclass(frozen=True)
+class LocustWeb:
+    """Locust's web UI on `host:port` instead of a timed headless run (the live lab)."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's fabric, engine placement, policy and faults; the rest of the plan derives."""
+
+    config: RunConfig
+    fabric: Fabric
+    placement: Placement
+    policy: RunPolicy
+    faults: tuple[Fault, ...]
+
+    @property
+    def scale(self) -> Scale:
+        return Scale(nic_mbps=self.config.nic_mbps)
+
+    @property
+    def label(self) -> str:
+        """How reports name the run's variant: `zcube`, `roft-2planes`, `zcube/ff`."""
+        label = self.fabric.kind
+        planes = dict(self.fabric.spec.params).get("planes", 1)
+        if planes != 1:
+            label += f"-{planes}planes"
+        if self.policy.name != "ecmp" or self.faults:
+            label += f"/{self.policy.name}"
+        return label
+
+    def run_name(self, stamp: str) -> str:
+        """The results folder's name for a run started at `stamp` (`YYYYmmdd-HHMMSS`)."""
+        name = f"{stamp}-{self.fabric.kind}-{Path(self.config.workload).stem}"
+        return f"{name}-{self.config.tag}" if self.config.tag else name
+
+    def management_ip(self, host: str) -> str:
+        """Where a host's engine API and metrics answer (the management network)."""
+        return management_address(self.fabric.host(host).gid)
+
+    def role_launches(self, gateway_port: int, log_dir: Path) -> tuple[RoleLaunch, ...]:
+        """Every serving process in start order: EP workers, the engines in placement order,
+        then the gateway (in the root namespace on `gateway_port`)."""
+        launches = [
+            RoleLaunch(f"ep-{host}", host, tuple(ep_worker_argv(self._ep_config(host))))
+            for host in self.placement.ep_hosts
+        ]
+        launches += [self._engine_launch(e, log_dir) for e in self.placement.engines]
+        launches.append(self._gateway_launch(gateway_port))
+        return tuple(launches)
+
+    def scrape(self, ports: Ports, run: str) -> ScrapePlan:
+        """Prometheus' plan: one job per component, labelled with the run and the fabric."""
+
+        def engines(role: str, port: int) -> list[str]:
+            return [f"{self.management_ip(e.host)}:{port}" for e in self.placement.role(role)]
+
+        jobs = {
+            "gateway": [f"{LOOPBACK}:{ports.gateway}"],
+            "prefill": engines("prefill", PREFILL_PORT),
+            "decode": engines("decode", DECODE_PORT),
+            "controller": [f"{LOOPBACK}:{ports.controller}"],
+            "loadgen": [f"{LOOPBACK}:{ports.loadgen}"],
+            "emulator": [f"{LOOPBACK}:{ports.emulator}"],
+        }
+        labels = {"run": run, "fabric": self.fabric.kind}
+        return scrape_plan(jobs, self.config.scrape_interval_s, labels)
+
+    def locust_argv(
+        self,
+        gateway_port: int,
+        loadgen_port: int,
+        *,
+        out_dir: Path | None = None,
+        web: LocustWeb | None = None,
+        python: str = sys.executable,
+    ) -> list[str]:
+        """Locust driving the gateway: headless for `duration + drain` seconds, writing its
+        records, summary, CSV and JSON into `out_dir`; or, with `web`, its web UI, started at
+        once and kept running after the planned arrivals."""
+        if web is None and out_dir is None:
+            raise ValueError("a headless Locust run needs out_dir for its results")
+        c = self.config
+        argv = [python, "-m", "locust", "-f", str(LOCUSTFILE)]
+        gateway = f"http://{LOOPBACK}:{gateway_port}"
+        if web is None:
+            run_time = c.duration_s + c.drain_s
+            argv += ["--headless", "--host", gateway]
+            argv += ["-u", "1", "-r", "1", "--run-time", f"{run_time:.0f}s"]
+        else:
+            argv += ["--host", gateway, "--web-host", web.host, "--web-port", str(web.port)]
+            argv += ["--autostart", "-u", "1", "-r", "1"]
+        argv += ["--workload", c.workload, "--seed", str(c.seed), "--model", c.model]
+        argv += ["--duration", f"{c.duration_s:g}"]
+        if web is not None:
+            argv.append("--keep-running")
+        argv += ["--metrics-port", str(loadgen_port)]
+        if out_dir is not None and web is None:
+            argv += [
+                "--metrics-linger", "3",
+                "--requests-out", str(out_dir / "requests.jsonl"),
+                "--summary-out", str(out_dir / "loadgen-summary.json"),
+                "--csv", str(out_dir / "locust"), "--json-file", str(out_dir / "locust"),
+                "--only-summary",
+            ]  # fmt: skip
+        argv += ["--loglevel", "WARNING"]
+        for flag, value in (
+            ("--rate", c.rate),
+            ("--arrival", c.arrival),
+            ("--burstiness", c.burstiness),
+            ("--length-scale", c.length_scale),
+        ):
+            if value is not None:
+                argv += [flag, str(value)]
+        return argv
+
+    # -- the parts of role_launches --------------------------------------------------------
+    def _ep_config(self, host: str) -> EpWorkerConfig:
+        return EpWorkerConfig(
+            bind=tuple(Address(i.ip, EP_PORT) for i in self.fabric.host(host).interfaces)
+        )
+
+    def _engine_launch(self, e: Engine, log_dir: Path) -> RoleLaunch:
+        c = self.config
+        h = self.fabric.host(e.host)
+        mgmt = self.management_ip(e.host)
+        peers = tuple(Address(peer_address(self.fabric, e.host, p), EP_PORT) for p in e.ep_peers)
+        common: dict[str, Any] = {
+            "model": c.model,
+            "host": mgmt,
+            "bandwidth_scale": self.scale.bandwidth_scale(self.fabric),
+            "seed": c.seed,
+            "engine_index": str(h.gid),
+            "ep_peers": peers,
+        }
+        spray = self.policy.spray
+        if spray and peers:
+            # An all-to-all exchange is sprayed like a KV pull: subflows per peer, stalled ones
+            # retired and their part sent again.
+            common.update(ep_subflows=SPRAY_STREAMS, ep_stall_timeout_s=SPRAY_STALL_S)
+        if e.role == "prefill":
+            prefill = PrefillConfig(
+                **common,
+                port=PREFILL_PORT,
+                kv_bind=tuple(Address(i.ip, KV_PORT) for i in h.interfaces),
+                engine_id=e.engine_id,
+                prefix_cache_hit_rate=c.prefix_cache_hit_rate,
+            )
+            url = f"http://{mgmt}:{PREFILL_PORT}"
+            return RoleLaunch(e.engine_id, e.host, tuple(prefill_argv(prefill)), f"{url}/health")
+        decode = DecodeConfig(
+            **common,
+            port=DECODE_PORT,
+            kv_streams=SPRAY_STREAMS if spray else c.kv_streams,
+            kv_source_map=kv_source_map(self.fabric, h) if c.kv_paths == "disjoint" else (),
+            kv_stall_timeout_s=SPRAY_STALL_S if spray else None,
+            **({"kv_chunk_bytes": SPRAY_CHUNK_BYTES} if spray else {}),
+            kv_log=str(log_dir / f"kv-{e.engine_id}.jsonl"),
+        )
+        url = f"http://{mgmt}:{DECODE_PORT}"
+        return RoleLaunch(e.engine_id, e.host, tuple(decode_argv(decode)), f"{url}/health")
+
+    def _gateway_launch(self, gateway_port: int) -> RoleLaunch:
+        rail_groups = self.config.layout.layout == "rail-aligned"
+
+        def url(e: Engine) -> str:
+            port = PREFILL_PORT if e.role == "prefill" else DECODE_PORT
+            api = f"http://{self.management_ip(e.host)}:{port}"
+            # Rail-aligned: the gateway pairs a prefill with a decode of the same group.
+            return api + (f"#group=rail{e.rail}" if rail_groups else "")
+
+        gateway = GatewayConfig(
+            model=self.config.model,
+            host=LOOPBACK,
+            port=gateway_port,
+            prefill_urls=tuple(url(e) for e in self.placement.role("prefill")),
+            decode_urls=tuple(url(e) for e in self.placement.role("decode")),
+        )
+        health = f"http://{LOOPBACK}:{gateway_port}/health"
+        return RoleLaunch("gateway", None, tuple(gateway_argv(gateway)), health)
+
+
+def plan_run(config: RunConfig) -> RunPlan:
+    """The run's plan: its fabric built, engines placed, policy and faults checked (a
+    ConfigError names what is wrong before anything starts)."""
+    fabric = build_fabric(config.fabric)
+    return RunPlan(
+        config=config,
+        fabric=fabric,
+        placement=place(fabric, config.layout),
+        policy=get_policy(config.policy),
+        faults=tuple(parse_faults(config.faults, fabric, config.duration_s, config.seed)),
+    )
+
+
+def peer_address(fabric: Fabric, src: str, dst: str) -> str:
+    """The fabric address of `dst` that `src` reaches on a shortest path (ZCube: of the two
+    2-hop options, alternate by host pair so both ports carry all-to-all)."""
+    paths = fabric.shortest_paths(src, dst)
+    choice = paths[(fabric.host(src).gid + fabric.host(dst).gid) % len(paths)]
+    return fabric.host(dst).interfaces[choice.dst_interface].ip
