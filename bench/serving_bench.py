@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import aiohttp
 
 from serving.cluster import ClusterSpec, LocalCluster
+from zcube_lab.stats import quantile
 
 
 def _body(words: int, out: int, stream: bool = True) -> dict:
@@ -96,8 +97,10 @@ async def added_latency(c: LocalCluster, n: int) -> tuple[list[float], list[floa
 
 
 def _pct(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
+    """The q-quantile (0-1) of a non-empty sample: the lab's one quantile function."""
+    value = quantile(xs, q)
+    assert value is not None, "no samples"
+    return value
 
 
 def _scrape_sum(url: str, name: str) -> float:

@@ -2,24 +2,28 @@
 
 Each role has one dataclass (`GatewayConfig`, `PrefillConfig`, `DecodeConfig`,
 `EpWorkerConfig`); `__post_init__` validates and raises `ConfigError` naming the field, the
-value and what is allowed. A JSON config file uses the flag names with `_` for `-` as keys
-(`{"kv_bind": ["10.1.0.1:7100"]}`); flags given on the command line win over the file.
+value and what is allowed. Each field is declared once, with its flag (`serving.options`):
+the dataclass drives the role's parser and the command line the lab starts it with. A JSON
+config file uses the flag names with `_` for `-` as keys (`{"kv_bind": ["10.1.0.1:7100"]}`);
+flags given on the command line win over the file.
 """
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 from serving.models import PROFILES, ModelProfile, get_profile
+from serving.options import option
+from serving.routing import BALANCERS
 from zcube_lab.errors import ConfigError
 
-POLICIES = ("least-outstanding", "round-robin")
+# The gateway's balancing policies (`--policy`): the registered balancers.
+BALANCING_POLICIES = tuple(BALANCERS)
+# Default hold of a KV path suspicion (`kv_path_hold_s` unset): this many stall timeouts
+# (5 s at 0.5 s).
+PATH_HOLD_STALLS = 10
 
 
 @dataclass(frozen=True, order=True)
@@ -41,7 +45,8 @@ def parse_address(text: str, field_name: str) -> Address:
     return Address(host, int(port))
 
 
-def _addresses(values: Sequence[str] | str | None, field_name: str) -> tuple[Address, ...]:
+def addresses(values: Sequence[str] | str | None, field_name: str) -> tuple[Address, ...]:
+    """Repeatable / comma-separated `host:port` flags to Addresses."""
     if values is None:
         return ()
     if isinstance(values, str):
@@ -52,30 +57,85 @@ def _addresses(values: Sequence[str] | str | None, field_name: str) -> tuple[Add
     return tuple(out)
 
 
+def parse_urls(values: Sequence[str] | str | None, field_name: str = "") -> tuple[str, ...]:
+    """Repeatable / comma-separated URL flags to a tuple (checked by the config)."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [values]
+    return tuple(u for v in values for u in str(v).split(",") if u)
+
+
+def parse_kv_sources(values: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
+    """`CIDR=LOCAL` flags to the decode's KV source map."""
+    out = []
+    for v in values or ():
+        cidr, sep, local = str(v).partition("=")
+        if not sep or not cidr or not local:
+            raise ConfigError("kv_source", v, "CIDR=LOCAL_IP, e.g. 10.2.0.0/16=10.1.0.1")
+        out.append((cidr, local))
+    return tuple(out)
+
+
+def parse_prefill_kv(
+    values: Sequence[str] | None,
+) -> tuple[tuple[str, tuple[Address, ...]], ...]:
+    """`ENGINE_ID=host:port[,host:port]` entries to the decode's override table."""
+    out = []
+    for v in values or ():
+        engine_id, sep, addrs = str(v).partition("=")
+        if not sep or not engine_id:
+            raise ConfigError("prefill_kv", v, "ENGINE_ID=host:port[,host:port...]")
+        out.append((engine_id, addresses(addrs, "prefill_kv")))
+    return tuple(out)
+
+
 def _check(cond: bool, field_name: str, value: object, allowed: str) -> None:
     if not cond:
         raise ConfigError(field_name, value, allowed)
+
+
+def _as_str(raw: object, field_name: str) -> str:
+    # A JSON config file may give a number where the flag gives text.
+    return str(raw)
+
+
+def _prefill_kv_item(entry: tuple[str, tuple[Address, ...]]) -> str:
+    engine_id, addrs = entry
+    return engine_id + "=" + ",".join(str(a) for a in addrs)
 
 
 @dataclass(frozen=True)
 class EngineCommon:
     """Settings every engine role shares."""
 
-    model: str = "tiny"
-    served_model_name: str = ""
-    host: str = "127.0.0.1"
-    port: int = 8100
-    bandwidth_scale: float = 1.0
-    seed: int = 0
-    engine_index: str = "0"
-    max_waiting: int = 1024
-    ep_peers: tuple[Address, ...] = ()
+    model: str = option("tiny", help="profile: " + ", ".join(PROFILES))
+    served_model_name: str = option("", help="name clients send", omit_default=True)
+    host: str = option("127.0.0.1", help="API/metrics (management) address")
+    port: int = option(8100)
+    bandwidth_scale: float = option(1.0)
+    seed: int = option(0)
+    engine_index: str = option("0", help="value of the `engine` label", parse=_as_str)
+    max_waiting: int = option(1024, help="queue limit (then 503)")
+    ep_peers: tuple[Address, ...] = option(
+        (),
+        help="host:port of an EP peer (repeat or comma-separate); none: EP size 1",
+        repeat=True,
+        parse=addresses,
+    )
     # All-to-all: TCP subflows (source ports, hence ECMP hashes) per EP peer; retire a subflow
     # that receives nothing for ep_stall_timeout_s (None: never); a peer not answered within
     # ep_timeout_s fails for that step.
-    ep_subflows: int = 1
-    ep_stall_timeout_s: float | None = None
-    ep_timeout_s: float = 5.0
+    ep_subflows: int = option(1, help="all-to-all TCP subflows per EP peer", omit_default=True)
+    ep_stall_timeout_s: float | None = option(
+        None,
+        help="retire an all-to-all subflow that receives nothing for this long (default: never)",
+        type=float,
+        omit_default=True,
+    )
+    ep_timeout_s: float = option(
+        5.0, help="an EP peer not answered within this fails for that step", omit_default=True
+    )
 
     def __post_init__(self) -> None:
         get_profile(self.model)
@@ -114,11 +174,18 @@ class EngineCommon:
 class PrefillConfig(EngineCommon):
     """A prefill instance: API on host:port, KV served on every `kv_bind` address."""
 
-    kv_bind: tuple[Address, ...] = (Address("127.0.0.1", 7100),)
-    engine_id: str = ""
-    token_budget: int = 8192
-    kv_lease_s: float = 30.0
-    prefix_cache_hit_rate: float = 0.0
+    kv_bind: tuple[Address, ...] = option(
+        (Address("127.0.0.1", 7100),),
+        help="host:port of a KV server (fabric address; repeat for each NIC port)",
+        repeat=True,
+        parse=addresses,
+    )
+    engine_id: str = option("", help="NIXL remote_engine_id", omit_default=True)
+    token_budget: int = option(8192, help="prompt tokens per step")
+    kv_lease_s: float = option(30.0, help="free unpulled KV after")
+    prefix_cache_hit_rate: float = option(
+        0.0, help="share of each prompt served from the prefix cache (no compute; KV still moves)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -142,26 +209,60 @@ class PrefillConfig(EngineCommon):
 class DecodeConfig(EngineCommon):
     """A decode instance: pulls KV over `kv_streams` TCP streams per prefill KV address."""
 
+    port: int = option(8200)
     # engine_id -> KV addresses; overrides the addresses prefill advertises.
-    prefill_kv: tuple[tuple[str, tuple[Address, ...]], ...] = ()
-    kv_streams: int = 2
-    kv_chunk_bytes: int = 256 * 1024
-    kv_retries: int = 3
-    kv_timeout_s: float = 10.0
-    max_num_seqs: int = 0
-    eos_probability: float = 0.02
+    prefill_kv: tuple[tuple[str, tuple[Address, ...]], ...] = option(
+        (),
+        help="ENGINE_ID=host:port[,host:port]: a prefill's KV (fabric) addresses; repeatable",
+        repeat=True,
+        parse=lambda raw, _: parse_prefill_kv(raw),
+        item=_prefill_kv_item,
+    )
+    kv_streams: int = option(2, help="TCP streams per KV address")
     # (cidr, local address): the source address for KV pulls from addresses in cidr.
-    kv_source_map: tuple[tuple[str, str], ...] = ()
+    kv_source_map: tuple[tuple[str, str], ...] = option(
+        (),
+        flag="--kv-source",
+        help="CIDR=LOCAL: pull KV from addresses in CIDR with local source address LOCAL "
+        "(repeatable; picks the NIC port, e.g. on ZCube)",
+        repeat=True,
+        parse=lambda raw, _: parse_kv_sources(raw),
+        item=lambda entry: "=".join(entry),
+    )
+    kv_chunk_bytes: int = option(256 * 1024)
+    kv_retries: int = option(3)
+    kv_timeout_s: float = option(10.0)
     # Retire a KV lane that receives no byte for this long and reopen it (None: never).
-    kv_stall_timeout_s: float | None = None
+    kv_stall_timeout_s: float | None = option(
+        None,
+        help="retire a KV lane (TCP connection, i.e. path id) that receives no byte for this "
+        "long, move its chunks to the other lanes and open a new one (default: off)",
+        type=float,
+        omit_default=True,
+    )
     # Retired lanes one pull may replace (None: RETIRE_BUDGET_PER_LANE x its lanes).
-    kv_max_retired: int | None = None
+    kv_max_retired: int | None = option(
+        None,
+        help="retired lanes one pull may replace (default: 4 x its lanes)",
+        type=int,
+        omit_default=True,
+    )
     # With a stall timeout: how long an address whose lane stalled stays avoided by later pulls
     # unless a probe or lane gets an answer (None: PATH_HOLD_STALLS x the stall timeout;
     # 0: no memory across pulls).
-    kv_path_hold_s: float | None = None
+    kv_path_hold_s: float | None = option(
+        None,
+        help="with --kv-stall-timeout-s: how long later pulls avoid (and only probe) a KV "
+        f"address whose lane stalled (default: {PATH_HOLD_STALLS} x the stall timeout; 0: off)",
+        type=float,
+        omit_default=True,
+    )
     # Append one JSON line per KV pull attempt to this file ("": no log).
-    kv_log: str = ""
+    kv_log: str = option(
+        "", help="append one JSON line per KV pull attempt to this file", omit_default=True
+    )
+    max_num_seqs: int = option(0, help="0: the profile's")
+    eos_probability: float = option(0.02)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -225,15 +326,19 @@ class DecodeConfig(EngineCommon):
 class GatewayConfig:
     """The router: OpenAI API on host:port, prefill and decode management URLs behind it."""
 
-    model: str = "tiny"
-    served_model_name: str = ""
-    host: str = "127.0.0.1"
-    port: int = 8000
-    prefill_urls: tuple[str, ...] = ()
-    decode_urls: tuple[str, ...] = ()
-    policy: str = "least-outstanding"
-    max_outstanding: int = 2048
-    upstream_timeout_s: float = 600.0
+    model: str = option("tiny")
+    served_model_name: str = option("", omit_default=True)
+    host: str = option("127.0.0.1")
+    port: int = option(8000)
+    prefill_urls: tuple[str, ...] = option(
+        (), flag="--prefill-url", help="repeatable", repeat=True, parse=parse_urls
+    )
+    decode_urls: tuple[str, ...] = option(
+        (), flag="--decode-url", help="repeatable", repeat=True, parse=parse_urls
+    )
+    policy: str = option("least-outstanding")
+    max_outstanding: int = option(2048)
+    upstream_timeout_s: float = option(600.0)
 
     def __post_init__(self) -> None:
         get_profile(self.model)
@@ -243,7 +348,12 @@ class GatewayConfig:
             _check(len(urls) >= 1, name, list(urls), "at least one http://host:port URL")
             for u in urls:
                 _check(u.startswith(("http://", "https://")), name, u, "an http(s):// URL")
-        _check(self.policy in POLICIES, "policy", self.policy, "one of " + ", ".join(POLICIES))
+        _check(
+            self.policy in BALANCING_POLICIES,
+            "policy",
+            self.policy,
+            "one of " + ", ".join(BALANCING_POLICIES),
+        )
         _check(self.max_outstanding >= 1, "max_outstanding", self.max_outstanding, ">= 1")
         _check(self.upstream_timeout_s > 0, "upstream_timeout_s", self.upstream_timeout_s, "> 0")
 
@@ -262,113 +372,13 @@ class GatewayConfig:
 class EpWorkerConfig:
     """A secondary GPU host of an expert-parallel instance: answers all-to-all exchanges."""
 
-    bind: tuple[Address, ...] = field(default=(Address("127.0.0.1", 7200),))
+    bind: tuple[Address, ...] = option(
+        (Address("127.0.0.1", 7200),),
+        help="host:port, repeatable",
+        repeat=True,
+        required=True,
+        parse=addresses,
+    )
 
     def __post_init__(self) -> None:
         _check(len(self.bind) >= 1, "bind", self.bind, "at least one host:port")
-
-
-# ---- flags -----------------------------------------------------------------------------
-
-
-def add_common_arguments(parser: argparse.ArgumentParser, default_port: int) -> None:
-    """Flags every engine role takes."""
-    parser.add_argument("--config", help="JSON file with any of these options (flags win)")
-    parser.add_argument("--model", default="tiny", help="profile: " + ", ".join(PROFILES))
-    parser.add_argument("--served-model-name", default="", help="name clients send")
-    parser.add_argument("--host", default="127.0.0.1", help="API/metrics (management) address")
-    parser.add_argument("--port", type=int, default=default_port)
-    parser.add_argument("--bandwidth-scale", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--engine-index", default="0", help="value of the `engine` label")
-    parser.add_argument("--max-waiting", type=int, default=1024, help="queue limit (then 503)")
-    parser.add_argument(
-        "--ep-peers",
-        action="append",
-        default=None,
-        help="host:port of an EP peer (repeat or comma-separate); none: EP size 1",
-    )
-    parser.add_argument(
-        "--ep-subflows", type=int, default=1, help="all-to-all TCP subflows per EP peer"
-    )
-    parser.add_argument(
-        "--ep-stall-timeout-s",
-        type=float,
-        default=None,
-        help="retire an all-to-all subflow that receives nothing for this long (default: never)",
-    )
-    parser.add_argument(
-        "--ep-timeout-s",
-        type=float,
-        default=5.0,
-        help="an EP peer not answered within this fails for that step",
-    )
-
-
-def parse_with_file(
-    parser: argparse.ArgumentParser, argv: Sequence[str] | None
-) -> argparse.Namespace:
-    """Parse flags; a `--config` JSON file supplies defaults for flags not given."""
-    args = parser.parse_args(argv)
-    if not getattr(args, "config", None):
-        return args
-    path = Path(args.config)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError("config", str(path), f"a readable JSON file ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError("config", str(path), "a JSON object")
-    known = {a.dest for a in parser._actions}
-    for key in data:
-        if key not in known:
-            raise ConfigError(key, data[key], "one of " + ", ".join(sorted(known - {"help"})))
-    parser.set_defaults(**data)
-    return parser.parse_args(argv)
-
-
-def common_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """EngineCommon fields from parsed flags."""
-    return {
-        "model": args.model,
-        "served_model_name": args.served_model_name,
-        "host": args.host,
-        "port": args.port,
-        "bandwidth_scale": args.bandwidth_scale,
-        "seed": args.seed,
-        "engine_index": str(args.engine_index),
-        "max_waiting": args.max_waiting,
-        "ep_peers": _addresses(args.ep_peers, "ep_peers"),
-        "ep_subflows": args.ep_subflows,
-        "ep_stall_timeout_s": args.ep_stall_timeout_s,
-        "ep_timeout_s": args.ep_timeout_s,
-    }
-
-
-def addresses(values: Sequence[str] | str | None, field_name: str) -> tuple[Address, ...]:
-    """Repeatable / comma-separated `host:port` flags to Addresses."""
-    return _addresses(values, field_name)
-
-
-def parse_kv_sources(values: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
-    """`CIDR=LOCAL` flags to the decode's KV source map."""
-    out = []
-    for v in values or ():
-        cidr, sep, local = str(v).partition("=")
-        if not sep or not cidr or not local:
-            raise ConfigError("kv_source", v, "CIDR=LOCAL_IP, e.g. 10.2.0.0/16=10.1.0.1")
-        out.append((cidr, local))
-    return tuple(out)
-
-
-def parse_prefill_kv(
-    values: Sequence[str] | None,
-) -> tuple[tuple[str, tuple[Address, ...]], ...]:
-    """`ENGINE_ID=host:port[,host:port]` entries to the decode's override table."""
-    out = []
-    for v in values or ():
-        engine_id, sep, addrs = str(v).partition("=")
-        if not sep or not engine_id:
-            raise ConfigError("prefill_kv", v, "ENGINE_ID=host:port[,host:port...]")
-        out.append((engine_id, _addresses(addrs, "prefill_kv")))
-    return tuple(out)

@@ -5,11 +5,12 @@ A request must carry prefill's `kv_transfer_params` (`do_remote_prefill`); decod
 over every prefill KV address (its `--prefill-kv` table wins over the advertised ones) with
 `kv_streams` TCP streams each, verifies bytes and checksum, tells prefill to release it, then
 joins the running batch. With `kv_stall_timeout_s`, a pull retires a lane that stalls and moves
-its chunks to a new connection (a new path id; `serving/kvwire.py`), and the engine remembers
+its chunks to a new connection (a new path id; `serving.kvwire`), and the engine remembers
 the addresses whose lanes stalled (`PathHealth`, shared by all pulls): later pulls keep their
 lanes off them and only probe them until they answer again. A failed pull is retried
 `kv_retries` times, then the client gets an error event in the stream. `kv_log` gets one JSON
 line per pull attempt. A client that goes away frees its sequence and KV at the next token.
+The engine (batching, pulls) is `serving.decode_engine`; this module is its HTTP side.
 Run: `python -m serving.decode --host MGMT --port 8200 --prefill-kv ID=FABRIC1:7100,FABRIC2:7100`.
 """
 
@@ -18,41 +19,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
-import random
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from serving import httpapi
-from serving.alltoall import AllToAll, engine_alltoall
-from serving.batching import admit_count
-from serving.config import (
-    Address,
-    DecodeConfig,
-    add_common_arguments,
-    common_kwargs,
-    parse_address,
-    parse_kv_sources,
-    parse_prefill_kv,
-)
-from serving.engine_step import run_step
-from serving.kvwire import (
-    PATH_HOLD_STALLS,
-    KVTransferError,
-    PathHealth,
-    PullResult,
-    pull_kv,
-    release_kv,
-)
+from serving.alltoall import engine_alltoall
+from serving.config import Address, DecodeConfig, parse_address
+from serving.decode_engine import DecodeEngine, DecodeSeq, KVHandle, path_health
+from serving.kvwire import KVTransferError
 from serving.metrics import EngineMetrics
-from serving.models import alltoall_bytes_per_peer, decode_step_seconds
 from serving.openai_api import (
     CHAT,
     COMPLETION,
@@ -64,22 +44,11 @@ from serving.openai_api import (
     parse_request,
     sse_error,
 )
-from serving.textgen import OutputPlan, plan_output, request_rng, token_text
+from serving.options import add_flags, from_args
+from serving.textgen import plan_output, request_rng
 from zcube_lab.errors import ConfigError
 
 log = logging.getLogger(__name__)
-RETRY_BACKOFF_S = 0.05
-
-
-@dataclass(frozen=True)
-class KVHandle:
-    """Where and what to pull, read from `kv_transfer_params`."""
-
-    engine_id: str
-    request_id: str
-    addresses: tuple[Address, ...]
-    num_bytes: int
-    checksum: int
 
 
 def kv_handle(
@@ -124,253 +93,6 @@ def kv_handle(
         except ConfigError as exc:
             raise ApiError(400, f"kv_transfer_params: {exc}", param="remote_addresses") from None
     return KVHandle(engine_id, rid, addrs, num_bytes, checksum)
-
-
-@dataclass(eq=False)
-class DecodeSeq:
-    """One request in the decode engine."""
-
-    request_id: str
-    req: ApiRequest
-    plan: OutputPlan
-    rng: random.Random
-    arrival: float
-    kv: bytearray | None
-    out: asyncio.Queue[tuple[str, str | None]] = field(default_factory=asyncio.Queue)
-    generated: int = 0
-    admitted_at: float | None = None
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-    finished: bool = False
-
-    @property
-    def kv_tokens(self) -> int:
-        """KV tokens this sequence holds: its prompt and what it generated."""
-        return self.req.prompt_tokens + self.generated
-
-
-@dataclass
-class DecodeEngine:
-    """Continuous batching over running sequences; one token per sequence per step."""
-
-    cfg: DecodeConfig
-    metrics: EngineMetrics
-    a2a: AllToAll
-    waiting: deque[DecodeSeq] = field(default_factory=deque)
-    running: list[DecodeSeq] = field(default_factory=list)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    pulling: int = 0
-    background: set[asyncio.Task] = field(default_factory=set)
-    kv_log: TextIO | None = None
-    # What every pull learnt about the KV addresses (with a stall timeout; None: off).
-    health: PathHealth | None = None
-
-    @property
-    def kv_used(self) -> int:
-        """KV tokens held by running sequences."""
-        return sum(s.kv_tokens for s in self.running)
-
-    def check_capacity(self) -> None:
-        """Refuse with 503 when the waiting queue (including pulls in flight) is full."""
-        if len(self.waiting) + self.pulling >= self.cfg.max_waiting:
-            self.metrics.rejected.inc()
-            raise ApiError(503, "decode queue is full", code="overloaded", retry_after=1)
-
-    def add(self, seq: DecodeSeq) -> None:
-        """Queue a sequence whose KV has arrived."""
-        self.waiting.append(seq)
-        self.wake.set()
-        self._gauges()
-
-    def abort(self, seq: DecodeSeq) -> None:
-        """Drop a sequence (client gone); free its slot and KV."""
-        if seq.finished:
-            return
-        seq.finished = True
-        seq.kv = None
-        if seq in self.running:
-            self.running.remove(seq)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
-        self.metrics.request_success["abort"].inc()
-        self._gauges()
-
-    def _gauges(self) -> None:
-        m = self.metrics
-        m.running.set(len(self.running))
-        m.waiting.set(len(self.waiting))
-        m.kv_usage.set(self.kv_used / self.cfg.profile.kv_capacity_tokens)
-
-    def _admit(self, now: float) -> None:
-        n = admit_count(
-            [s.req.prompt_tokens + 1 for s in self.waiting],
-            len(self.running),
-            self.cfg.seq_limit,
-            self.kv_used,
-            self.cfg.profile.kv_capacity_tokens,
-        )
-        for _ in range(n):
-            seq = self.waiting.popleft()
-            seq.admitted_at = now
-            self.metrics.queue_time.observe(now - seq.arrival)
-            self.running.append(seq)
-
-    async def run(self) -> None:
-        """The step loop."""
-        loop = asyncio.get_running_loop()
-        profile = self.cfg.profile
-        while True:
-            self._admit(loop.time())
-            self._gauges()
-            if not self.running:
-                self.wake.clear()
-                await self.wake.wait()
-                continue
-            batch = list(self.running)
-            compute_s = decode_step_seconds(profile, len(batch))
-            a2a = alltoall_bytes_per_peer(
-                profile, len(batch), self.cfg.ep_size, self.cfg.bandwidth_scale
-            )
-            await run_step(compute_s, self.a2a, a2a, self.metrics)
-            now = loop.time()
-            emitted = 0
-            for seq in batch:
-                if seq.finished:
-                    continue  # aborted during the step
-                self._emit(seq, now)
-                emitted += 1
-            self.metrics.generation_tokens.inc(emitted)
-
-    def _emit(self, seq: DecodeSeq, now: float) -> None:
-        m = self.metrics
-        text = token_text(seq.rng, seq.generated, seq.plan)
-        seq.generated += 1
-        if seq.first_token_at is None:
-            seq.first_token_at = now
-            m.ttft.observe(now - seq.arrival)
-        else:
-            m.itl.observe(now - (seq.last_token_at or now))
-        seq.last_token_at = now
-        done = seq.generated >= seq.plan.num_tokens
-        seq.out.put_nowait((text, seq.plan.finish_reason if done else None))
-        if done:
-            seq.finished = True
-            seq.kv = None
-            self.running.remove(seq)
-            m.request_success[seq.plan.finish_reason].inc()
-            m.finished(seq.req.prompt_tokens, seq.generated, seq.req.max_tokens)
-            m.e2e.observe(now - seq.arrival)
-            m.decode_time.observe(now - (seq.admitted_at or now))
-            if seq.generated > 1:
-                m.tpot.observe((now - seq.first_token_at) / (seq.generated - 1))
-
-    async def pull(self, handle: KVHandle, request_id: str = "") -> bytearray:
-        """Pull KV with bounded retries; every failed attempt counts as a failed transfer, and
-        every attempt is one line of the KV log."""
-        cfg = self.cfg
-        loop = asyncio.get_running_loop()
-        last: KVTransferError | None = None
-        self.pulling += 1
-        try:
-            for attempt in range(cfg.kv_retries + 1):
-                if attempt:
-                    await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
-                    self.metrics.kv_pull_retries.inc()
-                start, wall_start = loop.time(), time.time()
-                suspect = self._suspect_paths(handle.addresses)
-                try:
-                    buf, result = await pull_kv(
-                        handle.request_id,
-                        handle.addresses,
-                        handle.num_bytes,
-                        handle.checksum,
-                        chunk_bytes=cfg.kv_chunk_bytes,
-                        streams=cfg.kv_streams,
-                        timeout_s=cfg.kv_timeout_s,
-                        source_map=cfg.kv_source_map,
-                        stall_timeout_s=cfg.kv_stall_timeout_s,
-                        max_retired=cfg.kv_max_retired,
-                        health=self.health,
-                    )
-                except asyncio.CancelledError:
-                    # The client went away mid-pull: still one line for this attempt.
-                    gone = KVTransferError("cancelled: the request went away during the pull")
-                    self._log_attempt(handle, request_id, attempt, wall_start, gone, suspect)
-                    raise
-                except KVTransferError as exc:
-                    last = exc
-                    self.metrics.failed_transfers.inc()
-                    self.metrics.kv_lanes_retired.inc(exc.retired_lanes)
-                    self._log_attempt(handle, request_id, attempt, wall_start, exc, suspect)
-                    log.warning("KV pull %s attempt %d failed: %s", handle.request_id, attempt, exc)
-                    continue
-                self.metrics.xfer_time.observe(loop.time() - start)
-                self.metrics.bytes_transferred.observe(result.num_bytes)
-                self.metrics.kv_lanes_retired.inc(result.retired_lanes)
-                self._log_attempt(handle, request_id, attempt, wall_start, result, suspect)
-                task = asyncio.create_task(self._release(handle, result))
-                self.background.add(task)
-                task.add_done_callback(self.background.discard)
-                return buf
-        finally:
-            self.pulling -= 1
-            self._suspect_paths(())
-        raise KVTransferError(
-            f"KV transfer from {handle.engine_id} failed after {cfg.kv_retries + 1} "
-            f"attempts: {last}"
-        )
-
-    def _suspect_paths(self, addrs: Sequence[Address]) -> int:
-        """How many of `addrs` are suspect now; refreshes the engine-wide gauge."""
-        if self.health is None:
-            return 0
-        suspects = self.health.suspects()
-        self.metrics.kv_paths_suspect.set(len(suspects))
-        return len({str(a) for a in addrs} & suspects)
-
-    def _log_attempt(
-        self,
-        handle: KVHandle,
-        request_id: str,
-        attempt: int,
-        start: float,
-        outcome: PullResult | KVTransferError,
-        suspect_paths: int = 0,
-    ) -> None:
-        if self.kv_log is None:
-            return
-        if isinstance(outcome, PullResult):
-            got, checksum_ok, error = outcome.num_bytes, True, None
-        else:
-            got, checksum_ok, error = outcome.received, outcome.checksum_ok, str(outcome)
-        record = {
-            "request_id": request_id,
-            "kv_request_id": handle.request_id,
-            "engine_id": handle.engine_id,
-            "start": start,
-            "end": time.time(),
-            "ok": error is None,
-            "bytes": got,
-            "expected_bytes": handle.num_bytes,
-            "checksum_ok": checksum_ok,
-            "attempt": attempt,
-            "lanes": outcome.lanes,
-            "retired_lanes": outcome.retired_lanes,
-            "paths_used": outcome.paths_used,
-            "suspect_paths": suspect_paths,
-            "error": error,
-        }
-        self.kv_log.write(json.dumps(record) + "\n")
-        self.kv_log.flush()
-
-    async def _release(self, handle: KVHandle, result: PullResult) -> None:
-        # Over the address that carried the most bytes: the first one may be a dead path.
-        moved = result.bytes_by_address
-        addr = max(handle.addresses, key=lambda a: moved.get(str(a), 0))
-        try:
-            await release_kv(handle.request_id, addr)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            log.info("KV release of %s not acknowledged: %s", handle.request_id, exc)
 
 
 ENGINE_KEY = web.AppKey("decode_engine", DecodeEngine)
@@ -475,17 +197,6 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
         await engine.a2a.close()
 
 
-def path_health(cfg: DecodeConfig) -> PathHealth | None:
-    """The engine's path memory: only with a stall timeout and a hold above 0. The default hold,
-    `PATH_HOLD_STALLS` stall timeouts, only has to bridge gaps without pulls (every pull probes
-    the suspect addresses, renewing or clearing the suspicion within one stall timeout)."""
-    stall = cfg.kv_stall_timeout_s
-    if stall is None:
-        return None
-    hold = PATH_HOLD_STALLS * stall if cfg.kv_path_hold_s is None else cfg.kv_path_hold_s
-    return PathHealth(hold) if hold > 0 else None
-
-
 def make_decode_app(
     cfg: DecodeConfig, registry: CollectorRegistry | None = None
 ) -> web.Application:
@@ -508,69 +219,13 @@ def make_decode_app(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Decode flags."""
-    add_common_arguments(parser, default_port=8200)
-    parser.add_argument(
-        "--prefill-kv",
-        action="append",
-        default=None,
-        help="ENGINE_ID=host:port[,host:port]: a prefill's KV (fabric) addresses; repeatable",
-    )
-    parser.add_argument("--kv-streams", type=int, default=2, help="TCP streams per KV address")
-    parser.add_argument(
-        "--kv-source",
-        action="append",
-        default=None,
-        help="CIDR=LOCAL: pull KV from addresses in CIDR with local source address LOCAL "
-        "(repeatable; picks the NIC port, e.g. on ZCube)",
-    )
-    parser.add_argument("--kv-chunk-bytes", type=int, default=256 * 1024)
-    parser.add_argument("--kv-retries", type=int, default=3)
-    parser.add_argument("--kv-timeout-s", type=float, default=10.0)
-    parser.add_argument(
-        "--kv-stall-timeout-s",
-        type=float,
-        default=None,
-        help="retire a KV lane (TCP connection, i.e. path id) that receives no byte for this "
-        "long, move its chunks to the other lanes and open a new one (default: off)",
-    )
-    parser.add_argument(
-        "--kv-max-retired",
-        type=int,
-        default=None,
-        help="retired lanes one pull may replace (default: 4 x its lanes)",
-    )
-    parser.add_argument(
-        "--kv-path-hold-s",
-        type=float,
-        default=None,
-        help="with --kv-stall-timeout-s: how long later pulls avoid (and only probe) a KV "
-        f"address whose lane stalled (default: {PATH_HOLD_STALLS} x the stall timeout; 0: off)",
-    )
-    parser.add_argument(
-        "--kv-log", default="", help="append one JSON line per KV pull attempt to this file"
-    )
-    parser.add_argument("--max-num-seqs", type=int, default=0, help="0: the profile's")
-    parser.add_argument("--eos-probability", type=float, default=0.02)
+    """Decode flags (declared on `DecodeConfig`)."""
+    add_flags(parser, DecodeConfig)
 
 
 def config_from_args(args: argparse.Namespace) -> DecodeConfig:
     """DecodeConfig from parsed flags."""
-    return DecodeConfig(
-        **common_kwargs(args),
-        prefill_kv=parse_prefill_kv(args.prefill_kv),
-        kv_streams=args.kv_streams,
-        kv_chunk_bytes=args.kv_chunk_bytes,
-        kv_retries=args.kv_retries,
-        kv_timeout_s=args.kv_timeout_s,
-        max_num_seqs=args.max_num_seqs,
-        eos_probability=args.eos_probability,
-        kv_source_map=parse_kv_sources(args.kv_source),
-        kv_stall_timeout_s=args.kv_stall_timeout_s,
-        kv_max_retired=args.kv_max_retired,
-        kv_path_hold_s=args.kv_path_hold_s,
-        kv_log=args.kv_log,
-    )
+    return from_args(DecodeConfig, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,8 +12,9 @@ import contextlib
 from collections.abc import Sequence
 
 from serving.alltoall import start_ep_server
-from serving.config import EpWorkerConfig, addresses
+from serving.config import EpWorkerConfig
 from serving.httpapi import setup_logging
+from serving.options import add_flags, from_args
 from zcube_lab.errors import ConfigError
 
 
@@ -27,13 +28,23 @@ async def serve(cfg: EpWorkerConfig) -> None:
             s.close()
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """EP worker flags (declared on `EpWorkerConfig`; no config file)."""
+    add_flags(parser, EpWorkerConfig, config_file=False)
+
+
+def config_from_args(args: argparse.Namespace) -> EpWorkerConfig:
+    """EpWorkerConfig from parsed flags."""
+    return from_args(EpWorkerConfig, args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one EP worker until interrupted."""
     parser = argparse.ArgumentParser(prog="python -m serving.ep_worker", description=__doc__)
-    parser.add_argument("--bind", action="append", required=True, help="host:port, repeatable")
+    add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        cfg = EpWorkerConfig(bind=addresses(args.bind, "bind"))
+        cfg = config_from_args(args)
     except ConfigError as exc:
         parser.error(str(exc))
     setup_logging()

@@ -1,7 +1,7 @@
 """The gateway (router): OpenAI API in front, the PD flow behind, decode's stream relayed.
 
 For each request it validates (same rules and profile as the engines), picks a prefill and a
-decode instance with the configured policy, asks prefill for the KV (`max_tokens=1`,
+decode instance with the configured balancing policy, asks prefill for the KV (`max_tokens=1`,
 `kv_transfer_params.do_remote_decode`), passes prefill's `kv_transfer_params` to decode and
 relays decode's answer byte for byte. It refuses with 429 + Retry-After above `max_outstanding`.
 Run: `python -m serving.gateway --host MGMT --port 8000 --prefill-url http://P:8100
@@ -26,7 +26,8 @@ from serving import httpapi
 from serving.config import GatewayConfig
 from serving.metrics import GatewayMetrics
 from serving.openai_api import CHAT, COMPLETION, ApiError, parse_request
-from serving.routing import Backend, Policy, make_policy, same_group
+from serving.options import add_flags, from_args
+from serving.routing import Backend, Balancer, make_balancer, same_group
 
 log = logging.getLogger(__name__)
 GROUP_KEY = "_zcube_group"
@@ -36,14 +37,14 @@ _PASS_HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
 
 @dataclass
 class GatewayState:
-    """Backends, policies, the upstream session and counters."""
+    """Backends, their balancers, the upstream session and counters."""
 
     cfg: GatewayConfig
     metrics: GatewayMetrics
     prefills: list[Backend]
     decodes: list[Backend]
-    prefill_policy: Policy
-    decode_policy: Policy
+    prefill_balancer: Balancer
+    decode_balancer: Balancer
     session: aiohttp.ClientSession | None = None
     outstanding: int = 0
     background: set[asyncio.Task] = field(default_factory=set)
@@ -87,7 +88,7 @@ async def _prefill(
     state: GatewayState, body: dict[str, Any], kind: str, prompt_tokens: int, rid: str
 ) -> dict[str, Any] | web.Response:
     assert state.session is not None
-    backend = state.prefill_policy.pick(state.prefills)
+    backend = state.prefill_balancer.pick(state.prefills)
     backend.load += prompt_tokens
     backend.in_flight += 1
     try:
@@ -124,7 +125,7 @@ async def _decode(
 ) -> web.StreamResponse:
     assert state.session is not None
     params = dict(params)
-    backend = state.decode_policy.pick(same_group(state.decodes, params.pop(GROUP_KEY, "")))
+    backend = state.decode_balancer.pick(same_group(state.decodes, params.pop(GROUP_KEY, "")))
     backend.load += 1
     backend.in_flight += 1
     b = dict(body)
@@ -225,8 +226,8 @@ def make_gateway_app(
         metrics=GatewayMetrics(registry, cfg.model_name),
         prefills=[Backend.parse(u) for u in cfg.prefill_urls],
         decodes=[Backend.parse(u) for u in cfg.decode_urls],
-        prefill_policy=make_policy(cfg.policy),
-        decode_policy=make_policy(cfg.policy),
+        prefill_balancer=make_balancer(cfg.policy),
+        decode_balancer=make_balancer(cfg.policy),
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))
     app.router.add_post("/v1/chat/completions", _handler(CHAT))
@@ -235,40 +236,13 @@ def make_gateway_app(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Gateway flags."""
-    parser.add_argument("--config", help="JSON file with any of these options (flags win)")
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--served-model-name", default="")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--prefill-url", action="append", default=None, help="repeatable")
-    parser.add_argument("--decode-url", action="append", default=None, help="repeatable")
-    parser.add_argument("--policy", default="least-outstanding")
-    parser.add_argument("--max-outstanding", type=int, default=2048)
-    parser.add_argument("--upstream-timeout-s", type=float, default=600.0)
-
-
-def _urls(values: Sequence[str] | str | None) -> tuple[str, ...]:
-    if values is None:
-        return ()
-    if isinstance(values, str):
-        values = [values]
-    return tuple(u for v in values for u in str(v).split(",") if u)
+    """Gateway flags (declared on `GatewayConfig`)."""
+    add_flags(parser, GatewayConfig)
 
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     """GatewayConfig from parsed flags."""
-    return GatewayConfig(
-        model=args.model,
-        served_model_name=args.served_model_name,
-        host=args.host,
-        port=args.port,
-        prefill_urls=_urls(args.prefill_url),
-        decode_urls=_urls(args.decode_url),
-        policy=args.policy,
-        max_outstanding=args.max_outstanding,
-        upstream_timeout_s=args.upstream_timeout_s,
-    )
+    return from_args(GatewayConfig, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

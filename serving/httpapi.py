@@ -15,8 +15,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from serving.config import parse_with_file
 from serving.openai_api import ApiError
+from serving.options import parse_with_file
 from zcube_lab.errors import ConfigError
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)

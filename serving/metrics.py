@@ -108,8 +108,38 @@ class _Both:
             m.set(value)
 
 
+class _Labelled:
+    """Makes one component's metrics, registered in its registry and bound to its labels."""
+
+    def __init__(self, registry: CollectorRegistry, values: tuple[str, ...]) -> None:
+        self.registry = registry
+        self.values = values
+
+    def hist(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+        """A histogram child with these buckets."""
+        return Histogram(name, doc, LABELS, registry=self.registry, buckets=buckets).labels(
+            *self.values
+        )
+
+    def counter(self, name: str, doc: str) -> Counter:
+        """A counter child."""
+        return Counter(name, doc, LABELS, registry=self.registry).labels(*self.values)
+
+    def gauge(self, name: str, doc: str) -> Gauge:
+        """A gauge child."""
+        return Gauge(name, doc, LABELS, registry=self.registry).labels(*self.values)
+
+    def by(self, name: str, doc: str, label: str) -> Counter:
+        """A counter with one more label, to be bound per value by the caller."""
+        return Counter(name, doc, (*LABELS, label), registry=self.registry)
+
+
 class EngineMetrics:
-    """Metrics a prefill or decode engine exports (bound to one model name and engine index)."""
+    """Metrics a prefill or decode engine exports (bound to one model name and engine index).
+
+    Registered per concern, in this order: scheduler state, token counts, token latencies,
+    per-request token counts, request phase times, KV transfer, expert parallelism, engine
+    steps and refusals."""
 
     def __init__(
         self,
@@ -118,141 +148,142 @@ class EngineMetrics:
         engine: str,
         max_model_len: int = 131_072,
     ) -> None:
-        lv = (model_name, engine)
-
-        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, LABELS, registry=registry, buckets=buckets).labels(*lv)
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, LABELS, registry=registry).labels(*lv)
-
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, LABELS, registry=registry).labels(*lv)
-
-        self.running = gauge(NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.")
-        self.waiting = gauge(NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.")
-        self.kv_usage = _Both(
-            gauge(KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage."),
-            gauge(LEGACY_GPU_CACHE_USAGE_PERC, "GPU KV-cache usage (vLLM's former name)."),
+        make = _Labelled(registry, (model_name, engine))
+        self._scheduler(make)
+        self._tokens(make)
+        self._token_latency(make)
+        self._request_tokens(make, build_1_2_5_buckets(max_model_len))
+        self._phases(make)
+        self._kv_transfer(make)
+        self._expert_parallel(make)
+        self.step_overrun = make.hist(
+            STEP_OVERRUN,
+            "How late each step's compute sleep ended (event-loop lag: the host is saturated).",
+            STEP_OVERRUN_BUCKETS,
         )
-        self.prompt_tokens = counter(PROMPT_TOKENS, "Number of prefill tokens processed.")
-        self.generation_tokens = counter(
+        rejected = make.by(
+            REJECTED_REQUESTS, "Requests refused with 429/503 because queues were full.", "reason"
+        )
+        self.rejected = rejected.labels(*make.values, "queue_full")
+
+    def _scheduler(self, make: _Labelled) -> None:
+        self.running = make.gauge(
+            NUM_REQUESTS_RUNNING, "Number of requests in model execution batches."
+        )
+        self.waiting = make.gauge(
+            NUM_REQUESTS_WAITING, "Number of requests waiting to be processed."
+        )
+        self.kv_usage = _Both(
+            make.gauge(KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage."),
+            make.gauge(LEGACY_GPU_CACHE_USAGE_PERC, "GPU KV-cache usage (vLLM's former name)."),
+        )
+
+    def _tokens(self, make: _Labelled) -> None:
+        self.prompt_tokens = make.counter(PROMPT_TOKENS, "Number of prefill tokens processed.")
+        self.generation_tokens = make.counter(
             GENERATION_TOKENS, "Number of generation tokens processed."
         )
-        success = Counter(
-            REQUEST_SUCCESS,
-            "Count of successfully processed requests.",
-            (*LABELS, "finished_reason"),
-            registry=registry,
+        success = make.by(
+            REQUEST_SUCCESS, "Count of successfully processed requests.", "finished_reason"
         )
-        self.request_success = {r: success.labels(*lv, r) for r in FINISH_REASONS}
-        self.ttft = hist(
+        self.request_success = {r: success.labels(*make.values, r) for r in FINISH_REASONS}
+
+    def _token_latency(self, make: _Labelled) -> None:
+        self.ttft = make.hist(
             TIME_TO_FIRST_TOKEN, "Histogram of time to first token in seconds.", TTFT_BUCKETS
         )
-        self.itl = hist(
+        self.itl = make.hist(
             INTER_TOKEN_LATENCY, "Histogram of inter-token latency in seconds.", ITL_BUCKETS
         )
         self.tpot = _Both(
-            hist(
+            make.hist(
                 REQUEST_TIME_PER_OUTPUT_TOKEN,
                 "Histogram of time_per_output_token_seconds per request.",
                 ITL_BUCKETS,
             ),
-            hist(
+            make.hist(
                 LEGACY_TIME_PER_OUTPUT_TOKEN,
                 "Histogram of time per output token in seconds (vLLM's former name).",
                 ITL_BUCKETS,
             ),
         )
-        tokens = build_1_2_5_buckets(max_model_len)
-        self.request_prompt_tokens = hist(
+
+    def _request_tokens(self, make: _Labelled, tokens: tuple[float, ...]) -> None:
+        self.request_prompt_tokens = make.hist(
             REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed.", tokens
         )
-        self.request_generation_tokens = hist(
+        self.request_generation_tokens = make.hist(
             REQUEST_GENERATION_TOKENS, "Number of generation tokens processed.", tokens
         )
-        self.request_max_generation_tokens = hist(
+        self.request_max_generation_tokens = make.hist(
             REQUEST_MAX_NUM_GENERATION_TOKENS,
             "Histogram of maximum number of requested generation tokens.",
             tokens,
         )
-        self.e2e = hist(
-            E2E_REQUEST_LATENCY,
-            "Histogram of e2e request latency in seconds.",
-            REQUEST_LATENCY_BUCKETS,
+
+    def _phases(self, make: _Labelled) -> None:
+        def phase(name: str, doc: str) -> Histogram:
+            return make.hist(name, doc, REQUEST_LATENCY_BUCKETS)
+
+        self.e2e = phase(E2E_REQUEST_LATENCY, "Histogram of e2e request latency in seconds.")
+        self.queue_time = phase(
+            REQUEST_QUEUE_TIME, "Histogram of time spent in WAITING phase for request."
         )
-        self.queue_time = hist(
-            REQUEST_QUEUE_TIME,
-            "Histogram of time spent in WAITING phase for request.",
-            REQUEST_LATENCY_BUCKETS,
+        self.prefill_time = phase(
+            REQUEST_PREFILL_TIME, "Histogram of time spent in PREFILL phase for request."
         )
-        self.prefill_time = hist(
-            REQUEST_PREFILL_TIME,
-            "Histogram of time spent in PREFILL phase for request.",
-            REQUEST_LATENCY_BUCKETS,
+        self.decode_time = phase(
+            REQUEST_DECODE_TIME, "Histogram of time spent in DECODE phase for request."
         )
-        self.decode_time = hist(
-            REQUEST_DECODE_TIME,
-            "Histogram of time spent in DECODE phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        )
-        self.xfer_time = hist(
+
+    def _kv_transfer(self, make: _Labelled) -> None:
+        self.xfer_time = make.hist(
             NIXL_XFER_TIME,
             "Histogram of transfer duration for NIXL KV Cache transfers.",
             NIXL_XFER_TIME_BUCKETS,
         )
-        self.bytes_transferred = hist(
+        self.bytes_transferred = make.hist(
             NIXL_BYTES_TRANSFERRED,
             "Histogram of bytes transferred per NIXL KV Cache transfers.",
             NIXL_BYTES_BUCKETS,
         )
-        self.failed_transfers = counter(
+        self.failed_transfers = make.counter(
             NIXL_NUM_FAILED_TRANSFERS, "Number of failed NIXL KV Cache transfers."
         )
-        self.kv_lanes_retired = counter(
+        self.kv_lanes_retired = make.counter(
             KV_LANES_RETIRED,
             "KV pull lanes (TCP connections, i.e. path ids) retired because they stalled.",
         )
-        self.kv_pull_retries = counter(
+        self.kv_pull_retries = make.counter(
             KV_PULL_RETRIES, "KV pull attempts after the first one of a request."
         )
-        self.kv_paths_suspect = gauge(
+        self.kv_paths_suspect = make.gauge(
             KV_PATHS_SUSPECT,
             "KV addresses new pulls avoid: a lane there stalled and nothing arrived since.",
         )
-        self.kv_expired = counter(
+        self.kv_expired = make.counter(
             NIXL_NUM_KV_EXPIRED_REQS,
             "Number of requests that had their KV expire. "
             "NOTE: This metric is tracked on the P instance.",
         )
-        self.a2a_time = hist(
+
+    def _expert_parallel(self, make: _Labelled) -> None:
+        self.a2a_time = make.hist(
             ALLTOALL_TIME, "Expert-parallel all-to-all time per engine step.", ALLTOALL_BUCKETS
         )
-        self.a2a_bytes = counter(
+        self.a2a_bytes = make.counter(
             ALLTOALL_BYTES, "Expert-parallel all-to-all bytes sent and received (scaled)."
         )
-        self.a2a_failures = counter(
+        self.a2a_failures = make.counter(
             ALLTOALL_FAILURES,
             "Expert-parallel exchanges with one peer that failed (error or timeout); "
             "the step went on without that peer.",
         )
-        self.ep_subflows_retired = counter(
+        self.ep_subflows_retired = make.counter(
             EP_SUBFLOWS_RETIRED,
             "Expert-parallel all-to-all subflows (TCP connections, i.e. path ids) retired "
             "because they stalled.",
         )
-        self.step_overrun = hist(
-            STEP_OVERRUN,
-            "How late each step's compute sleep ended (event-loop lag: the host is saturated).",
-            STEP_OVERRUN_BUCKETS,
-        )
-        rejected = Counter(
-            REJECTED_REQUESTS,
-            "Requests refused with 429/503 because queues were full.",
-            (*LABELS, "reason"),
-            registry=registry,
-        )
-        self.rejected = rejected.labels(*lv, "queue_full")
 
     def finished(self, prompt_tokens: int, generation_tokens: int, max_tokens: int) -> None:
         """Record a finished request's token counts (vLLM's per-request histograms)."""

@@ -25,18 +25,14 @@ from prometheus_client import CollectorRegistry
 from serving import httpapi
 from serving.alltoall import AllToAll, engine_alltoall
 from serving.batching import PrefillJob, plan_prefill_step
-from serving.config import (
-    PrefillConfig,
-    add_common_arguments,
-    addresses,
-    common_kwargs,
-)
+from serving.config import PrefillConfig
 from serving.engine_step import run_step
 from serving.kvstore import HeldKV, KVStore, make_kv_buffer
 from serving.kvwire import start_kv_server
 from serving.metrics import EngineMetrics
 from serving.models import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
 from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
+from serving.options import add_flags, from_args
 from serving.textgen import plan_output, request_rng, token_text
 
 log = logging.getLogger(__name__)
@@ -292,36 +288,13 @@ def make_prefill_app(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Prefill flags."""
-    add_common_arguments(parser, default_port=8100)
-    parser.add_argument(
-        "--kv-bind",
-        action="append",
-        default=None,
-        help="host:port of a KV server (fabric address; repeat for each NIC port)",
-    )
-    parser.add_argument("--engine-id", default="", help="NIXL remote_engine_id")
-    parser.add_argument("--token-budget", type=int, default=8192, help="prompt tokens per step")
-    parser.add_argument("--kv-lease-s", type=float, default=30.0, help="free unpulled KV after")
-    parser.add_argument(
-        "--prefix-cache-hit-rate",
-        type=float,
-        default=0.0,
-        help="share of each prompt served from the prefix cache (no compute; KV still moves)",
-    )
+    """Prefill flags (declared on `PrefillConfig`)."""
+    add_flags(parser, PrefillConfig)
 
 
 def config_from_args(args: argparse.Namespace) -> PrefillConfig:
     """PrefillConfig from parsed flags."""
-    kv_bind = addresses(args.kv_bind, "kv_bind") or (PrefillConfig.kv_bind)
-    return PrefillConfig(
-        **common_kwargs(args),
-        kv_bind=kv_bind,
-        engine_id=args.engine_id,
-        token_budget=args.token_budget,
-        kv_lease_s=args.kv_lease_s,
-        prefix_cache_hit_rate=args.prefix_cache_hit_rate,
-    )
+    return from_args(PrefillConfig, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

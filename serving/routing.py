@@ -1,6 +1,8 @@
-"""Gateway routing policies: pick a backend given each one's outstanding work.
+"""Gateway load balancing: pick a backend given each one's outstanding work.
 
-A policy is a small class with `pick(backends) -> Backend`, registered by name in `POLICIES`.
+A balancer is a small class with `pick(backends) -> Backend`, registered in `BALANCERS` under
+the name of its balancing policy (the gateway's `--policy`; not the fabric's routing policy nor
+the lab's run policy).
 `least-outstanding` takes the backend with the least outstanding work (prompt tokens in flight
 for prefill, requests in flight for decode), rotating among ties (always taking the first tie
 would pile a lightly loaded cluster's KV traffic onto the first few GPUs, a hotspot of the
@@ -43,7 +45,7 @@ def same_group(backends: Sequence[Backend], group: str) -> Sequence[Backend]:
     return matching or backends
 
 
-class Policy(Protocol):
+class Balancer(Protocol):
     """Chooses a backend for the next request."""
 
     def pick(self, backends: Sequence[Backend]) -> Backend:
@@ -79,12 +81,12 @@ class RoundRobin:
         return b
 
 
-POLICIES: dict[str, type[LeastOutstanding] | type[RoundRobin]] = {
+BALANCERS: dict[str, type[LeastOutstanding] | type[RoundRobin]] = {
     "least-outstanding": LeastOutstanding,
     "round-robin": RoundRobin,
 }
 
 
-def make_policy(name: str) -> Policy:
-    """A fresh policy object by registered name."""
-    return POLICIES[name]()
+def make_balancer(name: str) -> Balancer:
+    """A fresh balancer for the balancing policy `name`."""
+    return BALANCERS[name]()

@@ -6,8 +6,9 @@ import argparse
 import dataclasses
 
 from serving import decode, gateway, prefill
-from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig, parse_with_file
+from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.launch import decode_argv, gateway_argv, prefill_argv
+from serving.options import parse_with_file
 
 
 def _back(mod: object, argv: list[str]) -> object:

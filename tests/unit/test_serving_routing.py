@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serving.routing import Backend, LeastOutstanding, RoundRobin, make_policy
+from serving.routing import Backend, LeastOutstanding, RoundRobin, make_balancer
 
 
 def test_least_outstanding_picks_least_load_and_rotates_ties() -> None:
@@ -24,5 +24,5 @@ def test_round_robin_cycles() -> None:
 
 
 def test_policies_by_name() -> None:
-    assert isinstance(make_policy("least-outstanding"), LeastOutstanding)
-    assert isinstance(make_policy("round-robin"), RoundRobin)
+    assert isinstance(make_balancer("least-outstanding"), LeastOutstanding)
+    assert isinstance(make_balancer("round-robin"), RoundRobin)

@@ -1,0 +1,37 @@
+"""The KV-cache pull protocol: plain TCP, framed, chunked, every chunk CRC-32 checked.
+
+Decode pulls a request's KV from prefill over every KV address and several TCP connections
+("lanes") each, sprays chunks over them, and with a stall timeout retires a silent lane and
+opens another (a new source port, so a new path id), MRC-style. One module per concern:
+`protocol` (frames, the prefill's KV server, release), `paths` (lane plans, source and
+replacement addresses, path health across pulls), `pull` (one pull: lanes, retirement,
+verification). The names callers use are importable from `serving.kvwire`.
+"""
+
+from serving.config import PATH_HOLD_STALLS
+from serving.kvwire.paths import PathHealth, pick_replacement, pick_source, plan_lanes, probe_path
+from serving.kvwire.protocol import encode_request, release_kv, start_kv_server
+from serving.kvwire.pull import (
+    LANE_WINDOW,
+    RETIRE_BUDGET_PER_LANE,
+    KVTransferError,
+    PullResult,
+    pull_kv,
+)
+
+__all__ = [
+    "LANE_WINDOW",
+    "PATH_HOLD_STALLS",
+    "RETIRE_BUDGET_PER_LANE",
+    "KVTransferError",
+    "PathHealth",
+    "PullResult",
+    "encode_request",
+    "pick_replacement",
+    "pick_source",
+    "plan_lanes",
+    "probe_path",
+    "pull_kv",
+    "release_kv",
+    "start_kv_server",
+]
