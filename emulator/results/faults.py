@@ -7,21 +7,11 @@ intervals the report and the plots shade.
 
 from __future__ import annotations
 
-import json
-import random
-import re
-import subprocess
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric, Link
 from zcube_lab.stats import quantile
-from zcube_lab.faults import Fault
+
 
 def fault_windows(
     events: Sequence[Mapping[str, Any]], end_wall: float

@@ -8,15 +8,14 @@ the dictionaries written to `summary.json` and compared by `compare`.
 from __future__ import annotations
 
 import json
-import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from zcube_lab.stats import quantile
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.fabric.scale import Scale
+from zcube_lab.stats import quantile
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

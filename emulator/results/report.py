@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zcube_lab.fabric.cost import CostInputs, compare
 from emulator.results.figures import read_jsonl
+from zcube_lab.fabric.cost import CostInputs, compare
 
 # (label, path into summary.json, lower is better?)
 METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
