@@ -25,8 +25,9 @@ from emulator.experiment.plan import (
 )
 from emulator.prometheus.server import COMPONENTS
 from serving import decode, gateway, prefill
-from serving.config import Address, EpWorkerConfig, parse_with_file
+from serving.config import Address, EpWorkerConfig
 from serving.launch import ep_worker_argv
+from serving.options import parse_with_file
 from workloads import LOCUSTFILE
 from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.fabric.hostplan import kv_source_map
