@@ -30,28 +30,45 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator.experiment.runner import Experiment, RunConfig  # noqa: E402
-from emulator.results.report import median_spread, value_at  # noqa: E402
-from zcube_lab.commands.compare import fabric_specs  # noqa: E402
+from emulator.experiment.comparison import (  # noqa: E402
+    PlannedRun,
+    Variant,
+    fabric_specs,
+    interleave,
+    plan_variants,
+    run_planned,
+)
+from emulator.experiment.runner import RunConfig  # noqa: E402
+from emulator.results.report import (  # noqa: E402
+    Getter,
+    fault_figure,
+    figure,
+    load_run,
+    median_spread,
+    recovery_figure,
+)
+from emulator.results.summary import RunSummary  # noqa: E402
+from workloads.profiles import load_profile  # noqa: E402
 from zcube_lab.fabric.placement import LayoutSpec  # noqa: E402
 
 FAULTS = {"zcube": "link a0-b1", "roft": "link leaf0-spine0", "clos": "link leaf0-spine0"}
-COLUMNS = (
-    ("TTFT p99 (s)", ("client", "ttft_p99_s")),
-    ("TTFT p99 before (s)", ("faults", "ttft_p99_before_s")),
-    ("TTFT p99 during (s)", ("faults", "ttft_p99_during_s")),
-    ("TTFT p99 after (s)", ("faults", "ttft_p99_after_s")),
-    ("req/s", ("client", "requests_per_s")),
-    ("failed", ("client", "failed")),
-    ("KV retried", ("faults", "kv_retried")),
-    ("subflows retired", ("faults", "kv_lanes_retired")),
-    ("KV bytes never delivered", ("faults", "kv_bytes_lost")),
-    ("KV checksum failures", ("faults", "kv_checksum_failures")),
-    ("recovery first KV (s)", ("faults", "recovery_kv_first_s")),
-    ("recovery last KV (s)", ("faults", "recovery_kv_all_s")),
-    ("recovery throughput (s)", ("faults", "recovery_throughput_s")),
-    ("KV transfers hit", ("faults", "kv_hit_transfers")),
+COLUMNS: tuple[tuple[str, Getter], ...] = (
+    ("TTFT p99 (s)", lambda s: s.client.ttft_p99_s),
+    ("TTFT p99 before (s)", recovery_figure(lambda f: f.ttft_p99_before_s)),
+    ("TTFT p99 during (s)", recovery_figure(lambda f: f.ttft_p99_during_s)),
+    ("TTFT p99 after (s)", recovery_figure(lambda f: f.ttft_p99_after_s)),
+    ("req/s", lambda s: s.client.requests_per_s),
+    ("failed", lambda s: s.client.failed),
+    ("KV retried", fault_figure(lambda f: f.kv_retried)),
+    ("subflows retired", fault_figure(lambda f: f.kv_lanes_retired)),
+    ("KV bytes never delivered", fault_figure(lambda f: f.kv_bytes_lost)),
+    ("KV checksum failures", fault_figure(lambda f: f.kv_checksum_failures)),
+    ("recovery first KV (s)", recovery_figure(lambda f: f.recovery_kv_first_s)),
+    ("recovery last KV (s)", recovery_figure(lambda f: f.recovery_kv_all_s)),
+    ("recovery throughput (s)", recovery_figure(lambda f: f.recovery_throughput_s)),
+    ("KV transfers hit", recovery_figure(lambda f: f.kv_hit_transfers)),
 )
+Rows = dict[tuple[str, str], list[RunSummary]]
 
 
 def main() -> int:
@@ -76,13 +93,42 @@ def main() -> int:
         "--table-only", action="store_true", help="only print the table of the runs in --results"
     )
     args = parser.parse_args()
+    rows: Rows = {}
     if args.table_only:
-        rows: dict[tuple[str, str], list[dict]] = {}
         for path in sorted(args.results.glob("*/summary.json")):
-            s = json.loads(path.read_text())
-            rows.setdefault((s["fabric"], s.get("policy", "ecmp")), []).append(s)
+            s = load_run(path.parent)
+            rows.setdefault((s.fabric, s.policy or "ecmp"), []).append(s)
         print_table(rows, args.results)
         return 0
+    args.results.mkdir(parents=True, exist_ok=True)
+    started = [0.0]
+
+    def starting(p: PlannedRun) -> None:
+        v = p.variant
+        fault = v.config.faults[0]
+        print(f"[{p.number}/{p.total}] {v.kind} {v.policy} repeat {p.repeat}: {fault}", flush=True)
+        started[0] = time.monotonic()
+
+    plan = interleave(variants(args), args.repeat, tag_policy=True)
+    for planned, result in run_planned(plan, starting=starting):
+        v, s = planned.variant, result.summary
+        rows.setdefault((v.kind, v.policy), []).append(s)
+        rec = s.faults.recovery if s.faults is not None else None
+        print(
+            f"    {time.monotonic() - started[0]:.0f}s: failed {s.client.failed}, "
+            f"TTFT p99 {s.client.ttft_p99_s}, "
+            f"during {rec and rec.ttft_p99_during_s}, "
+            f"recovery {rec and rec.recovery_kv_first_s}/{rec and rec.recovery_kv_all_s}, "
+            f"trustworthy {s.trustworthy}",
+            flush=True,
+        )
+    print_table(rows, args.results)
+    return 0
+
+
+def variants(args: argparse.Namespace) -> list[Variant]:
+    """Every fabric with every policy, the fault on the fabric's link; the prefix-cache hit rate
+    is the workload profile's, as `zcube-lab run` takes it."""
     faults = dict(FAULTS)
     for item in args.link:
         fabric, _, link = item.partition("=")
@@ -90,67 +136,41 @@ def main() -> int:
     fabrics = [f for f in args.fabrics.split(",") if f]
     policies = [p for p in args.policies.split(",") if p]
     specs = fabric_specs(fabrics, 16, 2)
-    args.results.mkdir(parents=True, exist_ok=True)
-    rows: dict[tuple[str, str], list[dict]] = {}
-    total = len(fabrics) * len(policies) * args.repeat
-    done = 0
-    for rep in range(args.repeat):
-        for fabric in fabrics:
-            for policy in policies:
-                done += 1
-                fault = f"{faults[fabric]} at {args.at:g}s for {args.length:g}s"
-                print(f"[{done}/{total}] {fabric} {policy} repeat {rep + 1}: {fault}", flush=True)
-                cfg = RunConfig(
-                    fabric=specs[fabric],
-                    workload=args.workload,
-                    duration_s=args.duration,
-                    rate=args.rate,
-                    policy=policy,
-                    faults=(fault,),
-                    layout=LayoutSpec(),
-                    prefix_cache_hit_rate=0.75 if args.workload == "coding-agent" else 0.0,
-                    drain_s=45.0,
-                    results_root=args.results,
-                    tag=f"{policy}-r{rep + 1}",
-                )
-                t0 = time.monotonic()
-                result = Experiment(cfg).run()
-                s = result.summary
-                rows.setdefault((fabric, policy), []).append(s)
-                f = s["faults"]
-                print(
-                    f"    {time.monotonic() - t0:.0f}s: failed {s['client']['failed']}, "
-                    f"TTFT p99 {s['client']['ttft_p99_s']}, during {f.get('ttft_p99_during_s')}, "
-                    f"recovery {f.get('recovery_kv_first_s')}/{f.get('recovery_kv_all_s')}, "
-                    f"trustworthy {s['trustworthy']}",
-                    flush=True,
-                )
-    print_table(rows, args.results)
-    return 0
+    timing = f"at {args.at:g}s for {args.length:g}s"
+    base = RunConfig(
+        fabric=specs[fabrics[0]],
+        workload=args.workload,
+        duration_s=args.duration,
+        rate=args.rate,
+        layout=LayoutSpec(),
+        prefix_cache_hit_rate=load_profile(args.workload).prefix_cache_hit_rate,
+        drain_s=45.0,
+        results_root=args.results,
+    )
+    per_fabric = {k: (f"{faults[k]} {timing}",) for k in fabrics}
+    return plan_variants(base, specs, policies, faults=per_fabric)
 
 
-def print_table(rows: dict[tuple[str, str], list[dict]], results: Path) -> None:
+def print_table(rows: Rows, results: Path) -> None:
     """The medians table, and the same as JSON in `results`."""
     heads = ["fabric", "policy", "runs", *(c for c, _ in COLUMNS)]
     table = []
     for (fabric, policy), summaries in rows.items():
         cells = [
-            median_spread([v for s in summaries if (v := value_at(s, path)) is not None])
-            for _, path in COLUMNS
+            median_spread([v for s in summaries if (v := figure(s, get)) is not None])
+            for _, get in COLUMNS
         ]
         table.append([fabric, policy, str(len(summaries)), *cells])
     print("\n| " + " | ".join(heads) + " |")
     print("|" + "---|" * len(heads))
     for row in table:
         print("| " + " | ".join(row) + " |")
-    untrusted = [
-        s["run"] for summaries in rows.values() for s in summaries if not s.get("trustworthy")
-    ]
+    untrusted = [s.run for summaries in rows.values() for s in summaries if not s.trustworthy]
     print(f"\nruns not trustworthy (emulator saturated): {untrusted or 'none'}")
     out = results / f"recovery-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(
         json.dumps(
-            {"columns": heads, "rows": table, "runs": [s["run"] for v in rows.values() for s in v]},
+            {"columns": heads, "rows": table, "runs": [s.run for v in rows.values() for s in v]},
             indent=2,
         )
         + "\n"

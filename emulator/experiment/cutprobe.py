@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the probe runs inside hosts: it imports only what it uses, 
     from emulator.lab.injector import FaultInjector
     from emulator.lab.network import Lab
     from zcube_lab.fabric.description import Fabric, Link
-    from zcube_lab.policies import Policy
+    from zcube_lab.policies import RunPolicy
 
 PORT = 7100
 CHUNK_BYTES = 256 * 1024
@@ -149,7 +149,7 @@ def _recomputes(metrics_port: int) -> int:
     return 0
 
 
-def _lab(fabric: Fabric, policy: Policy, log_dir: Path, state_dir: Path | None) -> Lab:
+def _lab(fabric: Fabric, policy: RunPolicy, log_dir: Path, state_dir: Path | None) -> Lab:
     """A lab (not started) routed by the policy, on free controller and metrics ports."""
     from emulator.lab.network import Lab, LabOptions
     from zcube_lab.fabric.scale import Scale
@@ -172,7 +172,7 @@ def _lab(fabric: Fabric, policy: Policy, log_dir: Path, state_dir: Path | None) 
 
 def _start_probes(
     lab: Lab,
-    policy: Policy,
+    policy: RunPolicy,
     route: tuple[str, str],
     num_bytes: int,
     timeout_s: float,

@@ -33,16 +33,17 @@ from emulator.experiment.plan import LOOPBACK, Ports, RunConfig, RunPlan, plan_r
 from emulator.lab.health import HealthSampler
 from emulator.lab.injector import FaultInjector
 from emulator.lab.network import Lab, LabError, LabOptions
+from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.faults import analyze
 from emulator.results.figures import (
     client_summary,
-    host_ingress_bytes,
+    fabric_stats,
     link_utilization,
     read_jsonl,
     throughput_series,
-    utilization_summary,
 )
+from emulator.results.summary import FaultReport, InjectedFault, RunSummary
 from zcube_lab.faults import Fault
 from zcube_lab.ports import free_port
 from zcube_lab.procs import signals_ignored, stop_groups, wait_http
@@ -342,132 +343,54 @@ class Experiment:
             time.sleep(0.5)
 
     # -- collection ----------------------------------------------------------------------
-    def _collect(self, t0: float, t1: float) -> dict[str, Any]:
+    def _collect(self, t0: float, t1: float) -> RunSummary:
         assert self.prometheus is not None and self.health is not None
         self.progress("collecting")
         window = max(t1 - t0, 1.0)
-        rng = f"[{int(window) + 5}s]"
         prom = self.prometheus
         records = read_jsonl(self.dir / "requests.jsonl")
-        load_summary = _read_json(self.dir / "loadgen-summary.json")
-        client = client_summary(records, window_s=self.config.duration_s)
-
-        def q(expr: str) -> float | None:
-            try:
-                return prom.query_value(expr, time=t1)
-            except Exception:  # a missing series is a gap in the report, not a failed run
-                return None
-
-        def quantile(metric: str, qv: float, job: str | None = None) -> float | None:
-            sel = f'{{job="{job}"}}' if job else ""
-            return q(f"histogram_quantile({qv}, sum by (le) (increase({metric}_bucket{sel}{rng})))")
-
-        server = {
-            f"{name}_p{int(qv * 100)}_s": quantile(metric, qv, job)
-            for name, metric, job in (
-                ("gateway_ttft", "zcube:gateway_time_to_first_token_seconds", "gateway"),
-                ("ttft", "vllm:time_to_first_token_seconds", "decode"),
-                ("itl", "vllm:inter_token_latency_seconds", "decode"),
-                ("kv_xfer", "vllm:nixl_xfer_time_seconds", None),
-                ("alltoall", "zcube:ep_alltoall_seconds", None),
-                ("client_ttft", "zcube_client_ttft_seconds", "loadgen"),
-            )
-            for qv in (0.5, 0.9, 0.99)
-        }
-        server["kv_bytes"] = q(f"sum(increase(vllm:nixl_bytes_transferred_sum{rng}))")
-        server["alltoall_bytes"] = q(f"sum(increase(zcube:ep_alltoall_bytes_total{rng}))")
-        server["kv_failed"] = q(f"sum(increase(vllm:nixl_num_failed_transfers_total{rng}))")
-        server["alltoall_failed"] = q(f"sum(increase(zcube:ep_alltoall_failures_total{rng}))")
-        server["alltoall_subflows_retired"] = q(
-            f"sum(increase(zcube:ep_subflows_retired_total{rng}))"
-        )
-        tx = self._port_counter("zcube_port_tx_bytes_total", rng, t1)
-        rx = self._port_counter("zcube_port_rx_bytes_total", rng, t1)
-        drops = sum(
-            sum(self._port_counter(m, rng, t1).values())
-            for m in ("zcube_port_tx_dropped_total", "zcube_port_rx_dropped_total")
-        )
-        util = link_utilization(self.fabric, self.scale, tx, window)
-        fabric_bytes = host_ingress_bytes(self.fabric, rx)
-        sent = (server["kv_bytes"] or 0) + (server["alltoall_bytes"] or 0)
+        server = server_figures(prom, t1, window)
+        ports = port_counters(prom, t1, window)
+        util = link_utilization(self.fabric, self.scale, ports.tx_bytes, window)
         verdict = self.health.verdict()
         (self.dir / "health.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
         with contextlib.suppress(Exception):
             prom.snapshot()
         with contextlib.suppress(Exception):
-            prom.export_series(
-                [
-                    "zcube_port_tx_bytes_total",
-                    "zcube:gateway_time_to_first_token_seconds_bucket",
-                    "zcube_client_ttft_seconds_bucket",
-                ],
-                t0,
-                t1,
-                2.0,
-                self.dir / "series.json",
-            )
+            prom.export_series(EXPORTED_SERIES, t0, t1, 2.0, self.dir / "series.json")
+        summary = RunSummary(
+            run=self.dir.name,
+            label=self.label,
+            policy=self.policy.name,
+            fabric=self.fabric.kind,
+            fabric_params=dict(self.fabric.spec.params),
+            workload=self.config.workload,
+            model=self.config.model,
+            seed=self.config.seed,
+            window_s=window,
+            client=client_summary(records, window_s=self.config.duration_s),
+            loadgen=_read_json(self.dir / "loadgen-summary.json"),
+            server=server,
+            fabric_stats=fabric_stats(
+                self.fabric, util, ports.rx_bytes, ports.drops, server.reported_bytes
+            ),
+            port_util={f"{k[0]}:{k[1]}": v for k, v in sorted(util.items())},
+            throughput_series=tuple(throughput_series(records)),
+            faults=self._fault_report(records, t1),
+            health=verdict,
+            trustworthy=verdict.trustworthy,
+        )
+        summary.write(self.dir)
+        return summary
+
+    def _fault_report(self, records: list[dict[str, Any]], t1: float) -> FaultReport:
+        """The fault report from the injector's events and every decode engine's KV log."""
         kv_attempts = [
             row for p in sorted((self.dir / "logs").glob("kv-*.jsonl")) for row in read_jsonl(p)
         ]
         events = read_jsonl(self.dir / "faults.jsonl")
-        faults = analyze(events, records, kv_attempts, end_wall=t1)
-        faults["injected"] = [f.to_dict() for f in self.faults]
-        faults["spans_s"] = _load_time_spans(faults.pop("windows"), records)
-        summary = {
-            "run": self.dir.name,
-            "label": self.label,
-            "policy": self.policy.name,
-            "fabric": self.fabric.kind,
-            "fabric_params": dict(self.fabric.spec.params),
-            "workload": self.config.workload,
-            "model": self.config.model,
-            "seed": self.config.seed,
-            "window_s": window,
-            "client": client,
-            "loadgen": load_summary,
-            "server": server,
-            "fabric_stats": {
-                **utilization_summary(util, self.fabric),
-                "drops": drops,
-                "host_ingress_bytes": fabric_bytes,
-                "server_reported_bytes": sent,
-                "overhead_ratio": fabric_bytes / sent if sent else None,
-                "switches": len(self.fabric.switches),
-                "switching_capacity_gbps": self.fabric.switching_capacity_gbps(),
-            },
-            "port_util": {f"{k[0]}:{k[1]}": v for k, v in sorted(util.items())},
-            "throughput_series": throughput_series(records),
-            "faults": faults,
-            "health": verdict.to_dict(),
-            "trustworthy": verdict.trustworthy,
-        }
-        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        return summary
-
-    def _port_counter(self, metric: str, rng: str, t1: float) -> dict[tuple[str, int], float]:
-        assert self.prometheus is not None
-        out: dict[tuple[str, int], float] = {}
-        try:
-            series = self.prometheus.query(f"increase({metric}{rng})", time=t1)
-        except Exception:
-            return out
-        for s in series:
-            m = s.get("metric", {})
-            if "switch" in m and "port" in m:
-                out[(m["switch"], int(m["port"]))] = float(s["value"][1])
-        return out
-
-
-def _load_time_spans(
-    windows: list[tuple[float, float]], records: list[dict[str, Any]]
-) -> list[tuple[float, float]]:
-    """Fault windows (wall time) in seconds since the load generator's start, the clock of
-    `sent_s` and of the throughput series."""
-    anchor = next((r for r in records if "wall_time" in r and "sent_s" in r), None)
-    if anchor is None:
-        return []
-    start = float(anchor["wall_time"]) - float(anchor["sent_s"])
-    return [(round(s - start, 3), round(e - start, 3)) for s, e in windows]
+        injected = [InjectedFault.from_dict(f.to_dict()) for f in self.faults]
+        return analyze(events, records, kv_attempts, end_wall=t1, injected=injected)
 
 
 def _count_lines(path: Path) -> int:

@@ -2,7 +2,7 @@
 
 Inputs are plain data: the client's per-request records (`requests.jsonl` written by the load
 generator), per-port byte counts over the run window, and the fabric description. Outputs are
-the dictionaries written to `summary.json` and compared by `compare`.
+the sections of `RunSummary` (`emulator.results.summary`) that `compare` compares.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from emulator.results.summary import QUANTILES, ClientFigures, FabricStats, HotPort, Utilization
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.fabric.scale import Scale
 from zcube_lab.stats import quantile
@@ -36,7 +37,7 @@ def _ok(record: Mapping[str, Any]) -> bool:
     return record.get("outcome") == "ok"
 
 
-def client_summary(records: Iterable[Mapping[str, Any]], window_s: float) -> dict[str, Any]:
+def client_summary(records: Iterable[Mapping[str, Any]], window_s: float) -> ClientFigures:
     """Throughput and latency quantiles from the client's per-request records."""
     recs = list(records)
     ok = [r for r in recs if _ok(r)]
@@ -54,10 +55,10 @@ def client_summary(records: Iterable[Mapping[str, Any]], window_s: float) -> dic
         "output_tokens": tokens,
     }
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
-        for q in (50, 90, 99):
+        for q in QUANTILES:
             out[f"{name}_p{q}_s"] = quantile(values, q / 100)
         out[f"{name}_mean_s"] = statistics.fmean(values) if values else None
-    return out
+    return ClientFigures(**out)
 
 
 def port_capacity_bps(fabric: Fabric, scale: Scale) -> dict[tuple[str, int], float]:
@@ -86,7 +87,7 @@ def link_utilization(
     }
 
 
-def utilization_summary(util: Mapping[tuple[str, int], float], fabric: Fabric) -> dict[str, Any]:
+def utilization_summary(util: Mapping[tuple[str, int], float], fabric: Fabric) -> Utilization:
     """Max and mean utilization, over all switch ports and over switch-to-switch ports, and the
     hottest ports."""
     trunk_ports = {
@@ -97,13 +98,13 @@ def utilization_summary(util: Mapping[tuple[str, int], float], fabric: Fabric) -
     }
     trunk = {k: v for k, v in util.items() if k in trunk_ports}
     hottest = sorted(util.items(), key=lambda kv: kv[1], reverse=True)[:5]
-    return {
-        "link_util_max": max(util.values(), default=0.0),
-        "link_util_mean": statistics.fmean(util.values()) if util else 0.0,
-        "trunk_util_max": max(trunk.values(), default=0.0),
-        "trunk_util_mean": statistics.fmean(trunk.values()) if trunk else 0.0,
-        "hottest_ports": [{"switch": k[0], "port": k[1], "util": v} for k, v in hottest],
-    }
+    return Utilization(
+        link_util_max=max(util.values(), default=0.0),
+        link_util_mean=statistics.fmean(util.values()) if util else 0.0,
+        trunk_util_max=max(trunk.values(), default=0.0),
+        trunk_util_mean=statistics.fmean(trunk.values()) if trunk else 0.0,
+        hottest_ports=tuple(HotPort(switch=k[0], port=k[1], util=v) for k, v in hottest),
+    )
 
 
 def host_ingress_bytes(fabric: Fabric, rx_bytes: Mapping[tuple[str, int], float]) -> float:
@@ -112,6 +113,28 @@ def host_ingress_bytes(fabric: Fabric, rx_bytes: Mapping[tuple[str, int], float]
     for att in fabric.attachments.values():
         total += rx_bytes.get((att.switch, att.port), 0.0)
     return total
+
+
+def fabric_stats(
+    fabric: Fabric,
+    util: Mapping[tuple[str, int], float],
+    rx_bytes: Mapping[tuple[str, int], float],
+    drops: float,
+    server_reported_bytes: float,
+) -> FabricStats:
+    """Utilization, drops, and the bytes that entered the fabric from GPU hosts against what
+    the servers say they sent (the fabric also carries headers, ACKs and KV framing)."""
+    ingress = host_ingress_bytes(fabric, rx_bytes)
+    sent = server_reported_bytes
+    return FabricStats(
+        utilization=utilization_summary(util, fabric),
+        drops=drops,
+        host_ingress_bytes=ingress,
+        server_reported_bytes=sent,
+        overhead_ratio=ingress / sent if sent else None,
+        switches=len(fabric.switches),
+        switching_capacity_gbps=fabric.switching_capacity_gbps(),
+    )
 
 
 def throughput_series(

@@ -14,12 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from emulator.prometheus.server import (
-    PROMETHEUS_BINARY,
-    PrometheusError,
-    PrometheusServer,
-    scrape_config,
-)
+from emulator.prometheus.config import scrape_config
+from emulator.prometheus.server import PROMETHEUS_BINARY, PrometheusError, PrometheusServer
 from zcube_lab.ports import free_port
 
 pytestmark = [

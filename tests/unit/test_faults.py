@@ -189,19 +189,22 @@ def test_analysis_splits_phases_counts_failures_and_recovery() -> None:
     kv.append(_kv("retry", 1022.0, 1027.0, ok=False, attempt=0, error="timed out"))
     kv.append(_kv("retry", 1027.0, 1031.0, attempt=1))
     out = analyze(events, requests, kv, end_wall=1045.0)
-    assert out["windows"] == [(1020.0, 1030.0)]
-    assert out["failed_requests"] == 1 and out["failed_during"] == 1
-    assert out["failed_before"] == 0 and out["failed_after"] == 0
-    assert out["ttft_p99_before_s"] == pytest.approx(0.5)
-    assert out["ttft_p99_during_s"] > 2.0
-    assert out["ttft_p99_after_s"] == pytest.approx(0.6)
-    assert out["kv_retried"] == 1 and out["kv_lanes_retired"] == 1
-    assert out["kv_bytes_lost"] == 0 and out["kv_checksum_failures"] == 0
-    assert out["kv_hit_transfers"] == 2
-    assert out["recovery_kv_first_s"] == pytest.approx(1.5)
-    assert out["recovery_kv_all_s"] == pytest.approx(9.0)  # started at 1022, done at 1031
-    assert out["recovery_kv_first_after_restore"] is False
-    assert out["errors"] == {"KV transfer failed": 1}
+    rec = out.recovery
+    assert rec is not None
+    assert list(out.windows) == [(1020.0, 1030.0)]
+    assert out.spans_s == ((20.0, 30.0),)  # the same window on the load generator's clock
+    assert out.failed_requests == 1 and rec.failed_during == 1
+    assert rec.failed_before == 0 and rec.failed_after == 0
+    assert rec.ttft_p99_before_s == pytest.approx(0.5)
+    assert rec.ttft_p99_during_s > 2.0
+    assert rec.ttft_p99_after_s == pytest.approx(0.6)
+    assert out.kv_retried == 1 and out.kv_lanes_retired == 1
+    assert out.kv_bytes_lost == 0 and out.kv_checksum_failures == 0
+    assert rec.kv_hit_transfers == 2
+    assert rec.recovery_kv_first_s == pytest.approx(1.5)
+    assert rec.recovery_kv_all_s == pytest.approx(9.0)  # started at 1022, done at 1031
+    assert rec.recovery_kv_first_after_restore is False
+    assert out.errors == {"KV transfer failed": 1}
 
 
 def test_analysis_counts_integrity_over_all_attempts_and_runs_without_faults() -> None:
@@ -216,12 +219,13 @@ def test_analysis_counts_integrity_over_all_attempts_and_runs_without_faults() -
         _kv("odd", 1.0, 2.0, bytes=90),
     ]
     out = analyze([], [_req(1.0, 0.3)], kv, end_wall=10.0)
-    assert out["kv_checksum_failures"] == 1
-    assert out["kv_unfinished_transfers"] == 1 and out["kv_bytes_lost"] == 100
-    assert out["kv_completed_unverified"] == 1
-    assert out["kv_retried"] == 1
-    assert out["faults"] == 0 and out["windows"] == []
-    assert "ttft_p99_during_s" not in out
+    assert out.kv_checksum_failures == 1
+    assert out.kv_unfinished_transfers == 1 and out.kv_bytes_lost == 100
+    assert out.kv_completed_unverified == 1
+    assert out.kv_retried == 1
+    assert out.faults == 0 and list(out.windows) == []
+    assert out.recovery is None
+    assert "ttft_p99_during_s" not in out.to_dict()
 
 
 def test_a_second_fault_on_the_same_link_gets_its_own_label() -> None:
@@ -266,8 +270,9 @@ def test_throughput_recovery_after_a_dip() -> None:
     requests += [dict(_req(float(t), 0.1), e2e_s=40.5 - t) for t in range(30, 40)]
     requests += [_req(float(t), 0.1) for t in range(40, 60)]
     out = analyze(events, requests, [], end_wall=60.0)
-    assert out["recovery_throughput_s"] is not None
-    assert 5 <= out["recovery_throughput_s"] <= 16
+    assert out.recovery is not None
+    assert out.recovery.recovery_throughput_s is not None
+    assert 5 <= out.recovery.recovery_throughput_s <= 16
 
 
 def test_policies_map_to_routing_and_reactions() -> None:

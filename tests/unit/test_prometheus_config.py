@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from emulator.prometheus.server import ScrapePlan, scrape_config, scrape_plan
+from emulator.prometheus.config import ScrapePlan, scrape_config, scrape_plan
 from zcube_lab.errors import ConfigError
 
 JOBS = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from emulator.results.figures import (
     utilization_summary,
 )
 from emulator.results.report import aggregate, difference_pct, table_rows
+from emulator.results.summary import HotPort, RunSummary
 from zcube_lab.fabric.builders import build_roft, build_zcube
 from zcube_lab.fabric.scale import Scale
 
@@ -33,12 +35,12 @@ def _rec(i: int, ttft: float, ok: bool = True) -> dict:
 def test_client_summary_counts_and_quantiles() -> None:
     recs = [_rec(i, 0.1 * (i + 1)) for i in range(10)] + [_rec(10, 9.0, ok=False)]
     s = client_summary(recs, window_s=5.0)
-    assert (s["requests"], s["completed"], s["failed"]) == (11, 10, 1)
-    assert s["requests_per_s"] == 2.0
-    assert s["output_tokens_per_s"] == 22.0
-    assert s["ttft_p50_s"] == pytest.approx(0.55)
-    assert s["ttft_p99_s"] < 1.0  # the failed request's 9 s does not count
-    assert s["itl_p50_s"] == pytest.approx(0.03)
+    assert (s.requests, s.completed, s.failed) == (11, 10, 1)
+    assert s.requests_per_s == 2.0
+    assert s.output_tokens_per_s == 22.0
+    assert s.ttft_p50_s == pytest.approx(0.55)
+    assert s.ttft_p99_s < 1.0  # the failed request's 9 s does not count
+    assert s.itl_p50_s == pytest.approx(0.03)
 
 
 def test_throughput_series_bins_completions() -> None:
@@ -55,9 +57,9 @@ def test_link_utilization_uses_emulated_capacity() -> None:
     assert util[("a0", 5)] == pytest.approx(0.5)
     assert util[("a0", 1)] == 0.0
     s = utilization_summary(util, f)
-    assert s["link_util_max"] == pytest.approx(0.5)
-    assert s["trunk_util_max"] == pytest.approx(0.5)
-    assert s["hottest_ports"][0] == {"switch": "a0", "port": 5, "util": pytest.approx(0.5)}
+    assert s.link_util_max == pytest.approx(0.5)
+    assert s.trunk_util_max == pytest.approx(0.5)
+    assert s.hottest_ports[0] == HotPort(switch="a0", port=5, util=pytest.approx(0.5))
 
 
 def test_host_ingress_counts_only_host_ports() -> None:
@@ -66,18 +68,24 @@ def test_host_ingress_counts_only_host_ports() -> None:
     assert host_ingress_bytes(f, rx) == 100.0
 
 
+# A run summary as the runner writes it (tests/unit/data), with the figures a test varies.
+_BASE = json.loads((Path(__file__).parent / "data" / "summary-zcube.json").read_text())
+
+
 def _summary(fabric: str, ttft: float, rps: float) -> dict:
-    return {
-        "fabric": fabric,
-        "client": {"ttft_p99_s": ttft, "requests_per_s": rps},
-        "server": {},
-        "fabric_stats": {},
-    }
+    client = {**_BASE["client"], "ttft_p99_s": ttft, "requests_per_s": rps}
+    data = {**_BASE, "fabric": fabric, "client": client}
+    del data["label"]
+    return data
+
+
+def _run(fabric: str, ttft: float, rps: float) -> RunSummary:
+    return RunSummary.from_dict(_summary(fabric, ttft, rps))
 
 
 def test_aggregate_medians_spread_and_differences() -> None:
-    runs = [_summary("zcube", t, 5.0) for t in (1.0, 2.0, 9.0)]
-    runs += [_summary("roft", t, 4.0) for t in (2.0, 4.0, 3.0)]
+    runs = [_run("zcube", t, 5.0) for t in (1.0, 2.0, 9.0)]
+    runs += [_run("roft", t, 4.0) for t in (2.0, 4.0, 3.0)]
     agg = aggregate(runs)
     cell = agg["zcube"]["TTFT p99 client (s)"]
     assert (cell.median, cell.low, cell.high, cell.n) == (2.0, 1.0, 9.0, 3)
@@ -145,6 +153,7 @@ def test_runs_are_grouped_by_their_label(tmp_path) -> None:
             summary["label"] = label
         (d / "summary.json").write_text(json.dumps(summary))
     runs = [load_run(tmp_path / n) for n in "abc"]
-    assert [r["fabric"] for r in runs] == ["zcube/ff", "zcube/spray", "zcube"]
-    assert {r["fabric_kind"] for r in runs} == {"zcube"}
+    assert [r.variant for r in runs] == ["zcube/ff", "zcube/spray", "zcube"]
+    assert {r.fabric for r in runs} == {"zcube"}
+    assert [r.dir for r in runs] == [tmp_path / n for n in "abc"]
     assert set(aggregate(runs)) == {"zcube/ff", "zcube/spray", "zcube"}

@@ -143,14 +143,14 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"interrupted: torn down; partial results in {exp.dir}")
         return 130
     s = result.summary
-    c = s["client"]
+    c = s.client
     print(json.dumps({
         "results": str(result.path),
-        "completed": c["completed"],
-        "failed": c["failed"],
-        "requests_per_s": c["requests_per_s"],
-        "ttft_p50_s": c["ttft_p50_s"],
-        "ttft_p99_s": c["ttft_p99_s"],
-        "trustworthy": s["trustworthy"],
+        "completed": c.completed,
+        "failed": c.failed,
+        "requests_per_s": c.requests_per_s,
+        "ttft_p50_s": c.ttft_p50_s,
+        "ttft_p99_s": c.ttft_p99_s,
+        "trustworthy": s.trustworthy,
     }, indent=2))  # fmt: skip
     return 0

@@ -1,0 +1,160 @@
+"""Comparison of variants: the same workload on several fabrics and run policies, repeated, with
+the runs interleaved so machine noise spreads evenly over the variants. Used by `zcube-lab
+compare` and by the benchmarks in `bench/`.
+
+Names: a *variant* is one fabric with one run policy; its *label* is the one `Experiment` gives
+its runs (`zcube`, `zcube/spray`, `roft-2planes/ff`), which the report groups by. A *planned run*
+is one repeat of one variant, its config tagged `r<repeat>` (or `<policy>-r<repeat>` when the
+policies differ). Planning is pure apart from building each variant's `Experiment` once, which
+validates the fabric, placement, policy and faults before the first run starts (fail in
+seconds, not after a run); running needs root.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from emulator.experiment.runner import Experiment, RunConfig, RunResult
+from emulator.results.figures import port_capacity_bps
+from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import BUILDERS, build_fabric
+from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.fabric.scale import Scale
+
+
+def fabric_specs(
+    kinds: Sequence[str], gpus: int, spines: int, planes: int = 1
+) -> dict[str, FabricSpec]:
+    """Same-size fabrics: the same GPU hosts (gid -> server, rank) on each."""
+    side = math.isqrt(gpus)
+    if side * side != gpus or side < 2:
+        raise ConfigError("gpus", gpus, "a square of at least 4 (16, 36, 64)")
+    specs = {}
+    for k in kinds:
+        if k not in BUILDERS:
+            raise ConfigError("fabrics", k, f"comma-separated from {list(BUILDERS)}")
+        if k == "zcube":
+            specs[k] = FabricSpec.of("zcube", n=side, gpus_per_server=side)
+        elif k == "roft":
+            specs[k] = FabricSpec.of(
+                "roft",
+                servers=side,
+                gpus_per_server=side,
+                spines=spines,
+                planes=planes if planes != 1 else None,
+            )
+        else:
+            specs[k] = FabricSpec.of(
+                "clos",
+                servers=side,
+                gpus_per_server=side,
+                spines=spines,
+                servers_per_leaf=2 if side % 2 == 0 else 1,
+            )
+    return specs
+
+
+def check_fault_prefixes(faults: Sequence[str], kinds: Sequence[str]) -> None:
+    """A `<fabric>:` prefix on a --fail spec must name one of the compared fabrics."""
+    for text in faults:
+        head, sep, _ = text.partition(":")
+        if sep and head.strip().lower() in BUILDERS and head.strip().lower() not in kinds:
+            raise ConfigError("fail", text, f"a prefix among the compared fabrics {list(kinds)}")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One fabric with one run policy; `config` is its untagged run configuration."""
+
+    kind: str
+    policy: str
+    label: str
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One repeat of one variant: run `number` of `total`, repeat `repeat` of `repeats` (all
+    counted from 1)."""
+
+    number: int
+    total: int
+    repeat: int
+    repeats: int
+    variant: Variant
+    config: RunConfig
+
+
+def plan_variants(
+    base: RunConfig,
+    specs: Mapping[str, FabricSpec],
+    policies: Sequence[str],
+    faults: Mapping[str, tuple[str, ...]] | None = None,
+) -> list[Variant]:
+    """Every fabric with every policy (fabric-major), each validated by building its
+    Experiment; `faults` replaces the base config's faults on the fabrics it names."""
+    out = []
+    for kind, spec in specs.items():
+        for policy in policies:
+            cfg = replace(
+                base, fabric=spec, policy=policy, faults=(faults or {}).get(kind, base.faults)
+            )
+            out.append(Variant(kind, policy, Experiment(cfg).label, cfg))
+    return out
+
+
+def interleave(
+    variants: Sequence[Variant], repeat: int, tag_policy: bool | None = None
+) -> list[PlannedRun]:
+    """Every variant `repeat` times, repeat-major (all variants once, then again), each config
+    tagged with its repeat, and with its policy when `tag_policy` (default: when the variants'
+    policies differ)."""
+    if repeat < 1:
+        raise ConfigError("repeat", repeat, "at least 1")
+    if tag_policy is None:
+        tag_policy = len({v.policy for v in variants}) > 1
+    total = len(variants) * repeat
+    runs = []
+    for rep in range(1, repeat + 1):
+        for v in variants:
+            tag = f"{v.policy}-r{rep}" if tag_policy else f"r{rep}"
+            cfg = replace(v.config, tag=tag)
+            runs.append(PlannedRun(len(runs) + 1, total, rep, repeat, v, cfg))
+    return runs
+
+
+def resolve_baseline(baseline: str, labels: Sequence[str]) -> str:
+    """The label the differences are taken against: `baseline` itself, or the first label of
+    that fabric (`roft` -> `roft/ff` when only policies label the runs)."""
+    if baseline in labels:
+        return baseline
+    matches = [lb for lb in labels if lb.split("/")[0] == baseline]
+    if not matches:
+        raise ConfigError("baseline", baseline, f"one of the compared fabrics {list(labels)}")
+    return matches[0]
+
+
+def run_planned(
+    plan: Sequence[PlannedRun],
+    progress: Callable[[str], None] | None = None,
+    starting: Callable[[PlannedRun], None] | None = None,
+) -> Iterator[tuple[PlannedRun, RunResult]]:
+    """Run the plan in order, yielding each run's result as it completes (a caller that stops
+    on an error keeps the results before it). Every run tears itself down."""
+    for planned in plan:
+        if starting is not None:
+            starting(planned)
+        yield planned, Experiment(planned.config, progress=progress).run()
+
+
+def port_capacities(
+    specs: Mapping[str, FabricSpec], nic_mbps: float
+) -> dict[str, dict[str, float]]:
+    """fabric kind -> `switch:port` -> emulated capacity in bit/s (the heatmaps' scale)."""
+    scale = Scale(nic_mbps=nic_mbps)
+    return {
+        kind: {f"{s}:{p}": v for (s, p), v in port_capacity_bps(build_fabric(spec), scale).items()}
+        for kind, spec in specs.items()
+    }

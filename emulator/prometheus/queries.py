@@ -1,0 +1,124 @@
+"""What a run asks its Prometheus once the load is done: PromQL over the run window, written with
+the metric names the components export (`serving.metrics`, `controller.metrics`,
+`workloads.metrics`), returning typed figures.
+
+Every query is an instant query at the end of the run `t1` over a range of the window plus 5 s
+(so the first scrape after the load started is inside it). A query that fails or finds no series
+gives None: a gap in the report, not a failed run. The functions take anything with the
+`PrometheusServer` query methods (`PromQuery`), so they are tested with a fake.
+
+Counters are named here as scraped: prometheus_client appends `_total` to a counter and
+`_bucket`/`_sum` to a histogram's series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from controller import metrics as fabric_metrics
+from emulator.results.summary import QUANTILES, ServerFigures
+from serving import metrics as serving_metrics
+from workloads import metrics as client_metrics
+
+
+class PromQuery(Protocol):
+    """The query side of `PrometheusServer`."""
+
+    def query(self, promql: str, time: float | None = None) -> list[dict[str, Any]]: ...
+
+    def query_value(self, promql: str, time: float | None = None) -> float | None: ...
+
+
+# Histograms whose quantiles the summary keeps: (name in summary.json, metric, scrape job or
+# None for all jobs).
+LATENCIES: tuple[tuple[str, str, str | None], ...] = (
+    ("gateway_ttft", serving_metrics.GATEWAY_TTFT, "gateway"),
+    ("ttft", serving_metrics.TIME_TO_FIRST_TOKEN, "decode"),
+    ("itl", serving_metrics.INTER_TOKEN_LATENCY, "decode"),
+    ("kv_xfer", serving_metrics.NIXL_XFER_TIME, None),
+    ("alltoall", serving_metrics.ALLTOALL_TIME, None),
+    ("client_ttft", client_metrics.TTFT, "loadgen"),
+)
+# Totals over the window: (name in summary.json, series as scraped).
+TOTALS: tuple[tuple[str, str], ...] = (
+    ("kv_bytes", serving_metrics.NIXL_BYTES_TRANSFERRED + "_sum"),
+    ("alltoall_bytes", serving_metrics.ALLTOALL_BYTES + "_total"),
+    ("kv_failed", serving_metrics.NIXL_NUM_FAILED_TRANSFERS + "_total"),
+    ("alltoall_failed", serving_metrics.ALLTOALL_FAILURES + "_total"),
+    ("alltoall_subflows_retired", serving_metrics.EP_SUBFLOWS_RETIRED + "_total"),
+)
+# What `series.json` keeps for the report's plots (per-port heatmap, TTFT over time).
+EXPORTED_SERIES = (
+    fabric_metrics.PORT_TX_BYTES,
+    serving_metrics.GATEWAY_TTFT + "_bucket",
+    client_metrics.TTFT + "_bucket",
+)
+
+PortKey = tuple[str, int]
+
+
+def window_range(window_s: float) -> str:
+    """The PromQL range covering a run window of `window_s` seconds."""
+    return f"[{int(window_s) + 5}s]"
+
+
+def histogram_quantile(metric: str, q: float, rng: str, job: str | None = None) -> str:
+    """PromQL for the q-quantile (0-1) of histogram `metric` over `rng`, all engines pooled."""
+    sel = f'{{job="{job}"}}' if job else ""
+    return f"histogram_quantile({q}, sum by (le) (increase({metric}_bucket{sel}{rng})))"
+
+
+def value(prom: PromQuery, promql: str, t1: float) -> float | None:
+    """One value at `t1`, or None when the query fails or finds nothing."""
+    try:
+        return prom.query_value(promql, time=t1)
+    except Exception:  # a missing series is a gap in the report, not a failed run
+        return None
+
+
+def server_figures(prom: PromQuery, t1: float, window_s: float) -> ServerFigures:
+    """The servers' latency quantiles and transfer totals over the run window."""
+    rng = window_range(window_s)
+    figures: dict[str, float | None] = {
+        f"{name}_p{q}_s": value(prom, histogram_quantile(metric, q / 100, rng, job), t1)
+        for name, metric, job in LATENCIES
+        for q in QUANTILES
+    }
+    for name, series in TOTALS:
+        figures[name] = value(prom, f"sum(increase({series}{rng}))", t1)
+    return ServerFigures(**figures)
+
+
+def port_increase(prom: PromQuery, metric: str, t1: float, window_s: float) -> dict[PortKey, float]:
+    """Increase of a per-port counter over the window, by (switch, port); empty on failure."""
+    try:
+        series = prom.query(f"increase({metric}{window_range(window_s)})", time=t1)
+    except Exception:
+        return {}
+    out: dict[PortKey, float] = {}
+    for s in series:
+        m = s.get("metric", {})
+        if "switch" in m and "port" in m:
+            out[(m["switch"], int(m["port"]))] = float(s["value"][1])
+    return out
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    """Per-port bytes over the run window, and the packets every port dropped."""
+
+    tx_bytes: dict[PortKey, float]
+    rx_bytes: dict[PortKey, float]
+    drops: float
+
+
+def port_counters(prom: PromQuery, t1: float, window_s: float) -> PortCounters:
+    """The switch ports' counters (the controller's port stats) over the run window."""
+    dropped: Iterable[str] = (fabric_metrics.PORT_TX_DROPPED, fabric_metrics.PORT_RX_DROPPED)
+    return PortCounters(
+        tx_bytes=port_increase(prom, fabric_metrics.PORT_TX_BYTES, t1, window_s),
+        rx_bytes=port_increase(prom, fabric_metrics.PORT_RX_BYTES, t1, window_s),
+        drops=sum(sum(port_increase(prom, m, t1, window_s).values()) for m in dropped),
+    )

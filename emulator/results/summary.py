@@ -1,0 +1,376 @@
+"""What one run measured, as typed data: `RunSummary` and its sections, read from and written
+to `summary.json` (pure, apart from `read`/`write`).
+
+The JSON is the file format users and scripts already read, so every class here writes exactly
+the keys, nesting and value types the runner has always written: a flat section is a dataclass
+whose field names are its keys, in the same order. Two sections are written flat but held
+nested, because part of them exists only sometimes: `FabricStats.utilization` (its keys lead the
+`fabric_stats` object) and `FaultReport.recovery` (the per-phase and recovery keys, present
+only when a fault held). Sections that older runs lack (`label`, `policy`, `faults`) are None
+and stay absent when written again; a key missing inside a section reads as None.
+
+Names: `*_s` seconds, `*_bytes` bytes, `*_util_*` fractions of capacity (0-1), `p50/p90/p99`
+quantiles on the 0-1 scale of `zcube_lab.stats.quantile`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from emulator.lab.verdict import HealthVerdict, Usage
+
+SUMMARY_FILE = "summary.json"
+QUANTILES = (50, 90, 99)
+
+Span = tuple[float, float]
+_T = TypeVar("_T")
+
+
+def _flat(obj: Any) -> dict[str, Any]:
+    """A flat section's keys: its fields, in order."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _from_flat(cls: type[_T], data: Mapping[str, Any], **nested: Any) -> _T:
+    """A flat section from its keys; a missing key reads as None (a run from an older version)."""
+    values = {f.name: data.get(f.name) for f in fields(cls)}  # type: ignore[arg-type]
+    values.update(nested)
+    return cls(**values)
+
+
+def _pairs(rows: Any) -> tuple[Span, ...]:
+    """JSON's lists of [a, b] as the tuples the producers build."""
+    return tuple((a, b) for a, b in rows or ())
+
+
+# --- client and server figures ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientFigures:
+    """Throughput and latency as the load generator saw them (`requests.jsonl`)."""
+
+    requests: int
+    completed: int
+    failed: int
+    requests_per_s: float | None
+    output_tokens_per_s: float | None
+    output_tokens: int
+    ttft_p50_s: float | None
+    ttft_p90_s: float | None
+    ttft_p99_s: float | None
+    ttft_mean_s: float | None
+    tpot_p50_s: float | None
+    tpot_p90_s: float | None
+    tpot_p99_s: float | None
+    tpot_mean_s: float | None
+    itl_p50_s: float | None
+    itl_p90_s: float | None
+    itl_p99_s: float | None
+    itl_mean_s: float | None
+    e2e_p50_s: float | None
+    e2e_p90_s: float | None
+    e2e_p99_s: float | None
+    e2e_mean_s: float | None
+
+
+@dataclass(frozen=True)
+class ServerFigures:
+    """What the servers exported, from Prometheus over the run window (histogram quantiles are
+    exact only to their buckets; NaN when a histogram saw nothing)."""
+
+    gateway_ttft_p50_s: float | None
+    gateway_ttft_p90_s: float | None
+    gateway_ttft_p99_s: float | None
+    ttft_p50_s: float | None
+    ttft_p90_s: float | None
+    ttft_p99_s: float | None
+    itl_p50_s: float | None
+    itl_p90_s: float | None
+    itl_p99_s: float | None
+    kv_xfer_p50_s: float | None
+    kv_xfer_p90_s: float | None
+    kv_xfer_p99_s: float | None
+    alltoall_p50_s: float | None
+    alltoall_p90_s: float | None
+    alltoall_p99_s: float | None
+    client_ttft_p50_s: float | None
+    client_ttft_p90_s: float | None
+    client_ttft_p99_s: float | None
+    kv_bytes: float | None
+    alltoall_bytes: float | None
+    kv_failed: float | None
+    alltoall_failed: float | None
+    alltoall_subflows_retired: float | None
+
+    @property
+    def reported_bytes(self) -> float:
+        """Bytes the servers say they sent over the fabric: KV pulls and all-to-all."""
+        return (self.kv_bytes or 0) + (self.alltoall_bytes or 0)
+
+
+# --- the fabric ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HotPort:
+    """One of the busiest switch ports."""
+
+    switch: str
+    port: int
+    util: float
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """Max and mean transmit utilization over all switch ports and over switch-to-switch
+    (trunk) ports, and the hottest ports."""
+
+    link_util_max: float
+    link_util_mean: float
+    trunk_util_max: float
+    trunk_util_mean: float
+    hottest_ports: tuple[HotPort, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_flat(self), "hottest_ports": [_flat(p) for p in self.hottest_ports]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Utilization:
+        ports = tuple(HotPort(**p) for p in data.get("hottest_ports") or ())
+        return _from_flat(cls, data, hottest_ports=ports)
+
+
+@dataclass(frozen=True)
+class FabricStats:
+    """What crossed the fabric, against what the servers say they sent."""
+
+    utilization: Utilization
+    drops: float
+    host_ingress_bytes: float
+    server_reported_bytes: float
+    overhead_ratio: float | None
+    switches: int
+    switching_capacity_gbps: float
+
+    @property
+    def switching_capacity_tbps(self) -> float:
+        """The emulated fabric's switching capacity in Tb/s (the report's unit)."""
+        return self.switching_capacity_gbps / 1000
+
+    def to_dict(self) -> dict[str, Any]:
+        rest = {k: v for k, v in _flat(self).items() if k != "utilization"}
+        return {**self.utilization.to_dict(), **rest}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FabricStats:
+        return _from_flat(cls, data, utilization=Utilization.from_dict(data))
+
+
+# --- faults ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    """An injected failure as scheduled (`zcube_lab.faults.Fault.to_dict`)."""
+
+    label: str
+    kind: str
+    at_s: float
+    for_s: float | None
+    links: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_flat(self), "links": list(self.links)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InjectedFault:
+        return _from_flat(cls, data, links=tuple(data.get("links") or ()))
+
+
+@dataclass(frozen=True)
+class FaultRecovery:
+    """The part of the fault report that exists only when a fault held: per phase (by send
+    time: before the first fault, during any, after the last) TTFT p99, requests and failures,
+    and how long the hit KV transfers and the throughput took to recover."""
+
+    ttft_p99_before_s: float | None
+    requests_before: int
+    failed_before: int
+    ttft_p99_during_s: float | None
+    requests_during: int
+    failed_during: int
+    ttft_p99_after_s: float | None
+    requests_after: int
+    failed_after: int
+    kv_hit_transfers: int
+    recovery_kv_first_s: float | None
+    recovery_kv_all_s: float | None
+    recovery_kv_first_after_restore: bool | None
+    recovery_throughput_s: float | None
+
+
+@dataclass(frozen=True)
+class FaultReport:
+    """What a run lost to its injected faults (`emulator.results.faults.analyze`); KV
+    integrity is counted in every run, faults or not."""
+
+    faults: int
+    failed_requests: int
+    errors: Mapping[str, int]  # the five most frequent client errors -> count
+    kv_transfers: int
+    kv_completed: int
+    kv_failed_attempts: int
+    kv_retried: int
+    kv_lanes_retired: int
+    kv_checksum_failures: int
+    kv_completed_unverified: int
+    kv_unfinished_transfers: int
+    kv_bytes_lost: int
+    recovery: FaultRecovery | None = None
+    injected: tuple[InjectedFault, ...] = ()
+    spans_s: tuple[Span, ...] = ()  # fault windows, seconds since the load generator's start
+    # The same windows in wall time: for the analysis, not written (the clock is the host's).
+    windows: tuple[Span, ...] = field(default=(), compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in _flat(self).items() if k not in _FAULT_SPECIAL}
+        out["errors"] = dict(self.errors)
+        if self.recovery is not None:
+            out.update(_flat(self.recovery))
+        out["injected"] = [f.to_dict() for f in self.injected]
+        out["spans_s"] = [list(s) for s in self.spans_s]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FaultReport:
+        recovery = _from_flat(FaultRecovery, data) if "requests_before" in data else None
+        return _from_flat(
+            cls,
+            data,
+            errors=dict(data.get("errors") or {}),
+            recovery=recovery,
+            injected=tuple(InjectedFault.from_dict(f) for f in data.get("injected") or ()),
+            spans_s=_pairs(data.get("spans_s")),
+            windows=(),
+        )
+
+
+_FAULT_SPECIAL = ("recovery", "injected", "spans_s", "windows")
+
+
+# --- health ----------------------------------------------------------------------------------
+
+
+def verdict_from_dict(data: Mapping[str, Any]) -> HealthVerdict:
+    """The emulator health verdict as `HealthVerdict.to_dict` stored it."""
+    processes = {name: Usage(**u) for name, u in (data.get("processes") or {}).items()}
+    return _from_flat(
+        HealthVerdict,
+        data,
+        reasons=tuple(data.get("reasons") or ()),
+        per_core_p95=tuple(data.get("per_core_p95") or ()),
+        processes=processes,
+    )
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """One run's `summary.json`: what ran, and what it measured."""
+
+    run: str  # the run folder's name
+    label: str | None = None  # `zcube`, `zcube/spray`, `roft-2planes`; older runs have none
+    policy: str | None = None
+    fabric: str  # the fabric kind
+    fabric_params: Mapping[str, Any]
+    workload: str
+    model: str
+    seed: int
+    window_s: float
+    client: ClientFigures
+    loadgen: Mapping[str, Any]  # the load generator's own summary, as it wrote it
+    server: ServerFigures
+    fabric_stats: FabricStats
+    port_util: Mapping[str, float]  # "switch:port" -> transmit utilization
+    throughput_series: tuple[tuple[float, float], ...]  # (s since load start, completed/s)
+    faults: FaultReport | None = None
+    health: HealthVerdict
+    trustworthy: bool
+    # Where it was read from (not written): the report finds the run's other files there.
+    dir: Path | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def variant(self) -> str:
+        """What the comparison groups runs by: the label, or the fabric in runs without one."""
+        return self.label or self.fabric
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary.json object, key for key as the runner has always written it."""
+        head: dict[str, Any] = {"run": self.run, "label": self.label, "policy": self.policy}
+        out = {k: v for k, v in head.items() if v is not None or k == "run"}
+        out.update(
+            fabric=self.fabric,
+            fabric_params=dict(self.fabric_params),
+            workload=self.workload,
+            model=self.model,
+            seed=self.seed,
+            window_s=self.window_s,
+            client=_flat(self.client),
+            loadgen=dict(self.loadgen),
+            server=_flat(self.server),
+            fabric_stats=self.fabric_stats.to_dict(),
+            port_util=dict(self.port_util),
+            throughput_series=[list(p) for p in self.throughput_series],
+        )
+        if self.faults is not None:
+            out["faults"] = self.faults.to_dict()
+        out.update(health=self.health.to_dict(), trustworthy=self.trustworthy)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], dir: Path | None = None) -> RunSummary:
+        """A summary from its JSON object."""
+        faults = data.get("faults")
+        return cls(
+            run=data["run"],
+            label=data.get("label"),
+            policy=data.get("policy"),
+            fabric=data["fabric"],
+            fabric_params=dict(data.get("fabric_params") or {}),
+            workload=data["workload"],
+            model=data["model"],
+            seed=data["seed"],
+            window_s=data["window_s"],
+            client=_from_flat(ClientFigures, data["client"]),
+            loadgen=dict(data.get("loadgen") or {}),
+            server=_from_flat(ServerFigures, data["server"]),
+            fabric_stats=FabricStats.from_dict(data["fabric_stats"]),
+            port_util=dict(data.get("port_util") or {}),
+            throughput_series=_pairs(data.get("throughput_series")),
+            faults=FaultReport.from_dict(faults) if faults is not None else None,
+            health=verdict_from_dict(data["health"]),
+            trustworthy=data["trustworthy"],
+            dir=dir,
+        )
+
+    def to_json(self) -> str:
+        """summary.json's text."""
+        return json.dumps(self.to_dict(), indent=2, default=str) + "\n"
+
+    def write(self, run_dir: Path) -> Path:
+        """Write `run_dir/summary.json`; its path."""
+        path = run_dir / SUMMARY_FILE
+        path.write_text(self.to_json())
+        return path
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunSummary:
+        """The summary of the run folder `run_dir` (which it remembers as `dir`)."""
+        return cls.from_dict(json.loads((run_dir / SUMMARY_FILE).read_text()), dir=run_dir)

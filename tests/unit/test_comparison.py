@@ -1,0 +1,80 @@
+"""Comparison of variants (emulator.experiment.comparison): plans, no runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.experiment.comparison import (
+    check_fault_prefixes,
+    fabric_specs,
+    interleave,
+    plan_variants,
+    resolve_baseline,
+)
+from emulator.experiment.runner import RunConfig
+from zcube_lab.errors import ConfigError
+
+
+def _base(specs: dict) -> RunConfig:
+    return RunConfig(fabric=specs["zcube"], duration_s=10, prefix_cache_hit_rate=0.75)
+
+
+def test_variants_are_fabric_major_and_runs_repeat_major() -> None:
+    specs = fabric_specs(["zcube", "roft"], 16, 2)
+    variants = plan_variants(_base(specs), specs, ["ff", "spray"])
+    assert [v.label for v in variants] == ["zcube/ff", "zcube/spray", "roft/ff", "roft/spray"]
+    plan = interleave(variants, repeat=2)
+    assert [(p.number, p.repeat, p.variant.label) for p in plan[:5]] == [
+        (1, 1, "zcube/ff"),
+        (2, 1, "zcube/spray"),
+        (3, 1, "roft/ff"),
+        (4, 1, "roft/spray"),
+        (5, 2, "zcube/ff"),
+    ]
+    assert {p.total for p in plan} == {8} and {p.repeats for p in plan} == {2}
+    assert plan[4].config.tag == "ff-r2" and plan[4].config.policy == "ff"
+    assert plan[4].config.fabric == specs["zcube"]
+    assert plan[4].config.prefix_cache_hit_rate == 0.75  # the rest of the base config is kept
+
+
+def test_one_policy_tags_only_the_repeat_unless_asked() -> None:
+    specs = fabric_specs(["zcube"], 16, 2)
+    variants = plan_variants(_base(specs), specs, ["ecmp"])
+    assert [p.config.tag for p in interleave(variants, 2)] == ["r1", "r2"]
+    assert [p.config.tag for p in interleave(variants, 1, tag_policy=True)] == ["ecmp-r1"]
+    with pytest.raises(ConfigError) as info:
+        interleave(variants, 0)
+    assert info.value.field == "repeat"
+
+
+def test_faults_per_fabric_replace_the_base_faults() -> None:
+    specs = fabric_specs(["zcube", "roft"], 16, 2)
+    faults = {"zcube": ("link a0-b1 at 2s for 2s",), "roft": ("link leaf0-spine0 at 2s for 2s",)}
+    variants = plan_variants(_base(specs), specs, ["ff"], faults=faults)
+    assert [v.config.faults for v in variants] == [faults["zcube"], faults["roft"]]
+
+
+def test_baseline_names_a_label_or_a_fabric() -> None:
+    labels = ["zcube/ff", "roft/ff", "roft/spray"]
+    assert resolve_baseline("roft/spray", labels) == "roft/spray"
+    assert resolve_baseline("roft", labels) == "roft/ff"
+    with pytest.raises(ConfigError) as info:
+        resolve_baseline("clos", labels)
+    assert info.value.field == "baseline"
+
+
+def test_fault_prefixes_must_name_a_compared_fabric() -> None:
+    check_fault_prefixes(["zcube: link a0-b1 at 5s", "link a0-b1 at 5s"], ["zcube", "roft"])
+    with pytest.raises(ConfigError) as info:
+        check_fault_prefixes(["clos: link leaf0-spine0 at 5s"], ["zcube", "roft"])
+    assert info.value.field == "fail"
+
+
+def test_fabric_specs_need_a_square_and_a_known_kind() -> None:
+    specs = fabric_specs(["zcube", "roft", "clos"], 36, 2, planes=2)
+    assert dict(specs["zcube"].params)["n"] == 6
+    assert dict(specs["roft"].params)["planes"] == 2
+    for kinds, gpus, field in ((["zcube"], 15, "gpus"), (["torus"], 16, "fabrics")):
+        with pytest.raises(ConfigError) as info:
+            fabric_specs(kinds, gpus, 2)
+        assert info.value.field == field

@@ -1,0 +1,93 @@
+"""The run's PromQL (emulator.prometheus.queries) against a fake Prometheus: the queries, built
+from the exported metric names, are the ones the runner has always sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
+
+
+class FakePrometheus:
+    """Answers every query from a table; records what it was asked and when."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+        self.asked: list[tuple[str, float | None]] = []
+
+    def query(self, promql: str, time: float | None = None) -> list[dict[str, Any]]:
+        self.asked.append((promql, time))
+        answer = self.values.get(promql, [])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def query_value(self, promql: str, time: float | None = None) -> float | None:
+        self.asked.append((promql, time))
+        answer = self.values.get(promql)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def _quantile(metric: str, q: str, sel: str = "") -> str:
+    return f"histogram_quantile({q}, sum by (le) (increase({metric}_bucket{sel}[35s])))"
+
+
+def test_server_figures_ask_the_same_promql_as_before() -> None:
+    gw = _quantile("zcube:gateway_time_to_first_token_seconds", "0.99", '{job="gateway"}')
+    prom = FakePrometheus(
+        {
+            gw: 1.5,
+            "sum(increase(vllm:nixl_bytes_transferred_sum[35s]))": 4e7,
+            "sum(increase(zcube:ep_alltoall_bytes_total[35s]))": 1e5,
+            "sum(increase(zcube:ep_alltoall_failures_total[35s]))": RuntimeError("no series"),
+        }
+    )
+    s = server_figures(prom, t1=1000.0, window_s=30.4)
+    asked = [q for q, _ in prom.asked]
+    assert asked[:3] == [
+        _quantile("zcube:gateway_time_to_first_token_seconds", q, '{job="gateway"}')
+        for q in ("0.5", "0.9", "0.99")
+    ]
+    assert _quantile("vllm:time_to_first_token_seconds", "0.5", '{job="decode"}') in asked
+    assert _quantile("vllm:inter_token_latency_seconds", "0.9", '{job="decode"}') in asked
+    assert _quantile("vllm:nixl_xfer_time_seconds", "0.99") in asked
+    assert _quantile("zcube:ep_alltoall_seconds", "0.5") in asked
+    assert _quantile("zcube_client_ttft_seconds", "0.99", '{job="loadgen"}') in asked
+    assert "sum(increase(vllm:nixl_num_failed_transfers_total[35s]))" in asked
+    assert "sum(increase(zcube:ep_subflows_retired_total[35s]))" in asked
+    assert len(asked) == 6 * 3 + 5
+    assert {t for _, t in prom.asked} == {1000.0}
+    assert s.gateway_ttft_p99_s == 1.5 and s.kv_bytes == 4e7
+    assert s.alltoall_failed is None  # a failed query is a gap, not a failed run
+    assert s.ttft_p50_s is None
+    assert s.reported_bytes == pytest.approx(4e7 + 1e5)
+
+
+def test_port_counters_key_by_switch_and_port_and_sum_drops() -> None:
+    def series(switch: str, port: str, v: float) -> dict[str, Any]:
+        return {"metric": {"switch": switch, "port": port}, "value": [1000.0, str(v)]}
+
+    prom = FakePrometheus(
+        {
+            "increase(zcube_port_tx_bytes_total[15s])": [series("a0", "5", 10.0), {"metric": {}}],
+            "increase(zcube_port_rx_bytes_total[15s])": [series("a0", "1", 7.0)],
+            "increase(zcube_port_tx_dropped_total[15s])": [series("a0", "5", 1.0)],
+            "increase(zcube_port_rx_dropped_total[15s])": RuntimeError("down"),
+        }
+    )
+    c = port_counters(prom, t1=1000.0, window_s=10.0)
+    assert c.tx_bytes == {("a0", 5): 10.0}
+    assert c.rx_bytes == {("a0", 1): 7.0}
+    assert c.drops == 1.0
+
+
+def test_the_exported_series_are_the_report_plots() -> None:
+    assert EXPORTED_SERIES == (
+        "zcube_port_tx_bytes_total",
+        "zcube:gateway_time_to_first_token_seconds_bucket",
+        "zcube_client_ttft_seconds_bucket",
+    )
