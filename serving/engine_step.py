@@ -2,7 +2,7 @@
 
 The step ends when both are done. The compute sleep's overrun (how late the event loop woke
 up) is recorded in `zcube:engine_step_overrun_seconds`: when it grows, the machine running the
-lab cannot keep up and the run measures the emulator, not the fabric (DOMAIN.md §4).
+lab cannot keep up and the run measures the emulator, not the fabric (docs/DOMAIN.md §4).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Model profiles as data, and the pure compute model that turns them into seconds and bytes.
 
 A profile is a frozen record named by its short id (`glm-5.1`, `deepseek-v3`, `llama-3.1-70b`,
-`llama-3.1-8b`, `tiny`). KV bytes per token follow DOMAIN.md: grouped-query attention stores
+`llama-3.1-8b`, `tiny`). KV bytes per token follow docs/DOMAIN.md §3: grouped-query attention stores
 `2 * layers * kv_heads * head_dim * bytes`; latent attention (MLA) stores
 `layers * (kv_lora_rank + rope_dim) * bytes`. Throughput and step-time figures are rough
 per-instance numbers for an 8-GPU H800-class node, chosen to be plausible, not measured.
@@ -49,7 +49,7 @@ class ModelProfile:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes of KV cache one token occupies (DOMAIN.md formulas)."""
+        """Bytes of KV cache one token occupies (docs/DOMAIN.md §3)."""
         return kv_bytes_per_token(self.attention)
 
     @property

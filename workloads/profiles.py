@@ -93,7 +93,7 @@ class Profile:
     session: SessionSpec | None = None
     trace: Path | None = None
     # Share of each prompt the prefill engines serve from their prefix cache (coding agents:
-    # 70-80%, DOMAIN.md §3): no compute for it, but its KV still crosses the fabric.
+    # 70-80%, docs/DOMAIN.md §3): no compute for it, but its KV still crosses the fabric.
     prefix_cache_hit_rate: float = 0.0
 
     def scaled_prompt(self) -> LengthDist:

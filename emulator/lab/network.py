@@ -312,7 +312,7 @@ class Lab:
                 port1=lk.port1,
                 port2=lk.port2,
                 bw=o.scale.link_mbps(self.fabric, lk.gbps),
-                # The userspace datapath stalls TCP unless offloads are off (DOMAIN.md §5).
+                # The userspace datapath stalls TCP unless offloads are off (docs/DOMAIN.md §5).
                 txo=self.datapath != "user",
                 gro=False,
             )

@@ -1,4 +1,4 @@
-"""The full-scale cost model: DOMAIN.md's figures exactly, 3 tiers, rounding, validation, CLI."""
+"""The full-scale cost model: docs/DOMAIN.md §2's figures, 3 tiers, rounding, validation, CLI."""
 
 from __future__ import annotations
 

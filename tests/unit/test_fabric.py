@@ -43,7 +43,7 @@ def test_zcube_parallel_links_multiply_cross_ports() -> None:
 def test_zcube_ports_run_at_half_the_nic_rate() -> None:
     f = build_zcube(n=4, nic_gbps=400)
     assert {lk.gbps for lk in f.links} == {200.0}
-    # Switching capacity 2*N*B (DOMAIN.md §2), ROFT's is 3*N*B.
+    # Switching capacity 2*N*B (docs/DOMAIN.md §2), ROFT's is 3*N*B.
     assert f.switching_capacity_gbps() == 2 * 16 * 400
     assert build_roft().switching_capacity_gbps() == 3 * 16 * 400
 

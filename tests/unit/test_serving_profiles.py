@@ -1,4 +1,4 @@
-"""Model profiles: DOMAIN.md's KV-bytes table, the compute model and fabric byte scaling."""
+"""Model profiles: docs/DOMAIN.md §3 KV-bytes table, the compute model and fabric byte scaling."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each builder validates its sizes up front (a `ConfigError` names the parameter a
 fit) and returns a `Fabric` (see `zcube_lab.fabric.description` for the naming
 scheme). Pure: no root needed.
 
-Wiring (DOMAIN.md §2):
+Wiring (docs/DOMAIN.md §2):
 - zcube: two groups of n switches, A and B; N = n*n NICs with two ports; NIC `gid` port 1 goes
   to `A[gid // n]`, port 2 to `B[gid % n]`; A-B is a complete bipartite graph with m links per
   pair. Port rate = NIC rate / 2.

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from zcube_lab.errors import ConfigError
 
-# Transceiver ends are reported as equivalents of this rate (the DOMAIN.md figures use 400G).
+# Transceiver ends are reported as equivalents of this rate (docs/DOMAIN.md §2 uses 400G).
 REFERENCE_END_GBPS = 400
 
 

@@ -14,7 +14,7 @@ from zcube_lab.fabric.description import Fabric
 @dataclass(frozen=True)
 class Scale:
     """Times stay real, bytes shrink: a full-scale NIC of `fabric.nic_gbps` is emulated at
-    `nic_mbps`, and every link by the same factor (DOMAIN.md §4)."""
+    `nic_mbps`, and every link by the same factor (docs/DOMAIN.md §4)."""
 
     nic_mbps: float = 100.0
 
