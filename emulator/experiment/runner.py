@@ -50,10 +50,6 @@ from zcube_lab.procs import signals_ignored, stop_groups, wait_http
 
 __all__ = ["Experiment", "Launcher", "RunConfig", "RunResult"]  # RunConfig's home: plan.py
 
-# What crossed the fabric is compared with what the servers say they sent; the fabric also
-# carries TCP/IP headers, ACKs and the KV protocol's own framing.
-OVERHEAD_TOLERANCE = 0.15
-
 
 @dataclass
 class RunResult:
