@@ -38,7 +38,7 @@ from emulator.experiment.comparison import (  # noqa: E402
     plan_variants,
     run_planned,
 )
-from emulator.experiment.runner import RunConfig  # noqa: E402
+from emulator.experiment.plan import RunConfig  # noqa: E402
 from emulator.results.report import (  # noqa: E402
     Getter,
     fault_figure,

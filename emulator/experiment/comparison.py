@@ -16,7 +16,8 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from emulator.experiment.runner import Experiment, RunConfig, RunResult
+from emulator.experiment.plan import RunConfig
+from emulator.experiment.runner import Experiment, RunResult
 from emulator.results.figures import port_capacity_bps
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import BUILDERS, build_fabric

@@ -18,18 +18,8 @@ from pathlib import Path
 
 from emulator.experiment.plan import LOOPBACK, LocustWeb, RunConfig, plan_run
 from emulator.experiment.runner import Launcher
-from emulator.lab.network import LabError
-from emulator.prometheus.server import PrometheusServer
+from emulator.lab.system import LabError
 from zcube_lab.procs import wait_http
-
-
-class FixedPortPrometheus(PrometheusServer):
-    """`PrometheusServer` on a port and address chosen by the caller, not a free one. The live
-    lab passes `port`/`listen_host` to `PrometheusServer` itself; this name stays for callers
-    that still import it."""
-
-    def __init__(self, config_text: str, workdir: Path, *, port: int, host: str) -> None:
-        super().__init__(config_text, workdir, port=port, listen_host=host)
 
 
 class LiveLab:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.prometheus.server import ScrapePlan, scrape_plan
+from emulator.prometheus.config import ScrapePlan, scrape_plan
 from serving.config import Address, DecodeConfig, EpWorkerConfig, GatewayConfig, PrefillConfig
 from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
 from serving.models import PROFILES

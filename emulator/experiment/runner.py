@@ -32,7 +32,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from emulator.experiment.plan import LOOPBACK, Ports, RunConfig, RunPlan, plan_run
 from emulator.lab.health import HealthSampler
 from emulator.lab.injector import FaultInjector
-from emulator.lab.network import Lab, LabError, LabOptions
+from emulator.lab.network import Lab, LabOptions
+from emulator.lab.system import LabError
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.faults import analyze
@@ -47,8 +48,6 @@ from emulator.results.summary import FaultReport, InjectedFault, RunSummary
 from zcube_lab.faults import Fault
 from zcube_lab.ports import free_port
 from zcube_lab.procs import signals_ignored, stop_groups, wait_http
-
-__all__ = ["Experiment", "Launcher", "RunConfig", "RunResult"]  # RunConfig's home: plan.py
 
 
 @dataclass

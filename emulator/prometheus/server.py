@@ -3,7 +3,7 @@
 `PrometheusServer` runs it on 127.0.0.1 at a free port (never 9090, where the Debian system
 service may listen), waits for `/-/ready`, and speaks the HTTP API (queries, target health, TSDB
 snapshots, series export) with urllib, so it needs no extra dependency. The configuration it
-runs with is built by `emulator.prometheus.config` (pure, re-exported here for older callers);
+runs with is built by `emulator.prometheus.config` (pure);
 what a run asks it is in `emulator.prometheus.queries`.
 
 Layout under the caller's working directory: `prometheus.yml`, `prometheus.log`, `tsdb/` (with
@@ -26,13 +26,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-# Re-exported: the scrape configuration's home is emulator.prometheus.config.
-from emulator.prometheus.config import (  # noqa: F401
-    COMPONENTS,
-    ScrapePlan,
-    scrape_config,
-    scrape_plan,
-)
 from zcube_lab.ports import free_port
 
 PROMETHEUS_BINARY = "/usr/bin/prometheus"

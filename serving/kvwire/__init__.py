@@ -8,7 +8,6 @@ replacement addresses, path health across pulls), `pull` (one pull: lanes, retir
 verification). The names callers use are importable from `serving.kvwire`.
 """
 
-from serving.config import PATH_HOLD_STALLS
 from serving.kvwire.paths import PathHealth, pick_replacement, pick_source, plan_lanes, probe_path
 from serving.kvwire.protocol import encode_request, release_kv, start_kv_server
 from serving.kvwire.pull import (
@@ -21,7 +20,6 @@ from serving.kvwire.pull import (
 
 __all__ = [
     "LANE_WINDOW",
-    "PATH_HOLD_STALLS",
     "RETIRE_BUDGET_PER_LANE",
     "KVTransferError",
     "PathHealth",

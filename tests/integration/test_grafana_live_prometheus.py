@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.live import FixedPortPrometheus
-from emulator.prometheus.server import PrometheusError, scrape_config
+from emulator.prometheus.config import scrape_config
+from emulator.prometheus.server import PrometheusError, PrometheusServer
 from zcube_lab.ports import free_port, port_free
 
 pytestmark = pytest.mark.integration
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def test_fixed_port_prometheus_serves_on_the_port_asked_for(tmp_path: Path) -> None:
     port = free_port()
     text = scrape_config({"prefill": ["127.0.0.1:9"]}, 1.0, {"run": "r-live", "fabric": "zcube"})
-    with FixedPortPrometheus(text, tmp_path, port=port, host="127.0.0.1") as prom:
+    with PrometheusServer(text, tmp_path, port=port, listen_host="127.0.0.1") as prom:
         assert prom.port == port
         assert not port_free(port)
         assert prom.query_value("vector(1)") == 1.0
@@ -30,7 +30,7 @@ def test_a_taken_port_is_reported(tmp_path: Path) -> None:
         sock.listen()
         port = int(sock.getsockname()[1])
         assert not port_free(port)
-        prom = FixedPortPrometheus("global: {}\n", tmp_path, port=port, host="127.0.0.1")
+        prom = PrometheusServer("global: {}\n", tmp_path, port=port, listen_host="127.0.0.1")
         with pytest.raises(PrometheusError, match="address already in use"):
             prom.start()
         assert not prom.running()

@@ -11,7 +11,7 @@ from emulator.experiment.comparison import (
     plan_variants,
     resolve_baseline,
 )
-from emulator.experiment.runner import RunConfig
+from emulator.experiment.plan import RunConfig
 from zcube_lab.errors import ConfigError
 
 

@@ -23,7 +23,7 @@ from emulator.experiment.plan import (
     plan_run,
     profile_hint,
 )
-from emulator.prometheus.server import COMPONENTS
+from emulator.prometheus.config import COMPONENTS
 from serving import decode, gateway, prefill
 from serving.config import Address, EpWorkerConfig
 from serving.launch import ep_worker_argv

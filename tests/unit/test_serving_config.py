@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from serving import decode, gateway, prefill
-from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
+from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.decode import path_health
-from serving.kvwire import PATH_HOLD_STALLS
 from serving.options import parse_with_file
 from zcube_lab.errors import ConfigError
 

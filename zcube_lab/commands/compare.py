@@ -128,7 +128,7 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
     """Run the plan: the summaries of the runs that completed, and 0, 1 if a run failed (the
     runs before it are kept) or 130 if interrupted."""
     from emulator.experiment.comparison import run_planned
-    from emulator.lab.network import LabError
+    from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
     from emulator.results.report import load_run
 

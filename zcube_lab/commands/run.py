@@ -18,7 +18,7 @@ from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
 from zcube_lab.procs import raise_interrupt
 
 if TYPE_CHECKING:
-    from emulator.experiment.runner import RunConfig
+    from emulator.experiment.plan import RunConfig
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,8 +87,7 @@ def config_from_args(
     args: argparse.Namespace, fabric_spec: FabricSpec | None = None, tag: str = ""
 ) -> RunConfig:
     """The RunConfig the options describe."""
-    from emulator.experiment.plan import layout_hint, profile_hint
-    from emulator.experiment.runner import RunConfig
+    from emulator.experiment.plan import RunConfig, layout_hint, profile_hint
     from zcube_lab.fabric.placement import LayoutSpec
 
     layout = LayoutSpec(
@@ -128,7 +127,7 @@ def config_from_args(
 def run(args: argparse.Namespace) -> int:
     """One run; prints where the results are and the headline figures."""
     from emulator.experiment.runner import Experiment
-    from emulator.lab.network import LabError
+    from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
 
     console = Console(stderr=True)

@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     """Bring the lab up, check it, report, tear down (or serve until Ctrl-C with --serve)."""
     if args.serve:
         return serve(args)
-    from emulator.lab.network import Lab, LabError, LabOptions
+    from emulator.lab.network import Lab, LabOptions
+    from emulator.lab.system import LabError
     from zcube_lab.fabric.builders import build_fabric
     from zcube_lab.fabric.scale import Scale
     from zcube_lab.policies import get_policy
@@ -173,7 +174,7 @@ def serve(args: argparse.Namespace) -> int:
     """The lab with the serving cluster, Prometheus and Locust's UI, up until Ctrl-C."""
     from emulator.experiment.live import LiveLab
     from emulator.experiment.plan import RunConfig, layout_hint, profile_hint
-    from emulator.lab.network import LabError
+    from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
     from zcube_lab.errors import ConfigError
     from zcube_lab.fabric.placement import LayoutSpec
