@@ -43,7 +43,6 @@ from emulator.results.report import (  # noqa: E402
     Getter,
     fault_figure,
     figure,
-    load_run,
     median_spread,
     recovery_figure,
 )
@@ -96,7 +95,7 @@ def main() -> int:
     rows: Rows = {}
     if args.table_only:
         for path in sorted(args.results.glob("*/summary.json")):
-            s = load_run(path.parent)
+            s = RunSummary.read(path.parent)
             rows.setdefault((s.fabric, s.policy or "ecmp"), []).append(s)
         print_table(rows, args.results)
         return 0

@@ -56,7 +56,6 @@ from zcube_lab.fabric.description import Attachment, Fabric, Link
 ROUTING_POLICIES = ("ecmp", "static", "ff")
 # Earlier names, still accepted (`python -m controller --policy single`).
 ROUTING_ALIASES = {"single": "static"}
-GROUP_TYPES = ("select", "indirect", "ff")
 
 # Every flow we install carries this cookie, so our flows are easy to tell from anything else.
 COOKIE = 0x2C0BE

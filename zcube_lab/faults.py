@@ -191,16 +191,6 @@ def parse_faults(
     return unique
 
 
-def interfaces(fabric: Fabric, links: Iterable[Link]) -> tuple[str, ...]:
-    """Root-namespace interface names of the switch ends of `links` (`<switch>-eth<port>`)."""
-    names = set()
-    for lk in links:
-        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
-            if fabric.is_switch(node):
-                names.add(f"{node}-eth{port}")
-    return tuple(sorted(names))
-
-
 @dataclass(frozen=True)
 class Transition:
     """At `t_s`, fault `fault` starts ("down") or ends ("up"); `interfaces` actually change
@@ -224,7 +214,7 @@ def schedule(fabric: Fabric, faults: Sequence[Fault]) -> list[Transition]:
     out = []
     for t, starts, f in events:
         changed = []
-        for name in interfaces(fabric, f.links):
+        for name in fabric.switch_interfaces(f.links):
             before = holders.get(name, 0)
             holders[name] = before + (1 if starts else -1)
             if (before == 0) if starts else (holders[name] == 0):

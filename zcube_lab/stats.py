@@ -8,6 +8,7 @@ verdict's CPU p95 and a fault window's p99 all mean the same thing.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable
 
 
@@ -25,6 +26,6 @@ def quantile(values: Iterable[float], q: float) -> float | None:
 
 
 def mean(values: Iterable[float]) -> float | None:
-    """The arithmetic mean, or None for no values."""
+    """The arithmetic mean (`statistics.fmean`, exactly rounded), or None for no values."""
     data = [float(v) for v in values]
-    return sum(data) / len(data) if data else None
+    return statistics.fmean(data) if data else None

@@ -2,12 +2,12 @@
 the runs interleaved so machine noise spreads evenly over the variants. Used by `zcube-lab
 compare` and by the benchmarks in `bench/`.
 
-Names: a *variant* is one fabric with one run policy; its *label* is the one `Experiment` gives
+Names: a *variant* is one fabric with one run policy; its *label* is the one its run plan gives
 its runs (`zcube`, `zcube/spray`, `roft-2planes/ff`), which the report groups by. A *planned run*
 is one repeat of one variant, its config tagged `r<repeat>` (or `<policy>-r<repeat>` when the
-policies differ). Planning is pure apart from building each variant's `Experiment` once, which
-validates the fabric, placement, policy and faults before the first run starts (fail in
-seconds, not after a run); running needs root.
+policies differ). Planning is pure: building each variant's run plan once validates the
+fabric, placement, policy and faults before the first run starts (fail in seconds, not after a
+run); running needs root.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from emulator.experiment.plan import RunConfig
+from emulator.experiment.plan import RunConfig, plan_run
 from emulator.experiment.runner import Experiment, RunResult
 from emulator.results.figures import port_capacity_bps
 from zcube_lab.errors import ConfigError
@@ -102,7 +102,7 @@ def plan_variants(
             cfg = replace(
                 base, fabric=spec, policy=policy, faults=(faults or {}).get(kind, base.faults)
             )
-            out.append(Variant(kind, policy, Experiment(cfg).label, cfg))
+            out.append(Variant(kind, policy, plan_run(cfg).label, cfg))
     return out
 
 

@@ -55,7 +55,7 @@ class RunResult:
     """Where a run's results are and what it measured."""
 
     path: Path
-    summary: dict[str, Any]
+    summary: RunSummary
 
 
 class Launcher:
@@ -374,6 +374,7 @@ class Experiment:
             faults=self._fault_report(records, t1),
             health=verdict,
             trustworthy=verdict.trustworthy,
+            dir=self.dir,
         )
         summary.write(self.dir)
         return summary

@@ -9,13 +9,13 @@ and restores every link it broke on stop.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from emulator.lab.system import run
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.faults import ACTIVE_METRIC, Fault, Transition, schedule
 
@@ -23,16 +23,7 @@ Runner = Callable[[list[str]], None]
 
 
 def _ip_link(lines: list[str]) -> None:
-    done = subprocess.run(
-        ["ip", "-force", "-batch", "-"],
-        input="\n".join(lines) + "\n",
-        text=True,
-        capture_output=True,
-        check=False,
-        timeout=10,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"ip -batch failed ({done.returncode}): {done.stderr.strip()[:300]}")
+    run(["ip", "-force", "-batch", "-"], timeout=10, input="\n".join(lines) + "\n")
 
 
 class FaultInjector:

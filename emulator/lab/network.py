@@ -93,16 +93,6 @@ def kernel_datapath_available() -> bool:
     return code == 0 and Path("/sys/module/openvswitch").exists()
 
 
-def switch_interfaces(fabric: Fabric) -> list[str]:
-    """The root-namespace ends of the switches' links, `<switch>-eth<port>`."""
-    return [
-        f"{node}-eth{port}"
-        for lk in fabric.links
-        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
-        if fabric.is_switch(node)
-    ]
-
-
 def _wait_listening(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
     """Wait for the controller's "listening" line (connecting to probe would look like a
     switch to it)."""
@@ -230,7 +220,7 @@ class Lab:
 
     # -- phases ------------------------------------------------------------------------
     def _write_state(self, pids: list[int] | None = None) -> None:
-        root_intfs = switch_interfaces(self.fabric)
+        root_intfs = list(self.fabric.switch_interfaces())
         if self.options.management:
             root_intfs += [MGMT_BRIDGE] + [management_peer(h) for h in self.fabric.hosts]
         state = LabState(
@@ -371,7 +361,7 @@ class Lab:
             if self.datapath == "user":
                 for iface in h.interfaces:
                     node.cmd("ethtool", "-K", iface.name, *OFFLOADS)
-        switch_intfs = switch_interfaces(self.fabric)
+        switch_intfs = list(self.fabric.switch_interfaces())
         # The root-side ports would otherwise emit IPv6 router and multicast chatter into the
         # fabric, which muddies the port counters the experiments compare.
         run(

@@ -16,9 +16,14 @@ class LabError(RuntimeError):
     """The lab could not be brought up (the message says which phase and why)."""
 
 
-def run(argv: Sequence[str], check: bool = True, timeout: float = 30) -> str:
-    """Run a program and return its stdout; with `check`, a non-zero exit raises LabError."""
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+def run(
+    argv: Sequence[str], check: bool = True, timeout: float = 30, input: str | None = None
+) -> str:
+    """Run a program (with `input` on its stdin) and return its stdout; with `check`, a non-zero
+    exit raises LabError."""
+    done = subprocess.run(
+        list(argv), input=input, capture_output=True, text=True, timeout=timeout, check=False
+    )
     if check and done.returncode != 0:
         raise LabError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout

@@ -24,11 +24,13 @@ case where one pegged core hurts (a single-threaded bottleneck) is what the proc
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from zcube_lab.errors import ConfigError
-from zcube_lab.stats import quantile
+from zcube_lab.stats import mean, quantile
 
 DATAPATH = "ovs-vswitchd"  # the process name of Open vSwitch's datapath daemon
 
@@ -103,6 +105,15 @@ class HealthVerdict:
         """Plain data for summary.json."""
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HealthVerdict:
+        """The verdict as `to_dict` stored it; a key an older run lacks reads as None."""
+        values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+        values["reasons"] = tuple(data.get("reasons") or ())
+        values["per_core_p95"] = tuple(data.get("per_core_p95") or ())
+        values["processes"] = {n: Usage(**u) for n, u in (data.get("processes") or {}).items()}
+        return cls(**values)
+
 
 def judge(samples: Sequence[HealthSample], thresholds: Thresholds | None = None) -> HealthVerdict:
     """Verdict on a run from its health samples."""
@@ -144,7 +155,7 @@ def judge(samples: Sequence[HealthSample], thresholds: Thresholds | None = None)
                 f"process {name} above {limits.process_cores:.2f} core in {usage.over:.0%} of "
                 f"samples (allowed {limits.process_fraction:.0%}; p95 {usage.p95:.2f} core)"
             )
-    steal = _mean([s.steal for s in samples])
+    steal = mean([s.steal for s in samples])
     if steal is not None and steal > limits.steal_mean:
         reasons.append(f"CPU steal averaged {steal:.0%} (allowed {limits.steal_mean:.0%})")
     width = min((len(s.per_core) for s in samples), default=0)
@@ -157,7 +168,7 @@ def judge(samples: Sequence[HealthSample], thresholds: Thresholds | None = None)
         datapath_cpu_mean=datapath.mean if datapath else None,
         datapath_cpu_p95=datapath.p95 if datapath else None,
         per_core_p95=tuple(_p95([s.per_core[i] for s in samples]) for i in range(width)),
-        softirq_mean=_mean([s.softirq for s in samples]),
+        softirq_mean=mean([s.softirq for s in samples]),
         steal_mean=steal,
         processes=processes,
     )
@@ -167,7 +178,7 @@ def _usage(values: Sequence[float], limit: float) -> Usage | None:
     if not values:
         return None
     return Usage(
-        mean=sum(values) / len(values),
+        mean=statistics.fmean(values),
         p95=_p95(values),
         over=sum(1 for v in values if v > limit) / len(values),
     )
@@ -177,10 +188,6 @@ def _p95(values: Sequence[float]) -> float:
     value = quantile(values, 0.95)
     assert value is not None, "p95 of no samples"
     return value
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def _check_share(name: str, value: object) -> None:

@@ -8,7 +8,6 @@ the sections of `RunSummary` (`emulator.results.summary`) that `compare` compare
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from emulator.results.summary import QUANTILES, ClientFigures, FabricStats, HotPort, Utilization
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.fabric.scale import Scale
-from zcube_lab.stats import quantile
+from zcube_lab.stats import mean, quantile
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -57,7 +56,7 @@ def client_summary(records: Iterable[Mapping[str, Any]], window_s: float) -> Cli
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
         for q in QUANTILES:
             out[f"{name}_p{q}_s"] = quantile(values, q / 100)
-        out[f"{name}_mean_s"] = statistics.fmean(values) if values else None
+        out[f"{name}_mean_s"] = mean(values)
     return ClientFigures(**out)
 
 
@@ -100,9 +99,9 @@ def utilization_summary(util: Mapping[tuple[str, int], float], fabric: Fabric) -
     hottest = sorted(util.items(), key=lambda kv: kv[1], reverse=True)[:5]
     return Utilization(
         link_util_max=max(util.values(), default=0.0),
-        link_util_mean=statistics.fmean(util.values()) if util else 0.0,
+        link_util_mean=mean(util.values()) or 0.0,
         trunk_util_max=max(trunk.values(), default=0.0),
-        trunk_util_mean=statistics.fmean(trunk.values()) if trunk else 0.0,
+        trunk_util_mean=mean(trunk.values()) or 0.0,
         hottest_ports=tuple(HotPort(switch=k[0], port=k[1], util=v) for k, v in hottest),
     )
 

@@ -1,6 +1,6 @@
 """The comparison's plots (PNG, matplotlib with the Agg backend, no screen): TTFT CDF and
 throughput over time per variant, a fault timeline, and per-port utilization heatmaps. Each
-takes run summaries read with `report.load_run` (they know their folder) and writes one file.
+takes run summaries read with `RunSummary.read` (they know their folder) and writes one file.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from emulator.results.summary import RunSummary
 def run_dir(run: RunSummary) -> Path:
     """The folder a run summary was read from."""
     if run.dir is None:
-        raise ValueError(f"run {run.run}: read with load_run, so its folder is known")
+        raise ValueError(f"run {run.run}: read with RunSummary.read, so its folder is known")
     return run.dir
 
 

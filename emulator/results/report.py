@@ -1,6 +1,6 @@
 """The side-by-side comparison of fabrics: a table, PNG plots and report.html.
 
-`aggregate(runs)` groups run summaries (`RunSummary`, read with `load_run`) by variant (the
+`aggregate(runs)` groups run summaries (`RunSummary`, read with `RunSummary.read`) by variant (the
 run's label: `zcube`, `zcube/spray`) and takes medians and spreads over the figures of `METRICS`
 (pure); `write_report(runs, out_dir)` draws the plots (`emulator.results.plots`) and writes a
 self-contained HTML page that links them. Each run is the folder `zcube-lab run` wrote.
@@ -79,12 +79,6 @@ METRICS: tuple[tuple[str, Getter, bool], ...] = (
     ("emulated switches", lambda s: s.fabric_stats.switches, True),
     ("emulated switching Tb/s", lambda s: s.fabric_stats.switching_capacity_tbps, True),
 )
-
-
-def load_run(path: Path) -> RunSummary:
-    """A run folder's summary, which remembers its folder (`dir`); runs group by `variant`
-    (the label: `zcube`, or `zcube/spray` when a policy or fault distinguishes it)."""
-    return RunSummary.read(path)
 
 
 def figure(summary: RunSummary, get: Getter) -> float | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from emulator.lab.verdict import HealthVerdict, Usage
+from emulator.lab.verdict import HealthVerdict
 
 SUMMARY_FILE = "summary.json"
 QUANTILES = (50, 90, 99)
@@ -263,21 +263,6 @@ class FaultReport:
 _FAULT_SPECIAL = ("recovery", "injected", "spans_s", "windows")
 
 
-# --- health ----------------------------------------------------------------------------------
-
-
-def verdict_from_dict(data: Mapping[str, Any]) -> HealthVerdict:
-    """The emulator health verdict as `HealthVerdict.to_dict` stored it."""
-    processes = {name: Usage(**u) for name, u in (data.get("processes") or {}).items()}
-    return _from_flat(
-        HealthVerdict,
-        data,
-        reasons=tuple(data.get("reasons") or ()),
-        per_core_p95=tuple(data.get("per_core_p95") or ()),
-        processes=processes,
-    )
-
-
 # --- the run ---------------------------------------------------------------------------------
 
 
@@ -355,7 +340,7 @@ class RunSummary:
             port_util=dict(data.get("port_util") or {}),
             throughput_series=_pairs(data.get("throughput_series")),
             faults=FaultReport.from_dict(faults) if faults is not None else None,
-            health=verdict_from_dict(data["health"]),
+            health=HealthVerdict.from_dict(data["health"]),
             trustworthy=data["trustworthy"],
             dir=dir,
         )

@@ -171,9 +171,10 @@ def test_the_fault_shows_in_prometheus_for_grafana(fault_run: Path, tmp_path: Pa
 
 
 def test_the_comparison_report_shows_fault_rows(fault_run: Path, tmp_path: Path) -> None:
-    from emulator.results.report import load_run, write_report
+    from emulator.results.report import write_report
+    from emulator.results.summary import RunSummary
 
-    page = write_report([load_run(fault_run)], tmp_path, "zcube/ff", {})
+    page = write_report([RunSummary.read(fault_run)], tmp_path, "zcube/ff", {})
     text = page.read_text()
     assert "TTFT p99 during fault" in text and "KV bytes never delivered" in text
     assert (tmp_path / "fault_timeline.png").stat().st_size > 10_000

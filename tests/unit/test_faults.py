@@ -12,7 +12,7 @@ from emulator.results.faults import analyze, fault_windows
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.faults import interfaces, parse_fault, parse_faults, schedule, switch_links
+from zcube_lab.faults import parse_fault, parse_faults, schedule, switch_links
 from zcube_lab.policies import RUN_POLICIES, get_policy
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=4))
@@ -24,7 +24,7 @@ def test_link_fault_names_both_switch_ends_and_its_timing() -> None:
     assert (f.kind, f.at_s, f.for_s, f.end_s) == ("link", 30.0, 10.0, 40.0)
     (lk,) = f.links
     assert {lk.node1, lk.node2} == {"a1", "b2"}
-    ends = interfaces(ZCUBE, f.links)
+    ends = ZCUBE.switch_interfaces(f.links)
     assert len(ends) == 2
     assert {e.split("-")[0] for e in ends} == {"a1", "b2"}
 
@@ -38,7 +38,7 @@ def test_switch_fault_takes_every_link_of_the_switch() -> None:
     (f,) = parse_fault("switch spine1 at 5s for 2s", ROFT, 30)
     assert f.kind == "switch"
     assert len(f.links) == sum(1 for lk in ROFT.links if "spine1" in (lk.node1, lk.node2))
-    assert all(e.startswith(("spine1-", "leaf")) for e in interfaces(ROFT, f.links))
+    assert all(e.startswith(("spine1-", "leaf")) for e in ROFT.switch_interfaces(f.links))
 
 
 def test_flaps_are_seeded_switch_links_inside_the_window() -> None:
@@ -94,7 +94,7 @@ def test_schedule_keeps_an_interface_down_while_any_fault_holds_it() -> None:
         (20, "up"),
         (25, "up"),
     ]
-    link_ends = set(interfaces(ZCUBE, faults[0].links))
+    link_ends = set(ZCUBE.switch_interfaces(faults[0].links))
     a1_end = next(e for e in link_ends if e.startswith("a1-"))
     # The switch fault takes both ends of every link of a1, the a1-b2 ones included: they
     # are already down when the switch fails, and stay down when the link fault ends.

@@ -143,7 +143,7 @@ def test_compare_rejects_bad_options_before_any_run(
 
 
 def test_runs_are_grouped_by_their_label(tmp_path) -> None:
-    from emulator.results.report import load_run
+    from emulator.results.summary import RunSummary
 
     for name, label in (("a", "zcube/ff"), ("b", "zcube/spray"), ("c", None)):
         d = tmp_path / name
@@ -152,7 +152,7 @@ def test_runs_are_grouped_by_their_label(tmp_path) -> None:
         if label:
             summary["label"] = label
         (d / "summary.json").write_text(json.dumps(summary))
-    runs = [load_run(tmp_path / n) for n in "abc"]
+    runs = [RunSummary.read(tmp_path / n) for n in "abc"]
     assert [r.variant for r in runs] == ["zcube/ff", "zcube/spray", "zcube"]
     assert {r.fabric for r in runs} == {"zcube"}
     assert [r.dir for r in runs] == [tmp_path / n for n in "abc"]

@@ -11,7 +11,7 @@ import pytest
 
 from serving import decode, gateway, prefill
 from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig, GatewayConfig, PrefillConfig
-from serving.decode import path_health
+from serving.decode_engine import path_health
 from serving.options import parse_with_file
 from zcube_lab.errors import ConfigError
 

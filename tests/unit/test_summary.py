@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from emulator.lab.verdict import HealthVerdict, Usage
-from emulator.results.report import load_run
 from emulator.results.summary import (
     ClientFigures,
     FabricStats,
@@ -106,7 +105,6 @@ def test_a_full_summary_written_and_read_back_is_equal(tmp_path: Path) -> None:
     back = RunSummary.read(tmp_path)
     assert back == summary
     assert back.dir == tmp_path
-    assert load_run(tmp_path) == summary
     assert path.read_text() == json.dumps(summary.to_dict(), indent=2) + "\n"
 
 

@@ -112,12 +112,12 @@ def _plan(
 
 def _report_only(args: argparse.Namespace, kinds: list[str]) -> list[RunSummary]:
     """The summaries of the run folders given to --report-only."""
-    from emulator.results.report import load_run
+    from emulator.results.summary import RunSummary
 
     for p in args.report_only:
         if not (p / "summary.json").is_file():
             raise ConfigError("report_only", str(p), "run folders holding a summary.json")
-    runs = [load_run(p) for p in args.report_only]
+    runs = [RunSummary.read(p) for p in args.report_only]
     unknown = sorted({r.fabric for r in runs} - set(kinds))
     if unknown:
         raise ConfigError("fabrics", args.fabrics, f"must include the runs' fabrics {unknown}")
@@ -130,7 +130,6 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
     from emulator.experiment.comparison import run_planned
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
-    from emulator.results.report import load_run
 
     def progress(message: str) -> None:
         console.print(f"[dim]»[/dim] {message}")
@@ -142,7 +141,7 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
     runs: list[RunSummary] = []
     try:
         for planned, result in run_planned(plan, progress=progress, starting=starting):
-            runs.append(load_run(result.path))
+            runs.append(result.summary)
             c = result.summary.client
             console.print(
                 f"  {planned.variant.label}: {c.completed} done, {c.failed} failed, TTFT p99 "

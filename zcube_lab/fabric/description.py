@@ -163,6 +163,17 @@ class Fabric:
     def is_switch(self, name: str) -> bool:
         return name in self._switches_by_name
 
+    def switch_interfaces(self, links: Iterable[Link] | None = None) -> tuple[str, ...]:
+        """Root-namespace names of the switch ends of `links` (default: every link), sorted:
+        `<switch>-eth<port>`, the interfaces a fault sets down and the lab configures."""
+        names = {
+            f"{node}-eth{port}"
+            for lk in (self.links if links is None else links)
+            for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+            if self.is_switch(node)
+        }
+        return tuple(sorted(names))
+
     @cached_property
     def attachments(self) -> dict[tuple[str, int], Attachment]:
         """(host, interface index) -> the switch port it plugs into."""
