@@ -45,7 +45,6 @@ from emulator.results.figures import (
     throughput_series,
 )
 from emulator.results.summary import FaultReport, InjectedFault, RunSummary
-from zcube_lab.faults import Fault
 from zcube_lab.ports import free_port
 from zcube_lab.procs import signals_ignored, stop_groups, wait_http
 
@@ -269,12 +268,6 @@ class Experiment:
         self.config = config
         self.progress = progress or (lambda _m: None)
         self.plan = plan_run(config)  # checks fabric, placement, policy and faults at once
-        self.fabric = self.plan.fabric
-        self.scale = self.plan.scale
-        self.placement = self.plan.placement
-        self.policy = self.plan.policy
-        self.faults: list[Fault] = list(self.plan.faults)
-        self.label = self.plan.label
         self.launcher = Launcher(self.plan, self.progress)
         self.dir = self.launcher.dir
 
@@ -299,12 +292,12 @@ class Experiment:
 
     # -- load ----------------------------------------------------------------------------
     def _drive_load(self) -> tuple[float, float]:
-        c = self.config
+        c, plan = self.config, self.plan
         launcher = self.launcher
-        argv = self.plan.locust_argv(launcher.gateway_port, launcher.loadgen_port, out_dir=self.dir)
+        argv = plan.locust_argv(launcher.gateway_port, launcher.loadgen_port, out_dir=self.dir)
         self.progress(
-            f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed}), policy {self.policy.name}"
-            + "".join(f"; {f.label} at {f.at_s:g}s" for f in self.faults)
+            f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed}), policy {plan.policy.name}"
+            + "".join(f"; {f.label} at {f.at_s:g}s" for f in plan.faults)
         )
         t0 = time.time()
         proc = launcher.popen_root("locust", argv)
@@ -346,7 +339,7 @@ class Experiment:
         records = read_jsonl(self.dir / "requests.jsonl")
         server = server_figures(prom, t1, window)
         ports = port_counters(prom, t1, window)
-        util = link_utilization(self.fabric, self.scale, ports.tx_bytes, window)
+        util = link_utilization(self.plan.fabric, self.plan.scale, ports.tx_bytes, window)
         verdict = self.health.verdict()
         (self.dir / "health.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
         with contextlib.suppress(Exception):
@@ -355,10 +348,10 @@ class Experiment:
             prom.export_series(EXPORTED_SERIES, t0, t1, 2.0, self.dir / "series.json")
         summary = RunSummary(
             run=self.dir.name,
-            label=self.label,
-            policy=self.policy.name,
-            fabric=self.fabric.kind,
-            fabric_params=dict(self.fabric.spec.params),
+            label=self.plan.label,
+            policy=self.plan.policy.name,
+            fabric=self.plan.fabric.kind,
+            fabric_params=dict(self.plan.fabric.spec.params),
             workload=self.config.workload,
             model=self.config.model,
             seed=self.config.seed,
@@ -367,7 +360,7 @@ class Experiment:
             loadgen=_read_json(self.dir / "loadgen-summary.json"),
             server=server,
             fabric_stats=fabric_stats(
-                self.fabric, util, ports.rx_bytes, ports.drops, server.reported_bytes
+                self.plan.fabric, util, ports.rx_bytes, ports.drops, server.reported_bytes
             ),
             port_util={f"{k[0]}:{k[1]}": v for k, v in sorted(util.items())},
             throughput_series=tuple(throughput_series(records)),
@@ -385,7 +378,7 @@ class Experiment:
             row for p in sorted((self.dir / "logs").glob("kv-*.jsonl")) for row in read_jsonl(p)
         ]
         events = read_jsonl(self.dir / "faults.jsonl")
-        injected = [InjectedFault.from_dict(f.to_dict()) for f in self.faults]
+        injected = [InjectedFault.from_dict(f.to_dict()) for f in self.plan.faults]
         return analyze(events, records, kv_attempts, end_wall=t1, injected=injected)
 
 
