@@ -241,6 +241,10 @@ class Launcher:
         self.prometheus.start()
         if self.prometheus.pid is not None:
             self.lab.track_pid(self.prometheus.pid)  # removed by the next run if this one dies
+        # Prometheus discovers its targets a few seconds after it is ready: until it has
+        # scraped each once, a load would go uncounted (`increase()` misses what happened
+        # before a series' first sample). The load generator's target starts with the load.
+        self.prometheus.wait_for_targets_up(timeout=30.0, ignore_jobs=("loadgen",))
 
     def _stop_processes(self) -> None:
         stop_groups([proc for _name, proc in self.procs])

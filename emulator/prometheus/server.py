@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -298,11 +298,14 @@ class PrometheusServer:
             for t in data["activeTargets"]
         ]
 
-    def wait_for_targets_up(self, timeout: float = 30.0) -> list[TargetHealth]:
-        """Wait until every configured target has been scraped successfully; their health."""
+    def wait_for_targets_up(
+        self, timeout: float = 30.0, ignore_jobs: Collection[str] = ()
+    ) -> list[TargetHealth]:
+        """Wait until every configured target (but those of `ignore_jobs`, not started yet) has
+        been scraped successfully; their health."""
         deadline = time.monotonic() + timeout
         while True:
-            targets = self.targets()
+            targets = [t for t in self.targets() if t.job not in ignore_jobs]
             if targets and all(t.health == "up" for t in targets):
                 return targets
             if time.monotonic() >= deadline:

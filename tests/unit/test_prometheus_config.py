@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +148,19 @@ def test_bad_labels_name_the_field(labels: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         scrape_config(JOBS, labels=labels)
     assert err.value.field == field
+
+
+def test_waiting_for_targets_skips_the_jobs_not_started_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from emulator.prometheus.server import PrometheusError, PrometheusServer, TargetHealth
+
+    def target(job: str, health: str) -> TargetHealth:
+        return TargetHealth(job, f"{job}:1", health, "", f"http://{job}:1/metrics")
+
+    prom = PrometheusServer("global: {}\n", tmp_path)
+    seen = [target("gateway", "up"), target("loadgen", "down")]
+    monkeypatch.setattr(prom, "targets", lambda: seen)
+    assert prom.wait_for_targets_up(timeout=0.1, ignore_jobs=("loadgen",)) == seen[:1]
+    with pytest.raises(PrometheusError, match="loadgen"):
+        prom.wait_for_targets_up(timeout=0.1)
