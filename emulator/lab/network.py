@@ -51,6 +51,12 @@ from zcube_lab.fabric.hostplan import (
 from zcube_lab.fabric.scale import Scale
 from zcube_lab.procs import kill_group, signals_ignored
 
+# The userspace datapath's shared send socket must hold every packet queued in every shaped
+# switch port at once (see emulator.lab.ovs); 64 MiB is about 3,800 jumbo frames at their kernel
+# size (~17 KiB each). Each port's receive socket gets 8 MiB, ~480 frames of slack while
+# ovs-vswitchd is descheduled on a busy 2-core machine.
+DATAPATH_SEND_BUFFER = 64 * 2**20
+DATAPATH_RECV_BUFFER = 8 * 2**20
 OFFLOADS = ("tx", "off", "tso", "off", "gso", "off", "gro", "off")
 DATAPATHS = ("auto", "user", "kernel")
 
@@ -134,6 +140,7 @@ class Lab:
         self.controller: subprocess.Popen[bytes] | None = None
         self.times = PhaseTimes()
         self.datapath = ""
+        self.send_error_offset = 0  # ovs-vswitchd's log size at start (ovs.send_errors_since)
         self.rules_installed: dict[str, int] = {}
         self.state_file = state_path(self.options.state_dir, os.getpid())
         if self.options.log_dir is not None:
@@ -168,6 +175,7 @@ class Lab:
         if removed:
             self.progress(f"removed stale state: {', '.join(removed)}")
         self._write_state()
+        self._prepare_datapath()
         self.times.add("cleanup", time.monotonic() - t0)
 
         t0 = time.monotonic()
@@ -233,6 +241,30 @@ class Lab:
         )
         write_state(self.state_file, state)
 
+    def _prepare_datapath(self) -> None:
+        """Open vSwitch answers, the datapath is chosen, and the userspace datapath's packet
+        sockets are big enough that no packet is lost between a switch and its ports
+        (`ovs.ensure_socket_buffers` says why)."""
+        for name, (code, output) in (
+            ("ovsdb-server", ovs.db_status()),
+            ("ovs-vswitchd", ovs.vswitchd_status()),
+        ):
+            if code != 0:
+                raise LabError(
+                    f"Open vSwitch is not running ({name}: {output.strip() or 'no answer'}); "
+                    "start it with scripts/setup.sh or /usr/share/openvswitch/scripts/ovs-ctl start"
+                )
+        o = self.options
+        if o.datapath == "auto":
+            self.datapath = "kernel" if kernel_datapath_available() else "user"
+        else:
+            self.datapath = o.datapath
+        if self.datapath == "user":
+            changed = ovs.ensure_socket_buffers(DATAPATH_SEND_BUFFER, DATAPATH_RECV_BUFFER)
+            if changed:
+                self.progress(f"datapath socket buffers: {'; '.join(changed)}")
+        self.send_error_offset = ovs.log_size()
+
     def _start_controller(self) -> None:
         o = self.options
         argv = [
@@ -274,10 +306,6 @@ class Lab:
         # real failures surface in the route and reachability checks instead.
         setLogLevel("critical")
         o = self.options
-        if o.datapath == "auto":
-            self.datapath = "kernel" if kernel_datapath_available() else "user"
-        else:
-            self.datapath = o.datapath
         mtu = o.mtu
         owner = os.getpid()
 
