@@ -47,6 +47,7 @@ from emulator.lab.netstats import (
     TcpCounters,
 )
 from serving.metrics import STEP_OVERRUN
+from zcube_lab.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,23 @@ class NetworkEvidence:
 
 @dataclass(frozen=True)
 class NetworkLimits:
-    """Engine overrun limits and the grace after a fault (the module docstring says why)."""
+    """Engine overrun limits and the grace after a fault (the module docstring says why).
+    `judge_qdisc_drops=False` reports qdisc drops without judging them: for when the shaped
+    queues model a real port's buffer, whose drops under incast are the fabric's own."""
 
     overrun_s: float = 0.02
     overrun_fraction: float = 0.01
     fault_grace_s: float = 10.0
+    judge_qdisc_drops: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("overrun_s", "fault_grace_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(f"thresholds.network.{name}", value, "seconds >= 0")
+        share = self.overrun_fraction
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+            raise ConfigError("thresholds.network.overrun_fraction", share, "a share 0-1")
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,8 @@ def judge_network(evidence: NetworkEvidence, limits: NetworkLimits) -> NetworkJu
     unexplained: dict[str, list[NetEvent]] = defaultdict(list)
     explained: dict[tuple[str, str], list[NetEvent]] = defaultdict(list)
     for event in evidence.events:
+        if event.quantity == QDISC_DROPS and not limits.judge_qdisc_drops:
+            continue  # still in the interface's figures (`QueueFigures.drops`)
         fault = _explaining(event, evidence.faults, limits.fault_grace_s)
         if fault is None:
             unexplained[event.where].append(event)

@@ -141,13 +141,19 @@ class NetSampler:
             tick += 1
             try:
                 self._read_all(host_qdiscs=tick % self.host_qdisc_every == 0)
-            except Exception:  # a sampler that dies must not take the run with it
+            except Exception:  # a sampler thread that dies must not take the run with it
                 self.failures += 1
 
     def _read_all(self, host_qdiscs: bool) -> None:
-        self._add(self._read_root())
-        for host, pid in self.hosts.items():
-            self._add(self._read_host(host, pid, host_qdiscs))
+        readers = [self._read_root] + [
+            lambda host=host, pid=pid: self._read_host(host, pid, host_qdiscs)
+            for host, pid in self.hosts.items()
+        ]
+        for read in readers:
+            try:
+                self._add(read())
+            except ValueError:  # text we could not parse: that part is missing this time
+                self.failures += 1
 
     def _add(self, reading: NetReading | None) -> None:
         if reading is not None:

@@ -5,6 +5,8 @@ Where a packet can be lost or delayed inside the emulator, and the counter that 
   `/proc/<pid>/net/snmp`, `TcpExt:` TCPTimeouts, TCPSynRetrans, TCPLostRetransmit and
   TCPFastRetrans of `/proc/<pid>/net/netstat` (`parse_tcp_counters`). Read from the root
   namespace through any process of the namespace (a Mininet host's shell): no process spawn.
+  Since Linux 5.1 TCPTimeouts counts every retransmission-timer expiry, SYN and SYN-ACK ones
+  included, so one lost SYN reads as 1 timeout and 1 SYN retransmit.
 - a shaped interface's queueing discipline: `tc -s -j qdisc show` (`parse_qdiscs`); per
   interface the root qdisc counts (the kernel adds its children's drops and backlog to it).
 - an interface itself: tx/rx dropped of `/proc/<pid>/net/dev` (`parse_net_dev`); a veth counts a

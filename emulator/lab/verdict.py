@@ -1,8 +1,10 @@
-"""The emulator health verdict: given CPU samples of a run, was the emulator trustworthy?
+"""The emulator health verdict: given CPU samples of a run (and its network evidence), was the
+emulator trustworthy?
 
-Pure: `judge(samples, thresholds)` turns `HealthSample`s (taken by `emulator.lab.health`) into a
-`HealthVerdict` with the reasons a run is not trustworthy and the figures behind it. No clock,
-no /proc, so tests feed it synthetic samples.
+Pure: `judge(samples, thresholds, evidence)` turns `HealthSample`s (taken by
+`emulator.lab.health`) and `NetworkEvidence` (`emulator.lab.netsampler`, judged by
+`emulator.lab.fidelity`) into a `HealthVerdict` with the reasons a run is not trustworthy and
+the figures behind it. No clock, no /proc, so tests feed it synthetic samples.
 
 Default thresholds (`Thresholds`), chosen for the 2-core machine the lab is sized for:
 - machine CPU above 90% in more than 5% of samples (about: p95 above 90%): on two cores the emulated

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from emulator.experiment.plan import RunConfig, plan_run
+from emulator.experiment.runner import Launcher
 from emulator.lab.fidelity import (
     BusiestLink,
     EngineOverruns,
     FaultWindow,
     NetworkEvidence,
+    NetworkLimits,
     StepOverruns,
     busiest_link,
     engine_overruns,
@@ -32,8 +36,17 @@ from emulator.lab.netstats import (
     QueueFigures,
     TcpCounters,
 )
-from emulator.lab.verdict import DATAPATH, FIDELITY_FIELDS, HealthSample, HealthVerdict, judge
+from emulator.lab.verdict import (
+    DATAPATH,
+    FIDELITY_FIELDS,
+    HealthSample,
+    HealthVerdict,
+    Thresholds,
+    judge,
+)
 from serving.metrics import EngineMetrics
+from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.description import FabricSpec
 
 
 def _samples(n: int = 10, cores: tuple[float, ...] = (0.4, 0.4), **threads: float) -> list:
@@ -203,3 +216,21 @@ def test_thread_stat_names_and_duplicates() -> None:
     other = replace(times, pid=78)
     named = thread_names([("handler", times), ("handler", other), ("urcu2", times)])
     assert named == {"handler#77": times, "handler#78": other, "urcu2": times}
+
+
+def test_qdisc_drops_can_be_reported_without_being_judged() -> None:
+    events = (_event(3, "s1-eth1", QDISC_DROPS, 9), _event(3, "h1", TIMEOUTS))
+    limits = Thresholds(network=NetworkLimits(judge_qdisc_drops=False))
+    v = judge(_samples(), limits, NetworkEvidence(events=events))
+    assert v.reasons == ("h1: 1 TCP retransmission timeout",)
+    with pytest.raises(ConfigError, match="overrun_fraction"):
+        NetworkLimits(overrun_fraction=2.0)
+
+
+def test_the_runner_reads_every_engines_metrics(tmp_path: Path) -> None:
+    plan = plan_run(RunConfig(fabric=FabricSpec.of("zcube", n=4), results_root=tmp_path))
+    urls = Launcher(plan).engine_metrics_urls()
+    assert set(urls) == {e.engine_id for e in plan.placement.engines}
+    for e in plan.placement.engines:
+        assert urls[e.engine_id].startswith(f"http://{plan.management_ip(e.host)}:")
+        assert urls[e.engine_id].endswith("/metrics")
