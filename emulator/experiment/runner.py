@@ -7,7 +7,10 @@ workers, prefill and decode engines inside their Mininet hosts (API and metrics 
 management address, KV and all-to-all on the fabric addresses), the gateway in the root
 namespace on 127.0.0.1, the health sampler and Prometheus; `stop()` undoes all of it, whatever
 failed. `Experiment.run` adds Locust headless for the run, then queries, a TSDB snapshot and
-`summary.json`; the live lab (`live.py`) adds Locust's web UI instead.
+`summary.json`; the live lab (`live.py`) adds Locust's web UI instead. Around the load it reads
+the fidelity evidence: each engine's step overruns from its /metrics before and after, and the
+network sampler (`emulator.lab.netsampler`: hosts' TCP counters, shaped queues) from just
+before Locust starts until it exits; `health.json` holds the verdict on CPU and network.
 
 Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
 `config.json`, `locust_*.csv`, `locust.json`, `requests.jsonl`, `series.json`,
