@@ -7,7 +7,10 @@ workers, prefill and decode engines inside their Mininet hosts (API and metrics 
 management address, KV and all-to-all on the fabric addresses), the gateway in the root
 namespace on 127.0.0.1, the health sampler and Prometheus; `stop()` undoes all of it, whatever
 failed. `Experiment.run` adds Locust headless for the run, then queries, a TSDB snapshot and
-`summary.json`; the live lab (`live.py`) adds Locust's web UI instead.
+`summary.json`; the live lab (`live.py`) adds Locust's web UI instead. Around the load it reads
+the fidelity evidence: each engine's step overruns from its /metrics before and after, and the
+network sampler (`emulator.lab.netsampler`: hosts' TCP counters, shaped queues) from just
+before Locust starts until it exits; `health.json` holds the verdict on CPU and network.
 
 Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
 `config.json`, `locust_*.csv`, `locust.json`, `requests.jsonl`, `series.json`,
@@ -29,11 +32,23 @@ from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from emulator.experiment.plan import LOOPBACK, Ports, RunConfig, RunPlan, plan_run
+from emulator.experiment.plan import (
+    DECODE_PORT,
+    LOOPBACK,
+    PREFILL_PORT,
+    Ports,
+    RunConfig,
+    RunPlan,
+    plan_run,
+)
+from emulator.lab.fidelity import FaultWindow, NetworkEvidence, step_overruns
 from emulator.lab.health import HealthSampler
 from emulator.lab.injector import FaultInjector
+from emulator.lab.netsampler import NetSampler, engine_overrun_buckets
+from emulator.lab.netstats import shaped_rates
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.system import LabError
+from emulator.lab.verdict import Thresholds
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.faults import analyze
@@ -85,6 +100,7 @@ class Launcher:
         self.prometheus: PrometheusServer | None = None
         self.health: HealthSampler | None = None
         self.injector: FaultInjector | None = None
+        self.net_sampler: NetSampler | None = None
         self._health_http = None
         self.gateway_port = 0
         self.loadgen_port = 0
@@ -246,7 +262,28 @@ class Launcher:
         # before a series' first sample). The load generator's target starts with the load.
         self.prometheus.wait_for_targets_up(timeout=30.0, ignore_jobs=("loadgen",))
 
+    # -- fidelity evidence ---------------------------------------------------------------
+    def start_net_sampling(self) -> None:
+        """Read every host's TCP counters and every shaped queue now, then every second
+        (`emulator.lab.netsampler`): call just before the load starts."""
+        assert self.lab is not None and self.lab.net is not None
+        plan = self.plan
+        hosts = {h.name: self.lab.net.get(h.name).pid for h in plan.fabric.hosts}
+        self.net_sampler = NetSampler(hosts, shaped_rates(plan.fabric, plan.scale)).start()
+
+    def engine_metrics_urls(self) -> dict[str, str]:
+        """Each prefill and decode engine's /metrics, by engine id."""
+        port = {"prefill": PREFILL_PORT, "decode": DECODE_PORT}
+        return {
+            e.engine_id: f"http://{self.plan.management_ip(e.host)}:{port[e.role]}/metrics"
+            for e in self.plan.placement.engines
+            if e.role in port
+        }
+
     def _stop_processes(self) -> None:
+        if self.net_sampler is not None:
+            with contextlib.suppress(Exception):
+                self.net_sampler.stop()
         stop_groups([proc for _name, proc in self.procs])
         self.procs.clear()
         for log in self.logs:
@@ -274,6 +311,10 @@ class Experiment:
         self.plan = plan_run(config)  # checks fabric, placement, policy and faults at once
         self.launcher = Launcher(self.plan, self.progress)
         self.dir = self.launcher.dir
+        self.thresholds = Thresholds()
+        self._load_start = 0.0  # time.monotonic() when the load started (the samplers' clock)
+        self._overruns_before: dict[str, dict[float, float]] = {}
+        self._evidence: NetworkEvidence | None = None
 
     @property
     def prometheus(self) -> PrometheusServer | None:
@@ -303,13 +344,17 @@ class Experiment:
             f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed}), policy {plan.policy.name}"
             + "".join(f"; {f.label} at {f.at_s:g}s" for f in plan.faults)
         )
+        self._overruns_before = engine_overrun_buckets(launcher.engine_metrics_urls())
+        launcher.start_net_sampling()
         t0 = time.time()
+        self._load_start = time.monotonic()
         proc = launcher.popen_root("locust", argv)
         if launcher.injector is not None:
             launcher.injector.start(t0)
         if launcher.health is not None:  # a saturated load generator would inflate TTFT
             launcher.health.register("locust", proc.pid)
         self._wait_loadgen(proc, c.duration_s + c.drain_s + 30)
+        self._evidence = self._network_evidence()
         # One more scrape so the counters include the end of the run; queries run at t1.
         time.sleep(2 * c.scrape_interval_s + 0.5)
         t1 = time.time()
@@ -317,6 +362,24 @@ class Experiment:
             log = (self.dir / "logs" / "locust.log").read_text(errors="replace")
             raise LabError(f"load generator exited with {proc.returncode}:\n{log[-2000:]}")
         return t0, t1
+
+    def _network_evidence(self) -> NetworkEvidence | None:
+        """Stop the network sampler and read the engines' step overruns: the load is over."""
+        sampler = self.launcher.net_sampler
+        if sampler is None:
+            return None
+        sampler.stop()
+        after = engine_overrun_buckets(self.launcher.engine_metrics_urls())
+        threshold = self.thresholds.network.overrun_s
+        overruns = step_overruns(self._overruns_before, after, threshold)
+        if sampler.failures:
+            self.progress(f"network sampling: {sampler.failures} reads failed")
+        origin = self._load_start
+        faults = [
+            FaultWindow(f.label, origin + f.at_s, None if f.end_s is None else origin + f.end_s)
+            for f in self.plan.faults
+        ]
+        return sampler.evidence(overruns, faults)
 
     def _wait_loadgen(self, proc: subprocess.Popen[bytes], limit: float) -> None:
         start = time.monotonic()
@@ -344,7 +407,7 @@ class Experiment:
         server = server_figures(prom, t1, window)
         ports = port_counters(prom, t1, window)
         util = link_utilization(self.plan.fabric, self.plan.scale, ports.tx_bytes, window)
-        verdict = self.health.verdict()
+        verdict = self.health.verdict(self.thresholds, self._evidence)
         (self.dir / "health.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
         with contextlib.suppress(Exception):
             prom.snapshot()

@@ -8,9 +8,9 @@ Two layers. Pure: `parse_proc_stat` and `parse_pid_stat` read /proc text, `sampl
 two `Reading`s into a `HealthSample` (machine and per-core busy share, per-process CPU in cores),
 and `emulator.lab.verdict.judge` turns samples into a `HealthVerdict`; none of them reads the
 clock or /proc, so tests feed them synthetic text. Adapter: `HealthSampler` reads /proc in a
-background thread every `interval_s`, finds `ovs-vswitchd` itself, samples any pids the caller
-registers by name, and exports the latest values as Prometheus gauges so the run's Prometheus
-scrapes them too:
+background thread every `interval_s`, finds `ovs-vswitchd` itself (and samples each of its
+threads by thread name: `parse_task_stat`), samples any pids the caller registers by name, and
+exports the latest values as Prometheus gauges so the run's Prometheus scrapes them too:
 `zcube_emulator_cpu_utilization` (busy share of all CPUs, 0-1) and
 `zcube_emulator_process_cpu_cores{process=...}` (cores used by one named process).
 
@@ -35,6 +35,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from emulator.lab.fidelity import NetworkEvidence
 from emulator.lab.verdict import DATAPATH, HealthSample, HealthVerdict, Thresholds, judge
 from zcube_lab.errors import ConfigError
 
@@ -133,6 +134,20 @@ def parse_pid_stat(text: str) -> ProcessTimes:
     return ProcessTimes(pid=pid, start=start, ticks=utime + stime)
 
 
+def parse_task_stat(text: str) -> tuple[str, ProcessTimes]:
+    """A thread's name and CPU ticks from a /proc/<pid>/task/<tid>/stat line."""
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    return name, parse_pid_stat(text)
+
+
+def thread_names(threads: Sequence[tuple[str, ProcessTimes]]) -> dict[str, ProcessTimes]:
+    """Threads by name; a name several threads share gets `#<tid>` appended."""
+    counts: dict[str, int] = {}
+    for name, _t in threads:
+        counts[name] = counts.get(name, 0) + 1
+    return {(n if counts[n] == 1 else f"{n}#{t.pid}"): t for n, t in threads}
+
+
 def process_cores(
     prev: Iterable[ProcessTimes], cur: Iterable[ProcessTimes], elapsed_s: float, clk_tck: int
 ) -> float | None:
@@ -152,6 +167,7 @@ class Reading:
     t: float
     cpus: Mapping[str, CpuTimes]
     processes: Mapping[str, tuple[ProcessTimes, ...]] = field(default_factory=dict)
+    threads: Mapping[str, ProcessTimes] = field(default_factory=dict)  # datapath thread names
 
 
 def sample_between(prev: Reading, cur: Reading, clk_tck: int) -> HealthSample | None:
@@ -169,6 +185,12 @@ def sample_between(prev: Reading, cur: Reading, clk_tck: int) -> HealthSample | 
         cores_used = process_cores(prev.processes.get(name, ()), times, elapsed, clk_tck)
         if cores_used is not None:
             processes[name] = cores_used
+    threads: dict[str, float] = {}
+    for name, times in cur.threads.items():
+        if name in prev.threads:
+            cores_used = process_cores((prev.threads[name],), (times,), elapsed, clk_tck)
+            if cores_used is not None:
+                threads[name] = cores_used
     return HealthSample(
         t=cur.t,
         interval_s=elapsed,
@@ -177,6 +199,7 @@ def sample_between(prev: Reading, cur: Reading, clk_tck: int) -> HealthSample | 
         softirq=machine.softirq,
         steal=machine.steal,
         processes=processes,
+        threads=threads,
     )
 
 
@@ -275,10 +298,12 @@ class HealthSampler:
         with self._lock:
             return list(self._samples)
 
-    def verdict(self, thresholds: Thresholds | None = None) -> HealthVerdict:
-        """`judge` over the samples so far."""
+    def verdict(
+        self, thresholds: Thresholds | None = None, evidence: NetworkEvidence | None = None
+    ) -> HealthVerdict:
+        """`judge` over the samples so far (and the network evidence, when given)."""
         thresholds = thresholds or Thresholds(require_datapath=self.watch_datapath)
-        return judge(self.samples, thresholds)
+        return judge(self.samples, thresholds, evidence)
 
     def to_json(self, thresholds: Thresholds | None = None) -> str:
         """Samples and verdict as JSON, for the run's results directory."""
@@ -318,7 +343,23 @@ class HealthSampler:
             name: tuple(times for pid in pids if (times := self._pid_times(pid)) is not None)
             for name, pids in groups.items()
         }
-        return Reading(t=t, cpus=cpus, processes=processes)
+        threads = self._threads(groups.get(DATAPATH, ()))
+        return Reading(t=t, cpus=cpus, processes=processes, threads=threads)
+
+    def _threads(self, pids: Sequence[int]) -> dict[str, ProcessTimes]:
+        """ovs-vswitchd's threads, by name (one directory listing and a stat read each)."""
+        found: list[tuple[str, ProcessTimes]] = []
+        for pid in pids:
+            try:
+                tasks = list((self.proc / str(pid) / "task").iterdir())
+            except OSError:
+                continue
+            for task in tasks:
+                try:
+                    found.append(parse_task_stat((task / "stat").read_text()))
+                except (OSError, ValueError):
+                    continue  # the thread exited between listing and reading
+        return thread_names(found)
 
     def _pid_times(self, pid: int) -> ProcessTimes | None:
         try:

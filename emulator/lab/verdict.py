@@ -1,8 +1,10 @@
-"""The emulator health verdict: given CPU samples of a run, was the emulator trustworthy?
+"""The emulator health verdict: given CPU samples of a run (and its network evidence), was the
+emulator trustworthy?
 
-Pure: `judge(samples, thresholds)` turns `HealthSample`s (taken by `emulator.lab.health`) into a
-`HealthVerdict` with the reasons a run is not trustworthy and the figures behind it. No clock,
-no /proc, so tests feed it synthetic samples.
+Pure: `judge(samples, thresholds, evidence)` turns `HealthSample`s (taken by
+`emulator.lab.health`) and `NetworkEvidence` (`emulator.lab.netsampler`, judged by
+`emulator.lab.fidelity`) into a `HealthVerdict` with the reasons a run is not trustworthy and
+the figures behind it. No clock, no /proc, so tests feed it synthetic samples.
 
 Default thresholds (`Thresholds`), chosen for the 2-core machine the lab is sized for:
 - machine CPU above 90% in more than 5% of samples (about: p95 above 90%): on two cores the emulated
@@ -18,17 +20,32 @@ Default thresholds (`Thresholds`), chosen for the 2-core machine the lab is size
   is (Locust itself warns at 90%). Startup bursts are expected, hence 20%.
 - mean steal above 5%: the machine ran slower than its clock says.
 - fewer than 3 samples: too few to tell, so not trustworthy.
-Per-core busy is reported but not judged: the scheduler moves tasks between cores, and the one
-case where one pegged core hurts (a single-threaded bottleneck) is what the process rule checks.
+- one core above 95% busy in more than 20% of samples: the kernel moves packets between veth
+  pairs in softirq on the CPU that sent them, so a pegged core delays and drops packets (its
+  input queue overflows) although the machine as a whole has room; 20% as for processes.
+- any single ovs-vswitchd thread above the datapath limit (0.85 core) in more than 20% of
+  samples: the userspace datapath forwards in one thread, so one thread, not the process total,
+  saturates first.
+Beyond CPU, `judge` takes the network and engine evidence (`emulator.lab.fidelity`): TCP
+timeouts, drops, shaping and step overruns that no configured fault explains.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from emulator.lab.fidelity import (
+    BusiestLink,
+    EngineOverruns,
+    NetworkEvidence,
+    NetworkLimits,
+    StepOverruns,
+    judge_network,
+)
+from emulator.lab.netstats import QueueFigures, TcpCounters
 from zcube_lab.errors import ConfigError
 from zcube_lab.stats import mean, quantile
 
@@ -46,6 +63,7 @@ class HealthSample:
     softirq: float
     steal: float
     processes: Mapping[str, float]  # name -> cores
+    threads: Mapping[str, float] = field(default_factory=dict)  # ovs-vswitchd thread -> cores
 
 
 @dataclass(frozen=True)
@@ -61,9 +79,13 @@ class Thresholds:
     steal_mean: float = 0.05
     min_samples: int = 3
     require_datapath: bool = True  # no ovs-vswitchd samples: the datapath is unchecked
+    core_busy: float = 0.95  # any one core
+    core_fraction: float = 0.20
+    network: NetworkLimits = field(default_factory=NetworkLimits)
 
     def __post_init__(self) -> None:
-        for name in ("machine_cpu", "machine_fraction", "datapath_fraction", "process_fraction"):
+        shares = ("machine_cpu", "machine_fraction", "datapath_fraction", "process_fraction")
+        for name in (*shares, "core_busy", "core_fraction"):
             _check_share(name, getattr(self, name))
         _check_share("steal_mean", self.steal_mean)
         for name in ("datapath_cores", "process_cores"):
@@ -85,6 +107,18 @@ class Usage:
     over: float
 
 
+# HealthVerdict fields added for issue 11; older health.json and summary.json lack them.
+FIDELITY_FIELDS = (
+    "datapath_threads",
+    "tcp",
+    "qdisc",
+    "softnet_drops",
+    "step_overruns",
+    "busiest_link",
+    "explained",
+)
+
+
 @dataclass(frozen=True)
 class HealthVerdict:
     """Whether the emulator kept up; the reasons when it did not, and the figures behind it."""
@@ -100,23 +134,57 @@ class HealthVerdict:
     softirq_mean: float | None
     steal_mean: float | None
     processes: Mapping[str, Usage]  # registered processes, in cores
+    # Fidelity evidence (empty or None when the run had no network sampling, as older runs):
+    datapath_threads: Mapping[str, Usage] = field(default_factory=dict)  # in cores
+    tcp: Mapping[str, TcpCounters] = field(default_factory=dict)  # host -> counted in the load
+    qdisc: Mapping[str, QueueFigures] = field(default_factory=dict)  # shaped interface
+    softnet_drops: Mapping[str, int] = field(default_factory=dict)  # cpu<N> -> drops
+    step_overruns: StepOverruns | None = None
+    busiest_link: BusiestLink | None = None
+    explained: tuple[str, ...] = ()  # events a configured fault explains (not reasons)
 
     def to_dict(self) -> dict[str, object]:
-        """Plain data for summary.json."""
-        return asdict(self)
+        """Plain data for summary.json. A fidelity field with nothing in it (a run without
+        network sampling) is left out, so an older verdict is written back as it was read."""
+        data = asdict(self)
+        for name in FIDELITY_FIELDS:
+            if data[name] in (None, {}, ()):
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HealthVerdict:
-        """The verdict as `to_dict` stored it; a key an older run lacks reads as None."""
+        """The verdict as `to_dict` stored it; a key an older run lacks reads as None (or
+        empty), a key a newer run added is ignored."""
         values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
         values["reasons"] = tuple(data.get("reasons") or ())
+        values["explained"] = tuple(data.get("explained") or ())
         values["per_core_p95"] = tuple(data.get("per_core_p95") or ())
-        values["processes"] = {n: Usage(**u) for n, u in (data.get("processes") or {}).items()}
+        for name in ("processes", "datapath_threads"):
+            values[name] = {n: _typed(Usage, u) for n, u in (data.get(name) or {}).items()}
+        values["tcp"] = {h: _typed(TcpCounters, c) for h, c in (data.get("tcp") or {}).items()}
+        values["qdisc"] = {i: _typed(QueueFigures, q) for i, q in (data.get("qdisc") or {}).items()}
+        values["softnet_drops"] = dict(data.get("softnet_drops") or {})
+        if (o := data.get("step_overruns")) is not None:
+            engines = {n: _typed(EngineOverruns, e) for n, e in (o.get("engines") or {}).items()}
+            values["step_overruns"] = StepOverruns(o.get("threshold_s", 0.0), engines)
+        if (b := data.get("busiest_link")) is not None:
+            values["busiest_link"] = _typed(BusiestLink, b)
         return cls(**values)
 
 
-def judge(samples: Sequence[HealthSample], thresholds: Thresholds | None = None) -> HealthVerdict:
-    """Verdict on a run from its health samples."""
+def _typed(cls: type[Any], data: Mapping[str, Any]) -> Any:
+    """A dataclass from a dict, ignoring keys it does not know."""
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def judge(
+    samples: Sequence[HealthSample],
+    thresholds: Thresholds | None = None,
+    evidence: NetworkEvidence | None = None,
+) -> HealthVerdict:
+    """Verdict on a run from its health samples and, when given, its network evidence."""
     limits = thresholds or Thresholds()
     reasons: list[str] = []
     n = len(samples)
@@ -142,24 +210,28 @@ def judge(samples: Sequence[HealthSample], thresholds: Thresholds | None = None)
             f"{DATAPATH} above {limits.datapath_cores:.2f} core in {datapath.over:.0%} of "
             f"samples (allowed {limits.datapath_fraction:.0%}; p95 {datapath.p95:.2f} core)"
         )
-    names = sorted({name for s in samples for name in s.processes} - {DATAPATH})
-    processes: dict[str, Usage] = {}
-    for name in names:
-        usage = _usage(
-            [s.processes[name] for s in samples if name in s.processes], limits.process_cores
-        )
-        assert usage is not None  # the name came from some sample
-        processes[name] = usage
+    threads = _by_name(samples, "threads", limits.datapath_cores)
+    for name, usage in threads.items():
+        if usage.over > limits.datapath_fraction:
+            reasons.append(
+                f"{DATAPATH} thread {name} above {limits.datapath_cores:.2f} core in "
+                f"{usage.over:.0%} of samples (allowed {limits.datapath_fraction:.0%}; "
+                f"p95 {usage.p95:.2f} core)"
+            )
+    processes = _by_name(samples, "processes", limits.process_cores)
+    processes.pop(DATAPATH, None)
+    for name, usage in processes.items():
         if usage.over > limits.process_fraction:
             reasons.append(
                 f"process {name} above {limits.process_cores:.2f} core in {usage.over:.0%} of "
                 f"samples (allowed {limits.process_fraction:.0%}; p95 {usage.p95:.2f} core)"
             )
+    reasons += _core_reasons(samples, limits)
     steal = mean([s.steal for s in samples])
     if steal is not None and steal > limits.steal_mean:
         reasons.append(f"CPU steal averaged {steal:.0%} (allowed {limits.steal_mean:.0%})")
     width = min((len(s.per_core) for s in samples), default=0)
-    return HealthVerdict(
+    verdict = HealthVerdict(
         trustworthy=not reasons,
         reasons=tuple(reasons),
         samples=n,
@@ -171,7 +243,52 @@ def judge(samples: Sequence[HealthSample], thresholds: Thresholds | None = None)
         softirq_mean=mean([s.softirq for s in samples]),
         steal_mean=steal,
         processes=processes,
+        datapath_threads=threads,
     )
+    return verdict if evidence is None else _with_network(verdict, evidence, limits.network)
+
+
+def _with_network(
+    verdict: HealthVerdict, evidence: NetworkEvidence, limits: NetworkLimits
+) -> HealthVerdict:
+    judged = judge_network(evidence, limits)
+    reasons = verdict.reasons + judged.reasons
+    return replace(
+        verdict,
+        trustworthy=not reasons,
+        reasons=reasons,
+        tcp=dict(evidence.tcp),
+        qdisc=dict(evidence.queues),
+        softnet_drops=dict(evidence.softnet),
+        step_overruns=evidence.overruns,
+        busiest_link=judged.busiest,
+        explained=judged.explained,
+    )
+
+
+def _by_name(samples: Sequence[HealthSample], part: str, limit: float) -> dict[str, Usage]:
+    """Usage of each name in one per-name part of the samples (`processes`, `threads`)."""
+    names = sorted({name for s in samples for name in getattr(s, part)})
+    out = {}
+    for name in names:
+        usage = _usage([getattr(s, part)[name] for s in samples if name in getattr(s, part)], limit)
+        assert usage is not None  # the name came from some sample
+        out[name] = usage
+    return out
+
+
+def _core_reasons(samples: Sequence[HealthSample], limits: Thresholds) -> list[str]:
+    width = min((len(s.per_core) for s in samples), default=0)
+    out = []
+    for i in range(width):
+        usage = _usage([s.per_core[i] for s in samples], limits.core_busy)
+        assert usage is not None
+        if usage.over > limits.core_fraction:
+            out.append(
+                f"cpu{i} above {limits.core_busy:.0%} busy in {usage.over:.0%} of samples "
+                f"(allowed {limits.core_fraction:.0%}; p95 {usage.p95:.0%})"
+            )
+    return out
 
 
 def _usage(values: Sequence[float], limit: float) -> Usage | None:

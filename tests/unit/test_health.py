@@ -359,3 +359,16 @@ def test_sampler_drops_a_process_that_exits_and_its_gauge() -> None:
     assert any("short" in s.processes for s in samples)
     assert "short" not in samples[-1].processes
     assert registry.get_sample_value(PROCESS_METRIC, {"process": "short"}) is None
+
+
+def test_sample_between_gives_each_datapath_thread_its_cores() -> None:
+    cpus = parse_proc_stat(STAT_BEFORE)
+    prev = Reading(t=0.0, cpus=cpus, threads={"handler1": ProcessTimes(9, 1, 100)})
+    cur = Reading(
+        t=2.0,
+        cpus=parse_proc_stat(STAT_AFTER),
+        threads={"handler1": ProcessTimes(9, 1, 290), "revalidator2": ProcessTimes(10, 1, 5)},
+    )
+    sample = sample_between(prev, cur, clk_tck=100)
+    assert sample is not None
+    assert sample.threads == {"handler1": pytest.approx(0.95)}  # 190 ticks in 2 s; new: none

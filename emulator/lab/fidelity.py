@@ -1,0 +1,273 @@
+"""Fidelity evidence beyond CPU: did the emulator lose, hold or mis-shape packets, or run the
+engines late, in a way no configured fault explains? (pure)
+
+`judge_network(evidence, limits)` turns `NetworkEvidence` (events and figures from
+`emulator.lab.netstats`, engine step overruns, the run's fault windows) into reasons a run is not
+trustworthy, the events that faults explain, and the busiest link. `emulator.lab.verdict.judge`
+adds them to the CPU verdict. Judged, each unless a fault window explains it:
+- a retransmission timeout or a SYN retransmit on any host: the 1 s stalls of the issue; a
+  faithful fabric would have to lose a whole window or a SYN for it, which the lab never asks for
+  outside a fault;
+- packets dropped by a qdisc, by an interface, or by a CPU's input queue (softnet): a drop at a
+  shaped queue is what a shallow real port would do too, but the lab's queues are its own model,
+  so any drop is reported as a reason for a person to look at, with the interface named;
+- a shaped link sending more than `RateLimits.over` (5%) above its rate over a window
+  (shaping did not hold), or provably backlogged through a window while sending under
+  `RateLimits.under` (50%) of its rate (the emulator did not keep up);
+- engine steps that woke more than `overrun_s` late in more than `overrun_fraction` of an
+  engine's steps: the report leads with p99, so a late share above 1% reaches it.
+Fast retransmits are reported, not judged: spraying a flow over several paths reorders segments,
+which triggers fast retransmits without any loss, and a loss that caused one is judged where it
+happened (a qdisc, an interface, softnet) when the lab can see it.
+
+A fault explains an event whose window overlaps the fault from its start to `fault_grace_s`
+after its end (TCP backs its retransmission timer off exponentially, so a timeout may fire
+seconds after the link is back).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from emulator.lab.netstats import (
+    DEV_DROPS,
+    OVER_RATE,
+    QDISC_DROPS,
+    SOFTNET_DROPS,
+    STALLED,
+    SYN_RETRANS,
+    TIMEOUTS,
+    NetEvent,
+    QueueFigures,
+    TcpCounters,
+)
+from serving.metrics import STEP_OVERRUN
+from zcube_lab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """A configured fault, in the sampler's clock: from `start` to `end` (None: the run's end)."""
+
+    label: str
+    start: float
+    end: float | None
+
+
+@dataclass(frozen=True)
+class EngineOverruns:
+    """One engine's steps during the load, and how many woke more than the threshold late."""
+
+    steps: int
+    late: int
+
+
+@dataclass(frozen=True)
+class StepOverruns:
+    """Engine step overruns over the load: per engine, and the threshold a late step exceeded."""
+
+    threshold_s: float
+    engines: Mapping[str, EngineOverruns] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return sum(e.steps for e in self.engines.values())
+
+    @property
+    def late(self) -> int:
+        return sum(e.late for e in self.engines.values())
+
+
+@dataclass(frozen=True)
+class BusiestLink:
+    """The shaped interface whose highest windowed rate came closest to (or above) its rate."""
+
+    iface: str
+    rate_mbps: float
+    peak_mbps: float
+    peak_share: float  # peak_mbps / rate_mbps
+
+
+@dataclass(frozen=True)
+class NetworkEvidence:
+    """What the network and engine samplers saw during the load, and the run's faults."""
+
+    events: tuple[NetEvent, ...] = ()
+    tcp: Mapping[str, TcpCounters] = field(default_factory=dict)
+    queues: Mapping[str, QueueFigures] = field(default_factory=dict)
+    softnet: Mapping[str, int] = field(default_factory=dict)
+    overruns: StepOverruns | None = None
+    faults: tuple[FaultWindow, ...] = ()
+
+
+@dataclass(frozen=True)
+class NetworkLimits:
+    """Engine overrun limits and the grace after a fault (the module docstring says why).
+    `judge_qdisc_drops=False` reports qdisc drops without judging them: for when the shaped
+    queues model a real port's buffer, whose drops under incast are the fabric's own."""
+
+    overrun_s: float = 0.02
+    overrun_fraction: float = 0.01
+    fault_grace_s: float = 10.0
+    judge_qdisc_drops: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("overrun_s", "fault_grace_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(f"thresholds.network.{name}", value, "seconds >= 0")
+        share = self.overrun_fraction
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+            raise ConfigError("thresholds.network.overrun_fraction", share, "a share 0-1")
+
+
+@dataclass(frozen=True)
+class NetworkJudgement:
+    reasons: tuple[str, ...]
+    explained: tuple[str, ...]
+    busiest: BusiestLink | None
+
+
+def judge_network(evidence: NetworkEvidence, limits: NetworkLimits) -> NetworkJudgement:
+    """Reasons (one per host, interface or CPU, then one per late engine), the events faults
+    explain, and the busiest link."""
+    unexplained: dict[str, list[NetEvent]] = defaultdict(list)
+    explained: dict[tuple[str, str], list[NetEvent]] = defaultdict(list)
+    for event in evidence.events:
+        if event.quantity == QDISC_DROPS and not limits.judge_qdisc_drops:
+            continue  # still in the interface's figures (`QueueFigures.drops`)
+        fault = _explaining(event, evidence.faults, limits.fault_grace_s)
+        if fault is None:
+            unexplained[event.where].append(event)
+        else:
+            explained[(event.where, fault)].append(event)
+    reasons = [f"{where}: {describe(unexplained[where])}" for where in sorted(unexplained)]
+    reasons += _overrun_reasons(evidence.overruns, limits)
+    notes = [f"{w}: {describe(evs)} (during {f})" for (w, f), evs in sorted(explained.items())]
+    return NetworkJudgement(tuple(reasons), tuple(notes), busiest_link(evidence.queues))
+
+
+def _explaining(event: NetEvent, faults: Sequence[FaultWindow], grace: float) -> str | None:
+    for f in faults:
+        end = math.inf if f.end is None else f.end + grace
+        if event.t1 >= f.start and event.t0 <= end:
+            return f.label
+    return None
+
+
+_COUNTED = (
+    (TIMEOUTS, "TCP retransmission timeout", "TCP retransmission timeouts"),
+    (SYN_RETRANS, "SYN retransmit", "SYN retransmits"),
+    (QDISC_DROPS, "packet dropped by the qdisc", "packets dropped by the qdisc"),
+    (DEV_DROPS, "packet dropped by the interface", "packets dropped by the interface"),
+    (SOFTNET_DROPS, "packet dropped by the CPU's input queue (softnet)",
+     "packets dropped by the CPU's input queue (softnet)"),
+)  # fmt: skip
+
+
+def describe(events: Sequence[NetEvent]) -> str:
+    """One place's events as text: `2 TCP retransmission timeouts, 1 SYN retransmit`."""
+    parts = []
+    for quantity, one, many in _COUNTED:
+        n = sum(e.count for e in events if e.quantity == quantity)
+        if n:
+            parts.append(f"{n} {one if n == 1 else many}")
+    over = [e for e in events if e.quantity == OVER_RATE]
+    if over:
+        worst = max(over, key=lambda e: e.detail["mbps"])
+        d = worst.detail
+        parts.append(
+            f"sent {d['mbps']:.1f} Mb/s over {d['window_s']:.1f} s, "
+            f"{d['mbps'] / d['rate_mbps'] - 1:.0%} above its {d['rate_mbps']:g} Mb/s rate "
+            f"(shaping did not hold; {_windows(len(over))})"
+        )
+    stalled = [e for e in events if e.quantity == STALLED]
+    if stalled:
+        worst = min(stalled, key=lambda e: e.detail["mbps"])
+        d = worst.detail
+        parts.append(
+            f"held a backlog ({d['backlog_bytes'] / 1e3:.0f} KB) through {d['window_s']:.1f} s "
+            f"while sending {d['mbps']:.1f} Mb/s, {d['mbps'] / d['rate_mbps']:.0%} of its "
+            f"{d['rate_mbps']:g} Mb/s rate (the emulator did not keep up; "
+            f"{_windows(len(stalled))})"
+        )
+    return ", ".join(parts)
+
+
+def _windows(n: int) -> str:
+    return "1 window" if n == 1 else f"{n} windows"
+
+
+def _overrun_reasons(overruns: StepOverruns | None, limits: NetworkLimits) -> list[str]:
+    if overruns is None:
+        return []
+    out = []
+    for name, e in sorted(overruns.engines.items()):
+        if e.steps and e.late / e.steps > limits.overrun_fraction:
+            out.append(
+                f"{name}: {e.late} of {e.steps} engine steps ({e.late / e.steps:.1%}) woke more "
+                f"than {overruns.threshold_s * 1e3:g} ms late (allowed "
+                f"{limits.overrun_fraction:.0%})"
+            )
+    return out
+
+
+def busiest_link(queues: Mapping[str, QueueFigures]) -> BusiestLink | None:
+    """The interface with the highest peak rate relative to its configured rate."""
+    best: BusiestLink | None = None
+    for iface, q in sorted(queues.items()):
+        if q.rate_mbps and q.peak_mbps is not None:
+            cand = BusiestLink(iface, q.rate_mbps, q.peak_mbps, q.peak_mbps / q.rate_mbps)
+            if best is None or cand.peak_share > best.peak_share:
+                best = cand
+    return best
+
+
+# --- engine step overruns from an engine's /metrics text -------------------------------------
+
+
+def overrun_buckets(metrics_text: str) -> dict[float, float]:
+    """The cumulative buckets (upper bound -> steps) of the step-overrun histogram in a
+    Prometheus text exposition, summed over its series; empty when absent."""
+    out: dict[float, float] = defaultdict(float)
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != STEP_OVERRUN:
+            continue
+        for sample in family.samples:
+            if sample.name == STEP_OVERRUN + "_bucket":
+                out[float(sample.labels["le"])] += sample.value
+    return dict(out)
+
+
+def engine_overruns(
+    before: Mapping[float, float], after: Mapping[float, float], threshold_s: float
+) -> EngineOverruns:
+    """Steps between two readings of the buckets, and those later than `threshold_s` (which
+    should be a bucket bound; otherwise the next bound above it is used)."""
+
+    def delta(le: float) -> float:
+        return after.get(le, 0.0) - before.get(le, 0.0)
+
+    steps = delta(math.inf)
+    bounds = sorted(b for b in after if b >= threshold_s)
+    on_time = delta(bounds[0]) if bounds else steps
+    return EngineOverruns(steps=max(0, round(steps)), late=max(0, round(steps - on_time)))
+
+
+def step_overruns(
+    before: Mapping[str, Mapping[float, float]],
+    after: Mapping[str, Mapping[float, float]],
+    threshold_s: float,
+) -> StepOverruns:
+    """Per engine read both times: its steps between the readings and the late ones."""
+    engines = {
+        name: engine_overruns(before[name], buckets, threshold_s)
+        for name, buckets in sorted(after.items())
+        if name in before
+    }
+    return StepOverruns(threshold_s=threshold_s, engines=engines)
