@@ -59,9 +59,10 @@ TOTALS: tuple[tuple[str, str], ...] = (
     ("alltoall_failed", serving_metrics.ALLTOALL_FAILURES + "_total"),
     ("alltoall_subflows_retired", serving_metrics.EP_SUBFLOWS_RETIRED + "_total"),
 )
-# What `series.json` keeps for the report's plots (per-port heatmap, TTFT over time).
+# What `series.json` keeps for the report's plots (per-link heatmap, TTFT over time).
 EXPORTED_SERIES = (
     fabric_metrics.PORT_TX_BYTES,
+    fabric_metrics.PORT_RX_BYTES,  # host ports' rx: the host -> switch direction
     serving_metrics.GATEWAY_TTFT + "_bucket",
     client_metrics.TTFT + "_bucket",
 )

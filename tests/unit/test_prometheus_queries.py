@@ -119,6 +119,7 @@ def test_port_peaks_come_from_the_raw_samples_of_both_counters() -> None:
 def test_the_exported_series_are_the_report_plots() -> None:
     assert EXPORTED_SERIES == (
         "zcube_port_tx_bytes_total",
+        "zcube_port_rx_bytes_total",
         "zcube:gateway_time_to_first_token_seconds_bucket",
         "zcube_client_ttft_seconds_bucket",
     )
