@@ -252,7 +252,7 @@ def directed_utilization(
 ) -> DirectedUtilization:
     """The busiest link (by mean, then peak), the link with the highest peak, and the busiest
     host -> switch and switch -> host directions."""
-    kinds = {name: kind for name, kind, *_ in link_directions(fabric, Scale())}
+    kinds = {name: kind for name, kind, *_ in link_directions(fabric, Scale())}  # rate unused
     busiest = max(links.items(), key=lambda kv: (kv[1].mean, kv[1].peak or 0.0), default=None)
     peaked = [(n, v.peak) for n, v in links.items() if v.peak is not None]
     top = max(peaked, key=lambda kv: kv[1], default=None)

@@ -276,8 +276,9 @@ HEADLINE = (
     "KV subflows retired",
     "KV bytes never delivered",
     "recovery: last hit KV done (s)",
-    "KV pulls stalled",
+    "link util max",
     "busiest link util peak",
+    "KV pulls stalled",
 )
 
 
