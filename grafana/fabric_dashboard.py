@@ -1,5 +1,9 @@
 """The `fabric` dashboard: per-link load from the controller's OpenFlow port counters, drops,
-ECMP select-group buckets, link and fault state, and whether the emulator kept up."""
+ECMP select-group buckets, link and fault state, and whether the emulator kept up.
+
+Links are shown in both directions: a switch port's transmit counter is the direction away from
+the switch (`a0:3 -> h5`), and the receive counter of a port whose peer is a host is that host's
+transmit direction (`h5 -> a0:3`), the NIC-to-switch half the transmit counters alone miss."""
 
 from __future__ import annotations
 
@@ -34,11 +38,15 @@ from .panels import (
     total,
 )
 
-# Transmit bytes per second of every switch port (the controller's counters carry `_total`).
-TX = f"sum by (switch, port, peer) (rate({PORT_TX_BYTES}{{{RUN}}}{RATE}))"
-UTILIZATION = f"{TX} * 8 / ($link_mbps * 1000000)"
-LINK_LEGEND = "{{switch}}:{{port}} -> {{peer}}"
 FROM_HOSTS = f'{RUN}, peer=~"h[0-9]+"'  # switch ports whose peer is a host
+# Transmit bytes per second of every switch port (the controller's counters carry `_total`),
+# and what every host sent into its switch port.
+TX = f"sum by (switch, port, peer) (rate({PORT_TX_BYTES}{{{RUN}}}{RATE}))"
+HOST_TX = f"sum by (switch, port, peer) (rate({PORT_RX_BYTES}{{{FROM_HOSTS}}}{RATE}))"
+UTILIZATION = f"{TX} * 8 / ($link_mbps * 1000000)"
+HOST_UTILIZATION = f"{HOST_TX} * 8 / ($link_mbps * 1000000)"
+LINK_LEGEND = "{{switch}}:{{port}} -> {{peer}}"
+HOST_LEGEND = "{{peer}} -> {{switch}}:{{port}}"
 
 
 def _rate(metric: str, matchers: str = RUN) -> str:
@@ -48,26 +56,29 @@ def _rate(metric: str, matchers: str = RUN) -> str:
 LINK_PANELS = (
     Panel(
         "Per-link utilization, sorted",
-        "Transmit rate of every switch port over the emulated link rate ($link_mbps "
+        "Every link in both directions over the emulated link rate ($link_mbps "
         "Mb/s: 50 on ZCube, 100 on ROFT/Clos at --nic-mbps 100), hottest first. "
-        "Label: switch:port -> peer.",
-        (Query(f"sort_desc({UTILIZATION})", LINK_LEGEND, instant=True),),
+        "Label: switch:port -> peer (the switch sends), host -> switch:port (the host sends).",
+        (
+            Query(f"sort_desc({UTILIZATION})", LINK_LEGEND, instant=True),
+            Query(f"sort_desc({HOST_UTILIZATION})", HOST_LEGEND, instant=True),
+        ),
         kind="bargauge",
         unit="percentunit",
         height=12,
     ),
     Panel(
         "Per-link utilization over time",
-        "One row per switch port, coloured by its utilization (a heatmap of links).",
-        (Query(UTILIZATION, LINK_LEGEND),),
+        "One row per link direction, coloured by its utilization (a heatmap of links).",
+        (Query(UTILIZATION, LINK_LEGEND), Query(HOST_UTILIZATION, HOST_LEGEND)),
         kind="status-history",
         unit="percentunit",
         height=12,
     ),
     Panel(
         "Hottest links",
-        "The five switch ports sending the most, in bit/s.",
-        (Query(f"topk(5, {TX} * 8)", LINK_LEGEND),),
+        "The five switch ports and the five hosts sending the most, in bit/s.",
+        (Query(f"topk(5, {TX} * 8)", LINK_LEGEND), Query(f"topk(5, {HOST_TX} * 8)", HOST_LEGEND)),
         unit="bps",
     ),
     Panel(

@@ -4,8 +4,15 @@ the metric names the components export (`serving.metrics`, `controller.metrics`,
 
 Every query is an instant query at the end of the run `t1` over a range of the window plus 5 s
 (so the first scrape after the load started is inside it). A query that fails or finds no series
-gives None: a gap in the report, not a failed run. The functions take anything with the
-`PrometheusServer` query methods (`PromQuery`), so they are tested with a fake.
+gives None: a gap in the report, not a failed run. Port peaks come from the raw samples of the
+port counters over the same range (a range vector at `t1`): the rate between consecutive
+scrapes, at their own timestamps, so a peak is over one scrape interval and never resampled.
+
+KV pull and all-to-all times are not asked here: they come exactly from the engines' logs
+(`emulator.results.transfers`), and the bucketed histograms stay for Grafana.
+
+The functions take anything with the `PrometheusServer` query methods (`PromQuery`), so they
+are tested with a fake.
 
 Counters are named here as scraped: prometheus_client appends `_total` to a counter and
 `_bucket`/`_sum` to a histogram's series.
@@ -13,12 +20,15 @@ Counters are named here as scraped: prometheus_client appends `_total` to a coun
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Protocol
 
 from controller import metrics as fabric_metrics
-from emulator.results.summary import QUANTILES, ServerFigures
+from emulator.results.figures import peak_rate
+from emulator.results.summary import QUANTILES, ServerFigures, TransferFigures
 from serving import metrics as serving_metrics
 from workloads import metrics as client_metrics
 
@@ -32,15 +42,15 @@ class PromQuery(Protocol):
 
 
 # Histograms whose quantiles the summary keeps: (name in summary.json, metric, scrape job or
-# None for all jobs).
+# None for all jobs). Not the KV and all-to-all times: those are exact, from the logs.
 LATENCIES: tuple[tuple[str, str, str | None], ...] = (
     ("gateway_ttft", serving_metrics.GATEWAY_TTFT, "gateway"),
     ("ttft", serving_metrics.TIME_TO_FIRST_TOKEN, "decode"),
     ("itl", serving_metrics.INTER_TOKEN_LATENCY, "decode"),
-    ("kv_xfer", serving_metrics.NIXL_XFER_TIME, None),
-    ("alltoall", serving_metrics.ALLTOALL_TIME, None),
     ("client_ttft", client_metrics.TTFT, "loadgen"),
 )
+# The server figures taken from the exact transfer logs, by the same name.
+EXACT_LATENCIES = ("kv_xfer", "alltoall")
 # Totals over the window: (name in summary.json, series as scraped).
 TOTALS: tuple[tuple[str, str], ...] = (
     ("kv_bytes", serving_metrics.NIXL_BYTES_TRANSFERRED + "_sum"),
@@ -49,9 +59,10 @@ TOTALS: tuple[tuple[str, str], ...] = (
     ("alltoall_failed", serving_metrics.ALLTOALL_FAILURES + "_total"),
     ("alltoall_subflows_retired", serving_metrics.EP_SUBFLOWS_RETIRED + "_total"),
 )
-# What `series.json` keeps for the report's plots (per-port heatmap, TTFT over time).
+# What `series.json` keeps for the report's plots (per-link heatmap, TTFT over time).
 EXPORTED_SERIES = (
     fabric_metrics.PORT_TX_BYTES,
+    fabric_metrics.PORT_RX_BYTES,  # host ports' rx: the host -> switch direction
     serving_metrics.GATEWAY_TTFT + "_bucket",
     client_metrics.TTFT + "_bucket",
 )
@@ -78,14 +89,21 @@ def value(prom: PromQuery, promql: str, t1: float) -> float | None:
         return None
 
 
-def server_figures(prom: PromQuery, t1: float, window_s: float) -> ServerFigures:
-    """The servers' latency quantiles and transfer totals over the run window."""
+def server_figures(
+    prom: PromQuery, t1: float, window_s: float, transfers: TransferFigures | None = None
+) -> ServerFigures:
+    """The servers' latency quantiles and transfer totals over the run window; the KV and
+    all-to-all quantiles are the exact ones of `transfers` (None without it)."""
     rng = window_range(window_s)
     figures: dict[str, float | None] = {
         f"{name}_p{q}_s": value(prom, histogram_quantile(metric, q / 100, rng, job), t1)
         for name, metric, job in LATENCIES
         for q in QUANTILES
     }
+    for name in EXACT_LATENCIES:
+        for q in QUANTILES:
+            key = f"{name}_p{q}_s"
+            figures[key] = getattr(transfers, key) if transfers is not None else None
     for name, series in TOTALS:
         figures[name] = value(prom, f"sum(increase({series}{rng}))", t1)
     return ServerFigures(**figures)
@@ -105,20 +123,66 @@ def port_increase(prom: PromQuery, metric: str, t1: float, window_s: float) -> d
     return out
 
 
+Samples = list[tuple[float, float]]
+
+
+def port_samples(
+    prom: PromQuery, metric: str, t1: float, window_s: float
+) -> dict[PortKey, Samples]:
+    """The raw (time, value) samples of a per-port counter over the window, by (switch, port);
+    empty on failure."""
+    try:
+        series = prom.query(f"{metric}{window_range(window_s)}", time=t1)
+    except Exception:
+        return {}
+    out: dict[PortKey, Samples] = {}
+    for s in series:
+        m = s.get("metric", {})
+        if "switch" in m and "port" in m:
+            values = [(float(t), float(v)) for t, v in s.get("values") or ()]
+            out[(m["switch"], int(m["port"]))] = sorted(values)
+    return out
+
+
+def sample_interval(*samples: dict[PortKey, Samples]) -> float | None:
+    """The median time between consecutive samples of all series: the peaks' window."""
+    gaps = [
+        b[0] - a[0]
+        for by_port in samples
+        for values in by_port.values()
+        for a, b in pairwise(values)
+    ]
+    return statistics.median(gaps) if gaps else None
+
+
 @dataclass(frozen=True)
 class PortCounters:
-    """Per-port bytes over the run window, and the packets every port dropped."""
+    """Per-port bytes over the run window, the peak rates (bytes/s over one scrape interval,
+    `peak_window_s`), and the packets every port dropped."""
 
     tx_bytes: dict[PortKey, float]
     rx_bytes: dict[PortKey, float]
     drops: float
+    tx_peak_bytes_per_s: dict[PortKey, float] = field(default_factory=dict)
+    rx_peak_bytes_per_s: dict[PortKey, float] = field(default_factory=dict)
+    peak_window_s: float | None = None
+
+
+def _peaks(samples: dict[PortKey, Samples]) -> dict[PortKey, float]:
+    peaks = {key: peak_rate(values) for key, values in samples.items()}
+    return {key: p for key, p in peaks.items() if p is not None}
 
 
 def port_counters(prom: PromQuery, t1: float, window_s: float) -> PortCounters:
     """The switch ports' counters (the controller's port stats) over the run window."""
     dropped: Iterable[str] = (fabric_metrics.PORT_TX_DROPPED, fabric_metrics.PORT_RX_DROPPED)
+    tx = port_samples(prom, fabric_metrics.PORT_TX_BYTES, t1, window_s)
+    rx = port_samples(prom, fabric_metrics.PORT_RX_BYTES, t1, window_s)
     return PortCounters(
         tx_bytes=port_increase(prom, fabric_metrics.PORT_TX_BYTES, t1, window_s),
         rx_bytes=port_increase(prom, fabric_metrics.PORT_RX_BYTES, t1, window_s),
         drops=sum(sum(port_increase(prom, m, t1, window_s).values()) for m in dropped),
+        tx_peak_bytes_per_s=_peaks(tx),
+        rx_peak_bytes_per_s=_peaks(rx),
+        peak_window_s=sample_interval(tx, rx),
     )

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.metrics import PORT_TX_BYTES
+from controller.metrics import PORT_RX_BYTES, PORT_TX_BYTES
 from emulator.results.figures import read_jsonl
 from emulator.results.summary import RunSummary
 
@@ -125,20 +125,22 @@ def plot_fault_timeline(runs: Sequence[RunSummary], out: Path) -> Path:
     return out
 
 
-def plot_port_heatmap(run: RunSummary, out: Path, capacity_bps: dict[str, float]) -> Path:
-    """Per-port transmit utilization over time of one run (rows: switch ports)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    data = json.loads((run_dir(run) / "series.json").read_text())
+def heatmap_rows(
+    data: dict[str, Any], capacity_bps: dict[str, float]
+) -> list[tuple[str, list[float]]]:
+    """The heatmap's rows from `series.json`, sorted by name: every switch port's transmit
+    (`a0:3>h5`) and, in runs that exported the receive counters, every host's transmit into its
+    switch port (`h5>a0:3`), as utilization between consecutive samples."""
     rows: list[tuple[str, list[float]]] = []
     for s in data.get("series", []):
         m = s["metric"]
-        if m.get("__name__") != PORT_TX_BYTES:
+        peer = m.get("peer", "?")
+        if m.get("__name__") == PORT_TX_BYTES:
+            key = f"{m['switch']}:{m['port']}>{peer}"
+        elif m.get("__name__") == PORT_RX_BYTES and peer[:1] == "h" and peer[1:].isdigit():
+            key = f"{peer}>{m['switch']}:{m['port']}"
+        else:
             continue
-        key = f"{m['switch']}:{m['port']}>{m.get('peer', '?')}"
         cap = capacity_bps.get(f"{m['switch']}:{m['port']}")
         vals = [(float(t), float(v)) for t, v in s["values"]]
         util = []
@@ -147,7 +149,18 @@ def plot_port_heatmap(run: RunSummary, out: Path, capacity_bps: dict[str, float]
             util.append(rate / cap if cap else 0.0)
         if util:
             rows.append((key, util))
-    rows.sort()
+    return sorted(rows)
+
+
+def plot_port_heatmap(run: RunSummary, out: Path, capacity_bps: dict[str, float]) -> Path:
+    """Per-link utilization over time of one run, one row per direction (`heatmap_rows`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.loads((run_dir(run) / "series.json").read_text())
+    rows = heatmap_rows(data, capacity_bps)
     fig, ax = plt.subplots(figsize=(8, max(3, 0.12 * len(rows) + 1)))
     if rows:
         width = max(len(u) for _, u in rows)
@@ -155,9 +168,9 @@ def plot_port_heatmap(run: RunSummary, out: Path, capacity_bps: dict[str, float]
         im = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="none")
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels([k for k, _ in rows], fontsize=5)
-        fig.colorbar(im, ax=ax, label="tx utilization")
+        fig.colorbar(im, ax=ax, label="utilization")
     ax.set_xlabel(f"time ({data.get('step', 2):g} s steps)")
-    ax.set_title(f"Per-port link utilization: {run.variant}")
+    ax.set_title(f"Per-link utilization, both directions: {run.variant}")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -24,7 +24,13 @@ from emulator.results.plots import (
     plot_ttft_cdf,
     run_dir,
 )
-from emulator.results.summary import FaultRecovery, FaultReport, RunSummary
+from emulator.results.summary import (
+    DirectedUtilization,
+    FaultRecovery,
+    FaultReport,
+    RunSummary,
+    TransferFigures,
+)
 from zcube_lab.fabric.cost import compare
 from zcube_lab.fabric.pricing import CostInputs
 
@@ -42,6 +48,17 @@ def recovery_figure(get: Callable[[FaultRecovery], Any]) -> Getter:
     return lambda s: get(s.faults.recovery) if s.faults and s.faults.recovery else None
 
 
+def transfer_figure(get: Callable[[TransferFigures], Any]) -> Getter:
+    """A getter of the exact transfer figures; None in runs from before they were logged (their
+    KV quantiles were bucketed, so they are not set beside exact ones)."""
+    return lambda s: get(s.transfers) if s.transfers is not None else None
+
+
+def directed_figure(get: Callable[[DirectedUtilization], Any]) -> Getter:
+    """A getter of the per-direction link figures; None in runs that counted transmit only."""
+    return lambda s: get(s.fabric_stats.directed) if s.fabric_stats.directed else None
+
+
 # (label, figure of a run summary, lower is better?)
 METRICS: tuple[tuple[str, Getter, bool], ...] = (
     ("completed requests/s", lambda s: s.client.requests_per_s, False),
@@ -56,12 +73,27 @@ METRICS: tuple[tuple[str, Getter, bool], ...] = (
     ("TPOT p99 (s)", lambda s: s.client.tpot_p99_s, True),
     ("ITL p50 (s)", lambda s: s.client.itl_p50_s, True),
     ("ITL p99 (s)", lambda s: s.client.itl_p99_s, True),
-    # Histogram quantiles: exact only to vLLM's buckets (the top ones span 0.25-1 s and 1-5 s).
-    ("KV transfer p50 (s, bucketed)", lambda s: s.server.kv_xfer_p50_s, True),
-    ("KV transfer p99 (s, bucketed)", lambda s: s.server.kv_xfer_p99_s, True),
-    ("all-to-all p99 (s, bucketed)", lambda s: s.server.alltoall_p99_s, True),
+    # Exact, from the engines' logs (the bucketed histograms are for Grafana).
+    ("KV transfer p50 (s)", transfer_figure(lambda t: t.kv_xfer_p50_s), True),
+    ("KV transfer p99 (s)", transfer_figure(lambda t: t.kv_xfer_p99_s), True),
+    ("KV transfer max (s)", transfer_figure(lambda t: t.kv_xfer_max_s), True),
+    ("KV transfer / ideal p50", transfer_figure(lambda t: t.kv_xfer_ratio_p50), True),
+    ("KV transfer / ideal p99", transfer_figure(lambda t: t.kv_xfer_ratio_p99), True),
+    ("KV pulls stalled", transfer_figure(lambda t: t.kv_pulls_stalled), True),
+    ("KV bytes per pull p50", transfer_figure(lambda t: t.kv_xfer_bytes_p50), True),
+    ("all-to-all p50 (s)", transfer_figure(lambda t: t.alltoall_p50_s), True),
+    ("all-to-all p99 (s)", transfer_figure(lambda t: t.alltoall_p99_s), True),
+    (
+        "all-to-all bytes sent per exchange",
+        transfer_figure(lambda t: t.alltoall_bytes_sent_p50),
+        True,
+    ),
     ("link util max", lambda s: s.fabric_stats.utilization.link_util_max, True),
     ("link util mean", lambda s: s.fabric_stats.utilization.link_util_mean, True),
+    ("busiest link util mean", directed_figure(lambda d: d.busiest_link_util_mean), True),
+    ("busiest link util peak", directed_figure(lambda d: d.busiest_link_util_peak), True),
+    ("link util peak max", directed_figure(lambda d: d.peak_link_util), True),
+    ("host uplink util max", directed_figure(lambda d: d.host_uplink_util_max), True),
     ("fabric drops", lambda s: s.fabric_stats.drops, True),
     # Faults (docs/FAILURES.md): "-" in runs without an injected failure.
     ("TTFT p99 before fault (s)", recovery_figure(lambda f: f.ttft_p99_before_s), True),
@@ -132,8 +164,79 @@ def trust(runs: Sequence[RunSummary]) -> dict[str, list[str]]:
     for r in runs:
         reasons = out.setdefault(r.variant, [])
         if not r.trustworthy:
-            reasons += [f"{run_dir(r).name}: {x}" for x in r.health.reasons]
+            reasons += [f"{_run_name(r)}: {x}" for x in r.health.reasons or ("no reason given",)]
     return out
+
+
+def verdict_cells(runs: Sequence[RunSummary], variant: str) -> tuple[str, str]:
+    """A variant's trustworthiness over its runs (`yes`, or `no (k of n)`) and the first reason
+    one of them was not trustworthy (`-` when all were)."""
+    mine = [r for r in runs if r.variant == variant]
+    bad = [r for r in mine if not r.trustworthy]
+    if not bad:
+        return "yes", "-"
+    reasons = [x for r in bad for x in r.health.reasons]
+    return f"no ({len(bad)} of {len(mine)})", reasons[0] if reasons else "no reason given"
+
+
+def verdict_rows(
+    runs: Sequence[RunSummary], fabrics: Sequence[str], baseline: str
+) -> list[list[str]]:
+    """The rows `trustworthy` and `first reason` to lead the comparison table (blank in the
+    difference columns)."""
+    cells = [verdict_cells(runs, f) for f in fabrics]
+    pad = [""] * sum(1 for f in fabrics if f != baseline)
+    return [
+        ["trustworthy", *(c[0] for c in cells), *pad],
+        ["first reason", *(c[1] for c in cells), *pad],
+    ]
+
+
+# Verdict fields the report does not repeat as "other checks": the CPU figures and the outcome.
+_CPU_FIELDS = frozenset(
+    {
+        "trustworthy", "reasons", "samples", "machine_cpu_mean", "machine_cpu_p95",
+        "datapath_cpu_mean", "datapath_cpu_p95", "per_core_p95", "softirq_mean", "steal_mean",
+        "processes",
+    }
+)  # fmt: skip
+
+
+def verdict_checks(run: RunSummary) -> list[str]:
+    """The verdict's figures beyond CPU (TCP timeouts per host, qdisc drops, ... as the verdict
+    of the run has them), `name: value`, leaving out empty and zero ones."""
+    out = []
+    for name, value in run.health.to_dict().items():
+        if name in _CPU_FIELDS or value in (None, 0, 0.0, "", (), [], {}):
+            continue
+        if isinstance(value, dict):
+            shown = ", ".join(f"{k} {_short(v)}" for k, v in sorted(value.items()) if v)
+            if shown:
+                out.append(f"{name}: {shown}")
+        else:
+            out.append(f"{name}: {_short(value)}")
+    return out
+
+
+def busiest_link(run: RunSummary) -> str:
+    """`name mean X% peak Y%` of the run's busiest link in either direction, `-` without."""
+    d = run.fabric_stats.directed
+    if d is None or d.busiest_link is None:
+        return "-"
+    peak = d.busiest_link_util_peak
+    peak_text = "-" if peak is None else f"{100 * peak:.0f}%"
+    return f"{d.busiest_link} mean {100 * (d.busiest_link_util_mean or 0):.0f}% peak {peak_text}"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return _fmt(value)
+    text = str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _run_name(r: RunSummary) -> str:
+    return r.dir.name if r.dir is not None else r.run
 
 
 def table_rows(
@@ -174,13 +277,22 @@ HEADLINE = (
     "KV bytes never delivered",
     "recovery: last hit KV done (s)",
     "link util max",
+    "busiest link util peak",
+    "KV pulls stalled",
 )
 
 
-def headline_rows(agg: dict[str, dict[str, Cell]], labels: Sequence[str]) -> list[list[str]]:
+def headline_rows(
+    agg: dict[str, dict[str, Cell]],
+    labels: Sequence[str],
+    runs: Sequence[RunSummary] | None = None,
+) -> list[list[str]]:
     """One row per label with the `HEADLINE` medians: readable in a terminal where a column per
-    label (and per difference) is not."""
-    return [[lb, *(_fmt(agg[lb][m].median) for m in HEADLINE)] for lb in labels]
+    label (and per difference) is not; with `runs`, then `trustworthy` and `first reason`."""
+    rows = [[lb, *(_fmt(agg[lb][m].median) for m in HEADLINE)] for lb in labels]
+    if runs is not None:
+        rows = [[*row, *verdict_cells(runs, lb)] for row, lb in zip(rows, labels, strict=True)]
+    return rows
 
 
 def median_spread(values: Sequence[float], fmt: str = ".3g") -> str:
@@ -239,16 +351,13 @@ def write_report(
             parts.append(f"<li class='bad'>{html.escape(f)}: NOT TRUSTWORTHY: {items}</li>")
         else:
             parts.append(f"<li class='ok'>{html.escape(f)}: the emulator kept up in every run</li>")
-    parts += _results_table(agg, fabrics, baseline)
+    parts += _results_table(agg, fabrics, baseline, runs)
     parts += _cost_table()
     parts.append("</table><h2>Plots</h2>")
     for p in plots:
         parts.append(f"<p><img src='{html.escape(p.name)}' alt='{html.escape(p.stem)}'></p>")
-    parts.append("<h2>Runs</h2><ul>")
-    for r in runs:
-        where = html.escape(str(run_dir(r)))
-        parts.append(f"<li>{html.escape(r.variant)}: <code>{where}</code></li>")
-    parts.append("</ul></body></html>")
+    parts += _run_items(runs)
+    parts.append("</body></html>")
     page = out_dir / "report.html"
     page.write_text("\n".join(parts))
     comparison = {
@@ -286,15 +395,55 @@ def _write_plots(
 
 
 def _results_table(
-    agg: dict[str, dict[str, Cell]], fabrics: Sequence[str], baseline: str
+    agg: dict[str, dict[str, Cell]],
+    fabrics: Sequence[str],
+    baseline: str,
+    runs: Sequence[RunSummary],
 ) -> list[str]:
-    heads = ["metric", *fabrics, *(f"{f} vs {baseline}" for f in fabrics if f != baseline)]
-    parts = ["</ul><h2>Results</h2><table><tr>"]
-    parts += [f"<th>{html.escape(h)}</th>" for h in heads]
+    """The comparison table, led by the verdict rows; an untrustworthy variant's column head
+    and verdict cells in red."""
+    untrusted = {f for f in fabrics if verdict_cells(runs, f)[0] != "yes"}
+    parts = ["</ul><h2>Results</h2><table><tr><th>metric</th>"]
+    for f in fabrics:
+        mark = " class='bad'" if f in untrusted else ""
+        note = " (not trustworthy)" if f in untrusted else ""
+        parts.append(f"<th{mark}>{html.escape(f + note)}</th>")
+    parts += [f"<th>{html.escape(f'{f} vs {baseline}')}</th>" for f in fabrics if f != baseline]
     parts.append("</tr>")
+    for row in verdict_rows(runs, fabrics, baseline):
+        cells = [f"<td>{html.escape(row[0])}</td>"]
+        for f, c in zip(fabrics, row[1:], strict=False):
+            mark = " class='bad'" if f in untrusted else ""
+            cells.append(f"<td{mark}>{html.escape(c)}</td>")
+        cells += [f"<td>{html.escape(c)}</td>" for c in row[1 + len(fabrics) :]]
+        parts.append("<tr>" + "".join(cells) + "</tr>")
     for row in table_rows(agg, fabrics, baseline):
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
     parts.append("</table>")
+    return parts
+
+
+def _run_items(runs: Sequence[RunSummary]) -> list[str]:
+    """Every run: where it is, its verdict with the reasons and the checks beyond CPU, its
+    busiest link and its stalled KV pulls."""
+    parts = ["<h2>Runs</h2><ul>"]
+    for r in runs:
+        where = html.escape(str(run_dir(r)))
+        if r.trustworthy:
+            verdict = "<span class='ok'>trustworthy</span>"
+        else:
+            reasons = "; ".join(r.health.reasons) or "no reason given"
+            verdict = f"<span class='bad'>NOT TRUSTWORTHY: {html.escape(reasons)}</span>"
+        facts = [f"busiest link {busiest_link(r)}"]
+        if r.transfers is not None:
+            t = r.transfers
+            facts.append(f"KV pulls stalled {t.kv_pulls_stalled} of {t.kv_pulls_rated}")
+        facts += verdict_checks(r)
+        parts.append(
+            f"<li>{html.escape(r.variant)}: <code>{where}</code>: {verdict}"
+            f"<br><small>{html.escape('; '.join(facts))}</small></li>"
+        )
+    parts.append("</ul>")
     return parts
 
 

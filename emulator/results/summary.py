@@ -5,9 +5,14 @@ The JSON is the file format users and scripts already read, so every class here 
 the keys, nesting and value types the runner has always written: a flat section is a dataclass
 whose field names are its keys, in the same order. Two sections are written flat but held
 nested, because part of them exists only sometimes: `FabricStats.utilization` (its keys lead the
-`fabric_stats` object) and `FaultReport.recovery` (the per-phase and recovery keys, present
-only when a fault held). Sections that older runs lack (`label`, `policy`, `faults`) are None
-and stay absent when written again; a key missing inside a section reads as None.
+`fabric_stats` object), `FabricStats.directed` (per-direction keys after them, in runs since
+both directions were counted) and `FaultReport.recovery` (the per-phase and recovery keys,
+present only when a fault held). Sections that older runs lack (`label`, `policy`, `faults`,
+`link_util`, `transfers`) are None and stay absent when written again; a key missing inside a
+section reads as None.
+
+Links are named by direction: `a0:3->h5` (switch a0's port 3 transmitting to host h5),
+`h5->a0:3` (h5 transmitting into that port), `a0:6->b1:5` between switches.
 
 Names: `*_s` seconds, `*_bytes` bytes, `*_util_*` fractions of capacity (0-1), `p50/p90/p99`
 quantiles on the 0-1 scale of `zcube_lab.stats.quantile`.
@@ -81,7 +86,8 @@ class ClientFigures:
 @dataclass(frozen=True)
 class ServerFigures:
     """What the servers exported, from Prometheus over the run window (histogram quantiles are
-    exact only to their buckets; NaN when a histogram saw nothing)."""
+    exact only to their buckets; NaN when a histogram saw nothing), but the KV and all-to-all
+    times, which come from the engines' exact logs (`TransferFigures`)."""
 
     gateway_ttft_p50_s: float | None
     gateway_ttft_p90_s: float | None
@@ -92,6 +98,8 @@ class ServerFigures:
     itl_p50_s: float | None
     itl_p90_s: float | None
     itl_p99_s: float | None
+    # Exact since runs have a `transfers` section (the same figures, from the engines' logs);
+    # bucketed histogram quantiles in older runs.
     kv_xfer_p50_s: float | None
     kv_xfer_p90_s: float | None
     kv_xfer_p99_s: float | None
@@ -111,6 +119,41 @@ class ServerFigures:
     def reported_bytes(self) -> float:
         """Bytes the servers say they sent over the fabric: KV pulls and all-to-all."""
         return (self.kv_bytes or 0) + (self.alltoall_bytes or 0)
+
+
+@dataclass(frozen=True)
+class TransferFigures:
+    """KV pulls and all-to-all exchanges timed exactly, one log line each (`logs/kv-*.jsonl`,
+    `logs/ep-*.jsonl`; `emulator.results.transfers`). KV times are of completed pull attempts;
+    `kv_xfer_ratio_*` is a pull's time over its ideal `bytes * 8 / path rate`, and a pull is
+    stalled when it took more than `STALL_FACTOR` times that plus `STALL_SLACK_S`. All-to-all
+    figures are None in a run without an exchange log."""
+
+    kv_pulls: int
+    kv_attempts_failed: int
+    kv_xfer_p50_s: float | None
+    kv_xfer_p90_s: float | None
+    kv_xfer_p99_s: float | None
+    kv_xfer_max_s: float | None
+    kv_xfer_bytes_p50: float | None
+    kv_xfer_bytes_p90: float | None
+    kv_xfer_bytes_p99: float | None
+    kv_xfer_bytes_max: float | None
+    kv_xfer_ratio_p50: float | None
+    kv_xfer_ratio_p90: float | None
+    kv_xfer_ratio_p99: float | None
+    kv_xfer_ratio_max: float | None
+    kv_pulls_rated: int  # pulls whose path rate was known (the ratio's count)
+    kv_pulls_stalled: int
+    kv_stalled_max_s: float | None
+    alltoall_exchanges: int
+    alltoall_p50_s: float | None
+    alltoall_p90_s: float | None
+    alltoall_p99_s: float | None
+    alltoall_max_s: float | None
+    alltoall_bytes_sent_p50: float | None  # bytes one engine sent in one exchange
+    alltoall_bytes_received_p50: float | None
+    alltoall_exchange_failures: int | None
 
 
 # --- the fabric ------------------------------------------------------------------------------
@@ -146,6 +189,31 @@ class Utilization:
 
 
 @dataclass(frozen=True)
+class LinkLoad:
+    """One direction of one link: mean utilization over the run window and the peak over
+    windows of about one second (None when the counter had too few samples)."""
+
+    mean: float
+    peak: float | None
+
+
+@dataclass(frozen=True)
+class DirectedUtilization:
+    """Every link in both directions, host NIC links included: the busiest (highest mean), the
+    one with the highest peak, and the busiest host-to-switch and switch-to-host directions."""
+
+    busiest_link: str | None
+    busiest_link_util_mean: float | None
+    busiest_link_util_peak: float | None
+    peak_link: str | None
+    peak_link_util: float | None
+    host_uplink_util_max: float | None  # host -> switch, mean
+    host_downlink_util_max: float | None  # switch -> host, mean
+    directed_links: int
+    util_peak_window_s: float | None
+
+
+@dataclass(frozen=True)
 class FabricStats:
     """What crossed the fabric, against what the servers say they sent."""
 
@@ -156,6 +224,7 @@ class FabricStats:
     overhead_ratio: float | None
     switches: int
     switching_capacity_gbps: float
+    directed: DirectedUtilization | None = None  # runs since both directions were counted
 
     @property
     def switching_capacity_tbps(self) -> float:
@@ -163,12 +232,16 @@ class FabricStats:
         return self.switching_capacity_gbps / 1000
 
     def to_dict(self) -> dict[str, Any]:
-        rest = {k: v for k, v in _flat(self).items() if k != "utilization"}
-        return {**self.utilization.to_dict(), **rest}
+        rest = {k: v for k, v in _flat(self).items() if k not in ("utilization", "directed")}
+        out = {**self.utilization.to_dict(), **rest}
+        if self.directed is not None:
+            out.update(_flat(self.directed))
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FabricStats:
-        return _from_flat(cls, data, utilization=Utilization.from_dict(data))
+        directed = _from_flat(DirectedUtilization, data) if "directed_links" in data else None
+        return _from_flat(cls, data, utilization=Utilization.from_dict(data), directed=directed)
 
 
 # --- faults ----------------------------------------------------------------------------------
@@ -287,6 +360,9 @@ class RunSummary:
     throughput_series: tuple[tuple[float, float], ...]  # (s since load start, completed/s)
     faults: FaultReport | None = None
     health: HealthVerdict
+    # Newer sections, absent in older runs: every link by direction, and exact transfer times.
+    link_util: Mapping[str, LinkLoad] | None = None
+    transfers: TransferFigures | None = None
     trustworthy: bool
     # Where it was read from (not written): the report finds the run's other files there.
     dir: Path | None = field(default=None, compare=False, repr=False)
@@ -317,12 +393,18 @@ class RunSummary:
         if self.faults is not None:
             out["faults"] = self.faults.to_dict()
         out.update(health=self.health.to_dict(), trustworthy=self.trustworthy)
+        if self.link_util is not None:
+            out["link_util"] = {k: _flat(v) for k, v in self.link_util.items()}
+        if self.transfers is not None:
+            out["transfers"] = _flat(self.transfers)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], dir: Path | None = None) -> RunSummary:
         """A summary from its JSON object."""
         faults = data.get("faults")
+        links = data.get("link_util")
+        transfers = data.get("transfers")
         return cls(
             run=data["run"],
             label=data.get("label"),
@@ -342,6 +424,12 @@ class RunSummary:
             faults=FaultReport.from_dict(faults) if faults is not None else None,
             health=HealthVerdict.from_dict(data["health"]),
             trustworthy=data["trustworthy"],
+            link_util=(
+                {k: _from_flat(LinkLoad, v) for k, v in links.items()}
+                if links is not None
+                else None
+            ),
+            transfers=_from_flat(TransferFigures, transfers) if transfers is not None else None,
             dir=dir,
         )
 

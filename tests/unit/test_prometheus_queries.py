@@ -1,5 +1,7 @@
 """The run's PromQL (emulator.prometheus.queries) against a fake Prometheus: the queries, built
-from the exported metric names, are the ones the runner has always sent."""
+from the exported metric names, are the ones the runner has always sent, but the KV and
+all-to-all histograms, whose quantiles now come exactly from the engines' logs; port peaks from
+the counters' raw samples."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from typing import Any
 import pytest
 
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
+from emulator.results.summary import TransferFigures
+from emulator.results.transfers import ep_figures, kv_figures
 
 
 class FakePrometheus:
@@ -54,17 +58,26 @@ def test_server_figures_ask_the_same_promql_as_before() -> None:
     ]
     assert _quantile("vllm:time_to_first_token_seconds", "0.5", '{job="decode"}') in asked
     assert _quantile("vllm:inter_token_latency_seconds", "0.9", '{job="decode"}') in asked
-    assert _quantile("vllm:nixl_xfer_time_seconds", "0.99") in asked
-    assert _quantile("zcube:ep_alltoall_seconds", "0.5") in asked
+    assert not any("nixl_xfer_time" in q or "ep_alltoall_seconds" in q for q in asked)
     assert _quantile("zcube_client_ttft_seconds", "0.99", '{job="loadgen"}') in asked
     assert "sum(increase(vllm:nixl_num_failed_transfers_total[35s]))" in asked
     assert "sum(increase(zcube:ep_subflows_retired_total[35s]))" in asked
-    assert len(asked) == 6 * 3 + 5
+    assert len(asked) == 4 * 3 + 5
+    assert s.kv_xfer_p99_s is None and s.alltoall_p50_s is None  # no logs: no figure
     assert {t for _, t in prom.asked} == {1000.0}
     assert s.gateway_ttft_p99_s == 1.5 and s.kv_bytes == 4e7
     assert s.alltoall_failed is None  # a failed query is a gap, not a failed run
     assert s.ttft_p50_s is None
     assert s.reported_bytes == pytest.approx(4e7 + 1e5)
+
+
+def test_server_kv_and_alltoall_quantiles_are_the_exact_ones_from_the_logs() -> None:
+    pulls = [("decode-1", {"ok": True, "start": 0.0, "end": t, "bytes": 1000}) for t in (1, 2, 3)]
+    ep = [{"seconds": 0.01, "bytes_sent": 5, "bytes_received": 5, "failures": 0}]
+    transfers = TransferFigures(**kv_figures(pulls, lambda a, b: None), **ep_figures(ep))
+    s = server_figures(FakePrometheus({}), t1=1000.0, window_s=30.4, transfers=transfers)
+    assert (s.kv_xfer_p50_s, s.kv_xfer_p99_s) == (2.0, pytest.approx(2.98))
+    assert s.alltoall_p50_s == 0.01
 
 
 def test_port_counters_key_by_switch_and_port_and_sum_drops() -> None:
@@ -83,11 +96,30 @@ def test_port_counters_key_by_switch_and_port_and_sum_drops() -> None:
     assert c.tx_bytes == {("a0", 5): 10.0}
     assert c.rx_bytes == {("a0", 1): 7.0}
     assert c.drops == 1.0
+    assert c.tx_peak_bytes_per_s == {} and c.peak_window_s is None  # no samples: no peak
+
+
+def test_port_peaks_come_from_the_raw_samples_of_both_counters() -> None:
+    def samples(switch: str, port: str, values: list[float]) -> dict[str, Any]:
+        points = [[990.0 + i, str(v)] for i, v in enumerate(values)]
+        return {"metric": {"switch": switch, "port": port}, "values": points}
+
+    prom = FakePrometheus(
+        {
+            "zcube_port_tx_bytes_total[15s]": [samples("a0", "5", [0, 100, 400, 500])],
+            "zcube_port_rx_bytes_total[15s]": [samples("a0", "1", [0, 0, 0, 50])],
+        }
+    )
+    c = port_counters(prom, t1=1000.0, window_s=10.0)
+    assert c.tx_peak_bytes_per_s == {("a0", 5): 300.0}
+    assert c.rx_peak_bytes_per_s == {("a0", 1): 50.0}  # idle, then busy: not merged
+    assert c.peak_window_s == 1.0
 
 
 def test_the_exported_series_are_the_report_plots() -> None:
     assert EXPORTED_SERIES == (
         "zcube_port_tx_bytes_total",
+        "zcube_port_rx_bytes_total",
         "zcube:gateway_time_to_first_token_seconds_bucket",
         "zcube_client_ttft_seconds_bucket",
     )

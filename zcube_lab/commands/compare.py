@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from zcube_lab.commands.run import add_run_arguments, config_from_args
@@ -161,10 +162,12 @@ def _print_table(runs: list[RunSummary], baseline: str, args: argparse.Namespace
     from emulator.results.report import (
         HEADLINE,
         aggregate,
+        busiest_link,
         headline_rows,
         table_rows,
         trust,
         variants,
+        verdict_rows,
     )
 
     agg = aggregate(runs)
@@ -177,6 +180,9 @@ def _print_table(runs: list[RunSummary], baseline: str, args: argparse.Namespace
         for f in fabrics:
             if f != baseline:
                 table.add_column(f"{f} vs {baseline}", justify="right")
+        for row in verdict_rows(runs, fabrics, baseline):
+            table.add_row(*(_red_no(c) for c in row))
+        table.add_section()
         for row in table_rows(agg, fabrics, baseline):
             table.add_row(*row)
     else:  # many variants: one row each, headline medians (all of them are in report.html)
@@ -184,10 +190,19 @@ def _print_table(runs: list[RunSummary], baseline: str, args: argparse.Namespace
         table.add_column("run")
         for m in HEADLINE:
             table.add_column(m, justify="right")
-        for row in headline_rows(agg, fabrics):
-            table.add_row(*row)
+        table.add_column("trustworthy")
+        table.add_column("first reason")
+        for row in headline_rows(agg, fabrics, runs):
+            table.add_row(*row[:-2], *(_red_no(c) for c in row[-2:]))
     Console().print(table)
     console = Console(stderr=True)
     for f, reasons in trust(runs).items():
         if reasons:
-            console.print(f"[red]{f}: NOT TRUSTWORTHY[/red]: " + "; ".join(reasons))
+            console.print(f"[red]{f}: NOT TRUSTWORTHY[/red]: " + escape("; ".join(reasons)))
+    for r in runs:
+        console.print(f"[dim]{r.variant} {r.run}: busiest link {busiest_link(r)}[/dim]")
+
+
+def _red_no(cell: str) -> str:
+    """A verdict cell as console markup (a reason may hold brackets), red when it says no."""
+    return f"[red]{escape(cell)}[/red]" if cell.startswith("no (") else escape(cell)

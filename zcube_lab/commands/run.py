@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from emulator.experiment.runner import Experiment
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
+    from emulator.results.report import busiest_link
 
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, raise_interrupt)
@@ -150,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
         "requests_per_s": c.requests_per_s,
         "ttft_p50_s": c.ttft_p50_s,
         "ttft_p99_s": c.ttft_p99_s,
+        "kv_xfer_p99_s": s.transfers.kv_xfer_p99_s if s.transfers else None,
+        "kv_pulls_stalled": s.transfers.kv_pulls_stalled if s.transfers else None,
+        "busiest_link": busiest_link(s),
         "trustworthy": s.trustworthy,
+        "reasons": list(s.health.reasons),
     }, indent=2))  # fmt: skip
     return 0

@@ -1,0 +1,160 @@
+"""Exact KV pull and all-to-all exchange times, from the engines' own logs (pure, apart from
+reading the files): the figures of `TransferFigures` (`emulator.results.summary`).
+
+The logs, one JSON line per event, in the run's `logs/`:
+- `kv-<decode engine id>.jsonl`: every KV pull attempt (`serving.decode_engine`): `start` and
+  `end` wall-clock seconds, `ok`, `bytes`, and `engine_id`, the prefill engine pulled from.
+- `ep-<engine id>.jsonl`: every expert-parallel exchange: `start`, `end`, `seconds`,
+  `bytes_sent`, `bytes_received`, `peers`, `failures`, `step`.
+
+The Prometheus histograms of the same times stay for Grafana; their quantiles are exact only to
+their buckets (0.25-1 s and 1-5 s at the top), which hides the 1 s stalls the issue is about.
+
+A pull's path rate is the lower of the two hosts' NIC rates (the sum of the emulated rates of
+each host's links): a pull spreads its lanes over every port of the prefill's NIC (ZCube's two
+ports, every ROFT plane) and lands on every port of the decode's, so an uncontended pull is
+bounded by the NICs, not by the trunks. Its ideal time is `bytes * 8 / rate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from emulator.results.figures import read_jsonl
+from emulator.results.summary import TransferFigures
+from zcube_lab.fabric.description import Fabric
+from zcube_lab.fabric.scale import Scale
+from zcube_lab.stats import quantile
+
+KV_LOG_PREFIX = "kv-"
+EP_LOG_PREFIX = "ep-"
+# A pull slower than this many times its ideal time, plus this slack (connect, framing, first
+# byte), is "stalled": a lost segment waiting for a retransmission, or a deep queue.
+STALL_FACTOR = 2.0
+STALL_SLACK_S = 0.1
+
+Row = Mapping[str, Any]
+RateOf = Callable[[str, str], float | None]  # (prefill engine, decode engine) -> bit/s
+
+
+def nic_rate_bps(fabric: Fabric, scale: Scale, host: str) -> float:
+    """The emulated rate in bit/s of a host's NIC: the sum of its links' rates."""
+    return sum(
+        scale.link_mbps(fabric, lk.gbps) * 1e6
+        for lk in fabric.links
+        if host in (lk.node1, lk.node2)
+    )
+
+
+def pull_rate_bps(fabric: Fabric, scale: Scale, src: str, dst: str) -> float | None:
+    """The ideal rate of a KV pull from host `src` to host `dst` (see the module docstring);
+    None when either host has no link."""
+    rate = min(nic_rate_bps(fabric, scale, src), nic_rate_bps(fabric, scale, dst))
+    return rate or None
+
+
+def engine_rates(fabric: Fabric, scale: Scale, engine_hosts: Mapping[str, str]) -> RateOf:
+    """Path rate by (prefill engine id, decode engine id), from where each engine runs; None
+    for an engine it does not know."""
+
+    def rate(src: str, dst: str) -> float | None:
+        if src not in engine_hosts or dst not in engine_hosts:
+            return None
+        return pull_rate_bps(fabric, scale, engine_hosts[src], engine_hosts[dst])
+
+    return rate
+
+
+def read_logs(log_dir: Path, prefix: str) -> list[tuple[str, dict[str, Any]]]:
+    """(engine id from the file name, row) for every line of `<prefix><engine>.jsonl`."""
+    return [
+        (path.stem[len(prefix) :], row)
+        for path in sorted(log_dir.glob(f"{prefix}*.jsonl"))
+        for row in read_jsonl(path)
+    ]
+
+
+def _seconds(row: Row) -> float | None:
+    if row.get("seconds") is not None:
+        return float(row["seconds"])
+    if row.get("start") is None or row.get("end") is None:
+        return None
+    return float(row["end"]) - float(row["start"])
+
+
+def _spread(values: list[float], name: str) -> dict[str, float | None]:
+    """`name_p50`, `_p90`, `_p99` and `_max` of values (None for none); `name` may end in `_s`,
+    which then ends each key."""
+    stem, unit = (name[:-2], "_s") if name.endswith("_s") else (name, "")
+    out: dict[str, float | None] = {
+        f"{stem}_p{q}{unit}": quantile(values, q / 100) for q in (50, 90, 99)
+    }
+    out[f"{stem}_max{unit}"] = max(values, default=None)
+    return out
+
+
+def kv_figures(attempts: Iterable[tuple[str, Row]], rate_of: RateOf) -> dict[str, Any]:
+    """The KV part of `TransferFigures` from (decode engine, pull attempt) rows."""
+    seconds: list[float] = []
+    sizes: list[float] = []
+    ratios: list[float] = []
+    stalled: list[float] = []
+    failed = 0
+    for decode, row in attempts:
+        took = _seconds(row)
+        if not row.get("ok") or took is None:
+            failed += 1
+            continue
+        size = float(row.get("bytes") or 0)
+        seconds.append(took)
+        sizes.append(size)
+        rate = rate_of(str(row.get("engine_id", "")), decode)
+        if rate and size > 0:
+            ideal = size * 8 / rate
+            ratios.append(took / ideal)
+            if took > STALL_FACTOR * ideal + STALL_SLACK_S:
+                stalled.append(took)
+    return {
+        "kv_pulls": len(seconds),
+        "kv_attempts_failed": failed,
+        **_spread(seconds, "kv_xfer_s"),
+        **_spread(sizes, "kv_xfer_bytes"),
+        **_spread(ratios, "kv_xfer_ratio"),
+        "kv_pulls_rated": len(ratios),
+        "kv_pulls_stalled": len(stalled),
+        "kv_stalled_max_s": max(stalled, default=None),
+    }
+
+
+def ep_figures(exchanges: Iterable[Row] | None) -> dict[str, Any]:
+    """The all-to-all part of `TransferFigures`; None figures when there is no exchange log.
+    Times are of exchanges in which every peer answered; failures are counted apart."""
+    rows = list(exchanges or ())
+    clean = [r for r in rows if not r.get("failures")]
+    times = [t for t in map(_seconds, clean) if t is not None]
+    sent = [float(r.get("bytes_sent") or 0) for r in clean]
+    received = [float(r.get("bytes_received") or 0) for r in clean]
+    return {
+        "alltoall_exchanges": len(rows),
+        **_spread(times, "alltoall_s"),
+        "alltoall_bytes_sent_p50": quantile(sent, 0.5),
+        "alltoall_bytes_received_p50": quantile(received, 0.5),
+        "alltoall_exchange_failures": (
+            sum(int(r.get("failures") or 0) for r in rows) if exchanges is not None else None
+        ),
+    }
+
+
+def transfer_figures(
+    log_dir: Path, fabric: Fabric, scale: Scale, engine_hosts: Mapping[str, str]
+) -> TransferFigures:
+    """A run's exact transfer figures from the engine logs in `log_dir`; `engine_hosts` maps
+    each engine id to its GPU host (the placement)."""
+    kv = read_logs(log_dir, KV_LOG_PREFIX)
+    ep_files = list(log_dir.glob(f"{EP_LOG_PREFIX}*.jsonl"))
+    ep = [row for _, row in read_logs(log_dir, EP_LOG_PREFIX)] if ep_files else None
+    return TransferFigures(
+        **kv_figures(kv, engine_rates(fabric, scale, engine_hosts)), **ep_figures(ep)
+    )

@@ -1,0 +1,105 @@
+"""The health verdict in the comparison: the table leads with it, the report marks untrustworthy
+runs with their reasons and the checks beyond CPU, and `compare` prints yes/no per variant."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from emulator.lab.verdict import HealthVerdict
+from emulator.results.report import (
+    aggregate,
+    busiest_link,
+    headline_rows,
+    verdict_checks,
+    verdict_rows,
+    write_report,
+)
+from emulator.results.summary import DirectedUtilization, RunSummary
+
+DATA = Path(__file__).parent / "data" / "summary-zcube.json"
+
+
+@dataclass(frozen=True)
+class NewerVerdict(HealthVerdict):
+    """A verdict with the fidelity fields another change adds (read without knowing them)."""
+
+    tcp_timeouts: Mapping[str, int] = field(default_factory=dict)
+    qdisc_drops: int = 0
+
+
+def _run(label: str, ok: bool, reasons: tuple[str, ...] = (), name: str = "r") -> RunSummary:
+    base = RunSummary.from_dict(json.loads(DATA.read_text()))
+    health = NewerVerdict(
+        **{**base.health.__dict__, "trustworthy": ok, "reasons": reasons},
+        tcp_timeouts={"h3": 2, "h4": 0} if not ok else {},
+    )
+    return replace(base, run=name, label=label, health=health, trustworthy=ok)
+
+
+def _runs() -> list[RunSummary]:
+    bad = ("retransmission timeouts on [h3] with no fault", "CPU above 90%")
+    return [
+        _run("zcube", True, name="z1"),
+        _run("zcube", False, bad, name="z2"),
+        _run("roft", True, name="r1"),
+    ]
+
+
+def test_verdict_rows_say_yes_or_how_many_were_not_and_the_first_reason() -> None:
+    rows = verdict_rows(_runs(), ["zcube", "roft"], "roft")
+    assert rows == [
+        ["trustworthy", "no (1 of 2)", "yes", ""],
+        ["first reason", "retransmission timeouts on [h3] with no fault", "-", ""],
+    ]
+    head = headline_rows(aggregate(_runs()), ["zcube", "roft"], _runs())
+    assert head[0][-2:] == ["no (1 of 2)", "retransmission timeouts on [h3] with no fault"]
+    assert head[1][-2:] == ["yes", "-"]
+
+
+def test_checks_beyond_cpu_are_shown_without_knowing_their_names() -> None:
+    bad = _runs()[1]
+    assert verdict_checks(bad) == ["tcp_timeouts: h3 2"]  # zeros left out
+    assert verdict_checks(_runs()[0]) == []
+
+
+def test_busiest_link_is_named_with_mean_and_peak() -> None:
+    r = _runs()[0]
+    assert busiest_link(r) == "-"  # an old run counted transmit only
+    d = DirectedUtilization("h5->a1:2", 0.42, 0.9, "h5->a1:2", 0.9, 0.42, 0.1, 64, 1.0)
+    r = replace(r, fabric_stats=replace(r.fabric_stats, directed=d))
+    assert busiest_link(r) == "h5->a1:2 mean 42% peak 90%"
+
+
+def test_the_report_marks_untrustworthy_runs_and_prints_their_reasons(tmp_path: Path) -> None:
+    runs = []
+    for r in _runs():
+        d = tmp_path / r.run
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"fabric_summary": {"hosts": 16}}))
+        runs.append(replace(r, dir=d))
+    page = write_report(runs, tmp_path / "report", "roft", {}).read_text()
+    assert "<th class='bad'>zcube (not trustworthy)</th>" in page
+    assert "NOT TRUSTWORTHY: retransmission timeouts on [h3] with no fault; CPU above 90%" in page
+    assert "tcp_timeouts: h3 2" in page
+    assert page.count("<span class='ok'>trustworthy</span>") == 2
+
+
+def test_compare_prints_the_verdict_per_variant(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zcube_lab.commands.compare import _print_table
+
+    monkeypatch.setenv("COLUMNS", "300")  # one table row per line, whatever the terminal
+
+    args = argparse.Namespace(workload="coding-agent", repeat=2)
+    _print_table(_runs(), "roft", args)
+    out = capsys.readouterr()
+    assert "trustworthy" in out.out and "no (1 of 2)" in out.out
+    assert "retransmission timeouts on [h3]" in out.out  # brackets are not eaten as markup
+    assert "zcube: NOT TRUSTWORTHY" in out.err

@@ -1,0 +1,89 @@
+"""Exact KV pull and all-to-all times from synthetic engine logs (emulator.results.transfers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from emulator.results.transfers import (
+    ep_figures,
+    kv_figures,
+    pull_rate_bps,
+    transfer_figures,
+)
+from zcube_lab.fabric.builders import build_roft, build_zcube
+from zcube_lab.fabric.scale import Scale
+
+
+def _pull(took: float, size: int, ok: bool = True, src: str = "prefill-0") -> dict:
+    return {"engine_id": src, "start": 100.0, "end": 100.0 + took, "ok": ok, "bytes": size}
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_pull_is_bounded_by_the_slower_nic() -> None:
+    scale = Scale(nic_mbps=100)
+    zcube = build_zcube(n=4)  # two 50 Mb/s ports per host
+    assert pull_rate_bps(zcube, scale, "h0", "h5") == pytest.approx(100e6)
+    roft = build_roft()
+    assert pull_rate_bps(roft, scale, "h0", "h3") == pytest.approx(100e6)
+
+
+def test_kv_figures_are_exact_quantiles_ratios_and_stalls() -> None:
+    rate = 8e6  # 1 MB/s: a 100 kB pull takes 0.1 s ideally
+    rows = [_pull(0.1 + 0.01 * i, 100_000) for i in range(9)]
+    rows.append(_pull(1.05, 100_000))  # a retransmission timeout: 10.5 x ideal
+    rows.append(_pull(0.05, 40_000, ok=False))  # a failed attempt: counted apart
+    figs = kv_figures([("decode-4", r) for r in rows], lambda src, dst: rate)
+    assert figs["kv_pulls"] == 10 and figs["kv_attempts_failed"] == 1
+    assert figs["kv_xfer_p50_s"] == pytest.approx(0.145)
+    assert figs["kv_xfer_max_s"] == pytest.approx(1.05)
+    assert figs["kv_xfer_bytes_p50"] == 100_000
+    assert figs["kv_xfer_ratio_p50"] == pytest.approx(1.45)
+    assert figs["kv_xfer_ratio_max"] == pytest.approx(10.5)
+    # stalled: slower than 2 x 0.1 s + 0.1 s = 0.3 s
+    assert (figs["kv_pulls_rated"], figs["kv_pulls_stalled"]) == (10, 1)
+    assert figs["kv_stalled_max_s"] == pytest.approx(1.05)
+
+
+def test_an_unknown_rate_leaves_the_ratio_out_but_keeps_the_times() -> None:
+    figs = kv_figures([("decode-4", _pull(2.0, 1000))], lambda src, dst: None)
+    assert figs["kv_xfer_p99_s"] == 2.0
+    assert figs["kv_xfer_ratio_p50"] is None
+    assert (figs["kv_pulls_rated"], figs["kv_pulls_stalled"]) == (0, 0)
+
+
+def test_ep_figures_time_clean_exchanges_and_count_failures() -> None:
+    rows = [
+        {"seconds": 0.002 * (i + 1), "bytes_sent": 4096, "bytes_received": 2048, "failures": 0}
+        for i in range(5)
+    ]
+    rows.append({"start": 1.0, "end": 3.0, "bytes_sent": 0, "bytes_received": 0, "failures": 2})
+    figs = ep_figures(rows)
+    assert figs["alltoall_exchanges"] == 6
+    assert figs["alltoall_p50_s"] == pytest.approx(0.006)
+    assert figs["alltoall_max_s"] == pytest.approx(0.010)  # not the failed one's 2 s
+    assert figs["alltoall_bytes_sent_p50"] == 4096
+    assert figs["alltoall_bytes_received_p50"] == 2048
+    assert figs["alltoall_exchange_failures"] == 2
+    none = ep_figures(None)
+    assert none["alltoall_p50_s"] is None and none["alltoall_exchange_failures"] is None
+
+
+def test_transfer_figures_read_the_run_logs(tmp_path: Path) -> None:
+    fabric, scale = build_zcube(n=4), Scale(nic_mbps=100)
+    hosts = {"prefill-0": "h0", "decode-5": "h5"}
+    # 1.25 MB at 100 Mb/s takes 0.1 s ideally
+    _write(tmp_path / "kv-decode-5.jsonl", [_pull(0.11, 1_250_000), _pull(0.5, 1_250_000)])
+    (tmp_path / "ep-h3.log").write_text("not an exchange log\n")
+    figs = transfer_figures(tmp_path, fabric, scale, hosts)
+    assert figs.kv_pulls == 2 and figs.kv_pulls_stalled == 1
+    assert figs.kv_xfer_ratio_p50 == pytest.approx(3.05)
+    assert figs.alltoall_exchanges == 0 and figs.alltoall_p50_s is None
+    assert figs.alltoall_exchange_failures is None  # no exchange log: no figure
+    _write(tmp_path / "ep-decode-5.jsonl", [{"seconds": 0.004, "bytes_sent": 10, "failures": 0}])
+    assert transfer_figures(tmp_path, fabric, scale, hosts).alltoall_p50_s == 0.004
