@@ -82,8 +82,10 @@ PANELS = (
         unit="bps",
     ),
     Panel(
-        "All-to-all time per step",
-        f"{ALLTOALL_TIME} p50/p90/p99: one engine step's exchange.",
+        "All-to-all exchange time",
+        f"{ALLTOALL_TIME} p50/p90/p99: one exchange, from its dispatch sent to the last "
+        "peer's combine received (every MoE layer of a step in one round trip), not the "
+        "engine step; the exact times are in logs/ep-<engine>.jsonl.",
         quantiles(ALLTOALL_TIME, SRV),
         unit="s",
     ),

@@ -3,18 +3,29 @@
 Each engine step of an instance spanning several GPU hosts sends a dispatch payload to every peer
 and reads an equally sized combine payload back; the step ends when all peers answered. Peers
 are `ep_worker` processes on the instance's other hosts (their fabric addresses). Frames are a
-u64 length and that many bytes, both ways. Sizes come from `profiles.alltoall_bytes_per_peer`
-(already divided by `bandwidth_scale`).
+u64 length and that many bytes, both ways. Sizes come from `models.alltoall_bytes_per_peer`
+(every MoE layer's dispatch in one frame, already divided by `bandwidth_scale`).
+
+`AllToAll.timed_exchange` returns an `Exchange`: when the dispatch started and the last
+combine arrived (the slowest peer ends it: the group runs in lockstep), bytes each way, peers
+and failures. With a log file (`exchange_log`), `log_exchange` appends one JSON line per
+exchange: `{"start", "end", "seconds", "bytes_sent", "bytes_received", "peers", "failures",
+"step", "compute_s", "step_s"}` (wall-clock `start`/`end`; `seconds` from the monotonic
+clock; `step` counts the engine's exchanges from 0; `compute_s` the step's modelled compute
+and `step_s` the whole step as it ran).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import struct
-from collections.abc import Sequence
-from typing import Protocol
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TextIO
 
 from serving.config import Address, EngineCommon
 from serving.metrics import EngineMetrics
@@ -87,6 +98,30 @@ def split_bytes(n: int, k: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(count)]
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """One all-to-all: dispatch started (`start`, wall s) to the last combine received (`end`);
+    `seconds` on the monotonic clock; bytes sent to and received from the peers that answered;
+    `failures` peers that did not."""
+
+    start: float
+    end: float
+    seconds: float
+    bytes_sent: int
+    bytes_received: int
+    peers: int
+    failures: int
+    step: int
+
+    @property
+    def moved(self) -> int:
+        """Bytes sent plus received."""
+        return self.bytes_sent + self.bytes_received
+
+
+_Moved = tuple[int, int]  # (bytes sent, bytes received)
+
+
 class _PeerExchange:
     """One peer's share of one sprayed exchange: parts waiting, parts left, bytes moved."""
 
@@ -96,10 +131,12 @@ class _PeerExchange:
             self.queue.put_nowait(p)
         self.left = len(parts)
         self.workers = workers
-        self.moved = 0
+        self.sent = 0
+        self.received = 0
 
-    def finished(self, moved: int) -> None:
-        self.moved += moved
+    def finished(self, moved: _Moved) -> None:
+        self.sent += moved[0]
+        self.received += moved[1]
         self.left -= 1
         if self.left == 0:
             for _ in range(self.workers):
@@ -143,6 +180,8 @@ class AllToAll:
         self._zeros = _ZeroPool()
         self.failures = 0
         self.retired = 0
+        self.steps = 0  # exchanges run
+        self.log: TextIO | None = None  # one JSON line per exchange (`exchange_log`)
 
     def _drop(self, key: tuple[Address, int]) -> None:
         """Abort a connection left mid-frame (no graceful close on a possibly dead path)."""
@@ -158,8 +197,8 @@ class AllToAll:
             self._conns[key] = conn
         return conn
 
-    async def _frame(self, key: tuple[Address, int], n: int) -> int:
-        """Send one n-byte frame on subflow `key` and read its answer: bytes moved."""
+    async def _frame(self, key: tuple[Address, int], n: int) -> _Moved:
+        """Send one n-byte frame on subflow `key` and read its answer: bytes sent, received."""
         try:
             reader, writer = await self._connect(key)
             writer.write(_LEN.pack(n))
@@ -167,13 +206,13 @@ class AllToAll:
             await writer.drain()
             (back,) = _LEN.unpack(await reader.readexactly(_LEN.size))
             await reader.readexactly(back)
-            return n + back
+            return n, back
         except BaseException:
             # A half-read connection is useless; open a fresh one next time.
             self._drop(key)
             raise
 
-    async def _watched_frame(self, key: tuple[Address, int], n: int, stall_s: float) -> int:
+    async def _watched_frame(self, key: tuple[Address, int], n: int, stall_s: float) -> _Moved:
         """`_frame`, raising _Stalled when no progress is made for `stall_s`: progress is the
         connection opening, a send chunk accepted (the peer acknowledged earlier bytes), or
         bytes received."""
@@ -196,7 +235,7 @@ class AllToAll:
                     if not got:
                         raise asyncio.IncompleteReadError(b"", remaining)
                     remaining -= len(got)
-            return n + back
+            return n, back
         except TimeoutError:
             self._drop(key)
             raise _Stalled(f"no progress for {stall_s} s") from None
@@ -225,13 +264,13 @@ class AllToAll:
                 continue
             ex.finished(moved)
 
-    async def _one(self, peer: Address, n: int) -> int:
+    async def _one(self, peer: Address, n: int) -> _Moved:
         async with asyncio.timeout(self.timeout_s):
             if self.subflows == 1 and self.stall_timeout_s is None:
                 return await self._frame((peer, 0), n)
             return await self._spray(peer, n)
 
-    async def _spray(self, peer: Address, n: int) -> int:
+    async def _spray(self, peer: Address, n: int) -> _Moved:
         parts = split_bytes(n, self.subflows)
         ex = _PeerExchange(parts, len(parts))
         tasks = [asyncio.create_task(self._worker(peer, i, ex)) for i in range(len(parts))]
@@ -242,16 +281,41 @@ class AllToAll:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        return ex.moved
+        return ex.sent, ex.received
 
     async def exchange(self, bytes_per_peer: int) -> int:
         """Dispatch to and combine from every peer; return bytes moved (0 from a failed peer)."""
         if not self.peers or bytes_per_peer <= 0:
             return 0
+        return (await self.timed_exchange(bytes_per_peer)).moved
+
+    async def timed_exchange(self, bytes_per_peer: int) -> Exchange:
+        """Dispatch `bytes_per_peer` to every peer at once and wait for every combine: the
+        exchange ends with the slowest peer's answer (or its failure)."""
+        loop = asyncio.get_running_loop()
+        wall, start = time.time(), loop.time()
+        step = self.steps
+        self.steps += 1
+        failures_before = self.failures
         results = await asyncio.gather(
             *(self._one(p, bytes_per_peer) for p in self.peers), return_exceptions=True
         )
-        moved = 0
+        seconds = loop.time() - start
+        sent, received = self._tally(results)
+        return Exchange(
+            start=wall,
+            end=wall + seconds,
+            seconds=seconds,
+            bytes_sent=sent,
+            bytes_received=received,
+            peers=len(self.peers),
+            failures=self.failures - failures_before,
+            step=step,
+        )
+
+    def _tally(self, results: list[_Moved | BaseException]) -> _Moved:
+        """Bytes sent and received by the peers that answered; count and log the others."""
+        sent = received = 0
         for peer, r in zip(self.peers, results, strict=True):
             if isinstance(r, BaseException):
                 if isinstance(r, asyncio.CancelledError):
@@ -262,14 +326,48 @@ class AllToAll:
                 why = f"no answer within {self.timeout_s} s" if isinstance(r, TimeoutError) else r
                 log.warning("all-to-all with %s failed: %s", peer, why)
             else:
-                moved += r
-        return moved
+                sent += r[0]
+                received += r[1]
+        return sent, received
+
+    def log_exchange(self, ex: Exchange, compute_s: float, step_s: float) -> None:
+        """Append `ex` to the exchange log (if any) as one JSON line, flushed at once."""
+        if self.log is None:
+            return
+        record = {
+            "start": ex.start,
+            "end": ex.end,
+            "seconds": ex.seconds,
+            "bytes_sent": ex.bytes_sent,
+            "bytes_received": ex.bytes_received,
+            "peers": ex.peers,
+            "failures": ex.failures,
+            "step": ex.step,
+            "compute_s": compute_s,
+            "step_s": step_s,
+        }
+        self.log.write(json.dumps(record) + "\n")
+        self.log.flush()
 
     async def close(self) -> None:
         """Close every peer connection."""
         for _, writer in self._conns.values():
             writer.close()
         self._conns.clear()
+
+
+@contextlib.contextmanager
+def exchange_log(a2a: AllToAll, path: str) -> Iterator[None]:
+    """While open, `a2a` appends one JSON line per exchange to `path` ("": no log)."""
+    if not path:
+        yield
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        a2a.log = f
+        try:
+            yield
+        finally:
+            a2a.log = None
 
 
 def engine_alltoall(cfg: EngineCommon, metrics: EngineMetrics) -> AllToAll:

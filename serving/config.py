@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from serving.models import PROFILES, ModelProfile, get_profile
+from serving.models import EP_EXPOSED_FRACTION, PROFILES, ModelProfile, get_profile
 from serving.options import option
 from serving.routing import BALANCERS
 from zcube_lab.errors import ConfigError
@@ -136,6 +136,17 @@ class EngineCommon:
     ep_timeout_s: float = option(
         5.0, help="an EP peer not answered within this fails for that step", omit_default=True
     )
+    # Share of each exchange that compute does not hide (serving.models.ep_step_seconds).
+    ep_exposed_fraction: float = option(
+        EP_EXPOSED_FRACTION,
+        help="share of each all-to-all not hidden behind compute: a step lasts "
+        f"max(exchange, compute + f x exchange) (default {EP_EXPOSED_FRACTION:g})",
+        omit_default=True,
+    )
+    # Append one JSON line per all-to-all exchange to this file ("": no log).
+    ep_log: str = option(
+        "", help="append one JSON line per all-to-all exchange to this file", omit_default=True
+    )
 
     def __post_init__(self) -> None:
         get_profile(self.model)
@@ -146,6 +157,13 @@ class EngineCommon:
             raise ConfigError("ep_peers", [str(a) for a in self.ep_peers], "empty: model is dense")
         _check(1 <= self.ep_subflows <= 64, "ep_subflows", self.ep_subflows, "1..64")
         _check(0 < self.ep_timeout_s <= 3600, "ep_timeout_s", self.ep_timeout_s, "0 < s <= 3600")
+        _check(
+            0.0 <= self.ep_exposed_fraction <= 1.0,
+            "ep_exposed_fraction",
+            self.ep_exposed_fraction,
+            "0..1",
+        )
+        _check("\n" not in self.ep_log, "ep_log", self.ep_log, "a file path")
         if self.ep_stall_timeout_s is not None:
             _check(
                 0 < self.ep_stall_timeout_s < self.ep_timeout_s,
@@ -229,7 +247,16 @@ class DecodeConfig(EngineCommon):
         parse=lambda raw, _: parse_kv_sources(raw),
         item=lambda entry: "=".join(entry),
     )
-    kv_chunk_bytes: int = option(256 * 1024)
+    kv_chunk_bytes: int = option(
+        256 * 1024, help="largest KV chunk (with --kv-chunks-per-lane 0: every chunk's size)"
+    )
+    # Chunks per lane of every pull (serving.kvwire.chunk_size); 0: fixed kv_chunk_bytes chunks.
+    kv_chunks_per_lane: int = option(
+        4,
+        help="split each KV pull into this many chunks per lane (at most --kv-chunk-bytes "
+        "each); 0: fixed --kv-chunk-bytes chunks",
+        omit_default=True,
+    )
     kv_retries: int = option(3)
     kv_timeout_s: float = option(10.0)
     # Retire a KV lane that receives no byte for this long and reopen it (None: never).
@@ -283,6 +310,12 @@ class DecodeConfig(EngineCommon):
             "kv_chunk_bytes",
             self.kv_chunk_bytes,
             "4096..67108864",
+        )
+        _check(
+            0 <= self.kv_chunks_per_lane <= 64,
+            "kv_chunks_per_lane",
+            self.kv_chunks_per_lane,
+            "0..64 (0: fixed --kv-chunk-bytes chunks)",
         )
         _check(0 <= self.kv_retries <= 10, "kv_retries", self.kv_retries, "0..10")
         _check(self.kv_timeout_s > 0, "kv_timeout_s", self.kv_timeout_s, "> 0")
@@ -339,6 +372,12 @@ class GatewayConfig:
     policy: str = option("least-outstanding")
     max_outstanding: int = option(2048)
     upstream_timeout_s: float = option(600.0)
+    # Append one JSON line per answered request (exact timings) to this file ("": no log).
+    request_log: str = option(
+        "",
+        help="append one JSON line per request (arrival, first token, TTFT, tokens, status)",
+        omit_default=True,
+    )
 
     def __post_init__(self) -> None:
         get_profile(self.model)
@@ -356,6 +395,7 @@ class GatewayConfig:
         )
         _check(self.max_outstanding >= 1, "max_outstanding", self.max_outstanding, ">= 1")
         _check(self.upstream_timeout_s > 0, "upstream_timeout_s", self.upstream_timeout_s, "> 0")
+        _check("\n" not in self.request_log, "request_log", self.request_log, "a file path")
 
     @property
     def profile(self) -> ModelProfile:

@@ -28,7 +28,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from serving import httpapi
-from serving.alltoall import engine_alltoall
+from serving.alltoall import engine_alltoall, exchange_log
 from serving.config import Address, DecodeConfig, parse_address
 from serving.decode_engine import DecodeEngine, DecodeSeq, KVHandle, path_health
 from serving.kvwire import KVTransferError
@@ -185,7 +185,8 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     engine = app[ENGINE_KEY]
     task = asyncio.create_task(engine.run())
     try:
-        yield
+        with exchange_log(engine.a2a, app[CONFIG_KEY].ep_log):
+            yield
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

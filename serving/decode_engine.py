@@ -145,11 +145,13 @@ class DecodeEngine:
                 await self.wake.wait()
                 continue
             batch = list(self.running)
-            compute_s = decode_step_seconds(profile, len(batch))
+            # Each sequence's new token attends its whole context: prompt and generated.
+            attended = sum(s.kv_tokens for s in batch)
+            compute_s = decode_step_seconds(profile, len(batch), attended)
             a2a = alltoall_bytes_per_peer(
                 profile, len(batch), self.cfg.ep_size, self.cfg.bandwidth_scale
             )
-            await run_step(compute_s, self.a2a, a2a, self.metrics)
+            await run_step(compute_s, self.a2a, a2a, self.metrics, self.cfg.ep_exposed_fraction)
             now = loop.time()
             emitted = 0
             for seq in batch:
@@ -209,6 +211,7 @@ class DecodeEngine:
                         stall_timeout_s=cfg.kv_stall_timeout_s,
                         max_retired=cfg.kv_max_retired,
                         health=self.health,
+                        chunks_per_lane=cfg.kv_chunks_per_lane or None,
                     )
                 except asyncio.CancelledError:
                     # The client went away mid-pull: still one line for this attempt.

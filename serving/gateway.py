@@ -4,6 +4,7 @@ For each request it validates (same rules and profile as the engines), picks a p
 decode instance with the configured balancing policy, asks prefill for the KV (`max_tokens=1`,
 `kv_transfer_params.do_remote_decode`), passes prefill's `kv_transfer_params` to decode and
 relays decode's answer byte for byte. It refuses with 429 + Retry-After above `max_outstanding`.
+With `request_log`, one JSON line per request records its exact timings (`serving.requestlog`).
 Run: `python -m serving.gateway --host MGMT --port 8000 --prefill-url http://P:8100
 --decode-url http://D:8200`.
 """
@@ -14,9 +15,10 @@ import argparse
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import aiohttp
 from aiohttp import web
@@ -27,6 +29,7 @@ from serving.config import GatewayConfig
 from serving.metrics import GatewayMetrics
 from serving.openai_api import CHAT, COMPLETION, ApiError, parse_request
 from serving.options import add_flags, from_args
+from serving.requestlog import RequestTiming, TokenCounter, completion_tokens, write_record
 from serving.routing import Backend, Balancer, make_balancer, same_group
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,7 @@ class GatewayState:
     session: aiohttp.ClientSession | None = None
     outstanding: int = 0
     background: set[asyncio.Task] = field(default_factory=set)
+    request_log: TextIO | None = None
 
 
 STATE_KEY = web.AppKey("gateway_state", GatewayState)
@@ -120,8 +124,7 @@ async def _decode(
     body: dict[str, Any],
     kind: str,
     params: dict[str, Any],
-    rid: str,
-    start: float,
+    timing: RequestTiming,
 ) -> web.StreamResponse:
     assert state.session is not None
     params = dict(params)
@@ -135,26 +138,33 @@ async def _decode(
         async with state.session.post(
             backend.url + ROUTES[kind],
             data=json.dumps(b, separators=(",", ":")).encode(),
-            headers={"Content-Type": "application/json", "X-Request-Id": rid},
+            headers={"Content-Type": "application/json", "X-Request-Id": timing.request_id},
         ) as dresp:
             ctype = dresp.headers.get("Content-Type", "")
             if dresp.status != 200 or not ctype.startswith("text/event-stream"):
                 raw = await dresp.read()
-                state.metrics.ttft.observe(loop.time() - start)
+                timing.first_token = loop.time()
+                state.metrics.ttft.observe(timing.first_token - timing.arrival)
+                if dresp.status == 200:
+                    timing.output_tokens = completion_tokens(raw)
+                else:
+                    timing.first_token = None  # an error is no token
                 return web.Response(body=raw, status=dresp.status, headers=_relay_headers(dresp))
             out = web.StreamResponse(headers=_relay_headers(dresp))
             await out.prepare(request)
-            first = True
+            tokens = timing.tokens = TokenCounter() if state.request_log is not None else None
             try:
                 async for data in dresp.content.iter_any():
-                    if first:
-                        state.metrics.ttft.observe(loop.time() - start)
-                        first = False
+                    if timing.first_token is None:
+                        timing.first_token = loop.time()
+                        state.metrics.ttft.observe(timing.first_token - timing.arrival)
+                    if tokens is not None:
+                        tokens.feed(data)
                     await out.write(data)
             except ConnectionError:
                 # Our client left: leaving the `async with` closes decode's stream, and decode
                 # frees the sequence.
-                log.info("client of %s went away mid-stream", rid)
+                log.info("client of %s went away mid-stream", timing.request_id)
             return out
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _upstream_failed(state, "decode", exc) from None
@@ -168,18 +178,19 @@ def _handler(kind: str):
         state = request.app[STATE_KEY]
         cfg = state.cfg
         loop = asyncio.get_running_loop()
-        start = loop.time()
+        timing = RequestTiming(ROUTES[kind], time.time(), loop.time())
+        timing.request_id = rid = httpapi.request_id(request)
         status = 500
         try:
             body = await httpapi.read_json(request)
             req = parse_request(body, kind, cfg.profile, cfg.model_name)
             assert isinstance(body, dict)
+            timing.prompt_tokens, timing.stream = req.prompt_tokens, req.stream
             if state.outstanding >= cfg.max_outstanding:
                 state.metrics.rejected("gateway_full")
                 raise ApiError(
                     429, "gateway is at max_outstanding", code="overloaded", retry_after=1
                 )
-            rid = httpapi.request_id(request)
             state.outstanding += 1
             state.metrics.outstanding.set(state.outstanding)
             try:
@@ -187,7 +198,7 @@ def _handler(kind: str):
                 if isinstance(got, web.Response):
                     status = got.status
                     return got
-                resp = await _decode(state, request, body, kind, got, rid, start)
+                resp = await _decode(state, request, body, kind, got, timing)
                 status = resp.status
                 return resp
             finally:
@@ -198,6 +209,8 @@ def _handler(kind: str):
             raise
         finally:
             state.metrics.request(ROUTES[kind], status)
+            if state.request_log is not None:
+                write_record(state.request_log, timing.record(status, loop.time()))
 
     return handle
 
@@ -210,7 +223,16 @@ async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
         connector=connector, timeout=timeout, auto_decompress=False
     )
     try:
-        yield
+        if not state.cfg.request_log:
+            yield
+            return
+        # Appended to, line by line: a run reads it afterwards.
+        with open(state.cfg.request_log, "a", encoding="utf-8") as f:
+            state.request_log = f
+            try:
+                yield
+            finally:
+                state.request_log = None
     finally:
         await state.session.close()
 

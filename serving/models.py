@@ -6,6 +6,26 @@ A profile is a frozen record named by its short id (`glm-5.1`, `deepseek-v3`, `l
 `layers * (kv_lora_rank + rope_dim) * bytes`. Throughput and step-time figures are rough
 per-instance numbers for an 8-GPU H800-class node, chosen to be plausible, not measured.
 Every byte that crosses the fabric is divided by `bandwidth_scale`; seconds stay real.
+
+The compute model (docs/DOMAIN.md "Compute model"); [S] = sourced, [A] = assumption:
+- prefill step: `prefill_step_overhead_s + (new + PREFILL_CACHED_TOKEN_COST * cached) /
+  prefill_tokens_per_s`. `new` are the prompt tokens computed in the step; `cached` the
+  prefix-cache hits of the prompts that start in it: their projections and experts are
+  skipped, but the new tokens still attend to them. PREFILL_CACHED_TOKEN_COST = 0.1 [A]:
+  with DeepSeek-V3's attention shape (128 heads, qk 192 + v 128 dims, 61 layers: about
+  5 MFLOP per new-token x cached-token pair) against about 74 GFLOP per token for the rest
+  (37 B active parameters), a 1-16K-token append to a 15-20K-token cached prefix (the
+  coding-agent workload) costs 0.05-0.22 of recomputing the prefix; 0.1 is the middle.
+- decode step: `decode_step_base_s + decode_step_per_seq_s * batch + attended *
+  kv_bytes_per_token / attention_bytes_per_s`, `attended` the sum of the batch's context
+  lengths (each running sequence reads its whole KV cache once per step). Decode attention
+  is bound by reading the KV cache [S]: FlashMLA reaches 3,000 GB/s per H800 in its
+  memory-bound configuration (github.com/deepseek-ai/FlashMLA, README); with data-parallel
+  attention (each of the 8 GPUs holds its own sequences) an instance reads 8 x 3,000 GB/s
+  [A: even spread over the GPUs]. `decode_step_base_s` and `decode_step_per_seq_s` stay
+  the assumed per-step and per-sequence costs of everything else (experts, sampling).
+- expert-parallel step: the exchange runs beside the compute; `ep_step_seconds` says how
+  much of it shows (EP_EXPOSED_FRACTION, see there).
 """
 
 from __future__ import annotations
@@ -46,6 +66,10 @@ class ModelProfile:
     # Mixture-of-experts shape for the expert-parallel all-to-all; 0 means a dense model.
     hidden_size: int = 0
     experts_per_token: int = 0
+    # MoE layers (each does one dispatch and one combine per step); 0: dense.
+    moe_layers: int = 0
+    # KV-cache bytes per second one instance's decode attention reads (see the docstring).
+    attention_bytes_per_s: float = 8 * 3.0e12
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -83,6 +107,9 @@ PROFILES: dict[str, ModelProfile] = {
             max_num_seqs=256,
             hidden_size=6144,
             experts_per_token=8,
+            # [A] the first 3 of 78 layers dense, as DeepSeek-V3 and GLM-4.5
+            # (first_k_dense_replace = 3)
+            moe_layers=75,
         ),
         ModelProfile(
             name="deepseek-v3",
@@ -97,6 +124,8 @@ PROFILES: dict[str, ModelProfile] = {
             max_num_seqs=256,
             hidden_size=7168,
             experts_per_token=8,
+            # [S] config.json: num_hidden_layers 61, first_k_dense_replace 3
+            moe_layers=58,
         ),
         ModelProfile(
             name="llama-3.1-70b",
@@ -136,6 +165,8 @@ PROFILES: dict[str, ModelProfile] = {
             max_num_seqs=256,
             hidden_size=256,
             experts_per_token=2,
+            moe_layers=2,
+            attention_bytes_per_s=1.0e12,
         ),
     )
 }
@@ -149,18 +180,42 @@ def get_profile(name: str) -> ModelProfile:
         raise ConfigError("model", name, "one of " + ", ".join(sorted(PROFILES))) from None
 
 
-def prefill_step_seconds(profile: ModelProfile, tokens: int) -> float:
-    """Compute time of one prefill step that processes `tokens` prompt tokens."""
+# Share of a full prefill token's cost that a prefix-cache hit still costs (the new tokens'
+# attention over it) [A]; see the module docstring.
+PREFILL_CACHED_TOKEN_COST = 0.1
+# Share of an expert-parallel exchange that compute does not hide [S/A]: 1.0 is vLLM's default
+# (`--enable-dbo` off: every MoE layer waits for its dispatch and combine); 0.0 is a perfect
+# two-micro-batch overlap (DeepSeek's and SGLang's decode, vLLM with dual-batch overlap).
+EP_EXPOSED_FRACTION = 1.0
+
+
+def prefill_step_seconds(profile: ModelProfile, tokens: int, cached_tokens: int = 0) -> float:
+    """Compute time of one prefill step computing `tokens` prompt tokens, `cached_tokens` of
+    prefix-cache hits attended (charged at PREFILL_CACHED_TOKEN_COST each)."""
     if tokens <= 0:
         return 0.0
-    return profile.prefill_step_overhead_s + tokens / profile.prefill_tokens_per_s
+    work = tokens + PREFILL_CACHED_TOKEN_COST * max(0, cached_tokens)
+    return profile.prefill_step_overhead_s + work / profile.prefill_tokens_per_s
 
 
-def decode_step_seconds(profile: ModelProfile, batch_size: int) -> float:
-    """Compute time of one decode step for a batch of `batch_size` running sequences."""
+def decode_step_seconds(profile: ModelProfile, batch_size: int, context_tokens: int = 0) -> float:
+    """Compute time of one decode step for `batch_size` running sequences whose context lengths
+    (prompt + generated) sum to `context_tokens`."""
     if batch_size <= 0:
         return 0.0
-    return profile.decode_step_base_s + profile.decode_step_per_seq_s * batch_size
+    attention = max(0, context_tokens) * profile.kv_bytes_per_token / profile.attention_bytes_per_s
+    return profile.decode_step_base_s + profile.decode_step_per_seq_s * batch_size + attention
+
+
+def ep_step_seconds(
+    compute_s: float, exchange_s: float, exposed_fraction: float = EP_EXPOSED_FRACTION
+) -> float:
+    """How long an expert-parallel step lasts: `max(exchange, compute + f * exchange)`.
+
+    The exchange runs beside the compute; the share `f` of it that compute cannot hide adds to
+    the step, and a step never ends before its last combine arrives (lockstep: the slowest
+    peer sets the step). f = 1: compute + exchange; f = 0: max(compute, exchange)."""
+    return max(exchange_s, compute_s + exposed_fraction * exchange_s)
 
 
 def scaled_bytes(real_bytes: float, bandwidth_scale: float) -> int:
@@ -178,12 +233,16 @@ def kv_transfer_bytes(profile: ModelProfile, tokens: int, bandwidth_scale: float
 def alltoall_bytes_per_peer(
     profile: ModelProfile, tokens: int, ep_size: int, bandwidth_scale: float
 ) -> int:
-    """Bytes sent to each peer in one dispatch (and received back in combine) for a step.
+    """Bytes sent to each peer in one step's dispatch (and received back in its combine).
 
-    Each token's hidden state (bf16) goes to `experts_per_token` experts spread evenly over
-    `ep_size` hosts, so one peer receives `tokens * k * hidden * 2 / ep_size` bytes.
+    In each MoE layer, each token's hidden state (bf16) goes to `experts_per_token` experts
+    spread evenly over `ep_size` hosts, so one peer receives `tokens * k * hidden * 2 /
+    ep_size` bytes per layer and sends as many back. A step's `moe_layers` dispatches are
+    aggregated into one frame, and its combines into one answer (one round trip per step, not
+    one per layer: the per-layer latency of a real engine is not modelled).
     """
     if ep_size <= 1 or tokens <= 0 or not profile.is_moe:
         return 0
-    real = tokens * profile.experts_per_token * profile.hidden_size * 2 / ep_size
+    layers = max(1, profile.moe_layers)
+    real = tokens * profile.experts_per_token * profile.hidden_size * 2 * layers / ep_size
     return scaled_bytes(real, bandwidth_scale)

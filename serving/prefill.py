@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from serving import httpapi
-from serving.alltoall import AllToAll, engine_alltoall
+from serving.alltoall import AllToAll, engine_alltoall, exchange_log
 from serving.batching import PrefillJob, plan_prefill_step
 from serving.config import PrefillConfig
 from serving.engine_step import run_step
@@ -123,15 +123,23 @@ class PrefillEngine:
             plan = plan_prefill_step([e.job for e in admitted], self.cfg.token_budget)
             tokens = sum(n for _, n in plan)
             step_start = loop.time()
+            cached = 0  # prefix hits of the prompts starting now: their attention is paid once
             for e in admitted[: len(plan)]:
                 if e.started is None:
                     e.started = step_start
+                    cached += e.job.cached_tokens
                     # vLLM counts cached prompt tokens as prompt tokens too.
                     self.metrics.prompt_tokens.inc(e.job.cached_tokens)
             a2a_bytes = alltoall_bytes_per_peer(
                 profile, tokens, self.cfg.ep_size, self.cfg.bandwidth_scale
             )
-            await run_step(prefill_step_seconds(profile, tokens), self.a2a, a2a_bytes, self.metrics)
+            await run_step(
+                prefill_step_seconds(profile, tokens, cached),
+                self.a2a,
+                a2a_bytes,
+                self.metrics,
+                self.cfg.ep_exposed_fraction,
+            )
             for job, n in plan:
                 job.done_tokens += n
             self.metrics.prompt_tokens.inc(tokens)
@@ -253,7 +261,8 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     ]
     tasks = [asyncio.create_task(engine.run()), asyncio.create_task(engine.expire_loop())]
     try:
-        yield
+        with exchange_log(engine.a2a, cfg.ep_log):
+            yield
     finally:
         for t in tasks:
             t.cancel()

@@ -185,7 +185,7 @@ class RunPlan:
             for host in self.placement.ep_hosts
         ]
         launches += [self._engine_launch(e, log_dir) for e in self.placement.engines]
-        launches.append(self._gateway_launch(gateway_port))
+        launches.append(self._gateway_launch(gateway_port, log_dir))
         return tuple(launches)
 
     def scrape(self, ports: Ports, run: str) -> ScrapePlan:
@@ -271,6 +271,8 @@ class RunPlan:
             "seed": c.seed,
             "engine_index": str(h.gid),
             "ep_peers": peers,
+            # one JSON line per all-to-all exchange (serving.alltoall)
+            "ep_log": str(log_dir / f"ep-{e.engine_id}.jsonl") if peers else "",
         }
         spray = self.policy.spray
         if spray and peers:
@@ -299,7 +301,7 @@ class RunPlan:
         url = f"http://{mgmt}:{DECODE_PORT}"
         return RoleLaunch(e.engine_id, e.host, tuple(decode_argv(decode)), f"{url}/health")
 
-    def _gateway_launch(self, gateway_port: int) -> RoleLaunch:
+    def _gateway_launch(self, gateway_port: int, log_dir: Path) -> RoleLaunch:
         rail_groups = self.config.layout.layout == "rail-aligned"
 
         def url(e: Engine) -> str:
@@ -314,6 +316,8 @@ class RunPlan:
             port=gateway_port,
             prefill_urls=tuple(url(e) for e in self.placement.role("prefill")),
             decode_urls=tuple(url(e) for e in self.placement.role("decode")),
+            # one JSON line per request with its exact timings (serving.requestlog)
+            request_log=str(log_dir / "requests-gateway.jsonl"),
         )
         health = f"http://{LOOPBACK}:{gateway_port}/health"
         return RoleLaunch("gateway", None, tuple(gateway_argv(gateway)), health)

@@ -8,7 +8,16 @@ replacement addresses, path health across pulls), `pull` (one pull: lanes, retir
 verification). The names callers use are importable from `serving.kvwire`.
 """
 
-from serving.kvwire.paths import PathHealth, pick_replacement, pick_source, plan_lanes, probe_path
+from serving.kvwire.paths import (
+    CHUNKS_PER_LANE,
+    MIN_CHUNK_BYTES,
+    PathHealth,
+    chunk_size,
+    pick_replacement,
+    pick_source,
+    plan_lanes,
+    probe_path,
+)
 from serving.kvwire.protocol import encode_request, release_kv, start_kv_server
 from serving.kvwire.pull import (
     LANE_WINDOW,
@@ -19,11 +28,14 @@ from serving.kvwire.pull import (
 )
 
 __all__ = [
+    "CHUNKS_PER_LANE",
     "LANE_WINDOW",
+    "MIN_CHUNK_BYTES",
     "RETIRE_BUDGET_PER_LANE",
     "KVTransferError",
     "PathHealth",
     "PullResult",
+    "chunk_size",
     "encode_request",
     "pick_replacement",
     "pick_source",

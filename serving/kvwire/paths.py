@@ -33,6 +33,37 @@ def pick_source(remote: str, source_map: Sequence[tuple[str, str]]) -> str | Non
     return None
 
 
+# Chunks each lane gets of a transfer (when the maximum chunk size allows it), and the smallest
+# chunk worth a request of its own.
+CHUNKS_PER_LANE = 4
+MIN_CHUNK_BYTES = 4096
+
+
+def chunk_size(
+    num_bytes: int,
+    lanes: int,
+    max_chunk: int,
+    per_lane: int = CHUNKS_PER_LANE,
+    min_chunk: int = MIN_CHUNK_BYTES,
+) -> int:
+    """The chunk size that splits `num_bytes` evenly over `lanes`: `ceil(num_bytes / (lanes *
+    m))` with `m` chunks per lane, `per_lane` unless chunks would exceed `max_chunk` (then
+    more) or fall below `min_chunk` (then fewer, at least one).
+
+    There are at most `lanes * m` chunks, so lanes of equal speed dealt them round-robin carry
+    at most `m` chunks each: within `m` bytes of `num_bytes / lanes` (when num_bytes is at least
+    `lanes * min_chunk`; a smaller transfer gets chunks of `ceil(num_bytes / lanes)`). A fixed
+    chunk size would leave one lane a whole chunk behind: 640 KB as three 256 KiB chunks over
+    four lanes ends when one lane has moved 262 KB, not 160 KB."""
+    if num_bytes <= 0:
+        return max(1, min(max_chunk, min_chunk))
+    lanes = max(1, lanes)
+    most = -(-num_bytes // (lanes * max_chunk))  # fewest chunks per lane that fit max_chunk
+    fewest = num_bytes // (lanes * min_chunk)  # most chunks per lane that stay >= min_chunk
+    per = max(most, min(per_lane, fewest), 1)
+    return -(-num_bytes // (lanes * per))
+
+
 def plan_lanes(
     num_bytes: int,
     chunk_bytes: int,

@@ -24,7 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from serving.config import Address
-from serving.kvwire.paths import PathHealth, pick_replacement, pick_source, plan_lanes
+from serving.kvwire.paths import (
+    PathHealth,
+    chunk_size,
+    pick_replacement,
+    pick_source,
+    plan_lanes,
+)
 from serving.kvwire.protocol import NOT_FOUND, OK, OP_GET, RESPONSE, encode_request
 
 
@@ -336,8 +342,12 @@ async def pull_kv(
     stall_timeout_s: float | None = None,
     max_retired: int | None = None,
     health: PathHealth | None = None,
+    chunks_per_lane: int | None = None,
 ) -> tuple[bytearray, PullResult]:
     """Pull one request's KV over every address and stream; verify bytes and checksum.
+
+    Chunks are `chunk_bytes` long, or, with `chunks_per_lane`, sized by `chunk_size` so that
+    every lane gets that many (`chunk_bytes` then is the largest chunk).
 
     With `stall_timeout_s`, a lane that receives nothing for that long is retired and
     replaced by a new connection (a new path id), at most `max_retired` times per pull
@@ -359,6 +369,8 @@ async def pull_kv(
     avoid = _suspects_to_avoid(addrs, health)
     buf = bytearray(num_bytes)
     view = memoryview(buf)
+    if chunks_per_lane is not None:
+        chunk_bytes = chunk_size(num_bytes, streams * len(addrs), chunk_bytes, chunks_per_lane)
     plan = plan_lanes(num_bytes, chunk_bytes, addrs, streams, avoid)
     budget = RETIRE_BUDGET_PER_LANE * len(plan) if max_retired is None else max_retired
     # Each lane starts with one chunk; the rest go, in offset order, to whichever lane is free.

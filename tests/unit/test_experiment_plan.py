@@ -99,6 +99,8 @@ def test_engines_listen_on_management_addresses_and_are_waited_for(spec: FabricS
     assert launches["gateway"].health_url == f"http://127.0.0.1:{GATEWAY_PORT}/health"
     gw = _config(launches["gateway"])
     assert gw.port == GATEWAY_PORT and gw.host == "127.0.0.1"  # type: ignore[attr-defined]
+    # every request's exact timings go to the run's logs
+    assert gw.request_log == str(LOGS / "requests-gateway.jsonl")  # type: ignore[attr-defined]
     assert gw.prefill_urls == tuple(  # type: ignore[attr-defined]
         f"http://10.255.0.{i + 1}:{PREFILL_PORT}" for i in range(4)
     )
@@ -191,6 +193,10 @@ def test_expert_parallel_peers_are_reached_on_their_fabric_addresses() -> None:
         peers = _values(by_name[e.engine_id].argv, "--ep-peers")
         assert peers == [f"{peer_address(plan.fabric, e.host, p)}:7300" for p in e.ep_peers]
     assert "--ep-subflows" not in by_name["decode-8"].argv
+    # every engine of an EP instance logs its exchanges, one file per engine
+    for e in plan.placement.engines:
+        cfg = _config(by_name[e.engine_id])
+        assert cfg.ep_log == str(LOGS / f"ep-{e.engine_id}.jsonl")  # type: ignore[attr-defined]
     sprayed = _by_name(_plan(ZCUBE, layout=layout, policy="spray"))["decode-8"]
     assert _values(sprayed.argv, "--ep-subflows") == [str(SPRAY_STREAMS)]
 
@@ -211,6 +217,7 @@ def test_all_to_all_alternates_between_the_two_zcube_ports_of_a_peer() -> None:
 def test_without_ep_peers_spray_leaves_all_to_all_alone() -> None:
     sprayed = _by_name(_plan(ROFT, policy="spray"))["decode-8"]
     assert "--ep-peers" not in sprayed.argv and "--ep-subflows" not in sprayed.argv
+    assert "--ep-log" not in sprayed.argv  # no exchange, no exchange log
 
 
 # -- Prometheus ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import sys
 from pathlib import Path
 
@@ -11,9 +12,8 @@ import aiohttp
 import openai
 import pytest
 
-from serving.alltoall import start_ep_server
 from serving.config import Address
-from serving.models import get_profile, prefill_step_seconds
+from serving.models import decode_step_seconds, get_profile, prefill_step_seconds
 from zcube_lab.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -295,27 +295,71 @@ async def test_client_disconnect_frees_the_sequence(aiohttp_server) -> None:
     assert metric_sum(registry_text(c.decode_registry), "vllm:generation_tokens_total") == generated
 
 
-async def test_expert_parallel_all_to_all_moves_profile_sized_bytes(aiohttp_server) -> None:
-    peers = tuple(Address("127.0.0.1", free_port()) for _ in range(3))
-    servers = [await start_ep_server(a) for a in peers]
+async def _delayed_ep_peer(delay_s: float) -> tuple[Address, asyncio.Server]:
+    """An EP peer that answers each dispatch after `delay_s` (the path's time)."""
+    frame = struct.Struct("!Q")
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (n,) = frame.unpack(await reader.readexactly(frame.size))
+                await reader.readexactly(n)
+                await asyncio.sleep(delay_s)
+                writer.write(frame.pack(n) + bytes(n))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    addr = Address("127.0.0.1", free_port())
+    return addr, await asyncio.start_server(serve, addr.host, addr.port)
+
+
+async def test_expert_parallel_all_to_all_moves_profile_sized_bytes_and_takes_time(
+    aiohttp_server, tmp_path: Path
+) -> None:
+    # The peers answer 30 ms late, 15x the tiny profile's 2 ms decode compute: an exchange
+    # that returned at once (or was not awaited) would fail the time checks below.
+    delay, steps = 0.03, 10
+    started = [await _delayed_ep_peer(delay) for _ in range(3)]
+    peers = tuple(a for a, _ in started)
+    log = tmp_path / "ep-decode.jsonl"
     try:
         c = await start_inprocess_cluster(
-            aiohttp_server, prefill={"ep_peers": peers}, decode={"ep_peers": peers}
+            aiohttp_server,
+            prefill={"ep_peers": peers},
+            decode={"ep_peers": peers, "ep_log": str(log)},
         )
         async with aiohttp.ClientSession() as s:
-            status, _, _ = await _stream(s, c.gateway_url, _body(100, 10))
+            status, _, _ = await _stream(s, c.gateway_url, _body(100, steps))
         assert status == 200
     finally:
-        for srv in servers:
+        for _, srv in started:
             srv.close()
-    # per peer: tokens x k(2) x hidden(256) x 2 bytes / ep_size(4); both ways; 3 peers
-    per_token = 2 * 256 * 2 // 4
+    # per peer and step: tokens x k(2) x hidden(256) x 2 bytes x 2 MoE layers / ep_size(4),
+    # each way; 3 peers
+    per_token = 2 * 256 * 2 * 2 // 4
     d = registry_text(c.decode_registry)
-    assert metric_sum(d, "zcube:ep_alltoall_bytes_total") == 10 * (2 * per_token * 3)
-    assert metric_sum(d, "zcube:ep_alltoall_seconds_count") == 10
-    assert metric_sum(d, "zcube:engine_step_overrun_seconds_count") == 10  # one per step
+    assert metric_sum(d, "zcube:ep_alltoall_bytes_total") == steps * (2 * per_token * 3)
+    assert metric_sum(d, "zcube:ep_alltoall_seconds_count") == steps
+    assert metric_sum(d, "zcube:engine_step_overrun_seconds_count") == steps  # one per step
+    # time: every exchange waits for the peers, and the step waits for the exchange
+    a2a_sum = metric_sum(d, "zcube:ep_alltoall_seconds_sum")
+    assert steps * delay <= a2a_sum < steps * (delay + 0.2)
+    compute = decode_step_seconds(TINY, 1, 100)
+    assert metric_sum(d, "zcube:ep_step_seconds_sum") >= a2a_sum + steps * compute * 0.95
+    assert metric_sum(d, "vllm:request_decode_time_seconds_sum") >= steps * (delay + compute)
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(steps))
+    for r in lines:
+        assert r["peers"] == 3 and r["failures"] == 0
+        assert r["bytes_sent"] == r["bytes_received"] == 3 * per_token
+        assert delay <= r["seconds"] <= r["end"] - r["start"] + 1e-6 < delay + 0.2
+        assert r["step_s"] >= r["seconds"] + r["compute_s"] * 0.95
     p = registry_text(c.prefill_registry)
     assert metric_sum(p, "zcube:ep_alltoall_bytes_total") == 2 * 100 * per_token * 3
+    assert metric_sum(p, "zcube:ep_alltoall_seconds_sum") >= delay
 
 
 async def test_openai_sdk_streaming_and_not(aiohttp_server) -> None:

@@ -14,9 +14,12 @@ import pytest
 from serving.config import Address
 from serving.kvstore import KVStore, make_kv_buffer
 from serving.kvwire import (
+    CHUNKS_PER_LANE,
+    MIN_CHUNK_BYTES,
     KVTransferError,
     PathHealth,
     PullResult,
+    chunk_size,
     pick_replacement,
     pick_source,
     plan_lanes,
@@ -191,6 +194,70 @@ async def test_a_faster_lane_takes_more_chunks() -> None:
         assert fast_share > 3 * slow_share  # but the work went where it moves fastest
     finally:
         proxy.close()
+        for s in servers:
+            s.close()
+
+
+def _max_lane_bytes(num_bytes: int, lanes: int, max_chunk: int) -> tuple[int, int]:
+    """(largest per-lane share, chunks) of a plan with `chunk_size` chunks, lanes dealt
+    round-robin: what lanes of equal speed carry."""
+    chunk = chunk_size(num_bytes, lanes, max_chunk)
+    addrs = [Address("10.0.0.1", 1)]
+    plan = plan_lanes(num_bytes, chunk, addrs, lanes)
+    return max(sum(n for _, n in cs) for _, cs in plan), sum(len(cs) for _, cs in plan)
+
+
+@pytest.mark.parametrize("lanes", range(1, 9))
+@pytest.mark.parametrize(
+    "num_bytes", [100_000, 216_000, 480_000, 640_000, 2_246_400, 9_000_000, 25_000_000]
+)
+@pytest.mark.parametrize("max_chunk", [64 * 1024, 256 * 1024])
+def test_chunking_splits_every_size_evenly_over_the_lanes(
+    num_bytes: int, lanes: int, max_chunk: int
+) -> None:
+    most, chunks = _max_lane_bytes(num_bytes, lanes, max_chunk)
+    even = num_bytes / lanes
+    # within a few bytes of an even split (the bound: one byte per chunk a lane carries)
+    assert most - even <= math.ceil(chunks / lanes)
+    assert most / even < 1.01
+    chunk = chunk_size(num_bytes, lanes, max_chunk)
+    assert MIN_CHUNK_BYTES <= chunk <= max_chunk
+    if num_bytes <= lanes * CHUNKS_PER_LANE * max_chunk:
+        # several chunks for every lane: 4, or fewer (3 at 100 KB over 7-8 lanes) where 4
+        # would be smaller than MIN_CHUNK_BYTES
+        per_lane = min(CHUNKS_PER_LANE, num_bytes // (lanes * MIN_CHUNK_BYTES))
+        assert per_lane >= 3 and chunks == lanes * per_lane
+    else:
+        assert chunks % lanes == 0 and chunks >= lanes * CHUNKS_PER_LANE
+
+
+def test_fixed_chunks_leave_one_lane_behind_and_sized_chunks_do_not() -> None:
+    # the issue's case: 640 KB in 256 KiB chunks over four lanes
+    addrs = [Address("10.0.0.1", 1)]
+    fixed = plan_lanes(640_000, 256 * 1024, addrs, 4)
+    assert max(sum(n for _, n in cs) for _, cs in fixed) == 256 * 1024  # 64% over 160 KB
+    most, _ = _max_lane_bytes(640_000, 4, 256 * 1024)
+    assert most == 160_000
+
+
+def test_chunk_size_edges() -> None:
+    assert chunk_size(3000, 4, 256 * 1024) == 750  # below lanes x min: one chunk a lane
+    assert chunk_size(0, 4, 256 * 1024) == MIN_CHUNK_BYTES
+    assert chunk_size(40_000, 4, 256 * 1024) == 5000  # 2 a lane keeps chunks >= 4096
+    assert chunk_size(10**8, 2, 2**20) <= 2**20
+
+
+async def test_a_pull_with_chunks_per_lane_splits_evenly_over_addresses() -> None:
+    data, addrs, servers = await _stored(640_000, 2)
+    try:
+        _, result = await pull_kv(
+            "req", addrs, len(data), zlib.crc32(data), chunk_bytes=256 * 1024, streams=2,
+            timeout_s=10, chunks_per_lane=4,
+        )  # fmt: skip
+        assert result.lanes == 4 and result.num_bytes == len(data)
+        # 16 chunks of 40,000 bytes; each address carries some (exact shares depend on timing)
+        assert all(n % 40_000 == 0 and n > 0 for n in result.bytes_by_address.values())
+    finally:
         for s in servers:
             s.close()
 

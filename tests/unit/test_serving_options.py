@@ -34,6 +34,8 @@ COMMON = {
     "ep_subflows": 4,
     "ep_stall_timeout_s": 0.5,
     "ep_timeout_s": 2.5,
+    "ep_exposed_fraction": 0.25,
+    "ep_log": "/tmp/run/ep-x.jsonl",
 }
 PREFILL = PrefillConfig(
     **COMMON, port=9100, kv_bind=(A, B), engine_id="prefill-3", token_budget=4096,
@@ -42,7 +44,8 @@ PREFILL = PrefillConfig(
 DECODE = DecodeConfig(
     **COMMON, port=9200, prefill_kv=(("p0", (A, B)), ("p1", (C,))), kv_streams=4,
     kv_source_map=(("10.2.0.0/16", "10.1.0.1"), ("10.1.0.0/16", "10.2.0.1")),
-    kv_chunk_bytes=65536, kv_retries=1, kv_timeout_s=4.0, kv_stall_timeout_s=0.25,
+    kv_chunk_bytes=65536, kv_chunks_per_lane=2, kv_retries=1, kv_timeout_s=4.0,
+    kv_stall_timeout_s=0.25,
     kv_max_retired=0, kv_path_hold_s=7.5, kv_log="/tmp/run/kv-d0.jsonl", max_num_seqs=16,
     eos_probability=0.0,
 )  # fmt: skip
@@ -50,7 +53,7 @@ GATEWAY = GatewayConfig(
     model="glm-5.1", served_model_name="glm", host="192.168.0.10", port=9000,
     prefill_urls=("http://192.168.0.1:8100#group=rail0", "http://192.168.0.3:8100"),
     decode_urls=("http://192.168.0.2:8200",), policy="round-robin", max_outstanding=16,
-    upstream_timeout_s=30.0,
+    upstream_timeout_s=30.0, request_log="/tmp/run/requests-gateway.jsonl",
 )  # fmt: skip
 EP_WORKER = EpWorkerConfig(bind=(A, B))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from serving.models import (
+    PREFILL_CACHED_TOKEN_COST,
     PROFILES,
     alltoall_bytes_per_peer,
     decode_step_seconds,
@@ -50,10 +51,34 @@ def test_decode_step_time_grows_with_batch() -> None:
     assert many == pytest.approx(0.030 + 0.0002 * 128)
 
 
+def test_decode_step_time_grows_with_the_tokens_attended() -> None:
+    p = get_profile("glm-5.1")
+    short, long = decode_step_seconds(p, 1, 100), decode_step_seconds(p, 1, 28_000)
+    # reading 28K tokens of 89,856-byte KV at 8 x 3 TB/s: about 0.1 ms more than 100 tokens
+    assert long - short == pytest.approx(27_900 * 89_856 / 24e12)
+    # a batch of 64 at 28K each reads 161 GB: 6.7 ms on top of base and per-sequence costs
+    batch = decode_step_seconds(p, 64, 64 * 28_000)
+    assert batch == pytest.approx(0.030 + 0.0002 * 64 + 64 * 28_000 * 89_856 / 24e12)
+    # the same batch attends more as its contexts grow: every step of a long one costs more
+    assert decode_step_seconds(p, 64, 64 * 100) < batch
+    gqa = get_profile("llama-3.1-70b")  # 3.6x the KV per token: 3.6x the attention time
+    extra = decode_step_seconds(gqa, 1, 10_000) - decode_step_seconds(gqa, 1, 0)
+    assert extra == pytest.approx(10_000 * 327_680 / 24e12)
+
+
 def test_prefill_time_is_overhead_plus_tokens_over_throughput() -> None:
     p = get_profile("deepseek-v3")
     assert prefill_step_seconds(p, 0) == 0.0
     assert prefill_step_seconds(p, 20_000) == pytest.approx(0.010 + 1.0)
+
+
+def test_prefill_counts_cached_tokens_at_a_fraction() -> None:
+    p = get_profile("deepseek-v3")
+    assert PREFILL_CACHED_TOKEN_COST == 0.1
+    # 5,000 new tokens after a 15,000-token prefix hit: 5,000 + 0.1 x 15,000 token-equivalents
+    assert prefill_step_seconds(p, 5_000, 15_000) == pytest.approx(0.010 + 6_500 / 20_000)
+    assert prefill_step_seconds(p, 5_000, 0) < prefill_step_seconds(p, 5_000, 15_000)
+    assert prefill_step_seconds(p, 0, 15_000) == 0.0  # no step without a token to compute
 
 
 def test_fabric_bytes_divide_by_bandwidth_scale() -> None:
@@ -66,7 +91,10 @@ def test_fabric_bytes_divide_by_bandwidth_scale() -> None:
 
 def test_alltoall_bytes_per_peer() -> None:
     ds = get_profile("deepseek-v3")
-    # 10 tokens x 8 experts x 7168 hidden x 2 bytes over 4 hosts
-    assert alltoall_bytes_per_peer(ds, 10, 4, 1.0) == 10 * 8 * 7168 * 2 // 4
+    # 10 tokens x 8 experts x 7168 hidden x 2 bytes over 4 hosts, in each of 58 MoE layers
+    assert ds.moe_layers == 58
+    assert alltoall_bytes_per_peer(ds, 10, 4, 1.0) == 10 * 8 * 7168 * 2 * 58 // 4
     assert alltoall_bytes_per_peer(ds, 10, 1, 1.0) == 0  # EP size 1 turns it off
     assert alltoall_bytes_per_peer(get_profile("llama-3.1-8b"), 10, 4, 1.0) == 0  # dense
+    for p in PROFILES.values():
+        assert (p.moe_layers > 0) == p.is_moe and p.moe_layers <= p.attention.layers

@@ -18,6 +18,7 @@ from workloads.profiles import (
     profile_names,
 )
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.placement import LAYOUTS
 
 TRACE = Path(__file__).resolve().parents[2] / "workloads" / "traces" / "synthetic-mooncake.jsonl"
 
@@ -49,9 +50,8 @@ def test_rail_aligned_is_coding_agent_with_another_placement() -> None:
 
 
 def test_placements_are_the_orchestrators_layout_names() -> None:
-    placement = pytest.importorskip("zcube_lab.fabric.placement")
-    assert set(PLACEMENTS) == set(placement.LAYOUTS)
-    assert {load_profile(n).placement for n in profile_names()} <= set(placement.LAYOUTS)
+    assert set(PLACEMENTS) == set(LAYOUTS)
+    assert {load_profile(n).placement for n in profile_names()} <= set(LAYOUTS)
 
 
 def test_trace_profile_points_at_the_shipped_trace() -> None:
