@@ -46,6 +46,7 @@ class DatapathResults:
     seconds: float  # how long the benchmark took
     bridges: int  # Open vSwitch bridges each packet crossed
     points: tuple[Measurement, ...]
+    datapath: str = "user"  # the Open vSwitch datapath measured (user or kernel)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -56,7 +57,7 @@ class DatapathResults:
         fields = {k: v for k, v in data.items() if k != "points"}
         return cls(**fields, points=points)  # type: ignore[arg-type]
 
-    def write(self, path: Path = RESULTS_PATH) -> None:
+    def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
@@ -85,10 +86,11 @@ def machine_id() -> str:
         return ""
 
 
-def load_results(path: Path = RESULTS_PATH) -> DatapathResults | None:
-    """The benchmark's results, or None when there are none (or they cannot be read)."""
+def load_results(path: Path | None = None) -> DatapathResults | None:
+    """The benchmark's results (`RESULTS_PATH` by default), or None when there are none (or
+    they cannot be read)."""
     try:
-        return DatapathResults.from_dict(json.loads(path.read_text()))
+        return DatapathResults.from_dict(json.loads((path or RESULTS_PATH).read_text()))
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
@@ -109,9 +111,9 @@ def capacity_from(results: DatapathResults | None, mtu: int, this_machine: str) 
     )
 
 
-def datapath_capacity(mtu: int, path: Path = RESULTS_PATH) -> Capacity:
-    """The datapath capacity on this machine at `mtu`."""
-    return capacity_from(load_results(path), mtu, machine_id())
+def datapath_capacity(mtu: int, path: Path | None = None) -> Capacity:
+    """The datapath capacity on this machine at `mtu` (from `RESULTS_PATH` by default)."""
+    return capacity_from(load_results(path or RESULTS_PATH), mtu, machine_id())
 
 
 def check_nic_rate(nic_mbps: float, capacity: Capacity) -> None:
