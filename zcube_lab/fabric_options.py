@@ -8,6 +8,7 @@ import argparse
 from zcube_lab.fabric.builders import BUILDERS
 from zcube_lab.fabric.description import Fabric, FabricSpec
 from zcube_lab.fabric.queues import (
+    HOST_QUEUE_PACKETS,
     MAX_MTU,
     MAX_QUEUE_PACKETS,
     MIN_QUEUE_PACKETS,
@@ -81,7 +82,8 @@ def mtu_arg(text: str) -> int | str:
 
 
 def add_link_arguments(group: argparse._ArgumentGroup) -> None:
-    """--mtu and --queue-packets: packet size and queue limit of every shaped link."""
+    """--mtu, --queue-packets and --host-queue-packets: packet size and queue limits of every
+    shaped link."""
     group.add_argument(
         "--mtu",
         type=mtu_arg,
@@ -92,8 +94,15 @@ def add_link_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--queue-packets",
         type=int,
-        help=f"queue limit of every shaped port in packets ({MIN_QUEUE_PACKETS} to "
+        help=f"queue limit of every switch port in packets ({MIN_QUEUE_PACKETS} to "
         f"{MAX_QUEUE_PACKETS}; default: the buffer model of zcube_lab/fabric/queues.py)",
+    )
+    group.add_argument(
+        "--host-queue-packets",
+        type=int,
+        default=HOST_QUEUE_PACKETS,
+        help=f"queue limit of every host NIC port in packets (default {HOST_QUEUE_PACKETS}: "
+        "a NIC back-pressures its host instead of dropping)",
     )
 
 
@@ -102,4 +111,4 @@ def link_options_from_args(
 ) -> tuple[int, QueueModel]:
     """The MTU and queue model the link options describe."""
     mtu = fabric_mtu(fabric, scale) if args.mtu == "auto" else args.mtu
-    return mtu, QueueModel(packets=args.queue_packets)
+    return mtu, QueueModel(packets=args.queue_packets, host_packets=args.host_queue_packets)

@@ -27,14 +27,18 @@ def test_defaults_are_jumbo_frames_and_the_model() -> None:
     assert mtu == 9000
     assert queue.packets is None
     assert queue.limit(50, 200, mtu) == 16
+    assert queue.host_packets == 1000
 
 
 def test_auto_mtu_and_a_fixed_queue() -> None:
     mtu, queue = link_options_from_args(
-        parse("--mtu", "auto", "--queue-packets", "64"), ZCUBE, Scale()
+        parse("--mtu", "auto", "--queue-packets", "64", "--host-queue-packets", "32"),
+        ZCUBE,
+        Scale(),
     )
     assert mtu == 6000  # 50 Mb/s ZCube ports: 0.96 ms per hop
     assert queue.limit(50, 200, mtu) == 64
+    assert queue.host_packets == 32
 
 
 def test_bad_values_are_refused() -> None:
@@ -49,3 +53,4 @@ def test_up_refuses_link_options_with_serve(capsys: pytest.CaptureFixture[str]) 
 
     assert main(["up", "--serve", "--queue-packets", "32"]) == 2
     assert "do not go with --serve" in capsys.readouterr().err
+    assert main(["up", "--serve", "--host-queue-packets", "100"]) == 2

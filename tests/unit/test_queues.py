@@ -9,6 +9,7 @@ from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.fabric.queues import (
     FLOOR_PACKETS,
+    HOST_QUEUE_PACKETS,
     PORT_BUFFER_S,
     SERIALIZATION_BUDGET_S,
     QueueModel,
@@ -61,6 +62,9 @@ def test_override_wins_and_is_validated() -> None:
     assert QueueModel(packets=1000).limit(50, 200, 9000) == 1000
     assert "1000" in QueueModel(packets=1000).describe()
     assert "25.8 us" in QueueModel().describe()
+    assert "1000 packets per host NIC port" in QueueModel().describe()
+    with pytest.raises(ConfigError, match="host_packets"):
+        QueueModel(host_packets=1)
     for bad in (0, 1, 10_001, True, 2.5):
         with pytest.raises(ConfigError, match="queue packets"):
             QueueModel(packets=bad)  # type: ignore[arg-type]
@@ -104,8 +108,13 @@ def test_every_interface_of_every_link_gets_a_limit(spec: FabricSpec) -> None:
     fabric = build_fabric(spec)
     limits = port_queue_limits(fabric, Scale(), 9000, QueueModel())
     host_intfs = {i.name for h in fabric.hosts for i in h.interfaces}
-    assert set(limits) == host_intfs | set(fabric.switch_interfaces())
-    assert set(limits.values()) == {16}
+    switch_intfs = set(fabric.switch_interfaces())
+    assert set(limits) == host_intfs | switch_intfs
+    assert {limits[i] for i in switch_intfs} == {16}
+    assert {limits[i] for i in host_intfs} == {HOST_QUEUE_PACKETS}
+    fixed = port_queue_limits(fabric, Scale(), 9000, QueueModel(packets=40, host_packets=30))
+    assert {fixed[i] for i in switch_intfs} == {40}
+    assert {fixed[i] for i in host_intfs} == {30}
 
 
 def test_summary_groups_links_by_rate() -> None:

@@ -197,15 +197,16 @@ def serve(args: argparse.Namespace) -> int:
     from emulator.prometheus.server import PrometheusError
     from zcube_lab.errors import ConfigError
     from zcube_lab.fabric.placement import LayoutSpec
-    from zcube_lab.fabric.queues import MAX_MTU
+    from zcube_lab.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU
 
     console = Console(stderr=True)
     if args.cli:
         console.print("[red]zcube-lab up: --serve and --cli do not go together[/red]")
         return 2
-    if args.mtu != MAX_MTU or args.queue_packets is not None:
+    defaults = (MAX_MTU, None, HOST_QUEUE_PACKETS)
+    if (args.mtu, args.queue_packets, args.host_queue_packets) != defaults:
         # The serving plan (emulator.experiment.plan.RunConfig) does not carry them yet.
-        console.print("[red]zcube-lab up: --mtu and --queue-packets do not go with --serve[/red]")
+        console.print("[red]zcube-lab up: the link options do not go with --serve yet[/red]")
         return 2
     try:
         config = RunConfig(

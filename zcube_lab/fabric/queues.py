@@ -30,6 +30,13 @@ At the default scale (400 Gb/s NICs at 100 Mb/s, ZCube ports 50 Mb/s, MTU 9000) 
 binds: 16 packets, at most 23 ms of queue on a ZCube port and 11.5 ms on a 100 Mb/s port,
 against 1.44 s and 0.72 s with the interface default of 1,000 packets.
 
+The model sizes switch ports. A host's end of its NIC link is not a switch buffer: a real NIC
+does not drop what its host sends, it stops the host's queue, and TCP Small Queues keep each
+socket's share of that queue to about 2 packets (or 1 ms of its rate). A drop in the host's own
+qdisc is worse than a switch drop: TCP does not count the packet as sent and, with nothing else
+in flight, waits for its probe timer (>= 200 ms). So the host end keeps a deep FIFO
+(`HOST_QUEUE_PACKETS`, Linux's default txqueuelen, set explicitly), bounded in practice by TSQ.
+
 The MTU. Per-hop store-and-forward serialization is `mtu * 8 / rate`: 1.44 ms at 50 Mb/s and
 9000 bytes, 0.18 µs at 400 Gb/s. A transfer pays it once per extra hop (pipelining), so the
 cost is (hops - 1) * serialization: 2.9 ms on ZCube's 2-hop path at the default scale, about 6%
@@ -60,6 +67,7 @@ SWITCH_CAPACITY_GBPS = 51_200.0
 PORT_BUFFER_S = SWITCH_BUFFER_BYTES * 8 / (SWITCH_CAPACITY_GBPS * 1e9)
 
 FLOOR_PACKETS = 16
+HOST_QUEUE_PACKETS = 1000
 QUEUE_DELAY_BUDGET_S = 0.010
 MIN_QUEUE_PACKETS = 2
 MAX_QUEUE_PACKETS = 10_000
@@ -99,17 +107,18 @@ def delay_cap_packets(mbps: float, mtu: int, budget_s: float = QUEUE_DELAY_BUDGE
 
 @dataclass(frozen=True)
 class QueueModel:
-    """The queue limit of every shaped port: `packets` when given (an override), else the
-    model of this module's docstring."""
+    """The queue limit of every shaped switch port (`packets` when given, an override, else
+    the model of this module's docstring) and of every host's NIC port (`host_packets`)."""
 
     packets: int | None = None
+    host_packets: int = HOST_QUEUE_PACKETS
     floor_packets: int = FLOOR_PACKETS
     delay_budget_s: float = QUEUE_DELAY_BUDGET_S
     port_buffer_s: float = PORT_BUFFER_S
 
     def __post_init__(self) -> None:
         allowed = f"a whole number from {MIN_QUEUE_PACKETS} to {MAX_QUEUE_PACKETS}"
-        for name in ("packets", "floor_packets"):
+        for name in ("packets", "floor_packets", "host_packets"):
             value = getattr(self, name)
             if value is None and name == "packets":
                 continue
@@ -135,12 +144,14 @@ class QueueModel:
     def describe(self) -> str:
         """One line for summaries and logs."""
         if self.packets is not None:
-            return f"fixed {self.packets} packets per shaped port (override)"
-        return (
-            f"max({self.floor_packets}, min(real share {self.port_buffer_s * 1e6:.1f} us of "
-            f"the full-scale rate, {self.delay_budget_s * 1e3:g} ms at the emulated rate)) "
-            "packets per shaped port"
-        )
+            switch = f"fixed {self.packets} packets per switch port (override)"
+        else:
+            switch = (
+                f"max({self.floor_packets}, min(real share {self.port_buffer_s * 1e6:.1f} us "
+                f"of the full-scale rate, {self.delay_budget_s * 1e3:g} ms at the emulated "
+                "rate)) packets per switch port"
+            )
+        return f"{switch}; {self.host_packets} packets per host NIC port"
 
 
 def mtu_for_rate(mbps: float, budget_s: float = SERIALIZATION_BUDGET_S) -> int:
@@ -168,18 +179,19 @@ def leaf_queue_lines(limits: Iterable[tuple[str, int]]) -> list[str]:
 
 def port_queue_limits(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel) -> dict[str, int]:
     """Queue limit in packets of every shaped interface, both ends of every link
-    (`<node>-eth<port>`, the names Mininet gives them)."""
+    (`<node>-eth<port>`, the names Mininet gives them): the model's on switch ports,
+    `host_packets` on host ports."""
     limits: dict[str, int] = {}
     for lk in fabric.links:
         packets = model.limit(scale.link_mbps(fabric, lk.gbps), lk.gbps, mtu)
-        limits[f"{lk.node1}-eth{lk.port1}"] = packets
-        limits[f"{lk.node2}-eth{lk.port2}"] = packets
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
+            limits[f"{node}-eth{port}"] = packets if fabric.is_switch(node) else model.host_packets
     return limits
 
 
 def queue_summary(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel) -> list[dict]:
-    """Per emulated link rate: the queue limit, the most a full queue adds, the per-hop
-    serialization and how many links have it (what a run records)."""
+    """Per emulated link rate: the switch ports' queue limit, the most a full queue adds, the
+    per-hop serialization and how many links have it (what a run records)."""
     groups: dict[tuple[float, int], int] = {}
     for lk in fabric.links:
         mbps = scale.link_mbps(fabric, lk.gbps)
