@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 
 from zcube_lab.fabric.builders import BUILDERS
-from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.fabric.description import Fabric, FabricSpec
+from zcube_lab.fabric.queues import (
+    HOST_QUEUE_PACKETS,
+    MAX_MTU,
+    MAX_QUEUE_PACKETS,
+    MIN_QUEUE_PACKETS,
+    QueueModel,
+    fabric_mtu,
+)
+from zcube_lab.fabric.scale import Scale
 
 # option dest -> builder parameter
 SIZE_OPTIONS = {
@@ -60,3 +69,46 @@ def spec_from_args(args: argparse.Namespace) -> FabricSpec:
                 value = int(value)
             params[param] = value
     return FabricSpec.of(args.fabric, **params)
+
+
+def mtu_arg(text: str) -> int | str:
+    """--mtu: a number of bytes or `auto` (the MTU rule of zcube_lab.fabric.queues)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'auto'") from None
+
+
+def add_link_arguments(group: argparse._ArgumentGroup) -> None:
+    """--mtu, --queue-packets and --host-queue-packets: packet size and queue limits of every
+    shaped link."""
+    group.add_argument(
+        "--mtu",
+        type=mtu_arg,
+        default=MAX_MTU,
+        help=f"MTU of every fabric interface (default {MAX_MTU}); auto: the largest whose "
+        "per-hop serialization on the slowest link stays within 2%% of a 50 ms transfer",
+    )
+    group.add_argument(
+        "--queue-packets",
+        type=int,
+        help=f"queue limit of every switch port in packets ({MIN_QUEUE_PACKETS} to "
+        f"{MAX_QUEUE_PACKETS}; default: the buffer model of zcube_lab/fabric/queues.py)",
+    )
+    group.add_argument(
+        "--host-queue-packets",
+        type=int,
+        default=HOST_QUEUE_PACKETS,
+        help=f"queue limit of every host NIC port in packets (default {HOST_QUEUE_PACKETS}: "
+        "a NIC back-pressures its host instead of dropping)",
+    )
+
+
+def link_options_from_args(
+    args: argparse.Namespace, fabric: Fabric, scale: Scale
+) -> tuple[int, QueueModel]:
+    """The MTU and queue model the link options describe."""
+    mtu = fabric_mtu(fabric, scale) if args.mtu == "auto" else args.mtu
+    return mtu, QueueModel(packets=args.queue_packets, host_packets=args.host_queue_packets)

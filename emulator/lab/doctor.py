@@ -7,8 +7,8 @@ functions turn probe results into `Check`s and are pure, so tests feed them fake
 `run_checks()` wires the two together.
 
 Check names are short and stable (`root`, `python`, `ovs`, `datapath`, `mnexec`, `mininet`,
-`htb`, `tbf`, `netem`, `os-ken`, `prometheus`, `promtool`, `iperf3`, `ethtool`, `ping`): tests
-and `--json` consumers look them up by name.
+`htb`, `tbf`, `netem`, `os-ken`, `prometheus`, `promtool`, `iperf3`, `ethtool`, `ping`,
+`datapath-capacity`): tests and `--json` consumers look them up by name.
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.lab import ovs
+from emulator.lab.capacity import (
+    DEFAULT_CAPACITY_MBPS,
+    DatapathResults,
+    load_results,
+    machine_id,
+)
 from emulator.lab.system import attempt
 
 STATUSES = ("pass", "warn", "fail")
@@ -35,8 +41,10 @@ NETEM_DISABLES = (
     "and queueing"
 )
 USERSPACE_DATAPATH = (
-    "userspace datapath (datapath_type=netdev): TCP needs offloads off, capacity ~1-2 Gb/s total"
+    "userspace datapath (datapath_type=netdev): TCP needs offloads off; its capacity is the "
+    "datapath-capacity check"
 )
+BENCH_FIX = "sudo .venv/bin/python bench/datapath.py (about 1-2 minutes)"
 
 # The qdiscs tried in the throwaway namespace, as `tc qdisc replace ... root` arguments.
 QDISC_ARGS: dict[str, tuple[str, ...]] = {
@@ -282,6 +290,32 @@ def _judge_qdisc(name: str, probe: Probe) -> Check:
     )
 
 
+def judge_capacity(results: DatapathResults | None, this_machine: str) -> Check:
+    """The datapath capacity the rate guard uses: measured here, or the stated default."""
+    default = f"the rate guard uses the default {DEFAULT_CAPACITY_MBPS:g} Mb/s"
+    if results is None or not results.points:
+        return Check("datapath-capacity", "warn", f"not measured: {default}", BENCH_FIX)
+    if results.machine_id != this_machine:
+        return Check(
+            "datapath-capacity",
+            "warn",
+            f"measured on another machine ({results.measured_at}): {default}",
+            BENCH_FIX,
+        )
+    mtus = sorted({p.mtu for p in results.points})
+    figures = ", ".join(
+        f"MTU {m}: {results.total_mbps(m) / 1000:.2f} Gb/s "
+        f"({max(p.pps for p in results.points if p.mtu == m) / 1000:.0f} kpps)"
+        for m in mtus
+    )
+    return Check(
+        "datapath-capacity",
+        "pass",
+        f"{figures}; measured {results.measured_at} on {results.cores} cores through "
+        f"{results.bridges} bridge(s)",
+    )
+
+
 def judge_tool(name: str, probe: Probe, missing_status: str, why: str) -> Check:
     """A program on PATH; `missing_status` says how much its absence matters."""
     if probe.ok:
@@ -306,6 +340,8 @@ class Findings:
     os_ken: Probe
     qdiscs: Mapping[str, Probe]
     tools: Mapping[str, Probe]
+    datapath_results: DatapathResults | None = None
+    machine_id: str = ""
 
 
 # Programs checked on PATH: (name, version arguments, status when missing, what needs it).
@@ -333,6 +369,7 @@ def judge(findings: Findings) -> list[Check]:
     for name, _args, missing_status, why in TOOLS:
         probe = findings.tools.get(name, Probe(None, f"{name}: not probed"))
         checks.append(judge_tool(name, probe, missing_status, why))
+    checks.append(judge_capacity(findings.datapath_results, findings.machine_id))
     return checks
 
 
@@ -353,6 +390,8 @@ def gather(pid: int | None = None) -> Findings:
         os_ken=probe_import("os_ken", "os-ken"),
         qdiscs=probe_qdiscs(namespace) if euid == 0 else {},
         tools={name: probe_binary(name, args) for name, args, _s, _w in TOOLS},
+        datapath_results=load_results(),
+        machine_id=machine_id(),
     )
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.lab import ovs
+from emulator.lab.capacity import check_nic_rate, datapath_capacity
 from emulator.lab.state import (
     OWNER_KEY,
     STATE_DIR,
@@ -47,6 +48,12 @@ from zcube_lab.fabric.hostplan import (
     management_peer,
     management_root_batch,
     sysctls,
+)
+from zcube_lab.fabric.queues import (
+    QueueModel,
+    leaf_queue_lines,
+    port_queue_limits,
+    queue_summary,
 )
 from zcube_lab.fabric.scale import Scale
 from zcube_lab.procs import kill_group, signals_ignored
@@ -77,18 +84,21 @@ class LabOptions:
     management: bool = False  # a front-end network (10.255/16) from the root namespace
     state_dir: Path = STATE_DIR
     log_dir: Path | None = None  # where controller.log goes (default: a fresh temporary folder)
+    queue: QueueModel = field(default_factory=QueueModel)  # leaf queue of every shaped port
+    shaped: bool = True  # False: no rate limit and no queue limit (bench/datapath.py)
 
     def __post_init__(self) -> None:
         if self.datapath not in DATAPATHS:
             raise ConfigError("datapath", self.datapath, f"one of {list(DATAPATHS)}")
         if not 1280 <= self.mtu <= 9000:
             raise ConfigError("mtu", self.mtu, "between 1280 and 9000")
-        if self.scale.nic_mbps <= 0 or self.scale.nic_mbps > 1000:
-            raise ConfigError(
-                "nic_mbps",
-                self.scale.nic_mbps,
-                "between 0 and 1000 (the userspace datapath carries ~1 Gb/s in total)",
-            )
+        check_nic_rate(self.scale.nic_mbps, datapath_capacity(self.mtu))
+
+    def queue_limits(self, fabric: Fabric) -> dict[str, int]:
+        """Queue limit in packets of every shaped interface (none when unshaped)."""
+        if not self.shaped:
+            return {}
+        return port_queue_limits(fabric, self.scale, self.mtu, self.queue)
 
 
 def kernel_datapath_available() -> bool:
@@ -329,7 +339,7 @@ class Lab:
                 lk.node2,
                 port1=lk.port1,
                 port2=lk.port2,
-                bw=o.scale.link_mbps(self.fabric, lk.gbps),
+                bw=o.scale.link_mbps(self.fabric, lk.gbps) if o.shaped else None,
                 # The userspace datapath stalls TCP unless offloads are off (docs/DOMAIN.md §5).
                 txo=self.datapath != "user",
                 gro=False,
@@ -399,6 +409,29 @@ class Lab:
         if self.datapath == "user":
             for intf in switch_intfs:
                 run(["ethtool", "-K", intf, *OFFLOADS], check=False)
+        self._limit_queues()
+
+    def _limit_queues(self) -> None:
+        """Replace the leaf queue under Mininet's HTB class on every shaped interface with the
+        queue model's FIFO (zcube_lab.fabric.queues): one `tc -batch` in the root namespace for
+        the switch ports, one per host for its NIC ports."""
+        limits = self.options.queue_limits(self.fabric)
+        if not limits:
+            return
+        root = [(i, limits[i]) for i in self.fabric.switch_interfaces() if i in limits]
+        batch = self.run_dir / "queues.tc"
+        batch.write_text("\n".join(leaf_queue_lines(root)) + "\n")
+        run(["tc", "-batch", str(batch)])
+        for h in self.fabric.hosts:
+            mine = [(i.name, limits[i.name]) for i in h.interfaces if i.name in limits]
+            if not mine:
+                continue
+            batch = self.run_dir / f"{h.name}.tc"
+            batch.write_text("\n".join(leaf_queue_lines(mine)) + "\n")
+            # Mininet runs this line in the host's bash: the path is quoted, the rest is ours.
+            out = self.net.get(h.name).cmd("tc", "-batch", shlex.quote(str(batch)))
+            if out.strip():
+                raise LabError(f"setting queue limits on {h.name}: {out.strip()}")
 
     def track_pid(self, pid: int) -> None:
         """Record a process started in the lab (e.g. a server in a host) so a later run can
@@ -474,6 +507,12 @@ class Lab:
             "bandwidth_scale": self.options.scale.bandwidth_scale(self.fabric),
             "nic_mbps": self.options.scale.nic_mbps,
             "mtu": self.options.mtu,
+            "queue_model": self.options.queue.describe() if self.options.shaped else "unshaped",
+            "queues": queue_summary(
+                self.fabric, self.options.scale, self.options.mtu, self.options.queue
+            )
+            if self.options.shaped
+            else [],
             "phase_seconds": dict(self.times.phases),
             "controller_log": str(self.controller_log),
             "metrics": f"http://127.0.0.1:{self.options.metrics_port}/metrics",

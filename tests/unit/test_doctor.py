@@ -10,10 +10,19 @@ from pathlib import Path
 import pytest
 
 from emulator.lab import doctor
+from emulator.lab.capacity import DatapathResults, Measurement
 from emulator.lab.doctor import Check, Findings, Probe, exit_code, judge
 from zcube_lab.cli import main
 
 OK = Probe(0, "")
+MEASURED = DatapathResults(
+    machine_id="m1",
+    cores=2,
+    measured_at="2026-12-01T05:00:00+00:00",
+    seconds=60.0,
+    bridges=1,
+    points=(Measurement(1500, 1, 0.45, 37_000), Measurement(9000, 4, 1.9, 26_000)),
+)
 MISSING = Probe(None, "x: not found")
 NETEM_UNKNOWN = Probe(2, "Error: Specified qdisc kind is unknown.")
 
@@ -32,6 +41,8 @@ def healthy(**changes: object) -> Findings:
         "os_ken": Probe(0, "4.2.2"),
         "qdiscs": {"setup": OK, "htb": OK, "tbf": OK, "netem": OK},
         "tools": {name: Probe(0, f"{name} 1.0") for name, *_ in doctor.TOOLS},
+        "datapath_results": MEASURED,
+        "machine_id": "m1",
     }
     base.update(changes)
     return Findings(**base)  # type: ignore[arg-type]
@@ -49,9 +60,34 @@ def test_healthy_machine_passes_everything() -> None:
     assert names[:3] == ["root", "python", "ovs"]
     assert {"datapath", "mnexec", "mininet", "htb", "tbf", "netem", "os-ken"} <= set(names)
     assert {"prometheus", "promtool", "iperf3", "ethtool", "ping"} <= set(names)
+    assert names[-1] == "datapath-capacity"
     c = by_name(checks)
     assert c["ovs"].detail == "Open vSwitch running 3.1.0"
     assert "4.2.2" in c["os-ken"].detail
+
+
+def test_datapath_capacity_shows_the_measured_figures() -> None:
+    check = by_name(judge(healthy()))["datapath-capacity"]
+    assert check.status == "pass"
+    assert "MTU 1500: 0.45 Gb/s (37 kpps)" in check.detail
+    assert "MTU 9000: 1.90 Gb/s (26 kpps)" in check.detail
+    assert "2026-12-01" in check.detail
+
+
+@pytest.mark.parametrize(
+    ("results", "machine", "words"),
+    [(None, "m1", "not measured"), (MEASURED, "m2", "another machine")],
+)
+def test_datapath_capacity_warns_when_not_measured_here(
+    results: DatapathResults | None, machine: str, words: str
+) -> None:
+    check = by_name(judge(healthy(datapath_results=results, machine_id=machine)))[
+        "datapath-capacity"
+    ]
+    assert check.status == "warn"
+    assert words in check.detail
+    assert "default 500 Mb/s" in check.detail
+    assert "bench/datapath.py" in check.fix
 
 
 def test_not_root_fails_and_skips_tc_with_warnings() -> None:

@@ -17,7 +17,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.fabric_options import (
+    add_fabric_arguments,
+    add_link_arguments,
+    link_options_from_args,
+    spec_from_args,
+)
 from zcube_lab.procs import raise_interrupt
 
 
@@ -37,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="emulated rate of one GPU NIC in Mb/s (ZCube ports get half each); "
         "bandwidth_scale = full-scale NIC rate / this",
     )
-    lab.add_argument("--mtu", type=int, default=9000, help="MTU of every fabric interface")
+    add_link_arguments(lab)
     lab.add_argument(
         "--datapath",
         choices=["auto", "user", "kernel"],
@@ -95,22 +100,30 @@ def run(args: argparse.Namespace) -> int:
         return serve(args)
     from emulator.lab.network import Lab, LabOptions
     from emulator.lab.system import LabError
+    from zcube_lab.errors import ConfigError
     from zcube_lab.fabric.builders import build_fabric
     from zcube_lab.fabric.scale import Scale
     from zcube_lab.policies import get_policy
 
+    console = Console(stderr=True)
     fabric = build_fabric(spec_from_args(args))
     policy = get_policy(args.policy)
-    options = LabOptions(
-        scale=Scale(nic_mbps=args.nic_mbps),
-        mtu=args.mtu,
-        datapath=args.datapath,
-        policy=policy.routing,
-        recompute=policy.recompute,
-        of_port=args.of_port,
-        metrics_port=args.metrics_port,
-    )
-    console = Console(stderr=True)
+    scale = Scale(nic_mbps=args.nic_mbps)
+    try:
+        mtu, queue = link_options_from_args(args, fabric, scale)
+        options = LabOptions(
+            scale=scale,
+            mtu=mtu,
+            queue=queue,
+            datapath=args.datapath,
+            policy=policy.routing,
+            recompute=policy.recompute,
+            of_port=args.of_port,
+            metrics_port=args.metrics_port,
+        )
+    except ConfigError as exc:
+        console.print(f"[red]zcube-lab up: {exc}[/red]")
+        return 2
     signal.signal(signal.SIGTERM, raise_interrupt)
     lab = Lab(fabric, options, progress=lambda msg: console.print(f"[dim]»[/dim] {msg}"))
     failures: dict[str, list[str]] = {}
@@ -153,6 +166,12 @@ def _print_summary(summary: dict[str, object], failures: dict[str, list[str]]) -
     for key, value in summary.items():
         if key == "phase_seconds":
             value = ", ".join(f"{k} {v:g}s" for k, v in value.items())  # type: ignore[union-attr]
+        elif key == "queues":
+            value = "; ".join(
+                f"{q['links']} links at {q['mbps']:g} Mb/s: {q['queue_packets']} packets "
+                f"(full queue {q['max_queue_ms']:g} ms), {q['serialization_ms']:g} ms/hop"
+                for q in value  # type: ignore[union-attr]
+            )
         table.add_row(key.replace("_", " "), str(value))
     Console().print(table)
     bad = {k: v for k, v in failures.items() if v}
@@ -178,10 +197,16 @@ def serve(args: argparse.Namespace) -> int:
     from emulator.prometheus.server import PrometheusError
     from zcube_lab.errors import ConfigError
     from zcube_lab.fabric.placement import LayoutSpec
+    from zcube_lab.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU
 
     console = Console(stderr=True)
     if args.cli:
         console.print("[red]zcube-lab up: --serve and --cli do not go together[/red]")
+        return 2
+    defaults = (MAX_MTU, None, HOST_QUEUE_PACKETS)
+    if (args.mtu, args.queue_packets, args.host_queue_packets) != defaults:
+        # The serving plan (emulator.experiment.plan.RunConfig) does not carry them yet.
+        console.print("[red]zcube-lab up: the link options do not go with --serve yet[/red]")
         return 2
     try:
         config = RunConfig(

@@ -1,0 +1,134 @@
+"""The userspace datapath's capacity on this machine: the one home of the figure that the rate
+guard (`LabOptions`), `doctor` and the docs use.
+
+`bench/datapath.py` measures it (iperf3 through one Open vSwitch bridge, unshaped, for a few
+MTUs and flow counts) and writes `bench/results/datapath.json` (`DatapathResults`). When that
+file exists and was measured on this machine, the guard uses the measured total at the lab's
+MTU; otherwise a stated conservative default (`DEFAULT_CAPACITY_MBPS`). Whatever the datapath
+carries, Mininet shapes links only up to `MININET_MAX_MBPS` (`TCIntf.bwParamMax`: above it the
+link is left unshaped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from zcube_lab.errors import ConfigError
+
+RESULTS_PATH = Path(__file__).resolve().parents[2] / "bench" / "results" / "datapath.json"
+# The lowest of the figures seen by hand on these machines (docs/DOMAIN.md §5: ~0.5 Gb/s for
+# one flow at MTU 1500; ~0.9 Gb/s for 4 flows across 8 switches at MTU 9000).
+DEFAULT_CAPACITY_MBPS = 500.0
+MININET_MAX_MBPS = 1000.0
+MACHINE_ID_PATH = Path("/etc/machine-id")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One point: `flows` parallel TCP flows through the datapath at `mtu`."""
+
+    mtu: int
+    flows: int
+    gbps: float
+    pps: float  # full-size packets per second (payload bytes / (mtu - 52))
+
+
+@dataclass(frozen=True)
+class DatapathResults:
+    """What `bench/datapath.py` measured on one machine."""
+
+    machine_id: str
+    cores: int
+    measured_at: str  # ISO 8601, UTC
+    seconds: float  # how long the benchmark took
+    bridges: int  # Open vSwitch bridges each packet crossed
+    points: tuple[Measurement, ...]
+    datapath: str = "user"  # the Open vSwitch datapath measured (user or kernel)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> DatapathResults:
+        points = tuple(Measurement(**p) for p in data["points"])  # type: ignore[union-attr]
+        fields = {k: v for k, v in data.items() if k != "points"}
+        return cls(**fields, points=points)  # type: ignore[arg-type]
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def total_mbps(self, mtu: int) -> float:
+        """The most the datapath carried (any flow count) at the largest measured MTU not
+        above `mtu` (the smallest measured MTU when all are above it)."""
+        mtus = sorted({p.mtu for p in self.points})
+        below = [m for m in mtus if m <= mtu]
+        chosen = below[-1] if below else mtus[0]
+        return max(p.gbps for p in self.points if p.mtu == chosen) * 1000.0
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The datapath capacity the guard uses, and where it comes from."""
+
+    mbps: float
+    source: str
+
+
+def machine_id() -> str:
+    """This machine's id (`/etc/machine-id`), or "" when it has none."""
+    try:
+        return MACHINE_ID_PATH.read_text().strip()
+    except OSError:
+        return ""
+
+
+def load_results(path: Path | None = None) -> DatapathResults | None:
+    """The benchmark's results (`RESULTS_PATH` by default), or None when there are none (or
+    they cannot be read)."""
+    try:
+        return DatapathResults.from_dict(json.loads((path or RESULTS_PATH).read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def capacity_from(results: DatapathResults | None, mtu: int, this_machine: str) -> Capacity:
+    """The capacity at `mtu`: measured when `results` come from this machine, else the
+    conservative default, with a source that says which."""
+    if results is None or not results.points:
+        return Capacity(DEFAULT_CAPACITY_MBPS, "default, not measured: run bench/datapath.py")
+    if results.machine_id != this_machine:
+        return Capacity(
+            DEFAULT_CAPACITY_MBPS,
+            "default: bench/results/datapath.json was measured on another machine",
+        )
+    return Capacity(
+        results.total_mbps(mtu),
+        f"measured {results.measured_at} by bench/datapath.py",
+    )
+
+
+def datapath_capacity(mtu: int, path: Path | None = None) -> Capacity:
+    """The datapath capacity on this machine at `mtu` (from `RESULTS_PATH` by default)."""
+    return capacity_from(load_results(path or RESULTS_PATH), mtu, machine_id())
+
+
+def check_nic_rate(nic_mbps: float, capacity: Capacity) -> None:
+    """Refuse an emulated NIC rate above what one datapath (or Mininet's shaping) carries."""
+    limit = min(capacity.mbps, MININET_MAX_MBPS)
+    if not 0 < nic_mbps <= limit:
+        raise ConfigError(
+            "nic_mbps",
+            nic_mbps,
+            f"between 0 and {limit:g} Mb/s: the userspace datapath carries "
+            f"{capacity.mbps:g} Mb/s in total ({capacity.source}); Mininet shapes at most "
+            f"{MININET_MAX_MBPS:g} Mb/s",
+        )
+
+
+def cores() -> int:
+    """CPU cores this process may use."""
+    return len(os.sched_getaffinity(0))
