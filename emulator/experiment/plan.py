@@ -33,6 +33,7 @@ from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import Fabric, FabricSpec
 from zcube_lab.fabric.hostplan import kv_source_map, management_address
 from zcube_lab.fabric.placement import Engine, LayoutSpec, Placement, place
+from zcube_lab.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU, MIN_MTU, QueueModel, fabric_mtu
 from zcube_lab.fabric.scale import Scale
 from zcube_lab.faults import Fault, parse_faults
 from zcube_lab.policies import (
@@ -63,6 +64,9 @@ class RunConfig:
     model: str = "glm-5.1"
     length_scale: float | None = None
     nic_mbps: float = 100.0
+    mtu: int | str = MAX_MTU  # or "auto": zcube_lab.fabric.queues.fabric_mtu
+    queue_packets: int | None = None  # every switch port's queue; None: the buffer model's
+    host_queue_packets: int = HOST_QUEUE_PACKETS
     policy: str = "ecmp"
     faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.faults)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
@@ -83,6 +87,11 @@ class RunConfig:
             raise ConfigError("rate", self.rate, "between 0 and 1000 requests/s")
         if not 0 < self.nic_mbps <= 1000:
             raise ConfigError("nic_mbps", self.nic_mbps, "between 0 and 1000 Mb/s")
+        self.queue_model()  # names a bad queue option now, not when the lab starts
+        if self.mtu != "auto" and not (
+            isinstance(self.mtu, int) and MIN_MTU <= self.mtu <= MAX_MTU
+        ):
+            raise ConfigError("mtu", self.mtu, f"auto or an integer {MIN_MTU}-{MAX_MTU}")
         if not 0 <= self.drain_s <= 3600:
             raise ConfigError("drain", self.drain_s, "between 0 and 3600 seconds")
         get_policy(self.policy)
@@ -92,6 +101,14 @@ class RunConfig:
             raise ConfigError("kv_paths", self.kv_paths, "disjoint or shortest")
         if not 0 <= self.prefix_cache_hit_rate < 1:
             raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
+
+    def queue_model(self) -> QueueModel:
+        """The queue limits of every shaped port (zcube_lab.fabric.queues)."""
+        return QueueModel(packets=self.queue_packets, host_packets=self.host_queue_packets)
+
+    def link_mtu(self, fabric: Fabric, scale: Scale) -> int:
+        """The MTU of every fabric interface: as given, or the rule's for `auto`."""
+        return fabric_mtu(fabric, scale) if self.mtu == "auto" else int(self.mtu)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -26,7 +26,7 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,7 +41,14 @@ from emulator.experiment.plan import (
     RunPlan,
     plan_run,
 )
-from emulator.lab.fidelity import FaultWindow, NetworkEvidence, step_overruns
+from emulator.lab import ovs
+from emulator.lab.fidelity import (
+    DATAPATH_RECEIVE_DROPS,
+    DATAPATH_SEND_ERRORS,
+    FaultWindow,
+    NetworkEvidence,
+    step_overruns,
+)
 from emulator.lab.health import HealthSampler
 from emulator.lab.injector import FaultInjector
 from emulator.lab.netsampler import NetSampler, engine_overrun_buckets
@@ -55,11 +62,14 @@ from emulator.results.faults import analyze
 from emulator.results.figures import (
     client_summary,
     fabric_stats,
+    link_loads,
     link_utilization,
     read_jsonl,
     throughput_series,
 )
 from emulator.results.summary import FaultReport, InjectedFault, RunSummary
+from emulator.results.transfers import transfer_figures
+from zcube_lab.fabric.queues import queue_summary
 from zcube_lab.ports import free_port
 from zcube_lab.procs import signals_ignored, stop_groups, wait_http
 
@@ -101,6 +111,7 @@ class Launcher:
         self.health: HealthSampler | None = None
         self.injector: FaultInjector | None = None
         self.net_sampler: NetSampler | None = None
+        self._datapath_mark: tuple[int, int] | None = None  # (log size, receive drops)
         self._health_http = None
         self.gateway_port = 0
         self.loadgen_port = 0
@@ -115,6 +126,9 @@ class Launcher:
         cfg = plan.config.to_dict()
         cfg["fabric_summary"] = dict(plan.fabric.summary())
         cfg["bandwidth_scale"] = plan.scale.bandwidth_scale(plan.fabric)
+        mtu = plan.config.link_mtu(plan.fabric, plan.scale)
+        cfg["link_mtu"] = mtu
+        cfg["queues"] = queue_summary(plan.fabric, plan.scale, mtu, plan.config.queue_model())
         cfg["placement"] = [asdict(e) for e in plan.placement.engines]
         (self.dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
 
@@ -141,6 +155,8 @@ class Launcher:
         plan = self.plan
         opts = LabOptions(
             scale=plan.scale,
+            mtu=plan.config.link_mtu(plan.fabric, plan.scale),
+            queue=plan.config.queue_model(),
             policy=plan.policy.routing,
             recompute=plan.policy.recompute,
             management=True,
@@ -270,6 +286,17 @@ class Launcher:
         plan = self.plan
         hosts = {h.name: self.lab.net.get(h.name).pid for h in plan.fabric.hosts}
         self.net_sampler = NetSampler(hosts, shaped_rates(plan.fabric, plan.scale)).start()
+        self._datapath_mark = _datapath_losses() if self.lab.datapath == "user" else None
+
+    def datapath_drops(self) -> dict[str, int]:
+        """ovs-vswitchd's own packet losses since `start_net_sampling` (userspace datapath)."""
+        if self._datapath_mark is None:
+            return {}
+        (log_at, dropped_before), (_log_now, dropped_now) = self._datapath_mark, _datapath_losses()
+        return {
+            DATAPATH_SEND_ERRORS: len(ovs.send_errors_since(log_at)),
+            DATAPATH_RECEIVE_DROPS: max(0, dropped_now - dropped_before),
+        }
 
     def engine_metrics_urls(self) -> dict[str, str]:
         """Each prefill and decode engine's /metrics, by engine id."""
@@ -379,7 +406,8 @@ class Experiment:
             FaultWindow(f.label, origin + f.at_s, None if f.end_s is None else origin + f.end_s)
             for f in self.plan.faults
         ]
-        return sampler.evidence(overruns, faults)
+        evidence = sampler.evidence(overruns, faults)
+        return replace(evidence, datapath_drops=self.launcher.datapath_drops())
 
     def _wait_loadgen(self, proc: subprocess.Popen[bytes], limit: float) -> None:
         start = time.monotonic()
@@ -404,9 +432,12 @@ class Experiment:
         window = max(t1 - t0, 1.0)
         prom = self.prometheus
         records = read_jsonl(self.dir / "requests.jsonl")
-        server = server_figures(prom, t1, window)
+        hosts = {e.engine_id: e.host for e in self.plan.placement.engines}
+        transfers = transfer_figures(self.dir / "logs", self.plan.fabric, self.plan.scale, hosts)
+        server = server_figures(prom, t1, window, transfers)
         ports = port_counters(prom, t1, window)
         util = link_utilization(self.plan.fabric, self.plan.scale, ports.tx_bytes, window)
+        links = link_loads(self.plan.fabric, self.plan.scale, ports, window)
         verdict = self.health.verdict(self.thresholds, self._evidence)
         (self.dir / "health.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
         with contextlib.suppress(Exception):
@@ -427,13 +458,21 @@ class Experiment:
             loadgen=_read_json(self.dir / "loadgen-summary.json"),
             server=server,
             fabric_stats=fabric_stats(
-                self.plan.fabric, util, ports.rx_bytes, ports.drops, server.reported_bytes
+                self.plan.fabric,
+                util,
+                ports.rx_bytes,
+                ports.drops,
+                server.reported_bytes,
+                links,
+                ports.peak_window_s,
             ),
             port_util={f"{k[0]}:{k[1]}": v for k, v in sorted(util.items())},
             throughput_series=tuple(throughput_series(records)),
             faults=self._fault_report(records, t1),
             health=verdict,
             trustworthy=verdict.trustworthy,
+            link_util=links,
+            transfers=transfers,
             dir=self.dir,
         )
         summary.write(self.dir)
@@ -462,3 +501,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return {}
+
+
+def _datapath_losses() -> tuple[int, int]:
+    """Where ovs-vswitchd's log ends, and the drops its packet sockets counted so far."""
+    return ovs.log_size(), sum(s.drops for s in ovs.packet_sockets())

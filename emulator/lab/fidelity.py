@@ -16,6 +16,10 @@ adds them to the CPU verdict. Judged, each unless a fault window explains it:
   `RateLimits.under` (50%) of its rate (the emulator did not keep up);
 - engine steps that woke more than `overrun_s` late in more than `overrun_fraction` of an
   engine's steps: the report leads with p99, so a late share above 1% reaches it.
+- packets the userspace datapath lost between itself and its ports: send errors ovs-vswitchd
+  logged (its shared send socket was full; `emulator.lab.ovs` says why) and drops of its ports'
+  receive sockets; no port, qdisc or OpenFlow counter records these, and a real switch has no
+  such loss;
 Fast retransmits are reported, not judged: spraying a flow over several paths reorders segments,
 which triggers fast retransmits without any loss, and a loss that caused one is judged where it
 happened (a qdisc, an interface, softnet) when the lab can see it.
@@ -103,6 +107,8 @@ class NetworkEvidence:
     softnet: Mapping[str, int] = field(default_factory=dict)
     overruns: StepOverruns | None = None
     faults: tuple[FaultWindow, ...] = ()
+    # ovs-vswitchd's own losses during the load: DATAPATH_SEND_ERRORS, DATAPATH_RECEIVE_DROPS
+    datapath_drops: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,7 @@ def judge_network(evidence: NetworkEvidence, limits: NetworkLimits) -> NetworkJu
         else:
             explained[(event.where, fault)].append(event)
     reasons = [f"{where}: {describe(unexplained[where])}" for where in sorted(unexplained)]
+    reasons += _datapath_reasons(evidence.datapath_drops)
     reasons += _overrun_reasons(evidence.overruns, limits)
     notes = [f"{w}: {describe(evs)} (during {f})" for (w, f), evs in sorted(explained.items())]
     return NetworkJudgement(tuple(reasons), tuple(notes), busiest_link(evidence.queues))
@@ -197,6 +204,22 @@ def describe(events: Sequence[NetEvent]) -> str:
             f"{_windows(len(stalled))})"
         )
     return ", ".join(parts)
+
+
+DATAPATH_SEND_ERRORS = "send_errors_logged"
+DATAPATH_RECEIVE_DROPS = "receive_socket_drops"
+
+
+def _datapath_reasons(drops: Mapping[str, int]) -> list[str]:
+    parts = []
+    if n := drops.get(DATAPATH_SEND_ERRORS, 0):
+        parts.append(
+            f"{n} send error{'' if n == 1 else 's'} logged (packets lost between the datapath "
+            "and its ports; the log is rate-limited, so at least that many)"
+        )
+    if n := drops.get(DATAPATH_RECEIVE_DROPS, 0):
+        parts.append(f"{n} packet{'' if n == 1 else 's'} dropped by its ports' receive sockets")
+    return [f"ovs-vswitchd: {', '.join(parts)}"] if parts else []
 
 
 def _windows(n: int) -> str:

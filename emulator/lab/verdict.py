@@ -116,6 +116,7 @@ FIDELITY_FIELDS = (
     "step_overruns",
     "busiest_link",
     "explained",
+    "datapath_drops",
 )
 
 
@@ -142,6 +143,7 @@ class HealthVerdict:
     step_overruns: StepOverruns | None = None
     busiest_link: BusiestLink | None = None
     explained: tuple[str, ...] = ()  # events a configured fault explains (not reasons)
+    datapath_drops: Mapping[str, int] = field(default_factory=dict)  # ovs-vswitchd's own losses
 
     def to_dict(self) -> dict[str, object]:
         """Plain data for summary.json. A fidelity field with nothing in it (a run without
@@ -165,6 +167,7 @@ class HealthVerdict:
         values["tcp"] = {h: _typed(TcpCounters, c) for h, c in (data.get("tcp") or {}).items()}
         values["qdisc"] = {i: _typed(QueueFigures, q) for i, q in (data.get("qdisc") or {}).items()}
         values["softnet_drops"] = dict(data.get("softnet_drops") or {})
+        values["datapath_drops"] = dict(data.get("datapath_drops") or {})
         if (o := data.get("step_overruns")) is not None:
             engines = {n: _typed(EngineOverruns, e) for n, e in (o.get("engines") or {}).items()}
             values["step_overruns"] = StepOverruns(o.get("threshold_s", 0.0), engines)
@@ -260,6 +263,7 @@ def _with_network(
         tcp=dict(evidence.tcp),
         qdisc=dict(evidence.queues),
         softnet_drops=dict(evidence.softnet),
+        datapath_drops={k: v for k, v in evidence.datapath_drops.items() if v},
         step_overruns=evidence.overruns,
         busiest_link=judged.busiest,
         explained=judged.explained,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.fabric_options import add_fabric_arguments, add_link_arguments, spec_from_args
 from zcube_lab.procs import raise_interrupt
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "'roft:' prefix applies it to that fabric only (for compare)",
     )
     lab.add_argument("--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate")
+    add_link_arguments(lab)
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
 
 
@@ -108,6 +109,9 @@ def config_from_args(
         model=args.model,
         length_scale=args.length_scale,
         nic_mbps=args.nic_mbps,
+        mtu=args.mtu,
+        queue_packets=args.queue_packets,
+        host_queue_packets=args.host_queue_packets,
         policy=args.policy,
         faults=tuple(args.fail),
         layout=layout,
