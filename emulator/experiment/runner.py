@@ -407,7 +407,11 @@ class Experiment:
             for f in self.plan.faults
         ]
         evidence = sampler.evidence(overruns, faults)
-        return replace(evidence, datapath_drops=self.launcher.datapath_drops())
+        return replace(
+            evidence,
+            datapath_drops=self.launcher.datapath_drops(),
+            switch_ports=frozenset(self.plan.fabric.switch_interfaces()),
+        )
 
     def _wait_loadgen(self, proc: subprocess.Popen[bytes], limit: float) -> None:
         start = time.monotonic()

@@ -8,9 +8,11 @@ adds them to the CPU verdict. Judged, each unless a fault window explains it:
 - a retransmission timeout or a SYN retransmit on any host: the 1 s stalls of the issue; a
   faithful fabric would have to lose a whole window or a SYN for it, which the lab never asks for
   outside a fault;
-- packets dropped by a qdisc, by an interface, or by a CPU's input queue (softnet): a drop at a
-  shaped queue is what a shallow real port would do too, but the lab's queues are its own model,
-  so any drop is reported as a reason for a person to look at, with the interface named;
+- packets dropped by a qdisc, by an interface, or by a CPU's input queue (softnet). A drop in a
+  switch port's queue (one of `NetworkEvidence.switch_ports`) is the modelled switch's own
+  congestion (zcube_lab.fabric.queues): counted per port, not judged; a retransmission timeout
+  it causes is. A drop in a host's NIC queue is never faithful (a real NIC back-pressures its
+  host), so it is judged;
 - a shaped link sending more than `RateLimits.over` (5%) above its rate over a window
   (shaping did not hold), or provably backlogged through a window while sending under
   `RateLimits.under` (50%) of its rate (the emulator did not keep up);
@@ -109,6 +111,8 @@ class NetworkEvidence:
     faults: tuple[FaultWindow, ...] = ()
     # ovs-vswitchd's own losses during the load: DATAPATH_SEND_ERRORS, DATAPATH_RECEIVE_DROPS
     datapath_drops: Mapping[str, int] = field(default_factory=dict)
+    # Interfaces whose qdisc drops are congestion of the modelled switch (reported, not judged)
+    switch_ports: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,9 @@ def judge_network(evidence: NetworkEvidence, limits: NetworkLimits) -> NetworkJu
     unexplained: dict[str, list[NetEvent]] = defaultdict(list)
     explained: dict[tuple[str, str], list[NetEvent]] = defaultdict(list)
     for event in evidence.events:
-        if event.quantity == QDISC_DROPS and not limits.judge_qdisc_drops:
+        if event.quantity == QDISC_DROPS and (
+            not limits.judge_qdisc_drops or event.where in evidence.switch_ports
+        ):
             continue  # still in the interface's figures (`QueueFigures.drops`)
         fault = _explaining(event, evidence.faults, limits.fault_grace_s)
         if fault is None:

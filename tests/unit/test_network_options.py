@@ -26,7 +26,7 @@ def test_defaults_are_jumbo_frames_and_the_model() -> None:
     mtu, queue = link_options_from_args(parse(), ZCUBE, Scale())
     assert mtu == 9000
     assert queue.packets is None
-    assert queue.limit(50, 200, mtu) == 16
+    assert queue.limit(50, 200, mtu) == 64
     assert queue.host_packets == 1000
 
 

@@ -47,14 +47,15 @@ def test_delay_cap() -> None:
 
 def test_default_scale_binds_the_floor() -> None:
     model = QueueModel()
-    assert model.limit(50, 200, 9000) == FLOOR_PACKETS == 16  # ZCube port
-    assert model.limit(100, 400, 9000) == 16  # ROFT NIC
+    assert model.limit(50, 200, 9000) == FLOOR_PACKETS == 64  # ZCube port
+    assert model.limit(100, 400, 9000) == 64  # ROFT NIC
 
 
 def test_fast_links_are_capped_by_time_and_by_the_real_port() -> None:
     model = QueueModel()
     assert model.limit(1000, 400, 9000) == 138  # 10 ms at 1 Gb/s, under the real 144
-    assert model.limit(1000, 100, 9000) == 36  # the real 100G port holds only 36
+    assert model.limit(1000, 100, 9000) == FLOOR_PACKETS  # the real 100G port's 36: the floor
+    assert QueueModel(floor_packets=16).limit(1000, 100, 9000) == 36  # the real port binds
     assert model.limit(1000, 10, 9000) == FLOOR_PACKETS  # never under the floor
 
 
@@ -110,7 +111,7 @@ def test_every_interface_of_every_link_gets_a_limit(spec: FabricSpec) -> None:
     host_intfs = {i.name for h in fabric.hosts for i in h.interfaces}
     switch_intfs = set(fabric.switch_interfaces())
     assert set(limits) == host_intfs | switch_intfs
-    assert {limits[i] for i in switch_intfs} == {16}
+    assert {limits[i] for i in switch_intfs} == {64}
     assert {limits[i] for i in host_intfs} == {HOST_QUEUE_PACKETS}
     fixed = port_queue_limits(fabric, Scale(), 9000, QueueModel(packets=40, host_packets=30))
     assert {fixed[i] for i in switch_intfs} == {40}
@@ -122,8 +123,8 @@ def test_summary_groups_links_by_rate() -> None:
     [only] = queue_summary(fabric, Scale(), 9000, QueueModel())
     assert only == {
         "mbps": 50.0,
-        "queue_packets": 16,
-        "max_queue_ms": 23.04,
+        "queue_packets": 64,
+        "max_queue_ms": 92.16,
         "serialization_ms": 1.44,
         "links": len(fabric.links),
     }

@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.experiment.runner import Launcher
 from emulator.lab.fidelity import (
+    DATAPATH_RECEIVE_DROPS,
+    DATAPATH_SEND_ERRORS,
     BusiestLink,
     EngineOverruns,
     FaultWindow,
@@ -225,6 +227,23 @@ def test_qdisc_drops_can_be_reported_without_being_judged() -> None:
     assert v.reasons == ("h1: 1 TCP retransmission timeout",)
     with pytest.raises(ConfigError, match="overrun_fraction"):
         NetworkLimits(overrun_fraction=2.0)
+
+
+def test_switch_port_drops_are_congestion_and_host_queue_drops_are_judged() -> None:
+    events = (_event(3, "a0-eth5", QDISC_DROPS, 9), _event(3, "h1-eth0", QDISC_DROPS, 2))
+    evidence = NetworkEvidence(events=events, switch_ports=frozenset({"a0-eth5"}))
+    v = judge(_samples(), None, evidence)
+    assert v.reasons == ("h1-eth0: 2 packets dropped by the qdisc",)
+
+
+def test_the_datapaths_own_losses_are_judged() -> None:
+    drops = {DATAPATH_SEND_ERRORS: 3, DATAPATH_RECEIVE_DROPS: 0}
+    v = judge(_samples(), None, NetworkEvidence(datapath_drops=drops))
+    assert not v.trustworthy
+    assert v.reasons[0].startswith("ovs-vswitchd: 3 send errors logged")
+    assert HealthVerdict.from_dict(v.to_dict()).datapath_drops == {DATAPATH_SEND_ERRORS: 3}
+    clean = judge(_samples(), None, NetworkEvidence(datapath_drops={DATAPATH_SEND_ERRORS: 0}))
+    assert clean.trustworthy and "datapath_drops" not in clean.to_dict()
 
 
 def test_the_runner_reads_every_engines_metrics(tmp_path: Path) -> None:
