@@ -149,7 +149,9 @@ def _recomputes(metrics_port: int) -> int:
     return 0
 
 
-def _lab(fabric: Fabric, policy: RunPolicy, log_dir: Path, state_dir: Path | None) -> Lab:
+def probe_lab(
+    fabric: Fabric, policy: RunPolicy, log_dir: Path, state_dir: Path | None = None
+) -> Lab:
     """A lab (not started) routed by the policy, on free controller and metrics ports."""
     from emulator.lab.network import Lab, LabOptions
     from zcube_lab.fabric.scale import Scale
@@ -240,14 +242,19 @@ def _link_to_cut(fabric: Fabric, moved: dict[Link, int], link: str | None) -> st
     return chosen
 
 
+def stop_probes(procs: list[subprocess.Popen[str]]) -> None:
+    """Kill the probe processes and reap them."""
+    for p in procs:
+        p.kill()
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=5)
+
+
 def _stop(procs: list[subprocess.Popen[str]], injector: FaultInjector | None, lab: Lab) -> None:
     """Stop the probes, then the injector, then the lab, each even if the one before failed."""
     try:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=5)
+        stop_probes(procs)
     finally:
         try:
             if injector is not None:
@@ -277,7 +284,7 @@ def cut_during_pull(
     from zcube_lab.policies import get_policy
 
     policy = get_policy(policy_name)
-    lab = _lab(fabric, policy, log_dir, state_dir)
+    lab = probe_lab(fabric, policy, log_dir, state_dir)
     procs: list[subprocess.Popen[str]] = []
     injector = None
     try:
