@@ -175,8 +175,10 @@ def test_expert_parallel_instances_exchange_bytes_with_ep_workers(tmp_path: Path
         assert asyncio.run(run()) == 5
         d = _scrape(c.decode_urls[0])
         p = _scrape(c.prefill_urls[0])
-    # per peer and direction: tokens x k(2) x hidden(256) x 2 bytes / ep_size(2)
-    per_token = 2 * 256 * 2 // 2
+    # per peer and direction: tokens x k(2) x hidden(256) x 2 bytes / ep_size(2), for each of
+    # the profile's MoE layers (one dispatch and one combine per layer)
+    per_token = 2 * 256 * 2 // 2 * get_profile("tiny").moe_layers
+    assert per_token == 1024  # tiny has 2 MoE layers
     assert metric_sum(d, "zcube:ep_alltoall_bytes_total") == 5 * 2 * per_token
     assert metric_sum(p, "zcube:ep_alltoall_bytes_total") == 2 * 40 * per_token
 
