@@ -61,8 +61,11 @@ EP_GROUP = ("h0", ("h4", "h8", "h12"))
 def alltoall_ideal_s(
     fabric: Fabric, scale: Scale, leader: str, peers: Sequence[str], bytes_per_peer: int
 ) -> float:
-    """An uncontended exchange's time at the port rates: `bytes_per_peer` to every peer and as
-    many back; the busiest port (bytes through it over its rate), the leader's or a peer's."""
+    """An uncontended exchange's time at the port rates: `bytes_per_peer` to every peer, then as
+    many back. Two phases in sequence, as on a real engine: a peer's experts need the tokens
+    dispatched to them before they can send the combine, so the leader's port sends during the
+    dispatch and receives during the combine, each phase as long as the busiest port (bytes
+    through it over its rate), the leader's or a peer's."""
     from emulator.experiment.plan import peer_address
     from zcube_lab.fabric.hostplan import egress_interface
 
@@ -76,7 +79,7 @@ def alltoall_ideal_s(
         (there,) = (i.index for i in fabric.host(peer).interfaces if i.ip == ip)
         for end in ((leader, out), (peer, there)):
             load[end] = load.get(end, 0) + bytes_per_peer
-    return max(ideal_seconds(b, port_mbps(fabric, scale, *end)) for end, b in load.items())
+    return 2 * max(ideal_seconds(b, port_mbps(fabric, scale, *end)) for end, b in load.items())
 
 
 def histogram_totals(registry: Any, name: str) -> tuple[float, float]:

@@ -64,12 +64,13 @@ def _assert_within(lab) -> None:
 
 # One lab at a time (they share host names and the management bridge): the ZCube lab is
 # class-scoped, so it is down before the ROFT lab and the runs below start.
-class TestOnZCube:
-    @pytest.fixture(scope="class")
-    def zcube(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-        with running_lab(_fabric("zcube"), tmp_path_factory.mktemp("zcube-lab")) as lab:
-            yield lab
+@pytest.fixture(scope="class")
+def zcube(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    with running_lab(_fabric("zcube"), tmp_path_factory.mktemp("zcube-lab")) as lab:
+        yield lab
 
+
+class TestOnZCube:
     def test_a_kv_pull_takes_bytes_over_the_path_rate(self, zcube) -> None:
         _assert_within(zcube)
 
