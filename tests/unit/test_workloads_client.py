@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import statistics
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,9 +147,13 @@ def test_transport_measures_a_real_stream(stub_url: str) -> None:
             r = client.stream(req)
             assert r.ok, r.error
             assert r.output_tokens == req.max_tokens
-            assert r.ttft is not None and 0.02 <= r.ttft < 0.5
+            assert r.ttft is not None and 0.02 <= r.ttft < 2.0
             assert len(r.itl) == req.max_tokens - 1
-            assert all(0.004 <= g < 0.2 for g in r.itl)
+            # The stub paces tokens 5 ms apart. On a loaded machine one token can arrive late
+            # and the next at once, so single gaps say little: the median follows the pacing,
+            # and the gaps add up to the time between the first and the last token.
+            assert statistics.median(r.itl) >= 0.004 and max(r.itl) < 2.0
+            assert sum(r.itl) <= r.e2e - r.ttft + 1e-3
             assert r.e2e >= r.ttft + 0.005 * (req.max_tokens - 1) * 0.8
     finally:
         client.close()
