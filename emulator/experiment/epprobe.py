@@ -185,8 +185,9 @@ def alltoall_fidelity(
 ) -> Fidelity:
     """On a running lab: EP peers on `peers`, and on `leader` one `AllToAll` running `repeat`
     uncontended exchanges of `fixed_bytes` per peer (the fixed cost) and of every size, judged
-    against `alltoall_ideal_s` within `ALLTOALL_TOLERANCE`. `mbps` in the result: the leader's
-    outgoing bytes over the ideal time of the largest size."""
+    against `alltoall_ideal_s` within `ALLTOALL_TOLERANCE`. `mbps` in the result: the rate of
+    the busiest port, from the ideal time of the largest size (which spends half of it on the
+    dispatch and half on the combine)."""
     fabric, scale = lab.fabric, lab.options.scale
     every = [fixed_bytes, *sizes]
     longest = max(alltoall_ideal_s(fabric, scale, leader, peers, s) for s in every)
@@ -210,8 +211,10 @@ def alltoall_fidelity(
         failed = len(mine) - len(times)
         rows.append(fidelity_row(size, times, failed, fixed_s, ideal, ALLTOALL_TOLERANCE))
     top = max(sizes)
-    mbps = ideal_seconds(len(peers) * top, 1.0) / alltoall_ideal_s(
-        fabric, scale, leader, peers, top
+    mbps = (
+        2
+        * ideal_seconds(len(peers) * top, 1.0)
+        / alltoall_ideal_s(fabric, scale, leader, peers, top)
     )
     route = f"{leader}->{','.join(peers)}"
     return Fidelity(fabric.kind, "-", route, mbps, fixed_s, tuple(rows))
