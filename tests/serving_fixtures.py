@@ -5,6 +5,7 @@ Imported explicitly by the serving test modules (no conftest)."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -134,3 +135,27 @@ def threaded_apps(*factories: Callable[[list[str]], web.Application]) -> Iterato
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+_EP_FRAME = struct.Struct("!Q")  # serving.alltoall's frame header: a u64 length
+
+
+async def delayed_ep_peer(delay_s: float) -> tuple[Address, asyncio.Server]:
+    """An EP peer on loopback that answers each dispatch with as many bytes after `delay_s`
+    (a slow or congested path). Close the server when done."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (n,) = _EP_FRAME.unpack(await reader.readexactly(_EP_FRAME.size))
+                await reader.readexactly(n)
+                await asyncio.sleep(delay_s)
+                writer.write(_EP_FRAME.pack(n) + bytes(n))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    addr = Address("127.0.0.1", free_port())
+    return addr, await asyncio.start_server(serve, addr.host, addr.port)

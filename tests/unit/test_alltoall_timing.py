@@ -8,7 +8,6 @@ themselves, upper bounds leave 0.15-0.25 s of slack."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
@@ -25,10 +24,9 @@ from serving.config import Address
 from serving.engine_step import run_step
 from serving.metrics import ALLTOALL_BUCKETS, EngineMetrics
 from serving.models import ep_step_seconds
-from zcube_lab.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from serving_fixtures import metric_sum, registry_text
+from serving_fixtures import delayed_ep_peer, metric_sum, registry_text
 
 _LEN = struct.Struct("!Q")
 SLACK = 0.25
@@ -38,21 +36,7 @@ SLACK = 0.25
 async def _slow_peer(delay_s: float) -> AsyncIterator[Address]:
     """An EP peer that answers each dispatch after `delay_s` (a congested path)."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
-                await reader.readexactly(n)
-                await asyncio.sleep(delay_s)
-                writer.write(_LEN.pack(n) + bytes(n))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    addr = Address("127.0.0.1", free_port())
-    server = await asyncio.start_server(serve, addr.host, addr.port)
+    addr, server = await delayed_ep_peer(delay_s)
     try:
         yield addr
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from zcube_lab.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import (
+    delayed_ep_peer,
     metric_sum,
     registry_text,
     start_inprocess_cluster,
@@ -295,34 +295,13 @@ async def test_client_disconnect_frees_the_sequence(aiohttp_server) -> None:
     assert metric_sum(registry_text(c.decode_registry), "vllm:generation_tokens_total") == generated
 
 
-async def _delayed_ep_peer(delay_s: float) -> tuple[Address, asyncio.Server]:
-    """An EP peer that answers each dispatch after `delay_s` (the path's time)."""
-    frame = struct.Struct("!Q")
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                (n,) = frame.unpack(await reader.readexactly(frame.size))
-                await reader.readexactly(n)
-                await asyncio.sleep(delay_s)
-                writer.write(frame.pack(n) + bytes(n))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    addr = Address("127.0.0.1", free_port())
-    return addr, await asyncio.start_server(serve, addr.host, addr.port)
-
-
 async def test_expert_parallel_all_to_all_moves_profile_sized_bytes_and_takes_time(
     aiohttp_server, tmp_path: Path
 ) -> None:
     # The peers answer 30 ms late, 15x the tiny profile's 2 ms decode compute: an exchange
     # that returned at once (or was not awaited) would fail the time checks below.
     delay, steps = 0.03, 10
-    started = [await _delayed_ep_peer(delay) for _ in range(3)]
+    started = [await delayed_ep_peer(delay) for _ in range(3)]
     peers = tuple(a for a, _ in started)
     log = tmp_path / "ep-decode.jsonl"
     try:
