@@ -16,7 +16,10 @@ A profile is a JSON file in `workloads/profiles/` (named by its file stem: `codi
 - `prompt`, `output`: lognormal length distributions (`median`, `sigma`, `min`, `max` tokens);
 - `session` (optional): multi-step sessions whose context grows (`steps_min`, `steps_max`,
   `append`: tokens a step adds besides the previous answer, `concurrent`: sessions in flight);
-- `trace` (trace profiles only): a Mooncake JSONL file, relative to the profile file.
+- `trace` (trace profiles only): a Mooncake JSONL file, relative to the profile file;
+- `prefix_cache_hit_rate`: share of each prompt served from prefill's prefix cache;
+- `prefill_servers` (optional): how many servers prefill, a hint the orchestrator uses when
+  the run does not say (`--prefill-servers`); the rest decode.
 
 Unknown keys and bad values raise `ConfigError(field, value, allowed)`.
 """
@@ -95,6 +98,7 @@ class Profile:
     # Share of each prompt the prefill engines serve from their prefix cache (coding agents:
     # 70-80%, docs/DOMAIN.md §3): no compute for it, but its KV still crosses the fabric.
     prefix_cache_hit_rate: float = 0.0
+    prefill_servers: int | None = None  # the orchestrator's hint; None: the run's default
 
     def scaled_prompt(self) -> LengthDist:
         """The prompt distribution after `length_scale` (not for trace profiles)."""
@@ -120,6 +124,7 @@ _TOP_KEYS = {
     "session",
     "trace",
     "prefix_cache_hit_rate",
+    "prefill_servers",
 }
 
 
@@ -137,6 +142,13 @@ def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Prof
     hit = _number(data.get("prefix_cache_hit_rate", 0.0), f"{where}.prefix_cache_hit_rate")
     if not 0 <= hit < 1:
         raise ConfigError(f"{where}.prefix_cache_hit_rate", hit, "0 <= rate < 1")
+    prefill_servers = data.get("prefill_servers")
+    if prefill_servers is not None and (
+        isinstance(prefill_servers, bool)
+        or not isinstance(prefill_servers, int)
+        or prefill_servers < 1
+    ):
+        raise ConfigError(f"{where}.prefill_servers", prefill_servers, "an integer >= 1")
     arrival = _arrival(data.get("arrival", {}), f"{where}.arrival")
     trace = None
     prompt = output = None
@@ -174,6 +186,7 @@ def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Prof
         session=session,
         trace=trace,
         prefix_cache_hit_rate=hit,
+        prefill_servers=prefill_servers,
     )
 
 

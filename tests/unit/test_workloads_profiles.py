@@ -28,7 +28,7 @@ def _chat() -> dict[str, Any]:
 
 
 def test_shipped_profiles_load() -> None:
-    assert profile_names() == ["chat", "coding-agent", "rail-aligned", "trace"]
+    assert profile_names() == ["chat", "coding-agent", "kv-heavy", "rail-aligned", "trace"]
     for name in profile_names():
         p = load_profile(name)
         assert p.name == name
@@ -183,3 +183,30 @@ def test_coding_agent_carries_its_prefix_cache_hit_rate() -> None:
     with pytest.raises(ConfigError) as info:
         parse_profile(data)
     assert info.value.field == "chat.prefix_cache_hit_rate"
+
+
+def test_kv_heavy_hints_three_prefill_servers_and_a_high_hit_rate() -> None:
+    import argparse
+
+    from zcube_lab.commands.run import add_arguments, config_from_args
+
+    kv = load_profile("kv-heavy")
+    assert (kv.prefill_servers, kv.prefix_cache_hit_rate) == (3, 0.9)
+    assert load_profile("coding-agent").prefill_servers is None
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    hinted = config_from_args(parser.parse_args(["--workload", "kv-heavy"]))
+    assert (hinted.layout.prefill_servers, hinted.prefix_cache_hit_rate) == (3, 0.9)
+    given = config_from_args(
+        parser.parse_args(["--workload", "kv-heavy", "--prefill-servers", "2"])
+    )
+    assert given.layout.prefill_servers == 2
+    default = config_from_args(parser.parse_args(["--workload", "coding-agent"]))
+    assert default.layout.prefill_servers == 1
+
+
+def test_prefill_servers_hint_must_be_a_positive_integer() -> None:
+    data = json.loads((PROFILE_DIR / "kv-heavy.json").read_text())
+    for bad in (0, 1.5, True, "3"):
+        with pytest.raises(ConfigError, match="prefill_servers"):
+            parse_profile({**data, "prefill_servers": bad})

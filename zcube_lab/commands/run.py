@@ -27,7 +27,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument(
         "--workload",
         default="coding-agent",
-        help="profile name (coding-agent, chat, rail-aligned, trace) or a profile JSON path",
+        help="profile name (coding-agent, chat, kv-heavy, rail-aligned, trace) or a profile JSON "
+        "path",
     )
     w.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
     w.add_argument("--rate", type=float, help="mean requests/s (default: the profile's)")
@@ -38,7 +39,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--drain", type=float, default=60.0, help="max seconds to finish in-flight")
     c = parser.add_argument_group("cluster")
     c.add_argument("--model", default="glm-5.1", help="model profile of the serving engines")
-    c.add_argument("--prefill-servers", type=int, default=1, help="servers that prefill")
+    c.add_argument(
+        "--prefill-servers", type=int, help="servers that prefill (default: the profile's, or 1)"
+    )
     c.add_argument("--decode-servers", type=int, help="servers that decode (default: the rest)")
     c.add_argument("--ep-servers", type=int, default=1, help="servers per EP instance")
     c.add_argument("--alltoall", default="rail", help="EP exchange: rail (same rank) or all")
@@ -92,7 +95,11 @@ def config_from_args(
     from zcube_lab.fabric.placement import LayoutSpec
 
     layout = LayoutSpec(
-        prefill_servers=args.prefill_servers,
+        prefill_servers=int(
+            args.prefill_servers
+            if args.prefill_servers is not None
+            else profile_hint(args.workload, "prefill_servers", 1)
+        ),
         decode_servers=args.decode_servers,
         ep_servers=args.ep_servers,
         layout=args.layout or layout_hint(args.workload),
