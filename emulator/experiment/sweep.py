@@ -14,7 +14,9 @@ every repeat met it, and is *trustworthy* when every repeat was (issue 11's verd
 Stop rule (`past_saturation`): a variant's ramp stops after a rate at which every repeat missed
 the SLO and, in every repeat, the achieved throughput was below `STOP_SHARE` of the offered
 rate or some target's observed quantile exceeded `STOP_FACTOR` times its threshold; its higher
-rates are skipped. The rule uses untrustworthy runs too (at such a rate the lab is overloaded
+rates are skipped. The offered rate here is the rate the run's arrivals came at (requests
+sent over the arrival window), so a Poisson draw below the nominal rate is not read as falling
+behind. The rule uses untrustworthy runs too (at such a rate the lab is overloaded
 anyway); it only saves time, never picks the result.
 
 Result (`max_rates`): each variant's *maximum rate meeting the SLO* is the highest rate whose
@@ -113,6 +115,7 @@ class RunPoint:
     run: str  # the run folder's name
     requests: int
     failed: int
+    sent_per_s: float | None  # the arrivals the run drew (Poisson: near the rate, not at it)
     achieved_per_s: float | None
     ttft_p50_s: float | None
     ttft_p99_s: float | None
@@ -160,6 +163,7 @@ def run_point(
         run=summary.run,
         requests=c.requests,
         failed=c.failed,
+        sent_per_s=len(records) / window_s if window_s > 0 else None,
         achieved_per_s=c.requests_per_s,
         ttft_p50_s=c.ttft_p50_s,
         ttft_p99_s=c.ttft_p99_s,
@@ -238,7 +242,8 @@ def past_saturation(point: Point, slo: Slo) -> bool:
     """Whether the point is clearly past saturation (the module docstring's stop rule)."""
 
     def saturated(r: RunPoint) -> bool:
-        if (r.achieved_per_s or 0.0) < STOP_SHARE * r.rate:
+        offered = r.sent_per_s if r.sent_per_s is not None else r.rate
+        if (r.achieved_per_s or 0.0) < STOP_SHARE * offered:
             return True
         return any(
             (r.observed.get(t.label) or 0.0) > STOP_FACTOR * t.threshold_s for t in slo.targets

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from emulator.experiment.sweep import MaxRate, Point, Spread, SweepResult, rate_tag
+from emulator.experiment.sweep import MaxRate, Point, Spread, SweepResult, rate_tag, spread
 
 POINT_COLUMNS = (
     "rate",
@@ -20,7 +21,7 @@ POINT_COLUMNS = (
     "TTFT p99 (s)",
     "goodput req/s",
     "SLO met",
-    "link peak",
+    "hottest link peak",
     "trustworthy",
 )
 MAX_RATE_COLUMNS = ("fabric", "max rate meeting SLO", "per repeat", "vs baseline", "notes")
@@ -117,28 +118,42 @@ def _max_rate_row(m: MaxRate, baseline: str) -> list[str]:
 
 
 def plot_sweep(result: SweepResult, out: Path) -> Path:
-    """Two panels: TTFT p99 against achieved throughput per fabric with the SLO's TTFT threshold
-    drawn; goodput against the offered rate. Medians with [min-max] bars; untrustworthy points
-    hollow."""
+    """Two panels: client TTFT against achieved throughput per fabric, at the SLO's TTFT share
+    (p99 without a TTFT target) with its threshold drawn; goodput against the offered rate.
+    Medians with [min-max] bars; untrustworthy points hollow."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    ttft = result.slo.target("ttft")
+    if ttft is not None:
+        label = ttft.label
+
+        def ttft_of(p: Point) -> Spread:
+            return spread([r.observed.get(label) for r in p.runs])
+
+        share = f"p{100 * ttft.attainment:g}"
+    else:
+
+        def ttft_of(p: Point) -> Spread:
+            return p.figure("ttft_p99_s")
+
+        share = "p99"
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     by_variant: dict[str, list[Point]] = {}
     for p in result.points():
         by_variant.setdefault(p.variant, []).append(p)
     for i, (variant, pts) in enumerate(by_variant.items()):
-        color = f"C{i}"
-        _series(left, pts, "achieved_per_s", "ttft_p99_s", color, variant)
-        _series(right, pts, None, "goodput_per_s", color, variant)
-    ttft = result.slo.target("ttft")
+        xy = [(p, p.figure("achieved_per_s"), ttft_of(p)) for p in pts]
+        _series(left, xy, f"C{i}", variant)
+        rate = [(p, Spread(p.rate, p.rate, p.rate), p.figure("goodput_per_s")) for p in pts]
+        _series(right, rate, f"C{i}", variant)
     if ttft is not None:
         left.axhline(ttft.threshold_s, color="red", ls="--", lw=1, label=f"SLO {ttft.text}")
-    left.set_title("TTFT p99 vs achieved throughput" + ("" if ttft else " (no TTFT target)"))
+    left.set_title(f"TTFT {share} vs achieved throughput" + ("" if ttft else " (no TTFT target)"))
     left.set_xlabel("achieved requests/s")
-    left.set_ylabel("client TTFT p99 (s)")
+    left.set_ylabel(f"client TTFT {share} (s)")
     top = max(result.rates, default=1.0)
     right.plot([0, top], [0, top], color="grey", ls=":", lw=1, label="offered")
     right.set_title(f"goodput under SLO {result.slo.text}")
@@ -155,25 +170,20 @@ def plot_sweep(result: SweepResult, out: Path) -> Path:
     return out
 
 
-def _series(
-    ax: object, pts: Sequence[Point], x_name: str | None, y_name: str, color: str, label: str
-) -> None:
-    """One variant's line through its points' medians, filled where trustworthy."""
-    rows = []
-    for p in pts:
-        x = p.figure(x_name) if x_name else Spread(p.rate, p.rate, p.rate)
-        y = p.figure(y_name)
-        if x.median is not None and y.median is not None:
-            rows.append((p, x, y))
+def _series(ax: Any, xy: Sequence[tuple[Point, Spread, Spread]], color: str, label: str) -> None:
+    """One variant's line through its points' medians, markers filled where trustworthy, bars
+    where the repeats differ."""
+    rows = [(p, x, y) for p, x, y in xy if x.median is not None and y.median is not None]
     if not rows:
         return
-    xs = [x.median for _, x, _ in rows]
-    ys = [y.median for _, _, y in rows]
-    ax.plot(xs, ys, color=color, lw=1.2, label=label)  # type: ignore[attr-defined]
+    ax.plot([x.median for _, x, _ in rows], [y.median for _, _, y in rows], color=color, lw=1.2,
+            label=label)  # fmt: skip
     for p, x, y in rows:
-        yerr = [[y.median - y.low], [y.high - y.median]]  # type: ignore[operator]
-        xerr = [[x.median - x.low], [x.high - x.median]]  # type: ignore[operator]
-        ax.errorbar(  # type: ignore[attr-defined]
-            [x.median], [y.median], xerr=xerr, yerr=yerr, fmt="o", color=color,
-            mfc=color if p.trustworthy else "none", ms=6, capsize=2,
-        )  # fmt: skip
+        if (x.low, y.low) != (x.high, y.high):
+            ax.errorbar(
+                [x.median], [y.median], fmt="none", ecolor=color, capsize=2,
+                xerr=[[x.median - x.low], [x.high - x.median]],
+                yerr=[[y.median - y.low], [y.high - y.median]],
+            )  # fmt: skip
+        face = color if p.trustworthy else "none"
+        ax.plot([x.median], [y.median], "o", color=color, mfc=face, ms=6, zorder=3)

@@ -32,7 +32,6 @@ from zcube_lab.procs import raise_interrupt
 if TYPE_CHECKING:
     from emulator.experiment.comparison import PlannedRun
     from emulator.experiment.sweep import SweepResult
-    from emulator.results.goodput import Slo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
         result = SweepResult.read(args.report_only)
         _report(result, args.report_only, console)
         return 0
-    slo, plan, result = _plan(args)
+    plan, result = _plan(args)
     out_dir = result.dir
     assert out_dir is not None  # _plan names the folder
-    console.print(f"sweep: at most {len(plan)} runs, SLO {slo.text} -> {out_dir}")
+    console.print(f"sweep: at most {len(plan)} runs, SLO {result.slo.text} -> {out_dir}")
     result, status = _run_all(plan, result, console)
     if result.runs:
         _report(result, out_dir, console)
@@ -105,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _plan(args: argparse.Namespace) -> tuple[Slo, list[PlannedRun], SweepResult]:
-    """The SLO, the planned runs and an empty result: everything validated before the first
-    run starts (fail in seconds)."""
+def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
+    """The planned runs and an empty result (its SLO, rates, baseline and folder): everything
+    validated before the first run starts (fail in seconds)."""
     from emulator.experiment.comparison import (
         check_fault_prefixes,
         fabric_specs,
@@ -139,7 +138,7 @@ def _plan(args: argparse.Namespace) -> tuple[Slo, list[PlannedRun], SweepResult]
     plan = plan_sweep(variants, rates, args.repeat)
     labels = tuple(v.label for v in variants)
     empty = SweepResult(args.workload, slo, rates, args.repeat, baseline, labels, (), out_dir)
-    return slo, plan, empty
+    return plan, empty
 
 
 def _run_all(
@@ -202,7 +201,7 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
 
     png = plot_sweep(result, out_dir / "sweep.png")
     out = Console()
-    table = Table(title=f"{result.workload}: SLO {result.slo.text}, medians [min-max]")
+    table = Table(title=escape(f"{result.workload}: SLO {result.slo.text}, medians [min-max]"))
     for i, name in enumerate(POINT_COLUMNS):
         table.add_column(name, justify="left" if i in (1, 5, 7) else "right")
     for row in point_rows(result):
