@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("zcube_lab.commands.serve", "run the mock PD-disaggregated inference cluster"),
     "run": ("zcube_lab.commands.run", "one experiment: fabric + serving + load + Prometheus"),
     "compare": ("zcube_lab.commands.compare", "fabrics side by side on one workload, report.html"),
+    "sweep": (
+        "zcube_lab.commands.sweep",
+        "load sweep to saturation: goodput, max rate under an SLO",
+    ),
 }
 
 EPILOG = """examples:

@@ -1,0 +1,189 @@
+"""The load sweep's report: console table rows, the max-rate table and `sweep.png` (matplotlib,
+Agg backend), from a `SweepResult` (`emulator.experiment.sweep`).
+
+A cell over repeats reads `median [min-max]` (just the median when the repeats agree or there
+is one); `-` is a figure no repeat has. Every row and every plotted point carries its verdict:
+untrustworthy points are hollow in the plot and marked `no` with the first reason in the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from emulator.experiment.sweep import MaxRate, Point, Spread, SweepResult, rate_tag, spread
+
+POINT_COLUMNS = (
+    "rate",
+    "fabric",
+    "achieved req/s",
+    "TTFT p99 (s)",
+    "goodput req/s",
+    "SLO met",
+    "hottest link peak",
+    "trustworthy",
+)
+MAX_RATE_COLUMNS = ("fabric", "max rate meeting SLO", "per repeat", "vs baseline", "notes")
+
+
+def fmt(v: float | None) -> str:
+    """A figure in at most 4 significant characters: `0.123`, `1.23`, `12.3`, `1,234`."""
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def cell(s: Spread, scale: float = 1.0, suffix: str = "") -> str:
+    """`median [min-max]` of a spread, each scaled (100 for percent) and suffixed."""
+    if s.median is None or s.low is None or s.high is None:
+        return "-"
+    med = fmt(s.median * scale) + suffix
+    if s.low == s.high:
+        return med
+    return f"{med} [{fmt(s.low * scale)}-{fmt(s.high * scale)}]"
+
+
+def _pct(s: Spread) -> str:
+    if s.median is None or s.low is None or s.high is None:
+        return "-"
+    if round(100 * s.low) == round(100 * s.high):
+        return f"{100 * s.median:.0f}%"
+    return f"{100 * s.median:.0f}% [{100 * s.low:.0f}-{100 * s.high:.0f}]"
+
+
+def met_cell(p: Point) -> str:
+    """`yes`, `no`, or `k/n` when only some repeats met the SLO."""
+    k = sum(r.slo_met for r in p.runs)
+    if k == len(p.runs):
+        return "yes"
+    return "no" if k == 0 else f"{k}/{len(p.runs)}"
+
+
+def trust_cell(p: Point) -> str:
+    """`yes`, or `no (k of n): <first reason>`."""
+    bad = [r for r in p.runs if not r.trustworthy]
+    if not bad:
+        return "yes"
+    return f"no ({len(bad)} of {len(p.runs)}): {p.reason}"
+
+
+def point_rows(result: SweepResult) -> list[list[str]]:
+    """One row per point, rate-major (all fabrics at a rate, then the next), `POINT_COLUMNS`."""
+    order = {v: i for i, v in enumerate(result.variants)}
+    pts = sorted(result.points(), key=lambda p: (p.rate, order.get(p.variant, len(order))))
+    return [
+        [
+            rate_tag(p.rate),
+            p.variant,
+            cell(p.figure("achieved_per_s")),
+            cell(p.figure("ttft_p99_s")),
+            cell(p.figure("goodput_per_s")),
+            met_cell(p),
+            _pct(p.figure("link_peak")),
+            trust_cell(p),
+        ]
+        for p in pts
+    ]
+
+
+def max_rate_rows(result: SweepResult) -> list[list[str]]:
+    """One row per variant, `MAX_RATE_COLUMNS`: its maximum rate meeting the SLO, the maximum
+    of each repeat, the ratio to the baseline, and what was excluded or skipped."""
+    return [_max_rate_row(m, result.baseline) for m in result.max_rates()]
+
+
+def _max_rate_row(m: MaxRate, baseline: str) -> list[str]:
+    per = ", ".join(
+        f"r{k} {rate_tag(v) if v is not None else '-'}" for k, v in sorted(m.per_repeat.items())
+    )
+    notes = []
+    if m.excluded:
+        rates = ", ".join(rate_tag(r) for r in m.excluded)
+        notes.append(f"met but NOT trustworthy at {rates} (not used)")
+    if m.stopped_after is not None:
+        notes.append(f"past saturation at {rate_tag(m.stopped_after)}")
+    if m.variant == baseline:
+        ratio = "baseline"
+    else:
+        ratio = f"{m.ratio:.2f}x" if m.ratio is not None else "-"
+    rate = f"{rate_tag(m.rate)} req/s" if m.rate is not None else "none"
+    return [m.variant, rate, per or "-", ratio, "; ".join(notes) or "-"]
+
+
+def plot_sweep(result: SweepResult, out: Path) -> Path:
+    """Two panels: client TTFT against achieved throughput per fabric, at the SLO's TTFT share
+    (p99 without a TTFT target) with its threshold drawn; goodput against the offered rate.
+    Medians with [min-max] bars; untrustworthy points hollow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ttft = result.slo.target("ttft")
+    if ttft is not None:
+        label = ttft.label
+
+        def ttft_of(p: Point) -> Spread:
+            return spread([r.observed.get(label) for r in p.runs])
+
+        share = f"p{100 * ttft.attainment:g}"
+    else:
+
+        def ttft_of(p: Point) -> Spread:
+            return p.figure("ttft_p99_s")
+
+        share = "p99"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    by_variant: dict[str, list[Point]] = {}
+    for p in result.points():
+        by_variant.setdefault(p.variant, []).append(p)
+    for i, (variant, pts) in enumerate(by_variant.items()):
+        xy = [(p, p.figure("achieved_per_s"), ttft_of(p)) for p in pts]
+        _series(left, xy, f"C{i}", variant)
+        rate = [(p, Spread(p.rate, p.rate, p.rate), p.figure("goodput_per_s")) for p in pts]
+        _series(right, rate, f"C{i}", variant)
+    if ttft is not None:
+        left.axhline(ttft.threshold_s, color="red", ls="--", lw=1, label=f"SLO {ttft.text}")
+    left.set_title(f"TTFT {share} vs achieved throughput" + ("" if ttft else " (no TTFT target)"))
+    left.set_xlabel("achieved requests/s")
+    left.set_ylabel(f"client TTFT {share} (s)")
+    top = max(result.rates, default=1.0)
+    right.plot([0, top], [0, top], color="grey", ls=":", lw=1, label="offered")
+    right.set_title(f"goodput under SLO {result.slo.text}")
+    right.set_xlabel("offered requests/s")
+    right.set_ylabel("requests/s meeting the SLO")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.plot([], [], "o", mfc="none", color="black", label="not trustworthy (hollow)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{result.workload}: load sweep, medians of {result.repeat} [min-max]")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _series(ax: Any, xy: Sequence[tuple[Point, Spread, Spread]], color: str, label: str) -> None:
+    """One variant's line through its points' medians, markers filled where trustworthy, bars
+    where the repeats differ."""
+    rows = [(p, x, y) for p, x, y in xy if x.median is not None and y.median is not None]
+    if not rows:
+        return
+    ax.plot([x.median for _, x, _ in rows], [y.median for _, _, y in rows], color=color, lw=1.2,
+            label=label)  # fmt: skip
+    for p, x, y in rows:
+        if (x.low, y.low) != (x.high, y.high):
+            ax.errorbar(
+                [x.median], [y.median], fmt="none", ecolor=color, capsize=2,
+                xerr=[[x.median - x.low], [x.high - x.median]],
+                yerr=[[y.median - y.low], [y.high - y.median]],
+            )  # fmt: skip
+        face = color if p.trustworthy else "none"
+        ax.plot([x.median], [y.median], "o", color=color, mfc=face, ms=6, zorder=3)

@@ -1,0 +1,92 @@
+"""The sweep's report (emulator.results.sweepreport and `zcube-lab sweep --report-only`): table
+rows, the max-rate table, sweep.png from synthetic points, and the console in 100 columns."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from test_sweep import rp  # tests/unit is on the path (no __init__.py)
+
+from emulator.experiment.sweep import SweepResult
+from emulator.results.goodput import parse_slo
+from emulator.results.sweepreport import (
+    MAX_RATE_COLUMNS,
+    POINT_COLUMNS,
+    max_rate_rows,
+    plot_sweep,
+    point_rows,
+)
+from zcube_lab import cli
+from zcube_lab.commands import sweep as sweep_command
+
+
+def _result() -> SweepResult:
+    runs = (
+        rp("zcube", 1.0, 1), rp("roft", 1.0, 1), rp("zcube", 1.0, 2, ttft_p99=1.4),
+        rp("roft", 1.0, 2),
+        rp("zcube", 4.0, 1), rp("roft", 4.0, 1, met=False, achieved=3.0, ttft_p99=9.0),
+        rp("zcube", 4.0, 2, trusted=False), rp("roft", 4.0, 2, met=False, achieved=3.2),
+    )  # fmt: skip
+    slo = parse_slo("ttft_p99=2s,tpot=50ms")
+    return SweepResult("coding-agent", slo, (1.0, 4.0, 8.0), 2, "roft", ("zcube", "roft"), runs)
+
+
+def test_point_rows_are_rate_major_with_spreads_and_verdicts() -> None:
+    rows = point_rows(_result())
+    assert [r[:2] for r in rows] == [["1", "zcube"], ["1", "roft"], ["4", "zcube"], ["4", "roft"]]
+    assert all(len(r) == len(POINT_COLUMNS) for r in rows)
+    assert rows[0][3] == "1.20 [1.00-1.40]"  # TTFT p99 median [min-max]
+    assert rows[0][5] == "yes" and rows[3][5] == "no"
+    assert rows[3][2] == "3.10 [3.00-3.20]" and rows[3][6] == "40%"
+    assert rows[2][7] == "no (1 of 2): machine CPU above 90%" and rows[0][7] == "yes"
+
+
+def test_max_rate_rows_name_the_excluded_and_the_stop() -> None:
+    rows = {r[0]: r for r in max_rate_rows(_result())}
+    assert all(len(r) == len(MAX_RATE_COLUMNS) for r in rows.values())
+    assert rows["zcube"][1:4] == ["1 req/s", "r1 4, r2 1", "1.00x"]
+    assert "NOT trustworthy at 4" in rows["zcube"][4]
+    assert rows["roft"][1:4] == ["1 req/s", "r1 1, r2 1", "baseline"]
+    assert rows["roft"][4] == "past saturation at 4"
+
+
+def test_the_plot_is_written_from_synthetic_points(tmp_path: Path) -> None:
+    out = plot_sweep(_result(), tmp_path / "sweep.png")
+    assert out.is_file() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 10_000
+    no_ttft = SweepResult("chat", parse_slo("e2e=5s"), (1.0,), 1, "roft", ("roft",), ())
+    assert plot_sweep(no_ttft, tmp_path / "empty.png").stat().st_size > 0
+
+
+def test_report_only_rerenders_a_sweep_folder_in_100_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _result().write(tmp_path)
+    buffer = io.StringIO()
+    monkeypatch.setattr(
+        sweep_command, "Console", lambda **kw: Console(file=buffer, width=100, **kw)
+    )
+    assert cli.main(["sweep", "--report-only", str(tmp_path)]) == 0
+    text = buffer.getvalue()
+    assert (tmp_path / "sweep.png").is_file()
+    assert "maximum rate meeting the SLO" in text and "past saturation at 4" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert cli.main(["sweep", "--report-only", str(tmp_path / "missing")]) == 2
+
+
+def test_the_sweep_is_planned_and_refused_before_any_run(tmp_path: Path) -> None:
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        ["sweep", "--slo", "ttft_p99=2s", "--rates", "1:4:x2", "--repeat", "2",
+         "--duration", "10", "--results", str(tmp_path)]
+    )  # fmt: skip
+    plan, empty = sweep_command._plan(args)
+    assert len(plan) == 2 * 3 * 2 and empty.baseline == "roft" and empty.runs == ()
+    assert empty.dir is not None and empty.dir.parent == tmp_path.resolve()
+    assert {p.config.results_root for p in plan} == {empty.dir}  # runs inside the sweep folder
+    assert not empty.dir.exists()  # nothing written before a run starts
+    for argv in (["--slo", "ttft=1s", "--rate", "4"], ["--rates", "1,2"]):
+        assert cli.main(["sweep", *argv, "--results", str(tmp_path)]) == 2

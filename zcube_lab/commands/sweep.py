@@ -1,0 +1,223 @@
+"""Sweep the offered load from light to past saturation on each fabric, with the same seeded
+requests at every rate (only the arrival gaps change) and repeats interleaved, and judge every
+point against an SLO: goodput, whether it met the SLO, and each fabric's maximum rate meeting it
+(trustworthy points only) against the baseline's. Results go to results/sweep-<time>/: the runs'
+folders, sweep.json and sweep.png. Needs root.
+
+SLO: each target is a per-request threshold (ttft, tpot, e2e; s or ms); a point meets the SLO
+when, for every target, at least its _pNN share (or --attainment) of the requests held it,
+failed requests counting as misses. A fabric's ramp stops after a rate at which every repeat
+missed the SLO and achieved below 90% of the offered rate or observed above 4x a target.
+
+example: zcube-lab sweep --rates 2,4,8,12,16 --slo ttft_p99=2s,tpot=100ms --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from zcube_lab.commands.run import add_run_arguments, config_from_args
+from zcube_lab.errors import ConfigError
+from zcube_lab.procs import raise_interrupt
+
+if TYPE_CHECKING:
+    from emulator.experiment.comparison import PlannedRun
+    from emulator.experiment.sweep import SweepResult
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Rates, SLO, fabrics, repeats, and the run options."""
+    s = parser.add_argument_group("sweep")
+    s.add_argument(
+        "--rates",
+        default="1,2,4,8,16",
+        help="offered requests/s, ascending: 1,2,4,8 or start:stop:xFACTOR (1:16:x2)",
+    )
+    s.add_argument(
+        "--slo",
+        help="required: per-request targets <ttft|tpot|e2e>[_pNN]=<value><s|ms>, comma-separated,"
+        " e.g. ttft_p99=2s,tpot=50ms",
+    )
+    s.add_argument(
+        "--attainment",
+        type=float,
+        default=0.9,
+        help="share of requests that must meet a target written without _pNN (DistServe: 0.9)",
+    )
+    s.add_argument(
+        "--report-only",
+        type=Path,
+        metavar="DIR",
+        help="re-render the table and sweep.png of a sweep folder from its sweep.json",
+    )
+    # The comparison's options, as `compare` has them.
+    g = parser.add_argument_group("fabrics")
+    g.add_argument("--fabrics", default="zcube,roft", help="comma-separated fabric kinds")
+    g.add_argument(
+        "--gpus",
+        type=int,
+        default=16,
+        help="GPU hosts per fabric, a square: zcube n=sqrt; roft/clos sqrt servers x sqrt GPUs",
+    )
+    g.add_argument("--spines", type=int, default=2, help="roft/clos spines")
+    g.add_argument(
+        "--planes", type=int, default=1, help="roft: parallel leaf-spine planes (MRC multi-plane)"
+    )
+    g.add_argument(
+        "--policies",
+        help="comma-separated policies to run on every fabric (default: --policy)",
+    )
+    g.add_argument("--repeat", type=int, default=3, help="runs per fabric and rate")
+    g.add_argument(
+        "--baseline", default="roft", help="fabric (or fabric/policy label) ratios are taken to"
+    )
+    add_run_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep (or re-render one) and print its tables; 0 when it ran, even if points
+    missed the SLO."""
+    from emulator.experiment.sweep import SweepResult
+
+    console = Console(stderr=True)
+    if args.report_only is not None:
+        result = SweepResult.read(args.report_only)
+        _report(result, args.report_only, console)
+        return 0
+    plan, result = _plan(args)
+    out_dir = result.dir
+    assert out_dir is not None  # _plan names the folder
+    console.print(f"sweep: at most {len(plan)} runs, SLO {result.slo.text} -> {out_dir}")
+    result, status = _run_all(plan, result, console)
+    if result.runs:
+        _report(result, out_dir, console)
+    # A failed run fails the sweep (the points before it are kept); missed SLOs do not.
+    return status
+
+
+def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
+    """The planned runs and an empty result (its SLO, rates, baseline and folder): everything
+    validated before the first run starts (fail in seconds)."""
+    from emulator.experiment.comparison import (
+        check_fault_prefixes,
+        fabric_specs,
+        plan_variants,
+        resolve_baseline,
+    )
+    from emulator.experiment.sweep import SweepResult, parse_rates, plan_sweep
+    from emulator.results.goodput import parse_slo
+
+    if not args.slo:
+        raise ConfigError("slo", args.slo, "required: e.g. --slo ttft_p99=2s,tpot=50ms")
+    if args.rate is not None:
+        raise ConfigError("rate", args.rate, "not used by sweep: give --rates")
+    slo = parse_slo(args.slo, args.attainment)
+    rates = parse_rates(args.rates)
+    kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
+    specs = fabric_specs(kinds, args.gpus, args.spines, args.planes)
+    if args.planes != 1 and "roft" not in kinds:
+        raise ConfigError("planes", args.planes, "1 unless roft is among the swept fabrics")
+    check_fault_prefixes(args.fail, kinds)
+    policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
+    if policies:
+        args.policy = policies[0]
+    out_dir = args.results.resolve() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    args.results = out_dir  # the runs' folders go inside the sweep's
+    base = config_from_args(args, next(iter(specs.values()), None))
+    variants = plan_variants(base, specs, policies)
+    baseline = resolve_baseline(args.baseline, [v.label for v in variants])
+    plan = plan_sweep(variants, rates, args.repeat)
+    labels = tuple(v.label for v in variants)
+    empty = SweepResult(args.workload, slo, rates, args.repeat, baseline, labels, (), out_dir)
+    return plan, empty
+
+
+def _run_all(
+    plan: list[PlannedRun], result: SweepResult, console: Console
+) -> tuple[SweepResult, int]:
+    """Run the sweep, rewriting sweep.json after every run: the result with the points of the
+    runs that completed, and 0, 1 if a run failed or 130 if interrupted."""
+    from emulator.experiment.sweep import rate_tag, run_sweep
+    from emulator.lab.system import LabError
+    from emulator.prometheus.server import PrometheusError
+
+    def progress(message: str) -> None:
+        console.print(f"[dim]»[/dim] {message}")
+
+    def starting(p: PlannedRun) -> None:
+        rate = rate_tag(p.config.rate or 0)
+        console.rule(
+            f"run {p.number}/{p.total}: {p.variant.label} at {rate} req/s, "
+            f"repeat {p.repeat}/{p.repeats}"
+        )
+
+    def skipped(p: PlannedRun) -> None:
+        console.print(
+            f"[dim]skip run {p.number}/{p.total}: {p.variant.label} at "
+            f"{rate_tag(p.config.rate or 0)} req/s (past saturation)[/dim]"
+        )
+
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    assert result.dir is not None
+    try:
+        for pt in run_sweep(plan, result.slo, progress, starting, skipped):
+            result = replace(result, runs=(*result.runs, pt))
+            result.write(result.dir)
+            met = "met" if pt.slo_met else "missed"
+            trust = "" if pt.trustworthy else " [red]NOT TRUSTWORTHY[/red]"
+            console.print(
+                f"  {pt.variant} at {rate_tag(pt.rate)} req/s: "
+                f"{pt.achieved_per_s or 0:.2f} req/s achieved, TTFT p99 "
+                f"{pt.ttft_p99_s or float('nan'):.3f}s, goodput {pt.goodput_per_s or 0:.2f}, "
+                f"SLO {met}{trust} -> {pt.run}"
+            )
+    except (LabError, PrometheusError) as exc:
+        console.print(f"[red]zcube-lab sweep: {escape(str(exc))}[/red]")
+        return result, 1
+    except KeyboardInterrupt:
+        console.print("interrupted: the current run was torn down")
+        return result, 130
+    return result, 0
+
+
+def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
+    """sweep.png, the points table and the max-rate table."""
+    from emulator.results.sweepreport import (
+        MAX_RATE_COLUMNS,
+        POINT_COLUMNS,
+        max_rate_rows,
+        plot_sweep,
+        point_rows,
+    )
+
+    png = plot_sweep(result, out_dir / "sweep.png")
+    out = Console()
+    table = Table(title=escape(f"{result.workload}: SLO {result.slo.text}, medians [min-max]"))
+    for i, name in enumerate(POINT_COLUMNS):
+        table.add_column(name, justify="left" if i in (1, 5, 7) else "right")
+    for row in point_rows(result):
+        table.add_row(*(_red_no(c) for c in row))
+    out.print(table)
+    table = Table(
+        title=f"maximum rate meeting the SLO (trustworthy points only), vs {result.baseline}"
+    )
+    for name in MAX_RATE_COLUMNS:
+        table.add_column(name)
+    for row in max_rate_rows(result):
+        table.add_row(*(escape(c) for c in row))
+    out.print(table)
+    console.print(f"sweep: {out_dir / 'sweep.json'}\nplot: {png}")
+
+
+def _red_no(c: str) -> str:
+    """A cell as console markup (a reason may hold brackets), red when it says no."""
+    return f"[red]{escape(c)}[/red]" if c == "no" or c.startswith("no (") else escape(c)
