@@ -173,7 +173,7 @@ def _print_table(runs: list[RunSummary], baseline: str, args: argparse.Namespace
     agg = aggregate(runs)
     fabrics = variants(runs, baseline)
     if len(fabrics) <= 3:
-        table = Table(title=f"{args.workload}: medians of {args.repeat} repeats [min-max]")
+        table = Table(title=escape(f"{args.workload}: medians of {args.repeat} repeats [min-max]"))
         table.add_column("metric")
         for f in fabrics:
             table.add_column(f, justify="right")

@@ -1,0 +1,71 @@
+"""A real 3-point load sweep on one small fabric, as a user would run it: `zcube-lab sweep` in a
+subprocess (Mininet, Open vSwitch, real servers, Prometheus, Locust at each rate), then the
+figures must hang together: goodput falls as the SLO tightens, and the maximum rate the sweep
+reports is one of the rates whose point met the SLO and was trustworthy."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator.results.figures import read_jsonl
+from emulator.results.goodput import goodput, parse_slo
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
+
+RATES = (1.0, 2.0, 4.0)
+DURATION_S = 12.0
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = tmp_path_factory.mktemp("results")
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "zcube_lab.cli", "sweep",
+            "--fabrics", "roft", "--rates", ",".join(f"{r:g}" for r in RATES), "--repeat", "1",
+            "--workload", "coding-agent", "--length-scale", "0.5",
+            "--duration", f"{DURATION_S:g}", "--drain", "30",
+            "--slo", "ttft_p90=3s", "--results", str(results),
+        ],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (folder,) = results.glob("sweep-*")
+    return folder
+
+
+def test_the_sweep_writes_every_point_its_curve_and_the_max_rate(sweep: Path) -> None:
+    data = json.loads((sweep / "sweep.json").read_text())
+    runs = data["runs"]
+    assert sorted(r["rate"] for r in runs) == list(RATES)  # light load: nothing past saturation
+    for r in runs:
+        assert (sweep / r["run"] / "summary.json").exists()
+        assert r["requests"] > 0 and r["achieved_per_s"] > 0
+    assert (sweep / "sweep.png").stat().st_size > 10_000
+    (best,) = data["max_rates"]
+    usable = [r["rate"] for r in runs if r["slo_met"] and r["trustworthy"]]
+    if best["rate"] is None:
+        assert usable == [], runs
+    else:
+        assert best["rate"] in usable and best["rate"] == max(usable)
+
+
+def test_goodput_falls_as_the_slo_tightens(sweep: Path) -> None:
+    data = json.loads((sweep / "sweep.json").read_text())
+    busiest = max(data["runs"], key=lambda r: r["rate"])
+    records = read_jsonl(sweep / busiest["run"] / "requests.jsonl")
+    assert records
+    slos = ["ttft=30s", "ttft=2s", "ttft=0.5s", "ttft=10ms"]
+    values = [goodput(records, parse_slo(s), DURATION_S).goodput_per_s for s in slos]
+    seen = dict(zip(slos, values, strict=True))
+    assert all(a >= b for a, b in itertools.pairwise(values)), seen
+    assert values[0] > 0 and values[-1] == 0, seen
+    # The loosest SLO counts every completed request: goodput is the achieved throughput.
+    completed = sum(1 for r in records if r["outcome"] == "ok")
+    assert values[0] == pytest.approx(completed / DURATION_S)
