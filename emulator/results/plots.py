@@ -152,6 +152,13 @@ def heatmap_rows(
     return sorted(rows)
 
 
+def heatmap_scale(grid: Sequence[Sequence[float]]) -> float:
+    """The top of the heatmap's colour scale: the observed peak utilization, at least 1% (an
+    idle run stays dark) and at most 1."""
+    peak = max((v for row in grid for v in row), default=0.0)
+    return min(1.0, max(0.01, peak))
+
+
 def plot_port_heatmap(run: RunSummary, out: Path, capacity_bps: dict[str, float]) -> Path:
     """Per-link utilization over time of one run, one row per direction (`heatmap_rows`)."""
     import matplotlib
@@ -165,10 +172,13 @@ def plot_port_heatmap(run: RunSummary, out: Path, capacity_bps: dict[str, float]
     if rows:
         width = max(len(u) for _, u in rows)
         grid = [u + [0.0] * (width - len(u)) for _, u in rows]
-        im = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="none")
+        # The colours span what was observed: at a few percent of load a 0-1 scale paints every
+        # cell the same. The colour bar says where the scale tops out.
+        top = heatmap_scale(grid)
+        im = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=top, interpolation="none")
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels([k for k, _ in rows], fontsize=5)
-        fig.colorbar(im, ax=ax, label="utilization")
+        fig.colorbar(im, ax=ax, label=f"utilization (scale tops at the peak, {top:.0%})")
     ax.set_xlabel(f"time ({data.get('step', 2):g} s steps)")
     ax.set_title(f"Per-link utilization, both directions: {run.variant}")
     fig.tight_layout()

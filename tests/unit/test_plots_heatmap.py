@@ -26,3 +26,12 @@ def test_rows_are_both_directions_of_host_links_and_switch_transmit_of_trunks() 
     assert set(rows) == {"a1:2>h5", "h5>a1:2"}
     assert rows["a1:2>h5"] == [pytest.approx(0.2), pytest.approx(0.2)]  # 10 Mb/s of 50
     assert rows["h5>a1:2"] == [pytest.approx(0.8), 0.0]
+
+
+def test_the_colour_scale_tops_at_the_observed_peak() -> None:
+    from emulator.results.plots import heatmap_scale
+
+    assert heatmap_scale([[0.01, 0.03], [0.02]]) == pytest.approx(0.03)
+    assert heatmap_scale([[0.0]]) == 0.01  # an idle run: the floor, not a division by zero
+    assert heatmap_scale([[0.5, 1.7]]) == 1.0  # a burst above the rate caps at full
+    assert heatmap_scale([]) == 0.01
