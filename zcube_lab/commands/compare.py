@@ -21,13 +21,27 @@ from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.procs import raise_interrupt
 
 if TYPE_CHECKING:
-    from emulator.experiment.comparison import PlannedRun
+    from emulator.experiment.comparison import PlannedRun, Variant
     from emulator.results.summary import RunSummary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Fabrics, size, repeats, and the run options."""
     g = parser.add_argument_group("comparison")
+    add_variant_arguments(g, "runs per fabric (medians reported)")
+    g.add_argument(
+        "--report-only",
+        type=Path,
+        nargs="+",
+        metavar="RUN",
+        help="rebuild a report from run folders",
+    )
+    add_run_arguments(parser)
+
+
+def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
+    """The variants side by side (fabrics, size, policies, repeats, baseline): `compare`'s and
+    `sweep`'s."""
     g.add_argument("--fabrics", default="zcube,roft", help="comma-separated fabric kinds")
     g.add_argument(
         "--gpus",
@@ -44,20 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated policies to run on every fabric (static, ecmp, ff, recompute, "
         "spray; default: --policy); results are labelled fabric/policy",
     )
-    g.add_argument("--repeat", type=int, default=3, help="runs per fabric (medians reported)")
+    g.add_argument("--repeat", type=int, default=3, help=repeat_help)
     g.add_argument(
         "--baseline",
         default="roft",
         help="fabric (or fabric/policy label) the differences are taken against",
     )
-    g.add_argument(
-        "--report-only",
-        type=Path,
-        nargs="+",
-        metavar="RUN",
-        help="rebuild a report from run folders",
-    )
-    add_run_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,10 +93,20 @@ def _plan(
 ) -> tuple[list[str], dict[str, FabricSpec], list[PlannedRun], str]:
     """The compared fabrics, their specs, the interleaved runs and the baseline label: every
     run's configuration is validated before the first one starts (fail in seconds)."""
+    from emulator.experiment.comparison import interleave
+
+    kinds, specs, variants, baseline = variants_from_args(args)
+    return kinds, specs, interleave(variants, args.repeat), baseline
+
+
+def variants_from_args(
+    args: argparse.Namespace,
+) -> tuple[list[str], dict[str, FabricSpec], list[Variant], str]:
+    """The fabrics, their specs, the validated variants and the baseline label that
+    `add_variant_arguments` and the run options describe (`compare`'s and `sweep`'s)."""
     from emulator.experiment.comparison import (
         check_fault_prefixes,
         fabric_specs,
-        interleave,
         plan_variants,
         resolve_baseline,
     )
@@ -108,7 +124,7 @@ def _plan(
     base = config_from_args(args, next(iter(specs.values()), None))
     variants = plan_variants(base, specs, policies)
     baseline = resolve_baseline(args.baseline, [v.label for v in variants])
-    return kinds, specs, interleave(variants, args.repeat), baseline
+    return kinds, specs, variants, baseline
 
 
 def _report_only(args: argparse.Namespace, kinds: list[str]) -> list[RunSummary]:

@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from zcube_lab.commands.run import add_run_arguments, config_from_args
+from zcube_lab.commands.compare import add_variant_arguments, variants_from_args
+from zcube_lab.commands.run import add_run_arguments
 from zcube_lab.errors import ConfigError
 from zcube_lab.procs import raise_interrupt
 
@@ -59,27 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="re-render the table and sweep.png of a sweep folder from its sweep.json",
     )
-    # The comparison's options, as `compare` has them.
-    g = parser.add_argument_group("fabrics")
-    g.add_argument("--fabrics", default="zcube,roft", help="comma-separated fabric kinds")
-    g.add_argument(
-        "--gpus",
-        type=int,
-        default=16,
-        help="GPU hosts per fabric, a square: zcube n=sqrt; roft/clos sqrt servers x sqrt GPUs",
-    )
-    g.add_argument("--spines", type=int, default=2, help="roft/clos spines")
-    g.add_argument(
-        "--planes", type=int, default=1, help="roft: parallel leaf-spine planes (MRC multi-plane)"
-    )
-    g.add_argument(
-        "--policies",
-        help="comma-separated policies to run on every fabric (default: --policy)",
-    )
-    g.add_argument("--repeat", type=int, default=3, help="runs per fabric and rate")
-    g.add_argument(
-        "--baseline", default="roft", help="fabric (or fabric/policy label) ratios are taken to"
-    )
+    add_variant_arguments(parser.add_argument_group("fabrics"), "runs per fabric and rate")
     add_run_arguments(parser)
 
 
@@ -107,12 +88,6 @@ def run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
     """The planned runs and an empty result (its SLO, rates, baseline and folder): everything
     validated before the first run starts (fail in seconds)."""
-    from emulator.experiment.comparison import (
-        check_fault_prefixes,
-        fabric_specs,
-        plan_variants,
-        resolve_baseline,
-    )
     from emulator.experiment.sweep import SweepResult, parse_rates, plan_sweep
     from emulator.results.goodput import parse_slo
 
@@ -122,19 +97,9 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
         raise ConfigError("rate", args.rate, "not used by sweep: give --rates")
     slo = parse_slo(args.slo, args.attainment)
     rates = parse_rates(args.rates)
-    kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
-    specs = fabric_specs(kinds, args.gpus, args.spines, args.planes)
-    if args.planes != 1 and "roft" not in kinds:
-        raise ConfigError("planes", args.planes, "1 unless roft is among the swept fabrics")
-    check_fault_prefixes(args.fail, kinds)
-    policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
-    if policies:
-        args.policy = policies[0]
     out_dir = args.results.resolve() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     args.results = out_dir  # the runs' folders go inside the sweep's
-    base = config_from_args(args, next(iter(specs.values()), None))
-    variants = plan_variants(base, specs, policies)
-    baseline = resolve_baseline(args.baseline, [v.label for v in variants])
+    _kinds, _specs, variants, baseline = variants_from_args(args)
     plan = plan_sweep(variants, rates, args.repeat)
     labels = tuple(v.label for v in variants)
     empty = SweepResult(args.workload, slo, rates, args.repeat, baseline, labels, (), out_dir)
