@@ -372,6 +372,16 @@ class GatewayConfig:
     policy: str = option("least-outstanding")
     max_outstanding: int = option(2048)
     upstream_timeout_s: float = option(600.0)
+    # The shifting incast (serving.routing.HotSet): each decode is chosen among this many decode
+    # instances, redrawn every hotspot_period_s (0: among all of them).
+    decode_hotspot: int = option(
+        0,
+        help="choose decodes among N hot instances that change over time (0: all)",
+        omit_default=True,
+    )
+    hotspot_period_s: float = option(
+        5.0, help="seconds before the hot decode set moves", omit_default=True
+    )
     # Append one JSON line per answered request (exact timings) to this file ("": no log).
     request_log: str = option(
         "",
@@ -395,6 +405,13 @@ class GatewayConfig:
         )
         _check(self.max_outstanding >= 1, "max_outstanding", self.max_outstanding, ">= 1")
         _check(self.upstream_timeout_s > 0, "upstream_timeout_s", self.upstream_timeout_s, "> 0")
+        _check(
+            0 <= self.decode_hotspot <= len(self.decode_urls),
+            "decode_hotspot",
+            self.decode_hotspot,
+            f"0..{len(self.decode_urls)} (the decode instances)",
+        )
+        _check(self.hotspot_period_s > 0, "hotspot_period_s", self.hotspot_period_s, "> 0")
         _check("\n" not in self.request_log, "request_log", self.request_log, "a file path")
 
     @property

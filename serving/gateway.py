@@ -30,7 +30,7 @@ from serving.metrics import GatewayMetrics
 from serving.openai_api import CHAT, COMPLETION, ApiError, parse_request
 from serving.options import add_flags, from_args
 from serving.requestlog import RequestTiming, TokenCounter, completion_tokens, write_record
-from serving.routing import Backend, Balancer, make_balancer, same_group
+from serving.routing import Backend, Balancer, HotSet, make_balancer, same_group
 
 log = logging.getLogger(__name__)
 GROUP_KEY = "_zcube_group"
@@ -52,6 +52,7 @@ class GatewayState:
     outstanding: int = 0
     background: set[asyncio.Task] = field(default_factory=set)
     request_log: TextIO | None = None
+    hot_decodes: HotSet | None = None  # the shifting incast (--decode-hotspot)
 
 
 STATE_KEY = web.AppKey("gateway_state", GatewayState)
@@ -128,7 +129,10 @@ async def _decode(
 ) -> web.StreamResponse:
     assert state.session is not None
     params = dict(params)
-    backend = state.decode_balancer.pick(same_group(state.decodes, params.pop(GROUP_KEY, "")))
+    candidates = same_group(state.decodes, params.pop(GROUP_KEY, ""))
+    if state.hot_decodes is not None:
+        candidates = state.hot_decodes.members(candidates, time.monotonic())
+    backend = state.decode_balancer.pick(candidates)
     backend.load += 1
     backend.in_flight += 1
     b = dict(body)
@@ -250,6 +254,9 @@ def make_gateway_app(
         decodes=[Backend.parse(u) for u in cfg.decode_urls],
         prefill_balancer=make_balancer(cfg.policy),
         decode_balancer=make_balancer(cfg.policy),
+        hot_decodes=(
+            HotSet(cfg.decode_hotspot, cfg.hotspot_period_s) if cfg.decode_hotspot else None
+        ),
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))
     app.router.add_post("/v1/chat/completions", _handler(CHAT))

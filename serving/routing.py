@@ -15,6 +15,7 @@ for rail-aligned placements, where a prefill GPU hands its KV only to decode GPU
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -43,6 +44,35 @@ def same_group(backends: Sequence[Backend], group: str) -> Sequence[Backend]:
         return backends
     matching = [b for b in backends if b.group == group]
     return matching or backends
+
+
+class HotSet:
+    """`size` of the backends, redrawn every `period_s` seconds from a seeded generator."""
+
+    def __init__(self, size: int, period_s: float, seed: int = 0) -> None:
+        if size < 1 or period_s <= 0:
+            raise ValueError(f"a hot set needs size >= 1 and period_s > 0, not {size}, {period_s}")
+        self.size = size
+        self.period_s = period_s
+        self.seed = seed
+        self._start: float | None = None
+
+    def window(self, now: float) -> int:
+        """The period `now` falls in; the first call starts period 0."""
+        if self._start is None:
+            self._start = now
+        return int(max(0.0, now - self._start) // self.period_s)
+
+    def indices(self, count: int, window: int) -> list[int]:
+        """The hot positions among `count` backends in `window` (all of them when fewer)."""
+        if count <= self.size:
+            return list(range(count))
+        rng = random.Random(self.seed * 1_000_003 + window)
+        return sorted(rng.sample(range(count), self.size))
+
+    def members(self, backends: Sequence[Backend], now: float) -> list[Backend]:
+        """The backends hot at time `now` (seconds on any monotonic clock)."""
+        return [backends[i] for i in self.indices(len(backends), self.window(now))]
 
 
 class Balancer(Protocol):

@@ -19,7 +19,10 @@ A profile is a JSON file in `workloads/profiles/` (named by its file stem: `codi
 - `trace` (trace profiles only): a Mooncake JSONL file, relative to the profile file;
 - `prefix_cache_hit_rate`: share of each prompt served from prefill's prefix cache;
 - `prefill_servers` (optional): how many servers prefill, a hint the orchestrator uses when
-  the run does not say (`--prefill-servers`); the rest decode.
+  the run does not say (`--prefill-servers`); the rest decode;
+- `hotspot` (optional): `{"decodes": N, "period_s": S}`, the shifting incast: the gateway
+  sends each request's decode to one of N hot decode instances, redrawn every S seconds
+  (`serving.routing.HotSet`), a hint the run passes on unless `--decode-hotspot` says otherwise.
 
 Unknown keys and bad values raise `ConfigError(field, value, allowed)`.
 """
@@ -81,6 +84,14 @@ class SessionSpec:
 
 
 @dataclass(frozen=True)
+class HotspotSpec:
+    """The shifting incast: decodes go to `decodes` hot instances, redrawn every `period_s`."""
+
+    decodes: int
+    period_s: float
+
+
+@dataclass(frozen=True)
 class Profile:
     """A validated workload profile (see the module docstring for the meaning of each key)."""
 
@@ -99,6 +110,7 @@ class Profile:
     # 70-80%, docs/DOMAIN.md §3): no compute for it, but its KV still crosses the fabric.
     prefix_cache_hit_rate: float = 0.0
     prefill_servers: int | None = None  # the orchestrator's hint; None: the run's default
+    hotspot: HotspotSpec | None = None  # the gateway's hot decode set; None: every decode
 
     def scaled_prompt(self) -> LengthDist:
         """The prompt distribution after `length_scale` (not for trace profiles)."""
@@ -125,6 +137,7 @@ _TOP_KEYS = {
     "trace",
     "prefix_cache_hit_rate",
     "prefill_servers",
+    "hotspot",
 }
 
 
@@ -150,6 +163,7 @@ def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Prof
     ):
         raise ConfigError(f"{where}.prefill_servers", prefill_servers, "an integer >= 1")
     arrival = _arrival(data.get("arrival", {}), f"{where}.arrival")
+    hotspot = _hotspot(data["hotspot"], f"{where}.hotspot") if "hotspot" in data else None
     trace = None
     prompt = output = None
     session = None
@@ -187,6 +201,7 @@ def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Prof
         trace=trace,
         prefix_cache_hit_rate=hit,
         prefill_servers=prefill_servers,
+        hotspot=hotspot,
     )
 
 
@@ -296,6 +311,15 @@ def _session(obj: object, where: str) -> SessionSpec:
     append = _length(obj.get("append"), f"{where}.append")
     concurrent = _int(obj.get("concurrent", 8), f"{where}.concurrent", 1)
     return SessionSpec(lo, hi, append, concurrent)
+
+
+def _hotspot(obj: object, where: str) -> HotspotSpec:
+    if not isinstance(obj, Mapping):
+        raise ConfigError(where, obj, "an object with decodes and period_s")
+    _no_unknown(where, obj, {"decodes", "period_s"})
+    decodes = _int(obj.get("decodes", 1), f"{where}.decodes", 1)
+    period = _number(obj.get("period_s", 5.0), f"{where}.period_s", positive=True)
+    return HotspotSpec(decodes, period)
 
 
 def _arrival(obj: object, where: str) -> ArrivalSpec:

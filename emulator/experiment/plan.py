@@ -73,6 +73,8 @@ class RunConfig:
     kv_streams: int = 2
     prefix_cache_hit_rate: float = 0.0
     kv_paths: str = "disjoint"  # ZCube: "disjoint" binds each KV lane to its own port
+    decode_hotspot: int = 0  # decodes chosen among this many hot ones (serving.routing.HotSet)
+    hotspot_period_s: float = 5.0  # how long a hot set lasts
     scrape_interval_s: float = 1.0
     drain_s: float = 60.0
     results_root: Path = Path("results")
@@ -99,6 +101,10 @@ class RunConfig:
             raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
         if self.kv_paths not in ("disjoint", "shortest"):
             raise ConfigError("kv_paths", self.kv_paths, "disjoint or shortest")
+        if self.decode_hotspot < 0:
+            raise ConfigError("decode_hotspot", self.decode_hotspot, "0 (off) or a count >= 1")
+        if not 0 < self.hotspot_period_s <= 3600:
+            raise ConfigError("hotspot_period", self.hotspot_period_s, "0 < seconds <= 3600")
         if not 0 <= self.prefix_cache_hit_rate < 1:
             raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
 
@@ -335,6 +341,8 @@ class RunPlan:
             decode_urls=tuple(url(e) for e in self.placement.role("decode")),
             # one JSON line per request with its exact timings (serving.requestlog)
             request_log=str(log_dir / "requests-gateway.jsonl"),
+            decode_hotspot=self.config.decode_hotspot,
+            hotspot_period_s=self.config.hotspot_period_s,
         )
         health = f"http://{LOOPBACK}:{gateway_port}/health"
         return RoleLaunch("gateway", None, tuple(gateway_argv(gateway)), health)
@@ -344,10 +352,16 @@ def plan_run(config: RunConfig) -> RunPlan:
     """The run's plan: its fabric built, engines placed, policy and faults checked (a
     ConfigError names what is wrong before anything starts)."""
     fabric = build_fabric(config.fabric)
+    placement = place(fabric, config.layout)
+    decodes = len(placement.role("decode"))
+    if config.decode_hotspot > decodes:
+        raise ConfigError(
+            "decode_hotspot", config.decode_hotspot, f"0 (off) to {decodes}, the decode engines"
+        )
     return RunPlan(
         config=config,
         fabric=fabric,
-        placement=place(fabric, config.layout),
+        placement=placement,
         policy=get_policy(config.policy),
         faults=tuple(parse_faults(config.faults, fabric, config.duration_s, config.seed)),
     )

@@ -65,6 +65,18 @@ def test_decode_prefill_kv_table() -> None:
             ),
             "policy",
         ),
+        (
+            lambda: GatewayConfig(
+                prefill_urls=("http://a",), decode_urls=("http://b",), decode_hotspot=2
+            ),
+            "decode_hotspot",
+        ),
+        (
+            lambda: GatewayConfig(
+                prefill_urls=("http://a",), decode_urls=("http://b",), hotspot_period_s=0.0
+            ),
+            "hotspot_period_s",
+        ),
     ],
 )
 def test_bad_values_raise_config_error_naming_the_field(build, field: str) -> None:  # type: ignore[no-untyped-def]

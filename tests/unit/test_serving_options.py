@@ -53,7 +53,8 @@ GATEWAY = GatewayConfig(
     model="glm-5.1", served_model_name="glm", host="192.168.0.10", port=9000,
     prefill_urls=("http://192.168.0.1:8100#group=rail0", "http://192.168.0.3:8100"),
     decode_urls=("http://192.168.0.2:8200",), policy="round-robin", max_outstanding=16,
-    upstream_timeout_s=30.0, request_log="/tmp/run/requests-gateway.jsonl",
+    upstream_timeout_s=30.0, request_log="/tmp/run/requests-gateway.jsonl", decode_hotspot=1,
+    hotspot_period_s=2.5,
 )  # fmt: skip
 EP_WORKER = EpWorkerConfig(bind=(A, B))
 

@@ -28,7 +28,14 @@ def _chat() -> dict[str, Any]:
 
 
 def test_shipped_profiles_load() -> None:
-    assert profile_names() == ["chat", "coding-agent", "kv-heavy", "rail-aligned", "trace"]
+    assert profile_names() == [
+        "chat",
+        "coding-agent",
+        "hotspot",
+        "kv-heavy",
+        "rail-aligned",
+        "trace",
+    ]
     for name in profile_names():
         p = load_profile(name)
         assert p.name == name
@@ -210,3 +217,48 @@ def test_prefill_servers_hint_must_be_a_positive_integer() -> None:
     for bad in (0, 1.5, True, "3"):
         with pytest.raises(ConfigError, match="prefill_servers"):
             parse_profile({**data, "prefill_servers": bad})
+
+
+def test_hotspot_profile_hints_reach_the_gateway_and_flags_win() -> None:
+    import argparse
+
+    from emulator.experiment.plan import plan_run
+    from zcube_lab.commands.run import add_arguments, config_from_args
+
+    hot = load_profile("hotspot")
+    assert (hot.hotspot.decodes, hot.hotspot.period_s, hot.prefill_servers) == (2, 5.0, 2)
+    assert load_profile("kv-heavy").hotspot is None
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    hinted = config_from_args(parser.parse_args(["--workload", "hotspot"]))
+    assert (hinted.decode_hotspot, hinted.hotspot_period_s) == (2, 5.0)
+    argv = plan_run(hinted).role_launches(8000, Path("/tmp/x"))[-1].argv
+    assert argv[argv.index("--decode-hotspot") + 1] == "2"
+    assert "--hotspot-period-s" not in argv  # 5 s is the gateway's default
+    given = config_from_args(parser.parse_args(["--workload", "hotspot", "--hotspot-period", "2"]))
+    argv = plan_run(given).role_launches(8000, Path("/tmp/x"))[-1].argv
+    assert argv[argv.index("--hotspot-period-s") + 1] == "2.0"
+    off = config_from_args(parser.parse_args(["--workload", "hotspot", "--decode-hotspot", "0"]))
+    assert off.decode_hotspot == 0
+    plain = config_from_args(parser.parse_args(["--workload", "coding-agent"]))
+    assert plain.decode_hotspot == 0
+    assert "--decode-hotspot" not in plan_run(plain).role_launches(8000, Path("/tmp/x"))[-1].argv
+    too_many = config_from_args(
+        parser.parse_args(["--workload", "hotspot", "--decode-hotspot", "9"])
+    )
+    with pytest.raises(ConfigError, match="decode_hotspot") as info:
+        plan_run(too_many)
+    assert "8" in info.value.allowed  # the hotspot run decodes on 2 servers of 4 GPUs
+
+
+def test_hotspot_hint_names_a_bad_field() -> None:
+    data = json.loads((PROFILE_DIR / "hotspot.json").read_text())
+    for bad, field in (
+        ({"decodes": 0}, "hotspot.decodes"),
+        ({"decodes": 2, "period_s": -1}, "hotspot.period_s"),
+        ({"decodes": 2, "hot": 1}, "hotspot"),
+        ("2", "hotspot"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            parse_profile({**data, "hotspot": bad})
+        assert info.value.field.startswith(f"hotspot.{field}"), info.value.field

@@ -61,6 +61,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="share of each prompt served from prefill's prefix cache (default: the profile's)",
     )
+    c.add_argument(
+        "--decode-hotspot",
+        type=int,
+        help="the shifting incast: decodes go to N hot decode engines that move over time "
+        "(default: the profile's, or 0 = every decode)",
+    )
+    c.add_argument(
+        "--hotspot-period",
+        type=float,
+        help="seconds before the hot decode set moves (default: the profile's, or 5)",
+    )
     lab = parser.add_argument_group("lab")
     lab.add_argument(
         "--policy",
@@ -92,6 +103,7 @@ def config_from_args(
 ) -> RunConfig:
     """The RunConfig the options describe."""
     from emulator.experiment.plan import RunConfig, layout_hint, profile_hint
+    from workloads.profiles import load_profile
     from zcube_lab.fabric.placement import LayoutSpec
 
     layout = LayoutSpec(
@@ -105,6 +117,7 @@ def config_from_args(
         layout=args.layout or layout_hint(args.workload),
         alltoall=args.alltoall,
     )
+    hotspot = load_profile(args.workload).hotspot
     return RunConfig(
         fabric=fabric_spec or spec_from_args(args),
         workload=args.workload,
@@ -129,6 +142,12 @@ def config_from_args(
             if args.prefix_cache_hit_rate is not None
             else profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)
         ),
+        decode_hotspot=args.decode_hotspot
+        if args.decode_hotspot is not None
+        else (hotspot.decodes if hotspot else 0),
+        hotspot_period_s=args.hotspot_period
+        if args.hotspot_period is not None
+        else (hotspot.period_s if hotspot else 5.0),
         drain_s=args.drain,
         results_root=args.results,
         tag=tag,
