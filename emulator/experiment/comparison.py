@@ -26,9 +26,12 @@ from zcube_lab.fabric.scale import Scale
 
 
 def fabric_specs(
-    kinds: Sequence[str], gpus: int, spines: int, planes: int = 1
+    kinds: Sequence[str], gpus: int, spines: int, planes: int = 1, oversubscription: float = 1
 ) -> dict[str, FabricSpec]:
-    """Same-size fabrics: the same GPU hosts (gid -> server, rank) on each."""
+    """Same-size fabrics: the same GPU hosts (gid -> server, rank) on each; ROFT and Clos
+    leaves `oversubscription`:1 (ZCube has no tier to oversubscribe)."""
+    over = int(oversubscription) if float(oversubscription).is_integer() else oversubscription
+    over_kw = {"oversubscription": over} if oversubscription != 1 else {}
     side = math.isqrt(gpus)
     if side * side != gpus or side < 2:
         raise ConfigError("gpus", gpus, "a square of at least 4 (16, 36, 64)")
@@ -45,6 +48,7 @@ def fabric_specs(
                 gpus_per_server=side,
                 spines=spines,
                 planes=planes if planes != 1 else None,
+                **over_kw,
             )
         else:
             specs[k] = FabricSpec.of(
@@ -53,6 +57,7 @@ def fabric_specs(
                 gpus_per_server=side,
                 spines=spines,
                 servers_per_leaf=2 if side % 2 == 0 else 1,
+                **over_kw,
             )
     return specs
 

@@ -78,3 +78,21 @@ def test_fabric_specs_need_a_square_and_a_known_kind() -> None:
         with pytest.raises(ConfigError) as info:
             fabric_specs(kinds, gpus, 2)
         assert info.value.field == field
+
+
+def test_oversubscribed_leaves_have_fewer_uplinks_and_zcube_is_unchanged() -> None:
+    from zcube_lab.fabric.builders import build_fabric
+    from zcube_lab.fabric.description import FabricSpec
+
+    def uplinks(spec: FabricSpec) -> int:
+        fabric = build_fabric(spec)
+        return sum(1 for link in fabric.links if "spine" in link.node1 + link.node2)
+
+    flat = fabric_specs(["zcube", "roft"], 16, 2)
+    over = fabric_specs(["zcube", "roft"], 16, 2, oversubscription=2.0)
+    assert over["zcube"] == flat["zcube"]
+    assert uplinks(flat["roft"]) == 16 and uplinks(over["roft"]) == 8
+    with pytest.raises(ConfigError, match="spines"):
+        build_fabric(
+            fabric_specs(["roft"], 16, 2, oversubscription=4)["roft"]
+        )  # 1 uplink, 2 spines

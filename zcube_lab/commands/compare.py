@@ -54,6 +54,12 @@ def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
         "--planes", type=int, default=1, help="roft: parallel leaf-spine planes (MRC multi-plane)"
     )
     g.add_argument(
+        "--oversubscription",
+        type=float,
+        default=1.0,
+        help="roft/clos: leaf down:up ratio (2 for 2:1; default 1)",
+    )
+    g.add_argument(
         "--policies",
         help="comma-separated policies to run on every fabric (static, ecmp, ff, recompute, "
         "spray; default: --policy); results are labelled fabric/policy",
@@ -112,7 +118,7 @@ def variants_from_args(
     )
 
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
-    specs = fabric_specs(kinds, args.gpus, args.spines, args.planes)
+    specs = fabric_specs(kinds, args.gpus, args.spines, args.planes, args.oversubscription)
     policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")
