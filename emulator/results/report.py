@@ -28,6 +28,7 @@ from emulator.results.plots import (
     run_dir,
 )
 from emulator.results.summary import RunSummary
+from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
 from zcube_lab.fabric.cost import compare
 from zcube_lab.fabric.pricing import CostInputs
 
@@ -101,6 +102,38 @@ def verdict_rows(
         ["trustworthy", *(c[0] for c in cells), *pad],
         ["first reason", *(c[1] for c in cells), *pad],
     ]
+
+
+# The figures the verdict paragraph compares: its name for one, the metric label, the unit.
+VERDICT_FIGURES = (
+    ("TTFT p50", "TTFT p50 client (s)", "s"),
+    ("TTFT p99", "TTFT p99 client (s)", "s"),
+    ("Throughput", "completed requests/s", "req/s"),
+    ("KV transfer p50", "KV transfer p50 (s)", "s"),
+    ("Busiest link peak", "busiest link util peak", "%"),
+)
+
+
+def verdict_paragraph(
+    runs: Sequence[RunSummary], fabrics: Sequence[str], baseline: str
+) -> list[str]:
+    """The sentences that open the report (`verdict_sentences`): `VERDICT_FIGURES` over the
+    trustworthy runs of each variant, the others named with their first reason."""
+    trusted = [r for r in runs if r.trustworthy]
+    metrics = {m.label: m for m in METRICS}
+    headlines = []
+    for name, label, unit in VERDICT_FIGURES:
+        m = metrics[label]
+        values = {f: [figure(r, m.get) for r in trusted if r.variant == f] for f in fabrics}
+        present = {f: [v for v in vs if v is not None] for f, vs in values.items()}
+        headlines.append(Headline(name, unit, m.lower_is_better, present))
+    repeats = {f: sum(r.variant == f for r in trusted) for f in fabrics}
+    excluded = [
+        Excluded(r.variant, _run_name(r), verdict_cells([r], r.variant)[1])
+        for r in runs
+        if not r.trustworthy
+    ]
+    return verdict_sentences(headlines, repeats, baseline, excluded)
 
 
 # Verdict fields the report does not repeat as "other checks": the CPU figures and the outcome.
@@ -259,6 +292,7 @@ def write_report(
     bad = trust(runs)
     plots = _write_plots(runs, fabrics, out_dir, capacities)
     config = json.loads((run_dir(runs[0]) / "config.json").read_text())
+    verdict = " ".join(verdict_paragraph(runs, fabrics, baseline))
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title>",
@@ -267,6 +301,7 @@ def write_report(
         "text-align:right}td:first-child,th:first-child{text-align:left}"
         ".bad{color:#b00;font-weight:bold}.ok{color:#070}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+        f"<p><b>Verdict.</b> {html.escape(verdict)}</p>",
         f"<p>{len(runs)} runs; medians over repeats with [min-max]; "
         f"{config['fabric_summary']['hosts']} emulated GPU hosts; "
         f"baseline {html.escape(baseline)}.</p>",
