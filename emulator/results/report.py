@@ -2,8 +2,10 @@
 
 `aggregate(runs)` groups run summaries (`RunSummary`, read with `RunSummary.read`) by variant (the
 run's label: `zcube`, `zcube/spray`) and takes medians and spreads over the figures of `METRICS`
-(pure); `write_report(runs, out_dir)` draws the plots (`emulator.results.plots`) and writes a
-self-contained HTML page that links them. Each run is the folder `zcube-lab run` wrote.
+(`emulator.results.metrics`; pure); `write_report(runs, out_dir)` draws the plots
+(`emulator.results.plots`) and writes a self-contained HTML page that links them, opening with
+a verdict paragraph (`emulator.results.verdicttext`). Each run is the folder `zcube-lab run`
+wrote.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import html
 import json
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emulator.results.metrics import METRICS, Metric, figure, shown_metrics
 from emulator.results.plots import (
     fault_spans,
     plot_fault_timeline,
@@ -24,101 +27,10 @@ from emulator.results.plots import (
     plot_ttft_cdf,
     run_dir,
 )
-from emulator.results.summary import (
-    DirectedUtilization,
-    FaultRecovery,
-    FaultReport,
-    RunSummary,
-    TransferFigures,
-)
+from emulator.results.summary import RunSummary
+from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
 from zcube_lab.fabric.cost import compare
 from zcube_lab.fabric.pricing import CostInputs
-
-Getter = Callable[[RunSummary], Any]
-
-
-def fault_figure(get: Callable[[FaultReport], Any]) -> Getter:
-    """A getter of the fault report; None in runs from before fault reports."""
-    return lambda s: get(s.faults) if s.faults is not None else None
-
-
-def recovery_figure(get: Callable[[FaultRecovery], Any]) -> Getter:
-    """A getter of the fault report's per-phase and recovery figures; None in a run in which
-    no fault held."""
-    return lambda s: get(s.faults.recovery) if s.faults and s.faults.recovery else None
-
-
-def transfer_figure(get: Callable[[TransferFigures], Any]) -> Getter:
-    """A getter of the exact transfer figures; None in runs from before they were logged (their
-    KV quantiles were bucketed, so they are not set beside exact ones)."""
-    return lambda s: get(s.transfers) if s.transfers is not None else None
-
-
-def directed_figure(get: Callable[[DirectedUtilization], Any]) -> Getter:
-    """A getter of the per-direction link figures; None in runs that counted transmit only."""
-    return lambda s: get(s.fabric_stats.directed) if s.fabric_stats.directed else None
-
-
-# (label, figure of a run summary, lower is better?)
-METRICS: tuple[tuple[str, Getter, bool], ...] = (
-    ("completed requests/s", lambda s: s.client.requests_per_s, False),
-    ("output tokens/s", lambda s: s.client.output_tokens_per_s, False),
-    ("failed requests", lambda s: s.client.failed, True),
-    ("TTFT p50 client (s)", lambda s: s.client.ttft_p50_s, True),
-    ("TTFT p90 client (s)", lambda s: s.client.ttft_p90_s, True),
-    ("TTFT p99 client (s)", lambda s: s.client.ttft_p99_s, True),
-    ("TTFT p50 Prometheus (s)", lambda s: s.server.gateway_ttft_p50_s, True),
-    ("TTFT p99 Prometheus (s)", lambda s: s.server.gateway_ttft_p99_s, True),
-    ("TPOT p50 (s)", lambda s: s.client.tpot_p50_s, True),
-    ("TPOT p99 (s)", lambda s: s.client.tpot_p99_s, True),
-    ("ITL p50 (s)", lambda s: s.client.itl_p50_s, True),
-    ("ITL p99 (s)", lambda s: s.client.itl_p99_s, True),
-    # Exact, from the engines' logs (the bucketed histograms are for Grafana).
-    ("KV transfer p50 (s)", transfer_figure(lambda t: t.kv_xfer_p50_s), True),
-    ("KV transfer p99 (s)", transfer_figure(lambda t: t.kv_xfer_p99_s), True),
-    ("KV transfer max (s)", transfer_figure(lambda t: t.kv_xfer_max_s), True),
-    ("KV transfer / ideal p50", transfer_figure(lambda t: t.kv_xfer_ratio_p50), True),
-    ("KV transfer / ideal p99", transfer_figure(lambda t: t.kv_xfer_ratio_p99), True),
-    ("KV pulls stalled", transfer_figure(lambda t: t.kv_pulls_stalled), True),
-    ("KV bytes per pull p50", transfer_figure(lambda t: t.kv_xfer_bytes_p50), True),
-    ("all-to-all p50 (s)", transfer_figure(lambda t: t.alltoall_p50_s), True),
-    ("all-to-all p99 (s)", transfer_figure(lambda t: t.alltoall_p99_s), True),
-    (
-        "all-to-all bytes sent per exchange",
-        transfer_figure(lambda t: t.alltoall_bytes_sent_p50),
-        True,
-    ),
-    ("link util max", lambda s: s.fabric_stats.utilization.link_util_max, True),
-    ("link util mean", lambda s: s.fabric_stats.utilization.link_util_mean, True),
-    ("busiest link util mean", directed_figure(lambda d: d.busiest_link_util_mean), True),
-    ("busiest link util peak", directed_figure(lambda d: d.busiest_link_util_peak), True),
-    ("link util peak max", directed_figure(lambda d: d.peak_link_util), True),
-    ("host uplink util max", directed_figure(lambda d: d.host_uplink_util_max), True),
-    ("fabric drops", lambda s: s.fabric_stats.drops, True),
-    # Faults (docs/FAILURES.md): "-" in runs without an injected failure.
-    ("TTFT p99 before fault (s)", recovery_figure(lambda f: f.ttft_p99_before_s), True),
-    ("TTFT p99 during fault (s)", recovery_figure(lambda f: f.ttft_p99_during_s), True),
-    ("TTFT p99 after fault (s)", recovery_figure(lambda f: f.ttft_p99_after_s), True),
-    ("failed during fault", recovery_figure(lambda f: f.failed_during), True),
-    ("KV transfers retried", fault_figure(lambda f: f.kv_retried), True),
-    ("KV subflows retired", fault_figure(lambda f: f.kv_lanes_retired), True),
-    ("all-to-all exchanges failed", lambda s: s.server.alltoall_failed, True),
-    ("KV bytes never delivered", fault_figure(lambda f: f.kv_bytes_lost), True),
-    ("KV checksum failures caught", fault_figure(lambda f: f.kv_checksum_failures), True),
-    ("recovery: first hit KV done (s)", recovery_figure(lambda f: f.recovery_kv_first_s), True),
-    ("recovery: last hit KV done (s)", recovery_figure(lambda f: f.recovery_kv_all_s), True),
-    ("recovery: throughput (s)", recovery_figure(lambda f: f.recovery_throughput_s), True),
-    ("emulated switches", lambda s: s.fabric_stats.switches, True),
-    ("emulated switching Tb/s", lambda s: s.fabric_stats.switching_capacity_tbps, True),
-)
-
-
-def figure(summary: RunSummary, get: Getter) -> float | None:
-    """The number `get` reads from a run summary, or None (missing, not a number, NaN)."""
-    value = get(summary)
-    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
-        return float(value)
-    return None
 
 
 @dataclass(frozen=True)
@@ -139,9 +51,9 @@ def aggregate(runs: Sequence[RunSummary]) -> dict[str, dict[str, Cell]]:
     out: dict[str, dict[str, Cell]] = {}
     for fabric, rs in fabrics.items():
         cells = {}
-        for label, get, _ in METRICS:
-            vals = [v for v in (figure(r, get) for r in rs) if v is not None]
-            cells[label] = Cell(
+        for m in METRICS:
+            vals = [v for v in (figure(r, m.get) for r in rs) if v is not None]
+            cells[m.label] = Cell(
                 statistics.median(vals) if vals else None,
                 min(vals) if vals else None,
                 max(vals) if vals else None,
@@ -192,6 +104,38 @@ def verdict_rows(
     ]
 
 
+# The figures the verdict paragraph compares: its name for one, the metric label, the unit.
+VERDICT_FIGURES = (
+    ("TTFT p50", "TTFT p50 client (s)", "s"),
+    ("TTFT p99", "TTFT p99 client (s)", "s"),
+    ("Throughput", "completed requests/s", "req/s"),
+    ("KV transfer p50", "KV transfer p50 (s)", "s"),
+    ("Busiest link peak", "busiest link util peak", "%"),
+)
+
+
+def verdict_paragraph(
+    runs: Sequence[RunSummary], fabrics: Sequence[str], baseline: str
+) -> list[str]:
+    """The sentences that open the report (`verdict_sentences`): `VERDICT_FIGURES` over the
+    trustworthy runs of each variant, the others named with their first reason."""
+    trusted = [r for r in runs if r.trustworthy]
+    metrics = {m.label: m for m in METRICS}
+    headlines = []
+    for name, label, unit in VERDICT_FIGURES:
+        m = metrics[label]
+        values = {f: [figure(r, m.get) for r in trusted if r.variant == f] for f in fabrics}
+        present = {f: [v for v in vs if v is not None] for f, vs in values.items()}
+        headlines.append(Headline(name, unit, m.lower_is_better, present))
+    repeats = {f: sum(r.variant == f for r in trusted) for f in fabrics}
+    excluded = [
+        Excluded(r.variant, _run_name(r), verdict_cells([r], r.variant)[1])
+        for r in runs
+        if not r.trustworthy
+    ]
+    return verdict_sentences(headlines, repeats, baseline, excluded)
+
+
 # Verdict fields the report does not repeat as "other checks": the CPU figures and the outcome.
 _CPU_FIELDS = frozenset(
     {
@@ -240,11 +184,17 @@ def _run_name(r: RunSummary) -> str:
 
 
 def table_rows(
-    agg: dict[str, dict[str, Cell]], fabrics: Sequence[str], baseline: str
+    agg: dict[str, dict[str, Cell]],
+    fabrics: Sequence[str],
+    baseline: str,
+    metrics: Sequence[Metric] = METRICS,
 ) -> list[list[str]]:
-    """Rows of the comparison table: metric, each fabric's median [min-max], diff vs baseline."""
+    """Rows of the comparison table: metric, each fabric's median [min-max], diff vs baseline;
+    one per metric (`shown_metrics(runs)` for the runs' own), none for a metric no run has."""
     rows = []
-    for label, _, _ in METRICS:
+    for label in (m.label for m in metrics):
+        if all(agg[f][label].median is None for f in fabrics):
+            continue
         row = [label]
         for f in fabrics:
             c = agg[f][label]
@@ -266,30 +216,40 @@ def table_rows(
     return rows
 
 
-# The columns of the transposed console table `compare` prints when it compares many variants.
-HEADLINE = (
-    "completed requests/s",
-    "failed requests",
-    "TTFT p50 client (s)",
-    "TTFT p99 client (s)",
-    "TTFT p99 during fault (s)",
-    "KV subflows retired",
-    "KV bytes never delivered",
-    "recovery: last hit KV done (s)",
-    "link util max",
-    "busiest link util peak",
-    "KV pulls stalled",
-)
+# The columns of the transposed console table `compare` prints when it compares many variants:
+# metric label -> a short column head (a row per variant must fit a terminal).
+HEADLINE = {
+    "completed requests/s": "req/s",
+    "failed requests": "failed",
+    "TTFT p50 client (s)": "TTFT p50 (s)",
+    "TTFT p99 client (s)": "TTFT p99 (s)",
+    "TTFT p99 during fault (s)": "TTFT p99 in fault (s)",
+    "KV subflows retired": "subflows retired",
+    "KV bytes never delivered": "KV bytes lost",
+    "recovery: last hit KV (s)": "last hit KV (s)",
+    "link util max": "link util max",
+    "busiest link util peak": "busiest link peak",
+    "KV pulls stalled": "KV stalled",
+}
+
+
+def headline_columns(agg: dict[str, dict[str, Cell]], runs: Sequence[RunSummary]) -> list[str]:
+    """The `HEADLINE` figures about these runs (`shown_metrics`) that one of them has."""
+    shown = {m.label for m in shown_metrics(runs)}
+    has = {label for cells in agg.values() for label, c in cells.items() if c.median is not None}
+    return [m for m in HEADLINE if m in shown and m in has]
 
 
 def headline_rows(
     agg: dict[str, dict[str, Cell]],
     labels: Sequence[str],
     runs: Sequence[RunSummary] | None = None,
+    columns: Sequence[str] = tuple(HEADLINE),
 ) -> list[list[str]]:
-    """One row per label with the `HEADLINE` medians: readable in a terminal where a column per
-    label (and per difference) is not; with `runs`, then `trustworthy` and `first reason`."""
-    rows = [[lb, *(_fmt(agg[lb][m].median) for m in HEADLINE)] for lb in labels]
+    """One row per label with the medians of `columns` (`HEADLINE`, or `headline_columns`):
+    readable in a terminal where a column per label (and per difference) is not; with `runs`,
+    then `trustworthy` and `first reason`."""
+    rows = [[lb, *(_fmt(agg[lb][m].median) for m in columns)] for lb in labels]
     if runs is not None:
         rows = [[*row, *verdict_cells(runs, lb)] for row, lb in zip(rows, labels, strict=True)]
     return rows
@@ -332,6 +292,7 @@ def write_report(
     bad = trust(runs)
     plots = _write_plots(runs, fabrics, out_dir, capacities)
     config = json.loads((run_dir(runs[0]) / "config.json").read_text())
+    verdict = " ".join(verdict_paragraph(runs, fabrics, baseline))
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title>",
@@ -340,6 +301,7 @@ def write_report(
         "text-align:right}td:first-child,th:first-child{text-align:left}"
         ".bad{color:#b00;font-weight:bold}.ok{color:#070}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+        f"<p><b>Verdict.</b> {html.escape(verdict)}</p>",
         f"<p>{len(runs)} runs; medians over repeats with [min-max]; "
         f"{config['fabric_summary']['hosts']} emulated GPU hosts; "
         f"baseline {html.escape(baseline)}.</p>",
@@ -417,7 +379,7 @@ def _results_table(
             cells.append(f"<td{mark}>{html.escape(c)}</td>")
         cells += [f"<td>{html.escape(c)}</td>" for c in row[1 + len(fabrics) :]]
         parts.append("<tr>" + "".join(cells) + "</tr>")
-    for row in table_rows(agg, fabrics, baseline):
+    for row in table_rows(agg, fabrics, baseline, shown_metrics(runs)):
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
     parts.append("</table>")
     return parts

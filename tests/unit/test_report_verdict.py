@@ -17,6 +17,7 @@ from emulator.results.report import (
     busiest_link,
     headline_rows,
     verdict_checks,
+    verdict_paragraph,
     verdict_rows,
     write_report,
 )
@@ -84,10 +85,28 @@ def test_the_report_marks_untrustworthy_runs_and_prints_their_reasons(tmp_path: 
         (d / "config.json").write_text(json.dumps({"fabric_summary": {"hosts": 16}}))
         runs.append(replace(r, dir=d))
     page = write_report(runs, tmp_path / "report", "roft", {}).read_text()
+    verdict = page.index("<p><b>Verdict.</b> zcube against the baseline roft")
+    assert verdict < page.index("<h2>") and verdict < page.index("<table")
     assert "<th class='bad'>zcube (not trustworthy)</th>" in page
     assert "NOT TRUSTWORTHY: retransmission timeouts on [h3] with no fault; CPU above 90%" in page
     assert "tcp_timeouts: h3 2" in page
     assert page.count("<span class='ok'>trustworthy</span>") == 2
+
+
+def test_the_verdict_paragraph_leaves_out_untrustworthy_runs_and_names_them() -> None:
+    assert verdict_paragraph(_runs(), ["zcube", "roft"], "roft") == [
+        "zcube against the baseline roft, one trustworthy run each.",
+        "Left out as not trustworthy: z2 (zcube: retransmission timeouts on [h3] with no fault).",
+        "TTFT p50: the same on zcube and roft (501 ms).",
+        "TTFT p99: the same on zcube and roft (1.41 s).",
+        "Throughput: the same on zcube and roft (3.08 req/s).",
+    ]  # the fixture has no exact KV times and no per-direction link figures
+    faster = replace(_runs()[0], client=replace(_runs()[0].client, ttft_p50_s=0.25))
+    sentences = verdict_paragraph([faster, *_runs()[1:]], ["zcube", "roft"], "roft")
+    assert sentences[2] == (
+        "TTFT p50: zcube 50% lower than roft (250 ms vs 501 ms), so zcube better; "
+        "spread over repeats unknown (a single repeat)."
+    )
 
 
 def test_compare_prints_the_verdict_per_variant(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from zcube_lab.commands.run import add_run_arguments, config_from_args
 from zcube_lab.errors import ConfigError
@@ -181,48 +182,67 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
 
 def _print_table(runs: list[RunSummary], baseline: str, args: argparse.Namespace) -> None:
     """The medians in the terminal, and the runs the emulator could not keep up with."""
-    from emulator.results.report import (
-        HEADLINE,
-        aggregate,
-        busiest_link,
-        headline_rows,
-        table_rows,
-        trust,
-        variants,
-        verdict_rows,
-    )
+    from emulator.results.report import busiest_link, trust
 
-    agg = aggregate(runs)
-    fabrics = variants(runs, baseline)
-    if len(fabrics) <= 3:
-        table = Table(title=escape(f"{args.workload}: medians of {args.repeat} repeats [min-max]"))
-        table.add_column("metric")
-        for f in fabrics:
-            table.add_column(f, justify="right")
-        for f in fabrics:
-            if f != baseline:
-                table.add_column(f"{f} vs {baseline}", justify="right")
-        for row in verdict_rows(runs, fabrics, baseline):
-            table.add_row(*(_red_no(c) for c in row))
-        table.add_section()
-        for row in table_rows(agg, fabrics, baseline):
-            table.add_row(*row)
-    else:  # many variants: one row each, headline medians (all of them are in report.html)
-        table = Table(title=f"{args.workload}: medians of {args.repeat} repeats (see the report)")
-        table.add_column("run")
-        for m in HEADLINE:
-            table.add_column(m, justify="right")
-        table.add_column("trustworthy")
-        table.add_column("first reason")
-        for row in headline_rows(agg, fabrics, runs):
-            table.add_row(*row[:-2], *(_red_no(c) for c in row[-2:]))
-    Console().print(table)
+    Console().print(comparison_table(runs, baseline, args.workload, args.repeat))
     console = Console(stderr=True)
     for f, reasons in trust(runs).items():
         if reasons:
             console.print(f"[red]{f}: NOT TRUSTWORTHY[/red]: " + escape("; ".join(reasons)))
     for r in runs:
         console.print(f"[dim]{r.variant} {r.run}: busiest link {busiest_link(r)}[/dim]")
+
+
+def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repeat: int) -> Table:
+    """The console table of the runs: a row per figure the runs have (no fault rows without a
+    fault, no all-to-all rows without EP, no row empty in every run) and a column per variant
+    and per difference for up to 3 variants, else a row per variant with the headline figures.
+    With 2 variants it fits 100 columns: a cell wraps only at its space (before `[min-max]`) and
+    a first reason too long for its column ends in an ellipsis (`compare` prints every reason
+    after the table); a table that cannot fit folds its numbers rather than cut them."""
+    from emulator.results.metrics import shown_metrics
+    from emulator.results.report import aggregate, table_rows, variants, verdict_rows
+
+    fabrics = variants(runs, baseline)
+    if len(fabrics) > 3:
+        return _headline_table(runs, fabrics, f"{workload}: medians of {repeat} repeats")
+    table = Table(title=escape(f"{workload}: medians of {repeat} repeats [min-max]"))
+    table.add_column("metric", no_wrap=True)
+    for f in fabrics:
+        table.add_column(f, justify="right", overflow="fold")
+    for f in fabrics:
+        if f != baseline:
+            table.add_column(f"{f} vs {baseline}", justify="right")
+    for row in verdict_rows(runs, fabrics, baseline):
+        table.add_row(row[0], *(_one_line(_red_no(c)) for c in row[1:]))
+    table.add_section()
+    for row in table_rows(aggregate(runs), fabrics, baseline, shown_metrics(runs)):
+        table.add_row(*row)
+    return table
+
+
+def _headline_table(runs: list[RunSummary], fabrics: list[str], title: str) -> Table:
+    """Many variants: a row each with its verdict, `yes` or `no (k of n)` (the reasons follow
+    the table), and the headline medians (all figures are in report.html)."""
+    from emulator.results.report import HEADLINE, aggregate, headline_columns, headline_rows
+
+    agg = aggregate(runs)
+    columns = headline_columns(agg, runs)
+    table = Table(title=f"{title} (see the report)")
+    table.add_column("run", no_wrap=True)
+    table.add_column("trustworthy", no_wrap=True)
+    for m in columns:
+        table.add_column(HEADLINE[m], justify="right", overflow="fold")
+    for row in headline_rows(agg, fabrics, runs, columns):
+        table.add_row(row[0], _red_no(row[-2]), *row[1:-2])
+    return table
+
+
+def _one_line(markup: str) -> Text:
+    """A cell on one line, cut with an ellipsis when its column is narrower."""
+    text = Text.from_markup(markup, overflow="ellipsis")
+    text.no_wrap = True
+    return text
 
 
 def _red_no(cell: str) -> str:

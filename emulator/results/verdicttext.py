@@ -1,0 +1,141 @@
+"""The verdict paragraph that opens report.html, in sentences (pure: figures in, sentences out).
+
+Each headline figure (`Headline`: a name, a unit, which way is better, and each variant's values
+over its trustworthy repeats) gets a sentence per variant other than the baseline: which of the
+two did better, their medians, the difference in % of the baseline's median, and whether the
+difference exceeds the spread over repeats. It does when the two ranges [min-max] do not
+overlap; when they overlap it is within the spread; with a single repeat on either side the
+spread is unknown. Runs left out as not trustworthy (`Excluded`) are named with their first
+reason before the figures.
+
+Units: `s` (shown in ms when below 1 s), `%` (a fraction shown as a percentage), or any other
+unit written after the number (`req/s`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One figure of the verdict: `values` maps a variant to the figure of each of its
+    trustworthy repeats (a variant without it is left out of this figure's sentences)."""
+
+    name: str
+    unit: str
+    lower_is_better: bool
+    values: Mapping[str, Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A run left out of the verdict as not trustworthy, with its first reason."""
+
+    variant: str
+    run: str
+    reason: str
+
+
+def verdict_sentences(
+    headlines: Sequence[Headline],
+    repeats: Mapping[str, int],
+    baseline: str,
+    excluded: Sequence[Excluded] = (),
+) -> list[str]:
+    """The verdict paragraph: what is compared over how many trustworthy repeats, the runs left
+    out, then a sentence per headline figure and variant against `baseline`. `repeats` maps each
+    variant, in report order, to its number of trustworthy runs."""
+    out = [_opening(repeats, baseline)]
+    if excluded:
+        runs = ", ".join(f"{x.run} ({x.variant}: {x.reason})" for x in excluded)
+        out.append(f"Left out as not trustworthy: {runs}.")
+    else:
+        out.append("Every run was trustworthy.")
+    if not repeats.get(baseline):
+        return out
+    for other in (v for v in repeats if v != baseline and repeats[v]):
+        out += [s for h in headlines if (s := figure_sentence(h, other, baseline)) is not None]
+    return out
+
+
+def figure_sentence(h: Headline, other: str, baseline: str) -> str | None:
+    """`other` against `baseline` on one figure; None when either has no value of it."""
+    mine, base = h.values.get(other, ()), h.values.get(baseline, ())
+    if not mine or not base:
+        return None
+    m, b = statistics.median(mine), statistics.median(base)
+    if m == b:
+        return f"{h.name}: the same on {other} and {baseline} ({_value(m, h.unit)})."
+    better = other if (m < b) == h.lower_is_better else baseline
+    values = f"{_value(m, h.unit)} vs {_value(b, h.unit)}"
+    if b == 0:
+        text = f"{other} {_value(m, h.unit)} vs {baseline} {_value(b, h.unit)}"
+    else:
+        pct = round(abs(100 * (m - b) / b), 1)
+        change = f"{pct:.{0 if pct >= 10 else 1}f}% {'lower' if m < b else 'higher'}"
+        text = f"{other} {change} than {baseline} ({values})"
+    return f"{h.name}: {text}, so {better} better; {_spread(mine, base, h.unit)}."
+
+
+def _spread(mine: Sequence[float], base: Sequence[float], unit: str) -> str:
+    """Whether the ranges over repeats overlap, or that a single repeat cannot tell."""
+    if len(mine) < 2 or len(base) < 2:
+        return "spread over repeats unknown (a single repeat)"
+    ranges = f"{_range(mine, unit)} vs {_range(base, unit)}"
+    if max(min(mine), min(base)) <= min(max(mine), max(base)):
+        return f"within the spread over repeats ({ranges} overlap)"
+    return f"exceeds the spread over repeats ({ranges} do not overlap)"
+
+
+def _opening(repeats: Mapping[str, int], baseline: str) -> str:
+    """What is compared, over how many trustworthy repeats."""
+    others = [v for v in repeats if v != baseline]
+    head = f"{', '.join(others)} against the baseline {baseline}"
+    if not repeats.get(baseline):
+        return f"{head}: no trustworthy run of the baseline, so no verdict."
+    if len(set(repeats.values())) == 1:
+        n = repeats[baseline]
+        each = "one trustworthy run each" if n == 1 else f"medians of {n} trustworthy repeats each"
+        text = f"{head}, {each}."
+    else:
+        per = ", ".join(f"{v} {n}" for v, n in repeats.items() if n)
+        text = f"{head}, medians of the trustworthy repeats ({per})."
+    none = [v for v in others if not repeats[v]]
+    if none:
+        text += f" No trustworthy run of {', '.join(none)}, so no verdict for it."
+    return text
+
+
+def _value(v: float, unit: str) -> str:
+    number, suffix = _scaled(v, unit, v)
+    return number + suffix
+
+
+def _range(values: Sequence[float], unit: str) -> str:
+    """`low-high unit`, both ends in one scale; one value when they agree."""
+    low, high = min(values), max(values)
+    ref = max(abs(low), abs(high))
+    (lo, suffix), (hi, _) = _scaled(low, unit, ref), _scaled(high, unit, ref)
+    return f"{hi}{suffix}" if lo == hi else f"{lo}-{hi}{suffix}"
+
+
+def _scaled(v: float, unit: str, ref: float) -> tuple[str, str]:
+    """`v` as a number and its unit, in the scale `ref` is shown in (ms below 1 s)."""
+    if unit == "%":
+        return _number(100 * v), "%"
+    if unit == "s" and abs(ref) < 1:
+        return _number(1000 * v), " ms"
+    return _number(v), f" {unit}"
+
+
+def _number(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"

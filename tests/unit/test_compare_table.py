@@ -1,0 +1,141 @@
+"""The console table `compare` prints: only rows the runs have data for (no fault rows without a
+fault, no all-to-all rows without EP, no row empty in every run), readable in 100 columns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from emulator.results.metrics import EP, FAULT, METRICS, shown_metrics
+from emulator.results.report import aggregate, headline_columns, table_rows
+from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
+from zcube_lab.commands.compare import comparison_table
+
+DATA = Path(__file__).parent / "data"
+REASON = "ovs-vswitchd thread handler12 above 0.85 core in 35% of samples"
+
+
+def _transfers(scale: float, exchanges: int = 0) -> TransferFigures:
+    """Exact transfer figures as a run logs them; all-to-all ones only with `exchanges`."""
+    ep = 0.004 * scale if exchanges else None
+    return TransferFigures(
+        kv_pulls=1200, kv_attempts_failed=0,
+        kv_xfer_p50_s=0.063 * scale, kv_xfer_p90_s=0.1, kv_xfer_p99_s=0.19 * scale,
+        kv_xfer_max_s=0.41, kv_xfer_bytes_p50=524288.0, kv_xfer_bytes_p90=1.2e6,
+        kv_xfer_bytes_p99=4e6, kv_xfer_bytes_max=8e6, kv_xfer_ratio_p50=1.31 * scale,
+        kv_xfer_ratio_p90=1.8, kv_xfer_ratio_p99=3.2, kv_xfer_ratio_max=9.0, kv_pulls_rated=1200,
+        kv_pulls_stalled=3, kv_stalled_max_s=1.2, alltoall_exchanges=exchanges,
+        alltoall_p50_s=ep, alltoall_p90_s=ep, alltoall_p99_s=ep, alltoall_max_s=ep,
+        alltoall_bytes_sent_p50=65536.0 if exchanges else None,
+        alltoall_bytes_received_p50=65536.0 if exchanges else None,
+        alltoall_exchange_failures=0 if exchanges else None,
+    )  # fmt: skip
+
+
+def _run(label: str, repeat: int, scale: float, fault: bool, ok: bool = True) -> RunSummary:
+    """One repeat of a 16-host run as the runner writes it (tests/unit/data), its figures spread
+    over repeats and scaled per fabric."""
+    name = "summary-zcube-ff.json" if fault else "summary-zcube.json"
+    base = RunSummary.from_dict(json.loads((DATA / name).read_text()))
+    client = replace(
+        base.client,
+        requests_per_s=3.08 + 0.04 * repeat,
+        output_tokens_per_s=1288.2 * (1 + 0.01 * repeat),
+        ttft_p50_s=0.501 * scale * (1 + 0.03 * repeat),
+        ttft_p99_s=1.414 * scale * (1 + 0.05 * repeat),
+    )
+    peak = 0.9 * scale - 0.01 * repeat
+    link = "h5->a1:2"
+    directed = DirectedUtilization(link, 0.42 * scale, peak, link, peak, 0.4, 0.1, 64, 1)
+    health = replace(base.health, trustworthy=ok, reasons=() if ok else (REASON, "CPU above 90%"))
+    return replace(
+        base,
+        run=f"{label}-r{repeat + 1}",
+        label=label,
+        client=client,
+        fabric_stats=replace(base.fabric_stats, directed=directed, drops=1234.0 * repeat),
+        transfers=_transfers(scale),
+        health=health,
+        trustworthy=ok,
+    )
+
+
+def _runs(fault: bool = False) -> list[RunSummary]:
+    """2 fabrics x 3 repeats; ZCube's third repeat not trustworthy."""
+    return [
+        _run(label, i, scale, fault, ok=(label, i) != ("zcube", 2))
+        for i in range(3)
+        for label, scale in (("zcube", 0.9), ("roft", 1.0))
+    ]
+
+
+def _render(runs: list[RunSummary]) -> list[str]:
+    """The table as a 100-column terminal shows it, lines not cropped to the width."""
+    console = Console(width=100, record=True, color_system=None)
+    console.print(comparison_table(runs, "roft", "coding-agent", 3), crop=False)
+    return console.export_text().splitlines()
+
+
+def _labels(kind: str) -> list[str]:
+    return [m.label for m in METRICS if m.only_with == kind]
+
+
+def test_the_table_fits_100_columns_with_numbers_whole_and_the_reason_cut() -> None:
+    for fault in (False, True):
+        lines = _render(_runs(fault))
+        assert max(len(line) for line in lines) <= 100
+        text = "\n".join(lines)
+        assert "0.464 [0.451-0.478]" in text  # ZCube's TTFT p50 on one line
+        assert "1,301 [1,288-1,314]" in text
+        cut = [line for line in lines if "…" in line]
+        assert len(cut) == 1 and "first reason" in cut[0] and "ovs-vswitchd thread" in cut[0]
+
+
+def test_fault_rows_only_with_a_fault() -> None:
+    without = "\n".join(_render(_runs(fault=False)))
+    with_fault = "\n".join(_render(_runs(fault=True)))
+    for label in ("TTFT p99 during fault (s)", "failed during fault", "KV bytes never delivered"):
+        assert label not in without
+        assert label in with_fault
+    shown = {m.label for m in shown_metrics(_runs(fault=True))}
+    assert set(_labels(FAULT)) <= shown
+    assert not set(_labels(FAULT)) & {m.label for m in shown_metrics(_runs())}
+    assert "TTFT p99 client (s)" in without and "fabric drops" in without
+
+
+def test_a_fault_counter_shows_without_a_fault_when_it_counted_something() -> None:
+    runs = _runs()
+    runs[0] = replace(runs[0], faults=replace(runs[0].faults, kv_retried=2))
+    shown = {m.label for m in shown_metrics(runs)}
+    assert "KV transfers retried" in shown and "KV subflows retired" not in shown
+
+
+def test_all_to_all_rows_only_with_ep() -> None:
+    assert not any(label in "\n".join(_render(_runs())) for label in _labels(EP))
+    runs = [replace(r, transfers=_transfers(1.0, exchanges=500)) for r in _runs()]
+    text = "\n".join(_render(runs))
+    assert all(label in text for label in _labels(EP))
+
+
+def test_a_row_empty_in_every_run_is_dropped() -> None:
+    label = "TTFT p50 Prometheus (s)"
+    runs = [replace(r, server=replace(r.server, gateway_ttft_p50_s=None)) for r in _runs()]
+    rows = table_rows(aggregate(runs), ["zcube", "roft"], "roft", shown_metrics(runs))
+    assert label not in [row[0] for row in rows]
+    assert label not in "\n".join(_render(runs))
+    runs[1] = _runs()[1]  # one ROFT repeat has it
+    rows = table_rows(aggregate(runs), ["zcube", "roft"], "roft", shown_metrics(runs))
+    assert [row for row in rows if row[0] == label] == [[label, "-", "0.527", "-"]]
+
+
+def test_many_variants_leave_fault_columns_out_without_a_fault() -> None:
+    runs = [replace(r, label=f"{r.label}/{p}") for r in _runs() for p in ("ff", "spray")]
+    assert "TTFT p99 during fault (s)" not in headline_columns(aggregate(runs), runs)
+    table = comparison_table(runs, "roft/ff", "coding-agent", 3)
+    heads = [str(c.header) for c in table.columns]
+    assert heads[:2] == ["run", "trustworthy"] and "TTFT p99 in fault (s)" not in heads
+    faulty = [replace(r, label=f"{r.label}/{p}") for r in _runs(True) for p in ("ff", "spray")]
+    assert "TTFT p99 during fault (s)" in headline_columns(aggregate(faulty), faulty)

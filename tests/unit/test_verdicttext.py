@@ -1,0 +1,79 @@
+"""The verdict paragraph's sentences (emulator.results.verdicttext): which variant did better, by
+how much, and whether the difference exceeds the spread over repeats."""
+
+from __future__ import annotations
+
+from emulator.results.verdicttext import Excluded, Headline, figure_sentence, verdict_sentences
+
+
+def _ttft(zcube: list[float], roft: list[float]) -> Headline:
+    return Headline("TTFT p99", "s", True, {"zcube": zcube, "roft": roft})
+
+
+def test_a_difference_beyond_the_ranges_exceeds_the_spread() -> None:
+    assert figure_sentence(_ttft([1.0, 1.1, 1.2], [1.5, 1.6, 1.7]), "zcube", "roft") == (
+        "TTFT p99: zcube 31% lower than roft (1.10 s vs 1.60 s), so zcube better; "
+        "exceeds the spread over repeats (1.00-1.20 s vs 1.50-1.70 s do not overlap)."
+    )
+
+
+def test_overlapping_ranges_are_within_the_spread() -> None:
+    assert figure_sentence(_ttft([0.4, 0.5, 0.9], [0.6, 0.7, 0.8]), "zcube", "roft") == (
+        "TTFT p99: zcube 29% lower than roft (500 ms vs 700 ms), so zcube better; "
+        "within the spread over repeats (400-900 ms vs 600-800 ms overlap)."
+    )
+
+
+def test_higher_is_better_names_the_baseline_when_it_won() -> None:
+    rate = Headline("Throughput", "req/s", False, {"zcube": [3.0, 3.1], "roft": [4.0, 4.1]})
+    sentence = figure_sentence(rate, "zcube", "roft")
+    assert sentence is not None
+    assert sentence.startswith("Throughput: zcube 25% lower than roft (3.05 req/s vs 4.05 req/s),")
+    assert "so roft better; exceeds the spread" in sentence
+    peak = Headline("Busiest link peak", "%", True, {"zcube": [0.5], "roft": [0.0]})
+    assert figure_sentence(peak, "zcube", "roft") == (
+        "Busiest link peak: zcube 50.0% vs roft 0%, so roft better; "
+        "spread over repeats unknown (a single repeat)."
+    )
+
+
+def test_a_single_repeat_leaves_the_spread_unknown() -> None:
+    out = verdict_sentences([_ttft([1.0], [1.2])], {"zcube": 1, "roft": 1}, "roft")
+    assert out == [
+        "zcube against the baseline roft, one trustworthy run each.",
+        "Every run was trustworthy.",
+        "TTFT p99: zcube 17% lower than roft (1.00 s vs 1.20 s), so zcube better; "
+        "spread over repeats unknown (a single repeat).",
+    ]
+    # one repeat on one side is enough not to know
+    assert "unknown" in (figure_sentence(_ttft([1.0, 1.1], [1.2]), "zcube", "roft") or "")
+
+
+def test_an_untrustworthy_run_is_named_with_its_first_reason() -> None:
+    out = verdict_sentences(
+        [_ttft([1.0, 1.2], [1.0, 1.1, 1.2])],
+        {"zcube": 2, "roft": 3},
+        "roft",
+        [Excluded("zcube", "zcube-r3", "CPU above 90%")],
+    )
+    assert out[:2] == [
+        "zcube against the baseline roft, medians of the trustworthy repeats (zcube 2, roft 3).",
+        "Left out as not trustworthy: zcube-r3 (zcube: CPU above 90%).",
+    ]
+    assert out[2] == "TTFT p99: the same on zcube and roft (1.10 s)."
+
+
+def test_no_trustworthy_run_no_verdict_and_a_missing_figure_no_sentence() -> None:
+    kv = Headline("KV transfer p50", "s", True, {"zcube": [0.06], "roft": []})
+    out = verdict_sentences([_ttft([], [1.0]), kv], {"zcube": 0, "roft": 1}, "roft")
+    assert out[0] == (
+        "zcube against the baseline roft, medians of the trustworthy repeats (roft 1)."
+        " No trustworthy run of zcube, so no verdict for it."
+    )
+    assert len(out) == 2
+    out = verdict_sentences([_ttft([1.0], [])], {"zcube": 1, "roft": 0}, "roft")
+    assert (
+        out[0]
+        == "zcube against the baseline roft: no trustworthy run of the baseline, so no verdict."
+    )
+    assert figure_sentence(kv, "zcube", "roft") is None
