@@ -35,6 +35,7 @@ from itertools import pairwise
 from typing import Any
 
 from zcube_lab.fabric.description import Fabric
+from zcube_lab.fabric.linkplan import port_rates
 from zcube_lab.fabric.scale import Scale
 
 # Our name -> (section, counter) in /proc/net/snmp (Tcp:) or /proc/net/netstat (TcpExt:).
@@ -190,12 +191,8 @@ def parse_softnet(text: str) -> dict[str, int]:
 
 def shaped_rates(fabric: Fabric, scale: Scale) -> dict[str, float]:
     """Every shaped interface (both ends of every link: `<node>-eth<port>`) and its rate in
-    Mb/s, as the lab configures it."""
-    return {
-        f"{node}-eth{port}": scale.link_mbps(fabric, lk.gbps)
-        for lk in fabric.links
-        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
-    }
+    Mb/s, as the lab configures it (`linkplan.port_rates`)."""
+    return port_rates(fabric, scale)
 
 
 @dataclass(frozen=True)

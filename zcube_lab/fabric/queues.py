@@ -51,8 +51,9 @@ of the reference 50 ms KV pull. `mtu_for_rate` keeps per-hop serialization withi
 because every smaller packet costs the userspace datapath more packets per second (its
 capacity is per packet, `bench/datapath.py`), and `--mtu auto` applies the rule.
 
-Names: the HTB that Mininet's `TCIntf` installs is root `5:0` with class `5:1`; the leaf
-queue put under it is `10:` (the handle Mininet's netem would use; no netem on this kernel).
+Names: the HTB the lab installs (`linkplan`, as Mininet's `TCIntf` did) is root `5:0` with
+class `5:1`; the leaf queue put under it is `10:` (the handle Mininet's netem would use; no netem
+on this kernel).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ MIN_MTU = 1500
 MAX_MTU = 9000
 MTU_STEP = 500
 
-HTB_CLASS = "5:1"  # Mininet TCIntf.bwCmds: `htb default 1` root 5:0, class 5:1 with the rate
+HTB_CLASS = "5:1"  # as Mininet's TCIntf.bwCmds: `htb default 1` root 5:0, class 5:1 with the rate
 LEAF_HANDLE = "10:"
 
 
