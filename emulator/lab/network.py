@@ -1,12 +1,13 @@
 """The Mininet realization of a fabric description, with an explicit lifecycle.
 
 `Lab(fabric, options).start()` removes stale state of an earlier crashed run, starts our os-ken
-controller, builds the hosts, switches and links in Mininet on Open vSwitch (userspace datapath
-when the kernel has no openvswitch module), configures every host (addresses, routes, static
-ARP, offloads off), and waits until every switch holds the rules the controller computed.
-`stop()` undoes it in reverse, and the state file (`emulator.lab.state`) lets the next run remove
-what a killed run left behind. Open vSwitch is reached only through `emulator.lab.ovs`. Needs
-root.
+controller, builds the hosts and switches in Mininet on Open vSwitch (userspace datapath when
+the kernel has no openvswitch module), configures every link and host with one script per
+namespace (`emulator.lab.links`: veth pairs, addresses, routes, static ARP, shaping, offloads),
+starts every bridge in one `ovs-vsctl` transaction, and waits until every switch holds the rules
+the controller computed. `stop()` undoes it in reverse, and the state file
+(`emulator.lab.state`) lets the next run remove what a killed run left behind. Besides Mininet's
+own bridge setup, Open vSwitch is reached only through `emulator.lab.ovs`. Needs root.
 
 Names: bridges are the fabric's switch names; root-side interfaces `<switch>-eth<port>`; each
 bridge carries `external_ids:zcube-lab=<pid>` (`state.OWNER_KEY`) so leftovers can be found.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.lab import ovs
+from emulator.lab import links, ovs
 from emulator.lab.capacity import check_nic_rate, datapath_capacity
 from emulator.lab.state import (
     OWNER_KEY,
@@ -37,24 +37,12 @@ from emulator.lab.state import (
     sweep,
     write_state,
 )
-from emulator.lab.system import LabError, attempt, run
+from emulator.lab.system import LabError, attempt
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.hostplan import (
-    MGMT_BRIDGE,
-    ip_batch,
-    management_address,
-    management_host_batch,
-    management_peer,
-    management_root_batch,
-    sysctls,
-)
-from zcube_lab.fabric.queues import (
-    QueueModel,
-    leaf_queue_lines,
-    port_queue_limits,
-    queue_summary,
-)
+from zcube_lab.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
+from zcube_lab.fabric.linkplan import LinkSettings, PortShape, port_shapes
+from zcube_lab.fabric.queues import QueueModel, port_queue_limits, queue_summary
 from zcube_lab.fabric.scale import Scale
 from zcube_lab.procs import kill_group, signals_ignored
 
@@ -64,7 +52,6 @@ from zcube_lab.procs import kill_group, signals_ignored
 # ovs-vswitchd is descheduled on a busy 2-core machine.
 DATAPATH_SEND_BUFFER = 64 * 2**20
 DATAPATH_RECV_BUFFER = 8 * 2**20
-OFFLOADS = ("tx", "off", "tso", "off", "gso", "off", "gro", "off")
 DATAPATHS = ("auto", "user", "kernel")
 
 
@@ -99,6 +86,12 @@ class LabOptions:
         if not self.shaped:
             return {}
         return port_queue_limits(fabric, self.scale, self.mtu, self.queue)
+
+    def port_shapes(self, fabric: Fabric) -> dict[str, PortShape]:
+        """Rate and queue limit of every shaped interface (none when unshaped)."""
+        if not self.shaped:
+            return {}
+        return port_shapes(fabric, self.scale, self.mtu, self.queue)
 
 
 def kernel_datapath_available() -> bool:
@@ -201,9 +194,13 @@ class Lab:
         self.times.add("build", time.monotonic() - t0)
 
         t0 = time.monotonic()
-        self.progress("starting switches and configuring hosts")
+        self.progress("configuring hosts and starting switches")
+        # Hosts first: both ends of every link are up when a switch first reports its ports.
+        links.configure_hosts(self.net, self.fabric, self._link_settings(), self.run_dir)
         self.net.start()
-        self._configure()
+        # After the switches, where Mininet reapplied its: Open vSwitch may reset the qdisc of a
+        # port it adds (its QoS code deletes a qdisc it takes for its own).
+        links.configure_switch_ports(self.fabric, self._link_settings(), self.run_dir)
         self.times.add("start", time.monotonic() - t0)
 
         t0 = time.monotonic()
@@ -305,15 +302,23 @@ class Lab:
         self._write_state([self.controller.pid])
         _wait_listening(self.controller, 30, self.controller_log)
 
+    def _link_settings(self) -> LinkSettings:
+        o = self.options
+        return LinkSettings(
+            mtu=o.mtu,
+            shapes=o.port_shapes(self.fabric),
+            userspace=self.datapath == "user",
+            management=o.management,
+        )
+
     def _build(self) -> None:
-        from mininet.link import TCLink
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import OVSSwitch, RemoteController
         from mininet.topo import Topo
 
-        # Mininet logs tc's harmless "HTB quantum is big" warning as an error for every link;
-        # real failures surface in the route and reachability checks instead.
+        # Real failures surface in our scripts' exit codes and the route and reachability
+        # checks; Mininet's own log would only add noise.
         setLogLevel("critical")
         o = self.options
         mtu = o.mtu
@@ -334,23 +339,18 @@ class Lab:
         for s in self.fabric.switches:
             topo.addSwitch(s.name, dpid=f"{s.dpid:016x}")
         for lk in self.fabric.links:
-            topo.addLink(
-                lk.node1,
-                lk.node2,
-                port1=lk.port1,
-                port2=lk.port2,
-                bw=o.scale.link_mbps(self.fabric, lk.gbps) if o.shaped else None,
-                # The userspace datapath stalls TCP unless offloads are off (docs/DOMAIN.md §5).
-                txo=self.datapath != "user",
-                gro=False,
-            )
+            # Rates, queues, MTU and offloads come from linkplan, not Mininet (emulator.lab.links).
+            topo.addLink(lk.node1, lk.node2, port1=lk.port1, port2=lk.port2)
 
         def switch(name: str, **params: object) -> OVSSwitch:
+            # batch: every bridge in one ovs-vsctl transaction (OVSSwitch.batchStartup), as
+            # Mininet does for a switch class; this factory hides the class from it.
             return LabSwitch(
                 name,
                 datapath=self.datapath,
                 failMode="secure",
                 protocols="OpenFlow13",
+                batch=True,
                 **params,
             )
 
@@ -365,7 +365,7 @@ class Lab:
         self.net = Mininet(
             topo=topo,
             switch=switch,
-            link=TCLink,
+            link=links.link_class(),
             controller=OurController("c0", ip="127.0.0.1", port=o.of_port),
             build=False,
             autoSetMacs=False,
@@ -375,63 +375,7 @@ class Lab:
         pids = [self.controller.pid] if self.controller else []
         pids += [h.pid for h in self.net.hosts]
         self._write_state(pids)
-        if self.options.management:
-            batch = self.run_dir / "management.ip"
-            host_pids = {h.name: h.pid for h in self.net.hosts}
-            batch.write_text("\n".join(management_root_batch(self.fabric, host_pids)) + "\n")
-            run(["ip", "-batch", str(batch)])
-
-    def _configure(self) -> None:
-        mtu = self.options.mtu
-        for h in self.fabric.hosts:
-            node = self.net.get(h.name)
-            batch = self.run_dir / f"{h.name}.ip"
-            lines = ip_batch(self.fabric, h, mtu)
-            if self.options.management:
-                lines += management_host_batch(h)
-            batch.write_text("\n".join(lines) + "\n")
-            # Mininet runs this line in the host's bash: the path is quoted, the rest is ours.
-            out = node.cmd(
-                "sysctl", "-q", "-w", *sysctls(h), ";", "ip", "-batch", shlex.quote(str(batch))
-            )
-            if out.strip():
-                raise LabError(f"configuring {h.name}: {out.strip()}")
-            if self.datapath == "user":
-                for iface in h.interfaces:
-                    node.cmd("ethtool", "-K", iface.name, *OFFLOADS)
-        switch_intfs = list(self.fabric.switch_interfaces())
-        # The root-side ports would otherwise emit IPv6 router and multicast chatter into the
-        # fabric, which muddies the port counters the experiments compare.
-        run(
-            ["sysctl", "-q", "-w", *(f"net.ipv6.conf.{i}.disable_ipv6=1" for i in switch_intfs)],
-            check=False,
-        )
-        if self.datapath == "user":
-            for intf in switch_intfs:
-                run(["ethtool", "-K", intf, *OFFLOADS], check=False)
-        self._limit_queues()
-
-    def _limit_queues(self) -> None:
-        """Replace the leaf queue under Mininet's HTB class on every shaped interface with the
-        queue model's FIFO (zcube_lab.fabric.queues): one `tc -batch` in the root namespace for
-        the switch ports, one per host for its NIC ports."""
-        limits = self.options.queue_limits(self.fabric)
-        if not limits:
-            return
-        root = [(i, limits[i]) for i in self.fabric.switch_interfaces() if i in limits]
-        batch = self.run_dir / "queues.tc"
-        batch.write_text("\n".join(leaf_queue_lines(root)) + "\n")
-        run(["tc", "-batch", str(batch)])
-        for h in self.fabric.hosts:
-            mine = [(i.name, limits[i.name]) for i in h.interfaces if i.name in limits]
-            if not mine:
-                continue
-            batch = self.run_dir / f"{h.name}.tc"
-            batch.write_text("\n".join(leaf_queue_lines(mine)) + "\n")
-            # Mininet runs this line in the host's bash: the path is quoted, the rest is ours.
-            out = self.net.get(h.name).cmd("tc", "-batch", shlex.quote(str(batch)))
-            if out.strip():
-                raise LabError(f"setting queue limits on {h.name}: {out.strip()}")
+        links.create_links(self.net, self.fabric, self._link_settings(), self.run_dir)
 
     def track_pid(self, pid: int) -> None:
         """Record a process started in the lab (e.g. a server in a host) so a later run can

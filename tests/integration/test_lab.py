@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from emulator.lab.measure import group_bucket_packets, iperf3, port_tx_bytes
 from emulator.lab.network import Lab, LabOptions
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.fabric.linkplan import offload_settings
 from zcube_lab.fabric.scale import Scale
 from zcube_lab.ports import free_port
 
@@ -81,6 +83,49 @@ def test_all_pairs_reach_through_controller_rules_only(lab: Lab) -> None:
             check=True,
         ).stdout
         assert "NORMAL" not in flows and "FLOOD" not in flows
+
+
+# ethtool's names of the features `ethtool -K` sets by their short names.
+FEATURES = {
+    "tx": "tx-checksumming",
+    "rx": "rx-checksumming",
+    "tso": "tcp-segmentation-offload",
+    "gso": "generic-segmentation-offload",
+    "gro": "generic-receive-offload",
+}
+
+
+def _root(*argv: str) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout
+
+
+def test_every_interface_is_shaped_and_set_as_planned(lab: Lab) -> None:
+    """The batch scripts (emulator.lab.links) left HTB at the link's rate with the queue
+    model's FIFO under it on every switch port and on one host's ports, the MTU, the link up,
+    and the offloads of the lab's datapath."""
+    f = lab.fabric
+    shapes = lab.options.port_shapes(f)
+    features = offload_settings(lab.datapath == "user")
+    root_qdiscs = _root("tc", "qdisc", "show")
+    for name in f.switch_interfaces():
+        assert re.search(rf"qdisc htb 5: dev {name} root .*default (0x)?1\b", root_qdiscs), name
+        limit = rf"qdisc pfifo 10: dev {name} parent 5:1 limit {shapes[name].packets}p"
+        assert re.search(limit, root_qdiscs), name
+    host = lab.net.get(f.hosts[0].name)
+    checks = [(i.name, host.cmd) for i in f.hosts[0].interfaces]
+    checks.append((f.switch_interfaces()[0], lambda *argv: _root(*argv)))
+    for name, run in checks:
+        shape = shapes[name]
+        qdiscs = run("tc", "qdisc", "show", "dev", name)
+        assert re.search(r"qdisc htb 5: root .*default (0x)?1\b", qdiscs), qdiscs
+        assert f"qdisc pfifo 10: parent 5:1 limit {shape.packets}p" in qdiscs, qdiscs
+        classes = run("tc", "class", "show", "dev", name)
+        assert re.search(rf"class htb 5:1 .*\brate {shape.mbps:g}Mbit\b", classes), classes
+        link = run("ip", "link", "show", "dev", name)
+        assert f"mtu {lab.options.mtu} " in link and "state UP" in link, link
+        offloads = run("ethtool", "-k", name)
+        for short, state in features:
+            assert re.search(rf"^{FEATURES[short]}: {state}", offloads, re.M), (name, short)
 
 
 def test_uncontended_path_reaches_90_percent_of_link_rate(lab: Lab) -> None:
