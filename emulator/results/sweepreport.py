@@ -14,14 +14,14 @@ from typing import Any
 
 from emulator.experiment.sweep import MaxRate, Point, Spread, SweepResult, rate_tag, spread
 
-POINT_COLUMNS = (
+POINT_COLUMNS = (  # short enough for a 100-column terminal
     "rate",
     "fabric",
-    "achieved req/s",
-    "TTFT p99 (s)",
-    "goodput req/s",
+    "achieved",
+    "TTFT p99 s",
+    "goodput",
     "SLO met",
-    "hottest link peak",
+    "hottest link",
     "trustworthy",
 )
 MAX_RATE_COLUMNS = ("fabric", "max rate meeting SLO", "per repeat", "vs baseline", "notes")

@@ -167,16 +167,27 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     png = plot_sweep(result, out_dir / "sweep.png")
     out = Console()
     table = Table(title=escape(f"{result.workload}: SLO {result.slo.text}, medians [min-max]"))
+    rows = point_rows(result)
+    last = len(POINT_COLUMNS) - 1
+    notes: list[str] = []
+    for row in rows:  # the reasons go under the table, so a narrow terminal keeps its columns
+        verdict, sep, reason = row[last].partition(": ")
+        if sep:
+            notes.append(f"[{len(notes) + 1}] {row[1]} at {row[0]} req/s: {reason}")
+            row[last] = f"{verdict} [{len(notes)}]"
     for i, name in enumerate(POINT_COLUMNS):
-        table.add_column(name, justify="left" if i in (1, 5, 7) else "right")
-    for row in point_rows(result):
+        # a narrow terminal wraps a figure at the space before its [min-max]
+        table.add_column(name, justify="left" if i in (1, 5, last) else "right")
+    for row in rows:
         table.add_row(*(_red_no(c) for c in row))
     out.print(table)
+    for note in notes:
+        out.print(escape(note), soft_wrap=True)
     table = Table(
         title=f"maximum rate meeting the SLO (trustworthy points only), vs {result.baseline}"
     )
     for name in MAX_RATE_COLUMNS:
-        table.add_column(name)
+        table.add_column(name, no_wrap=name != "notes", overflow="ellipsis")
     for row in max_rate_rows(result):
         table.add_row(*(escape(c) for c in row))
     out.print(table)
