@@ -46,3 +46,20 @@ def test_a_taken_port_is_replaced_by_a_free_one() -> None:
     assert other != taken
     free = _port(other, "127.0.0.1", "Prometheus", console)
     assert free == other
+
+
+def test_serve_takes_the_profiles_hints_as_run_does() -> None:
+    """`up --serve --workload hotspot` serves hotspot's cluster: 2 prefill servers, the hot
+    decode set and the prefix-cache hit rate, as `run` would."""
+    import argparse
+
+    from zcube_lab.commands.up import add_arguments, serve_config
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config = serve_config(parser.parse_args(["--serve", "--workload", "hotspot"]))
+    assert config.layout.prefill_servers == 2
+    assert (config.decode_hotspot, config.hotspot_period_s) == (2, 5.0)
+    assert config.prefix_cache_hit_rate == 0.9
+    plain = serve_config(parser.parse_args(["--serve"]))
+    assert (plain.layout.prefill_servers, plain.decode_hotspot) == (1, 0)

@@ -13,6 +13,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -24,6 +25,9 @@ from zcube_lab.fabric_options import (
     spec_from_args,
 )
 from zcube_lab.procs import raise_interrupt
+
+if TYPE_CHECKING:
+    from emulator.experiment.plan import RunConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,14 +193,44 @@ def _port(wanted: int, bind: str, what: str, console: Console) -> int:
     return port
 
 
+def serve_config(args: argparse.Namespace) -> RunConfig:
+    """The serving plan of `up --serve`: the fabric and the workload profile's hints (prefill
+    servers, placement, prefix-cache hit rate, hot decode set); ConfigError names a bad one."""
+    from emulator.experiment.plan import RunConfig, layout_hint, profile_hint
+    from workloads.profiles import load_profile
+    from zcube_lab.fabric.placement import LayoutSpec
+
+    profile = load_profile(args.workload)
+    hotspot = profile.hotspot
+    return RunConfig(
+        fabric=spec_from_args(args),
+        workload=args.workload,
+        duration_s=args.plan_duration,
+        rate=args.rate,
+        seed=args.seed,
+        model=args.model,
+        nic_mbps=args.nic_mbps,
+        policy=args.policy,
+        layout=LayoutSpec(
+            prefill_servers=profile.prefill_servers or 1,
+            layout=layout_hint(args.workload),
+        ),
+        prefix_cache_hit_rate=float(
+            profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)  # type: ignore[arg-type]
+        ),
+        decode_hotspot=hotspot.decodes if hotspot else 0,
+        hotspot_period_s=hotspot.period_s if hotspot else 5.0,
+        results_root=args.results,
+        tag="live",
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
     """The lab with the serving cluster, Prometheus and Locust's UI, up until Ctrl-C."""
     from emulator.experiment.live import LiveLab
-    from emulator.experiment.plan import RunConfig, layout_hint, profile_hint
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
     from zcube_lab.errors import ConfigError
-    from zcube_lab.fabric.placement import LayoutSpec
     from zcube_lab.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU
 
     console = Console(stderr=True)
@@ -209,22 +243,7 @@ def serve(args: argparse.Namespace) -> int:
         console.print("[red]zcube-lab up: the link options do not go with --serve yet[/red]")
         return 2
     try:
-        config = RunConfig(
-            fabric=spec_from_args(args),
-            workload=args.workload,
-            duration_s=args.plan_duration,
-            rate=args.rate,
-            seed=args.seed,
-            model=args.model,
-            nic_mbps=args.nic_mbps,
-            policy=args.policy,
-            layout=LayoutSpec(layout=layout_hint(args.workload)),
-            prefix_cache_hit_rate=float(
-                profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)  # type: ignore[arg-type]
-            ),
-            results_root=args.results,
-            tag="live",
-        )
+        config = serve_config(args)
     except ConfigError as exc:
         console.print(f"[red]zcube-lab up: {exc}[/red]")
         return 2
