@@ -156,10 +156,11 @@ def run_planned(
 
 
 def port_capacities(
-    specs: Mapping[str, FabricSpec], nic_mbps: float
+    specs: Mapping[str, FabricSpec], nic_mbps: float, dilation: float = 1.0
 ) -> dict[str, dict[str, float]]:
-    """fabric kind -> `switch:port` -> emulated capacity in bit/s (the heatmaps' scale)."""
-    scale = Scale(nic_mbps=nic_mbps)
+    """fabric kind -> `switch:port` -> emulated (shaped) capacity in bit/s (the heatmaps'
+    scale)."""
+    scale = Scale(nic_mbps=nic_mbps, dilation=dilation)
     return {
         kind: {f"{s}:{p}": v for (s, p), v in port_capacity_bps(build_fabric(spec), scale).items()}
         for kind, spec in specs.items()

@@ -79,7 +79,7 @@ class LabOptions:
             raise ConfigError("datapath", self.datapath, f"one of {list(DATAPATHS)}")
         if not 1280 <= self.mtu <= 9000:
             raise ConfigError("mtu", self.mtu, "between 1280 and 9000")
-        check_nic_rate(self.scale.nic_mbps, datapath_capacity(self.mtu))
+        check_nic_rate(self.scale.shaped_nic_mbps, datapath_capacity(self.mtu))
 
     def queue_limits(self, fabric: Fabric) -> dict[str, int]:
         """Queue limit in packets of every shaped interface (none when unshaped)."""

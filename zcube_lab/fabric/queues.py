@@ -11,7 +11,9 @@ in packets as on the real port, but each queued packet drains S times slower, so
 adds ~100 ms per hop where the real one adds 26 µs. Neither is faithful; what TCP's dynamics
 depend on is counted in packets (initial window, window vs. bandwidth-delay product, three
 duplicate ACKs for a fast retransmit), and what the figures depend on is time. So the model
-sizes the queue in packets, as small as TCP needs and never larger than a time budget allows:
+sizes the queue in packets, as small as TCP needs and never larger than a time budget allows
+(rates here are the modelled ones, `Scale.modelled_mbps`: a time-dilated run shapes every link
+k times slower and keeps the same packets and MTU, so its queues hold the same modelled time):
 
     limit = max(FLOOR_PACKETS, min(real_share_packets, delay_cap_packets))
 
@@ -190,7 +192,7 @@ def port_queue_limits(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel)
     `host_packets` on host ports."""
     limits: dict[str, int] = {}
     for lk in fabric.links:
-        packets = model.limit(scale.link_mbps(fabric, lk.gbps), lk.gbps, mtu)
+        packets = model.limit(scale.modelled_mbps(fabric, lk.gbps), lk.gbps, mtu)
         for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
             limits[f"{node}-eth{port}"] = packets if fabric.is_switch(node) else model.host_packets
     return limits
@@ -201,7 +203,7 @@ def queue_summary(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel) -> 
     per-hop serialization and how many links have it (what a run records)."""
     groups: dict[tuple[float, int], int] = {}
     for lk in fabric.links:
-        mbps = scale.link_mbps(fabric, lk.gbps)
+        mbps = scale.modelled_mbps(fabric, lk.gbps)
         key = (round(mbps, 3), model.limit(mbps, lk.gbps, mtu))
         groups[key] = groups.get(key, 0) + 1
     return [
@@ -218,4 +220,5 @@ def queue_summary(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel) -> 
 
 def fabric_mtu(fabric: Fabric, scale: Scale, budget_s: float = SERIALIZATION_BUDGET_S) -> int:
     """The MTU rule for a whole fabric: `mtu_for_rate` of its slowest emulated link."""
-    return mtu_for_rate(min(scale.link_mbps(fabric, lk.gbps) for lk in fabric.links), budget_s)
+    rates = (scale.modelled_mbps(fabric, lk.gbps) for lk in fabric.links)
+    return mtu_for_rate(min(rates), budget_s)
