@@ -375,8 +375,10 @@ def engine_alltoall(cfg: EngineCommon, metrics: EngineMetrics) -> AllToAll:
     return AllToAll(
         cfg.ep_peers,
         subflows=cfg.ep_subflows,
-        stall_timeout_s=cfg.ep_stall_timeout_s,
-        timeout_s=cfg.ep_timeout_s,
+        stall_timeout_s=(
+            None if cfg.ep_stall_timeout_s is None else cfg.wall_s(cfg.ep_stall_timeout_s)
+        ),
+        timeout_s=cfg.wall_s(cfg.ep_timeout_s),
         failed_counter=metrics.a2a_failures,
         retired_counter=metrics.ep_subflows_retired,
     )

@@ -13,11 +13,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from serving.models import EP_EXPOSED_FRACTION, PROFILES, ModelProfile, get_profile
 from serving.options import option
 from serving.routing import BALANCERS
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.scale import MAX_DILATION
 
 # The gateway's balancing policies (`--policy`): the registered balancers.
 BALANCING_POLICIES = tuple(BALANCERS)
@@ -105,9 +107,39 @@ def _prefill_kv_item(entry: tuple[str, tuple[Address, ...]]) -> str:
     return engine_id + "=" + ",".join(str(a) for a in addrs)
 
 
+def _time_dilation() -> Any:
+    # Declared here once for the engines and the gateway (docs/DOMAIN.md §4, time dilation).
+    return option(
+        1.0,
+        help="time dilation k: every modelled compute time and every timeout of the modelled "
+        "world (KV, all-to-all, lease, upstream, hot-set period) x k; payload bytes unchanged",
+        omit_default=True,
+    )
+
+
+class Dilated:
+    """A role that runs the modelled world k = `time_dilation` times slower: its modelled
+    seconds (compute, timeouts) last `wall_s(seconds)` on the clock."""
+
+    time_dilation: float
+
+    def wall_s(self, seconds: float) -> float:
+        """Wall seconds of `seconds` modelled seconds."""
+        return seconds * self.time_dilation
+
+    def _check_dilation(self) -> None:
+        _check(
+            1.0 <= self.time_dilation <= MAX_DILATION,
+            "time_dilation",
+            self.time_dilation,
+            f"1 (off) to {MAX_DILATION:g}",
+        )
+
+
 @dataclass(frozen=True)
-class EngineCommon:
-    """Settings every engine role shares."""
+class EngineCommon(Dilated):
+    """Settings every engine role shares; the option values are modelled seconds (see
+    `Dilated`)."""
 
     model: str = option("tiny", help="profile: " + ", ".join(PROFILES))
     served_model_name: str = option("", help="name clients send", omit_default=True)
@@ -147,11 +179,13 @@ class EngineCommon:
     ep_log: str = option(
         "", help="append one JSON line per all-to-all exchange to this file", omit_default=True
     )
+    time_dilation: float = _time_dilation()
 
     def __post_init__(self) -> None:
         get_profile(self.model)
         _check(0 <= self.port <= 65535, "port", self.port, "0..65535")
         _check(self.bandwidth_scale >= 1.0, "bandwidth_scale", self.bandwidth_scale, ">= 1")
+        self._check_dilation()
         _check(self.max_waiting >= 1, "max_waiting", self.max_waiting, ">= 1")
         if self.ep_peers and not get_profile(self.model).is_moe:
             raise ConfigError("ep_peers", [str(a) for a in self.ep_peers], "empty: model is dense")
@@ -356,7 +390,7 @@ class DecodeConfig(EngineCommon):
 
 
 @dataclass(frozen=True)
-class GatewayConfig:
+class GatewayConfig(Dilated):
     """The router: OpenAI API on host:port, prefill and decode management URLs behind it."""
 
     model: str = option("tiny")
@@ -388,9 +422,11 @@ class GatewayConfig:
         help="append one JSON line per request (arrival, first token, TTFT, tokens, status)",
         omit_default=True,
     )
+    time_dilation: float = _time_dilation()
 
     def __post_init__(self) -> None:
         get_profile(self.model)
+        self._check_dilation()
         _check(0 <= self.port <= 65535, "port", self.port, "0..65535")
         for name in ("prefill_urls", "decode_urls"):
             urls = getattr(self, name)

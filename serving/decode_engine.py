@@ -147,7 +147,7 @@ class DecodeEngine:
             batch = list(self.running)
             # Each sequence's new token attends its whole context: prompt and generated.
             attended = sum(s.kv_tokens for s in batch)
-            compute_s = decode_step_seconds(profile, len(batch), attended)
+            compute_s = self.cfg.wall_s(decode_step_seconds(profile, len(batch), attended))
             a2a = alltoall_bytes_per_peer(
                 profile, len(batch), self.cfg.ep_size, self.cfg.bandwidth_scale
             )
@@ -194,7 +194,7 @@ class DecodeEngine:
         try:
             for attempt in range(cfg.kv_retries + 1):
                 if attempt:
-                    await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
+                    await asyncio.sleep(cfg.wall_s(RETRY_BACKOFF_S * 2 ** (attempt - 1)))
                     self.metrics.kv_pull_retries.inc()
                 start, wall_start = loop.time(), time.time()
                 suspect = self._suspect_paths(handle.addresses)
@@ -206,9 +206,9 @@ class DecodeEngine:
                         handle.checksum,
                         chunk_bytes=cfg.kv_chunk_bytes,
                         streams=cfg.kv_streams,
-                        timeout_s=cfg.kv_timeout_s,
+                        timeout_s=cfg.wall_s(cfg.kv_timeout_s),
                         source_map=cfg.kv_source_map,
-                        stall_timeout_s=cfg.kv_stall_timeout_s,
+                        stall_timeout_s=stall_wall_s(cfg),
                         max_retired=cfg.kv_max_retired,
                         health=self.health,
                         chunks_per_lane=cfg.kv_chunks_per_lane or None,
@@ -302,4 +302,10 @@ def path_health(cfg: DecodeConfig) -> PathHealth | None:
     if stall is None:
         return None
     hold = PATH_HOLD_STALLS * stall if cfg.kv_path_hold_s is None else cfg.kv_path_hold_s
-    return PathHealth(hold) if hold > 0 else None
+    return PathHealth(cfg.wall_s(hold)) if hold > 0 else None
+
+
+def stall_wall_s(cfg: DecodeConfig) -> float | None:
+    """The KV lane stall timeout in wall seconds (None: off)."""
+    stall = cfg.kv_stall_timeout_s
+    return None if stall is None else cfg.wall_s(stall)

@@ -221,7 +221,9 @@ def _handler(kind: str):
 
 async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
-    timeout = aiohttp.ClientTimeout(total=state.cfg.upstream_timeout_s, sock_connect=5)
+    # sock_connect is the management network's (not modelled, not dilated).
+    total = state.cfg.wall_s(state.cfg.upstream_timeout_s)
+    timeout = aiohttp.ClientTimeout(total=total, sock_connect=5)
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
     state.session = aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False
@@ -255,7 +257,9 @@ def make_gateway_app(
         prefill_balancer=make_balancer(cfg.policy),
         decode_balancer=make_balancer(cfg.policy),
         hot_decodes=(
-            HotSet(cfg.decode_hotspot, cfg.hotspot_period_s) if cfg.decode_hotspot else None
+            HotSet(cfg.decode_hotspot, cfg.wall_s(cfg.hotspot_period_s))
+            if cfg.decode_hotspot
+            else None
         ),
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))

@@ -134,7 +134,7 @@ class PrefillEngine:
                 profile, tokens, self.cfg.ep_size, self.cfg.bandwidth_scale
             )
             await run_step(
-                prefill_step_seconds(profile, tokens, cached),
+                self.cfg.wall_s(prefill_step_seconds(profile, tokens, cached)),
                 self.a2a,
                 a2a_bytes,
                 self.metrics,
@@ -161,7 +161,11 @@ class PrefillEngine:
             data = make_kv_buffer(e.job.request_id, self.cfg.seed, nbytes)
         self.reserved_tokens -= e.job.prompt_tokens
         held = self.store.put(
-            e.job.request_id, data, e.job.prompt_tokens, loop.time(), self.cfg.kv_lease_s
+            e.job.request_id,
+            data,
+            e.job.prompt_tokens,
+            loop.time(),
+            self.cfg.wall_s(self.cfg.kv_lease_s),
         )
         now = done_at
         started = e.started if e.started is not None else now
@@ -189,7 +193,7 @@ class PrefillEngine:
     async def expire_loop(self) -> None:
         """Free held KV whose lease ran out (counted in vllm:nixl_num_kv_expired_reqs)."""
         loop = asyncio.get_running_loop()
-        period = min(1.0, self.cfg.kv_lease_s / 4)
+        period = min(1.0, self.cfg.wall_s(self.cfg.kv_lease_s) / 4)
         while True:
             await asyncio.sleep(period)
             gone = self.store.expire(loop.time())

@@ -405,3 +405,23 @@ async def test_prefix_cache_hits_skip_compute_but_not_kv_bytes(aiohttp_server) -
     assert cached[0] < 0.5 * full[0]  # a quarter of the tokens computed
     assert cached[1] == full[1] > 0  # the whole prompt's KV still crosses the fabric
     assert cached[2] == full[2] == words
+
+
+async def test_time_dilation_stretches_every_modelled_compute_time(aiohttp_server) -> None:
+    # k = 2 on both engines: a prefill step and each decode step last twice the model's time.
+    k, words, tokens = 2.0, 8000, 20
+    c = await start_inprocess_cluster(
+        aiohttp_server, prefill={"time_dilation": k}, decode={"time_dilation": k}
+    )
+    async with aiohttp.ClientSession() as s:
+        status, _, _ = await _stream(s, c.gateway_url, _body(words, tokens))
+    assert status == 200
+    p = registry_text(c.prefill_registry)
+    prefill_s = metric_sum(p, "vllm:request_prefill_time_seconds_sum")
+    step = prefill_step_seconds(TINY, words)
+    assert k * step * 0.95 <= prefill_s <= k * step + 0.1
+    d = registry_text(c.decode_registry)
+    tpot = metric_sum(d, "vllm:request_time_per_output_token_seconds_sum")
+    # One sequence: each step attends its whole context (the prompt plus what it generated).
+    steps = [decode_step_seconds(TINY, 1, words + i) for i in range(1, tokens)]
+    assert k * min(steps) * 0.95 <= tpot <= k * max(steps) + 0.02

@@ -11,7 +11,8 @@ import pytest
 
 from serving import decode, gateway, prefill
 from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig, GatewayConfig, PrefillConfig
-from serving.decode_engine import path_health
+from serving.decode_engine import path_health, stall_wall_s
+from serving.launch import decode_argv
 from serving.options import parse_with_file
 from zcube_lab.errors import ConfigError
 
@@ -58,7 +59,15 @@ def test_decode_prefill_kv_table() -> None:
         (lambda: PrefillConfig(ep_timeout_s=0.0), "ep_timeout_s"),
         (lambda: DecodeConfig(ep_stall_timeout_s=0.0), "ep_stall_timeout_s"),
         (lambda: PrefillConfig(ep_timeout_s=1.0, ep_stall_timeout_s=1.0), "ep_stall_timeout_s"),
+        (lambda: PrefillConfig(time_dilation=0.5), "time_dilation"),
+        (lambda: DecodeConfig(time_dilation=9.0), "time_dilation"),
         (lambda: GatewayConfig(), "prefill_urls"),
+        (
+            lambda: GatewayConfig(
+                prefill_urls=("http://a",), decode_urls=("http://b",), time_dilation=0.0
+            ),
+            "time_dilation",
+        ),
         (
             lambda: GatewayConfig(
                 prefill_urls=("http://a",), decode_urls=("http://b",), policy="x"
@@ -167,3 +176,15 @@ def test_decode_path_memory_follows_the_stall_timeout_and_hold_flag() -> None:
     health = path_health(cfg)
     assert health is not None and health.hold_s == 2.0
     assert path_health(DecodeConfig(kv_stall_timeout_s=0.5, kv_path_hold_s=0.0)) is None
+
+
+def test_time_dilation_stretches_the_timeouts_of_the_modelled_world() -> None:
+    # The flags stay modelled seconds; the engine runs them x k on the clock.
+    cfg = _parse(decode, ["--kv-stall-timeout-s", "0.5", "--time-dilation", "2"])
+    assert isinstance(cfg, DecodeConfig) and cfg.time_dilation == 2.0
+    assert (cfg.kv_stall_timeout_s, cfg.wall_s(cfg.kv_timeout_s)) == (0.5, 20.0)
+    assert stall_wall_s(cfg) == 1.0
+    health = path_health(cfg)
+    assert health is not None and health.hold_s == 2 * PATH_HOLD_STALLS * 0.5
+    assert stall_wall_s(DecodeConfig()) is None
+    assert "--time-dilation" not in decode_argv(DecodeConfig())  # off stays off the command line
