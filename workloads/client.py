@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -65,6 +65,17 @@ class RequestResult:
         if self.ttft is None or self.output_tokens < 2:
             return None
         return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+    def undilated(self, dilation: float) -> RequestResult:
+        """The result in modelled seconds of a run dilated by `dilation` (every time / k)."""
+        if dilation == 1:
+            return self
+        return replace(
+            self,
+            e2e=self.e2e / dilation,
+            ttft=None if self.ttft is None else self.ttft / dilation,
+            itl=tuple(g / dilation for g in self.itl),
+        )
 
 
 class StreamMeter:

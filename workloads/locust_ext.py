@@ -15,6 +15,11 @@
 - `test_stop`: abandon what is still in flight (`cancelled`), flush files, write the summary;
 - `quitting`: keep the exporter up for `--metrics-linger` seconds so a last scrape sees the end.
 
+With `--time-dilation K` (docs/DOMAIN.md §4) the plan is drawn as without it (same seed, same
+requests, `--duration` modelled seconds), sent K times slower (every gap x K, the per-request
+timeout x K), and everything reported is in modelled seconds again: records, Locust's stats,
+the `zcube_client_*` metrics and the summary (times / K; rates over the modelled duration).
+
 Nothing here runs at import time.
 """
 
@@ -38,6 +43,7 @@ from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests, resolve_arrival
 from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.scale import check_dilation
 from zcube_lab.stats import quantile
 
 log = logging.getLogger("zcube.workloads")
@@ -73,6 +79,7 @@ def add_arguments(parser: Any) -> None:
     opt("--max-in-flight", type=int, default=4096, help="driver safety limit on open requests")
     opt("--request-timeout", type=float, default=600.0, help="per-request network timeout, s")
     opt("--keep-running", action="store_true", help="do not end the run when the plan is done")
+    opt("--time-dilation", type=float, default=1.0, help="send K times slower, report / K")
 
 
 @dataclass
@@ -88,7 +95,7 @@ class WorkloadRun:
     registry: CollectorRegistry
     host: str
     options: Any
-    duration: float
+    duration: float  # of the plan, modelled seconds
     # What was asked for (process, configured rate, burstiness): a Poisson plan's own rate
     # differs from the configured one by sampling, identically on every fabric.
     arrival: dict[str, Any] = field(default_factory=dict)
@@ -103,12 +110,13 @@ class WorkloadRun:
     next_index: int = 0
     closed_t0: float | None = None
     closed_in_flight: int = 0
+    dilation: float = 1.0  # --time-dilation
 
     def _client(self) -> OpenAIStreamClient:
         o = self.options
         return OpenAIStreamClient(
             self.host,
-            timeout=o.request_timeout,
+            timeout=o.request_timeout * self.dilation,
             max_connections=o.max_in_flight,
             api_key=os.environ.get("OPENAI_API_KEY"),
         )
@@ -126,6 +134,7 @@ class WorkloadRun:
             on_done=self.record,
             on_send=lambda req, lag: self.metrics.send_lag.observe(max(lag, 0.0)),
             max_in_flight=o.max_in_flight,
+            dilation=self.dilation,
         )
         self.metrics.in_flight.set_function(lambda: self.driver.in_flight if self.driver else 0)
         log.info("open-loop replay of %d planned requests starts", len(self.plan))
@@ -143,10 +152,10 @@ class WorkloadRun:
             return False
         req = self.plan[self.next_index]
         self.next_index += 1
-        sent, wall = time.perf_counter() - self.closed_t0, time.time()
+        sent, wall = (time.perf_counter() - self.closed_t0) / self.dilation, time.time()
         self.closed_in_flight += 1
         try:
-            result = self.client.stream(req)
+            result = self.client.stream(req).undilated(self.dilation)
         finally:
             self.closed_in_flight -= 1
         self.record(RequestRecord(req, sent, result, wall))
@@ -212,14 +221,20 @@ class WorkloadRun:
             # Closed loop: planned times mean nothing; rates are over the time actually run,
             # from the first send to the last answer.
             ends = [r["sent_s"] + (r["e2e_s"] or 0.0) for r in self.records]
-            duration = max(ends) if ends else time.perf_counter() - self.closed_t0
+            duration = max(ends) if ends else self._closed_elapsed()
         summary = summarize(self.plan, self.records, duration)
         summary.update(workload=self.name, model=self.model, seed=self.options.seed)
         summary["mode"] = "closed-loop" if self.closed_t0 is not None else "open-loop"
         summary["arrival"] = self.arrival
+        if self.dilation != 1:
+            summary["time_dilation"] = self.dilation
         log.info("workload summary: %s", json.dumps(summary))
         if self.options.summary_out:
             Path(self.options.summary_out).write_text(json.dumps(summary, indent=2) + "\n")
+
+    def _closed_elapsed(self) -> float:
+        assert self.closed_t0 is not None
+        return (time.perf_counter() - self.closed_t0) / self.dilation
 
 
 def _summary_fields(row: dict[str, Any]) -> dict[str, Any]:
@@ -262,17 +277,26 @@ def _quantile(values: list[float], q: float) -> float | None:
 
 
 def plan_duration(options: Any) -> float | None:
-    """`--duration`, else `--run-time`, else None."""
+    """`--duration`, else `--run-time` (wall: / `--time-dilation`), else None."""
     if options.duration:
         return float(options.duration)
     if getattr(options, "run_time", None):
-        return float(options.run_time)
+        return float(options.run_time) / time_dilation(options)
     return None
+
+
+def time_dilation(options: Any) -> float:
+    """`--time-dilation` (1 when the option is absent), checked: 1 <= k <= 8."""
+    value = getattr(options, "time_dilation", None)
+    dilation = 1.0 if value is None else float(value)
+    check_dilation(dilation)
+    return dilation
 
 
 def build_run(environment: Any) -> WorkloadRun:
     """Load the profile and draw the plan from the parsed options (raises ConfigError)."""
     o = environment.parsed_options
+    dilation = time_dilation(o)
     if not environment.host:
         raise ConfigError("host", environment.host, "the gateway base URL (--host http://H:P)")
     trace = Path(o.trace) if o.trace else None
@@ -309,6 +333,7 @@ def build_run(environment: Any) -> WorkloadRun:
         options=o,
         duration=duration,
         arrival=arrival,
+        dilation=dilation,
     )
     if o.requests_out:
         Path(o.requests_out).parent.mkdir(parents=True, exist_ok=True)

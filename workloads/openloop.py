@@ -10,6 +10,10 @@ The driver knows nothing of Locust or Prometheus: it calls `send(req)` to do a r
 `on_done(record)` with a `RequestRecord` for each finished, refused or cancelled request.
 The `max_in_flight` limit protects the machine, not the model: a request refused by it is
 reported with outcome `overload` (and counts as a failure), never delayed.
+
+Time dilation (docs/DOMAIN.md §4): with `dilation` k the plan's times are modelled seconds,
+each request leaves at `t0 + k * t` on the clock, and every record is in modelled seconds
+again (send time and measured times / k); `wall_time` stays the host's clock.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class OpenLoopDriver:
         max_in_flight: int = 1024,
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
+        dilation: float = 1.0,
     ) -> None:
         from gevent.pool import Group
 
@@ -88,12 +93,18 @@ class OpenLoopDriver:
         self.max_in_flight = max_in_flight
         self.clock = clock
         self.wall_clock = wall_clock
+        self.dilation = dilation
         self.group = Group()
         self.t0: float | None = None
         # Requests sent and not finished: index -> (request, sent time, wall time).
         self.pending: dict[int, tuple[PlannedRequest, float, float]] = {}
         self.stopped = False
         self.dispatched = 0
+
+    def _since_t0(self) -> float:
+        """Modelled seconds since the driver started (the clock's / the dilation)."""
+        assert self.t0 is not None
+        return (self.clock() - self.t0) / self.dilation
 
     @property
     def in_flight(self) -> int:
@@ -108,31 +119,30 @@ class OpenLoopDriver:
         for req in self.plan:
             if self.stopped:
                 return
-            delay = self.t0 + req.t - self.clock()
+            delay = self.t0 + req.t * self.dilation - self.clock()
             if delay > 0:
                 gevent.sleep(delay)
             if self.stopped:
                 return
             self.dispatched += 1
             if len(self.pending) >= self.max_in_flight:
-                now = self.clock() - self.t0
+                now = self._since_t0()
                 refused = RequestResult("overload", 0, 0.0, error="driver in-flight limit")
                 self.on_done(RequestRecord(req, now, refused, self.wall_clock()))
                 continue
             # Registered before the greenlet runs, so `in_flight` and `cancel` see it at once.
-            self.pending[req.index] = (req, self.clock() - self.t0, self.wall_clock())
+            self.pending[req.index] = (req, self._since_t0(), self.wall_clock())
             self.group.spawn(self._one, req)
         self.group.join()
 
     def _one(self, req: PlannedRequest) -> None:
-        assert self.t0 is not None
         # The send time is taken when the greenlet runs: that is when the request leaves.
-        sent = self.clock() - self.t0
+        sent = self._since_t0()
         wall = self.wall_clock()
         self.pending[req.index] = (req, sent, wall)
         if self.on_send is not None:
             self.on_send(req, sent - req.t)
-        result = self.send(req)
+        result = self.send(req).undilated(self.dilation)
         if self.pending.pop(req.index, None) is not None:
             self.on_done(RequestRecord(req, sent, result, wall))
 
@@ -140,11 +150,11 @@ class OpenLoopDriver:
         """Stop dispatching, abandon in-flight requests (reported `cancelled`); return how many."""
         self.stopped = True
         self.group.kill(block=True, timeout=5.0)
-        now = self.clock()
+        now = self._since_t0() if self.t0 is not None else 0.0
         left = list(self.pending.values())
         self.pending.clear()
         for req, sent, wall in left:
-            e2e = now - (self.t0 or now) - sent
+            e2e = now - sent
             res = RequestResult("cancelled", 0, e2e, error="run ended before the answer")
             self.on_done(RequestRecord(req, sent, res, wall))
         return len(left)

@@ -59,6 +59,36 @@ def test_sends_follow_the_planned_times() -> None:
         assert i * 0.02 <= t < i * 0.02 + 0.05
 
 
+def test_dilated_sends_stretch_the_gaps_and_records_are_in_modelled_seconds() -> None:
+    # k = 2: the same plan is sent over twice the wall time; what is recorded is as at k = 1.
+    plan = _plan(rate=20.0, duration=0.5)  # 10 requests, 50 ms apart
+    records: list[RequestRecord] = []
+
+    def send(req: PlannedRequest) -> RequestResult:
+        gevent.sleep(0.1)  # a server answering in 0.1 s of wall time: 0.05 s modelled
+        return RequestResult("ok", 200, 0.1, 0.04, (0.02, 0.04), 3)
+
+    driver = OpenLoopDriver(plan, send, records.append, dilation=2.0)
+    start = time.perf_counter()
+    driver.run()
+    elapsed = time.perf_counter() - start
+    assert 2 * 0.45 + 0.1 <= elapsed < 2 * 0.45 + 0.6  # the last send at 0.9 s wall
+    assert len(records) == 10
+    for r in sorted(records, key=lambda r: r.req.index):
+        assert r.req.t <= r.sent < r.req.t + 0.05  # planned times, in modelled seconds
+        assert (r.result.e2e, r.result.ttft, r.result.itl) == (0.05, 0.02, (0.01, 0.02))
+        assert r.result.tpot == pytest.approx(0.015)
+
+
+def test_undilated_results_divide_every_time() -> None:
+    r = RequestResult("ok", 200, 3.0, 1.0, (0.5, 1.5), 3, 7, "")
+    assert r.undilated(1.0) is r
+    half = r.undilated(2.0)
+    assert (half.e2e, half.ttft, half.itl, half.tpot) == (1.5, 0.5, (0.25, 0.75), 0.5)
+    assert (half.outcome, half.output_tokens, half.prompt_tokens) == ("ok", 3, 7)
+    assert RequestResult("timeout", 0, 4.0).undilated(4.0).ttft is None
+
+
 def test_in_flight_limit_refuses_instead_of_waiting() -> None:
     plan = _plan(rate=100.0, duration=0.2)
     records: list[RequestRecord] = []
@@ -151,6 +181,10 @@ def test_build_run_resolves_the_plan_window() -> None:
     # --stages implies a staged arrival and sets the window.
     staged = build_run(_env(stages="2:5,3:10", workload="coding-agent"))
     assert staged.duration == 5.0 and staged.stream_name == "completion-stream"
+    # Dilated: the plan is the same; --run-time is wall time, the plan's window modelled.
+    dilated = build_run(_env(arrival="fixed", rate=4.0, duration=5.0, time_dilation=2.0))
+    assert (dilated.plan, dilated.duration, dilated.dilation) == (run.plan, 5.0, 2.0)
+    assert build_run(_env(arrival="fixed", rate=2.0, run_time=30, time_dilation=2)).duration == 15
     trace = build_run(_env(workload="trace", rate=100.0))
     assert len(trace.plan) == 240
     assert trace.duration == pytest.approx(trace.plan[-1].t, abs=1e-5)
@@ -164,6 +198,8 @@ def test_build_run_rejects_bad_options_by_field(tmp_path: Path) -> None:
         ({"stages": "5:1", "arrival": "poisson"}, "stages"),
         ({"trace": str(tmp_path / "t.jsonl")}, "trace"),
         ({"workload": "trace", "arrival": "poisson"}, "arrival"),
+        ({"time_dilation": 0.5}, "dilation"),
+        ({"time_dilation": 9.0}, "dilation"),
     ]
     for kw, field in cases:
         with pytest.raises(ConfigError) as e:
