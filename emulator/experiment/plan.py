@@ -34,7 +34,7 @@ from zcube_lab.fabric.description import Fabric, FabricSpec
 from zcube_lab.fabric.hostplan import kv_source_map, management_address
 from zcube_lab.fabric.placement import Engine, LayoutSpec, Placement, place
 from zcube_lab.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU, MIN_MTU, QueueModel, fabric_mtu
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.fabric.scale import Scale, check_dilation
 from zcube_lab.faults import Fault, parse_faults
 from zcube_lab.policies import (
     SPRAY_CHUNK_BYTES,
@@ -77,6 +77,9 @@ class RunConfig:
     hotspot_period_s: float = 5.0  # how long a hot set lasts
     scrape_interval_s: float = 1.0
     drain_s: float = 60.0
+    # Time dilation k (docs/DOMAIN.md §4): modelled times, gaps and timeouts x k, link rates / k,
+    # reported times / k. duration_s and drain_s stay modelled seconds (k times longer in wall).
+    dilation: float = 1.0
     results_root: Path = Path("results")
     tag: str = ""
 
@@ -107,6 +110,15 @@ class RunConfig:
             raise ConfigError("hotspot_period", self.hotspot_period_s, "0 < seconds <= 3600")
         if not 0 <= self.prefix_cache_hit_rate < 1:
             raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
+        check_dilation(self.dilation)
+        if self.dilation != 1 and self.faults:
+            # The fault schedule, the injector and the fault report run on wall time.
+            raise ConfigError("dilation", self.dilation, "1 (off) in a run with --fail")
+
+    @property
+    def wall_s(self) -> float:
+        """Wall seconds the load may take: the arrivals and the drain, dilated."""
+        return (self.duration_s + self.drain_s) * self.dilation
 
     def queue_model(self) -> QueueModel:
         """The queue limits of every shaped port (zcube_lab.fabric.queues)."""
@@ -178,7 +190,7 @@ class RunPlan:
 
     @property
     def scale(self) -> Scale:
-        return Scale(nic_mbps=self.config.nic_mbps)
+        return Scale(nic_mbps=self.config.nic_mbps, dilation=self.config.dilation)
 
     @property
     def label(self) -> str:
@@ -237,7 +249,8 @@ class RunPlan:
         web: LocustWeb | None = None,
         python: str = sys.executable,
     ) -> list[str]:
-        """Locust driving the gateway: headless for `duration + drain` seconds, writing its
+        """Locust driving the gateway: headless for `duration + drain` seconds (x the dilation:
+        `--duration` stays the modelled plan length, `--time-dilation` stretches it), writing its
         records, summary, CSV and JSON into `out_dir`; or, with `web`, its web UI, started at
         once and kept running after the planned arrivals."""
         if web is None and out_dir is None:
@@ -246,7 +259,7 @@ class RunPlan:
         argv = [python, "-m", "locust", "-f", str(LOCUSTFILE)]
         gateway = f"http://{LOOPBACK}:{gateway_port}"
         if web is None:
-            run_time = c.duration_s + c.drain_s
+            run_time = c.wall_s
             argv += ["--headless", "--host", gateway]
             argv += ["-u", "1", "-r", "1", "--run-time", f"{run_time:.0f}s"]
         else:
@@ -271,6 +284,7 @@ class RunPlan:
             ("--arrival", c.arrival),
             ("--burstiness", c.burstiness),
             ("--length-scale", c.length_scale),
+            ("--time-dilation", c.dilation if c.dilation != 1 else None),
         ):
             if value is not None:
                 argv += [flag, str(value)]
@@ -296,6 +310,7 @@ class RunPlan:
             "ep_peers": peers,
             # one JSON line per all-to-all exchange (serving.alltoall)
             "ep_log": str(log_dir / f"ep-{e.engine_id}.jsonl") if peers else "",
+            "time_dilation": c.dilation,
         }
         spray = self.policy.spray
         if spray and peers:
@@ -343,6 +358,7 @@ class RunPlan:
             request_log=str(log_dir / "requests-gateway.jsonl"),
             decode_hotspot=self.config.decode_hotspot,
             hotspot_period_s=self.config.hotspot_period_s,
+            time_dilation=self.config.dilation,
         )
         health = f"http://{LOOPBACK}:{gateway_port}/health"
         return RoleLaunch("gateway", None, tuple(gateway_argv(gateway)), health)

@@ -58,6 +58,7 @@ from emulator.lab.system import LabError
 from emulator.lab.verdict import Thresholds
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
+from emulator.results.dilation import undilate
 from emulator.results.faults import analyze
 from emulator.results.figures import (
     client_summary,
@@ -380,7 +381,7 @@ class Experiment:
             launcher.injector.start(t0)
         if launcher.health is not None:  # a saturated load generator would inflate TTFT
             launcher.health.register("locust", proc.pid)
-        self._wait_loadgen(proc, c.duration_s + c.drain_s + 30)
+        self._wait_loadgen(proc, c.wall_s + 30)
         self._evidence = self._network_evidence()
         # One more scrape so the counters include the end of the run; queries run at t1.
         time.sleep(2 * c.scrape_interval_s + 0.5)
@@ -424,9 +425,8 @@ class Experiment:
             if tick != last:
                 last = tick
                 done = _count_lines(self.dir / "requests.jsonl")
-                self.progress(
-                    f"  {elapsed:5.0f}s / {self.config.duration_s:g}s  {done} requests finished"
-                )
+                wall = self.config.duration_s * self.config.dilation
+                self.progress(f"  {elapsed:5.0f}s / {wall:g}s  {done} requests finished")
             time.sleep(0.5)
 
     # -- collection ----------------------------------------------------------------------
@@ -479,6 +479,7 @@ class Experiment:
             transfers=transfers,
             dir=self.dir,
         )
+        summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)
         summary.write(self.dir)
         return summary
 

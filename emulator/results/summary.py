@@ -14,6 +14,10 @@ section reads as None.
 Links are named by direction: `a0:3->h5` (switch a0's port 3 transmitting to host h5),
 `h5->a0:3` (h5 transmitting into that port), `a0:6->b1:5` between switches.
 
+A time-dilated run (docs/DOMAIN.md §4) writes `dilation` k (absent: 1) and its figures in
+modelled seconds (`emulator.results.dilation`); `window_s` and the health verdict stay in wall
+seconds: they describe the emulator.
+
 Names: `*_s` seconds, `*_bytes` bytes, `*_util_*` fractions of capacity (0-1), `p50/p90/p99`
 quantiles on the 0-1 scale of `zcube_lab.stats.quantile`.
 """
@@ -364,6 +368,7 @@ class RunSummary:
     link_util: Mapping[str, LinkLoad] | None = None
     transfers: TransferFigures | None = None
     trustworthy: bool
+    dilation: float = 1.0  # time dilation k; written only when not 1
     # Where it was read from (not written): the report finds the run's other files there.
     dir: Path | None = field(default=None, compare=False, repr=False)
 
@@ -383,6 +388,7 @@ class RunSummary:
             model=self.model,
             seed=self.seed,
             window_s=self.window_s,
+            **({"dilation": self.dilation} if self.dilation != 1 else {}),
             client=_flat(self.client),
             loadgen=dict(self.loadgen),
             server=_flat(self.server),
@@ -415,6 +421,7 @@ class RunSummary:
             model=data["model"],
             seed=data["seed"],
             window_s=data["window_s"],
+            dilation=data.get("dilation", 1.0),
             client=_from_flat(ClientFigures, data["client"]),
             loadgen=dict(data.get("loadgen") or {}),
             server=_from_flat(ServerFigures, data["server"]),

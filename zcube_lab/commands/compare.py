@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         runs, status = _run_all(plan, console)
         if not runs:
             return status
-    page = write_report(runs, out_dir, baseline, port_capacities(specs, args.nic_mbps))
+    capacities = port_capacities(specs, args.nic_mbps, args.dilation)
+    page = write_report(runs, out_dir, baseline, capacities)
     _print_table(runs, baseline, args)
     console.print(f"report: {page}")
     # A failed run fails the comparison; an interrupted one still reports what completed.

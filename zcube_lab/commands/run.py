@@ -88,6 +88,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "'roft:' prefix applies it to that fabric only (for compare)",
     )
     lab.add_argument("--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate")
+    lab.add_argument(
+        "--dilation",
+        type=float,
+        default=1.0,
+        metavar="K",
+        help="time dilation (1-8): modelled times, arrival gaps and timeouts x K, link rates / K, "
+        "reported times / K; for a point the machine cannot carry at 1 (docs/DOMAIN.md §4)",
+    )
     add_link_arguments(lab)
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
 
@@ -149,6 +157,7 @@ def config_from_args(
         if args.hotspot_period is not None
         else (hotspot.period_s if hotspot else 5.0),
         drain_s=args.drain,
+        dilation=args.dilation,
         results_root=args.results,
         tag=tag,
     )
