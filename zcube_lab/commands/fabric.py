@@ -1,5 +1,6 @@
 """Describe a fabric without building it: hosts, switches, links, ports, switching capacity,
-diameter, and the shortest paths between two hosts. Needs no root."""
+diameter, the shortest paths between two hosts, and (with --machines) how the fabric splits
+across several lab machines and which links become tunnels. Needs no root."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.split import RULE, Split, split_fabric
 from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
 
 
@@ -21,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--paths", nargs=2, metavar=("SRC", "DST"), help="show shortest paths, e.g. h0 h5"
     )
     parser.add_argument("--links", action="store_true", help="list every link")
+    parser.add_argument(
+        "--machines",
+        type=int,
+        help="split the fabric over this many lab machines (emulation hosts, not the fabric's "
+        "GPU servers) and show each machine's share and the links that become tunnels",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -34,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
             if name not in {h.name for h in fabric.hosts}:
                 raise ConfigError("paths", name, f"a host name from h0 to h{len(fabric.hosts) - 1}")
         paths = fabric.shortest_paths(*args.paths)
+    split = None if args.machines is None else split_fabric(fabric, args.machines)
     if args.json:
         out = {"summary": summary, "ports_used": fabric.ports_used()}
         if args.paths:
@@ -45,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
                 }
                 for p in paths
             ]
+        if split is not None:
+            out["split"] = split.to_dict()
         print(json.dumps(out, indent=2))
         return 0
     console = Console()
@@ -77,4 +88,40 @@ def run(args: argparse.Namespace) -> int:
     if args.links:
         for lk in fabric.links:
             console.print(f"{lk.node1}:{lk.port1} <-> {lk.node2}:{lk.port2}  {lk.gbps:g}G")
+    if split is not None:
+        _print_split(console, split)
     return 0
+
+
+def _print_split(console: Console, split: Split) -> None:
+    """Each machine's share, then the cut links per machine pair with their emulated Mb/s."""
+    table = Table(title=f"split over {split.machines} lab machines")
+    for column in ("machine", "GPU hosts", "switches", "links inside"):
+        table.add_column(column)
+    for m in split.per_machine:
+        hosts = f"{len(m.hosts)}: {_span(m.hosts)}"
+        table.add_row(str(m.machine), hosts, " ".join(m.switches), str(m.links_inside))
+    console.print(table)
+    console.print(f"rule: {RULE}")
+    cut = Table(
+        title=f"cut: {len(split.cut)} of {len(split.fabric.links)} links become tunnels, "
+        f"{split.cut_mbps:g} Mb/s emulated ({split.cut_gbps:g} Gb/s full scale, "
+        f"NIC at {split.scale.nic_mbps:g} Mb/s)"
+    )
+    for column in ("machines", "links", "Mb/s", "cut links (emulated Mb/s each)"):
+        cut.add_column(column)
+    for (i, j), links in split.pairs().items():
+        by_rate: dict[float, list[str]] = {}
+        for c in links:
+            by_rate.setdefault(c.mbps, []).append(c.label)
+        listed = "; ".join(f"{' '.join(labels)} ({mbps:g})" for mbps, labels in by_rate.items())
+        cut.add_row(f"{i}-{j}", str(len(links)), f"{sum(c.mbps for c in links):g}", listed)
+    console.print(cut)
+
+
+def _span(hosts: tuple[str, ...]) -> str:
+    """`h0..h7` when the hosts are consecutive, else their names."""
+    gids = [int(h[1:]) for h in hosts]
+    if gids and gids == list(range(gids[0], gids[0] + len(gids))):
+        return f"h{gids[0]}..h{gids[-1]}" if len(gids) > 1 else hosts[0]
+    return " ".join(hosts)
