@@ -8,7 +8,9 @@ process group, waits for `/health`, and `stop()` kills the groups (SIGTERM, then
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +64,7 @@ class LocalCluster:
     gateway_url: str = ""
     prefill_urls: list[str] = field(default_factory=list)
     decode_urls: list[str] = field(default_factory=list)
+    ep_workers: list[Address] = field(default_factory=list)  # no /health: waited for by TCP
 
     def _spawn(self, role: str, argv: list[str], url: str | None) -> None:
         out = subprocess.DEVNULL
@@ -76,6 +79,7 @@ class LocalCluster:
         peers = tuple(Address("127.0.0.1", free_port()) for _ in range(n - 1))
         for a in peers:
             self._spawn("ep_worker", ep_worker_argv(EpWorkerConfig(bind=(a,))), None)
+        self.ep_workers.extend(peers)
         return peers
 
     def start(self, timeout_s: float = 20.0) -> LocalCluster:
@@ -117,7 +121,17 @@ class LocalCluster:
 
     def _wait_healthy(self, timeout_s: float) -> None:
         urls = [rp.url + "/health" for rp in self.processes if rp.url is not None]
+        deadline = time.monotonic() + timeout_s
         failing = wait_http(urls, timeout_s, alive=self._check_alive, poll_s=0.05)
+        # An engine's first step must find its EP peers listening (on a busy machine a worker
+        # can start after the engines answer /health, and that step's exchange then fails).
+        for a in self.ep_workers:
+            while not _accepts(a):
+                if time.monotonic() > deadline:
+                    failing.append(f"EP worker {a.host}:{a.port}")
+                    break
+                self._check_alive()
+                time.sleep(0.05)
         if failing:
             raise TimeoutError(f"not healthy after {timeout_s}s: {failing}")
 
@@ -141,3 +155,12 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _accepts(a: Address) -> bool:
+    """True when something accepts TCP connections on `a`."""
+    try:
+        with socket.create_connection((a.host, a.port), timeout=0.5):
+            return True
+    except OSError:
+        return False
