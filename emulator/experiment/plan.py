@@ -50,6 +50,9 @@ PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
 LOOPBACK = "127.0.0.1"
 
 
+HOTSPOT_PERIOD_S = 5.0  # seconds a hot decode set lasts unless the run or profile says
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; written to config.json."""
@@ -74,7 +77,7 @@ class RunConfig:
     prefix_cache_hit_rate: float = 0.0
     kv_paths: str = "disjoint"  # ZCube: "disjoint" binds each KV lane to its own port
     decode_hotspot: int = 0  # decodes chosen among this many hot ones (serving.routing.HotSet)
-    hotspot_period_s: float = 5.0  # how long a hot set lasts
+    hotspot_period_s: float = HOTSPOT_PERIOD_S  # how long a hot set lasts
     scrape_interval_s: float = 1.0
     drain_s: float = 60.0
     # Time dilation k (docs/DOMAIN.md §4): modelled times, gaps and timeouts x k, link rates / k,
@@ -140,6 +143,13 @@ def profile_hint(workload: str, name: str, default: object) -> object:
     `default` when the profile leaves it unset."""
     value = getattr(load_profile(workload), name, None)
     return default if value is None else value
+
+
+def hotspot_hint(workload: str) -> tuple[int, float]:
+    """A workload profile's hot decode set as (decodes, period_s); (0, the default period)
+    when the profile has none (every decode is a candidate)."""
+    hotspot = load_profile(workload).hotspot
+    return (hotspot.decodes, hotspot.period_s) if hotspot else (0, HOTSPOT_PERIOD_S)
 
 
 def layout_hint(workload: str) -> str:

@@ -110,8 +110,7 @@ def config_from_args(
     args: argparse.Namespace, fabric_spec: FabricSpec | None = None, tag: str = ""
 ) -> RunConfig:
     """The RunConfig the options describe."""
-    from emulator.experiment.plan import RunConfig, layout_hint, profile_hint
-    from workloads.profiles import load_profile
+    from emulator.experiment.plan import RunConfig, hotspot_hint, layout_hint, profile_hint
     from zcube_lab.fabric.placement import LayoutSpec
 
     layout = LayoutSpec(
@@ -125,7 +124,7 @@ def config_from_args(
         layout=args.layout or layout_hint(args.workload),
         alltoall=args.alltoall,
     )
-    hotspot = load_profile(args.workload).hotspot
+    hot_decodes, hot_period = hotspot_hint(args.workload)
     return RunConfig(
         fabric=fabric_spec or spec_from_args(args),
         workload=args.workload,
@@ -150,12 +149,8 @@ def config_from_args(
             if args.prefix_cache_hit_rate is not None
             else profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)
         ),
-        decode_hotspot=args.decode_hotspot
-        if args.decode_hotspot is not None
-        else (hotspot.decodes if hotspot else 0),
-        hotspot_period_s=args.hotspot_period
-        if args.hotspot_period is not None
-        else (hotspot.period_s if hotspot else 5.0),
+        decode_hotspot=hot_decodes if args.decode_hotspot is None else args.decode_hotspot,
+        hotspot_period_s=hot_period if args.hotspot_period is None else args.hotspot_period,
         drain_s=args.drain,
         dilation=args.dilation,
         results_root=args.results,

@@ -196,12 +196,10 @@ def _port(wanted: int, bind: str, what: str, console: Console) -> int:
 def serve_config(args: argparse.Namespace) -> RunConfig:
     """The serving plan of `up --serve`: the fabric and the workload profile's hints (prefill
     servers, placement, prefix-cache hit rate, hot decode set); ConfigError names a bad one."""
-    from emulator.experiment.plan import RunConfig, layout_hint, profile_hint
-    from workloads.profiles import load_profile
+    from emulator.experiment.plan import RunConfig, hotspot_hint, layout_hint, profile_hint
     from zcube_lab.fabric.placement import LayoutSpec
 
-    profile = load_profile(args.workload)
-    hotspot = profile.hotspot
+    hot_decodes, hot_period = hotspot_hint(args.workload)
     return RunConfig(
         fabric=spec_from_args(args),
         workload=args.workload,
@@ -212,14 +210,14 @@ def serve_config(args: argparse.Namespace) -> RunConfig:
         nic_mbps=args.nic_mbps,
         policy=args.policy,
         layout=LayoutSpec(
-            prefill_servers=profile.prefill_servers or 1,
+            prefill_servers=int(profile_hint(args.workload, "prefill_servers", 1)),  # type: ignore[call-overload]
             layout=layout_hint(args.workload),
         ),
         prefix_cache_hit_rate=float(
             profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)  # type: ignore[arg-type]
         ),
-        decode_hotspot=hotspot.decodes if hotspot else 0,
-        hotspot_period_s=hotspot.period_s if hotspot else 5.0,
+        decode_hotspot=hot_decodes,
+        hotspot_period_s=hot_period,
         results_root=args.results,
         tag="live",
     )
