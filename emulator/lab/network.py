@@ -42,7 +42,7 @@ from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.description import Fabric
 from zcube_lab.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
 from zcube_lab.fabric.linkplan import LinkSettings, PortShape, port_shapes
-from zcube_lab.fabric.queues import QueueModel, port_queue_limits, queue_summary
+from zcube_lab.fabric.queues import QueueModel, queue_summary
 from zcube_lab.fabric.scale import Scale
 from zcube_lab.procs import kill_group, signals_ignored
 
@@ -80,12 +80,6 @@ class LabOptions:
         if not 1280 <= self.mtu <= 9000:
             raise ConfigError("mtu", self.mtu, "between 1280 and 9000")
         check_nic_rate(self.scale.shaped_nic_mbps, datapath_capacity(self.mtu))
-
-    def queue_limits(self, fabric: Fabric) -> dict[str, int]:
-        """Queue limit in packets of every shaped interface (none when unshaped)."""
-        if not self.shaped:
-            return {}
-        return port_queue_limits(fabric, self.scale, self.mtu, self.queue)
 
     def port_shapes(self, fabric: Fabric) -> dict[str, PortShape]:
         """Rate and queue limit of every shaped interface (none when unshaped)."""

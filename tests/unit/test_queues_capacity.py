@@ -101,5 +101,5 @@ def test_lab_options_use_the_measured_figure(
 
 def test_lab_options_queue_limits() -> None:
     fabric = build_fabric(FabricSpec.of("zcube", n=2))
-    assert set(LabOptions().queue_limits(fabric).values()) == {64, 1000}
-    assert LabOptions(shaped=False).queue_limits(fabric) == {}
+    assert {s.packets for s in LabOptions().port_shapes(fabric).values()} == {64, 1000}
+    assert LabOptions(shaped=False).port_shapes(fabric) == {}
