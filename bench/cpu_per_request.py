@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.labrun import ZCUBE, LabRun, run_argv  # noqa: E402
+from bench.labrun import ZCUBE, LabRun, run_argv, run_options  # noqa: E402
 from bench.procwatch import CLK_TCK, LOCUST, RUN, ProcSample, scan  # noqa: E402
 from emulator.lab.health import CpuTimes, cpu_share, parse_proc_stat  # noqa: E402
 from emulator.lab.verdict import DATAPATH  # noqa: E402
@@ -296,19 +296,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.rates = [float(r) for r in args.rates.split(",")]
         if not all(r > 0 for r in args.rates):
             raise ValueError("--rates must be positive")
-        run_argv(args.zcube, _run_options(args, args.rates[0]), args.extra)
+        run_argv(
+            args.zcube,
+            run_options(args.fabric, args.workload, args.rates[0], args.duration),
+            args.extra,
+        )
     except ValueError as exc:
         p.error(str(exc))
     if os.geteuid() != 0:
         p.error("needs root, as zcube-lab run does")
     return args
-
-
-def _run_options(args: argparse.Namespace, rate: float) -> list[str]:
-    return [
-        "--fabric", args.fabric, "--workload", args.workload,
-        "--rate", f"{rate:g}", "--duration", f"{args.duration:g}",
-    ]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -318,7 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     console, results, interrupted = Console(), [], False
     for rate in args.rates:
-        cmd = run_argv(args.zcube, _run_options(args, rate), args.extra)
+        cmd = run_argv(
+            args.zcube, run_options(args.fabric, args.workload, rate, args.duration), args.extra
+        )
         log(f"starting: {' '.join(cmd)}")
         run = LabRun(cmd).start()
         try:

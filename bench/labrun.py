@@ -30,6 +30,14 @@ from zcube_lab.procs import signals_ignored
 ZCUBE = Path(sys.executable).with_name("zcube-lab")
 
 
+def run_options(fabric: str, workload: str, rate: float, duration: float) -> list[str]:
+    """The `zcube-lab run` options a benchmark sets itself (the rest come from its user)."""
+    return [
+        "--fabric", fabric, "--workload", workload,
+        "--rate", f"{rate:g}", "--duration", f"{duration:g}",
+    ]  # fmt: skip
+
+
 def run_argv(zcube: Path | str, options: Sequence[str], extra: Sequence[str]) -> list[str]:
     """`zcube-lab run <options> <extra>`; ValueError if `extra` sets a flag `options` sets (the
     benchmark's own setting would be overridden without a word)."""

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.labrun import ZCUBE, LabRun, run_argv  # noqa: E402
+from bench.labrun import ZCUBE, LabRun, run_argv, run_options  # noqa: E402
 from bench.procwatch import RUN, ProcSample, display_order, scan  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
 from zcube_lab.procs import raise_interrupt  # noqa: E402
@@ -299,19 +299,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not 0 < args.interval <= args.window <= args.duration / 2:
         p.error("need 0 < --interval <= --window <= --duration / 2")
     try:
-        args.cmd = run_argv(args.zcube, _run_options(args), extra)
+        args.cmd = run_argv(
+            args.zcube, run_options(args.fabric, args.workload, args.rate, args.duration), extra
+        )
     except ValueError as exc:
         p.error(str(exc))
     if os.geteuid() != 0:
         p.error("needs root, as zcube-lab run does")
     return args
-
-
-def _run_options(args: argparse.Namespace) -> list[str]:
-    return [
-        "--fabric", args.fabric, "--workload", args.workload,
-        "--rate", f"{args.rate:g}", "--duration", f"{args.duration:g}",
-    ]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
