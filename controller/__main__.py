@@ -70,7 +70,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=(*ROUTING_POLICIES, *ROUTING_ALIASES),
         help="routing policy",
     )
-    p.add_argument("--of-port", type=int, default=6653, help="OpenFlow TCP port on 127.0.0.1")
+    p.add_argument(
+        "--listen-host",
+        default=LISTEN_HOST,
+        help="address the OpenFlow port listens on (a cluster's wire address, so switches on "
+        "other lab machines reach it; metrics stay on 127.0.0.1)",
+    )
+    p.add_argument("--of-port", type=int, default=6653, help="OpenFlow TCP port")
     p.add_argument(
         "--metrics-port", type=int, default=9101, help="Prometheus /metrics port on 127.0.0.1"
     )
@@ -115,16 +121,16 @@ def _serve(
     contexts = manager.create_contexts()
     manager.instantiate_apps(**contexts, zcube_config=config)
     deadline = time.monotonic() + LISTEN_DEADLINE_S
-    while not _listening(args.of_port):
+    while not _listening(args.of_port, args.listen_host):
         if stop.is_set():
             return 0
         if time.monotonic() > deadline:
-            LOG.error("OpenFlow port %s:%d is not listening", LISTEN_HOST, args.of_port)
+            LOG.error("OpenFlow port %s:%d is not listening", args.listen_host, args.of_port)
             return 1
         time.sleep(0.05)
     fabric = config.fabric
     print(
-        f"controller listening on tcp:{LISTEN_HOST}:{args.of_port} (OpenFlow 1.3), "
+        f"controller listening on tcp:{args.listen_host}:{args.of_port} (OpenFlow 1.3), "
         f"metrics on http://{LISTEN_HOST}:{metrics_port}/metrics, "
         f"fabric {fabric.kind} ({len(fabric.switches)} switches), policy {config.policy}"
         f"{', recompute' if config.recompute else ''}",
@@ -151,9 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"controller: bad configuration: {err}", file=sys.stderr)
         return 2
 
-    for name, port in (("--of-port", args.of_port), ("--metrics-port", args.metrics_port)):
-        if not port_free(port, LISTEN_HOST):
-            print(f"controller: {name} {port} is in use on {LISTEN_HOST}", file=sys.stderr)
+    for name, port, host in (
+        ("--of-port", args.of_port, args.listen_host),
+        ("--metrics-port", args.metrics_port, LISTEN_HOST),
+    ):
+        if not port_free(port, host):
+            print(f"controller: {name} {port} is in use on {host}", file=sys.stderr)
             return 1
 
     stop = threading.Event()
@@ -161,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     cfg.CONF(
-        args=["--ofp-listen-host", LISTEN_HOST, "--ofp-tcp-listen-port", str(args.of_port)],
+        args=["--ofp-listen-host", args.listen_host, "--ofp-tcp-listen-port", str(args.of_port)],
         project="os_ken",
     )
     metrics_server, _thread = start_http_server(

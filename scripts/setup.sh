@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ZCUBE_VENV:-$ROOT/.venv}"
 APT_PACKAGES=(
     openvswitch-switch mininet prometheus iperf3 ethtool iputils-ping fping iproute2 procps psmisc
-    python3 python3-venv python3-pip shellcheck
+    python3 python3-venv python3-pip shellcheck sudo openssh-client debootstrap
 )
 
 log() { printf '[setup] %s\n' "$*"; }

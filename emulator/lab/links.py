@@ -57,7 +57,8 @@ def link_class() -> type:
     return BatchLink
 
 
-def _write(setup: Setup) -> None:
+def write_setup(setup: Setup) -> None:
+    """Write a setup's script and batch files."""
     for path, text in setup.files:
         Path(path).write_text(text)
 
@@ -69,7 +70,7 @@ def failure_text(output: str, lines: int = 20) -> str:
 
 
 def _run_root(setup: Setup, what: str) -> None:
-    _write(setup)
+    write_setup(setup)
     code, output = attempt(setup.argv, timeout=SCRIPT_TIMEOUT_S)
     if code != 0:
         raise LabError(f"{what} ({' '.join(setup.argv)}): {failure_text(output)}")
@@ -90,13 +91,26 @@ def create_links(net: Any, fabric: Fabric, settings: LinkSettings, folder: Path)
 def configure_hosts(net: Any, fabric: Fabric, settings: LinkSettings, folder: Path) -> None:
     """Every host's sysctls, addresses, routes, static ARP, shaping and offloads: one script in
     each host's namespace, all running at once."""
-    running = {}
-    for h in fabric.hosts:
-        setup = host_setup(fabric, h, settings, str(folder))
-        _write(setup)
-        running[h.name] = net.get(h.name).popen(
+    run_host_setups(net, write_host_setups(fabric, settings, folder), folder)
+
+
+def write_host_setups(fabric: Fabric, settings: LinkSettings, folder: Path) -> dict[str, Setup]:
+    """Every host's script and batch files, written to `folder`; by host name."""
+    setups = {h.name: host_setup(fabric, h, settings, str(folder)) for h in fabric.hosts}
+    for setup in setups.values():
+        write_setup(setup)
+    return setups
+
+
+def run_host_setups(net: Any, setups: dict[str, Setup], folder: Path) -> None:
+    """Run written host scripts, each in its host (`node.popen`: on a cluster, on the host's
+    machine, where the files must be too), all at once; raise on any failure."""
+    running = {
+        name: net.get(name).popen(
             list(setup.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
+        for name, setup in setups.items()
+    }
     failures = {}
     for name, proc in running.items():  # wait for all, so no script outlives a failure
         try:

@@ -65,6 +65,7 @@ class LabOptions:
     policy: str = "ecmp"  # routing policy (controller.rules.ROUTING_POLICIES)
     recompute: bool = False  # the controller reroutes when a port goes down or comes back
     of_port: int = 6653
+    of_host: str = "127.0.0.1"  # where the controller listens (a cluster: machine 0's wire address)
     metrics_port: int = 9101
     poll_interval: float = 1.0
     route_timeout: float = 60.0
@@ -190,11 +191,11 @@ class Lab:
         t0 = time.monotonic()
         self.progress("configuring hosts and starting switches")
         # Hosts first: both ends of every link are up when a switch first reports its ports.
-        links.configure_hosts(self.net, self.fabric, self._link_settings(), self.run_dir)
+        self._configure_hosts()
         self.net.start()
         # After the switches, where Mininet reapplied its: Open vSwitch may reset the qdisc of a
         # port it adds (its QoS code deletes a qdisc it takes for its own).
-        links.configure_switch_ports(self.fabric, self._link_settings(), self.run_dir)
+        self._configure_switch_ports()
         self.times.add("start", time.monotonic() - t0)
 
         t0 = time.monotonic()
@@ -276,6 +277,8 @@ class Lab:
             self.fabric.spec.to_json(),
             "--policy",
             o.policy,
+            "--listen-host",
+            o.of_host,
             "--of-port",
             str(o.of_port),
             "--metrics-port",
@@ -307,7 +310,6 @@ class Lab:
 
     def _build(self) -> None:
         from mininet.log import setLogLevel
-        from mininet.net import Mininet
         from mininet.node import OVSSwitch, RemoteController
         from mininet.topo import Topo
 
@@ -318,7 +320,7 @@ class Lab:
         mtu = o.mtu
         owner = os.getpid()
 
-        class LabSwitch(OVSSwitch):
+        class LabSwitch(self._switch_base()):  # type: ignore[misc]
             """OVS bridge with the lab's MTU on every port and our owner mark."""
 
             def intfOpts(self, intf):
@@ -329,9 +331,9 @@ class Lab:
 
         topo = Topo()
         for h in self.fabric.hosts:
-            topo.addHost(h.name, ip=None)
+            topo.addHost(h.name, ip=None, **self._node_params(h.name))
         for s in self.fabric.switches:
-            topo.addSwitch(s.name, dpid=f"{s.dpid:016x}")
+            topo.addSwitch(s.name, dpid=f"{s.dpid:016x}", **self._node_params(s.name))
         for lk in self.fabric.links:
             # Rates, queues, MTU and offloads come from linkplan, not Mininet (emulator.lab.links).
             topo.addLink(lk.node1, lk.node2, port1=lk.port1, port2=lk.port2)
@@ -356,20 +358,47 @@ class Lab:
                 # controller's listening line, so there is nothing to check.
                 return None
 
-        self.net = Mininet(
+        self.net = self._mininet_class()(
             topo=topo,
             switch=switch,
             link=links.link_class(),
-            controller=OurController("c0", ip="127.0.0.1", port=o.of_port),
+            controller=OurController("c0", ip=o.of_host, port=o.of_port),
             build=False,
             autoSetMacs=False,
             autoStaticArp=False,
+            **self._mininet_params(),
         )
         self.net.build()
         pids = [self.controller.pid] if self.controller else []
         pids += [h.pid for h in self.net.hosts]
         self._write_state(pids)
+        self._create_links()
+
+    # Hooks a cluster lab (emulator.cluster.lab) overrides: one machine here.
+    def _switch_base(self) -> type:
+        from mininet.node import OVSSwitch
+
+        return OVSSwitch
+
+    def _node_params(self, _node: str) -> dict[str, object]:
+        return {}
+
+    def _mininet_class(self) -> type:
+        from mininet.net import Mininet
+
+        return Mininet
+
+    def _mininet_params(self) -> dict[str, object]:
+        return {}
+
+    def _create_links(self) -> None:
         links.create_links(self.net, self.fabric, self._link_settings(), self.run_dir)
+
+    def _configure_hosts(self) -> None:
+        links.configure_hosts(self.net, self.fabric, self._link_settings(), self.run_dir)
+
+    def _configure_switch_ports(self) -> None:
+        links.configure_switch_ports(self.fabric, self._link_settings(), self.run_dir)
 
     def track_pid(self, pid: int) -> None:
         """Record a process started in the lab (e.g. a server in a host) so a later run can

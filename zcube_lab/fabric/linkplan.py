@@ -156,11 +156,17 @@ def offload_step(interface: str, userspace: bool) -> Step:
     return Step(("ethtool", "-K", interface, *features), checked=False)
 
 
-def veth_lines(fabric: Fabric, pids: Mapping[str, int], macs: Mapping[str, str]) -> list[str]:
-    """`ip -batch` lines, run in the root namespace, creating every link's veth pair with each
-    end in the namespace of its node's shell (`pids` by node name) and the MAC in `macs`."""
+def veth_lines(
+    fabric: Fabric,
+    pids: Mapping[str, int],
+    macs: Mapping[str, str],
+    links: Iterable[Link] | None = None,
+) -> list[str]:
+    """`ip -batch` lines, run in the root namespace, creating every link's veth pair (or only
+    those of `links`) with each end in the namespace of its node's shell (`pids` by node name)
+    and the MAC in `macs`."""
     lines = []
-    for lk in fabric.links:
+    for lk in fabric.links if links is None else links:
         (node1, name1), (node2, name2) = ends(lk)
         lines.append(
             f"link add name {name1} address {macs[name1]} netns {pids[node1]} "
@@ -183,7 +189,7 @@ def script(steps: Iterable[Step]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _setup(folder: str, name: str, steps: Iterable[Step | Batch]) -> Setup:
+def setup_script(folder: str, name: str, steps: Iterable[Step | Batch]) -> Setup:
     """Each batch written to its file in `folder` and run with `<tool> -batch <file>`, the other
     steps as they are, all in the script `<folder>/<name>.sh`."""
     base = PurePosixPath(folder)
@@ -220,7 +226,7 @@ def veth_setup(
         Step(("sysctl", "-q", "-w", *ipv6_off), checked=False),
         Batch("ip", "links-up.ip", tuple(up_lines(switch_ends))),
     ]
-    return _setup(folder, "links", steps)
+    return setup_script(folder, "links", steps)
 
 
 def host_setup(fabric: Fabric, host: Host, settings: LinkSettings, folder: str) -> Setup:
@@ -239,7 +245,7 @@ def host_setup(fabric: Fabric, host: Host, settings: LinkSettings, folder: str) 
     if shaped:
         steps.append(Batch("tc", f"{host.name}.tc", tuple(shaping_lines(shaped))))
     steps += [offload_step(i.name, settings.userspace) for i in host.interfaces]
-    return _setup(folder, host.name, steps)
+    return setup_script(folder, host.name, steps)
 
 
 def switch_port_setup(fabric: Fabric, settings: LinkSettings, folder: str) -> Setup:
@@ -251,4 +257,4 @@ def switch_port_setup(fabric: Fabric, settings: LinkSettings, folder: str) -> Se
     if shaped:
         steps.append(Batch("tc", "ports.tc", tuple(shaping_lines(shaped))))
     steps += [offload_step(name, settings.userspace) for name in switch_ends]
-    return _setup(folder, "ports", steps)
+    return setup_script(folder, "ports", steps)

@@ -1,0 +1,1 @@
+"""The lab on several machines (Mininet cluster edition, VXLAN links between machines)."""
