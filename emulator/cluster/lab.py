@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from emulator.cluster.remote import Machine, argv_on, check_on, python_on, run_on, ship
+from emulator.cluster.tunnel import TunnelMeasure, check_plan, measure_tunnel, plan_demand
 from emulator.lab import links
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.state import LabState, write_state
@@ -58,6 +59,24 @@ def _remote_state_code(state_dir: str, action: str, state: LabState | None = Non
         "    p.unlink(missing_ok=True)\n"
         "    import shutil\n"
         "    shutil.rmtree(st.run_dir, ignore_errors=True)  # the copy of the run's scripts\n"
+        "elif action == 'kill':\n"
+        "    # every process in the network namespace of a recorded host shell: what the lab\n"
+        "    # started in the hosts there (ssh gives them no hangup)\n"
+        "    st = s.LabState.from_json(payload)\n"
+        "    nets = set()\n"
+        "    for pid in st.pids:\n"
+        "        try:\n"
+        "            nets.add(os.readlink(f'/proc/{pid}/ns/net'))\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    for d in os.listdir('/proc'):\n"
+        "        try:\n"
+        "            if d.isdigit() and int(d) not in st.pids and "
+        "os.readlink(f'/proc/{d}/ns/net') in nets:\n"
+        "                os.kill(int(d), 9)\n"
+        "                out.append(d)\n"
+        "        except OSError:\n"
+        "            pass\n"
         "elif action == 'stale':\n"
         "    out = s.remove_stale_state(d)\n"
         "print(json.dumps(out))\n"
@@ -74,6 +93,7 @@ class ClusterLab(Lab):
         options: LabOptions | None = None,
         progress: Callable[[str], None] | None = None,
         wire_mtu: int = DEFAULT_WIRE_MTU,
+        measure_tunnels: bool = True,
     ) -> None:
         options = options or LabOptions()
         tunnel_mtu(options.mtu, wire_mtu)
@@ -83,6 +103,8 @@ class ClusterLab(Lab):
         super().__init__(fabric, options, progress)
         self.machines = list(machines)
         self.split: Split = split_fabric(fabric, len(machines), options.scale)
+        self.measure_tunnels = measure_tunnels
+        self.tunnels: dict[tuple[int, int], TunnelMeasure] = {}
 
     # -- where things are --------------------------------------------------------------
     def machine_of(self, node: str) -> Machine:
@@ -102,6 +124,19 @@ class ClusterLab(Lab):
             removed = python_on(m, _remote_state_code(str(self.options.state_dir), "stale"))
             if removed:
                 self.progress(f"removed stale state on {m.label}: {', '.join(removed)}")
+        if self.measure_tunnels:
+            t0 = time.monotonic()
+            for a, b in self.split.pairs():
+                self.progress(f"measuring the tunnel between machines {a} and {b}")
+                found = measure_tunnel(self.machines[a], self.machines[b], self.options.mtu)
+                self.tunnels[(a, b)] = found
+                need = plan_demand(self.split)[(a, b)]
+                self.progress(
+                    f"tunnel {a}-{b}: {found.mbps_ab:.0f} / {found.mbps_ba:.0f} Mb/s, "
+                    f"rtt {found.rtt_ms:.3f} ms; the plan needs {need:.0f} Mb/s each way"
+                )
+            check_plan(self.split, self.tunnels)
+            self.times.add("tunnels", time.monotonic() - t0)
         super()._start()
 
     def _prepare_datapath(self) -> None:
@@ -290,6 +325,14 @@ class ClusterLab(Lab):
         return counts
 
     def _stop(self) -> None:
+        if self.net is not None:  # before the host shells go, while their namespaces are known
+            for m in self._remotes():
+                try:
+                    python_on(
+                        m, _remote_state_code(str(self.options.state_dir), "kill", self._state(m))
+                    )
+                except LabError as exc:
+                    self.progress(f"warning: stopping processes on {m.label}: {exc}")
         super()._stop()
         for m in self._remotes():
             try:
@@ -324,8 +367,9 @@ class ClusterLab(Lab):
             }
             for m in self.machines
         ]
-        data["tunnels"] = len(self.split.cut)
-        data["tunnel_mbps"] = round(self.split.cut_mbps, 1)
+        data["cut_links"] = len(self.split.cut)
+        data["cut_mbps"] = round(self.split.cut_mbps, 1)
+        data["tunnels"] = [t.to_dict() for t in self.tunnels.values()]
         return data
 
 

@@ -1,0 +1,119 @@
+"""The lab over two machines: this one and a second Debian 12 system (`scripts/peer.sh`: built
+with debootstrap, its own network stack, sshd and Open vSwitch), on Mininet's cluster edition
+with VXLAN links between them. For a ZCube and a ROFT split across the two: every pair of hosts
+reaches each other, a KV pull across the machines takes bytes / rate within 10%, the tunnel's own
+capacity is measured and a plan over it is refused, and nothing is left on either machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from emulator.cluster.lab import ClusterLab
+from emulator.cluster.remote import Machine, parse_machines, run_on
+from emulator.cluster.tunnel import TunnelMeasure, check_plan
+from emulator.experiment.kvprobe import kv_fidelity
+from emulator.lab.network import LabOptions
+from zcube_lab.errors import ConfigError
+from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.fabric.split import split_fabric
+
+pytestmark = pytest.mark.usefixtures("lab_available")
+
+ROOT = Path(__file__).resolve().parents[2]
+PEER = ROOT / "scripts" / "peer.sh"
+FABRICS = {
+    "zcube": FabricSpec.of("zcube", n=4),
+    "roft": FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2),
+}
+
+
+def _peer(*args: str, timeout: float = 900) -> str:
+    done = subprocess.run(
+        [str(PEER), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def machines() -> Iterator[list[Machine]]:
+    """This machine and the peer (built on first use, ~1 min; cached after)."""
+    _peer("start")
+    peer = _peer("address").splitlines()[-1]
+    yield parse_machines(f"10.254.0.1,{peer}")
+    _peer("stop")
+
+
+def _lab_traces(machine: Machine) -> dict[str, list[str]]:
+    """What a lab could leave on a machine: bridges, Mininet shells, namespaces, state files,
+    processes of ours."""
+    out = {}
+    for key, argv in {
+        "bridges": ["ovs-vsctl", "list-br"],
+        "mininet shells": ["pgrep", "-af", "mininet:"],
+        "namespaces": ["ip", "netns", "list"],
+        "state files": ["sh", "-c", "ls /tmp/zcube-lab/ 2>/dev/null | grep lab- || true"],
+        "probes": ["pgrep", "-af", "emulator.experiment"],
+        "tunnels": ["sh", "-c", "ip -o link show type vxlan | grep -v zpeer || true"],
+    }.items():
+        _code, text = run_on(machine, argv)
+        out[key] = [line for line in text.splitlines() if line.strip()]
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(FABRICS))
+def test_split_fabric_runs_across_two_machines(
+    kind: str, machines: list[Machine], tmp_path: Path
+) -> None:
+    fabric = build_fabric(FABRICS[kind])
+    before = [_lab_traces(m) for m in machines]
+    lab = ClusterLab(fabric, machines, LabOptions(log_dir=tmp_path))
+    split = lab.split
+    assert len(split.cut) > 0, "the split must cut links, or nothing crosses a tunnel"
+    try:
+        lab.start()
+        # Hosts and switches really are on both machines, as the split says.
+        _code, shells = run_on(machines[1], ["pgrep", "-af", "mininet:"])
+        remote = {line.split("mininet:")[1].strip() for line in shells.splitlines()}
+        here = split.per_machine[1]
+        assert remote == {*here.hosts, *here.switches}  # a switch's shell runs there too
+        _code, bridges = run_on(machines[1], ["ovs-vsctl", "list-br"])
+        assert set(bridges.split()) == set(split.per_machine[1].switches)
+        # The tunnel was measured and the plan fits it.
+        (tunnel,) = lab.tunnels.values()
+        assert tunnel.capacity_mbps > split.cut_mbps
+        assert tunnel.rtt_ms > 0
+        # Every host reaches every address of every other host.
+        failures = lab.check_reachability()
+        assert not any(failures.values()), {h: f for h, f in failures.items() if f}
+        # A KV pull from a host on the other machine takes bytes / path rate within 10%.
+        server, puller = split.per_machine[1].hosts[0], split.per_machine[0].hosts[0]
+        fid = kv_fidelity(lab, server, puller, [2_000_000], repeat=3)
+        print(kind, fid.mbps, fid.fixed_s, fid.rows)
+        (row,) = fid.rows
+        assert row.failed == 0 and row.within, (fid.mbps, fid.fixed_s, row)
+        summary = lab.summary()
+        assert summary["cut_links"] == len(split.cut)
+        assert [m["hosts"] for m in summary["machines"]] == [
+            len(m.hosts) for m in split.per_machine
+        ]
+    finally:
+        lab.stop()
+    assert lab.leftovers() == {m.label: {"bridges": [], "interfaces": []} for m in machines}
+    after = [_lab_traces(m) for m in machines]
+    assert after == before, json.dumps({"before": before, "after": after}, indent=1)
+
+
+def test_plan_over_the_tunnel_capacity_is_refused(machines: list[Machine]) -> None:
+    fabric = build_fabric(FABRICS["zcube"])
+    split = split_fabric(fabric, 2)
+    small = TunnelMeasure(0, 1, 9000, split.cut_mbps / 2, split.cut_mbps, 0.1)
+    with pytest.raises(ConfigError, match="machines"):
+        check_plan(split, {(0, 1): small})
+    check_plan(split, {(0, 1): TunnelMeasure(0, 1, 9000, 1e4, 1e4, 0.1)})
