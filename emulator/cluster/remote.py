@@ -57,6 +57,8 @@ def parse_machines(text: str, local: set[str] | None = None) -> list[Machine]:
             ipaddress.IPv4Address(p)
         except ValueError:
             raise ConfigError("machines", p, allowed) from None
+    if any(ipaddress.IPv4Address(p).is_loopback for p in parts):
+        raise ConfigError("machines", text, f"{allowed}; not loopback (tunnels need the wire)")
     mine = local_addresses() if local is None else local
     if parts[0] not in mine:
         raise ConfigError("machines", parts[0], f"one of this machine's addresses {sorted(mine)}")

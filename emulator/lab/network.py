@@ -216,6 +216,11 @@ class Lab:
                 net.stop()
             except Exception as exc:  # keep tearing down: leftovers are swept below
                 print(f"warning: mininet stop: {exc}", file=sys.stderr)
+            # Mininet's RemoteController.stop() does nothing, so the controller node's shell
+            # would live until this process exits (one more per lab in a long process).
+            for c in net.controllers:
+                with contextlib.suppress(Exception):
+                    c.terminate()
         if self.controller is not None:
             kill_group(self.controller.pid)
             with contextlib.suppress(Exception):

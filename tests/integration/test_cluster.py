@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,7 +96,6 @@ def test_split_fabric_runs_across_two_machines(
         # A KV pull from a host on the other machine takes bytes / path rate within 10%.
         server, puller = split.per_machine[1].hosts[0], split.per_machine[0].hosts[0]
         fid = kv_fidelity(lab, server, puller, [2_000_000], repeat=3)
-        print(kind, fid.mbps, fid.fixed_s, fid.rows)
         (row,) = fid.rows
         assert row.failed == 0 and row.within, (fid.mbps, fid.fixed_s, row)
         summary = lab.summary()
@@ -106,7 +106,10 @@ def test_split_fabric_runs_across_two_machines(
     finally:
         lab.stop()
     assert lab.leftovers() == {m.label: {"bridges": [], "interfaces": []} for m in machines}
-    after = [_lab_traces(m) for m in machines]
+    # Mininet's shells end on the hangup it sends them, a moment after stop() returns.
+    deadline = time.monotonic() + 5
+    while (after := [_lab_traces(m) for m in machines]) != before and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert after == before, json.dumps({"before": before, "after": after}, indent=1)
 
 

@@ -56,3 +56,8 @@ def test_only_other_machines_go_over_ssh() -> None:
     remote = argv_on(there, ["sh", "/run/lab/a b.sh"])
     assert remote[0] == "ssh"
     assert remote[-2:] == ["root@10.254.0.2", "sh '/run/lab/a b.sh'"]
+
+
+def test_loopback_is_refused_even_when_local() -> None:
+    with pytest.raises(ConfigError, match="machines"):
+        parse_machines("127.0.0.1,10.254.0.2", local={"127.0.0.1", "10.254.0.1"})

@@ -297,6 +297,15 @@ def test_the_wrong_number_of_addresses_is_refused() -> None:
         assert err.value.field == "machines"
 
 
+def test_a_machine_outside_the_split_is_refused() -> None:
+    split = split_fabric(ZCUBE4, 2)
+    pids, macs = own_pids(split, 0), interface_macs(ZCUBE4)
+    for machine in (-1, 2):
+        with pytest.raises(ConfigError) as err:
+            machine_link_setup(split, machine, ADDRESSES[:2], pids, macs, settings(ZCUBE4), FOLDER)
+        assert err.value.field == "machine"
+
+
 # -- switch ports -----------------------------------------------------------------------------
 
 

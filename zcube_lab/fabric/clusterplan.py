@@ -190,6 +190,8 @@ def machine_link_setup(
     (and its part of the management network), IPv6 off on its switch ends, switch ends up."""
     if len(addresses) != split.machines:
         raise ConfigError("machines", len(addresses), f"{split.machines} addresses")
+    if not 0 <= machine < split.machines:
+        raise ConfigError("machine", machine, f"between 0 and {split.machines - 1}")
     inside, _cut = machine_links(split, machine)
     create = veth_lines(split.fabric, pids, macs, inside)
     create += vxlan_lines(split, machine, addresses, pids, macs)
