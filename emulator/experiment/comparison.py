@@ -16,8 +16,9 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
-from emulator.experiment.runner import Experiment, RunResult
+from emulator.experiment.runner import Experiment
 from emulator.results.figures import port_capacity_bps
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import BUILDERS, build_fabric

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from emulator.experiment.launcher import Launcher
 from emulator.experiment.plan import LOOPBACK, LocustWeb, RunConfig, plan_run
-from emulator.experiment.runner import Launcher
 from emulator.lab.system import LabError
 from zcube_lab.procs import wait_http
 

@@ -30,8 +30,9 @@ from workloads import LOCUSTFILE
 from workloads.profiles import load_profile
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
+from zcube_lab.fabric.clusterplan import check_machine_list, mgmt_root_address
 from zcube_lab.fabric.description import Fabric, FabricSpec
-from zcube_lab.fabric.hostplan import kv_source_map, management_address
+from zcube_lab.fabric.hostplan import MGMT_ROOT_IP, kv_source_map, management_address
 from zcube_lab.fabric.placement import Engine, LayoutSpec, Placement, place
 from zcube_lab.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU, MIN_MTU, QueueModel, fabric_mtu
 from zcube_lab.fabric.scale import Scale, check_dilation
@@ -85,6 +86,8 @@ class RunConfig:
     dilation: float = 1.0
     results_root: Path = Path("results")
     tag: str = ""
+    # Lab machines by wire address, this machine's first (emulator.cluster); () = this one only.
+    machines: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 5 <= self.duration_s <= 3600:
@@ -117,6 +120,11 @@ class RunConfig:
         if self.dilation != 1 and self.faults:
             # The fault schedule, the injector and the fault report run on wall time.
             raise ConfigError("dilation", self.dilation, "1 (off) in a run with --fail")
+        if self.machines:
+            check_machine_list(self.machines)
+            if self.faults:
+                # The injector sets links down on this machine only.
+                raise ConfigError("fail", list(self.faults), "none in a run over several machines")
 
     @property
     def wall_s(self) -> float:
@@ -240,11 +248,11 @@ class RunPlan:
             return [f"{self.management_ip(e.host)}:{port}" for e in self.placement.role(role)]
 
         jobs = {
-            "gateway": [f"{LOOPBACK}:{ports.gateway}"],
+            "gateway": [f"{self.gateway_host}:{ports.gateway}"],
             "prefill": engines("prefill", PREFILL_PORT),
             "decode": engines("decode", DECODE_PORT),
             "controller": [f"{LOOPBACK}:{ports.controller}"],
-            "loadgen": [f"{LOOPBACK}:{ports.loadgen}"],
+            "loadgen": self.loadgen_targets(ports.loadgen),
             "emulator": [f"{LOOPBACK}:{ports.emulator}"],
         }
         labels = {"run": run, "fabric": self.fabric.kind}
@@ -360,7 +368,7 @@ class RunPlan:
 
         gateway = GatewayConfig(
             model=self.config.model,
-            host=LOOPBACK,
+            host=self.gateway_host,
             port=gateway_port,
             prefill_urls=tuple(url(e) for e in self.placement.role("prefill")),
             decode_urls=tuple(url(e) for e in self.placement.role("decode")),
@@ -370,8 +378,21 @@ class RunPlan:
             hotspot_period_s=self.config.hotspot_period_s,
             time_dilation=self.config.dilation,
         )
-        health = f"http://{LOOPBACK}:{gateway_port}/health"
+        health = f"http://{self.gateway_host}:{gateway_port}/health"
         return RoleLaunch("gateway", None, tuple(gateway_argv(gateway)), health)
+
+    @property
+    def gateway_host(self) -> str:
+        """Where the gateway listens: loopback, or on several machines the management address
+        of machine 0, which the Locust workers on every machine reach."""
+        return MGMT_ROOT_IP if self.config.machines else LOOPBACK
+
+    def loadgen_targets(self, port: int) -> list[str]:
+        """The load generator's metrics: one process on loopback, or a Locust worker on each
+        machine at that machine's management address."""
+        if not self.config.machines:
+            return [f"{LOOPBACK}:{port}"]
+        return [f"{mgmt_root_address(k)}:{port}" for k in range(len(self.config.machines))]
 
 
 def plan_run(config: RunConfig) -> RunPlan:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.experiment.comparison import PlannedRun, Variant, run_planned
-from emulator.experiment.runner import RunResult
+from emulator.experiment.launcher import RunResult
 from emulator.results.figures import read_jsonl
 from emulator.results.goodput import Slo, goodput, parse_slo
 from emulator.results.summary import RunSummary

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_variants
+from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
-from emulator.experiment.runner import RunResult
 from emulator.experiment.sweep import (
     Point,
     RunPoint,

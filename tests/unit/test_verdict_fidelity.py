@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from emulator.experiment.launcher import Launcher
 from emulator.experiment.plan import RunConfig, plan_run
-from emulator.experiment.runner import Launcher
 from emulator.lab.fidelity import (
     DATAPATH_RECEIVE_DROPS,
     DATAPATH_SEND_ERRORS,

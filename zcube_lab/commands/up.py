@@ -57,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lab.add_argument(
         "--metrics-port", type=int, default=9101, help="controller Prometheus metrics port"
     )
+    lab.add_argument(
+        "--machines",
+        metavar="ADDRS",
+        help="spread the fabric over lab machines: wire addresses, this machine's first, e.g. "
+        "10.254.0.1,10.254.0.2 (scripts/peer.sh makes a second one here; docs/SCALE.md)",
+    )
     lab.add_argument("--no-ping", action="store_true", help="skip the all-pairs check")
     lab.add_argument("--cli", action="store_true", help="stay up with Mininet's CLI")
     lab.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -125,11 +131,27 @@ def run(args: argparse.Namespace) -> int:
             of_port=args.of_port,
             metrics_port=args.metrics_port,
         )
+        machines = None
+        if args.machines:
+            if args.serve or args.cli:
+                raise ConfigError("machines", args.machines, "not with --serve or --cli yet")
+            from emulator.cluster.remote import parse_machines
+
+            machines = parse_machines(args.machines)
     except ConfigError as exc:
         console.print(f"[red]zcube-lab up: {exc}[/red]")
         return 2
     signal.signal(signal.SIGTERM, raise_interrupt)
-    lab = Lab(fabric, options, progress=lambda msg: console.print(f"[dim]»[/dim] {msg}"))
+
+    def progress(msg: str) -> None:
+        console.print(f"[dim]»[/dim] {msg}")
+
+    if machines:
+        from emulator.cluster.lab import ClusterLab
+
+        lab: Lab = ClusterLab(fabric, machines, options, progress=progress)
+    else:
+        lab = Lab(fabric, options, progress=progress)
     failures: dict[str, list[str]] = {}
     try:
         lab.start()
@@ -154,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
             from mininet.cli import CLI
 
             CLI(lab.net)
+    except ConfigError as exc:  # a cluster plan over its measured tunnel capacity
+        console.print(f"[red]zcube-lab up: {exc}[/red]")
+        return 2
     except LabError as exc:
         console.print(f"[red]zcube-lab up: {exc}[/red]")
         return 1
@@ -170,6 +195,16 @@ def _print_summary(summary: dict[str, object], failures: dict[str, list[str]]) -
     for key, value in summary.items():
         if key == "phase_seconds":
             value = ", ".join(f"{k} {v:g}s" for k, v in value.items())  # type: ignore[union-attr]
+        elif key == "machines":
+            value = "; ".join(
+                f"{m['machine']} ({m['address']}): {m['hosts']} hosts, {m['switches']} switches"
+                for m in value  # type: ignore[union-attr]
+            )
+        elif key == "tunnels":
+            value = "; ".join(
+                f"{t['a']}-{t['b']}: {t['mbps_ab']:g}/{t['mbps_ba']:g} Mb/s, rtt {t['rtt_ms']:g} ms"
+                for t in value  # type: ignore[union-attr]
+            )
         elif key == "queues":
             value = "; ".join(
                 f"{q['links']} links at {q['mbps']:g} Mb/s: {q['queue_packets']} packets "

@@ -70,6 +70,22 @@ def tunnel_mtu(lab_mtu: int, wire_mtu: int) -> int:
     return lab_mtu
 
 
+def check_machine_list(addresses: Sequence[str]) -> None:
+    """At least two distinct IPv4 wire addresses, none loopback (ConfigError `machines`)."""
+    import ipaddress
+
+    allowed = "at least 2 distinct IPv4 wire addresses (not loopback), this machine's first"
+    if len(addresses) < 2 or len(set(addresses)) != len(addresses):
+        raise ConfigError("machines", ",".join(addresses), allowed)
+    for a in addresses:
+        try:
+            ok = not ipaddress.IPv4Address(a).is_loopback
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError("machines", a, allowed)
+
+
 def mgmt_root_address(machine: int) -> str:
     """The management address of machine `machine`'s root namespace (machine 0: the one-machine
     lab's `MGMT_ROOT_IP`)."""
