@@ -16,7 +16,10 @@ from zcube_lab.errors import ConfigError
 
 # name -> (module, one-line help). Order is the order `--help` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("zcube_lab.commands.doctor", "check this machine can run the lab, with fixes"),
+    "doctor": (
+        "zcube_lab.commands.doctor",
+        "check this machine (or a cluster's machines and tunnels) can run the lab, with fixes",
+    ),
     "fabric": ("zcube_lab.commands.fabric", "describe a fabric: hosts, switches, links, paths"),
     "cost": ("zcube_lab.commands.cost", "price full-size ROFT, Clos and ZCube side by side"),
     "up": ("zcube_lab.commands.up", "build a fabric in Mininet, route it, check reachability"),
@@ -31,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 EPILOG = """examples:
   zcube-lab doctor
+  zcube-lab doctor --machines 10.254.0.1,10.254.0.2
   zcube-lab cost --gpus 1024 --nic-gbps 400 --switch-ports 64 --port-gbps 400
   zcube-lab fabric --fabric zcube --n 4
   zcube-lab up --fabric roft --servers 4 --gpus-per-server 4 --spines 2

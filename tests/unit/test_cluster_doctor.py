@@ -31,6 +31,8 @@ from emulator.cluster.doctor import (
 from emulator.cluster.remote import Machine, run_on
 from emulator.cluster.tunnel import TunnelMeasure
 from emulator.lab.doctor import Check, Probe, exit_code
+from zcube_lab.cli import main
+from zcube_lab.commands.doctor import print_checks
 
 HERE = Machine(0, "10.254.0.1")
 PEER = Machine(1, "10.254.0.2")
@@ -398,3 +400,35 @@ def test_the_wire_probe_reads_a_real_route_and_mtu() -> None:
 def test_the_sudo_probe_agrees_with_path() -> None:
     check = judge_sudo(HERE, probe_sudo(HERE))
     assert (check.status == "pass") == (shutil.which("sudo") is not None)
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--machines", "10.254.0.1"], "machines='10.254.0.1' is not valid"),
+        (["--machines", "127.0.0.1,10.254.0.2"], "not loopback"),
+        (["--no-tunnel"], "only with --machines"),
+    ],
+)
+def test_a_bad_machine_list_is_refused_before_any_check(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert words in captured.err
+    assert captured.err.startswith("zcube-lab doctor: error: ")
+
+
+def test_checks_print_as_json_or_as_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    checks = judge_cluster(cluster(healthy_remote(sshd=SSHD_DEBIAN)))
+    print_checks(checks, as_json=True)
+    data = json.loads(capsys.readouterr().out)
+    assert {d["name"]: d["status"] for d in data}["machine 1 (10.254.0.2): sshd sessions"] == "fail"
+    print_checks(checks, as_json=False, title="zcube-lab doctor: 2 machines")
+    out = capsys.readouterr().out
+    assert "zcube-lab doctor: 2 machines" in out
+    assert "1 failed, 1 warnings, 10 passed" in out
