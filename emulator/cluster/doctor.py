@@ -150,8 +150,8 @@ def judge_ssh(machine: Machine, probe: Probe) -> Check:
 
 
 def _last_json(output: str) -> dict[str, Any]:
-    """The last line of `output` that is a JSON object: the answer comes on stdout, and ssh
-    puts any stderr (warnings) after it."""
+    """The last line of `output` that is a JSON object: the answer comes on stdout, and
+    `run_on` puts stderr (warnings, say) after it."""
     for line in reversed(output.splitlines()):
         if line.startswith("{"):
             try:
