@@ -12,10 +12,13 @@ the next run after a crash, removes it there too.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from emulator.cluster.remote import Machine, argv_on, check_on, python_on, run_on, ship
@@ -333,6 +336,7 @@ class ClusterLab(Lab):
                     )
                 except LabError as exc:
                     self.progress(f"warning: stopping processes on {m.label}: {exc}")
+            self._end_remote_shells()
         super()._stop()
         for m in self._remotes():
             try:
@@ -341,6 +345,29 @@ class ClusterLab(Lab):
                 )
             except LabError as exc:
                 self.progress(f"warning: teardown on {m.label}: {exc}")
+
+    def _end_remote_shells(self) -> None:
+        """Kill the local ssh chain (sudo, ssh) of every remote node's shell. Mininet ends a
+        shell with SIGHUP, which a process started under nohup ignores and passes on ignored;
+        the remote shell then ends when its ssh session closes."""
+        assert self.net is not None
+
+        def remote(node: Any) -> bool:
+            return bool(getattr(node, "isRemote", False))
+
+        # Mininet would delete these links' interfaces through the shells killed below: the
+        # remote state's sweep deletes their root-side ends, and host ends go with the hosts.
+        self.net.links = [
+            lk for lk in self.net.links if not (remote(lk.intf1.node) or remote(lk.intf2.node))
+        ]
+        for node in (*self.net.hosts, *self.net.switches):
+            shell = getattr(node, "shell", None)
+            if getattr(node, "isRemote", False) and shell is not None and shell.poll() is None:
+                for pid in process_tree(shell.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(Exception):
+                    shell.wait(timeout=5)
 
     def leftovers(self) -> dict[str, dict[str, list[str]]]:
         """What of this fabric still exists on each machine: bridges and root interfaces."""
@@ -371,6 +398,18 @@ class ClusterLab(Lab):
         data["cut_mbps"] = round(self.split.cut_mbps, 1)
         data["tunnels"] = [t.to_dict() for t in self.tunnels.values()]
         return data
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (from /proc), parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo += [int(c) for c in task.read_text().split()]
+    return out
 
 
 def wait_ssh(machine: Machine, timeout: float = 30.0) -> None:

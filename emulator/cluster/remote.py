@@ -103,10 +103,12 @@ def python_on(machine: Machine, code: str, timeout: float = 60.0) -> object:
     """Run Python `code` with this venv's interpreter on `machine`; it prints one JSON value,
     which is returned. Our modules import there (same checkout, same path)."""
     out = check_on(machine, [sys.executable, "-c", code], "python", timeout)
-    try:
-        return json.loads(out.splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise LabError(f"{machine.label}: no JSON answer from python: {out[-500:]}") from None
+    for line in reversed(out.splitlines()):  # a warning on stderr may follow the answer
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    raise LabError(f"{machine.label}: no JSON answer from python: {out[-500:]}")
 
 
 def ship(machine: Machine, folder: Path) -> None:

@@ -96,6 +96,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="time dilation (1-8): modelled times, arrival gaps and timeouts x K, link rates / K, "
         "reported times / K; for a point the machine cannot carry at 1 (docs/DOMAIN.md §4)",
     )
+    lab.add_argument(
+        "--machines",
+        metavar="ADDRS",
+        help="spread the lab over machines: wire addresses, this machine's first (e.g. "
+        "10.254.0.1,10.254.0.2; scripts/peer.sh makes a second one here; docs/SCALE.md). "
+        "Locust runs a master here and a worker on every machine",
+    )
     add_link_arguments(lab)
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
 
@@ -155,6 +162,7 @@ def config_from_args(
         dilation=args.dilation,
         results_root=args.results,
         tag=tag,
+        machines=tuple(a.strip() for a in (args.machines or "").split(",") if a.strip()),
     )
 
 
