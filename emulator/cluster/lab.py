@@ -197,7 +197,14 @@ class ClusterLab(Lab):
 
     def _node_params(self, node: str) -> dict[str, object]:
         m = self.machine_of(node)
-        return {"server": self._server(m), "serverIP": m.address, "user": "root"}
+        # One ssh connection per machine, every node's session multiplexed on it (the
+        # cluster edition's shared control path): no key exchange per node.
+        return {
+            "server": self._server(m),
+            "serverIP": m.address,
+            "user": "root",
+            "controlPath": True,
+        }
 
     def _mininet_class(self) -> type:
         from mininet.examples.cluster import MininetCluster

@@ -108,7 +108,7 @@ def parse_rtt_ms(ping_output: str) -> float:
     return float(match.group(1))
 
 
-def measure_tunnel(a: Machine, b: Machine, mtu: int = 9000, seconds: float = 3.0) -> TunnelMeasure:
+def measure_tunnel(a: Machine, b: Machine, mtu: int = 9000, seconds: float = 2.0) -> TunnelMeasure:
     """Build a throwaway unshaped tunnel between `a` and `b`, measure it, remove it."""
     vni = PROBE_VNI + a.index * 100 + b.index
     ip_a, ip_b = f"{PROBE_NET}.1", f"{PROBE_NET}.2"
