@@ -4,8 +4,9 @@ Modules, one concern each: `arrivals` (seeded arrival schedules), `profiles` (va
 profile data from `profiles/*.json`), `mooncake` (the trace format and its synthetic
 generator), `requests` (the pure, seeded request plan), `client` (streaming measurement),
 `metrics` (`zcube_client_*` Prometheus metrics), `openloop` (the driver), `locust_ext` (Locust
-options and reporting), `locustfile` (the user Locust runs), `stubserver` (a fast stub endpoint
-for tests and benchmarks). See docs/WORKLOADS.md.
+options and reporting), `locustfile` (the user Locust runs), `shards` (the plan sharded over
+Locust workers, and merged back), `stubserver` (a fast stub endpoint for tests and benchmarks).
+See docs/WORKLOADS.md.
 """
 
 from pathlib import Path

@@ -15,6 +15,12 @@
 - `test_stop`: abandon what is still in flight (`cancelled`), flush files, write the summary;
 - `quitting`: keep the exporter up for `--metrics-linger` seconds so a last scrape sees the end.
 
+With `--plan-shard K/W` (Locust's distributed mode, `workloads.shards`) the plan is drawn whole
+and only the requests with index % W == K are sent, at their planned times; records and summary
+are the shard's (the summary says `shard: "K/W"`). The options are copied at `init`: a Locust
+master sends its own values of our options to every worker when it spawns users, and a worker
+keeps its own command line (its shard, output files, seed) instead.
+
 With `--time-dilation K` (docs/DOMAIN.md §4) the plan is drawn as without it (same seed, same
 requests, `--duration` modelled seconds), sent K times slower (every gap x K, the per-request
 timeout x K), and everything reported is in modelled seconds again: records, Locust's stats,
@@ -25,11 +31,13 @@ Nothing here runs at import time.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
 import os
 import time
+from collections.abc import Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +50,7 @@ from workloads.metrics import ClientMetrics
 from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests, resolve_arrival
+from workloads.shards import parse_shard, shard_label, shard_plan
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.scale import check_dilation
 from zcube_lab.stats import quantile
@@ -80,6 +89,7 @@ def add_arguments(parser: Any) -> None:
     opt("--request-timeout", type=float, default=600.0, help="per-request network timeout, s")
     opt("--keep-running", action="store_true", help="do not end the run when the plan is done")
     opt("--time-dilation", type=float, default=1.0, help="send K times slower, report / K")
+    opt("--plan-shard", default=None, help="K/W: send only requests with index %% W == K")
 
 
 @dataclass
@@ -111,6 +121,7 @@ class WorkloadRun:
     closed_t0: float | None = None
     closed_in_flight: int = 0
     dilation: float = 1.0  # --time-dilation
+    shard: tuple[int, int] | None = None  # --plan-shard (K, W); None: the whole plan
 
     def _client(self) -> OpenAIStreamClient:
         o = self.options
@@ -228,6 +239,8 @@ class WorkloadRun:
         summary["arrival"] = self.arrival
         if self.dilation != 1:
             summary["time_dilation"] = self.dilation
+        if self.shard is not None:
+            summary["shard"] = shard_label(self.shard)
         log.info("workload summary: %s", json.dumps(summary))
         if self.options.summary_out:
             Path(self.options.summary_out).write_text(json.dumps(summary, indent=2) + "\n")
@@ -242,10 +255,9 @@ def _summary_fields(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in ("sent_s", "lag_s", "outcome", "ttft_s", "e2e_s", "output_tokens")}
 
 
-def summarize(
-    plan: list[PlannedRequest], rows: list[dict[str, Any]], duration: float
-) -> dict[str, Any]:
-    """Planned vs achieved: counts by outcome, send rate over the plan window, lag and TTFT."""
+def summarize(plan: Sized, rows: list[dict[str, Any]], duration: float) -> dict[str, Any]:
+    """Planned vs achieved: counts by outcome, send rate over the plan window, lag and TTFT
+    (of the plan only its size counts)."""
     sent = [r for r in rows if r["outcome"] not in ("overload",)]
     in_window = [r for r in sent if r["sent_s"] < duration]
     ok = [r for r in rows if r["outcome"] == "ok"]
@@ -294,9 +306,11 @@ def time_dilation(options: Any) -> float:
 
 
 def build_run(environment: Any) -> WorkloadRun:
-    """Load the profile and draw the plan from the parsed options (raises ConfigError)."""
-    o = environment.parsed_options
+    """Load the profile and draw the plan (the shard's, with `--plan-shard`) from a copy of the
+    parsed options (raises ConfigError)."""
+    o = copy.copy(environment.parsed_options)
     dilation = time_dilation(o)
+    shard = parse_shard(getattr(o, "plan_shard", None))
     if not environment.host:
         raise ConfigError("host", environment.host, "the gateway base URL (--host http://H:P)")
     trace = Path(o.trace) if o.trace else None
@@ -323,7 +337,7 @@ def build_run(environment: Any) -> WorkloadRun:
     registry = CollectorRegistry()
     run = WorkloadRun(
         environment=environment,
-        plan=plan,
+        plan=shard_plan(plan, shard),  # the window above is the whole plan's, on every shard
         name=profile.name,
         model=profile.model,
         stream_name=STREAM_NAMES[profile.endpoint],
@@ -334,6 +348,7 @@ def build_run(environment: Any) -> WorkloadRun:
         duration=duration,
         arrival=arrival,
         dilation=dilation,
+        shard=shard,
     )
     if o.requests_out:
         Path(o.requests_out).parent.mkdir(parents=True, exist_ok=True)
@@ -364,18 +379,22 @@ def get_run(environment: Any) -> WorkloadRun:
 
 def register(environment: Any) -> None:
     """Hook a workload run into this Locust environment's events (call from the `init` event)."""
-    from locust.runners import MasterRunner
+    from locust.runners import MasterRunner, WorkerRunner
 
     if isinstance(environment.runner, MasterRunner):
-        # A master only aggregates; the plan is replayed by one process (see docs/WORKLOADS.md).
+        # A master only aggregates; the workers replay the plan's shards (docs/WORKLOADS.md).
         return
     try:
+        shard = getattr(environment.parsed_options, "plan_shard", None)
+        if isinstance(environment.runner, WorkerRunner) and parse_shard(shard) is None:
+            # Every worker would send the whole plan (as with Locust's --processes).
+            raise ConfigError("plan_shard", shard, "K/W on a Locust worker (its share of the plan)")
         run = build_run(environment)
     except ConfigError as exc:
         log.error("zcube workload: %s", exc)
         raise SystemExit(2) from None
     setattr(environment, ENV_ATTR, run)
-    o = environment.parsed_options
+    o = run.options
     if o.metrics_port:
         start_http_server(o.metrics_port, addr=o.metrics_addr, registry=run.registry)
         log.info("client metrics on http://%s:%d/metrics", o.metrics_addr, o.metrics_port)
@@ -389,9 +408,10 @@ def register(environment: Any) -> None:
             run.model,
         )
     log.info(
-        "workload %s: %d requests planned, model %s, seed %d",
+        "workload %s: %d requests planned%s, model %s, seed %d",
         run.name,
         len(run.plan),
+        f" (shard {shard_label(run.shard)})" if run.shard else "",
         run.model,
         o.seed,
     )
