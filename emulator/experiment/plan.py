@@ -28,6 +28,7 @@ from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_ar
 from serving.models import PROFILES
 from workloads import LOCUSTFILE
 from workloads.profiles import load_profile
+from workloads.shards import WORKERS_ENV, parse_shard, shard_files, shard_label
 from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.builders import build_fabric
 from zcube_lab.fabric.clusterplan import check_machine_list, mgmt_root_address
@@ -283,8 +284,7 @@ class RunPlan:
         else:
             argv += ["--host", gateway, "--web-host", web.host, "--web-port", str(web.port)]
             argv += ["--autostart", "-u", "1", "-r", "1"]
-        argv += ["--workload", c.workload, "--seed", str(c.seed), "--model", c.model]
-        argv += ["--duration", f"{c.duration_s:g}"]
+        argv += self._plan_flags()
         if web is not None:
             argv.append("--keep-running")
         argv += ["--metrics-port", str(loadgen_port)]
@@ -297,6 +297,74 @@ class RunPlan:
                 "--only-summary",
             ]  # fmt: skip
         argv += ["--loglevel", "WARNING"]
+        return argv + self._shape_flags()
+
+    def locust_master_argv(
+        self,
+        workers: int,
+        *,
+        bind_host: str,
+        bind_port: int,
+        out_dir: Path,
+        python: str = sys.executable,
+    ) -> list[str]:
+        """The Locust master of `workers` workers (`locust_worker_argv`), headless for the run's
+        wall time: it waits for them all (60 s at most), gives each one `OpenLoopUser` (their
+        number reaches the locustfile as `ZCUBE_LOCUST_WORKERS`, set through env(1) so the argv
+        runs as it is, here or over ssh), aggregates their stats and writes Locust's CSV and
+        JSON into `out_dir`. It draws no plan; the workers do."""
+        if workers < 1:
+            raise ConfigError("workers", workers, "at least one Locust worker")
+        w = str(workers)
+        argv = ["env", f"{WORKERS_ENV}={w}", python, "-m", "locust", "-f", str(LOCUSTFILE)]
+        argv += ["--master", "--master-bind-host", bind_host, "--master-bind-port", str(bind_port)]
+        argv += ["--headless", "--expect-workers", w, "--expect-workers-max-wait", "60"]
+        argv += ["-u", w, "-r", w, "--run-time", f"{self.config.wall_s:.0f}s"]
+        argv += ["--csv", str(out_dir / "locust"), "--json-file", str(out_dir / "locust")]
+        argv += ["--only-summary", "--loglevel", "WARNING"]
+        return argv
+
+    def locust_worker_argv(
+        self,
+        shard: tuple[int, int],
+        *,
+        master_host: str,
+        master_port: int,
+        gateway_url: str,
+        metrics_addr: str,
+        metrics_port: int,
+        out_dir: Path,
+        python: str = sys.executable,
+    ) -> list[str]:
+        """Locust worker K of W (`shard` = (K, W)) of the master at `master_host:master_port`:
+        it draws the run's whole plan from its own command line (a master's values of our
+        options are not used) and sends the requests with index % W == K to `gateway_url`,
+        exports its client metrics on `metrics_addr:metrics_port`, and writes
+        `requests-K.jsonl` and `loadgen-summary-K.json` into `out_dir`
+        (`workloads.shards.merge_shard_files` merges them)."""
+        label = shard_label(shard)
+        parse_shard(label)  # 0 <= K < W, or a ConfigError naming plan_shard
+        requests, summary = shard_files(out_dir, shard[0])
+        argv = [python, "-m", "locust", "-f", str(LOCUSTFILE), "--worker"]
+        argv += ["--master-host", master_host, "--master-port", str(master_port)]
+        argv += ["--host", gateway_url, *self._plan_flags(), "--plan-shard", label]
+        argv += ["--metrics-addr", metrics_addr, "--metrics-port", str(metrics_port)]
+        argv += ["--metrics-linger", "3", "--requests-out", str(requests)]
+        argv += ["--summary-out", str(summary), "--loglevel", "WARNING"]
+        return argv + self._shape_flags()
+
+    def _plan_flags(self) -> list[str]:
+        """The options that define the plan's requests and window (every load generator's)."""
+        c = self.config
+        return [
+            *("--workload", c.workload, "--seed", str(c.seed), "--model", c.model),
+            *("--duration", f"{c.duration_s:g}"),
+        ]
+
+    def _shape_flags(self) -> list[str]:
+        """The arrival and size options the run sets; those it leaves unset are the profile's."""
+        c = self.config
+        argv: list[str] = []
         for flag, value in (
             ("--rate", c.rate),
             ("--arrival", c.arrival),

@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import configargparse
 import pytest
 
 from emulator.experiment.plan import (
@@ -28,7 +29,9 @@ from serving import decode, gateway, prefill
 from serving.config import Address, EpWorkerConfig
 from serving.launch import ep_worker_argv
 from serving.options import parse_with_file
-from workloads import LOCUSTFILE
+from workloads import LOCUSTFILE, locust_ext
+from workloads.shards import WORKERS_ENV, shard_files
+from zcube_lab.errors import ConfigError
 from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.fabric.hostplan import kv_source_map
 from zcube_lab.fabric.placement import LayoutSpec
@@ -293,6 +296,89 @@ def test_live_locust_has_the_web_ui_and_no_headless_duration() -> None:
 def test_headless_locust_needs_a_results_folder() -> None:
     with pytest.raises(ValueError, match="out_dir"):
         _plan().locust_argv(GATEWAY_PORT, 19200)
+
+
+def _our_options(argv: list[str]) -> dict[str, object]:
+    """The workload options of a Locust argv as `workloads.locust_ext` parses them."""
+    parser = configargparse.ArgumentParser()
+    locust_ext.add_arguments(parser)
+    return vars(parser.parse_known_args(argv, env_vars={})[0])
+
+
+def test_distributed_locust_master_runs_no_plan_and_expects_every_worker() -> None:
+    plan = _plan(ROFT, workload="chat", seed=9, rate=2.5, duration_s=30, drain_s=20)
+    out = Path("/results/run-1")
+    argv = plan.locust_master_argv(3, bind_host="10.0.0.1", bind_port=5600, out_dir=out)
+    # One OpenLoopUser per worker: the locustfile reads the count from the environment.
+    assert argv[:2] == ["env", f"{WORKERS_ENV}=3"]
+    assert argv[3:7] == ["-m", "locust", "-f", str(LOCUSTFILE)]
+    assert "--master" in argv and "--headless" in argv and "--worker" not in argv
+    for flag, value in (
+        ("--master-bind-host", "10.0.0.1"),
+        ("--master-bind-port", "5600"),
+        ("--expect-workers", "3"),
+        ("-u", "3"),
+        ("-r", "3"),
+        ("--run-time", "50s"),
+        ("--csv", str(out / "locust")),
+        ("--json-file", str(out / "locust")),
+    ):
+        assert _values(argv, flag) == [value], flag
+    for ours in ("--workload", "--seed", "--requests-out", "--summary-out", "--metrics-port"):
+        assert ours not in argv, ours
+    with pytest.raises(ConfigError):
+        plan.locust_master_argv(0, bind_host="*", bind_port=5557, out_dir=out)
+
+
+def test_distributed_locust_workers_each_carry_the_whole_workload_and_their_shard() -> None:
+    plan = _plan(
+        ROFT, workload="chat", seed=9, rate=2.5, duration_s=30, arrival="gamma", length_scale=0.1
+    )
+    out = Path("/results/run-1")
+    one = _our_options(plan.locust_argv(GATEWAY_PORT, 19200, out_dir=out))
+    plan_keys = ("workload", "seed", "model", "duration", "rate", "arrival", "length_scale")
+    outputs = set()
+    for k in range(3):
+        argv = plan.locust_worker_argv(
+            (k, 3),
+            master_host="10.0.0.1",
+            master_port=5600,
+            gateway_url="http://10.0.0.2:8000",
+            metrics_addr="10.0.0.2",
+            metrics_port=19200 + k,
+            out_dir=out,
+            python="python3",
+        )
+        assert argv[:6] == ["python3", "-m", "locust", "-f", str(LOCUSTFILE), "--worker"]
+        for flag, value in (
+            ("--master-host", "10.0.0.1"),
+            ("--master-port", "5600"),
+            ("--host", "http://10.0.0.2:8000"),
+        ):
+            assert _values(argv, flag) == [value], flag
+        ours = _our_options(argv)
+        # The same plan as one process draws, on the worker's own command line.
+        assert {key: ours[key] for key in plan_keys} == {key: one[key] for key in plan_keys}
+        assert ours["plan_shard"] == f"{k}/3"
+        assert (ours["metrics_addr"], ours["metrics_port"]) == ("10.0.0.2", 19200 + k)
+        assert (ours["requests_out"], ours["summary_out"]) == tuple(
+            str(p) for p in shard_files(out, k)
+        )
+        outputs |= {ours["requests_out"], ours["summary_out"]}
+        for master_only in ("--headless", "--run-time", "--csv", "--json-file", "-u"):
+            assert master_only not in argv, master_only
+    assert len(outputs) == 6
+    with pytest.raises(ConfigError) as e:
+        plan.locust_worker_argv(
+            (3, 3),
+            master_host="10.0.0.1",
+            master_port=5600,
+            gateway_url="http://10.0.0.2:8000",
+            metrics_addr="10.0.0.2",
+            metrics_port=19200,
+            out_dir=out,
+        )
+    assert e.value.field == "plan_shard"
 
 
 # -- names and hints -----------------------------------------------------------------------
