@@ -74,7 +74,8 @@ class OpenLoopUser(User):
         """Drive the plan to its end; stop the runner when it is done."""
         run = locust_ext.get_run(self.environment)
         if run.started:
-            # A second user in this process (more users than workers): the plan is running.
+            # A second user in this process: more users than workers, or the master handing a
+            # worker that quit (its shard done) to a running one. The plan is already running.
             log.warning(
                 "a second OpenLoopUser in one process does nothing; see %s", shards.WORKERS_ENV
             )
