@@ -1,5 +1,6 @@
 """Real Locust, headless, as the orchestrator runs it: open-loop load on a local PD cluster, a
-bad option failing before any request, and SIGTERM ending a run with every request accounted.
+bad option failing before any request, SIGTERM ending a run with every request accounted, and
+a distributed run (a master, two workers each sending its shard of the plan) merged back.
 
 Needs no root: the cluster is `serving.cluster.LocalCluster` (gateway, prefill, decode as
 processes on loopback) and Locust a subprocess in its own process group; both are stopped in
@@ -21,7 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from emulator.experiment.plan import RunConfig, plan_run
 from serving.cluster import ClusterSpec, LocalCluster
+from workloads.shards import merge_shard_files, shard_files
+from zcube_lab.fabric.description import FabricSpec
 from zcube_lab.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -237,3 +241,81 @@ def test_sigterm_ends_the_run_and_accounts_for_every_request(tmp_path: Path) -> 
     assert summary["outcomes"]["ok"] >= 10
     assert summary["outcomes"]["cancelled"] >= 10
     assert len(rows) == summary["sent"] == sum(summary["outcomes"].values())
+
+
+def test_distributed_open_loop_sends_each_shard_once(tmp_path: Path) -> None:
+    """A master and two workers, each its own process started from `RunPlan`'s argv, against
+    the stub: each worker sends its half of the plan, the master counts every request, and the
+    merged records are the whole plan."""
+    port, master_port = free_port(), free_port()
+    stub = subprocess.Popen(
+        [sys.executable, "-m", "workloads.stubserver", "--port", str(port), "--ttft", "0.05"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    config = RunConfig(
+        fabric=FabricSpec.of("zcube", n=4),
+        workload="chat",
+        model="tiny",
+        seed=11,
+        rate=6.0,
+        arrival="fixed",
+        duration_s=5,
+        drain_s=30,
+        length_scale=0.05,
+    )
+    plan = plan_run(config)
+    argvs = {
+        "master": plan.locust_master_argv(
+            2, bind_host="127.0.0.1", bind_port=master_port, out_dir=tmp_path
+        )
+    }
+    for k in range(2):
+        argvs[f"worker-{k}"] = plan.locust_worker_argv(
+            (k, 2),
+            master_host="127.0.0.1",
+            master_port=master_port,
+            gateway_url=f"http://127.0.0.1:{port}",
+            metrics_addr="127.0.0.1",
+            metrics_port=free_port(),
+            out_dir=tmp_path,
+        )
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        deadline = time.monotonic() + 15
+        while not _port_open(port):
+            assert time.monotonic() < deadline, "stub server did not start"
+            time.sleep(0.1)
+        for name, argv in argvs.items():
+            with (tmp_path / f"{name}.log").open("w") as log:
+                procs[name] = subprocess.Popen(
+                    argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+        codes = {name: p.wait(60) for name, p in procs.items()}
+    finally:
+        for p in (*procs.values(), stub):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+    logs = {name: (tmp_path / f"{name}.log").read_text()[-1500:] for name in procs}
+    assert codes == {"master": 0, "worker-0": 0, "worker-1": 0}, logs
+
+    for k in range(2):
+        shard = json.loads(shard_files(tmp_path, k)[1].read_text())
+        assert shard["shard"] == f"{k}/2"
+        assert shard["planned"] == shard["completed_ok"] == 15, shard
+    summary = merge_shard_files(tmp_path, 2)
+    assert (summary["planned"], summary["completed_ok"], summary["achieved_rate"]) == (30, 30, 6)
+    assert summary["lag_p99_s"] < 0.05
+    rows = [json.loads(x) for x in shard_files(tmp_path, None)[0].read_text().splitlines()]
+    assert sorted(r["index"] for r in rows) == list(range(30))
+    # Rows keep times to the microsecond.
+    planned = sorted(r["planned_s"] for r in rows)
+    assert planned == pytest.approx([i / 6 for i in range(30)], abs=1e-6)
+    # The master aggregated both workers' stats into Locust's CSV.
+    with (tmp_path / "locust_stats.csv").open() as f:
+        stats = {(row["Type"], row["Name"]): row for row in csv.DictReader(f)}
+    assert int(stats[("POST", "chat-stream")]["Request Count"]) == 30
+    assert int(stats[("POST", "chat-stream")]["Failure Count"]) == 0
