@@ -102,7 +102,8 @@ authorize() {
 }
 
 start() {
-    if running && answers; then
+    # A peer serves one checkout (bind-mounted at its path): another checkout restarts it.
+    if running && answers && [[ "$(cat "$RUNDIR/root" 2>/dev/null)" == "$ROOT:$VENV" ]]; then
         log "running at $PEER_IP"
         return
     fi
@@ -133,6 +134,7 @@ start() {
         ' peer-init "$ROOTFS" "$ROOT" "$VENV" </dev/null >"$CACHE/init.log" 2>&1 &
     local pid=$!
     echo "$pid" >"$PIDFILE"
+    echo "$ROOT:$VENV" >"$RUNDIR/root"
     # unshare itself holds the new network namespace; the wire's far end goes there as eth0.
     for _ in $(seq 50); do
         [[ "$(readlink "/proc/$pid/ns/net")" != "$(readlink /proc/self/ns/net)" ]] && break

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -212,7 +213,31 @@ class ClusterLab(Lab):
         return MininetCluster
 
     def _mininet_params(self) -> dict[str, object]:
+        from mininet.examples.cluster import RemoteHost
+        from mininet.node import Node
+
+        class ClusterHost(RemoteHost):
+            def popen(self, *args: Any, **kwargs: Any) -> Any:
+                if self.isRemote:
+                    # ssh hands the remote shell one string: quote each argument, or a '#', a
+                    # space or JSON in an argument is the shell's, not the program's.
+                    if len(args) == 1 and isinstance(args[0], list):
+                        args = ([shlex.quote(str(a)) for a in args[0]],)
+                    # Without -d: mnexec forks and its parent exits when it already leads a
+                    # process group (sudo's), and ssh would end with it at once.
+                    kwargs.setdefault("mncmd", ["mnexec", "-a", str(self.pid)])
+                return super().popen(*args, **kwargs)
+
+            def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True, **params: Any) -> Any:
+                if not self.isRemote:
+                    # As a one-machine lab's host: the cluster edition's own would make the
+                    # process a group leader first, so `mnexec -d` would fork and the process
+                    # started would exit at once, leaving its child untracked.
+                    return Node._popen(self, cmd, **params)
+                return super()._popen(cmd, sudo=sudo, tt=tt, **params)
+
         return {
+            "host": ClusterHost,
             "servers": [self._server(m) for m in self.machines],
             "serverIP": {self._server(m): m.address for m in self.machines},
             "user": "root",

@@ -162,3 +162,55 @@ def fetch_missing(machine: Machine, folder: Path) -> list[str]:
         raise LabError(f"fetching {len(missing)} files from {machine.label}: {done.stderr!r}")
     subprocess.run(["tar", "-C", str(folder), "-xf", "-"], input=done.stdout, check=True)
     return [p.removeprefix("./") for p in missing]
+
+
+def start_distributed_load(launcher: Any, run_dir: Path) -> subprocess.Popen[bytes]:
+    """Locust's master here and one worker per machine, worker K sending shard K of the plan
+    (`workloads.shards`) to the gateway at machine 0's management address; the master's
+    process (it exits when the run time is over, and the workers with it)."""
+    from zcube_lab.fabric.clusterplan import mgmt_root_address
+    from zcube_lab.ports import free_port
+
+    lab: ClusterLab = launcher.lab
+    plan = launcher.plan
+    workers = len(lab.machines)
+    here = lab.machines[0].address
+    master_port = free_port()
+    argv = plan.locust_master_argv(workers, bind_host=here, bind_port=master_port, out_dir=run_dir)
+    master = launcher.popen_root("locust", argv)
+    gateway = f"http://{plan.gateway_host}:{launcher.gateway_port}"
+    for m in lab.machines:
+        argv = plan.locust_worker_argv(
+            (m.index, workers),
+            master_host=here,
+            master_port=master_port,
+            gateway_url=gateway,
+            metrics_addr=mgmt_root_address(m.index),
+            metrics_port=launcher.loadgen_port,
+            out_dir=run_dir,
+        )
+        name = f"locust-worker-{m.index}"
+        if m.local:
+            launcher.popen_root(name, argv)
+        else:
+            launcher.popen_remote(m, name, argv)
+    return master
+
+
+def gather_load(launcher: Any, run_dir: Path, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Once the master is done: wait for the workers, bring back what the other machines wrote
+    into the run folder (records, summaries, engine logs) and merge the workers' records and
+    summaries into the run's `requests.jsonl` and `loadgen-summary.json`."""
+    from workloads.shards import merge_shard_files
+
+    deadline = time.monotonic() + timeout_s
+    for name, proc in launcher.procs:
+        if name.startswith("locust-worker-"):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise LabError(f"{name} still running {timeout_s:g}s after the master") from None
+    lab: ClusterLab = launcher.lab
+    for m in lab.machines[1:]:
+        fetch_missing(m, run_dir)
+    return merge_shard_files(run_dir, len(lab.machines))

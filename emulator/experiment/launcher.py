@@ -18,8 +18,14 @@ from typing import IO
 from prometheus_client import CollectorRegistry, start_http_server
 
 from emulator.cluster.lab import ClusterLab
-from emulator.cluster.remote import Machine, ship
-from emulator.experiment.clusterrun import machine_hosts, machine_rates
+from emulator.cluster.remote import Machine, argv_on, check_on, run_on
+from emulator.experiment.clusterrun import (
+    Agent,
+    machine_hosts,
+    machine_rates,
+    start_agents,
+    stop_agents,
+)
 from emulator.experiment.plan import (
     DECODE_PORT,
     LOOPBACK,
@@ -85,6 +91,7 @@ class Launcher:
         self._datapath_mark: tuple[int, int] | None = None  # (log size, receive drops)
         self._health_http = None
         self.remote_procs: set[str] = set()  # names of processes started on other machines
+        self.agents: list[Agent] = []  # health agents on the other machines, during the load
         self.gateway_port = 0
         self.loadgen_port = 0
         self.health_port = 0
@@ -173,6 +180,18 @@ class Launcher:
         """The other lab machines of a run over several (none on one machine)."""
         return self.lab.machines[1:] if isinstance(self.lab, ClusterLab) else []
 
+    def popen_remote(self, machine: Machine, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start `argv` in another machine's root namespace over ssh, its output (through ssh)
+        in `logs/<name>.log` here."""
+        log = (self.dir / "logs" / f"{name}.log").open("wb")
+        self.logs.append(log)
+        proc = subprocess.Popen(
+            argv_on(machine, argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.procs.append((name, proc))
+        self.remote_procs.add(name)
+        return proc
+
     def popen_root(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         """Start `argv` in the root namespace (its own session), logging to `logs/<name>.log`."""
         log = (self.dir / "logs" / f"{name}.log").open("wb")
@@ -204,7 +223,7 @@ class Launcher:
         )
         self.gateway_port = free_port()
         for m in self.remote_machines():  # the log folder's path exists there too
-            ship(m, self.dir / "logs")
+            check_on(m, ["mkdir", "-p", str(self.dir / "logs")], "making the run folder")
         launches = plan.role_launches(self.gateway_port, self.dir / "logs")
         for launch in launches:
             if launch.host is None:
@@ -280,6 +299,8 @@ class Launcher:
             rates = shaped_rates(plan.fabric, plan.scale)
         self.net_sampler = NetSampler(hosts, rates).start()
         self._datapath_mark = _datapath_losses() if self.lab.datapath == "user" else None
+        if isinstance(self.lab, ClusterLab):
+            self.agents = start_agents(self.lab, self.dir / "logs")
 
     def datapath_drops(self) -> dict[str, int]:
         """ovs-vswitchd's own packet losses since `start_net_sampling` (userspace datapath)."""
@@ -304,6 +325,11 @@ class Launcher:
         if self.net_sampler is not None:
             with contextlib.suppress(Exception):
                 self.net_sampler.stop()
+        stop_agents(self.agents)
+        for m in self.remote_machines():
+            # What this run started there outside the hosts (Locust workers) names its folder;
+            # processes inside the hosts go with the lab (ClusterLab.stop).
+            run_on(m, ["pkill", "-9", "-f", str(self.dir)])
         stop_groups([proc for _name, proc in self.procs])
         self.procs.clear()
         for log in self.logs:

@@ -31,6 +31,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from emulator.cluster.remote import Machine
+from emulator.experiment.clusterrun import (
+    finish_agents,
+    gather_load,
+    merge_verdicts,
+    start_distributed_load,
+    verdicts_json,
+)
 from emulator.experiment.launcher import Launcher, RunResult
 from emulator.experiment.plan import (
     RunConfig,
@@ -44,7 +52,7 @@ from emulator.lab.fidelity import (
 from emulator.lab.health import HealthSampler
 from emulator.lab.netsampler import engine_overrun_buckets
 from emulator.lab.system import LabError
-from emulator.lab.verdict import Thresholds
+from emulator.lab.verdict import HealthVerdict, Thresholds
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.dilation import undilate
@@ -74,6 +82,7 @@ class Experiment:
         self._load_start = 0.0  # time.monotonic() when the load started (the samplers' clock)
         self._overruns_before: dict[str, dict[float, float]] = {}
         self._evidence: NetworkEvidence | None = None
+        self._remote_verdicts: list[tuple[Machine, HealthVerdict]] = []
 
     @property
     def prometheus(self) -> PrometheusServer | None:
@@ -107,12 +116,17 @@ class Experiment:
         launcher.start_net_sampling()
         t0 = time.time()
         self._load_start = time.monotonic()
-        proc = launcher.popen_root("locust", argv)
+        if c.machines:  # a master here, a worker on every machine
+            proc = start_distributed_load(launcher, self.dir)
+        else:
+            proc = launcher.popen_root("locust", argv)
         if launcher.injector is not None:
             launcher.injector.start(t0)
         if launcher.health is not None:  # a saturated load generator would inflate TTFT
             launcher.health.register("locust", proc.pid)
         self._wait_loadgen(proc, c.wall_s + 30)
+        if c.machines:
+            gather_load(launcher, self.dir)
         self._evidence = self._network_evidence()
         # One more scrape so the counters include the end of the run; queries run at t1.
         time.sleep(2 * c.scrape_interval_s + 0.5)
@@ -128,6 +142,8 @@ class Experiment:
         if sampler is None:
             return None
         sampler.stop()
+        if self.launcher.agents:  # the other machines' own verdicts
+            self._remote_verdicts = finish_agents(self.launcher.agents)
         after = engine_overrun_buckets(self.launcher.engine_metrics_urls())
         threshold = self.thresholds.network.overrun_s
         overruns = step_overruns(self._overruns_before, after, threshold)
@@ -155,7 +171,7 @@ class Experiment:
             tick = int(elapsed // 10)
             if tick != last:
                 last = tick
-                done = _count_lines(self.dir / "requests.jsonl")
+                done = sum(_count_lines(p) for p in self.dir.glob("requests*.jsonl"))
                 wall = self.config.duration_s * self.config.dilation
                 self.progress(f"  {elapsed:5.0f}s / {wall:g}s  {done} requests finished")
             time.sleep(0.5)
@@ -174,7 +190,11 @@ class Experiment:
         util = link_utilization(self.plan.fabric, self.plan.scale, ports.tx_bytes, window)
         links = link_loads(self.plan.fabric, self.plan.scale, ports, window)
         verdict = self.health.verdict(self.thresholds, self._evidence)
-        (self.dir / "health.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
+        health = verdict.to_dict()
+        if self.config.machines:
+            verdict = merge_verdicts(verdict, self._remote_verdicts)
+            health = {**verdict.to_dict(), "machines": verdicts_json(self._remote_verdicts)}
+        (self.dir / "health.json").write_text(json.dumps(health, indent=2) + "\n")
         with contextlib.suppress(Exception):
             prom.snapshot()
         with contextlib.suppress(Exception):

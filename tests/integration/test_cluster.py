@@ -120,3 +120,46 @@ def test_plan_over_the_tunnel_capacity_is_refused(machines: list[Machine]) -> No
     with pytest.raises(ConfigError, match="machines"):
         check_plan(split, {(0, 1): small})
     check_plan(split, {(0, 1): TunnelMeasure(0, 1, 9000, 1e4, 1e4, 0.1)})
+
+
+def test_a_short_run_over_two_machines(machines: list[Machine], tmp_path: Path) -> None:
+    """`zcube-lab run --machines`: serving roles in hosts on both machines, a Locust master here
+    and a worker on each machine, the peer's health agent; results gathered into one folder."""
+    import sys
+
+    before = [_lab_traces(m) for m in machines]
+    addrs = ",".join(m.address for m in machines)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "4",
+            "--machines", addrs, "--workload", "coding-agent", "--rate", "3",
+            "--duration", "20", "--drain", "25", "--results", str(tmp_path),
+        ],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [p.parent for p in tmp_path.glob("*/summary.json")]
+    summary = json.loads((run / "summary.json").read_text())
+    shards = [json.loads((run / f"loadgen-summary-{k}.json").read_text()) for k in (0, 1)]
+    merged = json.loads((run / "loadgen-summary.json").read_text())
+    # Both workers sent their half of one plan; the merge is the whole plan.
+    assert all(s["sent"] > 0 for s in shards), shards
+    assert merged["planned"] == sum(s["planned"] for s in shards)
+    assert summary["client"]["completed"] >= 30 and summary["client"]["failed"] == 0
+    # Engines on the peer wrote their KV logs there; they came back with the results.
+    config = json.loads((run / "config.json").read_text())
+    split = split_fabric(build_fabric(FABRICS["zcube"]), 2)
+    remote_engines = [
+        e["engine_id"] for e in config["placement"] if split.machine_of(e["host"]) == 1
+    ]
+    assert remote_engines, "the placement left the peer without engines"
+    for engine in remote_engines:
+        if engine.startswith("decode"):  # every KV pull it made, logged there, fetched back
+            assert (run / "logs" / f"kv-{engine}.jsonl").stat().st_size > 0, engine
+    health = json.loads((run / "health.json").read_text())
+    assert [m["machine"] for m in health["machines"]] == [1]
+    assert health["machines"][0]["verdict"]["samples"] >= 10
+    deadline = time.monotonic() + 5
+    while (after := [_lab_traces(m) for m in machines]) != before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert after == before, json.dumps({"before": before, "after": after}, indent=1)
