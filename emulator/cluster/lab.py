@@ -442,15 +442,3 @@ def process_tree(pid: int) -> list[int]:
             with contextlib.suppress(OSError):
                 todo += [int(c) for c in task.read_text().split()]
     return out
-
-
-def wait_ssh(machine: Machine, timeout: float = 30.0) -> None:
-    """Block until `machine` answers over ssh."""
-    deadline = time.monotonic() + timeout
-    while True:
-        code, out = run_on(machine, ["true"], timeout=10)
-        if code == 0:
-            return
-        if time.monotonic() > deadline:
-            raise LabError(f"{machine.label} does not answer over ssh: {out}")
-        time.sleep(0.5)
