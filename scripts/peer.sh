@@ -111,7 +111,7 @@ start() {
     build
     authorize
     write_init
-    mkdir -p "$RUNDIR" "$ROOTFS$ROOT" "$ROOTFS$VENV"
+    mkdir -p "$RUNDIR"
     ip link del "$WIRE" 2>/dev/null || true
     # The first stage (in the new namespaces, before chroot) mounts the system's own /proc,
     # /sys (of its own network namespace), /run and /tmp, and the checkout at its own path.
@@ -128,6 +128,8 @@ start() {
             mount --rbind /dev "$r/dev"
             mount -t tmpfs tmpfs "$r/run"
             mount -t tmpfs tmpfs "$r/tmp"
+            # (after /tmp: a checkout under /tmp needs its mount point on the new tmpfs)
+            mkdir -p "$r$repo" "$r$venv"
             mount --bind "$repo" "$r$repo"
             if [[ "$venv" != "$repo"/* ]]; then mount --bind "$venv" "$r$venv"; fi
             exec chroot "$r" /usr/local/sbin/zcube-peer-init
