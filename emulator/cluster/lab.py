@@ -16,6 +16,7 @@ import contextlib
 import os
 import shlex
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -24,7 +25,7 @@ from typing import Any
 
 from emulator.cluster.remote import Machine, argv_on, check_on, python_on, run_on, ship
 from emulator.cluster.tunnel import TunnelMeasure, check_plan, measure_tunnel, plan_demand
-from emulator.lab import links
+from emulator.lab import links, ovs
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.state import LabState, write_state
 from emulator.lab.system import LabError
@@ -255,10 +256,6 @@ class ClusterLab(Lab):
             run_dir=str(self.run_dir),
         )
         write_state(self.state_file, state)
-        if pids is None or self.net is None:
-            return
-        for m in self._remotes():
-            python_on(m, _remote_state_code(str(self.options.state_dir), "write", self._state(m)))
 
     def _remote_pid(self, pid: int) -> bool:
         if self.net is None:
@@ -296,6 +293,10 @@ class ClusterLab(Lab):
         return pids, macs
 
     def _create_links(self) -> None:
+        # Each other machine's state once, as its nodes exist and before its links do (what
+        # the run later tracks is on this machine: `track_pid` rewrites only the local file).
+        for m in self._remotes():
+            python_on(m, _remote_state_code(str(self.options.state_dir), "write", self._state(m)))
         pids, macs = self._pids_and_macs()
         settings = self._link_settings()
         addresses = [m.address for m in self.machines]
@@ -320,8 +321,6 @@ class ClusterLab(Lab):
 
     def _run_everywhere(self, name: str, what: str) -> None:
         """Run `<run dir>/<name>-<k>.sh` on every machine k, all at once."""
-        import subprocess
-
         for m in self._remotes():
             ship(m, self.run_dir)
         running = {
@@ -342,21 +341,15 @@ class ClusterLab(Lab):
             raise LabError(f"{what} failed: " + "; ".join(failures))
 
     def installed_rules(self) -> dict[str, int]:
-        """Flow entries each bridge holds now, asked on every machine."""
-        counts: dict[str, int] = {}
-        for m in self.machines:
-            names = list(self._bridges(m))
+        """Flow entries each bridge holds now: `Lab`'s count here, the same asked elsewhere."""
+        counts = {b: ovs.flow_count(b) for b in self._bridges(self.machines[0])}
+        for m in self._remotes():
             code = (
                 "import json\n"
                 "from emulator.lab import ovs\n"
-                f"print(json.dumps({{b: ovs.flow_count(b) for b in {names!r}}}))\n"
+                f"print(json.dumps({{b: ovs.flow_count(b) for b in {list(self._bridges(m))!r}}}))\n"
             )
-            if m.local:
-                from emulator.lab import ovs
-
-                counts.update({b: ovs.flow_count(b) for b in names})
-            else:
-                counts.update(python_on(m, code))  # type: ignore[arg-type]
+            counts.update(python_on(m, code))  # type: ignore[arg-type]
         return counts
 
     def _stop(self) -> None:

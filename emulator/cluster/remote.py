@@ -72,23 +72,10 @@ def argv_on(machine: Machine, argv: list[str]) -> list[str]:
     return ["ssh", *SSH_OPTIONS, f"root@{machine.address}", shlex.join(argv)]
 
 
-def run_on(
-    machine: Machine, argv: list[str], timeout: float = 60.0, input: str | None = None
-) -> tuple[int | None, str]:
-    """(exit code, output) of `argv` on `machine`; None when it could not run or timed out."""
-    try:
-        done = subprocess.run(
-            argv_on(machine, argv),
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{machine.label}: {exc}"
-    output = "\n".join(s.strip() for s in (done.stdout, done.stderr) if s.strip())
-    return done.returncode, output
+def run_on(machine: Machine, argv: list[str], timeout: float = 60.0) -> tuple[int | None, str]:
+    """(exit code, output) of `argv` on `machine`, as `system.attempt` gives them: None when it
+    could not run or timed out."""
+    return attempt(argv_on(machine, argv), timeout=timeout)
 
 
 def check_on(machine: Machine, argv: list[str], what: str, timeout: float = 60.0) -> str:
