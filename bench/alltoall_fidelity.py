@@ -35,8 +35,8 @@ from emulator.experiment.epprobe import (  # noqa: E402
     alltoall_fidelity,
 )
 from emulator.experiment.kvprobe import Fidelity, fidelity_table, running_lab  # noqa: E402
-from zcube_lab.fabric.builders import BUILDERS, build_fabric  # noqa: E402
-from zcube_lab.procs import raise_interrupt  # noqa: E402
+from zcube_lab.core.fabric.builders import BUILDERS, build_fabric  # noqa: E402
+from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 SIZES = "10e3,100e3,300e3,1e6,3e6"
 

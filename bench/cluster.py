@@ -25,10 +25,10 @@ from emulator.cluster.lab import ClusterLab
 from emulator.cluster.remote import parse_machines
 from emulator.lab.measure import iperf3
 from emulator.lab.network import Lab, LabOptions
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec
-from zcube_lab.fabric.hostplan import egress_interface
-from zcube_lab.fabric.linkplan import ends
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.hostplan import egress_interface
+from zcube_lab.core.fabric.linkplan import ends
 
 SPECS = {
     "zcube n=4": FabricSpec.of("zcube", n=4),

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from emulator.experiment.cutprobe import cut_during_pull  # noqa: E402
 from emulator.results.report import median_spread  # noqa: E402
-from zcube_lab.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.fabric.description import FabricSpec  # noqa: E402
+from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
+from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
 
 FABRICS = {
     "zcube": FabricSpec.of("zcube", n=4),

@@ -37,8 +37,8 @@ from emulator.experiment.kvprobe import (  # noqa: E402
     kv_fidelity,
     running_lab,
 )
-from zcube_lab.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.procs import raise_interrupt  # noqa: E402
+from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
+from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 SIZES = "100e3,300e3,1e6,3e6,10e6,25e6"
 

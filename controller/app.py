@@ -60,8 +60,8 @@ from controller.rules import (
     link_states,
     port_peers,
 )
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric, Link
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric, Link
 
 # Both ends of a failed link report within a few milliseconds; wait this long after the first
 # change so one recompute covers them.

@@ -23,7 +23,7 @@ from controller.metrics import (
 )
 from emulator.lab.health import CPU_METRIC, PROCESS_METRIC
 from serving.metrics import ALLTOALL_BYTES, NIXL_BYTES_TRANSFERRED, NUM_REQUESTS_RUNNING
-from zcube_lab.faults import ACTIVE_METRIC
+from zcube_lab.core.fault_schedule import ACTIVE_METRIC
 
 from .panels import (
     RATE,

@@ -46,7 +46,7 @@ from serving.openai_api import (
 )
 from serving.options import add_flags, from_args
 from serving.textgen import plan_output, request_rng
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -97,7 +97,7 @@ def exported_metric_names() -> set[str]:
 
     import controller.metrics as controller_metrics
     import emulator.lab.health as health
-    import zcube_lab.faults as faults
+    import zcube_lab.core.fault_schedule as faults
     from serving.metrics import EngineMetrics, GatewayMetrics
     from workloads.metrics import ClientMetrics
 

@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 PROCESSES = ("poisson", "gamma", "fixed", "staged", "trace")
 # Processes a stage may use (a stage cannot itself be staged or a trace).

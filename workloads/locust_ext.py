@@ -51,9 +51,9 @@ from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests, resolve_arrival
 from workloads.shards import parse_shard, shard_label, shard_plan
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.scale import check_dilation
-from zcube_lab.stats import quantile
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.scale import check_dilation
+from zcube_lab.core.stats import quantile
 
 log = logging.getLogger("zcube.workloads")
 

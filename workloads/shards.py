@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.requests import PlannedRequest
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 WORKERS_ENV = "ZCUBE_LOCUST_WORKERS"  # the number of Locust workers, read by the master
 # Taken from the shards' summaries as they are: every shard must agree on them.

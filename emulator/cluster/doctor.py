@@ -33,8 +33,8 @@ from emulator.cluster.remote import Machine, run_on
 from emulator.cluster.tunnel import TunnelMeasure, measure_tunnel
 from emulator.lab.doctor import Check, Probe, run_checks
 from emulator.lab.system import LabError
-from zcube_lab.fabric.clusterplan import VXLAN_OVERHEAD, VXLAN_PORT
-from zcube_lab.fabric.queues import MAX_MTU
+from zcube_lab.core.fabric.clusterplan import VXLAN_OVERHEAD, VXLAN_PORT
+from zcube_lab.core.fabric.queues import MAX_MTU
 
 REPO = str(Path(__file__).resolve().parents[2])
 MIN_SSH_SESSIONS = 100

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.lab.system import LabError, attempt
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=5")
 

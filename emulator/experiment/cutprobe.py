@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the probe runs inside hosts: it imports only what it uses, when it does
     from emulator.lab.injector import FaultInjector
     from emulator.lab.network import Lab
-    from zcube_lab.fabric.description import Fabric, Link
-    from zcube_lab.policies import RunPolicy
+    from zcube_lab.core.fabric.description import Fabric, Link
+    from zcube_lab.core.policies import RunPolicy
 
 PORT = 7100
 CHUNK_BYTES = 256 * 1024
@@ -154,8 +154,8 @@ def probe_lab(
 ) -> Lab:
     """A lab (not started) routed by the policy, on free controller and metrics ports."""
     from emulator.lab.network import Lab, LabOptions
-    from zcube_lab.fabric.scale import Scale
-    from zcube_lab.ports import free_port
+    from zcube_lab.core.fabric.scale import Scale
+    from zcube_lab.core.ports import free_port
 
     extra = {} if state_dir is None else {"state_dir": state_dir}
     return Lab(
@@ -182,8 +182,8 @@ def _start_probes(
 ) -> subprocess.Popen[str]:
     """The KV server on host `src` and, once it is ready, the pull from host `dst` (both
     appended to `procs` as they start, for the caller to stop); returns the pull once started."""
-    from zcube_lab.fabric.hostplan import kv_source_map
-    from zcube_lab.policies import SPRAY_STALL_S, SPRAY_STREAMS
+    from zcube_lab.core.fabric.hostplan import kv_source_map
+    from zcube_lab.core.policies import SPRAY_STALL_S, SPRAY_STREAMS
 
     assert lab.net is not None
     fabric, (src, dst) = lab.fabric, route
@@ -214,7 +214,7 @@ def _start_probes(
 def _bytes_moved(fabric: Fabric, sample_s: float) -> dict[Link, int]:
     """Bytes each switch-to-switch link sent (both ends) during `sample_s` from now."""
     from emulator.lab.measure import port_tx_bytes
-    from zcube_lab.faults import switch_links
+    from zcube_lab.core.fault_schedule import switch_links
 
     ends = [
         (lk, end)
@@ -280,8 +280,8 @@ def cut_during_pull(
     the link is cut (`"a0-b1"`; `"auto"`: the switch-to-switch link that carried most of it in
     that window; None: no cut, the reference). Brings its own lab up and down."""
     from emulator.lab.injector import FaultInjector
-    from zcube_lab.faults import parse_faults
-    from zcube_lab.policies import get_policy
+    from zcube_lab.core.fault_schedule import parse_faults
+    from zcube_lab.core.policies import get_policy
 
     policy = get_policy(policy_name)
     lab = probe_lab(fabric, policy, log_dir, state_dir)

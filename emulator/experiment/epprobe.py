@@ -46,8 +46,8 @@ from emulator.experiment.kvprobe import (
 
 if TYPE_CHECKING:
     from emulator.lab.network import Lab
-    from zcube_lab.fabric.description import Fabric
-    from zcube_lab.fabric.scale import Scale
+    from zcube_lab.core.fabric.description import Fabric
+    from zcube_lab.core.fabric.scale import Scale
 
 EP_PORT = 7301
 ALLTOALL_TOLERANCE = 0.20
@@ -67,7 +67,7 @@ def alltoall_ideal_s(
     dispatch and receives during the combine, each phase as long as the busiest port (bytes
     through it over its rate), the leader's or a peer's."""
     from emulator.experiment.plan import peer_address
-    from zcube_lab.fabric.hostplan import egress_interface
+    from zcube_lab.core.fabric.hostplan import egress_interface
 
     lead = fabric.host(leader)
     load: dict[tuple[str, int], int] = {}

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the probe runs inside hosts: it imports only what it uses, when it does
     from emulator.lab.network import Lab
-    from zcube_lab.fabric.description import Fabric
-    from zcube_lab.fabric.scale import Scale
+    from zcube_lab.core.fabric.description import Fabric
+    from zcube_lab.core.fabric.scale import Scale
 
 KV_PORT = 7100  # cutprobe's KV server port
 KV_TOLERANCE = 0.10
@@ -73,7 +73,7 @@ def kv_ports(
     uses: the server answers from the address's own port (source routing); the puller sends
     from the bound source address (`source_map`) or, unbound, where its routes point."""
     from serving.kvwire import pick_source
-    from zcube_lab.fabric.hostplan import egress_interface
+    from zcube_lab.core.fabric.hostplan import egress_interface
 
     src, dst = fabric.host(server), fabric.host(puller)
     by_ip = {i.ip: i.index for i in dst.interfaces}
@@ -233,7 +233,7 @@ def running_lab(fabric: Fabric, log_dir: Path) -> Iterator[Lab]:
     """A started lab for the probes (ecmp routing, 100 Mb/s NICs, free ports); stopped on
     leaving, on error and on Ctrl-C alike."""
     from emulator.experiment.cutprobe import probe_lab
-    from zcube_lab.policies import get_policy
+    from zcube_lab.core.policies import get_policy
 
     lab = probe_lab(fabric, get_policy("ecmp"), log_dir)
     try:
@@ -338,7 +338,7 @@ def kv_pulls(
     """On a running lab: a KV server on `server` and, from `puller`, `repeat` pulls of every
     size, one at a time, as a decode engine pulls (its default lanes and chunking; ZCube
     `mode` "disjoint" binds lane sources, "shortest" does not); the probe's records."""
-    from zcube_lab.fabric.hostplan import kv_source_map
+    from zcube_lab.core.fabric.hostplan import kv_source_map
 
     fabric = lab.fabric
     addrs = [f"{i.ip}:{KV_PORT}" for i in fabric.host(server).interfaces]
@@ -375,7 +375,7 @@ def kv_fidelity(
 ) -> Fidelity:
     """`kv_pulls` of `fixed_bytes` (the fixed cost: its median) and of `sizes`, judged against
     bytes / path rate within `KV_TOLERANCE`."""
-    from zcube_lab.fabric.hostplan import kv_source_map
+    from zcube_lab.core.fabric.hostplan import kv_source_map
 
     fabric = lab.fabric
     recs = kv_pulls(

@@ -40,7 +40,7 @@ from emulator.experiment.launcher import RunResult
 from emulator.results.figures import read_jsonl
 from emulator.results.goodput import Slo, goodput, parse_slo
 from emulator.results.summary import RunSummary
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 SWEEP_FILE = "sweep.json"
 STOP_SHARE = 0.9

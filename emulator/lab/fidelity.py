@@ -10,7 +10,7 @@ adds them to the CPU verdict. Judged, each unless a fault window explains it:
   outside a fault;
 - packets dropped by a qdisc, by an interface, or by a CPU's input queue (softnet). A drop in a
   switch port's queue (one of `NetworkEvidence.switch_ports`) is the modelled switch's own
-  congestion (zcube_lab.fabric.queues): counted per port, not judged; a retransmission timeout
+  congestion (zcube_lab.core.fabric.queues): counted per port, not judged; a retransmission timeout
   it causes is. A drop in a host's NIC queue is never faithful (a real NIC back-pressures its
   host), so it is judged;
 - a shaped link sending more than `RateLimits.over` (5%) above its rate over a window
@@ -53,7 +53,7 @@ from emulator.lab.netstats import (
     TcpCounters,
 )
 from serving.metrics import STEP_OVERRUN
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

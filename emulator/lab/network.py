@@ -38,13 +38,13 @@ from emulator.lab.state import (
     write_state,
 )
 from emulator.lab.system import LabError, attempt
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
-from zcube_lab.fabric.linkplan import LinkSettings, PortShape, port_shapes
-from zcube_lab.fabric.queues import QueueModel, queue_summary
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.procs import kill_group, signals_ignored
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
+from zcube_lab.core.fabric.linkplan import LinkSettings, PortShape, port_shapes
+from zcube_lab.core.fabric.queues import QueueModel, queue_summary
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.procs import kill_group, signals_ignored
 
 # The userspace datapath's shared send socket must hold every packet queued in every shaped
 # switch port at once (see emulator.lab.ovs); 64 MiB is about 3,800 jumbo frames at their kernel

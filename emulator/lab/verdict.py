@@ -46,8 +46,8 @@ from emulator.lab.fidelity import (
     judge_network,
 )
 from emulator.lab.netstats import QueueFigures, TcpCounters
-from zcube_lab.errors import ConfigError
-from zcube_lab.stats import mean, quantile
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.stats import mean, quantile
 
 DATAPATH = "ovs-vswitchd"  # the process name of Open vSwitch's datapath daemon
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.results.summary import FaultRecovery, FaultReport, InjectedFault, Span
-from zcube_lab.stats import quantile
+from zcube_lab.core.stats import quantile
 
 Record = Mapping[str, Any]
 

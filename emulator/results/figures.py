@@ -27,9 +27,9 @@ from emulator.results.summary import (
     LinkLoad,
     Utilization,
 )
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.stats import mean, quantile
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.stats import mean, quantile
 
 if TYPE_CHECKING:
     from emulator.prometheus.queries import PortCounters

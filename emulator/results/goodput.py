@@ -33,8 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.stats import quantile
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.stats import quantile
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 DEFAULT_ATTAINMENT = 0.9  # DistServe: the rate at which 90% of requests meet the SLO

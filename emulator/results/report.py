@@ -29,8 +29,8 @@ from emulator.results.plots import (
 )
 from emulator.results.summary import RunSummary
 from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
-from zcube_lab.fabric.cost import compare
-from zcube_lab.fabric.pricing import CostInputs
+from zcube_lab.core.fabric.cost import compare
+from zcube_lab.core.fabric.pricing import CostInputs
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from typing import Any
 
 from emulator.results.figures import read_jsonl
 from emulator.results.summary import TransferFigures
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.stats import quantile
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.stats import quantile
 
 KV_LOG_PREFIX = "kv-"
 EP_LOG_PREFIX = "ep-"

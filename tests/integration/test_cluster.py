@@ -19,10 +19,10 @@ from emulator.cluster.remote import Machine, parse_machines, run_on
 from emulator.cluster.tunnel import TunnelMeasure, check_plan
 from emulator.experiment.kvprobe import kv_fidelity
 from emulator.lab.network import LabOptions
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.split import split_fabric
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.split import split_fabric
 
 pytestmark = pytest.mark.usefixtures("lab_available")
 

@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 
 from emulator.lab.network import Lab, LabOptions
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.ports import free_port
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
 CRASHER = """
 import os, signal, sys
 from pathlib import Path
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
 from emulator.lab.network import Lab, LabOptions
 lab = Lab(build_fabric(FabricSpec.of("zcube", n=2)), LabOptions(
     of_port=int(sys.argv[1]), metrics_port=int(sys.argv[2]), state_dir=Path(sys.argv[3]),

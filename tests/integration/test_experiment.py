@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from zcube_lab.fabric.hostplan import MGMT_BRIDGE
-from zcube_lab.stats import quantile
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE
+from zcube_lab.core.stats import quantile
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

@@ -30,9 +30,9 @@ from emulator.experiment.comparison import fabric_specs
 from emulator.experiment.epprobe import EP_GROUP, ep_steps
 from emulator.experiment.kvprobe import KV_PAIRS, KV_TOLERANCE, kv_fidelity, running_lab
 from serving.metrics import ALLTOALL_TIME, EP_STEP_TIME
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.stats import mean
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.stats import mean
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

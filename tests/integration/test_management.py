@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from emulator.lab.network import Lab, LabOptions
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.hostplan import MGMT_BRIDGE
-from zcube_lab.ports import free_port
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE
+from zcube_lab.core.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

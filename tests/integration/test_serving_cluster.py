@@ -23,7 +23,7 @@ import pytest
 
 from serving.cluster import ClusterSpec, LocalCluster
 from serving.models import get_profile, prefill_step_seconds
-from zcube_lab.ports import free_port
+from zcube_lab.core.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import metric_sum

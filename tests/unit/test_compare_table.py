@@ -12,7 +12,7 @@ from rich.console import Console
 from emulator.results.metrics import EP, FAULT, METRICS, shown_metrics
 from emulator.results.report import aggregate, headline_columns, table_rows
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
-from zcube_lab.commands.compare import comparison_table
+from zcube_lab.cli.commands.compare import comparison_table
 
 DATA = Path(__file__).parent / "data"
 REASON = "ovs-vswitchd thread handler12 above 0.85 core in 35% of samples"

@@ -32,9 +32,9 @@ from controller.rules import (
     compute_rules,
     diff_rules,
 )
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
 
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2)
 ZCUBE4 = FabricSpec.of("zcube", n=4)

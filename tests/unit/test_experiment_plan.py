@@ -31,11 +31,11 @@ from serving.launch import ep_worker_argv
 from serving.options import parse_with_file
 from workloads import LOCUSTFILE, locust_ext
 from workloads.shards import WORKERS_ENV, shard_files
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.hostplan import kv_source_map
-from zcube_lab.fabric.placement import LayoutSpec
-from zcube_lab.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.core.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4)

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
-from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
+from zcube_lab.core.fabric.description import FabricSpec
 
 
 @pytest.mark.parametrize("n", [4, 8])
@@ -199,7 +199,7 @@ def test_invalid_sizes_name_the_parameter(spec: FabricSpec, field: str, hint: st
 def test_planes_option_maps_to_roft_and_is_refused_elsewhere() -> None:
     import argparse
 
-    from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+    from zcube_lab.cli.fabric_options import add_fabric_arguments, spec_from_args
 
     parser = argparse.ArgumentParser()
     add_fabric_arguments(parser)

@@ -26,8 +26,8 @@ from controller.rules import (
     next_hop_ports,
     rules_without,
 )
-from zcube_lab.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
-from zcube_lab.fabric.description import Fabric, FabricSpec, Link
+from zcube_lab.core.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
+from zcube_lab.core.fabric.description import Fabric, FabricSpec, Link
 
 SPECS = {
     "zcube4": FabricSpec.of("zcube", n=4),

@@ -9,8 +9,8 @@ import pytest
 
 from controller.flowtable import FabricTable, Trace, egress_interface, ipv4_packet
 from controller.rules import ETH_TYPE_ARP, ROUTING_POLICIES, Output, compute_rules
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec, Host, Link
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec, Host, Link
 
 ZCUBE4 = FabricSpec.of("zcube", n=4)
 ZCUBE8 = FabricSpec.of("zcube", n=8)

@@ -11,7 +11,7 @@ from emulator.results.goodput import (
     request_meets,
     request_meets_slo,
 )
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def _rec(ttft: float | None = 0.5, tpot: float | None = 0.02, e2e: float = 2.0, ok: bool = True):

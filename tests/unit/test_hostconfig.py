@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from zcube_lab.fabric.builders import build_clos, build_roft, build_zcube
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.hostplan import (
+from zcube_lab.core.fabric.builders import build_clos, build_roft, build_zcube
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.hostplan import (
     egress_interface,
     ip_batch,
     kv_source_map,
@@ -18,7 +18,7 @@ from zcube_lab.fabric.hostplan import (
     management_root_batch,
     sysctls,
 )
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.scale import Scale
 
 
 def _hops_via(fabric: Fabric, src: str, out: int, dst: str, dst_if: int) -> float:

@@ -11,9 +11,9 @@ import pytest
 
 from controller.flowtable import FabricTable
 from controller.rules import ROUTING_POLICIES, compute_rules
-from zcube_lab.fabric.builders import build_roft
-from zcube_lab.fabric.description import Fabric, Host
-from zcube_lab.fabric.hostplan import egress_interface, ip_batch, kv_source_map
+from zcube_lab.core.fabric.builders import build_roft
+from zcube_lab.core.fabric.description import Fabric, Host
+from zcube_lab.core.fabric.hostplan import egress_interface, ip_batch, kv_source_map
 
 FABRICS = [
     build_roft(planes=2),

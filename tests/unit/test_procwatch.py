@@ -30,8 +30,8 @@ from bench.procwatch import (
 )
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.prometheus.server import PROMETHEUS_BINARY
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.placement import LayoutSpec
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.placement import LayoutSpec
 
 PY = "/work/main/.venv/bin/python"
 

@@ -16,8 +16,8 @@ from emulator.results.figures import (
 )
 from emulator.results.report import aggregate, difference_pct, table_rows
 from emulator.results.summary import HotPort, RunSummary
-from zcube_lab.fabric.builders import build_roft, build_zcube
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.builders import build_roft, build_zcube
+from zcube_lab.core.fabric.scale import Scale
 
 
 def _rec(i: int, ttft: float, ok: bool = True) -> dict:

@@ -13,8 +13,8 @@ from emulator.results.figures import (
     peak_rate,
     window_rates,
 )
-from zcube_lab.fabric.builders import build_zcube
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.builders import build_zcube
+from zcube_lab.core.fabric.scale import Scale
 
 
 def test_every_link_is_named_both_ways_with_its_counter() -> None:

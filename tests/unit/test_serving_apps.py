@@ -13,7 +13,7 @@ import pytest
 
 from serving.config import Address
 from serving.models import decode_step_seconds, get_profile, prefill_step_seconds
-from zcube_lab.ports import free_port
+from zcube_lab.core.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import (

@@ -26,7 +26,7 @@ from emulator.experiment.sweep import (
 from emulator.lab.verdict import HealthVerdict
 from emulator.results.goodput import parse_slo
 from emulator.results.summary import RunSummary
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
 SLO = parse_slo("ttft_p99=2s,tpot=50ms")

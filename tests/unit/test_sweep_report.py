@@ -20,7 +20,7 @@ from emulator.results.sweepreport import (
     point_rows,
 )
 from zcube_lab import cli
-from zcube_lab.commands import sweep as sweep_command
+from zcube_lab.cli.commands import sweep as sweep_command
 
 
 def _result() -> SweepResult:

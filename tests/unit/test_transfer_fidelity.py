@@ -21,11 +21,11 @@ from emulator.experiment.kvprobe import (
     kv_path_mbps,
     port_mbps,
 )
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.hostplan import kv_source_map
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.ports import free_port
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = Scale(nic_mbps=100.0)

@@ -47,8 +47,8 @@ from emulator.lab.verdict import (
     judge,
 )
 from serving.metrics import EngineMetrics
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import FabricSpec
 
 
 def _samples(n: int = 10, cores: tuple[float, ...] = (0.4, 0.4), **threads: float) -> list:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from workloads import arrivals
 from workloads.arrivals import ArrivalSpec, Stage
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def _gaps(times: list[float]) -> list[float]:

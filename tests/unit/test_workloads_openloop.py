@@ -15,7 +15,7 @@ from workloads.locust_ext import build_run, over_context, summarize
 from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def _plan(rate: float, duration: float) -> list[PlannedRequest]:

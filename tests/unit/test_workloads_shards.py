@@ -25,7 +25,7 @@ from workloads.shards import (
     shard_files,
     shard_plan,
 )
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def test_plan_shard_option_parses_k_of_w() -> None:

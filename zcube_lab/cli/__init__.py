@@ -1,4 +1,7 @@
-"""The `zcube-lab` console command: one subcommand per module under `zcube_lab.commands`.
+"""The command line: the `zcube-lab` console command, one subcommand per module under
+`zcube_lab.cli.commands` (`python -m zcube_lab.cli` runs it too).
+
+Nothing imports this package; it may import any other package of ours.
 
 Each subcommand module has `add_arguments(parser)` and `run(args) -> int` (an exit code); heavy
 imports (Mininet, os-ken, aiohttp) happen inside `run`, so `--help` stays fast.
@@ -12,22 +15,25 @@ import sys
 from collections.abc import Sequence
 
 from zcube_lab import __version__
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 # name -> (module, one-line help). Order is the order `--help` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": (
-        "zcube_lab.commands.doctor",
+        "zcube_lab.cli.commands.doctor",
         "check this machine (or a cluster's machines and tunnels) can run the lab, with fixes",
     ),
-    "fabric": ("zcube_lab.commands.fabric", "describe a fabric: hosts, switches, links, paths"),
-    "cost": ("zcube_lab.commands.cost", "price full-size ROFT, Clos and ZCube side by side"),
-    "up": ("zcube_lab.commands.up", "build a fabric in Mininet, route it, check reachability"),
-    "serve": ("zcube_lab.commands.serve", "run the mock PD-disaggregated inference cluster"),
-    "run": ("zcube_lab.commands.run", "one experiment: fabric + serving + load + Prometheus"),
-    "compare": ("zcube_lab.commands.compare", "fabrics side by side on one workload, report.html"),
+    "fabric": ("zcube_lab.cli.commands.fabric", "describe a fabric: hosts, switches, links, paths"),
+    "cost": ("zcube_lab.cli.commands.cost", "price full-size ROFT, Clos and ZCube side by side"),
+    "up": ("zcube_lab.cli.commands.up", "build a fabric in Mininet, route it, check reachability"),
+    "serve": ("zcube_lab.cli.commands.serve", "run the mock PD-disaggregated inference cluster"),
+    "run": ("zcube_lab.cli.commands.run", "one experiment: fabric + serving + load + Prometheus"),
+    "compare": (
+        "zcube_lab.cli.commands.compare",
+        "fabrics side by side on one workload, report.html",
+    ),
     "sweep": (
-        "zcube_lab.commands.sweep",
+        "zcube_lab.cli.commands.sweep",
         "load sweep to saturation: goodput, max rate under an SLO",
     ),
 }
@@ -77,7 +83,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"zcube-lab {args.command}: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

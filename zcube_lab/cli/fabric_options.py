@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from zcube_lab.fabric.builders import BUILDERS
-from zcube_lab.fabric.description import Fabric, FabricSpec
-from zcube_lab.fabric.queues import (
+from zcube_lab.core.fabric.builders import BUILDERS
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.queues import (
     HOST_QUEUE_PACKETS,
     MAX_MTU,
     MAX_QUEUE_PACKETS,
@@ -15,7 +15,7 @@ from zcube_lab.fabric.queues import (
     QueueModel,
     fabric_mtu,
 )
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.scale import Scale
 
 # option dest -> builder parameter
 SIZE_OPTIONS = {
@@ -72,7 +72,7 @@ def spec_from_args(args: argparse.Namespace) -> FabricSpec:
 
 
 def mtu_arg(text: str) -> int | str:
-    """--mtu: a number of bytes or `auto` (the MTU rule of zcube_lab.fabric.queues)."""
+    """--mtu: a number of bytes or `auto` (the MTU rule of zcube_lab.core.fabric.queues)."""
     if text == "auto":
         return text
     try:
@@ -95,7 +95,7 @@ def add_link_arguments(group: argparse._ArgumentGroup) -> None:
         "--queue-packets",
         type=int,
         help=f"queue limit of every switch port in packets ({MIN_QUEUE_PACKETS} to "
-        f"{MAX_QUEUE_PACKETS}; default: the buffer model of zcube_lab/fabric/queues.py)",
+        f"{MAX_QUEUE_PACKETS}; default: the buffer model of zcube_lab/core/fabric/queues.py)",
     )
     group.add_argument(
         "--host-queue-packets",

@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import BUILDERS
-from zcube_lab.fabric.description import Fabric, Link
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import BUILDERS
+from zcube_lab.core.fabric.description import Fabric, Link
 
 GRAMMAR = (
     "'link X-Y[#k] at T [for D]', 'switch X at T [for D]' or "

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 SPRAY_STREAMS = 8  # subflows per KV address: 16 per pull on a dual-port ZCube NIC
 SPRAY_STALL_S = 0.5  # no byte for this long on a subflow with requests outstanding: retire it

@@ -16,10 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from zcube_lab.commands.run import add_run_arguments, config_from_args
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.procs import raise_interrupt
+from zcube_lab.cli.commands.run import add_run_arguments, config_from_args
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.comparison import PlannedRun, Variant

@@ -17,14 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from zcube_lab.fabric.cost import (
+from zcube_lab.core.fabric.cost import (
     COMPARED_METRICS,
     CostComparison,
     PlaneComparison,
     compare,
     compare_planes,
 )
-from zcube_lab.fabric.pricing import (
+from zcube_lab.core.fabric.pricing import (
     CostInputs,
     FabricCost,
     roft_two_tier_max_gpus,

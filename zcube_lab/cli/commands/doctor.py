@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from emulator.lab.doctor import Check

@@ -10,10 +10,10 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.split import RULE, Split, split_fabric
-from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.cli.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.split import RULE, Split, split_fabric
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric_options import add_fabric_arguments, add_link_arguments, spec_from_args
-from zcube_lab.procs import raise_interrupt
+from zcube_lab.cli.fabric_options import add_fabric_arguments, add_link_arguments, spec_from_args
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.plan import RunConfig
@@ -118,7 +118,7 @@ def config_from_args(
 ) -> RunConfig:
     """The RunConfig the options describe."""
     from emulator.experiment.plan import RunConfig, hotspot_hint, layout_hint, profile_hint
-    from zcube_lab.fabric.placement import LayoutSpec
+    from zcube_lab.core.fabric.placement import LayoutSpec
 
     layout = LayoutSpec(
         prefill_servers=int(

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from zcube_lab.fabric_options import (
+from zcube_lab.cli.fabric_options import (
     add_fabric_arguments,
     add_link_arguments,
     link_options_from_args,
     spec_from_args,
 )
-from zcube_lab.procs import raise_interrupt
+from zcube_lab.core.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.plan import RunConfig
@@ -110,10 +110,10 @@ def run(args: argparse.Namespace) -> int:
         return serve(args)
     from emulator.lab.network import Lab, LabOptions
     from emulator.lab.system import LabError
-    from zcube_lab.errors import ConfigError
-    from zcube_lab.fabric.builders import build_fabric
-    from zcube_lab.fabric.scale import Scale
-    from zcube_lab.policies import get_policy
+    from zcube_lab.core.errors import ConfigError
+    from zcube_lab.core.fabric.builders import build_fabric
+    from zcube_lab.core.fabric.scale import Scale
+    from zcube_lab.core.policies import get_policy
 
     console = Console(stderr=True)
     fabric = build_fabric(spec_from_args(args))
@@ -219,7 +219,7 @@ def _print_summary(summary: dict[str, object], failures: dict[str, list[str]]) -
 
 
 def _port(wanted: int, bind: str, what: str, console: Console) -> int:
-    from zcube_lab.ports import free_port, port_free
+    from zcube_lab.core.ports import free_port, port_free
 
     if port_free(wanted, bind):
         return wanted
@@ -232,7 +232,7 @@ def serve_config(args: argparse.Namespace) -> RunConfig:
     """The serving plan of `up --serve`: the fabric and the workload profile's hints (prefill
     servers, placement, prefix-cache hit rate, hot decode set); ConfigError names a bad one."""
     from emulator.experiment.plan import RunConfig, hotspot_hint, layout_hint, profile_hint
-    from zcube_lab.fabric.placement import LayoutSpec
+    from zcube_lab.core.fabric.placement import LayoutSpec
 
     hot_decodes, hot_period = hotspot_hint(args.workload)
     return RunConfig(
@@ -263,8 +263,8 @@ def serve(args: argparse.Namespace) -> int:
     from emulator.experiment.live import LiveLab
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
-    from zcube_lab.errors import ConfigError
-    from zcube_lab.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU
+    from zcube_lab.core.errors import ConfigError
+    from zcube_lab.core.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU
 
     console = Console(stderr=True)
     if args.cli:

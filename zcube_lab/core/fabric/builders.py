@@ -1,7 +1,7 @@
 """Fabric builders registered by short name: `zcube`, `roft`, `clos`.
 
 Each builder validates its sizes up front (a `ConfigError` names the parameter and what would
-fit) and returns a `Fabric` (see `zcube_lab.fabric.description` for the naming
+fit) and returns a `Fabric` (see `zcube_lab.core.fabric.description` for the naming
 scheme). Pure: no root needed.
 
 Wiring (docs/DOMAIN.md §2):
@@ -23,8 +23,16 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric, FabricSpec, Host, Interface, Link, Route, Switch
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import (
+    Fabric,
+    FabricSpec,
+    Host,
+    Interface,
+    Link,
+    Route,
+    Switch,
+)
 
 DEFAULT_NIC_GBPS = 400.0
 ROLE_CODES = {"A": 0xA, "B": 0xB, "leaf": 0x1, "spine": 0x2, "core": 0x3}

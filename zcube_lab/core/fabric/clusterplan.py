@@ -28,16 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric, Link
-from zcube_lab.fabric.hostplan import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric, Link
+from zcube_lab.core.fabric.hostplan import (
     MGMT_BRIDGE,
     MGMT_PREFIX_LEN,
     MGMT_ROOT_IP,
     management_interface,
     management_peer,
 )
-from zcube_lab.fabric.linkplan import (
+from zcube_lab.core.fabric.linkplan import (
     Batch,
     LinkSettings,
     Setup,
@@ -49,7 +49,7 @@ from zcube_lab.fabric.linkplan import (
     up_lines,
     veth_lines,
 )
-from zcube_lab.fabric.split import Split
+from zcube_lab.core.fabric.split import Split
 
 VXLAN_PORT = 4789
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8

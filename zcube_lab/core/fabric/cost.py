@@ -1,8 +1,8 @@
 """The full-scale cost table: ROFT, Clos and ZCube (or ROFT in planes against one plane) priced
 for the same cluster, side by side, with each metric's difference in %.
 
-`compare` and `compare_planes` price every fabric with `zcube_lab.fabric.pricing` (the model and
-its assumptions are described there) and return plain data the CLI prints as a table or JSON.
+`compare` and `compare_planes` price every fabric with `zcube_lab.core.fabric.pricing` (the model
+and its assumptions are described there) and return plain data the CLI prints as a table or JSON.
 The metrics compared are `COMPARED_METRICS`, as `FabricCost` attribute names.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.pricing import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.pricing import (
     REFERENCE_END_GBPS,
     CostInputs,
     FabricCost,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from zcube_lab.fabric.description import Fabric, Host
+from zcube_lab.core.fabric.description import Fabric, Host
 
 SOURCE_TABLE_BASE = 100
 MGMT_BRIDGE = "zcl-mgmt"

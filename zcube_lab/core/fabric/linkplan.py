@@ -40,16 +40,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric, Host, Link
-from zcube_lab.fabric.hostplan import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric, Host, Link
+from zcube_lab.core.fabric.hostplan import (
     ip_batch,
     management_host_batch,
     management_root_batch,
     sysctls,
 )
-from zcube_lab.fabric.queues import HTB_CLASS, QueueModel, leaf_queue_lines, port_queue_limits
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.queues import HTB_CLASS, QueueModel, leaf_queue_lines, port_queue_limits
+from zcube_lab.core.fabric.scale import Scale
 
 HTB_ROOT = "5:0"
 HTB_BURST = "15k"

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 # Transceiver ends are reported as equivalents of this rate (docs/DOMAIN.md §2 uses 400G).
 REFERENCE_END_GBPS = 400

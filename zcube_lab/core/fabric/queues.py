@@ -64,9 +64,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.scale import Scale
 
 # A Tomahawk-5-class switch: ~165 MB of shared buffer on 51.2 Tb/s (widely reported, not a
 # datasheet figure: an assumption), i.e. ~26 µs of line rate; a port's fair share is 26 µs of

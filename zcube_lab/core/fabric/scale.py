@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric
 
 MAX_DILATION = 8.0
 

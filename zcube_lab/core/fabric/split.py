@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric, Link
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric, Link
+from zcube_lab.core.fabric.scale import Scale
 
 RULE = (
     "each GPU host stays with the switch on its first NIC port (its group); groups are dealt "
