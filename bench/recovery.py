@@ -39,7 +39,7 @@ from emulator.experiment.comparison import (  # noqa: E402
     run_planned,
 )
 from emulator.experiment.plan import RunConfig  # noqa: E402
-from emulator.results.metrics import Getter, fault_figure, figure, recovery_figure  # noqa: E402
+from emulator.results.compare_metrics import Getter, fault_figure, figure, recovery_figure  # noqa: E402
 from emulator.results.report import median_spread  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
 from workloads.profiles import load_profile  # noqa: E402

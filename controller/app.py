@@ -47,8 +47,8 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 from prometheus_client import CollectorRegistry
 
-from controller.metrics import FabricCollector, FabricStats, PortCounters
 from controller.ofmsg import diff_messages, install_messages, stats_requests
+from controller.port_metrics import FabricCollector, FabricStats, PortCounters
 from controller.rules import (
     RuleDiff,
     SwitchRules,

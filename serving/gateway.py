@@ -26,11 +26,11 @@ from prometheus_client import CollectorRegistry
 
 from serving import httpapi
 from serving.config import GatewayConfig
-from serving.metrics import GatewayMetrics
 from serving.openai_api import CHAT, COMPLETION, ApiError, parse_request
 from serving.options import add_flags, from_args
 from serving.requestlog import RequestTiming, TokenCounter, completion_tokens, write_record
 from serving.routing import Backend, Balancer, HotSet, make_balancer, same_group
+from serving.vllm_metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
 GROUP_KEY = "_zcube_group"

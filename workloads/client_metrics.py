@@ -1,6 +1,6 @@
 """Client-side Prometheus metrics of the load generator (`zcube_client_*`), registry passed in.
 
-Bucket boundaries are vLLM's (`vllm/v1/metrics/loggers.py`, also in `serving/metrics.py`) so a
+Bucket boundaries are vLLM's (`vllm/v1/metrics/loggers.py`, also in `serving/vllm_metrics.py`) so a
 `histogram_quantile` over the client's TTFT and over the server's
 `vllm:time_to_first_token_seconds` interpolate within the same buckets and can be compared.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # vLLM's boundaries, kept in one place (the serving package that mimics vLLM).
-from serving.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from serving.vllm_metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from workloads.client import OUTCOMES, RequestResult
 
 SEND_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0)

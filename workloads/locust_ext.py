@@ -46,7 +46,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from workloads.arrivals import PROCESSES, parse_stages, staged_duration
 from workloads.client import OpenAIStreamClient
-from workloads.metrics import ClientMetrics
+from workloads.client_metrics import ClientMetrics
 from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests, resolve_arrival

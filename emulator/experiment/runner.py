@@ -56,7 +56,7 @@ from emulator.lab.verdict import HealthVerdict, Thresholds
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.dilation import undilate
-from emulator.results.faults import analyze
+from emulator.results.fault_report import analyze
 from emulator.results.figures import (
     client_summary,
     fabric_stats,

@@ -52,7 +52,7 @@ from emulator.lab.netstats import (
     QueueFigures,
     TcpCounters,
 )
-from serving.metrics import STEP_OVERRUN
+from serving.vllm_metrics import STEP_OVERRUN
 from zcube_lab.core.errors import ConfigError
 
 

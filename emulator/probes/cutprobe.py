@@ -8,8 +8,8 @@ flow, the real `FaultInjector` cutting a link for the rest of the transfer. Need
 
 The module is also the probe run inside the hosts:
 
-    python -m emulator.experiment.cutprobe serve --bytes N ADDR:PORT...  (prints "ready")
-    python -m emulator.experiment.cutprobe pull --bytes N [--streams K]
+    python -m emulator.probes.cutprobe serve --bytes N ADDR:PORT...  (prints "ready")
+    python -m emulator.probes.cutprobe pull --bytes N [--streams K]
         [--stall-s T] [--timeout-s T] [--source CIDR=LOCAL]... ADDR:PORT...
         prints "started", then one JSON line: ok, bytes, checksum_ok, retired, seconds, error.
 """
@@ -139,7 +139,7 @@ def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
 
 
 def _recomputes(metrics_port: int) -> int:
-    from controller.metrics import ROUTE_RECOMPUTES
+    from controller.port_metrics import ROUTE_RECOMPUTES
 
     url = f"http://127.0.0.1:{metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=5) as resp:
@@ -188,7 +188,7 @@ def _start_probes(
     assert lab.net is not None
     fabric, (src, dst) = lab.fabric, route
     addrs = [f"{i.ip}:{PORT}" for i in fabric.host(src).interfaces]
-    probe = [sys.executable, "-m", "emulator.experiment.cutprobe"]
+    probe = [sys.executable, "-m", "emulator.probes.cutprobe"]
     server = lab.net.get(src).popen(
         [*probe, "serve", "--bytes", str(num_bytes), *addrs],
         stdout=subprocess.PIPE,

@@ -11,9 +11,9 @@ connections (engines keep their peer connections open); the verdict rows are
 
 The module is also the probe run inside the hosts:
 
-    python -m emulator.experiment.epprobe serve ADDR:PORT...                  (prints "ready")
-    python -m emulator.experiment.epprobe exchanges --sizes A,B,.. [--repeat R] PEER:PORT...
-    python -m emulator.experiment.epprobe steps --bytes N --compute-s C [--repeat R] PEER:PORT...
+    python -m emulator.probes.epprobe serve ADDR:PORT...                  (prints "ready")
+    python -m emulator.probes.epprobe exchanges --sizes A,B,.. [--repeat R] PEER:PORT...
+    python -m emulator.probes.epprobe steps --bytes N --compute-s C [--repeat R] PEER:PORT...
 
 A client prints "started", then one JSON line per exchange `{"bytes_per_peer", "seconds",
 "failures"}`, or per engine step (`serving.engine_step.run_step`) the exchange log's record
@@ -33,7 +33,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from emulator.experiment.kvprobe import (
+from emulator.probes.kvprobe import (
     Fidelity,
     fidelity_row,
     ideal_seconds,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 EP_PORT = 7301
 ALLTOALL_TOLERANCE = 0.20
-MODULE = "emulator.experiment.epprobe"
+MODULE = "emulator.probes.epprobe"
 # Leader and peers: an EP instance over four servers exchanging on rail 0 (`--alltoall rail`),
 # the same hosts on every 16-GPU fabric of `comparison.fabric_specs`.
 EP_GROUP = ("h0", ("h4", "h8", "h12"))
@@ -125,7 +125,7 @@ async def _steps(args: argparse.Namespace) -> None:
 
     from serving.alltoall import AllToAll
     from serving.engine_step import run_step
-    from serving.metrics import ALLTOALL_TIME, EP_STEP_TIME, EngineMetrics
+    from serving.vllm_metrics import ALLTOALL_TIME, EP_STEP_TIME, EngineMetrics
 
     registry = CollectorRegistry()
     metrics = EngineMetrics(registry, "probe", "0")

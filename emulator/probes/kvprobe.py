@@ -14,7 +14,7 @@ two (`kv_path_mbps`). On ZCube the `disjoint` path mode binds each lane's source
 The module is also the probe run inside a host (the KV server is `cutprobe serve`: a seeded
 payload whose prefixes the pulls read):
 
-    python -m emulator.experiment.kvprobe pulls --max-bytes N --sizes A,B,.. [--repeat R]
+    python -m emulator.probes.kvprobe pulls --max-bytes N --sizes A,B,.. [--repeat R]
         [--warmup W] [--streams K] [--source CIDR=LOCAL]... [--timeout-s T] ADDR:PORT...
 
 It prints "started", one JSON line per pull `{"bytes", "seconds", "ok", "checksum_ok",
@@ -194,7 +194,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 async def _pulls(args: argparse.Namespace) -> None:
-    from emulator.experiment.cutprobe import payload
+    from emulator.probes.cutprobe import payload
     from serving.kvwire import KVTransferError, pull_kv
 
     data = payload(args.max_bytes, args.seed)
@@ -232,7 +232,7 @@ async def _pulls(args: argparse.Namespace) -> None:
 def running_lab(fabric: Fabric, log_dir: Path) -> Iterator[Lab]:
     """A started lab for the probes (ecmp routing, 100 Mb/s NICs, free ports); stopped on
     leaving, on error and on Ctrl-C alike."""
-    from emulator.experiment.cutprobe import probe_lab
+    from emulator.probes.cutprobe import probe_lab
     from zcube_lab.core.policies import get_policy
 
     lab = probe_lab(fabric, get_policy("ecmp"), log_dir)
@@ -246,7 +246,7 @@ def running_lab(fabric: Fabric, log_dir: Path) -> Iterator[Lab]:
 @contextlib.contextmanager
 def probes() -> Iterator[list[subprocess.Popen[str]]]:
     """A list the probes started go into; every one is killed on leaving."""
-    from emulator.experiment.cutprobe import stop_probes
+    from emulator.probes.cutprobe import stop_probes
 
     procs: list[subprocess.Popen[str]] = []
     try:
@@ -307,7 +307,7 @@ def start_probe(
     argv: list[str],
     procs: list[subprocess.Popen[str]],
     expect: str,
-    module: str = "emulator.experiment.kvprobe",
+    module: str = "emulator.probes.kvprobe",
 ) -> ProbeOutput:
     """Start `python -m module argv` in `host`, add it to `procs` and return its output once
     it printed `expect`."""
@@ -351,7 +351,7 @@ def kv_pulls(
     out = []
     with probes() as procs:
         serve = ["serve", "--bytes", str(max(sizes)), *addrs]
-        start_probe(lab, server, serve, procs, "ready", "emulator.experiment.cutprobe")
+        start_probe(lab, server, serve, procs, "ready", "emulator.probes.cutprobe")
         client = start_probe(lab, puller, [*argv, *addrs], procs, "started")
         for rec in client.records(timeout + 10):
             if rec["warmup"]:

@@ -1,6 +1,6 @@
 """What a run asks its Prometheus once the load is done: PromQL over the run window, written with
-the metric names the components export (`serving.metrics`, `controller.metrics`,
-`workloads.metrics`), returning typed figures.
+the metric names the components export (`serving.vllm_metrics`, `controller.port_metrics`,
+`workloads.client_metrics`), returning typed figures.
 
 Every query is an instant query at the end of the run `t1` over a range of the window plus 5 s
 (so the first scrape after the load started is inside it). A query that fails or finds no series
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Protocol
 
-from controller import metrics as fabric_metrics
+from controller import port_metrics as fabric_metrics
 from emulator.results.figures import peak_rate
 from emulator.results.summary import QUANTILES, ServerFigures, TransferFigures
-from serving import metrics as serving_metrics
-from workloads import metrics as client_metrics
+from serving import vllm_metrics as serving_metrics
+from workloads import client_metrics
 
 
 class PromQuery(Protocol):

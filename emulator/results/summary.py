@@ -293,7 +293,7 @@ class FaultRecovery:
 
 @dataclass(frozen=True)
 class FaultReport:
-    """What a run lost to its injected faults (`emulator.results.faults.analyze`); KV
+    """What a run lost to its injected faults (`emulator.results.fault_report.analyze`); KV
     integrity is counted in every run, faults or not."""
 
     faults: int

@@ -17,8 +17,8 @@ import pytest
 from emulator.cluster.lab import ClusterLab
 from emulator.cluster.remote import Machine, parse_machines, run_on
 from emulator.cluster.tunnel import TunnelMeasure, check_plan
-from emulator.experiment.kvprobe import kv_fidelity
 from emulator.lab.network import LabOptions
+from emulator.probes.kvprobe import kv_fidelity
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.cutprobe import CutResult, cut_during_pull
+from emulator.probes.cutprobe import CutResult, cut_during_pull
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 

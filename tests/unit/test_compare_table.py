@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from emulator.results.metrics import EP, FAULT, METRICS, shown_metrics
+from emulator.results.compare_metrics import EP, FAULT, METRICS, shown_metrics
 from emulator.results.report import aggregate, headline_columns, table_rows
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
 from zcube_lab.cli.commands.compare import comparison_table

@@ -46,7 +46,7 @@ from emulator.lab.verdict import (
     Thresholds,
     judge,
 )
-from serving.metrics import EngineMetrics
+from serving.vllm_metrics import EngineMetrics
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
 

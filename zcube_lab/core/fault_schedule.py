@@ -14,7 +14,7 @@
   on one interface are counted, so it comes back up only when the last one ends.
 
 The injector that carries a schedule out is `emulator.lab.injector`; the fault report a run's
-records give is `emulator.results.faults`.
+records give is `emulator.results.fault_report`.
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
     With 2 variants it fits 100 columns: a cell wraps only at its space (before `[min-max]`) and
     a first reason too long for its column ends in an ellipsis (`compare` prints every reason
     after the table); a table that cannot fit folds its numbers rather than cut them."""
-    from emulator.results.metrics import shown_metrics
+    from emulator.results.compare_metrics import shown_metrics
     from emulator.results.report import aggregate, table_rows, variants, verdict_rows
 
     fabrics = variants(runs, baseline)
