@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.experiment.runner import Experiment
-from emulator.results.figures import port_capacity_bps
+from emulator.results.linkstats import port_capacity_bps
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

@@ -57,14 +57,8 @@ from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_f
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.dilation import undilate
 from emulator.results.fault_report import analyze
-from emulator.results.figures import (
-    client_summary,
-    fabric_stats,
-    link_loads,
-    link_utilization,
-    read_jsonl,
-    throughput_series,
-)
+from emulator.results.figures import client_summary, fabric_stats, read_jsonl, throughput_series
+from emulator.results.linkstats import link_loads, link_utilization
 from emulator.results.summary import FaultReport, InjectedFault, RunSummary
 from emulator.results.transfers import transfer_figures
 

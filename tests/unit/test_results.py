@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.figures import (
-    client_summary,
-    host_ingress_bytes,
-    link_utilization,
-    throughput_series,
-    utilization_summary,
-)
+from emulator.results.figures import client_summary, host_ingress_bytes, throughput_series
+from emulator.results.linkstats import link_utilization, utilization_summary
 from emulator.results.report import aggregate, difference_pct, table_rows
 from emulator.results.summary import HotPort, RunSummary
 from zcube_lab.core.fabric.builders import build_roft, build_zcube

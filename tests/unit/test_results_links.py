@@ -1,13 +1,13 @@
 """Link utilization in both directions, with peaks over scrape-interval windows
-(emulator.results.figures), from synthetic port counters."""
+(emulator.results.linkstats), from synthetic port counters."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.prometheus.queries import PortCounters
-from emulator.results.figures import (
-    fabric_stats,
+from emulator.results.figures import fabric_stats
+from emulator.results.linkstats import (
+    PortCounters,
     link_directions,
     link_loads,
     peak_rate,

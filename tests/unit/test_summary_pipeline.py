@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from emulator.prometheus.queries import port_counters, server_figures
-from emulator.results.figures import fabric_stats, link_loads
+from emulator.results.figures import fabric_stats
+from emulator.results.linkstats import link_loads
 from emulator.results.report import busiest_link
 from emulator.results.summary import RunSummary
 from emulator.results.transfers import transfer_figures
