@@ -11,7 +11,8 @@ import gevent
 import pytest
 
 from workloads.client import RequestResult
-from workloads.locust_ext import build_run, over_context, summarize
+from workloads.loadsummary import summarize
+from workloads.locust_ext import build_run, over_context
 from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests
