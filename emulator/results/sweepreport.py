@@ -1,5 +1,5 @@
 """The load sweep's report: console table rows, the max-rate table and `sweep.png` (matplotlib,
-Agg backend), from a `SweepResult` (`emulator.experiment.sweep`).
+Agg backend), from a `SweepResult` (`emulator.results.sweeppoints`).
 
 A cell over repeats reads `median [min-max]` (just the median when the repeats agree or there
 is one); `-` is a figure no repeat has. Every row and every plotted point carries its verdict:
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.experiment.sweep import MaxRate, Point, Spread, SweepResult, rate_tag, spread
+from emulator.results.sweeppoints import MaxRate, Point, Spread, SweepResult, rate_tag, spread
 
 POINT_COLUMNS = (  # short enough for a 100-column terminal
     "rate",

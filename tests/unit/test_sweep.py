@@ -1,5 +1,6 @@
-"""The load sweep (emulator.experiment.sweep): rates, the plan's order, the stop rule, the
-maximum rate meeting the SLO, sweep.json, and the run loop with a fake lab."""
+"""The load sweep (emulator.experiment.sweep, emulator.results.sweeppoints): rates, the plan's
+order, the stop rule, the maximum rate meeting the SLO, sweep.json, and the run loop with a fake
+lab."""
 
 from __future__ import annotations
 
@@ -12,20 +13,18 @@ import pytest
 from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_variants
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
-from emulator.experiment.sweep import (
+from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep
+from emulator.lab.verdict import HealthVerdict
+from emulator.results.goodput import parse_slo
+from emulator.results.summary import RunSummary
+from emulator.results.sweeppoints import (
     Point,
     RunPoint,
     SweepResult,
     max_rates,
-    parse_rates,
     past_saturation,
-    plan_sweep,
     points,
-    run_sweep,
 )
-from emulator.lab.verdict import HealthVerdict
-from emulator.results.goodput import parse_slo
-from emulator.results.summary import RunSummary
 from zcube_lab.core.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"

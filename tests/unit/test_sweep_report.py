@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 from test_sweep import rp  # tests/unit is on the path (no __init__.py)
 
-from emulator.experiment.sweep import SweepResult
 from emulator.results.goodput import parse_slo
+from emulator.results.sweeppoints import SweepResult
 from emulator.results.sweepreport import (
     MAX_RATE_COLUMNS,
     POINT_COLUMNS,

@@ -32,7 +32,7 @@ from zcube_lab.core.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.comparison import PlannedRun
-    from emulator.experiment.sweep import SweepResult
+    from emulator.results.sweeppoints import SweepResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep (or re-render one) and print its tables; 0 when it ran, even if points
     missed the SLO."""
-    from emulator.experiment.sweep import SweepResult
+    from emulator.results.sweeppoints import SweepResult
 
     console = Console(stderr=True)
     if args.report_only is not None:
@@ -88,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
     """The planned runs and an empty result (its SLO, rates, baseline and folder): everything
     validated before the first run starts (fail in seconds)."""
-    from emulator.experiment.sweep import SweepResult, parse_rates, plan_sweep
+    from emulator.experiment.sweep import parse_rates, plan_sweep
     from emulator.results.goodput import parse_slo
+    from emulator.results.sweeppoints import SweepResult
 
     if not args.slo:
         raise ConfigError("slo", args.slo, "required: e.g. --slo ttft_p99=2s,tpot=50ms")
@@ -111,9 +112,10 @@ def _run_all(
 ) -> tuple[SweepResult, int]:
     """Run the sweep, rewriting sweep.json after every run: the result with the points of the
     runs that completed, and 0, 1 if a run failed or 130 if interrupted."""
-    from emulator.experiment.sweep import rate_tag, run_sweep
+    from emulator.experiment.sweep import run_sweep
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
+    from emulator.results.sweeppoints import rate_tag
 
     def progress(message: str) -> None:
         console.print(f"[dim]»[/dim] {message}")
