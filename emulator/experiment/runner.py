@@ -58,7 +58,7 @@ from emulator.prometheus.server import PrometheusServer
 from emulator.results.dilation import undilate
 from emulator.results.fault_report import analyze
 from emulator.results.figures import client_summary, fabric_stats, read_jsonl, throughput_series
-from emulator.results.linkstats import link_loads, link_utilization
+from emulator.results.linkstats import link_loads, link_utilization, verdict_busiest_link
 from emulator.results.summary import FaultReport, InjectedFault, RunSummary
 from emulator.results.transfers import transfer_figures
 
@@ -183,7 +183,10 @@ class Experiment:
         ports = port_counters(prom, t1, window)
         util = link_utilization(self.plan.fabric, self.plan.scale, ports.tx_bytes, window)
         links = link_loads(self.plan.fabric, self.plan.scale, ports, window)
-        verdict = self.health.verdict(self.thresholds, self._evidence)
+        verdict = replace(  # the verdict names the summary's busiest link
+            self.health.verdict(self.thresholds, self._evidence),
+            busiest_link=verdict_busiest_link(self.plan.fabric, self.plan.scale, links),
+        )
         health = verdict.to_dict()
         if self.config.machines:
             verdict = merge_verdicts(verdict, self._remote_verdicts)

@@ -3,8 +3,8 @@ engines late, in a way no configured fault explains? (pure)
 
 `judge_network(evidence, limits)` turns `NetworkEvidence` (events and figures from
 `emulator.lab.netstats`, engine step overruns, the run's fault windows) into reasons a run is not
-trustworthy, the events that faults explain, and the busiest link. `emulator.lab.verdict.judge`
-adds them to the CPU verdict. Judged, each unless a fault window explains it:
+trustworthy and the events that faults explain. `emulator.lab.verdict.judge` adds them to the
+CPU verdict. Judged, each unless a fault window explains it:
 - a retransmission timeout or a SYN retransmit on any host: the 1 s stalls of the issue; a
   faithful fabric would have to lose a whole window or a SYN for it, which the lab never asks for
   outside a fault;
@@ -90,16 +90,6 @@ class StepOverruns:
 
 
 @dataclass(frozen=True)
-class BusiestLink:
-    """The shaped interface whose highest windowed rate came closest to (or above) its rate."""
-
-    iface: str
-    rate_mbps: float
-    peak_mbps: float
-    peak_share: float  # peak_mbps / rate_mbps
-
-
-@dataclass(frozen=True)
 class NetworkEvidence:
     """What the network and engine samplers saw during the load, and the run's faults."""
 
@@ -140,12 +130,11 @@ class NetworkLimits:
 class NetworkJudgement:
     reasons: tuple[str, ...]
     explained: tuple[str, ...]
-    busiest: BusiestLink | None
 
 
 def judge_network(evidence: NetworkEvidence, limits: NetworkLimits) -> NetworkJudgement:
-    """Reasons (one per host, interface or CPU, then one per late engine), the events faults
-    explain, and the busiest link."""
+    """Reasons (one per host, interface or CPU, then one per late engine), and the events faults
+    explain."""
     unexplained: dict[str, list[NetEvent]] = defaultdict(list)
     explained: dict[tuple[str, str], list[NetEvent]] = defaultdict(list)
     for event in evidence.events:
@@ -162,7 +151,7 @@ def judge_network(evidence: NetworkEvidence, limits: NetworkLimits) -> NetworkJu
     reasons += _datapath_reasons(evidence.datapath_drops)
     reasons += _overrun_reasons(evidence.overruns, limits)
     notes = [f"{w}: {describe(evs)} (during {f})" for (w, f), evs in sorted(explained.items())]
-    return NetworkJudgement(tuple(reasons), tuple(notes), busiest_link(evidence.queues))
+    return NetworkJudgement(tuple(reasons), tuple(notes))
 
 
 def _explaining(event: NetEvent, faults: Sequence[FaultWindow], grace: float) -> str | None:
@@ -244,17 +233,6 @@ def _overrun_reasons(overruns: StepOverruns | None, limits: NetworkLimits) -> li
                 f"{limits.overrun_fraction:.0%})"
             )
     return out
-
-
-def busiest_link(queues: Mapping[str, QueueFigures]) -> BusiestLink | None:
-    """The interface with the highest peak rate relative to its configured rate."""
-    best: BusiestLink | None = None
-    for iface, q in sorted(queues.items()):
-        if q.rate_mbps and q.peak_mbps is not None:
-            cand = BusiestLink(iface, q.rate_mbps, q.peak_mbps, q.peak_mbps / q.rate_mbps)
-            if best is None or cand.peak_share > best.peak_share:
-                best = cand
-    return best
 
 
 # --- engine step overruns from an engine's /metrics text -------------------------------------

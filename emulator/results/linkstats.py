@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from emulator.lab.verdict import BusiestLink
 from emulator.results.summary import DirectedUtilization, HotPort, LinkLoad, Utilization
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.scale import Scale
@@ -164,13 +165,39 @@ def link_loads(
     return out
 
 
+def busiest(links: Mapping[str, LinkLoad]) -> tuple[str, LinkLoad] | None:
+    """The busiest link and its load: the highest mean utilization, ties broken by the higher
+    peak (the first such link in `links`' order); None without links."""
+    return max(links.items(), key=lambda kv: (kv[1].mean, kv[1].peak or 0.0), default=None)
+
+
+def verdict_busiest_link(
+    fabric: Fabric, scale: Scale, links: Mapping[str, LinkLoad]
+) -> BusiestLink | None:
+    """The summary's busiest link (`busiest`) as the health verdict records it, with the link's
+    emulated rate; None without links."""
+    top = busiest(links)
+    if top is None:
+        return None
+    name, load = top
+    rates = {n: bps / 1e6 for n, _kind, _counter, _port, bps in link_directions(fabric, scale)}
+    rate = rates[name]
+    return BusiestLink(
+        iface=name,
+        rate_mbps=rate,
+        peak_mbps=None if load.peak is None else load.peak * rate,
+        peak_share=load.peak,
+        mean_share=load.mean,
+    )
+
+
 def directed_utilization(
     fabric: Fabric, links: Mapping[str, LinkLoad], peak_window_s: float | None = None
 ) -> DirectedUtilization:
     """The busiest link (by mean, then peak), the link with the highest peak, and the busiest
     host -> switch and switch -> host directions."""
     kinds = {name: kind for name, kind, *_ in link_directions(fabric, Scale())}  # rate unused
-    busiest = max(links.items(), key=lambda kv: (kv[1].mean, kv[1].peak or 0.0), default=None)
+    top_mean = busiest(links)
     peaked = [(n, v.peak) for n, v in links.items() if v.peak is not None]
     top = max(peaked, key=lambda kv: kv[1], default=None)
 
@@ -178,9 +205,9 @@ def directed_utilization(
         return max((v.mean for n, v in links.items() if kinds.get(n) == kind), default=None)
 
     return DirectedUtilization(
-        busiest_link=busiest[0] if busiest else None,
-        busiest_link_util_mean=busiest[1].mean if busiest else None,
-        busiest_link_util_peak=busiest[1].peak if busiest else None,
+        busiest_link=top_mean[0] if top_mean else None,
+        busiest_link_util_mean=top_mean[1].mean if top_mean else None,
+        busiest_link_util_peak=top_mean[1].peak if top_mean else None,
         peak_link=top[0] if top else None,
         peak_link_util=top[1] if top else None,
         host_uplink_util_max=most("up"),
