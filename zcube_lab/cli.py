@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 EPILOG = """examples:
   zcube-lab doctor
-  zcube-lab doctor --machines 10.254.0.1,10.254.0.2
+  zcube-lab doctor --machines 198.19.254.1,198.19.254.2
   zcube-lab cost --gpus 1024 --nic-gbps 400 --switch-ports 64 --port-gbps 400
   zcube-lab fabric --fabric zcube --n 4
   zcube-lab up --fabric roft --servers 4 --gpus-per-server 4 --spines 2

@@ -100,7 +100,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--machines",
         metavar="ADDRS",
         help="spread the lab over machines: wire addresses, this machine's first (e.g. "
-        "10.254.0.1,10.254.0.2; scripts/peer.sh makes a second one here; docs/SCALE.md). "
+        "198.19.254.1,198.19.254.2; scripts/peer.sh makes a second one here; docs/SCALE.md). "
         "Locust runs a master here and a worker on every machine",
     )
     add_link_arguments(lab)
