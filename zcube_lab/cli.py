@@ -42,6 +42,25 @@ EPILOG = """examples:
 """
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """One default per option: the option's own text when it states its default ("default
+    ..."), else `(default: X)` when there is an X to show (not None, an empty list or a flag's
+    False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is argparse.SUPPRESS
+            or action.nargs == 0  # a flag: off unless given
+            or (isinstance(default, list | tuple | str) and not default)
+        ):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, one subparser per command."""
     parser = argparse.ArgumentParser(
@@ -58,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=help_text,
             description=(module.__doc__ or help_text).strip(),
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run)
