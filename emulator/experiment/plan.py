@@ -30,10 +30,11 @@ from workloads import LOCUSTFILE
 from workloads.profiles import load_profile
 from workloads.shards import WORKERS_ENV, parse_shard, shard_files, shard_label
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.addressing import MGMT_ROOT_IP, management_address
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.clusterplan import check_machine_list, mgmt_root_address
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
-from zcube_lab.core.fabric.hostplan import MGMT_ROOT_IP, kv_source_map, management_address
+from zcube_lab.core.fabric.hostplan import kv_source_map
 from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement, place
 from zcube_lab.core.fabric.queues import (
     HOST_QUEUE_PACKETS,

@@ -1,5 +1,9 @@
 """The figures set side by side in a comparison: `METRICS`, each a label, how to read it from a
-run summary (`RunSummary`), whether lower is better, and which runs it is about (pure).
+run summary (`RunSummary`), whether lower is better (None: neither way, as a link's load or a
+fabric's size), and which runs it is about (pure).
+
+Quantiles interpolated within Prometheus histogram buckets say so in their label
+(`bucket-interp.`) and come below the exact client figures they approximate.
 
 A metric `only_with` `FAULT` is about runs with an injected fault (the fault report's phases,
 retries and recovery times), one `only_with` `EP` about runs whose engines exchanged all-to-all
@@ -50,11 +54,12 @@ def directed_figure(get: Callable[[DirectedUtilization], Any]) -> Getter:
 
 class Metric(NamedTuple):
     """A compared figure: its label (at most 28 characters, to keep the console table within
-    100 columns), its getter, its direction and the runs it is about (`FAULT`, `EP`, or "")."""
+    100 columns), its getter, its direction (None: no better way) and the runs it is about
+    (`FAULT`, `EP`, or "")."""
 
     label: str
     get: Getter
-    lower_is_better: bool
+    lower_is_better: bool | None
     only_with: str = ""
 
 
@@ -65,12 +70,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("TTFT p50 client (s)", lambda s: s.client.ttft_p50_s, True),
     Metric("TTFT p90 client (s)", lambda s: s.client.ttft_p90_s, True),
     Metric("TTFT p99 client (s)", lambda s: s.client.ttft_p99_s, True),
-    Metric("TTFT p50 Prometheus (s)", lambda s: s.server.gateway_ttft_p50_s, True),
-    Metric("TTFT p99 Prometheus (s)", lambda s: s.server.gateway_ttft_p99_s, True),
     Metric("TPOT p50 (s)", lambda s: s.client.tpot_p50_s, True),
     Metric("TPOT p99 (s)", lambda s: s.client.tpot_p99_s, True),
     Metric("ITL p50 (s)", lambda s: s.client.itl_p50_s, True),
     Metric("ITL p99 (s)", lambda s: s.client.itl_p99_s, True),
+    # The gateway's histogram, interpolated within its buckets: approximate, below the exact.
+    Metric("TTFT p50 bucket-interp. (s)", lambda s: s.server.gateway_ttft_p50_s, True),
+    Metric("TTFT p99 bucket-interp. (s)", lambda s: s.server.gateway_ttft_p99_s, True),
     # Exact, from the engines' logs (the bucketed histograms are for Grafana).
     Metric("KV transfer p50 (s)", transfer_figure(lambda t: t.kv_xfer_p50_s), True),
     Metric("KV transfer p99 (s)", transfer_figure(lambda t: t.kv_xfer_p99_s), True),
@@ -78,18 +84,19 @@ METRICS: tuple[Metric, ...] = (
     Metric("KV transfer / ideal p50", transfer_figure(lambda t: t.kv_xfer_ratio_p50), True),
     Metric("KV transfer / ideal p99", transfer_figure(lambda t: t.kv_xfer_ratio_p99), True),
     Metric("KV pulls stalled", transfer_figure(lambda t: t.kv_pulls_stalled), True),
-    Metric("KV bytes per pull p50", transfer_figure(lambda t: t.kv_xfer_bytes_p50), True),
+    Metric("KV bytes per pull p50", transfer_figure(lambda t: t.kv_xfer_bytes_p50), None),
     Metric("all-to-all p50 (s)", transfer_figure(lambda t: t.alltoall_p50_s), True, EP),
     Metric("all-to-all p99 (s)", transfer_figure(lambda t: t.alltoall_p99_s), True, EP),
     Metric(
-        "all-to-all bytes/exchange", transfer_figure(lambda t: t.alltoall_bytes_sent_p50), True, EP
+        "all-to-all bytes/exchange", transfer_figure(lambda t: t.alltoall_bytes_sent_p50), None, EP
     ),
-    Metric("link util max", lambda s: s.fabric_stats.utilization.link_util_max, True),
-    Metric("link util mean", lambda s: s.fabric_stats.utilization.link_util_mean, True),
-    Metric("busiest link util mean", directed_figure(lambda d: d.busiest_link_util_mean), True),
-    Metric("busiest link util peak", directed_figure(lambda d: d.busiest_link_util_peak), True),
-    Metric("link util peak max", directed_figure(lambda d: d.peak_link_util), True),
-    Metric("host uplink util max", directed_figure(lambda d: d.host_uplink_util_max), True),
+    # A link's load: neither way is better (a busier link may carry more of the work).
+    Metric("link util max", lambda s: s.fabric_stats.utilization.link_util_max, None),
+    Metric("link util mean", lambda s: s.fabric_stats.utilization.link_util_mean, None),
+    Metric("busiest link util mean", directed_figure(lambda d: d.busiest_link_util_mean), None),
+    Metric("busiest link util peak", directed_figure(lambda d: d.busiest_link_util_peak), None),
+    Metric("link util peak max", directed_figure(lambda d: d.peak_link_util), None),
+    Metric("host uplink util max", directed_figure(lambda d: d.host_uplink_util_max), None),
     Metric("fabric drops", lambda s: s.fabric_stats.drops, True),
     # Faults (docs/FAILURES.md): "-" in runs without an injected failure.
     Metric(
@@ -116,8 +123,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "recovery: throughput (s)", recovery_figure(lambda f: f.recovery_throughput_s), True, FAULT
     ),
-    Metric("emulated switches", lambda s: s.fabric_stats.switches, True),
-    Metric("emulated switching Tb/s", lambda s: s.fabric_stats.switching_capacity_tbps, True),
+    Metric("emulated switches", lambda s: s.fabric_stats.switches, None),
+    Metric("emulated switching Tb/s", lambda s: s.fabric_stats.switching_capacity_tbps, None),
 )
 
 

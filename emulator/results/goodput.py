@@ -67,6 +67,14 @@ class SloTarget:
             return f"{self.label}={self.threshold_s * 1000:g}ms"
         return f"{self.label}={self.threshold_s:g}s"
 
+    @property
+    def shown(self) -> str:
+        """`text` with the percentile a target written without `_pNN` asks (the attainment):
+        `tpot=50ms (p90)`."""
+        if self.percentile is not None:
+            return self.text
+        return f"{self.text} (p{self.attainment * 100:g})"
+
 
 @dataclass(frozen=True)
 class Slo:
@@ -78,6 +86,11 @@ class Slo:
     def text(self) -> str:
         """The SLO as `--slo` takes it (it parses back to an equal `Slo`)."""
         return ",".join(t.text for t in self.targets)
+
+    @property
+    def shown(self) -> str:
+        """The SLO for people: every target with its percentile (`ttft_p99=2s, tpot=50ms (p90)`)."""
+        return ", ".join(t.shown for t in self.targets)
 
     def target(self, metric: str) -> SloTarget | None:
         """The target on `metric`, or None when the SLO has none."""

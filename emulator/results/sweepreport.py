@@ -150,13 +150,13 @@ def plot_sweep(result: SweepResult, out: Path) -> Path:
         rate = [(p, Spread(p.rate, p.rate, p.rate), p.figure("goodput_per_s")) for p in pts]
         _series(right, rate, f"C{i}", variant)
     if ttft is not None:
-        left.axhline(ttft.threshold_s, color="red", ls="--", lw=1, label=f"SLO {ttft.text}")
+        left.axhline(ttft.threshold_s, color="red", ls="--", lw=1, label=f"SLO {ttft.shown}")
     left.set_title(f"TTFT {share} vs achieved throughput" + ("" if ttft else " (no TTFT target)"))
     left.set_xlabel("achieved requests/s")
     left.set_ylabel(f"client TTFT {share} (s)")
     top = max(result.rates, default=1.0)
     right.plot([0, top], [0, top], color="grey", ls=":", lw=1, label="offered")
-    right.set_title(f"goodput under SLO {result.slo.text}")
+    right.set_title(f"goodput under SLO {result.slo.shown}")
     right.set_xlabel("offered requests/s")
     right.set_ylabel("requests/s meeting the SLO")
     for ax in (left, right):

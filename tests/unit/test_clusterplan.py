@@ -413,11 +413,11 @@ def test_management_bridges_join_in_a_star_around_machine_zero(name: str, machin
 
 
 def test_management_root_addresses_count_down_from_the_one_machine_address() -> None:
-    assert mgmt_root_address(0) == MGMT_ROOT_IP == "10.255.255.254"
+    assert mgmt_root_address(0) == MGMT_ROOT_IP == "198.19.127.254"
     assert [mgmt_root_address(k) for k in (1, 2, 3)] == [
-        "10.255.255.253",
-        "10.255.255.252",
-        "10.255.255.251",
+        "198.19.127.253",
+        "198.19.127.252",
+        "198.19.127.251",
     ]
 
 

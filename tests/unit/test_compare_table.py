@@ -121,7 +121,7 @@ def test_all_to_all_rows_only_with_ep() -> None:
 
 
 def test_a_row_empty_in_every_run_is_dropped() -> None:
-    label = "TTFT p50 Prometheus (s)"
+    label = "TTFT p50 bucket-interp. (s)"
     runs = [replace(r, server=replace(r.server, gateway_ttft_p50_s=None)) for r in _runs()]
     rows = table_rows(aggregate(runs), ["zcube", "roft"], "roft", shown_metrics(runs))
     assert label not in [row[0] for row in rows]

@@ -34,6 +34,9 @@ def test_targets_with_and_without_a_percentile_and_units() -> None:
     assert slo.target("tpot") is slo.targets[1] and slo.target("itl") is None
     assert parse_slo("ttft_p99.9=1.5s").targets[0].attainment == pytest.approx(0.999)
     assert parse_slo(slo.text, attainment=0.8) == slo  # the text parses back
+    # shown to people, a bare target carries the percentile it asks (--attainment)
+    assert slo.shown == "ttft_p99=2s, tpot=50ms (p80), e2e_p90=10s"
+    assert parse_slo("tpot=50ms", attainment=0.9).shown == "tpot=50ms (p90)"
 
 
 @pytest.mark.parametrize(

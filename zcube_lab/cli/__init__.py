@@ -40,12 +40,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 EPILOG = """examples:
   zcube-lab doctor
-  zcube-lab doctor --machines 10.254.0.1,10.254.0.2
+  zcube-lab doctor --machines 198.19.254.1,198.19.254.2
   zcube-lab cost --gpus 1024 --nic-gbps 400 --switch-ports 64 --port-gbps 400
   zcube-lab fabric --fabric zcube --n 4
   zcube-lab up --fabric roft --servers 4 --gpus-per-server 4 --spines 2
   zcube-lab serve --local
 """
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """One default per option: the option's own text when it states its default ("default
+    ..."), else `(default: X)` when there is an X to show (not None, an empty list or a flag's
+    False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is argparse.SUPPRESS
+            or action.nargs == 0  # a flag: off unless given
+            or (isinstance(default, list | tuple | str) and not default)
+        ):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=help_text,
             description=(module.__doc__ or help_text).strip(),
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run)

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from zcube_lab.cli.commands.run import add_run_arguments, config_from_args
+from zcube_lab.cli.fabric_options import add_size_arguments, size_params, sized_specs
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.procs import raise_interrupt
@@ -35,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         nargs="+",
         metavar="RUN",
-        help="rebuild a report from run folders",
+        help="run nothing: rebuild the report (the table and report.html) from the run "
+        "folders RUN that earlier runs wrote (each its summary.json)",
     )
     add_run_arguments(parser)
 
@@ -48,18 +50,11 @@ def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
         "--gpus",
         type=int,
         default=16,
-        help="GPU hosts per fabric, a square: zcube n=sqrt; roft/clos sqrt servers x sqrt GPUs",
+        help="GPU hosts per fabric, a square: zcube n=sqrt; roft/clos sqrt servers x sqrt GPUs; "
+        "the size options below then change the fabrics that take each (`up`'s and `run`'s), "
+        "as long as every fabric keeps one number of GPU hosts",
     )
-    g.add_argument("--spines", type=int, default=2, help="roft/clos spines")
-    g.add_argument(
-        "--planes", type=int, default=1, help="roft: parallel leaf-spine planes (MRC multi-plane)"
-    )
-    g.add_argument(
-        "--oversubscription",
-        type=float,
-        default=1.0,
-        help="roft/clos: leaf down:up ratio (2 for 2:1; default 1)",
-    )
+    add_size_arguments(g, from_gpus=True)
     g.add_argument(
         "--policies",
         help="comma-separated policies to run on every fabric (static, ecmp, ff, recompute, "
@@ -120,12 +115,10 @@ def variants_from_args(
     )
 
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
-    specs = fabric_specs(kinds, args.gpus, args.spines, args.planes, args.oversubscription)
+    specs = sized_specs(fabric_specs(kinds, args.gpus, spines=2), size_params(args))
     policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")
-    if args.planes != 1 and "roft" not in kinds:
-        raise ConfigError("planes", args.planes, "1 unless roft is among the compared fabrics")
     check_fault_prefixes(args.fail, kinds)
     if policies:  # the base config carries a policy the variants then replace
         args.policy = policies[0]

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--machines",
         metavar="ADDRS",
         help="check every machine of a cluster lab and the tunnels between them: their wire "
-        "addresses, comma-separated, this machine's first (e.g. 10.254.0.1,10.254.0.2); the "
+        "addresses, comma-separated, this machine's first (e.g. 198.19.254.1,198.19.254.2); the "
         "others are reached as root over ssh",
     )
     parser.add_argument(

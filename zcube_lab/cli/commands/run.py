@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from emulator.experiment.plan import RunConfig
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Workload, cluster and lab options shared by `run` and `compare`."""
+def add_run_arguments(parser: argparse.ArgumentParser, rate: bool = True) -> None:
+    """Workload, cluster and lab options shared by `run`, `compare` and `sweep` (which sets its
+    rates itself: `rate=False` keeps `--rate` out of its help, and refused)."""
     w = parser.add_argument_group("workload")
     w.add_argument(
         "--workload",
@@ -31,7 +32,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "path",
     )
     w.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
-    w.add_argument("--rate", type=float, help="mean requests/s (default: the profile's)")
+    w.add_argument(
+        "--rate",
+        type=float,
+        help="mean requests/s (default: the profile's)" if rate else argparse.SUPPRESS,
+    )
     w.add_argument("--arrival", help="poisson, gamma, fixed or staged (default: the profile's)")
     w.add_argument("--burstiness", type=float, help="gamma shape k (1 = Poisson, < 1 burstier)")
     w.add_argument("--length-scale", type=float, help="multiply every token length")
@@ -100,7 +105,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--machines",
         metavar="ADDRS",
         help="spread the lab over machines: wire addresses, this machine's first (e.g. "
-        "10.254.0.1,10.254.0.2; scripts/peer.sh makes a second one here; docs/SCALE.md). "
+        "198.19.254.1,198.19.254.2; scripts/peer.sh makes a second one here; docs/SCALE.md). "
         "Locust runs a master here and a worker on every machine",
     )
     add_link_arguments(lab)

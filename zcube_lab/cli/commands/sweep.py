@@ -46,22 +46,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--slo",
         help="required: per-request targets <ttft|tpot|e2e>[_pNN]=<value><s|ms>, comma-separated,"
-        " e.g. ttft_p99=2s,tpot=50ms",
+        " e.g. ttft_p99=2s,tpot=50ms: 99%% of requests within 2 s to the first token, and a "
+        "share --attainment (90%%) within 50 ms per output token, i.e. tpot's p90; tables and "
+        "plots show each target with its percentile",
     )
     s.add_argument(
         "--attainment",
         type=float,
         default=0.9,
-        help="share of requests that must meet a target written without _pNN (DistServe: 0.9)",
+        help="share of requests that must meet a target written without _pNN, i.e. the "
+        "percentile it sets (0.9: tpot=50ms means tpot_p90=50ms; DistServe's)",
     )
     s.add_argument(
         "--report-only",
         type=Path,
         metavar="DIR",
-        help="re-render the table and sweep.png of a sweep folder from its sweep.json",
+        help="run nothing: rebuild the report (the tables and sweep.png) from the sweep "
+        "folder DIR that an earlier sweep wrote (its sweep.json)",
     )
     add_variant_arguments(parser.add_argument_group("fabrics"), "runs per fabric and rate")
-    add_run_arguments(parser)
+    add_run_arguments(parser, rate=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     plan, result = _plan(args)
     out_dir = result.dir
     assert out_dir is not None  # _plan names the folder
-    console.print(f"sweep: at most {len(plan)} runs, SLO {result.slo.text} -> {out_dir}")
+    console.print(f"sweep: at most {len(plan)} runs, SLO {result.slo.shown} -> {out_dir}")
     result, status = _run_all(plan, result, console)
     if result.runs:
         _report(result, out_dir, console)
@@ -94,7 +98,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
 
     if not args.slo:
         raise ConfigError("slo", args.slo, "required: e.g. --slo ttft_p99=2s,tpot=50ms")
-    if args.rate is not None:
+    if args.rate is not None:  # a hidden option (argparse would take --rate for --rates)
         raise ConfigError("rate", args.rate, "not used by sweep: give --rates")
     slo = parse_slo(args.slo, args.attainment)
     rates = parse_rates(args.rates)
@@ -168,7 +172,7 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
 
     png = plot_sweep(result, out_dir / "sweep.png")
     out = Console()
-    table = Table(title=escape(f"{result.workload}: SLO {result.slo.text}, medians [min-max]"))
+    table = Table(title=escape(f"{result.workload}: SLO {result.slo.shown}, medians [min-max]"))
     rows = point_rows(result)
     last = len(POINT_COLUMNS) - 1
     notes: list[str] = []

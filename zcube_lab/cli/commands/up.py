@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--machines",
         metavar="ADDRS",
         help="spread the fabric over lab machines: wire addresses, this machine's first, e.g. "
-        "10.254.0.1,10.254.0.2 (scripts/peer.sh makes a second one here; docs/SCALE.md)",
+        "198.19.254.1,198.19.254.2 (scripts/peer.sh makes a second one here; docs/SCALE.md)",
     )
     lab.add_argument("--no-ping", action="store_true", help="skip the all-pairs check")
     lab.add_argument("--cli", action="store_true", help="stay up with Mininet's CLI")

@@ -12,9 +12,10 @@ Wiring (docs/DOMAIN.md §2):
   per group of `servers_per_leaf` servers); leaves meshed to every spine. One NIC port per GPU at
   the full NIC rate. With `planes` P > 1 (multi-plane, as MRC deploys it): P identical,
   disconnected leaf-spine planes `p<k>leaf<i>`, `p<k>spine<j>`; NIC port k (`h<gid>-eth<k>`,
-  address `10.<k>.<server>.<rank+1>`) goes to plane k, and every link of plane k runs at
-  NIC rate / P, so the planes together carry what one plane would.
+  an address of plane k) goes to plane k, and every link of plane k runs at NIC rate / P, so
+  the planes together carry what one plane would.
 - clos: leaf-spine where all GPUs of a server sit under one leaf.
+Addresses follow the lab's one address plan (`zcube_lab.core.fabric.addressing`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ from collections.abc import Callable
 from typing import Any
 
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.addressing import (
+    MAX_COLUMNS,
+    check_rows,
+    fabric_address,
+    plane_network,
+    plane_rows,
+    row_network,
+)
 from zcube_lab.core.fabric.description import (
     Fabric,
     FabricSpec,
@@ -84,14 +93,14 @@ def _largest_divisor_upto(n: int, cap: int) -> int:
 def zcube_addresses(gid: int, n: int) -> tuple[str, str]:
     """Fabric addresses of NIC `gid`: port 1 (on A[s]) and port 2 (on B[r])."""
     s, r = divmod(gid, n)
-    return f"10.1.{s}.{r + 1}", f"10.2.{r}.{s + 1}"
+    return fabric_address(0, 2, s, r), fabric_address(1, 2, r, s)
 
 
 def build_zcube(
     n: int = 4, m: int = 1, gpus_per_server: int | None = None, nic_gbps: float = DEFAULT_NIC_GBPS
 ) -> Fabric:
     """ZCube: n A switches, n B switches, n*n dual-port NICs, m links per A-B pair."""
-    n = _require_int("n", n, 2, 250)
+    n = _require_int("n", n, 2, plane_rows(2))
     m = _require_int("m", m, 1, 16)
     nic = _require_rate("nic_gbps", nic_gbps)
     if gpus_per_server is None:
@@ -115,10 +124,10 @@ def build_zcube(
         # otherwise dst port 1 is reached via B[r] (leave on port 2) and dst port 2 via A[s]
         # (leave on port 1): the two link-disjoint 2-hop paths.
         routes = (
-            Route(f"10.1.{s}.0/24", 0),
-            Route(f"10.2.{r}.0/24", 1),
-            Route("10.1.0.0/16", 1),
-            Route("10.2.0.0/16", 0),
+            Route(row_network(0, 2, s), 0),
+            Route(row_network(1, 2, r), 1),
+            Route(str(plane_network(0, 2)), 1),
+            Route(str(plane_network(1, 2)), 0),
         )
         hosts.append(Host(name, gid, gid // gps, gid % gps, r, ifaces, routes))
         links.append(Link(name, 0, f"a{s}", r + 1, port))
@@ -217,8 +226,8 @@ def _check_divides_servers(servers_per_leaf: int, servers: int) -> None:
 
 def _single_port_host(gid: int, server: int, rank: int, rail: int) -> Host:
     name = f"h{gid}"
-    iface = Interface(name, 0, f"10.0.{server}.{rank + 1}", _mac(gid, 0))
-    return Host(name, gid, server, rank, rail, (iface,), (Route("10.0.0.0/16", 0),))
+    iface = Interface(name, 0, fabric_address(0, 1, server, rank), _mac(gid, 0))
+    return Host(name, gid, server, rank, rail, (iface,), (Route(str(plane_network(0, 1)), 0),))
 
 
 def _plane_host(gid: int, server: int, rank: int, planes: int) -> Host:
@@ -227,9 +236,10 @@ def _plane_host(gid: int, server: int, rank: int, planes: int) -> Host:
     plane this is the single-port host."""
     name = f"h{gid}"
     ifaces = tuple(
-        Interface(name, k, f"10.{k}.{server}.{rank + 1}", _mac(gid, k)) for k in range(planes)
+        Interface(name, k, fabric_address(k, planes, server, rank), _mac(gid, k))
+        for k in range(planes)
     )
-    routes = tuple(Route(f"10.{k}.0.0/16", k) for k in range(planes))
+    routes = tuple(Route(str(plane_network(k, planes)), k) for k in range(planes))
     return Host(name, gid, server, rank, rank, ifaces, routes)
 
 
@@ -246,9 +256,10 @@ def _check_interface_names(planes: int, links: list[Link]) -> None:
         )
 
 
-def _check_servers(servers: Any, gpus_per_server: Any) -> tuple[int, int]:
+def _check_servers(servers: Any, gpus_per_server: Any, planes: int = 1) -> tuple[int, int]:
     servers = _require_int("servers", servers, 1, 255)
-    gps = _require_int("gpus_per_server", gpus_per_server, 1, 254)
+    check_rows("servers", servers, planes)
+    gps = _require_int("gpus_per_server", gpus_per_server, 1, MAX_COLUMNS)
     return servers, gps
 
 
@@ -263,10 +274,10 @@ def build_roft(
 ) -> Fabric:
     """Rail-optimised fat tree: one leaf per rail per server group, leaves meshed to spines;
     `planes` > 1 builds that many disconnected copies, one NIC port into each."""
-    servers, gps = _check_servers(servers, gpus_per_server)
+    planes = _require_int("planes", planes, 1, MAX_PLANES)
+    servers, gps = _check_servers(servers, gpus_per_server, planes)
     spines = _require_int("spines", spines, 1)
     nic = _require_rate("nic_gbps", nic_gbps)
-    planes = _require_int("planes", planes, 1, MAX_PLANES)
     spl = servers if servers_per_leaf is None else servers_per_leaf
     spl = _require_int("servers_per_leaf", spl, 1)
     _check_divides_servers(spl, servers)

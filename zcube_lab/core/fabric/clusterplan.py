@@ -29,14 +29,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.addressing import MGMT_PREFIX_LEN, mgmt_root_address
 from zcube_lab.core.fabric.description import Fabric, Link
-from zcube_lab.core.fabric.hostplan import (
-    MGMT_BRIDGE,
-    MGMT_PREFIX_LEN,
-    MGMT_ROOT_IP,
-    management_interface,
-    management_peer,
-)
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_interface, management_peer
 from zcube_lab.core.fabric.linkplan import (
     Batch,
     LinkSettings,
@@ -84,13 +79,6 @@ def check_machine_list(addresses: Sequence[str]) -> None:
             ok = False
         if not ok:
             raise ConfigError("machines", a, allowed)
-
-
-def mgmt_root_address(machine: int) -> str:
-    """The management address of machine `machine`'s root namespace (machine 0: the one-machine
-    lab's `MGMT_ROOT_IP`)."""
-    base = int(MGMT_ROOT_IP.rsplit(".", 1)[1])
-    return f"{MGMT_ROOT_IP.rsplit('.', 1)[0]}.{base - machine}"
 
 
 def mgmt_tunnel_name(machine: int, other: int) -> str:

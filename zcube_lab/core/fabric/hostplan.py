@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import ipaddress
 
+from zcube_lab.core.fabric.addressing import (
+    MGMT_PREFIX_LEN,
+    MGMT_ROOT_IP,
+    management_address,
+    plane_network,
+)
 from zcube_lab.core.fabric.description import Fabric, Host
 
 SOURCE_TABLE_BASE = 100
 MGMT_BRIDGE = "zcl-mgmt"
-MGMT_ROOT_IP = "10.255.255.254"
-MGMT_PREFIX_LEN = 16
-
-
-def management_address(gid: int) -> str:
-    """Management (front-end network) address of GPU host `gid`: API and metrics live here, so
-    they never cross the fabric under test."""
-    return f"10.255.{gid // 250}.{gid % 250 + 1}"
 
 
 def management_interface(host: Host) -> str:
@@ -108,15 +106,16 @@ def ip_batch(fabric: Fabric, host: Host, mtu: int) -> list[str]:
 
 
 def kv_source_map(fabric: Fabric, host: Host) -> tuple[tuple[str, str], ...]:
-    """For a ZCube host: pull port-2 addresses (10.2/16) from local port 1 and port-1 addresses
-    (10.1/16) from local port 2, so each KV lane takes its own link-disjoint path, both NIC
-    ports carry it at both ends, and same-rail or same-segment pairs do not squeeze the whole
-    transfer through one port. Other fabrics: no mapping. A multi-plane ROFT needs none either:
-    plane k's addresses are routed out of port k, so each pull already stays in its plane."""
+    """For a ZCube host: pull port-2 addresses (group B's plane) from local port 1 and port-1
+    addresses (group A's) from local port 2, so each KV lane takes its own link-disjoint path,
+    both NIC ports carry it at both ends, and same-rail or same-segment pairs do not squeeze the
+    whole transfer through one port. Other fabrics: no mapping. A multi-plane ROFT needs none
+    either: plane k's addresses are routed out of port k, so each pull already stays in its
+    plane."""
     if fabric.kind != "zcube":
         return ()
     p1, p2 = host.interfaces
-    return (("10.2.0.0/16", p1.ip), ("10.1.0.0/16", p2.ip))
+    return ((str(plane_network(1, 2)), p1.ip), (str(plane_network(0, 2)), p2.ip))
 
 
 def sysctls(host: Host) -> list[str]:
