@@ -3,13 +3,15 @@ saturation, judged against an SLO (`emulator.results.goodput`). Used by `zcube-l
 
 Plan (pure): the rates ascend; at each rate every variant runs once per repeat, repeat-major
 (all variants once, then again), as `comparison.interleave` orders a comparison; then the next
-rate. Every run has the same seed, so the rate changes only the arrival gaps, never what the
-i-th request is (`workloads.requests`). A run's tag is `<rate>rps-r<repeat>` (with its policy
-in front when the variants' policies differ).
+rate. Repeat k runs with seed `seed + k - 1` at every rate and on every fabric: the rate changes
+only the arrival gaps, never what the i-th request is (`workloads.requests`), and the repeats
+see different workloads, so their spread is the workload's as well as the emulator's. A run's
+tag is `<rate>rps-r<repeat>` (with its policy in front when the variants' policies differ).
 
 Names: a *run point* (`RunPoint`) is what one run measured at its rate; a *point* (`Point`) is
 one variant at one rate over its repeats (medians and [min-max]). A point *met the SLO* when
-every repeat met it, and is *trustworthy* when every repeat was (issue 11's verdict).
+every repeat met it, and is *trustworthy* when every repeat was (issue 11's verdict). A run's
+*sent* rate counts the requests that arrived in the load window (`--duration`), over it.
 
 Stop rule (`past_saturation`): a variant's ramp stops after a rate at which every repeat missed
 the SLO and, in every repeat, the achieved throughput was below `STOP_SHARE` of the offered
@@ -19,10 +21,10 @@ sent over the arrival window), so a Poisson draw below the nominal rate is not r
 behind. The rule uses untrustworthy runs too (at such a rate the lab is overloaded
 anyway); it only saves time, never picks the result.
 
-Result (`max_rates`): each variant's *maximum rate meeting the SLO* is the highest rate whose
-point met the SLO and was trustworthy; an untrustworthy point is never used (rates that met
-but were not trustworthy are listed as excluded). Its spread: per repeat, the highest rate
-that repeat met while trustworthy. The ratio is the variant's maximum over the baseline's.
+Result (`max_rates`): each variant's *capacity* by `emulator.results.capacity`'s rule: per
+repeat, the highest rate with every rate up to it met (censored, "at least", when an
+untrustworthy run or the ladder's top stopped the walk); the figure is the repeats' median
+with their spread, and the ratio to the baseline's a number only when neither is censored.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from typing import Any
 
 from emulator.experiment.comparison import PlannedRun, Variant, run_planned
 from emulator.experiment.launcher import RunResult
+from emulator.results.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
 from emulator.results.figures import read_jsonl
-from emulator.results.goodput import Slo, goodput, parse_slo
+from emulator.results.goodput import Slo, arrived_in_window, goodput, parse_slo
 from emulator.results.summary import RunSummary
 from zcube_lab.errors import ConfigError
 
@@ -89,7 +92,8 @@ def plan_sweep(
     variants: Sequence[Variant], rates: Sequence[float], repeat: int
 ) -> list[PlannedRun]:
     """Every variant at every rate `repeat` times: rates ascending, repeats interleaved within
-    a rate; each config carries its rate and is tagged `[<policy>-]<rate>rps-r<repeat>`."""
+    a rate; each config carries its rate and repeat k's seed (the variant's seed + k - 1) and is
+    tagged `[<policy>-]<rate>rps-r<repeat>`."""
     if repeat < 1:
         raise ConfigError("repeat", repeat, "at least 1")
     tag_policy = len({v.policy for v in variants}) > 1
@@ -100,7 +104,7 @@ def plan_sweep(
             for v in variants:
                 tag = f"{rate_tag(rate)}rps-r{rep}"
                 tag = f"{v.policy}-{tag}" if tag_policy else tag
-                cfg = replace(v.config, rate=rate, tag=tag)
+                cfg = replace(v.config, rate=rate, tag=tag, seed=v.config.seed + rep - 1)
                 runs.append(PlannedRun(len(runs) + 1, total, rep, repeat, v, cfg))
     return runs
 
@@ -115,7 +119,7 @@ class RunPoint:
     run: str  # the run folder's name
     requests: int
     failed: int
-    sent_per_s: float | None  # the arrivals the run drew (Poisson: near the rate, not at it)
+    sent_per_s: float | None  # requests that arrived in the load window, per second of it
     achieved_per_s: float | None
     ttft_p50_s: float | None
     ttft_p99_s: float | None
@@ -163,7 +167,7 @@ def run_point(
         run=summary.run,
         requests=c.requests,
         failed=c.failed,
-        sent_per_s=len(records) / window_s if window_s > 0 else None,
+        sent_per_s=len(arrived_in_window(records, window_s)) / window_s if window_s > 0 else None,
         achieved_per_s=c.requests_per_s,
         ttft_p50_s=c.ttft_p50_s,
         ttft_p99_s=c.ttft_p99_s,
@@ -252,49 +256,17 @@ def past_saturation(point: Point, slo: Slo) -> bool:
     return bool(point.runs) and all(not r.slo_met and saturated(r) for r in point.runs)
 
 
-@dataclass(frozen=True)
-class MaxRate:
-    """A variant's maximum rate meeting the SLO (None: no trustworthy rate met it)."""
-
-    variant: str
-    rate: float | None
-    per_repeat: Mapping[int, float | None]  # repeat -> the highest rate it met, trustworthy
-    ratio: float | None  # rate over the baseline's
-    excluded: tuple[float, ...]  # higher rates that met the SLO but were not trustworthy
-    stopped_after: float | None  # the rate after which the stop rule ended the ramp
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "per_repeat": {str(k): v for k, v in self.per_repeat.items()},
-            "excluded": list(self.excluded),
-        }
+MaxRate = FabricCapacity  # a variant's capacity row (emulator.results.capacity)
 
 
 def max_rates(runs: Sequence[RunPoint], slo: Slo, baseline: str) -> list[MaxRate]:
-    """Each variant's maximum rate meeting the SLO, its spread and its ratio to the baseline's."""
-    by_variant: dict[str, list[Point]] = {}
+    """Each variant's capacity, its spread and its ratio to the baseline's, with the rate
+    after which the stop rule ended its ramp."""
+    stops: dict[str, float] = {}
     for p in points(runs):
-        by_variant.setdefault(p.variant, []).append(p)
-    best = {v: max((p.rate for p in ps if p.met and p.trustworthy), default=None)
-            for v, ps in by_variant.items()}  # fmt: skip
-    base = best.get(baseline)
-    out = []
-    for v, ps in by_variant.items():
-        rate = best[v]
-        repeats = sorted({r.repeat for p in ps for r in p.runs})
-        per_repeat = {
-            k: max((r.rate for p in ps for r in p.runs
-                    if r.repeat == k and r.slo_met and r.trustworthy), default=None)
-            for k in repeats
-        }  # fmt: skip
-        excluded = tuple(
-            p.rate for p in ps if p.met and not p.trustworthy and (rate is None or p.rate > rate)
-        )
-        stop = next((p.rate for p in ps if past_saturation(p, slo)), None)
-        ratio = rate / base if rate is not None and base else None
-        out.append(MaxRate(v, rate, per_repeat, ratio, excluded, stop))
-    return out
+        if p.variant not in stops and past_saturation(p, slo):
+            stops[p.variant] = p.rate
+    return fabric_capacities(runs, baseline, stops)
 
 
 @dataclass(frozen=True)
@@ -329,6 +301,7 @@ class SweepResult:
             "baseline": self.baseline,
             "variants": list(self.variants),
             "stop_rule": STOP_RULE,
+            "capacity_rule": CAPACITY_RULE,
             "runs": [r.to_dict() for r in self.runs],
             "max_rates": [m.to_dict() for m in self.max_rates()],
         }

@@ -184,7 +184,8 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     for note in notes:
         out.print(escape(note), soft_wrap=True)
     table = Table(
-        title=f"maximum rate meeting the SLO (trustworthy points only), vs {result.baseline}"
+        title=f"capacity: the highest rate with every rate up to it met (>= censored), vs "
+        f"{result.baseline}"
     )
     for name in MAX_RATE_COLUMNS:
         table.add_column(name, no_wrap=name != "notes", overflow="ellipsis")
