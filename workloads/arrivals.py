@@ -116,10 +116,13 @@ def counted(
     else:
         gaps = [rng.gammavariate(burstiness, 1.0) for _ in range(n + 1)]
     total = sum(gaps)
+    # Very bursty gaps (shape far below 1) can leave the last gap below the rounding of the
+    # sum: keep every time inside the window.
+    last = math.nextafter(duration, 0.0)
     times, t = [], 0.0
     for g in gaps[:n]:
         t += g
-        times.append(duration * t / total)
+        times.append(min(duration * t / total, last))
     return times
 
 
