@@ -25,6 +25,8 @@ Result (`max_rates`): each variant's *capacity* by `emulator.results.capacity`'s
 repeat, the highest rate with every rate up to it met (censored, "at least", when an
 untrustworthy run or the ladder's top stopped the walk); the figure is the repeats' median
 with their spread, and the ratio to the baseline's a number only when neither is censored.
+With `refine` N, after the ladder each variant runs N more rates, every repeat at each, each
+the midpoint of its knee's bracket (`capacity.refine_rate`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ from typing import Any
 
 from emulator.experiment.comparison import PlannedRun, Variant, run_planned
 from emulator.experiment.launcher import RunResult
-from emulator.results.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
+from emulator.results.capacity import (
+    CAPACITY_RULE,
+    FabricCapacity,
+    fabric_capacities,
+    refine_rate,
+)
 from emulator.results.figures import read_jsonl
 from emulator.results.goodput import Slo, arrived_in_window, goodput, parse_slo
 from emulator.results.summary import RunSummary
@@ -282,6 +289,7 @@ class SweepResult:
     variants: tuple[str, ...]
     runs: tuple[RunPoint, ...]
     dir: Path | None = field(default=None, compare=False, repr=False)
+    refine: int = 0  # rates bisected per variant after the ladder (`--refine`)
 
     def points(self) -> list[Point]:
         """Every (variant, rate) point measured."""
@@ -300,6 +308,7 @@ class SweepResult:
             "repeat": self.repeat,
             "baseline": self.baseline,
             "variants": list(self.variants),
+            "refine": self.refine,
             "stop_rule": STOP_RULE,
             "capacity_rule": CAPACITY_RULE,
             "runs": [r.to_dict() for r in self.runs],
@@ -323,6 +332,7 @@ class SweepResult:
             variants=tuple(data["variants"]),
             runs=tuple(RunPoint.from_dict(r) for r in data["runs"]),
             dir=dir,
+            refine=data.get("refine", 0),
         )
 
     def write(self, out_dir: Path) -> Path:
@@ -350,16 +360,19 @@ def run_sweep(
     starting: Callable[[PlannedRun], None] | None = None,
     skipped: Callable[[PlannedRun], None] | None = None,
     execute: Execute | None = None,
+    refine: int = 0,
 ) -> Iterator[RunPoint]:
     """Run the plan in order, yielding each run's point as it completes; once a rate's repeats
-    are done, a variant past saturation skips its higher rates (`skipped` is told of each).
-    `execute` runs one planned run (default: the lab, which needs root)."""
+    are done, a variant past saturation skips its higher rates (`skipped` is told of each);
+    then `refine` bisection rates per variant. `execute` runs one planned run (default: the
+    lab, which needs root)."""
 
     def lab(p: PlannedRun) -> RunResult:
         return next(iter(run_planned([p], progress=progress)))[1]
 
     run_one = execute or lab
     stopped: set[str] = set()
+    done: list[RunPoint] = []
     for rate in sorted({p.config.rate for p in plan if p.config.rate is not None}):
         at_rate: list[RunPoint] = []
         for planned in (p for p in plan if p.config.rate == rate):
@@ -374,6 +387,43 @@ def run_sweep(
             point = run_point(
                 rate, planned.repeat, result.summary, records, slo, planned.config.duration_s
             )
+            done.append(point)
             at_rate.append(point)
             yield point
         stopped |= {p.variant for p in points(at_rate) if past_saturation(p, slo)}
+    if refine:
+        yield from _refine(plan, slo, done, refine, run_one, starting)
+
+
+def _refine(
+    plan: Sequence[PlannedRun],
+    slo: Slo,
+    done: list[RunPoint],
+    steps: int,
+    run_one: Execute,
+    starting: Callable[[PlannedRun], None] | None,
+) -> Iterator[RunPoint]:
+    """`steps` rounds: every variant with a knee bracket runs its midpoint, every repeat,
+    repeats interleaved across the variants as in the ladder."""
+    variants = list({p.variant.label: p.variant for p in plan}.values())
+    repeats = max((p.repeats for p in plan), default=1)
+    number, total = len(plan), len(plan) + steps * len(variants) * repeats  # at most
+    for _ in range(steps):
+        runs: list[PlannedRun] = []
+        for v in variants:
+            rate = refine_rate([r for r in done if r.variant == v.label])
+            if rate is not None:
+                runs += [p for p in plan_sweep(variants, [rate], repeats) if p.variant == v]
+        for planned in sorted(runs, key=lambda p: p.repeat):
+            number += 1
+            planned = replace(planned, number=number, total=total)
+            if starting is not None:
+                starting(planned)
+            result = run_one(planned)
+            records = read_jsonl(result.path / "requests.jsonl")
+            rate = planned.config.rate or 0.0
+            point = run_point(
+                rate, planned.repeat, result.summary, records, slo, planned.config.duration_s
+            )
+            done.append(point)
+            yield point

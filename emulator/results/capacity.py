@@ -15,6 +15,11 @@ Semantics (issue 22):
   [median of the lower ends, median of the upper ends]. When the two agree (a censored repeat
   far above the median cannot move it) the capacity is exact, else it is censored with its
   lower end as the figure ("at least R") and an upper end when one is known.
+- *Refinement* (`refine_rate`, `zcube-lab sweep --refine N`): the knee lies between the last
+  rate every repeat met (every rate below it met too, all trustworthy) and the next rate run;
+  the next rate to try is their midpoint, so N more rates, every repeat at each, halve that
+  bracket N times. There is none to try when the bracket's top was not trustworthy (the
+  result is censored there: refining cannot help) or when no rate was missed.
 - A *ratio* between two capacities is a number only when both are exact and the baseline's is
   above 0; otherwise it is the interval the two capacities' intervals allow, written as a bound
   (`>= 1.50x`, `<= 0.67x`, `1.50x-2.00x`) or `unknown`.
@@ -190,6 +195,28 @@ def ratio(value: Capacity, base: Capacity) -> Ratio:
     low = value.rate / base.upper  # 0 when the base is unbounded
     high = value.upper / base.rate if base.rate > 0 else math.inf
     return Ratio(low, high)
+
+
+REFINE_DIGITS = 3  # a refined rate is rounded to this many decimals (run tags stay short)
+
+
+def refine_rate(trials: Iterable[Trial]) -> float | None:
+    """The midpoint of one variant's knee bracket (the module docstring), or None when there
+    is no bracket to narrow."""
+    by_rate: dict[float, list[Trial]] = {}
+    for t in trials:
+        by_rate.setdefault(t.rate, []).append(t)
+    lo = 0.0
+    for rate in sorted(by_rate):
+        runs = by_rate[rate]
+        if not all(t.trustworthy for t in runs):
+            return None
+        if all(t.slo_met for t in runs):
+            lo = rate
+            continue
+        mid = round((lo + rate) / 2, REFINE_DIGITS)
+        return mid if lo < mid < rate else None
+    return None
 
 
 @dataclass(frozen=True)

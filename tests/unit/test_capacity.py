@@ -15,6 +15,7 @@ from emulator.results.capacity import (
     capacity,
     fabric_capacities,
     ratio,
+    refine_rate,
     repeat_capacity,
 )
 
@@ -134,3 +135,16 @@ def test_fabric_capacities_per_variant_with_ratios_stops_and_plain_json() -> Non
     # Without the baseline's runs every ratio is unknown.
     (alone,) = fabric_capacities(ladder("m", "x"), "roft")
     assert alone.ratio is not None and alone.ratio.text() == "unknown"
+
+
+def test_refinement_bisects_between_the_last_rate_every_repeat_met_and_the_next() -> None:
+    two = [*ladder("m", "m", "x", repeat=1), *ladder("m", "m", "m", "x", repeat=2)]
+    assert refine_rate(two) == 3.0  # 2 met by both, 4 missed by one: try 3
+    assert refine_rate([*two, T(3.0, repeat=1), T(3.0, repeat=2)]) == 3.5
+    assert refine_rate([*two, T(3.0, False, repeat=1), T(3.0, repeat=2)]) == 2.5
+    assert refine_rate(ladder("x")) == 0.5  # below the lowest rate: from 0
+    assert refine_rate(ladder("m", "u", "x")) is None  # censored: refining cannot help
+    assert refine_rate(ladder("m", "m")) is None  # nothing missed: no bracket
+    # Rounded to 3 decimals; a bracket that no longer splits ends the refinement.
+    assert refine_rate([T(1.0), T(1.001, False)]) is None
+    assert refine_rate([T(1.0), T(1.5, False)]) == 1.25

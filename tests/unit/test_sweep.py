@@ -198,3 +198,34 @@ def test_run_sweep_skips_a_variant_past_saturation(tmp_path: Path) -> None:
     zcube_ratio = table["zcube"].ratio
     assert zcube_ratio is not None and zcube_ratio.text() == ">= 4.00x"
     assert table["roft"].stopped_after == 2.0
+
+
+def test_run_sweep_refines_the_knee_by_bisection(tmp_path: Path) -> None:
+    specs = fabric_specs(["zcube", "roft"], 16, 2)
+    variants = plan_variants(RunConfig(fabric=specs["zcube"], duration_s=10), specs, ["ecmp"])
+    plan = plan_sweep(variants, [1.0, 2.0, 4.0], repeat=2)
+    capacity = {"zcube": 10.0, "roft": 1.6}  # roft: met at 1, missed at 2
+
+    def fake(p: PlannedRun) -> RunResult:
+        rate = p.config.rate or 0.0
+        achieved = min(rate, capacity[p.variant.label])
+        n = int(rate * 10)
+        folder = tmp_path / f"{p.variant.label}-{rate:g}-{p.repeat}"
+        folder.mkdir()
+        rec = {"outcome": "ok", "ttft_s": 0.5 if achieved == rate else 9.0, "tpot_s": 0.02}
+        (folder / "requests.jsonl").write_text("".join(json.dumps(rec) + "\n" for _ in range(n)))
+        return RunResult(folder, _summary(p.variant.label, achieved))
+
+    ran: list[PlannedRun] = []
+    got = list(run_sweep(plan, SLO, starting=ran.append, execute=fake, refine=2))
+    extra = [(p.variant.label, p.config.rate, p.repeat, p.config.tag) for p in ran[10:]]
+    # roft's bracket [1, 2] is tried at 1.5 (met), then [1.5, 2] at 1.75 (missed); zcube met
+    # every rate, so it has no bracket and runs nothing more.
+    assert extra == [
+        ("roft", 1.5, 1, "1.5rps-r1"), ("roft", 1.5, 2, "1.5rps-r2"),
+        ("roft", 1.75, 1, "1.75rps-r1"), ("roft", 1.75, 2, "1.75rps-r2"),
+    ]  # fmt: skip
+    assert [p.number for p in ran[10:]] == [13, 14, 15, 16] and {p.total for p in ran[10:]} == {20}
+    assert {p.config.seed for p in ran[10:] if p.repeat == 2} == {2}
+    table = {m.variant: m for m in max_rates(got, SLO, "roft")}
+    assert table["roft"].rate == 1.5 and not table["roft"].capacity.censored

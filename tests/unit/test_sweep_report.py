@@ -100,5 +100,10 @@ def test_the_sweep_is_planned_and_refused_before_any_run(tmp_path: Path) -> None
     assert empty.dir is not None and empty.dir.parent == tmp_path.resolve()
     assert {p.config.results_root for p in plan} == {empty.dir}  # runs inside the sweep folder
     assert not empty.dir.exists()  # nothing written before a run starts
-    for argv in (["--slo", "ttft=1s", "--rate", "4"], ["--rates", "1,2"]):
+    assert empty.refine == 0
+    refined = parser.parse_args(["sweep", "--slo", "ttft=1s", "--refine", "3"])
+    assert sweep_command._plan(refined)[1].refine == 3
+    bad = (["--slo", "ttft=1s", "--rate", "4"], ["--rates", "1,2"],
+           ["--slo", "ttft=1s", "--refine", "11"])  # fmt: skip
+    for argv in bad:
         assert cli.main(["sweep", *argv, "--results", str(tmp_path)]) == 2

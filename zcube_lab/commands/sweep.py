@@ -55,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of requests that must meet a target written without _pNN (DistServe: 0.9)",
     )
     s.add_argument(
+        "--refine",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the ladder, N more rates per fabric bisecting its knee (last met-first missed)",
+    )
+    s.add_argument(
         "--report-only",
         type=Path,
         metavar="DIR",
@@ -97,12 +104,15 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
         raise ConfigError("rate", args.rate, "not used by sweep: give --rates")
     slo = parse_slo(args.slo, args.attainment)
     rates = parse_rates(args.rates)
+    if not 0 <= args.refine <= 10:
+        raise ConfigError("refine", args.refine, "0 (off) to 10 bisection rates")
     out_dir = args.results.resolve() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     args.results = out_dir  # the runs' folders go inside the sweep's
     _kinds, _specs, variants, baseline = variants_from_args(args)
     plan = plan_sweep(variants, rates, args.repeat)
     labels = tuple(v.label for v in variants)
-    empty = SweepResult(args.workload, slo, rates, args.repeat, baseline, labels, (), out_dir)
+    empty = SweepResult(args.workload, slo, rates, args.repeat, baseline, labels, (), out_dir,
+                        refine=args.refine)  # fmt: skip
     return plan, empty
 
 
@@ -134,7 +144,7 @@ def _run_all(
     signal.signal(signal.SIGTERM, raise_interrupt)
     assert result.dir is not None
     try:
-        for pt in run_sweep(plan, result.slo, progress, starting, skipped):
+        for pt in run_sweep(plan, result.slo, progress, starting, skipped, refine=result.refine):
             result = replace(result, runs=(*result.runs, pt))
             result.write(result.dir)
             met = "met" if pt.slo_met else "missed"
