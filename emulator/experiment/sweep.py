@@ -3,13 +3,16 @@ saturation, judged against an SLO (`emulator.results.goodput`). Used by `zcube-l
 
 Plan (pure): the rates ascend; at each rate every variant runs once per repeat, repeat-major
 (all variants once, then again), as `comparison.interleave` orders a comparison; then the next
-rate. Every run has the same seed, so the rate changes only the arrival gaps, never what the
-i-th request is (`workloads.requests`). A run's tag is `<rate>rps-r<repeat>` (with its policy
-in front when the variants' policies differ).
+rate. Repeat k runs with seed `seed + k - 1` at every rate and on every fabric: the rate changes
+only the arrival gaps, never what the i-th request is (`workloads.requests`), and the repeats
+see different workloads, so their spread is the workload's as well as the emulator's. A run's
+tag is `<rate>rps-r<repeat>` (with its policy in front when the variants' policies differ).
 
-The run points, the points, the stop rule and the maximum rates are pure result logic:
-`emulator.results.sweeppoints`. The ramp here (`run_sweep`) skips a variant's higher rates once
-the stop rule (`past_saturation`) holds for it.
+The run points, the points, the stop rule and the capacities are pure result logic:
+`emulator.results.sweeppoints` and `emulator.results.capacity`. The ramp here (`run_sweep`)
+skips a variant's higher rates once the stop rule (`past_saturation`) holds for it. With
+`refine` N, after the ladder each variant runs N more rates, every repeat at each, each
+the midpoint of its knee's bracket (`emulator.results.capacity.refine_rate`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import replace
 
 from emulator.experiment.comparison import PlannedRun, Variant, run_planned
 from emulator.experiment.launcher import RunResult
+from emulator.results.capacity import refine_rate
 from emulator.results.figures import read_jsonl
 from emulator.results.goodput import Slo
 from emulator.results.sweeppoints import RunPoint, past_saturation, points, rate_tag, run_point
@@ -60,7 +64,8 @@ def plan_sweep(
     variants: Sequence[Variant], rates: Sequence[float], repeat: int
 ) -> list[PlannedRun]:
     """Every variant at every rate `repeat` times: rates ascending, repeats interleaved within
-    a rate; each config carries its rate and is tagged `[<policy>-]<rate>rps-r<repeat>`."""
+    a rate; each config carries its rate and repeat k's seed (the variant's seed + k - 1) and is
+    tagged `[<policy>-]<rate>rps-r<repeat>`."""
     if repeat < 1:
         raise ConfigError("repeat", repeat, "at least 1")
     tag_policy = len({v.policy for v in variants}) > 1
@@ -71,7 +76,7 @@ def plan_sweep(
             for v in variants:
                 tag = f"{rate_tag(rate)}rps-r{rep}"
                 tag = f"{v.policy}-{tag}" if tag_policy else tag
-                cfg = replace(v.config, rate=rate, tag=tag)
+                cfg = replace(v.config, rate=rate, tag=tag, seed=v.config.seed + rep - 1)
                 runs.append(PlannedRun(len(runs) + 1, total, rep, repeat, v, cfg))
     return runs
 
@@ -86,16 +91,19 @@ def run_sweep(
     starting: Callable[[PlannedRun], None] | None = None,
     skipped: Callable[[PlannedRun], None] | None = None,
     execute: Execute | None = None,
+    refine: int = 0,
 ) -> Iterator[RunPoint]:
     """Run the plan in order, yielding each run's point as it completes; once a rate's repeats
-    are done, a variant past saturation skips its higher rates (`skipped` is told of each).
-    `execute` runs one planned run (default: the lab, which needs root)."""
+    are done, a variant past saturation skips its higher rates (`skipped` is told of each);
+    then `refine` bisection rates per variant. `execute` runs one planned run (default: the
+    lab, which needs root)."""
 
     def lab(p: PlannedRun) -> RunResult:
         return next(iter(run_planned([p], progress=progress)))[1]
 
     run_one = execute or lab
     stopped: set[str] = set()
+    done: list[RunPoint] = []
     for rate in sorted({p.config.rate for p in plan if p.config.rate is not None}):
         at_rate: list[RunPoint] = []
         for planned in (p for p in plan if p.config.rate == rate):
@@ -110,6 +118,43 @@ def run_sweep(
             point = run_point(
                 rate, planned.repeat, result.summary, records, slo, planned.config.duration_s
             )
+            done.append(point)
             at_rate.append(point)
             yield point
         stopped |= {p.variant for p in points(at_rate) if past_saturation(p, slo)}
+    if refine:
+        yield from _refine(plan, slo, done, refine, run_one, starting)
+
+
+def _refine(
+    plan: Sequence[PlannedRun],
+    slo: Slo,
+    done: list[RunPoint],
+    steps: int,
+    run_one: Execute,
+    starting: Callable[[PlannedRun], None] | None,
+) -> Iterator[RunPoint]:
+    """`steps` rounds: every variant with a knee bracket runs its midpoint, every repeat,
+    repeats interleaved across the variants as in the ladder."""
+    variants = list({p.variant.label: p.variant for p in plan}.values())
+    repeats = max((p.repeats for p in plan), default=1)
+    number, total = len(plan), len(plan) + steps * len(variants) * repeats  # at most
+    for _ in range(steps):
+        runs: list[PlannedRun] = []
+        for v in variants:
+            rate = refine_rate([r for r in done if r.variant == v.label])
+            if rate is not None:
+                runs += [p for p in plan_sweep(variants, [rate], repeats) if p.variant == v]
+        for planned in sorted(runs, key=lambda p: p.repeat):
+            number += 1
+            planned = replace(planned, number=number, total=total)
+            if starting is not None:
+                starting(planned)
+            result = run_one(planned)
+            records = read_jsonl(result.path / "requests.jsonl")
+            rate = planned.config.rate or 0.0
+            point = run_point(
+                rate, planned.repeat, result.summary, records, slo, planned.config.duration_s
+            )
+            done.append(point)
+            yield point

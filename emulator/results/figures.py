@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from emulator.results.goodput import arrived_in_window
 from emulator.results.linkstats import directed_utilization, utilization_summary
 from emulator.results.summary import (
     QUANTILES,
@@ -43,20 +44,23 @@ def _ok(record: Mapping[str, Any]) -> bool:
 
 
 def client_summary(records: Iterable[Mapping[str, Any]], window_s: float) -> ClientFigures:
-    """Throughput and latency quantiles from the client's per-request records."""
+    """Throughput and latency quantiles from the client's per-request records; the throughput
+    counts the completed requests that arrived in the window (`goodput.arrived_in_window`)."""
     recs = list(records)
     ok = [r for r in recs if _ok(r)]
+    counted = arrived_in_window(ok, window_s)
     ttft = [float(r["ttft_s"]) for r in ok if r.get("ttft_s") is not None]
     tpot = [float(r["tpot_s"]) for r in ok if r.get("tpot_s") is not None]
     e2e = [float(r["e2e_s"]) for r in ok if r.get("e2e_s") is not None]
     itl = [float(g) for r in ok for g in r.get("itl_s") or ()]
     tokens = sum(int(r.get("output_tokens") or 0) for r in ok)
+    counted_tokens = sum(int(r.get("output_tokens") or 0) for r in counted)
     out: dict[str, Any] = {
         "requests": len(recs),
         "completed": len(ok),
         "failed": len(recs) - len(ok),
-        "requests_per_s": len(ok) / window_s if window_s > 0 else None,
-        "output_tokens_per_s": tokens / window_s if window_s > 0 else None,
+        "requests_per_s": len(counted) / window_s if window_s > 0 else None,
+        "output_tokens_per_s": counted_tokens / window_s if window_s > 0 else None,
         "output_tokens": tokens,
     }
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):

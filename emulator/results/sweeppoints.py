@@ -1,11 +1,12 @@
 """The load sweep's result logic (pure): what each run measured at its rate, the points over
-repeats, the stop rule and each variant's maximum rate meeting the SLO, and `sweep.json`
+repeats, the stop rule and each variant's capacity, and `sweep.json`
 (`SweepResult`). The ramp that runs the sweep is `emulator.experiment.sweep`; the table and
 plot are `emulator.results.sweepreport`.
 
 Names: a *run point* (`RunPoint`) is what one run measured at its rate; a *point* (`Point`) is
 one variant at one rate over its repeats (medians and [min-max]). A point *met the SLO* when
-every repeat met it, and is *trustworthy* when every repeat was (issue 11's verdict).
+every repeat met it, and is *trustworthy* when every repeat was (issue 11's verdict). A run's
+*sent* rate counts the requests that arrived in the load window (`--duration`), over it.
 
 Stop rule (`past_saturation`): a variant's ramp stops after a rate at which every repeat missed
 the SLO and, in every repeat, the achieved throughput was below `STOP_SHARE` of the offered
@@ -15,10 +16,10 @@ sent over the arrival window), so a Poisson draw below the nominal rate is not r
 behind. The rule uses untrustworthy runs too (at such a rate the lab is overloaded
 anyway); it only saves time, never picks the result.
 
-Result (`max_rates`): each variant's *maximum rate meeting the SLO* is the highest rate whose
-point met the SLO and was trustworthy; an untrustworthy point is never used (rates that met
-but were not trustworthy are listed as excluded). Its spread: per repeat, the highest rate
-that repeat met while trustworthy. The ratio is the variant's maximum over the baseline's.
+Result (`max_rates`): each variant's *capacity* by `emulator.results.capacity`'s rule: per
+repeat, the highest rate with every rate up to it met (censored, "at least", when an
+untrustworthy run or the ladder's top stopped the walk); the figure is the repeats' median
+with their spread, and the ratio to the baseline's a number only when neither is censored.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from emulator.results.goodput import Slo, goodput, parse_slo
+from emulator.results.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
+from emulator.results.goodput import Slo, arrived_in_window, goodput, parse_slo
 from emulator.results.summary import RunSummary
 from zcube_lab.core.errors import ConfigError
 
@@ -58,7 +60,7 @@ class RunPoint:
     run: str  # the run folder's name
     requests: int
     failed: int
-    sent_per_s: float | None  # the arrivals the run drew (Poisson: near the rate, not at it)
+    sent_per_s: float | None  # requests that arrived in the load window, per second of it
     achieved_per_s: float | None
     ttft_p50_s: float | None
     ttft_p99_s: float | None
@@ -106,7 +108,7 @@ def run_point(
         run=summary.run,
         requests=c.requests,
         failed=c.failed,
-        sent_per_s=len(records) / window_s if window_s > 0 else None,
+        sent_per_s=len(arrived_in_window(records, window_s)) / window_s if window_s > 0 else None,
         achieved_per_s=c.requests_per_s,
         ttft_p50_s=c.ttft_p50_s,
         ttft_p99_s=c.ttft_p99_s,
@@ -195,49 +197,17 @@ def past_saturation(point: Point, slo: Slo) -> bool:
     return bool(point.runs) and all(not r.slo_met and saturated(r) for r in point.runs)
 
 
-@dataclass(frozen=True)
-class MaxRate:
-    """A variant's maximum rate meeting the SLO (None: no trustworthy rate met it)."""
-
-    variant: str
-    rate: float | None
-    per_repeat: Mapping[int, float | None]  # repeat -> the highest rate it met, trustworthy
-    ratio: float | None  # rate over the baseline's
-    excluded: tuple[float, ...]  # higher rates that met the SLO but were not trustworthy
-    stopped_after: float | None  # the rate after which the stop rule ended the ramp
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "per_repeat": {str(k): v for k, v in self.per_repeat.items()},
-            "excluded": list(self.excluded),
-        }
+MaxRate = FabricCapacity  # a variant's capacity row (emulator.results.capacity)
 
 
 def max_rates(runs: Sequence[RunPoint], slo: Slo, baseline: str) -> list[MaxRate]:
-    """Each variant's maximum rate meeting the SLO, its spread and its ratio to the baseline's."""
-    by_variant: dict[str, list[Point]] = {}
+    """Each variant's capacity, its spread and its ratio to the baseline's, with the rate
+    after which the stop rule ended its ramp."""
+    stops: dict[str, float] = {}
     for p in points(runs):
-        by_variant.setdefault(p.variant, []).append(p)
-    best = {v: max((p.rate for p in ps if p.met and p.trustworthy), default=None)
-            for v, ps in by_variant.items()}  # fmt: skip
-    base = best.get(baseline)
-    out = []
-    for v, ps in by_variant.items():
-        rate = best[v]
-        repeats = sorted({r.repeat for p in ps for r in p.runs})
-        per_repeat = {
-            k: max((r.rate for p in ps for r in p.runs
-                    if r.repeat == k and r.slo_met and r.trustworthy), default=None)
-            for k in repeats
-        }  # fmt: skip
-        excluded = tuple(
-            p.rate for p in ps if p.met and not p.trustworthy and (rate is None or p.rate > rate)
-        )
-        stop = next((p.rate for p in ps if past_saturation(p, slo)), None)
-        ratio = rate / base if rate is not None and base else None
-        out.append(MaxRate(v, rate, per_repeat, ratio, excluded, stop))
-    return out
+        if p.variant not in stops and past_saturation(p, slo):
+            stops[p.variant] = p.rate
+    return fabric_capacities(runs, baseline, stops)
 
 
 @dataclass(frozen=True)
@@ -253,13 +223,14 @@ class SweepResult:
     variants: tuple[str, ...]
     runs: tuple[RunPoint, ...]
     dir: Path | None = field(default=None, compare=False, repr=False)
+    refine: int = 0  # rates bisected per variant after the ladder (`--refine`)
 
     def points(self) -> list[Point]:
         """Every (variant, rate) point measured."""
         return points(self.runs)
 
     def max_rates(self) -> list[MaxRate]:
-        """Each variant's maximum rate meeting the SLO."""
+        """Each variant's capacity (the highest rate with every rate up to it met)."""
         return max_rates(self.runs, self.slo, self.baseline)
 
     def to_dict(self) -> dict[str, Any]:
@@ -271,7 +242,9 @@ class SweepResult:
             "repeat": self.repeat,
             "baseline": self.baseline,
             "variants": list(self.variants),
+            "refine": self.refine,
             "stop_rule": STOP_RULE,
+            "capacity_rule": CAPACITY_RULE,
             "runs": [r.to_dict() for r in self.runs],
             "max_rates": [m.to_dict() for m in self.max_rates()],
         }
@@ -293,6 +266,7 @@ class SweepResult:
             variants=tuple(data["variants"]),
             runs=tuple(RunPoint.from_dict(r) for r in data["runs"]),
             dir=dir,
+            refine=data.get("refine", 0),
         )
 
     def write(self, out_dir: Path) -> Path:

@@ -6,6 +6,7 @@ import pytest
 
 from emulator.results.goodput import (
     SloTarget,
+    arrived_in_window,
     goodput,
     parse_slo,
     request_meets,
@@ -99,6 +100,18 @@ def test_goodput_counts_requests_meeting_every_target_over_the_window() -> None:
     # The observed quantile is over completed requests at the target's share.
     assert g.observed["ttft"] == pytest.approx(0.5)
     assert goodput(recs, parse_slo("ttft_p99=1s"), 2.0).observed["ttft_p99"] > 1.0
+
+
+def test_only_requests_that_arrived_in_the_window_count() -> None:
+    slo = parse_slo("ttft=1s")
+    inside = [{**_rec(), "sent_s": 0.5 * i} for i in range(8)]  # sent at 0-3.5 s
+    late = [{**_rec(ttft=5.0), "sent_s": 4.0}, {**_rec(ttft=5.0), "planned_s": 4.2}]
+    assert arrived_in_window([*inside, *late], 4.0) == inside
+    g = goodput([*inside, *late], slo, window_s=4.0)
+    # The late ones (sent at or after the window's end) are neither counted nor missed.
+    assert (g.requests, g.good, g.goodput_per_s, g.met) == (8, 8, 2.0, True)
+    assert len(arrived_in_window([_rec()], 4.0)) == 1  # a record without times counts
+    assert len(arrived_in_window(late, 0.0)) == 2  # no window: every record
 
 
 def test_a_percentile_target_asks_its_own_share_and_no_requests_never_meet() -> None:

@@ -58,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "percentile it sets (0.9: tpot=50ms means tpot_p90=50ms; DistServe's)",
     )
     s.add_argument(
+        "--refine",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the ladder, N more rates per fabric bisecting its knee (last met-first missed)",
+    )
+    s.add_argument(
         "--report-only",
         type=Path,
         metavar="DIR",
@@ -102,12 +109,15 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
         raise ConfigError("rate", args.rate, "not used by sweep: give --rates")
     slo = parse_slo(args.slo, args.attainment)
     rates = parse_rates(args.rates)
+    if not 0 <= args.refine <= 10:
+        raise ConfigError("refine", args.refine, "0 (off) to 10 bisection rates")
     out_dir = args.results.resolve() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     args.results = out_dir  # the runs' folders go inside the sweep's
     _kinds, _specs, variants, baseline = variants_from_args(args)
     plan = plan_sweep(variants, rates, args.repeat)
     labels = tuple(v.label for v in variants)
-    empty = SweepResult(args.workload, slo, rates, args.repeat, baseline, labels, (), out_dir)
+    empty = SweepResult(args.workload, slo, rates, args.repeat, baseline, labels, (), out_dir,
+                        refine=args.refine)  # fmt: skip
     return plan, empty
 
 
@@ -140,7 +150,7 @@ def _run_all(
     signal.signal(signal.SIGTERM, raise_interrupt)
     assert result.dir is not None
     try:
-        for pt in run_sweep(plan, result.slo, progress, starting, skipped):
+        for pt in run_sweep(plan, result.slo, progress, starting, skipped, refine=result.refine):
             result = replace(result, runs=(*result.runs, pt))
             result.write(result.dir)
             met = "met" if pt.slo_met else "missed"
@@ -190,7 +200,8 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     for note in notes:
         out.print(escape(note), soft_wrap=True)
     table = Table(
-        title=f"maximum rate meeting the SLO (trustworthy points only), vs {result.baseline}"
+        title=f"capacity: the highest rate with every rate up to it met (>= censored), vs "
+        f"{result.baseline}"
     )
     for name in MAX_RATE_COLUMNS:
         table.add_column(name, no_wrap=name != "notes", overflow="ellipsis")
