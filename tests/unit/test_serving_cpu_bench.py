@@ -67,3 +67,22 @@ def test_the_variant_hook_switches_loop_and_json_only_when_asked(tmp_path: Path)
     assert run("uvloop") == "Loop [1, 2]"  # uvloop's loop
     assert run("orjson") == "_UnixSelectorEventLoop [1,2]"  # orjson's compact dumps
     assert run("both") == "Loop [1,2]"
+
+
+def test_the_before_variants_put_the_old_kv_buffer_and_lease_tick_back(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    root = str(Path(__file__).resolve().parents[2])
+    probe = (
+        "import random; from serving.prefill import make_kv_buffer; from serving.kvstore import "
+        "KVStore; print(make_kv_buffer('a', 0, 8) == random.Random('kv:0:a').randbytes(8), "
+        "len(KVStore(1)))"
+    )
+
+    def run(variant: str) -> str:
+        env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{root}", "ZCUBE_BENCH_VARIANT": variant}
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    assert run("stock") == "False 0"
+    assert run("kv-randbytes") == "True 0"
+    assert run("lease-poll") == "False 1"
