@@ -57,7 +57,7 @@ want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     log "installing zcube-lab and its pinned dependencies"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "${ROOT}[test]"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "${ROOT}[test,bench]"
     echo "$want" >"$stamp"
 else
     log "zcube-lab installed in $VENV"

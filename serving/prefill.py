@@ -60,6 +60,7 @@ class PrefillEngine:
     a2a: AllToAll
     queue: deque[_Entry] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    holding: asyncio.Event = field(default_factory=asyncio.Event)  # set when KV is put
     reserved_tokens: int = 0
     background: set[asyncio.Task] = field(default_factory=set)
 
@@ -167,6 +168,7 @@ class PrefillEngine:
             loop.time(),
             self.cfg.wall_s(self.cfg.kv_lease_s),
         )
+        self.holding.set()
         now = done_at
         started = e.started if e.started is not None else now
         queue_s, prefill_s = started - e.arrival, now - started
@@ -191,10 +193,14 @@ class PrefillEngine:
         return freed
 
     async def expire_loop(self) -> None:
-        """Free held KV whose lease ran out (counted in vllm:nixl_num_kv_expired_reqs)."""
+        """Free held KV whose lease ran out (counted in vllm:nixl_num_kv_expired_reqs); with
+        nothing held it sleeps until something is."""
         loop = asyncio.get_running_loop()
         period = min(1.0, self.cfg.wall_s(self.cfg.kv_lease_s) / 4)
         while True:
+            if not len(self.store):
+                self.holding.clear()
+                await self.holding.wait()
             await asyncio.sleep(period)
             gone = self.store.expire(loop.time())
             if gone:

@@ -530,3 +530,39 @@ async def test_decode_failing_mid_stream_ends_the_stream_with_an_error_event(
     assert events[1]["error"]["code"] == "upstream_error" and events[2] == "[DONE]"
     g = registry_text(greg)
     assert metric_sum(g, "zcube:gateway_upstream_errors_total", role="decode") == 1
+
+
+async def test_an_idle_prefill_s_lease_loop_sleeps_until_kv_is_held() -> None:
+    """With nothing held the expiry loop does not wake (an idle engine costs no CPU); once KV
+    is held it sweeps every quarter lease and frees what ran out."""
+    from serving.config import PrefillConfig
+    from serving.prefill import ENGINE_KEY, make_prefill_app
+
+    registry = CollectorRegistry()
+    engine = make_prefill_app(PrefillConfig(kv_lease_s=0.08), registry)[ENGINE_KEY]
+    sweeps = 0
+    expire = engine.store.expire
+
+    def counted(now: float) -> list[str]:
+        nonlocal sweeps
+        sweeps += 1
+        return expire(now)
+
+    engine.store.expire = counted  # type: ignore[method-assign]
+    task = asyncio.create_task(engine.expire_loop())
+    try:
+        await asyncio.sleep(0.3)  # about 15 sweeps' time
+        assert sweeps == 0
+        engine.store.put("r", b"kv", 1, asyncio.get_running_loop().time(), 0.08)
+        engine.holding.set()
+        for _ in range(50):
+            await asyncio.sleep(0.02)
+            if not len(engine.store):
+                break
+        assert len(engine.store) == 0 and sweeps >= 1
+        expired = metric_sum(registry_text(registry), "vllm:nixl_num_kv_expired_reqs_total")
+        assert expired == 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
