@@ -23,6 +23,20 @@ Semantics, as in DistServe and vLLM's `--goodput`:
   asks the sweep's `--attainment` (0.9 by default, DistServe's). A run without requests does
   not meet it.
 
+**vLLM's form** (`vllm_goodput`): what `vllm bench serve --goodput ttft:MS tpot:MS e2el:MS`
+reports as "Request goodput (req/s)" (`vllm/benchmarks/serve.py`, `calculate_metrics`): the
+completed requests whose every given value is at most its threshold, over the benchmark's
+duration, from its start to the last response. The thresholds are the SLO's targets (e2e is
+vLLM's `e2el`); vLLM has no percentile, and neither does a per-request threshold, so the
+`_pNN` share plays no part. As vLLM, a completed request with fewer than two output tokens has
+a TPOT of 0 (it meets a TPOT target), and TPOT is (e2e - TTFT) / (output tokens - 1), which is
+the records' `tpot_s`. Where it differs from our goodput above: every request of the run
+counts, not only those that arrived in the window, and the denominator is the run's start to its
+last response (`vllm_duration`, the drain included), not the window. Where the lab differs from
+vLLM: the output tokens are the streamed tokens the client counted (vLLM takes the server's
+usage or re-tokenizes the text), and a failed request's end is its send time when it has no
+end-to-end time.
+
 Names: a target's `label` is its key as written (`ttft_p99`, `tpot`); `threshold_s` seconds;
 shares and attainments are fractions (0-1).
 """
@@ -192,6 +206,51 @@ def goodput(records: Iterable[Mapping[str, Any]], slo: Slo, window_s: float) -> 
         attainment=attained,
         observed={t.label: observed_quantile(recs, t) for t in slo.targets},
         met=met,
+    )
+
+
+VLLM_KEYS = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2el"}  # our metric -> --goodput key
+
+
+def vllm_goodput_arg(slo: Slo) -> str:
+    """The `--goodput` argument of `vllm bench serve` with the SLO's thresholds in ms:
+    `ttft:2000 tpot:50`."""
+    return " ".join(f"{VLLM_KEYS[t.metric]}:{t.threshold_s * 1000:g}" for t in slo.targets)
+
+
+@dataclass(frozen=True)
+class VllmGoodput:
+    """vLLM's "Request goodput (req/s)" over one run (the module docstring's vLLM form)."""
+
+    goodput_arg: str  # the equivalent `--goodput` argument
+    good: int  # completed requests within every threshold
+    completed: int
+    duration_s: float | None  # the run's start to its last response
+    request_goodput: float | None  # good / duration_s
+
+
+def vllm_duration(records: Iterable[Mapping[str, Any]]) -> float | None:
+    """From the run's start (the driver's t0, which `sent_s` counts from) to the last response:
+    the latest `sent_s + e2e_s` (a record without `e2e_s` ends at its send); None for no
+    records."""
+    ends = [
+        float(r.get("sent_s", r.get("planned_s")) or 0.0) + float(r.get("e2e_s") or 0.0)
+        for r in records
+    ]
+    return max(ends) if ends else None
+
+
+def vllm_goodput(records: Iterable[Mapping[str, Any]], slo: Slo) -> VllmGoodput:
+    """vLLM's request goodput over every record of the run."""
+    recs = list(records)
+    good = sum(request_meets_slo(r, slo) for r in recs)
+    duration = vllm_duration(recs)
+    return VllmGoodput(
+        goodput_arg=vllm_goodput_arg(slo),
+        good=good,
+        completed=sum(r.get("outcome") == "ok" for r in recs),
+        duration_s=duration,
+        request_goodput=good / duration if duration else None,
     )
 
 

@@ -6,6 +6,12 @@ run's label: `zcube`, `zcube/spray`) and takes medians and spreads over the figu
 (`emulator.results.plots`) and writes a self-contained HTML page that links them, opening with
 a verdict paragraph (`emulator.results.verdicttext`). Each run is the folder `zcube-lab run`
 wrote.
+
+When a run has fewer than 1,000 requests (`sweeppoints.ENOUGH_SAMPLES`), the table's TTFT p99
+row is followed by `TTFT p99 95% CI (s)` (`with_interval_row`): per variant, the envelope of
+its runs' percentile-bootstrap intervals of the client TTFT p99 (`sweeppoints.sample_intervals`),
+marked `few samples` with the fewest requests of a run (just that mark for runs read without
+their folder or records).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.results.compare_metrics import METRICS, Metric, figure, shown_metrics
+from emulator.results.figures import read_jsonl
 from emulator.results.plots import (
     fault_spans,
     plot_fault_timeline,
@@ -216,6 +223,49 @@ def table_rows(
     return rows
 
 
+TTFT_P99_LABEL = "TTFT p99 client (s)"
+INTERVAL_LABEL = "TTFT p99 95% CI (s)"
+
+
+def ttft_p99_interval(runs: Sequence[RunSummary]) -> str:
+    """`[low, high] (few samples: n)`: the envelope of the runs' TTFT p99 bootstrap intervals,
+    n the fewest requests of a run; `-` when every run had enough samples."""
+    from emulator.results.sweeppoints import ENOUGH_SAMPLES, sample_intervals
+
+    few = [r for r in runs if r.client.requests < ENOUGH_SAMPLES]
+    if not few:
+        return "-"
+    cis = []
+    for r in few:
+        if r.dir is None:
+            continue
+        ci = sample_intervals(read_jsonl(run_dir(r) / "requests.jsonl")).get("ttft_p99_s")
+        if ci is not None:
+            cis.append(ci)
+    n = min(r.client.requests for r in few)
+    if not cis:
+        return f"few samples: {n}"
+    low, high = min(lo for lo, _ in cis), max(hi for _, hi in cis)
+    return f"[{_fmt(low)}, {_fmt(high)}] (few samples: {n})"
+
+
+def with_interval_row(
+    rows: list[list[str]], runs: Sequence[RunSummary], fabrics: Sequence[str], baseline: str
+) -> list[list[str]]:
+    """The table rows with `INTERVAL_LABEL` after the TTFT p99 row when a run has few samples
+    (blank in the difference columns)."""
+    cells = [ttft_p99_interval([r for r in runs if r.variant == f]) for f in fabrics]
+    if all(c == "-" for c in cells):
+        return rows
+    pad = [""] * sum(1 for f in fabrics if f != baseline)
+    out = []
+    for row in rows:
+        out.append(row)
+        if row[0] == TTFT_P99_LABEL:
+            out.append([INTERVAL_LABEL, *cells, *pad])
+    return out
+
+
 # The columns of the transposed console table `compare` prints when it compares many variants:
 # metric label -> a short column head (a row per variant must fit a terminal).
 HEADLINE = {
@@ -379,7 +429,8 @@ def _results_table(
             cells.append(f"<td{mark}>{html.escape(c)}</td>")
         cells += [f"<td>{html.escape(c)}</td>" for c in row[1 + len(fabrics) :]]
         parts.append("<tr>" + "".join(cells) + "</tr>")
-    for row in table_rows(agg, fabrics, baseline, shown_metrics(runs)):
+    rows = table_rows(agg, fabrics, baseline, shown_metrics(runs))
+    for row in with_interval_row(rows, runs, fabrics, baseline):
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
     parts.append("</table>")
     return parts

@@ -8,6 +8,16 @@ one variant at one rate over its repeats (medians and [min-max]). A point *met t
 every repeat met it, and is *trustworthy* when every repeat was (issue 11's verdict). A run's
 *sent* rate counts the requests that arrived in the load window (`--duration`), over it.
 
+Samples: a run with fewer than `ENOUGH_SAMPLES` requests has *few samples* (its p99 is one of
+its ten largest values or fewer); for such a run the point carries the percentile-bootstrap 95%
+interval (`zcube_lab.core.stats.bootstrap_intervals`, `BOOTSTRAP_SEED`) of the client's TTFT
+and TPOT p50 and p99, over the same completed requests as those figures. A point has few
+samples when one of its repeats has; its interval is the envelope of its repeats' intervals
+(the lowest low to the highest high), which holds each repeat's interval.
+
+Interoperable figures per run: vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`) and the
+IETF BMWG draft's KPIs under their names (`emulator.results.bmwg`).
+
 Stop rule (`past_saturation`): a variant's ramp stops after a rate at which every repeat missed
 the SLO and, in every repeat, the achieved throughput was below `STOP_SHARE` of the offered
 rate or some target's observed quantile exceeded `STOP_FACTOR` times its threshold; its higher
@@ -25,20 +35,39 @@ with their spread, and the ratio to the baseline's a number only when neither is
 from __future__ import annotations
 
 import json
+import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from emulator.results import bmwg
 from emulator.results.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
-from emulator.results.goodput import Slo, arrived_in_window, goodput, parse_slo
+from emulator.results.goodput import (
+    Slo,
+    arrived_in_window,
+    goodput,
+    parse_slo,
+    vllm_goodput,
+    vllm_goodput_arg,
+)
 from emulator.results.summary import RunSummary
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.stats import BOOTSTRAP_CONFIDENCE, BOOTSTRAP_RESAMPLES, bootstrap_intervals
 
 SWEEP_FILE = "sweep.json"
 STOP_SHARE = 0.9
 STOP_FACTOR = 4.0
+ENOUGH_SAMPLES = 1000  # requests per run for a p99 without an interval
+BOOTSTRAP_SEED = 0  # every run's intervals are drawn with random.Random(BOOTSTRAP_SEED)
+INTERVAL_FIGURES = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
+Interval = tuple[float, float]
+SAMPLES_RULE = (
+    f"a run with fewer than {ENOUGH_SAMPLES} requests has few samples and carries the "
+    f"{BOOTSTRAP_CONFIDENCE:.0%} percentile-bootstrap interval ({BOOTSTRAP_RESAMPLES} resamples) "
+    f"of its TTFT and TPOT p50 and p99; a point's interval is the envelope of its repeats'"
+)
 STOP_RULE = (
     f"a variant stops after a rate at which every repeat missed the SLO and achieved below "
     f"{STOP_SHARE:.0%} of the offered rate or observed above {STOP_FACTOR:g}x a target"
@@ -75,17 +104,54 @@ class RunPoint:
     link_peak: float | None  # the busiest link's peak utilization (0-1)
     trustworthy: bool
     reason: str | None  # the verdict's first reason when not trustworthy
+    few_samples: bool = False  # fewer than ENOUGH_SAMPLES requests
+    intervals: Mapping[str, Interval] | None = None  # INTERVAL_FIGURES -> 95% CI; few samples
+    vllm_goodput_per_s: float | None = None  # vLLM's request goodput (goodput.vllm_goodput)
+    vllm_duration_s: float | None = None  # its denominator: the run's start to last response
+    bmwg: Mapping[str, Any] = field(default_factory=dict)  # the BMWG draft's KPIs by name
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **asdict(self),
             "attainment": dict(self.attainment),
             "observed": dict(self.observed),
+            "intervals": _intervals_dict(self.intervals),
+            "bmwg": dict(self.bmwg),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunPoint:
+        data = dict(data)
+        if data.get("intervals") is not None:
+            data["intervals"] = {k: (lo, hi) for k, (lo, hi) in data["intervals"].items()}
         return cls(**data)
+
+
+def _intervals_dict(intervals: Mapping[str, Interval] | None) -> dict[str, list[float]] | None:
+    if intervals is None:
+        return None
+    return {k: [lo, hi] for k, (lo, hi) in intervals.items()}
+
+
+def sample_intervals(
+    records: Sequence[Mapping[str, Any]], seed: int = BOOTSTRAP_SEED
+) -> dict[str, Interval]:
+    """`INTERVAL_FIGURES` -> the 95% percentile-bootstrap interval of that client quantile, over
+    the completed requests that have the metric (as the client figures are taken); a figure
+    without values is absent. TTFT's and TPOT's resamples come from one `random.Random(seed)`."""
+    rng = random.Random(seed)
+    out: dict[str, Interval] = {}
+    for metric in ("ttft", "tpot"):
+        values = [
+            float(r[f"{metric}_s"])
+            for r in records
+            if r.get("outcome") == "ok" and r.get(f"{metric}_s") is not None
+        ]
+        cis = bootstrap_intervals(values, (0.5, 0.99), rng)
+        if cis is not None:
+            out[f"{metric}_p50_s"] = cis[0.5]
+            out[f"{metric}_p99_s"] = cis[0.99]
+    return out
 
 
 def run_point(
@@ -100,7 +166,9 @@ def run_point(
     `window_s`, the busiest link's peak and the verdict."""
     c = summary.client
     g = goodput(records, slo, window_s)
+    v = vllm_goodput(records, slo)
     d = summary.fabric_stats.directed
+    few = c.requests < ENOUGH_SAMPLES
     return RunPoint(
         variant=summary.variant,
         rate=rate,
@@ -123,6 +191,11 @@ def run_point(
         link_peak=d.busiest_link_util_peak if d is not None else None,
         trustworthy=summary.trustworthy,
         reason=None if summary.trustworthy else next(iter(summary.health.reasons), "no reason"),
+        few_samples=few,
+        intervals=sample_intervals(records) if few else None,
+        vllm_goodput_per_s=v.request_goodput,
+        vllm_duration_s=v.duration_s,
+        bmwg=bmwg.run_kpis(summary, records, slo, window_s),
     )
 
 
@@ -169,6 +242,36 @@ class Point:
     def figure(self, name: str) -> Spread:
         """A RunPoint field (`ttft_p99_s`, `goodput_per_s`) over the repeats."""
         return spread([getattr(r, name) for r in self.runs])
+
+    @property
+    def few_samples(self) -> bool:
+        """A repeat had fewer than `ENOUGH_SAMPLES` requests."""
+        return any(r.few_samples for r in self.runs)
+
+    def interval(self, name: str) -> Interval | None:
+        """The envelope of the repeats' intervals of an `INTERVAL_FIGURES` figure (the lowest
+        low, the highest high); None when no repeat has one."""
+        cis = [r.intervals[name] for r in self.runs if r.intervals and name in r.intervals]
+        if not cis:
+            return None
+        return min(lo for lo, _ in cis), max(hi for _, hi in cis)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The point as sweep.json writes it (derived from its runs; not read back)."""
+        return {
+            "variant": self.variant,
+            "rate": self.rate,
+            "repeats": len(self.runs),
+            "requests_min": min((r.requests for r in self.runs), default=0),
+            "few_samples": self.few_samples,
+            "ttft_p99_s": asdict(self.figure("ttft_p99_s")),
+            "vllm_goodput_per_s": asdict(self.figure("vllm_goodput_per_s")),
+            "intervals": _intervals_dict(
+                {n: ci for n in INTERVAL_FIGURES if (ci := self.interval(n)) is not None}
+                if self.few_samples
+                else None
+            ),
+        }
 
 
 def points(runs: Sequence[RunPoint]) -> list[Point]:
@@ -245,8 +348,13 @@ class SweepResult:
             "refine": self.refine,
             "stop_rule": STOP_RULE,
             "capacity_rule": CAPACITY_RULE,
+            "samples_rule": SAMPLES_RULE,
+            "vllm_goodput_arg": vllm_goodput_arg(self.slo),
+            "bmwg_draft": bmwg.DRAFT,
             "runs": [r.to_dict() for r in self.runs],
+            "points": [p.to_dict() for p in self.points()],
             "max_rates": [m.to_dict() for m in self.max_rates()],
+            "bmwg": {"Request_Rate": {m.variant: m.capacity.to_dict() for m in self.max_rates()}},
         }
 
     @classmethod

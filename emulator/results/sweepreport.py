@@ -7,6 +7,11 @@ untrustworthy points are hollow in the plot and marked `no` with the first reaso
 A rate whose runs sent more than `SENT_TOLERANCE` off it shows the rate sent beside it. Each
 fabric's capacity (`emulator.results.capacity`) is a row of the capacity table and a vertical
 line in the goodput panel, dotted and written `>=` when censored.
+
+A point with few samples (a repeat below 1,000 requests) shows its TTFT p99's 95% bootstrap
+interval marked `few`, `[low, high] few (n)` with n the fewest requests of a repeat; `-` otherwise.
+`vLLM goodput` is vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`); `goodput` is ours,
+over the load window.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ POINT_COLUMNS = (  # short enough for a 100-column terminal
     "fabric",
     "achieved",
     "TTFT p99 s",
+    "TTFT p99 95% CI",
     "goodput",
+    "vLLM goodput",
     "SLO met",
     "hottest link",
     "trustworthy",
@@ -62,6 +69,18 @@ def _pct(s: Spread) -> str:
     return f"{100 * s.median:.0f}% [{100 * s.low:.0f}-{100 * s.high:.0f}]"
 
 
+def interval_cell(p: Point, name: str = "ttft_p99_s") -> str:
+    """`[low, high] few (n)` for a point with few samples (n: its repeats' fewest requests),
+    `few (n)` when no repeat had a value, `-` with enough samples."""
+    if not p.few_samples:
+        return "-"
+    n = min(r.requests for r in p.runs)
+    ci = p.interval(name)
+    if ci is None:
+        return f"few ({n})"
+    return f"[{fmt(ci[0])}, {fmt(ci[1])}] few ({n})"
+
+
 def met_cell(p: Point) -> str:
     """`yes`, `no`, or `k/n` when only some repeats met the SLO."""
     k = sum(r.slo_met for r in p.runs)
@@ -88,7 +107,9 @@ def point_rows(result: SweepResult) -> list[list[str]]:
             p.variant,
             cell(p.figure("achieved_per_s")),
             cell(p.figure("ttft_p99_s")),
+            interval_cell(p),
             cell(p.figure("goodput_per_s")),
+            cell(p.figure("vllm_goodput_per_s")),
             met_cell(p),
             _pct(p.figure("link_peak")),
             trust_cell(p),

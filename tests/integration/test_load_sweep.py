@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from emulator.results.figures import read_jsonl
-from emulator.results.goodput import goodput, parse_slo
+from emulator.results.goodput import goodput, parse_slo, vllm_goodput
+from zcube_lab.core.stats import quantile
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -77,3 +78,25 @@ def test_goodput_falls_as_the_slo_tightens(sweep: Path) -> None:
     # The loosest SLO counts every completed request: goodput is the achieved throughput.
     completed = sum(1 for r in records if r["outcome"] == "ok")
     assert values[0] == pytest.approx(completed / DURATION_S)
+
+
+def test_few_samples_carry_intervals_and_the_interoperable_figures(sweep: Path) -> None:
+    data = json.loads((sweep / "sweep.json").read_text())
+    slo = parse_slo("ttft_p90=3s")
+    assert data["vllm_goodput_arg"] == "ttft:3000"
+    for r in data["runs"]:  # at most 4 req/s for 12 s: every run has few samples
+        records = read_jsonl(sweep / r["run"] / "requests.jsonl")
+        assert r["few_samples"] and r["requests"] < 1000
+        ttft = [x["ttft_s"] for x in records if x["outcome"] == "ok" and x["ttft_s"] is not None]
+        low, high = r["intervals"]["ttft_p99_s"]
+        assert low <= quantile(ttft, 0.99) <= high, r  # type: ignore[operator]
+        v = vllm_goodput(records, slo)
+        assert r["vllm_goodput_per_s"] == pytest.approx(v.request_goodput)
+        assert v.duration_s is not None and v.duration_s >= DURATION_S * 0.9
+        assert r["bmwg"]["TTFT"]["p99"] == pytest.approx(1000 * r["ttft_p99_s"])
+        assert r["bmwg"]["TPS_output"] > 0
+    for p in data["points"]:
+        (run,) = [r for r in data["runs"] if r["rate"] == p["rate"]]
+        assert p["few_samples"] and p["intervals"]["ttft_p99_s"] == run["intervals"]["ttft_p99_s"]
+    (best,) = data["max_rates"]
+    assert data["bmwg"]["Request_Rate"]["roft"]["rate"] == best["rate"]

@@ -4,14 +4,23 @@ fault, no all-to-all rows without EP, no row empty in every run), readable in 10
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 
 from emulator.results.compare_metrics import EP, FAULT, METRICS, shown_metrics
-from emulator.results.report import aggregate, headline_columns, table_rows
+from emulator.results.figures import read_jsonl
+from emulator.results.report import (
+    aggregate,
+    headline_columns,
+    table_rows,
+    ttft_p99_interval,
+    with_interval_row,
+)
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
+from emulator.results.sweeppoints import sample_intervals
 from zcube_lab.cli.commands.compare import comparison_table
 
 DATA = Path(__file__).parent / "data"
@@ -139,3 +148,42 @@ def test_many_variants_leave_fault_columns_out_without_a_fault() -> None:
     assert heads[:2] == ["run", "trustworthy"] and "TTFT p99 in fault (s)" not in heads
     faulty = [replace(r, label=f"{r.label}/{p}") for r in _runs(True) for p in ("ff", "spray")]
     assert "TTFT p99 during fault (s)" in headline_columns(aggregate(faulty), faulty)
+
+
+def _with_records(run: RunSummary, folder: Path, ttfts: list[float]) -> RunSummary:
+    """The run read from `folder`, whose requests.jsonl holds completed requests with `ttfts`."""
+    folder.mkdir()
+    rows = [{"outcome": "ok", "ttft_s": t, "tpot_s": 0.02} for t in ttfts]
+    (folder / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    client = replace(run.client, requests=len(ttfts))
+    return replace(run, dir=folder, client=client)
+
+
+def test_a_run_below_1000_requests_adds_the_ttft_p99_interval_after_the_p99(
+    tmp_path: Path,
+) -> None:
+    gen = random.Random(4)
+    z = [
+        _with_records(
+            _run("zcube", i, 0.9, False),
+            tmp_path / f"z{i}",
+            [gen.expovariate(2.0) for _ in range(150 + 50 * i)],
+        )
+        for i in range(2)
+    ]
+    r = [_with_records(_run("roft", 0, 1.0, False), tmp_path / "r0",
+                       [gen.expovariate(1.0) for _ in range(1000)])]  # fmt: skip
+    rows = with_interval_row(table_rows(aggregate(z + r), ["zcube", "roft"], "roft"), z + r,
+                             ["zcube", "roft"], "roft")  # fmt: skip
+    labels = [row[0] for row in rows]
+    at = labels.index("TTFT p99 client (s)")
+    assert labels[at + 1] == "TTFT p99 95% CI (s)"
+    cis = [sample_intervals(read_jsonl(run.dir / "requests.jsonl"))["ttft_p99_s"] for run in z]
+    low, high = min(c[0] for c in cis), max(c[1] for c in cis)
+    assert rows[at + 1][1] == ttft_p99_interval(z)
+    assert 1 <= low < high  # both shown with two decimals
+    assert rows[at + 1][1] == f"[{low:.2f}, {high:.2f}] (few samples: 150)"
+    assert rows[at + 1][2:] == ["-", ""]  # roft had 1,000: no interval
+    assert with_interval_row(table_rows(aggregate(r), ["roft"], "roft"), r, ["roft"], "roft") == (
+        table_rows(aggregate(r), ["roft"], "roft")
+    )  # every run with enough samples: no row

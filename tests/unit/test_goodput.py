@@ -11,6 +11,9 @@ from emulator.results.goodput import (
     parse_slo,
     request_meets,
     request_meets_slo,
+    vllm_duration,
+    vllm_goodput,
+    vllm_goodput_arg,
 )
 from zcube_lab.core.errors import ConfigError
 
@@ -121,3 +124,37 @@ def test_a_percentile_target_asks_its_own_share_and_no_requests_never_meet() -> 
     empty = goodput([], parse_slo("ttft=1s"), 10.0)
     assert not empty.met and empty.goodput_per_s == 0.0 and empty.attainment == {"ttft": 0.0}
     assert goodput(recs, parse_slo("ttft=1s"), 0.0).goodput_per_s is None
+
+
+def _sent(sent: float, ttft: float | None, e2e: float | None, tokens: int, ok: bool = True):
+    """A record as the driver writes it, its TPOT from its times as vLLM takes it."""
+    tpot = (e2e - ttft) / (tokens - 1) if ok and tokens > 1 and e2e and ttft else None
+    return {"outcome": "ok" if ok else "error", "sent_s": sent, "ttft_s": ttft, "tpot_s": tpot,
+            "e2e_s": e2e, "output_tokens": tokens}  # fmt: skip
+
+
+def test_vllm_goodput_matches_hand_computed_records() -> None:
+    slo = parse_slo("ttft_p99=1s,tpot=50ms,e2e=5s")
+    assert vllm_goodput_arg(slo) == "ttft:1000 tpot:50 e2el:5000"
+    records = [
+        _sent(0.0, 0.5, 2.5, 41),  # TPOT (2.5-0.5)/40 = 50 ms: at the threshold, good
+        _sent(1.0, 0.9, 3.0, 31),  # TPOT 2.1/30 = 70 ms: misses tpot
+        _sent(2.0, 1.2, 2.0, 9),  # TTFT 1.2 s: misses ttft
+        _sent(3.0, 0.3, 0.3, 1),  # one token: TPOT 0 as vLLM counts it, good
+        _sent(4.0, 0.5, 5.5, 101),  # TPOT 50 ms but e2e 5.5 s: misses e2el; ends last, 9.5 s
+        _sent(5.0, None, None, 0, ok=False),  # failed: never good, ends at its send
+        _sent(6.0, 0.25, 3.25, 61),  # TPOT 3/60 = 50 ms, e2e 3.25 s: good (ends at 9.25 s)
+    ]
+    v = vllm_goodput(records, slo)
+    assert vllm_duration(records) == pytest.approx(9.5)
+    assert (v.good, v.completed) == (3, 6)
+    assert v.duration_s == pytest.approx(9.5)
+    assert v.request_goodput == pytest.approx(3 / 9.5)
+    # ours counts the same requests as good but over the window, and only those sent in it
+    g = goodput(records, slo, window_s=5.0)
+    assert (g.requests, g.good, g.goodput_per_s) == (5, 2, pytest.approx(2 / 5.0))
+
+
+def test_vllm_goodput_of_no_records_is_undefined() -> None:
+    v = vllm_goodput([], parse_slo("ttft=2s"))
+    assert (v.good, v.duration_s, v.request_goodput) == (0, None, None)

@@ -5,6 +5,7 @@ lab."""
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,8 +25,10 @@ from emulator.results.sweeppoints import (
     max_rates,
     past_saturation,
     points,
+    run_point,
 )
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.stats import quantile
 
 DATA = Path(__file__).parent / "data"
 SLO = parse_slo("ttft_p99=2s,tpot=50ms")
@@ -228,3 +231,73 @@ def test_run_sweep_refines_the_knee_by_bisection(tmp_path: Path) -> None:
     assert {p.config.seed for p in ran[10:] if p.repeat == 2} == {2}
     table = {m.variant: m for m in max_rates(got, SLO, "roft")}
     assert table["roft"].rate == 1.5 and not table["roft"].capacity.censored
+
+
+# --- samples, intervals and the interoperable figures --------------------------------------
+
+
+def _ttft_records(n: int, seed: int = 5) -> list[dict]:
+    gen = random.Random(seed)
+    return [
+        {"outcome": "ok", "sent_s": i / 10, "ttft_s": gen.expovariate(2.0), "tpot_s": 0.02,
+         "e2e_s": 1.0, "output_tokens": 20, "prompt_tokens": 50}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def _point_of(records: list[dict], repeat: int = 1) -> RunPoint:
+    base = _summary("zcube", 1.0)
+    client = replace(base.client, requests=len(records))
+    return run_point(1.0, repeat, replace(base, client=client), records, SLO, 10.0)
+
+
+def test_a_run_below_1000_requests_has_few_samples_and_bootstrap_intervals() -> None:
+    records = _ttft_records(200)
+    p = _point_of(records)
+    assert p.few_samples and p.intervals is not None
+    assert set(p.intervals) == {"ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"}
+    ttft = sorted(r["ttft_s"] for r in records)
+    lo, hi = p.intervals["ttft_p99_s"]
+    assert lo <= quantile(ttft, 0.99) <= hi and lo < hi  # type: ignore[operator]
+    assert p.intervals["tpot_p99_s"] == (0.02, 0.02)  # every TPOT the same: zero width
+    assert _point_of(records) == p  # seeded: the same interval every time
+    enough = _point_of(_ttft_records(1000))
+    assert not enough.few_samples and enough.intervals is None
+
+
+def test_a_run_point_carries_vllm_goodput_and_the_bmwg_kpis() -> None:
+    p = _point_of(_ttft_records(200))
+    good = sum(1 for r in _ttft_records(200) if r["ttft_s"] <= 2.0)
+    assert p.vllm_duration_s == pytest.approx(19.9 + 1.0)  # last send 19.9 s, e2e 1 s
+    assert p.vllm_goodput_per_s == pytest.approx(good / 20.9)
+    assert p.bmwg["TPS_input"] == pytest.approx(100 * 50 / 10.0)  # 100 sent in the 10 s window
+    assert "TTFT" in p.bmwg and "Link_utilization" in p.bmwg
+
+
+def test_a_points_interval_is_the_envelope_of_its_repeats_and_sweep_json_keeps_it(
+    tmp_path: Path,
+) -> None:
+    a, b = _point_of(_ttft_records(150, seed=1)), _point_of(_ttft_records(150, seed=2), 2)
+    assert a.intervals is not None and b.intervals is not None
+    (point,) = points([a, b])
+    lo = min(a.intervals["ttft_p99_s"][0], b.intervals["ttft_p99_s"][0])
+    hi = max(a.intervals["ttft_p99_s"][1], b.intervals["ttft_p99_s"][1])
+    assert point.few_samples and point.interval("ttft_p99_s") == (lo, hi)
+    result = SweepResult("coding-agent", SLO, (1.0,), 2, "zcube", ("zcube",), (a, b))
+    result.write(tmp_path)
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    assert data["points"][0]["few_samples"]
+    assert data["points"][0]["intervals"]["ttft_p99_s"] == [lo, hi]
+    assert data["vllm_goodput_arg"] == "ttft:2000 tpot:50"
+    assert data["runs"][0]["bmwg"]["TTFT"]["p99"] == pytest.approx(1000 * a.ttft_p99_s)
+    capacity = result.max_rates()[0].capacity.to_dict()
+    assert data["bmwg"]["Request_Rate"]["zcube"] == json.loads(json.dumps(capacity))
+    assert SweepResult.read(tmp_path).runs == (a, b)  # intervals come back as tuples
+
+
+def test_a_sweep_json_from_before_the_intervals_still_reads() -> None:
+    old = {k: v for k, v in rp("roft", 1.0).to_dict().items()
+           if k not in ("few_samples", "intervals", "vllm_goodput_per_s", "vllm_duration_s",
+                        "bmwg")}  # fmt: skip
+    p = RunPoint.from_dict(old)
+    assert not p.few_samples and p.intervals is None and p.bmwg == {}

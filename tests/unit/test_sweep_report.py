@@ -40,9 +40,11 @@ def test_point_rows_are_rate_major_with_spreads_and_verdicts() -> None:
     assert [r[:2] for r in rows] == [["1", "zcube"], ["1", "roft"], ["4", "zcube"], ["4", "roft"]]
     assert all(len(r) == len(POINT_COLUMNS) for r in rows)
     assert rows[0][3] == "1.20 [1.00-1.40]"  # TTFT p99 median [min-max]
-    assert rows[0][5] == "yes" and rows[3][5] == "no"
-    assert rows[3][2] == "3.10 [3.00-3.20]" and rows[3][6] == "40%"
-    assert rows[2][7] == "no (1 of 2): machine CPU above 90%" and rows[0][7] == "yes"
+    col = {name: i for i, name in enumerate(POINT_COLUMNS)}
+    assert rows[0][col["SLO met"]] == "yes" and rows[3][col["SLO met"]] == "no"
+    assert rows[3][2] == "3.10 [3.00-3.20]" and rows[3][col["hottest link"]] == "40%"
+    trust = col["trustworthy"]
+    assert rows[2][trust] == "no (1 of 2): machine CPU above 90%" and rows[0][trust] == "yes"
 
 
 def test_capacity_rows_mark_censored_repeats_and_bound_the_ratio() -> None:
@@ -107,3 +109,20 @@ def test_the_sweep_is_planned_and_refused_before_any_run(tmp_path: Path) -> None
            ["--slo", "ttft=1s", "--refine", "11"])  # fmt: skip
     for argv in bad:
         assert cli.main(["sweep", *argv, "--results", str(tmp_path)]) == 2
+
+
+def test_a_point_with_few_samples_shows_its_interval_and_vllm_goodput() -> None:
+    few = replace(rp("roft", 2.0, 1), few_samples=True, intervals={"ttft_p99_s": (0.9, 1.3)},
+                  requests=96, vllm_goodput_per_s=1.5)  # fmt: skip
+    other = replace(rp("roft", 2.0, 2), few_samples=True, intervals={"ttft_p99_s": (0.8, 1.2)},
+                    requests=120, vllm_goodput_per_s=1.7)  # fmt: skip
+    enough = replace(rp("roft", 4.0, 1), requests=1200, vllm_goodput_per_s=3.9)
+    result = replace(_result(), runs=(few, other, enough), variants=("roft",), repeat=2)
+    col = {name: i for i, name in enumerate(POINT_COLUMNS)}
+    low, high = point_rows(result)
+    assert low[col["TTFT p99 95% CI"]] == "[0.800, 1.30] few (96)"
+    assert low[col["vLLM goodput"]] == "1.60 [1.50-1.70]"
+    assert high[col["TTFT p99 95% CI"]] == "-" and high[col["vLLM goodput"]] == "3.90"
+    no_values = replace(few, intervals={})
+    (row,) = point_rows(replace(result, runs=(no_values,), repeat=1))
+    assert row[col["TTFT p99 95% CI"]] == "few (96)"

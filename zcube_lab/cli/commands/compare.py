@@ -195,7 +195,13 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
     a first reason too long for its column ends in an ellipsis (`compare` prints every reason
     after the table); a table that cannot fit folds its numbers rather than cut them."""
     from emulator.results.compare_metrics import shown_metrics
-    from emulator.results.report import aggregate, table_rows, variants, verdict_rows
+    from emulator.results.report import (
+        aggregate,
+        table_rows,
+        variants,
+        verdict_rows,
+        with_interval_row,
+    )
 
     fabrics = variants(runs, baseline)
     if len(fabrics) > 3:
@@ -210,7 +216,8 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
     for row in verdict_rows(runs, fabrics, baseline):
         table.add_row(row[0], *(_one_line(_red_no(c)) for c in row[1:]))
     table.add_section()
-    for row in table_rows(aggregate(runs), fabrics, baseline, shown_metrics(runs)):
+    rows = table_rows(aggregate(runs), fabrics, baseline, shown_metrics(runs))
+    for row in with_interval_row(rows, runs, fabrics, baseline):
         table.add_row(*row)
     return table
 

@@ -193,12 +193,14 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
             row[last] = f"{verdict} [{len(notes)}]"
     for i, name in enumerate(POINT_COLUMNS):
         # a narrow terminal wraps a figure at the space before its [min-max]
-        table.add_column(name, justify="left" if i in (1, 5, last) else "right")
+        left = i in (1, last) or name == "SLO met"
+        table.add_column(name, justify="left" if left else "right", overflow="fold")
     for row in rows:
         table.add_row(*(_red_no(c) for c in row))
     out.print(table)
     for note in notes:
         out.print(escape(note), soft_wrap=True)
+    out.print(escape(_samples_note(result)))
     table = Table(
         title=f"capacity: the highest rate with every rate up to it met (>= censored), vs "
         f"{result.baseline}"
@@ -209,6 +211,19 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
         table.add_row(*(escape(c) for c in row))
     out.print(table)
     console.print(f"sweep: {out_dir / 'sweep.json'}\nplot: {png}")
+
+
+def _samples_note(result: SweepResult) -> str:
+    """What the CI and vLLM goodput columns are."""
+    from emulator.results.goodput import vllm_goodput_arg
+    from emulator.results.sweeppoints import ENOUGH_SAMPLES
+
+    return (
+        f"TTFT p99 95% CI: bootstrap [low, high] of a point with few samples, `few (n)`: a "
+        f"repeat below {ENOUGH_SAMPLES} requests, n the fewest; vLLM goodput: req/s as `vllm "
+        f"bench serve --goodput "
+        f"{vllm_goodput_arg(result.slo)}` counts them (start to last response)"
+    )
 
 
 def _red_no(c: str) -> str:
