@@ -147,6 +147,30 @@ def ep_figures(exchanges: Iterable[Row] | None) -> dict[str, Any]:
     }
 
 
+def kv_path_busy(
+    fabric: Fabric,
+    sent: Mapping[tuple[str, int], float],
+    received: Mapping[tuple[str, int], float],
+    hosts: Iterable[str],
+) -> float | None:
+    """The busiest mean load (0-1) of a link a KV pull between `hosts` can cross: each of
+    their NIC links in both directions (a switch port's share of its rate sent toward the
+    host, and received from it) and every switch-to-switch port's sent share. `sent` and
+    `received` are per (switch, port), as `emulator.results.figures.link_utilization` gives
+    them; None when no such port was counted."""
+    wanted = set(hosts)
+    nic = {(a.switch, a.port) for (host, _), a in fabric.attachments.items() if host in wanted}
+    trunk = {
+        (node, port)
+        for lk in fabric.links
+        if fabric.is_switch(lk.node1) and fabric.is_switch(lk.node2)
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+    }
+    loads = [v for k, v in sent.items() if k in nic or k in trunk]
+    loads += [v for k, v in received.items() if k in nic]
+    return max(loads, default=None)
+
+
 def transfer_figures(
     log_dir: Path, fabric: Fabric, scale: Scale, engine_hosts: Mapping[str, str]
 ) -> TransferFigures:
