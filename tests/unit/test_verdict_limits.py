@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,11 @@ from emulator.experiment.runner import Experiment
 from emulator.lab.fidelity import (
     GATEWAY,
     LOADGEN,
+    EngineOverruns,
     KvPulls,
     LoopLag,
     NetworkEvidence,
+    StepOverruns,
     histogram_buckets,
     lateness_buckets,
     loop_lag,
@@ -144,8 +147,8 @@ def test_a_steady_15_ms_late_wake_on_a_30_ms_decode_step_fails() -> None:
     assert not v.trustworthy
     # under the fixed 20 ms, so only the relative rule catches it
     assert v.reasons == (
-        "decode-4: 100 of 100 engine steps (100.0%) woke more than 25% of their modelled step "
-        "late (allowed 1%)",
+        "engine steps: 100 of 100 (100.0%) woke more than 25% of their modelled step late "
+        "(allowed 1%; most on decode-4 100 of 100)",
     )
     assert v.step_overruns is not None and v.step_overruns.engines["decode-4"].late == 0
 
@@ -154,7 +157,27 @@ def test_lateness_within_the_share_or_in_few_steps_passes() -> None:
     assert _lateness_verdict([(0.030, 0.006)] * 100).trustworthy  # 20% of the step
     assert _lateness_verdict([(0.030, 0.001)] * 99 + [(0.030, 0.015)]).trustworthy  # 1%
     v = _lateness_verdict([(0.030, 0.001)] * 98 + [(0.030, 0.015)] * 2)  # 2%
-    assert not v.trustworthy and "2 of 100 engine steps" in v.reasons[0]
+    assert not v.trustworthy and v.reasons[0].startswith("engine steps: 2 of 100 (2.0%)")
+
+
+def test_lateness_is_judged_over_all_engines_steps() -> None:
+    overruns = StepOverruns(
+        0.02,
+        {
+            "decode-4": EngineOverruns(steps=400, late=0, behind=5),  # 1.2% of its own
+            "decode-5": EngineOverruns(steps=400, late=0, behind=1),
+            "decode-6": EngineOverruns(steps=300, late=0, behind=0),
+            "decode-7": EngineOverruns(steps=100, late=0, behind=None),  # an older engine
+        },
+        late_share=0.25,
+    )
+    assert _judge(NetworkEvidence(overruns=overruns)).trustworthy  # 6 of 1100: 0.5%
+    hot = replace(overruns, engines={**overruns.engines, "decode-6": EngineOverruns(300, 0, 9)})
+    v = _judge(NetworkEvidence(overruns=hot))
+    assert v.reasons == (
+        "engine steps: 15 of 1100 (1.4%) woke more than 25% of their modelled step late "
+        "(allowed 1%; most on decode-6 9 of 300, decode-4 5 of 400, decode-5 1 of 400)",
+    )
 
 
 def test_the_step_observes_its_lateness_as_a_share_of_its_compute() -> None:
