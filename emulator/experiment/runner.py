@@ -75,7 +75,14 @@ from emulator.results.figures import (
     throughput_series,
 )
 from emulator.results.summary import FaultReport, InjectedFault, RunSummary
-from emulator.results.transfers import kv_path_busy, transfer_figures
+from emulator.results.transfers import (
+    KV_LOG_PREFIX,
+    engine_rates,
+    kv_path_busy,
+    kv_ratio_p50,
+    read_logs,
+    transfer_figures,
+)
 from serving.metrics import GATEWAY_LOOP_LAG, STEP_LATENESS, STEP_OVERRUN
 
 
@@ -237,7 +244,10 @@ class Experiment:
         received = link_utilization(self.plan.fabric, self.plan.scale, ports.rx_bytes, window)
         kv_hosts = {e.host for e in self.plan.placement.engines if e.role in ("prefill", "decode")}
         busy = kv_path_busy(self.plan.fabric, util, received, kv_hosts)
-        kv = KvPulls(transfers.kv_pulls_rated, transfers.kv_xfer_ratio_p50, busy)
+        rates = engine_rates(self.plan.fabric, self.plan.scale, hosts)
+        pulls = read_logs(self.dir / "logs", KV_LOG_PREFIX)
+        rated, ratio = kv_ratio_p50(pulls, rates, self.limits.kv_fixed_s)
+        kv = KvPulls(rated, ratio, busy, self.limits.kv_fixed_s)
         verdict = self.health.verdict(
             self.limits,
             self._load_evidence(records, kv),

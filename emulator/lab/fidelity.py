@@ -118,8 +118,9 @@ class KvPulls:
     busiest mean load over the load window of a NIC link of a host that pulled or served KV."""
 
     rated: int  # pulls with a known ideal time
-    ratio_p50: float | None
+    ratio_p50: float | None  # of (time - fixed_s) / ideal
     path_busy: float | None  # 0-1; None when the links were not counted
+    fixed_s: float = 0.0  # the fixed cost per pull taken off each time (Limits.kv_fixed_s)
 
 
 @dataclass(frozen=True)
@@ -297,10 +298,12 @@ def _kv_reasons(kv: KvPulls | None, limits: Limits) -> list[str]:
             "load of their links was not counted, so the pulls are unchecked"
         ]
     if kv.ratio_p50 > limits.kv_ratio_p50 and kv.path_busy < limits.kv_path_busy:
+        fixed = f" after {kv.fixed_s * 1e3:g} ms of fixed cost each" if kv.fixed_s else ""
         return [
-            f"KV pulls: p50 {kv.ratio_p50:.2f}x their ideal over {kv.rated} pulls (allowed "
-            f"{limits.kv_ratio_p50:g}x) while their busiest NIC link was {kv.path_busy:.0%} "
-            f"busy (under {limits.kv_path_busy:.0%}): an end-host artifact, not the fabric"
+            f"KV pulls: p50 {kv.ratio_p50:.2f}x their ideal{fixed} over {kv.rated} pulls "
+            f"(allowed {limits.kv_ratio_p50:g}x) while their busiest link was "
+            f"{kv.path_busy:.0%} busy (under {limits.kv_path_busy:.0%}): an end-host artifact, "
+            "not the fabric"
         ]
     return []
 

@@ -128,6 +128,22 @@ def kv_figures(attempts: Iterable[tuple[str, Row]], rate_of: RateOf) -> dict[str
     }
 
 
+def kv_ratio_p50(
+    attempts: Iterable[tuple[str, Row]], rate_of: RateOf, fixed_s: float = 0.0
+) -> tuple[int, float | None]:
+    """How many successful pulls have a known ideal, and the p50 of `(time - fixed_s) /
+    ideal` over them: the ratio `bench/kv_fidelity.py` reports, with the fixed cost of a pull
+    (connect, request, framing, first byte) taken off."""
+    ratios = []
+    for decode, row in attempts:
+        took = _seconds(row)
+        size = float(row.get("bytes") or 0)
+        rate = rate_of(str(row.get("engine_id", "")), decode)
+        if row.get("ok") and took is not None and rate and size > 0:
+            ratios.append(max(0.0, took - fixed_s) / (size * 8 / rate))
+    return len(ratios), quantile(ratios, 0.5)
+
+
 def ep_figures(exchanges: Iterable[Row] | None) -> dict[str, Any]:
     """The all-to-all part of `TransferFigures`; None figures when there is no exchange log.
     Times are of exchanges in which every peer answered; failures are counted apart."""

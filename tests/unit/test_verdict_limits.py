@@ -37,7 +37,7 @@ from emulator.lab.health import HealthSampler
 from emulator.lab.limits import Limits
 from emulator.lab.netsampler import NetSampler
 from emulator.lab.verdict import DATAPATH, FIDELITY_FIELDS, HealthSample, HealthVerdict, judge
-from emulator.results.transfers import kv_path_busy
+from emulator.results.transfers import kv_path_busy, kv_ratio_p50
 from serving.gateway import sample_loop_lag
 from serving.metrics import GATEWAY_LOOP_LAG, EngineMetrics, GatewayMetrics
 from zcube_lab.errors import ConfigError
@@ -71,13 +71,31 @@ def _judge(evidence: NetworkEvidence) -> HealthVerdict:
 
 
 def test_slow_kv_pulls_on_quiet_links_are_an_end_host_artifact() -> None:
-    v = _judge(NetworkEvidence(kv=KvPulls(rated=80, ratio_p50=1.9, path_busy=0.03)))
+    v = _judge(NetworkEvidence(kv=KvPulls(rated=80, ratio_p50=1.9, path_busy=0.03, fixed_s=0.005)))
     assert not v.trustworthy
     assert v.reasons == (
-        "KV pulls: p50 1.90x their ideal over 80 pulls (allowed 1.3x) while their busiest NIC "
-        "link was 3% busy (under 20%): an end-host artifact, not the fabric",
+        "KV pulls: p50 1.90x their ideal after 5 ms of fixed cost each over 80 pulls (allowed "
+        "1.3x) while their busiest link was 3% busy (under 20%): an end-host artifact, not the "
+        "fabric",
     )
     assert HealthVerdict.from_dict(json.loads(json.dumps(v.to_dict()))).kv_pulls == v.kv_pulls
+
+
+def test_the_judged_kv_ratio_takes_the_fixed_cost_off_each_pull() -> None:
+    rate = 100e6  # 1 MB: 80 ms ideal
+
+    def pull(seconds: float, ok: bool = True, src: str = "prefill-0") -> tuple[str, dict]:
+        return ("decode-4", {"start": 0.0, "end": seconds, "ok": ok, "bytes": 1_000_000,
+                             "engine_id": src})  # fmt: skip
+
+    def rate_of(src: str, dst: str) -> float | None:
+        return rate if src == "prefill-0" else None
+
+    pulls = [pull(0.085), pull(0.105), pull(0.125), pull(9.0, ok=False), pull(1.0, src="x")]
+    rated, raw = kv_ratio_p50(pulls, rate_of)
+    assert rated == 3 and raw == pytest.approx(0.105 / 0.08)
+    assert kv_ratio_p50(pulls, rate_of, 0.005)[1] == pytest.approx(0.1 / 0.08)
+    assert kv_ratio_p50([], rate_of) == (0, None)
 
 
 def test_kv_pulls_near_their_ideal_or_on_busy_links_pass() -> None:
