@@ -5,7 +5,7 @@ For each fabric a fresh lab (100 Mb/s NICs, ecmp), an EP peer (`serving.alltoall
 each of three hosts and, on the leader (`epprobe.EP_GROUP`: h0 with h4, h8, h12, the rail-0
 group of an instance over four servers), the engines' own `AllToAll` on warm connections
 running `--repeat` exchanges of every size (bytes per peer: each peer gets that many and sends
-as many back; `emulator.experiment.epprobe`). The fixed cost is the median of a
+as many back; `emulator.probes.epprobe`). The fixed cost is the median of a
 `--fixed-bytes` exchange; each size reports its median time, the ideal time at the port rates
 (the busiest port, usually the leader's, carrying bytes per peer times the peers routed through
 it), `ratio = (median - fixed) / ideal` and whether that is within 20%. Needs root; about a
@@ -29,14 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator.experiment.comparison import fabric_specs  # noqa: E402
-from emulator.experiment.epprobe import (  # noqa: E402
+from emulator.probes.epprobe import (  # noqa: E402
     ALLTOALL_TOLERANCE,
     EP_GROUP,
     alltoall_fidelity,
 )
-from emulator.experiment.kvprobe import Fidelity, fidelity_table, running_lab  # noqa: E402
-from zcube_lab.fabric.builders import BUILDERS, build_fabric  # noqa: E402
-from zcube_lab.procs import raise_interrupt  # noqa: E402
+from emulator.probes.kvprobe import Fidelity, fidelity_table, running_lab  # noqa: E402
+from zcube_lab.core.fabric.builders import BUILDERS, build_fabric  # noqa: E402
+from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 SIZES = "10e3,100e3,300e3,1e6,3e6"
 

@@ -15,10 +15,10 @@ import time
 
 from emulator.lab.measure import iperf3
 from emulator.lab.network import Lab, LabOptions
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.hostplan import egress_interface
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import egress_interface
+from zcube_lab.core.fabric.scale import Scale
 
 SIZES = {
     16: (FabricSpec.of("zcube", n=4), FabricSpec.of("roft", servers=4, gpus_per_server=4)),

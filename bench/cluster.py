@@ -25,10 +25,11 @@ from emulator.cluster.lab import ClusterLab
 from emulator.cluster.remote import parse_machines
 from emulator.lab.measure import iperf3
 from emulator.lab.network import Lab, LabOptions
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec
-from zcube_lab.fabric.hostplan import egress_interface
-from zcube_lab.fabric.linkplan import ends
+from zcube_lab.core.fabric.addressing import WIRE_HERE, WIRE_PEER
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.hostplan import egress_interface
+from zcube_lab.core.fabric.linkplan import ends
 
 SPECS = {
     "zcube n=4": FabricSpec.of("zcube", n=4),
@@ -90,7 +91,7 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--machines", default="10.254.0.1,10.254.0.2", help="wire addresses")
+    parser.add_argument("--machines", default=f"{WIRE_HERE},{WIRE_PEER}", help="wire addresses")
     parser.add_argument("--repeat", type=int, default=3, help="runs per fabric (median shown)")
     parser.add_argument("--fabrics", default=",".join(SPECS), help=f"some of {list(SPECS)}")
     parser.add_argument("--iperf-seconds", type=float, default=5.0)

@@ -27,9 +27,9 @@ from emulator.lab.capacity import (
 from emulator.lab.measure import iperf3
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.system import LabError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.procs import raise_interrupt
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.procs import raise_interrupt
 
 # Two hosts on one leaf (the idle spine is the builder's minimum): every packet crosses one
 # bridge, as on a same-rail or same-segment path.

@@ -3,7 +3,7 @@
 For each fabric and policy, `--repeat` times: a fresh lab, a real KV server on h0 and a real pull
 of `--mib` MiB from h5 (decode's source binding; spray's subflows and stall timeout), once
 without a fault (the reference) and once with the switch-to-switch link that carried most of the
-transfer in its first 0.4 s cut for the rest of it (`emulator.experiment.cutprobe`). Prints medians
+transfer in its first 0.4 s cut for the rest of it (`emulator.probes.cutprobe`). Prints medians
 [min-max]: pull time without and with the cut, the time the cut cost (*recovery*: with minus the
 median without), pulls completed with every byte verified, subflows retired, and the controller
 recomputes. A pull that does not complete within `--timeout` counts as failed.
@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator.experiment.cutprobe import cut_during_pull  # noqa: E402
+from emulator.probes.cutprobe import cut_during_pull  # noqa: E402
 from emulator.results.report import median_spread  # noqa: E402
-from zcube_lab.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.fabric.description import FabricSpec  # noqa: E402
+from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
+from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
 
 FABRICS = {
     "zcube": FabricSpec.of("zcube", n=4),

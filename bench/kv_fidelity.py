@@ -5,7 +5,7 @@ For each fabric (and, on ZCube, each path mode: `disjoint` binds every lane to i
 `shortest` lets the host routes pick) a fresh lab (100 Mb/s NICs, ecmp), a real KV server on
 one host and, from a host across the fabric (`kvprobe.KV_PAIRS`), `--repeat` pulls of every
 size, one at a time, as a decode engine pulls (its default lanes and chunking), all in one
-process (`emulator.experiment.kvprobe`). The fixed cost is the median time of a `--fixed-bytes`
+process (`emulator.probes.kvprobe`). The fixed cost is the median time of a `--fixed-bytes`
 pull; each size reports its median time, the ideal bytes * 8 / path rate (the NIC ports the
 pull can use), `ratio = (median - fixed) / ideal` and whether that is within 10%. Needs root;
 about 2-3 minutes with the defaults (most of it the 25 MB pulls and three lab bring-ups).
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator.experiment.comparison import fabric_specs  # noqa: E402
-from emulator.experiment.kvprobe import (  # noqa: E402
+from emulator.probes.kvprobe import (  # noqa: E402
     KV_PAIRS,
     KV_TOLERANCE,
     PATH_MODES,
@@ -37,8 +37,8 @@ from emulator.experiment.kvprobe import (  # noqa: E402
     kv_fidelity,
     running_lab,
 )
-from zcube_lab.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.procs import raise_interrupt  # noqa: E402
+from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
+from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 SIZES = "100e3,300e3,1e6,3e6,10e6,25e6"
 

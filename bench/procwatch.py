@@ -5,7 +5,7 @@ Mininet hosts too: `mnexec` attaches to the host's namespaces and execs in place
 run's process tree is looked at and a second lab on the machine is never counted. ovs-vswitchd
 is the system's daemon, found by its name; its `--monitor` watchdog rewrites its command line
 and is left out. A process is named `<role>` or `<role>/<instance>` (`decode/h12`,
-`ep/10.1.0.1`) from its command line (`classify`); the run itself is `run`.
+`ep/198.18.0.1`) from its command line (`classify`); the run itself is `run`.
 
 What, per process (`ProcSample`):
 - CPU: utime + stime of all its threads, and (`child_ticks`) cutime + cstime, the CPU of the

@@ -39,11 +39,11 @@ from emulator.experiment.comparison import (  # noqa: E402
     run_planned,
 )
 from emulator.experiment.plan import RunConfig  # noqa: E402
-from emulator.results.metrics import Getter, fault_figure, figure, recovery_figure  # noqa: E402
+from emulator.results.compare_metrics import Getter, fault_figure, figure, recovery_figure  # noqa: E402
 from emulator.results.report import median_spread  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
 from workloads.profiles import load_profile  # noqa: E402
-from zcube_lab.fabric.placement import LayoutSpec  # noqa: E402
+from zcube_lab.core.fabric.placement import LayoutSpec  # noqa: E402
 
 FAULTS = {"zcube": "link a0-b1", "roft": "link leaf0-spine0", "clos": "link leaf0-spine0"}
 COLUMNS: tuple[tuple[str, Getter], ...] = (

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import aiohttp
 
 from serving.cluster import ClusterSpec, LocalCluster
-from zcube_lab.stats import quantile
+from zcube_lab.core.stats import quantile
 
 
 def _body(words: int, out: int, stream: bool = True) -> dict:

@@ -51,7 +51,7 @@ from rich.table import Table  # noqa: E402
 from bench.labrun import ZCUBE, LabRun, run_argv, run_options  # noqa: E402
 from bench.procwatch import RUN, ProcSample, display_order, scan  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
-from zcube_lab.procs import raise_interrupt  # noqa: E402
+from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "soak.json"
 Point = tuple[float, ProcSample]  # (seconds since the load start, one process read then)

@@ -47,8 +47,8 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 from prometheus_client import CollectorRegistry
 
-from controller.metrics import FabricCollector, FabricStats, PortCounters
 from controller.ofmsg import diff_messages, install_messages, stats_requests
+from controller.port_metrics import FabricCollector, FabricStats, PortCounters
 from controller.rules import (
     RuleDiff,
     SwitchRules,
@@ -60,8 +60,8 @@ from controller.rules import (
     link_states,
     port_peers,
 )
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric, Link
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric, Link
 
 # Both ends of a failed link report within a few milliseconds; wait this long after the first
 # change so one recompute covers them.

@@ -38,8 +38,8 @@ from controller.rules import (
     link_ends,
     port_peers,
 )
-from zcube_lab.fabric import hostplan as hostconfig
-from zcube_lab.fabric.description import Fabric, Host, Link
+from zcube_lab.core.fabric import hostplan as hostconfig
+from zcube_lab.core.fabric.description import Fabric, Host, Link
 
 Packet = Mapping[str, int | str]
 

@@ -38,8 +38,8 @@ routes, and shortest-path forwarding to that address's switch yields the 1-hop p
 the two link-disjoint 2-hop paths (A[s1] > B[r2] or B[r1] > A[s2]).
 
 Naming: these are *routing* policies (`ROUTING_POLICIES`), what the switches are told; a run's
-`--policy` is a *run* policy (`zcube_lab.policies.RUN_POLICIES`) that picks one of them and adds
-who else reacts (the controller, the senders). Match fields use os-ken's OXM names (`eth_type`,
+`--policy` is a *run* policy (`zcube_lab.core.policies.RUN_POLICIES`) that picks one of them and
+adds who else reacts (the controller, the senders). Match fields use os-ken's OXM names (`eth_type`,
 `ipv4_dst`, `in_port`); switches are keyed by dpid; group ids count from 1 per switch in the
 order destinations are visited.
 """
@@ -50,8 +50,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import count
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Attachment, Fabric, Link
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Attachment, Fabric, Link
 
 ROUTING_POLICIES = ("ecmp", "static", "ff")
 # Earlier names, still accepted (`python -m controller --policy single`).

@@ -8,8 +8,8 @@ failure windows (injected faults, links down) are annotations on every dashboard
 
 from __future__ import annotations
 
-from controller.metrics import LINK_UP
-from zcube_lab.faults import ACTIVE_METRIC
+from controller.port_metrics import LINK_UP
+from zcube_lab.core.fault_schedule import ACTIVE_METRIC
 
 from .panels import RUN, Dashboard, Panel, Variable
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A second lab machine on this one: a Debian 12 system built from Debian's packages (debootstrap),
 # run in its own network, mount, PID, UTS and IPC namespaces, with sshd and its own Open vSwitch
-# (userspace datapath), reached over a veth "wire" (10.254.0.1 here, 10.254.0.2 there).
+# (userspace datapath), reached over a veth "wire" (198.19.254.1 here, 198.19.254.2 there).
 # The lab reaches it exactly as it reaches another server: root over ssh with this machine's
 # key (docs/SCALE.md, "Setting up a server").
 #
@@ -23,8 +23,8 @@ ROOTFS="$CACHE/rootfs"
 RUNDIR=/run/zcube-lab-peer
 PIDFILE="$RUNDIR/pid"
 WIRE=zpeer0
-HERE_IP=10.254.0.1
-PEER_IP=10.254.0.2
+HERE_IP=198.19.254.1  # zcube_lab.core.fabric.addressing.WIRE_HERE
+PEER_IP=198.19.254.2  # WIRE_PEER
 # The wire's MTU leaves room for the VXLAN header (50 bytes) under the lab's 9000-byte frames.
 WIRE_MTU=9100
 MIRROR="${ZCUBE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol, TextIO
 
 from serving.config import Address, EngineCommon
-from serving.metrics import EngineMetrics
+from serving.vllm_metrics import EngineMetrics
 
 _LEN = struct.Struct("!Q")
 _LIMIT = 2**20  # stream buffer and read size

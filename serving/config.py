@@ -18,8 +18,8 @@ from typing import Any
 from serving.models import EP_EXPOSED_FRACTION, PROFILES, ModelProfile, get_profile
 from serving.options import option
 from serving.routing import BALANCERS
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.scale import MAX_DILATION
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.scale import MAX_DILATION
 
 # The gateway's balancing policies (`--policy`): the registered balancers.
 BALANCING_POLICIES = tuple(BALANCERS)

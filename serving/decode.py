@@ -32,7 +32,6 @@ from serving.alltoall import engine_alltoall, exchange_log
 from serving.config import Address, DecodeConfig, parse_address
 from serving.decode_engine import DecodeEngine, DecodeSeq, KVHandle, path_health
 from serving.kvwire import KVTransferError
-from serving.metrics import EngineMetrics
 from serving.openai_api import (
     CHAT,
     COMPLETION,
@@ -46,7 +45,8 @@ from serving.openai_api import (
 )
 from serving.options import add_flags, from_args
 from serving.textgen import plan_output, request_rng
-from zcube_lab.errors import ConfigError
+from serving.vllm_metrics import EngineMetrics
+from zcube_lab.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from serving.batching import admit_count
 from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig
 from serving.engine_step import run_step
 from serving.kvwire import KVTransferError, PathHealth, PullResult, pull_kv, release_kv
-from serving.metrics import EngineMetrics
 from serving.models import alltoall_bytes_per_peer, decode_step_seconds
 from serving.openai_api import ApiError, ApiRequest
 from serving.textgen import OutputPlan, token_text
+from serving.vllm_metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.05

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 
 from serving.alltoall import AllToAll
-from serving.metrics import EngineMetrics
 from serving.models import EP_EXPOSED_FRACTION, ep_step_seconds
+from serving.vllm_metrics import EngineMetrics
 
 
 async def run_step(

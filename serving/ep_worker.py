@@ -15,7 +15,7 @@ from serving.alltoall import start_ep_server
 from serving.config import EpWorkerConfig
 from serving.httpapi import setup_logging
 from serving.options import add_flags, from_args
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 async def serve(cfg: EpWorkerConfig) -> None:

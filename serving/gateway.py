@@ -29,16 +29,17 @@ from prometheus_client import CollectorRegistry
 
 from serving import httpapi
 from serving.config import GatewayConfig
-from serving.metrics import GatewayMetrics
-from serving.openai_api import CHAT, COMPLETION, ApiError, parse_request
+from serving.openai_api import CHAT, COMPLETION, SSE_DONE, ApiError, parse_request, sse_error
 from serving.options import add_flags, from_args
 from serving.requestlog import RequestTiming, TokenCounter, completion_tokens, write_record
 from serving.routing import Backend, Balancer, HotSet, make_balancer, same_group
+from serving.vllm_metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
 GROUP_KEY = "_zcube_group"
 ROUTES = {COMPLETION: "/v1/completions", CHAT: "/v1/chat/completions"}
 _PASS_HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
+CLIENT_CLOSED = 499  # nginx's "client closed request": counted, never sent
 LOOP_LAG_INTERVAL_S = 0.1  # wall seconds: about 20-50 us of CPU per wake-up
 
 
@@ -83,6 +84,12 @@ def _prefill_body(body: dict[str, Any], kind: str) -> bytes:
 
 def _relay_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
     return {h: resp.headers[h] for h in _PASS_HEADERS if h in resp.headers}
+
+
+def _client_gone(timing: RequestTiming, when: str) -> web.Response:
+    """The answer to a client that closed its connection (nginx's 499; never sent)."""
+    log.info("client of %s went away %s", timing.request_id, when)
+    return web.Response(status=CLIENT_CLOSED)
 
 
 def _upstream_failed(state: GatewayState, role: str, exc: BaseException) -> ApiError:
@@ -159,7 +166,13 @@ async def _decode(
                     timing.first_token = None  # an error is no token
                 return web.Response(body=raw, status=dresp.status, headers=_relay_headers(dresp))
             out = web.StreamResponse(headers=_relay_headers(dresp))
-            await out.prepare(request)
+            # Writes to our client are kept apart from reads from decode: a client that left
+            # makes the write raise ConnectionResetError (aiohttp's ClientConnectionResetError
+            # is also a ClientError), which is no failure of decode's.
+            try:
+                await out.prepare(request)
+            except ConnectionError:
+                return _client_gone(timing, "before the first byte")
             tokens = timing.tokens = TokenCounter() if state.request_log is not None else None
             try:
                 async for data in dresp.content.iter_any():
@@ -168,11 +181,19 @@ async def _decode(
                         state.metrics.ttft.observe(timing.first_token - timing.arrival)
                     if tokens is not None:
                         tokens.feed(data)
-                    await out.write(data)
-            except ConnectionError:
-                # Our client left: leaving the `async with` closes decode's stream, and decode
-                # frees the sequence.
-                log.info("client of %s went away mid-stream", timing.request_id)
+                    try:
+                        await out.write(data)
+                    except ConnectionError:
+                        # Leaving the `async with` closes decode's stream: decode frees the
+                        # sequence.
+                        return _client_gone(timing, "mid-stream")
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                # Decode failed after our 200 went out: the stream ends with an error event.
+                _upstream_failed(state, "decode", exc)
+                message = f"decode instance failed mid-stream: {type(exc).__name__}"
+                with contextlib.suppress(ConnectionError):
+                    await out.write(sse_error(message, "server_error", "upstream_error"))
+                    await out.write(SSE_DONE)
             return out
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _upstream_failed(state, "decode", exc) from None
@@ -214,6 +235,12 @@ def _handler(kind: str):
                 state.metrics.outstanding.set(state.outstanding)
         except ApiError as err:
             status = err.status
+            raise
+        except asyncio.CancelledError:
+            # A server that cancels handlers whose client left (aiohttp's handler_cancellation;
+            # `run_app`'s default does not) stops us at any await: that client is a 499 too.
+            if request.transport is None or request.transport.is_closing():
+                status = CLIENT_CLOSED
             raise
         finally:
             state.metrics.request(ROUTES[kind], status)

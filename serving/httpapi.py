@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from serving.openai_api import ApiError
 from serving.options import parse_with_file
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 MODEL_NAME_KEY = web.AppKey("model_name", str)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 _KEY = "zcube_option"
 

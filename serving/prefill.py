@@ -29,11 +29,11 @@ from serving.config import PrefillConfig
 from serving.engine_step import run_step
 from serving.kvstore import HeldKV, KVStore, make_kv_buffer
 from serving.kvwire import start_kv_server
-from serving.metrics import EngineMetrics
 from serving.models import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
 from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
 from serving.options import add_flags, from_args
 from serving.textgen import plan_output, request_rng, token_text
+from serving.vllm_metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 BLOCK_SIZE = 16

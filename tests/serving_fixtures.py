@@ -7,20 +7,21 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from yarl import URL
 
 from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.decode import make_decode_app
 from serving.gateway import make_gateway_app
 from serving.prefill import make_prefill_app
-from zcube_lab.ports import free_port
+from zcube_lab.core.ports import free_port
 
 
 @dataclass
@@ -59,6 +60,36 @@ async def start_inprocess_cluster(
     return InProcessCluster(
         str(gsrv.make_url("")).rstrip("/"), purl, durl, pcfg, dcfg, greg, preg, dreg
     )
+
+
+@dataclass
+class _Served:
+    url: URL
+
+    def make_url(self, path: str) -> URL:
+        return self.url.join(URL(path))
+
+
+@asynccontextmanager
+async def run_app_servers() -> AsyncIterator[Callable[[web.Application], Any]]:
+    """A stand-in for pytest-aiohttp's `aiohttp_server` that serves apps as `web.run_app` does
+    in the role processes: a handler goes on when its client leaves (aiohttp's test server
+    cancels it instead). Yields the starter; every app is cleaned up on exit."""
+    runners: list[web.AppRunner] = []
+
+    async def serve(app: web.Application) -> _Served:
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=False)
+        await runner.setup()
+        runners.append(runner)
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        host, port = runner.addresses[0][:2]
+        return _Served(URL(f"http://{host}:{port}"))
+
+    try:
+        yield serve
+    finally:
+        for r in reversed(runners):
+            await r.cleanup()
 
 
 def sample_values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -37,7 +37,6 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -46,14 +45,14 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from workloads.arrivals import PROCESSES, parse_stages, staged_duration
 from workloads.client import OpenAIStreamClient
-from workloads.metrics import ClientMetrics
+from workloads.client_metrics import ClientMetrics
+from workloads.loadsummary import summarize
 from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests, resolve_arrival
 from workloads.shards import parse_shard, shard_label, shard_plan
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.scale import check_dilation
-from zcube_lab.stats import quantile
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.scale import check_dilation
 
 log = logging.getLogger("zcube.workloads")
 
@@ -253,39 +252,6 @@ class WorkloadRun:
 def _summary_fields(row: dict[str, Any]) -> dict[str, Any]:
     # Only what the summary needs is kept in memory (ITL lists go to the file only).
     return {k: row[k] for k in ("sent_s", "lag_s", "outcome", "ttft_s", "e2e_s", "output_tokens")}
-
-
-def summarize(plan: Sized, rows: list[dict[str, Any]], duration: float) -> dict[str, Any]:
-    """Planned vs achieved: counts by outcome, send rate over the plan window, lag and TTFT
-    (of the plan only its size counts)."""
-    sent = [r for r in rows if r["outcome"] not in ("overload",)]
-    in_window = [r for r in sent if r["sent_s"] < duration]
-    ok = [r for r in rows if r["outcome"] == "ok"]
-    lags = sorted(r["lag_s"] for r in sent)
-    ttfts = sorted(r["ttft_s"] for r in ok if r["ttft_s"] is not None)
-    outcomes: dict[str, int] = {}
-    for r in rows:
-        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
-    return {
-        "duration_s": duration,
-        "planned": len(plan),
-        "planned_rate": round(len(plan) / duration, 4) if duration else 0.0,
-        "sent": len(sent),
-        "achieved_rate": round(len(in_window) / duration, 4) if duration else 0.0,
-        "completed_ok": len(ok),
-        "outcomes": outcomes,
-        "output_tokens": sum(r["output_tokens"] for r in ok),
-        "lag_p50_s": _quantile(lags, 0.5),
-        "lag_p99_s": _quantile(lags, 0.99),
-        "lag_max_s": lags[-1] if lags else None,
-        "ttft_p50_s": _quantile(ttfts, 0.5),
-        "ttft_p99_s": _quantile(ttfts, 0.99),
-    }
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    value = quantile(values, q)
-    return None if value is None else round(value, 6)
 
 
 def plan_duration(options: Any) -> float | None:

@@ -27,7 +27,7 @@ from locust import User, events, task
 from locust.exception import StopUser
 
 from workloads import locust_ext, shards
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 log = logging.getLogger("zcube.workloads")
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 # Mooncake's traces hash prompts in blocks of 512 tokens.
 BLOCK_TOKENS = 512

@@ -5,11 +5,11 @@ A profile is a JSON file in `workloads/profiles/` (named by its file stem: `codi
 
 - `name`, `description`: identity and one line for humans;
 - `model`: the served model name requests carry; `endpoint`: `completions` or `chat`;
-- `placement`: the layout hint for the orchestrator, named as `zcube_lab.fabric.placement.LAYOUTS`:
-  `default` (the lab's default layout: the router pairs any prefill with any decode, so KV
-  transfers usually cross rails) or `rail-aligned` (each prefill is paired with a decode on
-  its own rail, so KV traffic stays on rail switches: the case a rail-optimised fabric is
-  built for);
+- `placement`: the layout hint for the orchestrator, named as
+  `zcube_lab.core.fabric.placement.LAYOUTS`: `default` (the lab's default layout: the router
+  pairs any prefill with any decode, so KV transfers usually cross rails) or `rail-aligned`
+  (each prefill is paired with a decode on its own rail, so KV traffic stays on rail switches:
+  the case a rail-optimised fabric is built for);
 - `length_scale`: multiplies every token length (prompts, outputs, session growth, trace
   lengths); tests and small emulated clusters shrink profiles with it;
 - `arrival`: default arrival process (`process`, `rate`, `burstiness`, `stages`);
@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from workloads.arrivals import PROCESSES, ArrivalSpec, Stage
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 ENDPOINTS = ("completions", "chat")
-# The same names as zcube_lab.fabric.placement.LAYOUTS, so the orchestrator can pass the hint
+# The same names as zcube_lab.core.fabric.placement.LAYOUTS, so the orchestrator can pass the hint
 # through.
 PLACEMENTS = ("default", "rail-aligned")
 # A chat prompt carries 7 tokens of framing (4 for the message, 3 priming the reply).

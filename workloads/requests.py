@@ -27,7 +27,7 @@ from typing import Any
 from workloads import arrivals, mooncake
 from workloads.arrivals import ArrivalSpec, Stage
 from workloads.profiles import CHAT_FRAMING_TOKENS, Profile
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 # Token ids stay below a typical 32K vocabulary; 0 is avoided (often a padding id).
 VOCAB_SIZE = 32_000

@@ -9,7 +9,7 @@ the locustfile is imported) and gives each worker one `OpenLoopUser`.
 Each worker writes its own records and summary (the summary carries `shard: "K/W"`);
 `merge_shards(summaries, rows)` turns them into the records and the summary one process would
 have written. The merged summary is recomputed from the union of the rows with
-`locust_ext.summarize`, the plan's size being the sum of the shards' `planned`; nothing is
+`loadsummary.summarize`, the plan's size being the sum of the shards' `planned`; nothing is
 redrawn. `merge_shard_files(folder, workers)` does the same with the files in a run's folder
 (`shard_files`); the rest is pure: no Locust, no files, no clock.
 """
@@ -22,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from workloads.loadsummary import summarize
 from workloads.requests import PlannedRequest
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 WORKERS_ENV = "ZCUBE_LOCUST_WORKERS"  # the number of Locust workers, read by the master
 # Taken from the shards' summaries as they are: every shard must agree on them.
@@ -83,8 +84,6 @@ def merge_shards(
     order) as one process's: every row sorted by send time (then index), and the summary
     recomputed over them. ValueError when the shards are not exactly 0..W-1 of one plan, or a
     row is outside its shard or in two."""
-    from workloads.locust_ext import summarize  # here: locust_ext imports this module
-
     if len(summaries) != len(rows) or not summaries:
         raise ValueError(f"{len(summaries)} summaries for {len(rows)} record sets")
     shards = [_summary_shard(s) for s in summaries]

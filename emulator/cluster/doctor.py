@@ -4,7 +4,7 @@ The same two layers as `emulator.lab.doctor`: `gather` runs the probes (over ssh
 machines, with `emulator.cluster.remote`) and returns plain `Probe` data; the `judge_*` functions
 turn it into `Check`s and are pure, so tests feed them literal probe outputs.
 
-What is checked, for `--machines 10.254.0.1,10.254.0.2,...`:
+What is checked, for `--machines 198.19.254.1,198.19.254.2,...`:
 - machine 0 (this one): the one-machine doctor's checks, and sudo;
 - every other machine: root over ssh without a password; the same checkout and venv at the same
   path, where the one-machine doctor then runs (its checks are shown under the machine's name);
@@ -14,8 +14,8 @@ What is checked, for `--machines 10.254.0.1,10.254.0.2,...`:
   plus the VXLAN header), and a throwaway tunnel's capacity and round-trip time
   (`emulator.cluster.tunnel.measure_tunnel`, about 8 s each; skipped on request).
 
-Each check's name starts with the label of the machine it ran on: `machine 1 (10.254.0.2): ssh`,
-`machine 1 (10.254.0.2): ovs`, `machine 0 (10.254.0.1): tunnel to machine 1`.
+Each check's name starts with the label of the machine it ran on: `machine 1 (198.19.254.2): ssh`,
+`machine 1 (198.19.254.2): ovs`, `machine 0 (198.19.254.1): tunnel to machine 1`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from emulator.cluster.remote import Machine, run_on
 from emulator.cluster.tunnel import TunnelMeasure, measure_tunnel
 from emulator.lab.doctor import Check, Probe, run_checks
 from emulator.lab.system import LabError
-from zcube_lab.fabric.clusterplan import VXLAN_OVERHEAD, VXLAN_PORT
-from zcube_lab.fabric.queues import MAX_MTU
+from zcube_lab.core.fabric.clusterplan import VXLAN_OVERHEAD, VXLAN_PORT
+from zcube_lab.core.fabric.queues import MAX_MTU
 
 REPO = str(Path(__file__).resolve().parents[2])
 MIN_SSH_SESSIONS = 100

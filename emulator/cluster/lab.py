@@ -1,8 +1,8 @@
 """A lab spread over several machines on Mininet's cluster edition.
 
 `ClusterLab(fabric, machines, options)` is a `Lab` whose nodes Mininet's `MininetCluster` starts
-on the machine `zcube_lab.fabric.split` chose for them (`RemoteHost` and `RemoteOVSSwitch` shells
-over ssh), whose links each machine creates with one root script (`clusterplan`: veth pairs
+on the machine `zcube_lab.core.fabric.split` chose for them (`RemoteHost` and `RemoteOVSSwitch`
+shells over ssh), whose links each machine creates with one root script (`clusterplan`: veth pairs
 inside a machine, VXLAN tunnels between machines, shaped like any other link), and whose
 switches on every machine connect to the one controller on machine 0's wire address. Everything
 the lab checks (Open vSwitch answering, rules installed, leftovers of crashed runs) is checked on
@@ -29,14 +29,14 @@ from emulator.lab import links, ovs
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.state import LabState, write_state
 from emulator.lab.system import LabError
-from zcube_lab.fabric.clusterplan import (
+from zcube_lab.core.fabric.clusterplan import (
     machine_link_setup,
     machine_port_setup,
     root_interfaces,
     tunnel_mtu,
 )
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.split import Split, split_fabric
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.split import Split, split_fabric
 
 # The wire between machines must carry the lab's frames plus the VXLAN header.
 DEFAULT_WIRE_MTU = 9100

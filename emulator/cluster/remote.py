@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.lab.system import LabError, attempt
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=5")
 
@@ -47,7 +47,7 @@ def local_addresses() -> set[str]:
 
 
 def parse_machines(text: str, local: set[str] | None = None) -> list[Machine]:
-    """`10.254.0.1,10.254.0.2`: this machine's wire address first, then the others'."""
+    """`198.19.254.1,198.19.254.2`: this machine's wire address first, then the others'."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     allowed = "a comma-separated list of at least 2 IPv4 wire addresses, this machine's first"
     if len(parts) < 2 or len(set(parts)) != len(parts):

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 
 from emulator.cluster.remote import Machine, check_on, run_on
 from emulator.lab.system import LabError
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.clusterplan import VXLAN_PORT
-from zcube_lab.fabric.split import Split
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.clusterplan import VXLAN_PORT
+from zcube_lab.core.fabric.split import Split
 
 PROBE_VNI = 990000  # far from the lab's link VNIs (clusterplan.VNI_BASE + link index)
 PROBE_NET = "192.168.251"  # the probe's two addresses, .1 (first machine) and .2

@@ -1,2 +1,2 @@
 """Experiments on a lab: the pure serving plan, the runner of one run, the live lab of
-`up --serve`, comparisons of variants, and the KV cut probe."""
+`up --serve`, comparisons of variants and the load sweep's ramp."""

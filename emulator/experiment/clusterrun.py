@@ -29,7 +29,7 @@ from emulator.cluster.remote import SSH_OPTIONS, Machine, argv_on, run_on
 from emulator.lab.netstats import shaped_rates
 from emulator.lab.system import LabError
 from emulator.lab.verdict import HealthVerdict
-from zcube_lab.fabric.clusterplan import switch_ends
+from zcube_lab.core.fabric.clusterplan import switch_ends
 
 AGENT_READY_S = 30.0
 AGENT_VERDICT_S = 60.0
@@ -168,8 +168,8 @@ def start_distributed_load(launcher: Any, run_dir: Path) -> subprocess.Popen[byt
     """Locust's master here and one worker per machine, worker K sending shard K of the plan
     (`workloads.shards`) to the gateway at machine 0's management address; the master's
     process (it exits when the run time is over, and the workers with it)."""
-    from zcube_lab.fabric.clusterplan import mgmt_root_address
-    from zcube_lab.ports import free_port
+    from zcube_lab.core.fabric.clusterplan import mgmt_root_address
+    from zcube_lab.core.ports import free_port
 
     lab: ClusterLab = launcher.lab
     plan = launcher.plan

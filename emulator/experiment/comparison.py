@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.experiment.runner import Experiment
-from emulator.results.figures import port_capacity_bps
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import BUILDERS, build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.scale import Scale
+from emulator.results.linkstats import port_capacity_bps
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.scale import Scale
 
 
 def fabric_specs(

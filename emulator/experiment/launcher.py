@@ -46,9 +46,9 @@ from emulator.lab.network import Lab, LabOptions
 from emulator.lab.system import LabError
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.summary import RunSummary
-from zcube_lab.fabric.queues import queue_summary
-from zcube_lab.ports import free_port
-from zcube_lab.procs import signals_ignored, stop_groups, wait_http
+from zcube_lab.core.fabric.queues import queue_summary
+from zcube_lab.core.ports import free_port
+from zcube_lab.core.procs import signals_ignored, stop_groups, wait_http
 
 
 @dataclass

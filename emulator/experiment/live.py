@@ -19,7 +19,7 @@ from pathlib import Path
 from emulator.experiment.launcher import Launcher
 from emulator.experiment.plan import LOOPBACK, LocustWeb, RunConfig, plan_run
 from emulator.lab.system import LabError
-from zcube_lab.procs import wait_http
+from zcube_lab.core.procs import wait_http
 
 
 class LiveLab:

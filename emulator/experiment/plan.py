@@ -29,16 +29,23 @@ from serving.models import PROFILES
 from workloads import LOCUSTFILE
 from workloads.profiles import load_profile
 from workloads.shards import WORKERS_ENV, parse_shard, shard_files, shard_label
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.clusterplan import check_machine_list, mgmt_root_address
-from zcube_lab.fabric.description import Fabric, FabricSpec
-from zcube_lab.fabric.hostplan import MGMT_ROOT_IP, kv_source_map, management_address
-from zcube_lab.fabric.placement import Engine, LayoutSpec, Placement, place
-from zcube_lab.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU, MIN_MTU, QueueModel, fabric_mtu
-from zcube_lab.fabric.scale import Scale, check_dilation
-from zcube_lab.faults import Fault, parse_faults
-from zcube_lab.policies import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.addressing import MGMT_ROOT_IP, management_address
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.clusterplan import check_machine_list, mgmt_root_address
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement, place
+from zcube_lab.core.fabric.queues import (
+    HOST_QUEUE_PACKETS,
+    MAX_MTU,
+    MIN_MTU,
+    QueueModel,
+    fabric_mtu,
+)
+from zcube_lab.core.fabric.scale import Scale, check_dilation
+from zcube_lab.core.fault_schedule import Fault, parse_faults
+from zcube_lab.core.policies import (
     SPRAY_CHUNK_BYTES,
     SPRAY_STALL_S,
     SPRAY_STREAMS,
@@ -69,11 +76,11 @@ class RunConfig:
     model: str = "glm-5.1"
     length_scale: float | None = None
     nic_mbps: float = 100.0
-    mtu: int | str = MAX_MTU  # or "auto": zcube_lab.fabric.queues.fabric_mtu
+    mtu: int | str = MAX_MTU  # or "auto": zcube_lab.core.fabric.queues.fabric_mtu
     queue_packets: int | None = None  # every switch port's queue; None: the buffer model's
     host_queue_packets: int = HOST_QUEUE_PACKETS
     policy: str = "ecmp"
-    faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.faults)
+    faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.core.fault_schedule)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
     kv_streams: int = 2
     prefix_cache_hit_rate: float = 0.0
@@ -133,7 +140,7 @@ class RunConfig:
         return (self.duration_s + self.drain_s) * self.dilation
 
     def queue_model(self) -> QueueModel:
-        """The queue limits of every shaped port (zcube_lab.fabric.queues)."""
+        """The queue limits of every shaped port (zcube_lab.core.fabric.queues)."""
         return QueueModel(packets=self.queue_packets, host_packets=self.host_queue_packets)
 
     def link_mtu(self, fabric: Fabric, scale: Scale) -> int:

@@ -65,15 +65,9 @@ from emulator.lab.verdict import HealthVerdict
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.dilation import undilate
-from emulator.results.faults import analyze
-from emulator.results.figures import (
-    client_summary,
-    fabric_stats,
-    link_loads,
-    link_utilization,
-    read_jsonl,
-    throughput_series,
-)
+from emulator.results.fault_report import analyze
+from emulator.results.figures import client_summary, fabric_stats, read_jsonl, throughput_series
+from emulator.results.linkstats import link_loads, link_utilization, verdict_busiest_link
 from emulator.results.summary import FaultReport, InjectedFault, RunSummary
 from emulator.results.transfers import (
     KV_LOG_PREFIX,
@@ -83,7 +77,7 @@ from emulator.results.transfers import (
     read_logs,
     transfer_figures,
 )
-from serving.metrics import GATEWAY_LOOP_LAG, STEP_LATENESS, STEP_OVERRUN
+from serving.vllm_metrics import GATEWAY_LOOP_LAG, STEP_LATENESS, STEP_OVERRUN
 
 
 class Experiment:
@@ -248,10 +242,13 @@ class Experiment:
         pulls = read_logs(self.dir / "logs", KV_LOG_PREFIX)
         rated, ratio = kv_ratio_p50(pulls, rates, self.limits.kv_fixed_s)
         kv = KvPulls(rated, ratio, busy, self.limits.kv_fixed_s)
-        verdict = self.health.verdict(
-            self.limits,
-            self._load_evidence(records, kv),
-            window=(self._load_start, self._load_end),
+        verdict = replace(  # the verdict names the summary's busiest link
+            self.health.verdict(
+                self.limits,
+                self._load_evidence(records, kv),
+                window=(self._load_start, self._load_end),
+            ),
+            busiest_link=verdict_busiest_link(self.plan.fabric, self.plan.scale, links),
         )
         health = {**verdict.to_dict(), "limits": self.limits.to_dict()}
         if self.config.machines:

@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 RESULTS_PATH = Path(__file__).resolve().parents[2] / "bench" / "results" / "datapath.json"
 # The lowest of the figures seen by hand on these machines (docs/DOMAIN.md §5: ~0.5 Gb/s for

@@ -7,8 +7,8 @@ functions turn probe results into `Check`s and are pure, so tests feed them fake
 `run_checks()` wires the two together.
 
 Check names are short and stable (`root`, `python`, `ovs`, `datapath`, `mnexec`, `mininet`,
-`htb`, `tbf`, `netem`, `os-ken`, `prometheus`, `promtool`, `iperf3`, `ethtool`, `ping`,
-`datapath-capacity`): tests and `--json` consumers look them up by name.
+`htb`, `tbf`, `netem`, `os-ken`, `addresses`, `prometheus`, `promtool`, `iperf3`, `ethtool`,
+`ping`, `datapath-capacity`): tests and `--json` consumers look them up by name.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from emulator.lab.capacity import (
     load_results,
     machine_id,
 )
-from emulator.lab.system import attempt
+from emulator.lab.hostnet import HostEntry, conflicts, leftovers, read_host_network
+from emulator.lab.system import LabError, attempt
+from zcube_lab.core.fabric.addressing import plan_networks
 
 STATUSES = ("pass", "warn", "fail")
 MIN_PYTHON = (3, 11)
@@ -316,6 +318,39 @@ def judge_capacity(results: DatapathResults | None, this_machine: str) -> Check:
     )
 
 
+def judge_addresses(host: Sequence[HostEntry], error: str = "") -> Check:
+    """The lab's address ranges are clear of this machine's routes, addresses and resolvers
+    (a collision fails, naming both); a killed run's management bridge is a warning."""
+    plan = plan_networks()
+    ranges = ", ".join(f"{net} ({label})" for label, net in plan)
+    if error:
+        return Check("addresses", "warn", f"could not read this machine's network: {error}")
+    found = conflicts(plan, host)
+    if found:
+        return Check(
+            "addresses",
+            "fail",
+            "; ".join(str(c) for c in found),
+            "move the host's route, address or resolver out of the lab's ranges "
+            "(fixed: zcube_lab.core.fabric.addressing), or run the lab in a VM",
+        )
+    left = leftovers(host)
+    if left:
+        return Check(
+            "addresses",
+            "warn",
+            f"a killed run left {'; '.join(e.text for e in left)}",
+            "none needed: the next `zcube-lab up`/`run` removes it (or `ip link del` it)",
+        )
+    kinds = {k: sum(e.kind == k for e in host) for k in ("route", "address", "resolver")}
+    return Check(
+        "addresses",
+        "pass",
+        f"the lab's {ranges} clear of this machine's routes ({kinds['route']}), "
+        f"addresses ({kinds['address']}) and resolvers ({kinds['resolver']})",
+    )
+
+
 def judge_tool(name: str, probe: Probe, missing_status: str, why: str) -> Check:
     """A program on PATH; `missing_status` says how much its absence matters."""
     if probe.ok:
@@ -342,6 +377,8 @@ class Findings:
     tools: Mapping[str, Probe]
     datapath_results: DatapathResults | None = None
     machine_id: str = ""
+    host_network: tuple[HostEntry, ...] = ()  # routes, addresses, resolvers (hostnet)
+    host_network_error: str = ""  # why they could not be read
 
 
 # Programs checked on PATH: (name, version arguments, status when missing, what needs it).
@@ -365,6 +402,7 @@ def judge(findings: Findings) -> list[Check]:
         judge_import("mininet", findings.mininet),
         *judge_qdiscs(findings.euid == 0, findings.qdiscs),
         judge_import("os-ken", findings.os_ken),
+        judge_addresses(findings.host_network, findings.host_network_error),
     ]
     for name, _args, missing_status, why in TOOLS:
         probe = findings.tools.get(name, Probe(None, f"{name}: not probed"))
@@ -378,6 +416,10 @@ def gather(pid: int | None = None) -> Findings:
     euid = os.geteuid()
     module_loaded, modprobe = probe_kernel_module("openvswitch")
     namespace = f"zcl-doctor-{pid if pid is not None else os.getpid()}"
+    try:
+        host_network, host_network_error = tuple(read_host_network()), ""
+    except (LabError, OSError, ValueError) as exc:
+        host_network, host_network_error = (), str(exc)
     return Findings(
         euid=euid,
         python=tuple(sys.version_info[:3]),
@@ -392,6 +434,8 @@ def gather(pid: int | None = None) -> Findings:
         tools={name: probe_binary(name, args) for name, args, _s, _w in TOOLS},
         datapath_results=load_results(),
         machine_id=machine_id(),
+        host_network=host_network,
+        host_network_error=host_network_error,
     )
 
 

@@ -3,14 +3,14 @@ engines late, in a way no configured fault explains? (pure)
 
 `judge_network(evidence, limits)` turns `NetworkEvidence` (events and figures from
 `emulator.lab.netstats`, engine step overruns, the run's fault windows) into reasons a run is not
-trustworthy, the events that faults explain, and the busiest link. `emulator.lab.verdict.judge`
-adds them to the CPU verdict. Judged, each unless a fault window explains it:
+trustworthy and the events that faults explain. `emulator.lab.verdict.judge` adds them to the
+CPU verdict. Judged, each unless a fault window explains it:
 - a retransmission timeout or a SYN retransmit on any host: the 1 s stalls of the issue; a
   faithful fabric would have to lose a whole window or a SYN for it, which the lab never asks for
   outside a fault;
 - packets dropped by a qdisc, by an interface, or by a CPU's input queue (softnet). A drop in a
   switch port's queue (one of `NetworkEvidence.switch_ports`) is the modelled switch's own
-  congestion (zcube_lab.fabric.queues): counted per port, not judged; a retransmission timeout
+  congestion (zcube_lab.core.fabric.queues): counted per port, not judged; a retransmission timeout
   it causes is. A drop in a host's NIC queue is never faithful (a real NIC back-pressures its
   host), so it is judged;
 - a shaped link sending more than `RateLimits.over` (5%) above its rate over a window
@@ -59,7 +59,7 @@ from emulator.lab.netstats import (
     QueueFigures,
     TcpCounters,
 )
-from serving.metrics import STEP_LATENESS, STEP_OVERRUN
+from serving.vllm_metrics import STEP_LATENESS, STEP_OVERRUN
 
 
 @dataclass(frozen=True)
@@ -100,16 +100,6 @@ class StepOverruns:
     @property
     def late(self) -> int:
         return sum(e.late for e in self.engines.values())
-
-
-@dataclass(frozen=True)
-class BusiestLink:
-    """The shaped interface whose highest windowed rate came closest to (or above) its rate."""
-
-    iface: str
-    rate_mbps: float
-    peak_mbps: float
-    peak_share: float  # peak_mbps / rate_mbps
 
 
 @dataclass(frozen=True)
@@ -157,12 +147,11 @@ class NetworkEvidence:
 class NetworkJudgement:
     reasons: tuple[str, ...]
     explained: tuple[str, ...]
-    busiest: BusiestLink | None
 
 
 def judge_network(evidence: NetworkEvidence, limits: Limits) -> NetworkJudgement:
     """Reasons (one per missing source, one per host, interface or CPU, then one per late
-    engine, the KV pulls, one per late loop), the events faults explain, and the busiest link.
+    engine, the KV pulls, one per late loop), and the events faults explain.
     `judge_qdisc_drops=False` reports qdisc drops without judging them: for when the shaped
     queues model a real port's buffer, whose drops under incast are the fabric's own."""
     unexplained: dict[str, list[NetEvent]] = defaultdict(list)
@@ -184,7 +173,7 @@ def judge_network(evidence: NetworkEvidence, limits: Limits) -> NetworkJudgement
     reasons += _kv_reasons(evidence.kv, limits)
     reasons += _loop_reasons(evidence.loops, limits)
     notes = [f"{w}: {describe(evs)} (during {f})" for (w, f), evs in sorted(explained.items())]
-    return NetworkJudgement(tuple(reasons), tuple(notes), busiest_link(evidence.queues))
+    return NetworkJudgement(tuple(reasons), tuple(notes))
 
 
 def _explaining(event: NetEvent, faults: Sequence[FaultWindow], grace: float) -> str | None:
@@ -325,17 +314,6 @@ def _loop_reasons(loops: Mapping[str, LoopLag], limits: Limits) -> list[str]:
                 f"{what} more than {lag.threshold_s * 1e3:g} ms late (allowed {allowed:.0%})"
             )
     return out
-
-
-def busiest_link(queues: Mapping[str, QueueFigures]) -> BusiestLink | None:
-    """The interface with the highest peak rate relative to its configured rate."""
-    best: BusiestLink | None = None
-    for iface, q in sorted(queues.items()):
-        if q.rate_mbps and q.peak_mbps is not None:
-            cand = BusiestLink(iface, q.rate_mbps, q.peak_mbps, q.peak_mbps / q.rate_mbps)
-            if best is None or cand.peak_share > best.peak_share:
-                best = cand
-    return best
 
 
 # --- engine step overruns from an engine's /metrics text -------------------------------------

@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from emulator.lab.fidelity import NetworkEvidence
 from emulator.lab.limits import Limits
 from emulator.lab.verdict import DATAPATH, HealthSample, HealthVerdict, judge
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 CPU_METRIC = "zcube_emulator_cpu_utilization"

@@ -1,7 +1,7 @@
 """The fault injector: carries out a fault schedule on a running lab (needs root).
 
-`FaultInjector` runs a schedule (`zcube_lab.faults.schedule`) in a thread (`ip link set dev X
-down|up`), writes every transition to `faults.jsonl` with its wall time, exports
+`FaultInjector` runs a schedule (`zcube_lab.core.fault_schedule.schedule`) in a thread
+(`ip link set dev X down|up`), writes every transition to `faults.jsonl` with its wall time, exports
 `zcube_fault_active{fault=...}` (1 while a fault holds) for Prometheus and Grafana annotations,
 and restores every link it broke on stop.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from emulator.lab.system import run
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.faults import ACTIVE_METRIC, Fault, Transition, schedule
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fault_schedule import ACTIVE_METRIC, Fault, Transition, schedule
 
 Runner = Callable[[list[str]], None]
 

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from emulator.lab.netstats import RateLimits
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 # Shares between 0 and 1, positive numbers of cores, seconds >= 0, positive ratios.
 _SHARES = (

@@ -1,4 +1,4 @@
-"""The fabric's links in Mininet, configured in batches (`zcube_lab.fabric.linkplan`).
+"""The fabric's links in Mininet, configured in batches (`zcube_lab.core.fabric.linkplan`).
 
 Mininet keeps its link and interface objects (they give the switches their ports and tear the
 links down) but runs no command for them: `link_class()` is a link whose veth pair Mininet does
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from emulator.lab.system import LabError, attempt
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.linkplan import (
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.linkplan import (
     LinkSettings,
     Setup,
     ends,

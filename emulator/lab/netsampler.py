@@ -50,7 +50,7 @@ from emulator.lab.netstats import (
     tcp_totals,
     window_events,
 )
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 TC_QDISCS = ("tc", "-s", "-j", "qdisc", "show")
 T = TypeVar("T")

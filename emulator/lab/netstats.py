@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, fields
 from itertools import pairwise
 from typing import Any
 
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.linkplan import port_rates
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.linkplan import port_rates
+from zcube_lab.core.fabric.scale import Scale
 
 # Our name -> (section, counter) in /proc/net/snmp (Tcp:) or /proc/net/netstat (TcpExt:).
 TCP_COUNTERS: Mapping[str, tuple[str, str]] = {

@@ -1,13 +1,15 @@
 """The Mininet realization of a fabric description, with an explicit lifecycle.
 
-`Lab(fabric, options).start()` removes stale state of an earlier crashed run, starts our os-ken
-controller, builds the hosts and switches in Mininet on Open vSwitch (userspace datapath when
-the kernel has no openvswitch module), configures every link and host with one script per
-namespace (`emulator.lab.links`: veth pairs, addresses, routes, static ARP, shaping, offloads),
-starts every bridge in one `ovs-vsctl` transaction, and waits until every switch holds the rules
-the controller computed. `stop()` undoes it in reverse, and the state file
-(`emulator.lab.state`) lets the next run remove what a killed run left behind. Besides Mininet's
-own bridge setup, Open vSwitch is reached only through `emulator.lab.ovs`. Needs root.
+`Lab(fabric, options).start()` removes stale state of an earlier crashed run, refuses a fabric
+whose address ranges collide with this machine's routes, addresses or resolvers
+(`emulator.lab.hostnet`), starts our os-ken controller, builds the hosts and switches in
+Mininet on Open vSwitch (userspace datapath when the kernel has no openvswitch module),
+configures every link and host with one script per namespace (`emulator.lab.links`: veth
+pairs, addresses, routes, static ARP, shaping, offloads), starts every bridge in one
+`ovs-vsctl` transaction, and waits until every switch holds the rules the controller computed.
+`stop()` undoes it in reverse, and the state file (`emulator.lab.state`) lets the next run
+remove what a killed run left behind. Besides Mininet's own bridge setup, Open vSwitch is
+reached only through `emulator.lab.ovs`. Needs root.
 
 Names: bridges are the fabric's switch names; root-side interfaces `<switch>-eth<port>`; each
 bridge carries `external_ids:zcube-lab=<pid>` (`state.OWNER_KEY`) so leftovers can be found.
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from emulator.lab import links, ovs
 from emulator.lab.capacity import check_nic_rate, datapath_capacity
+from emulator.lab.hostnet import check_host_network
 from emulator.lab.state import (
     OWNER_KEY,
     STATE_DIR,
@@ -38,13 +41,14 @@ from emulator.lab.state import (
     write_state,
 )
 from emulator.lab.system import LabError, attempt
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
-from zcube_lab.fabric.linkplan import LinkSettings, PortShape, port_shapes
-from zcube_lab.fabric.queues import QueueModel, queue_summary
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.procs import kill_group, signals_ignored
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.addressing import fabric_networks
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
+from zcube_lab.core.fabric.linkplan import LinkSettings, PortShape, port_shapes
+from zcube_lab.core.fabric.queues import QueueModel, queue_summary
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.procs import kill_group, signals_ignored
 
 # The userspace datapath's shared send socket must hold every packet queued in every shaped
 # switch port at once (see emulator.lab.ovs); 64 MiB is about 3,800 jumbo frames at their kernel
@@ -69,7 +73,7 @@ class LabOptions:
     metrics_port: int = 9101
     poll_interval: float = 1.0
     route_timeout: float = 60.0
-    management: bool = False  # a front-end network (10.255/16) from the root namespace
+    management: bool = False  # a front-end network (198.19.0.0/17) from the root namespace
     state_dir: Path = STATE_DIR
     log_dir: Path | None = None  # where controller.log goes (default: a fresh temporary folder)
     queue: QueueModel = field(default_factory=QueueModel)  # leaf queue of every shaped port
@@ -172,6 +176,8 @@ class Lab:
         removed = remove_stale_state(self.options.state_dir)
         if removed:
             self.progress(f"removed stale state: {', '.join(removed)}")
+        # After the sweep, so a killed run's management bridge is gone, not taken for the host's.
+        check_host_network(fabric_networks(self.fabric, self.options.management))
         self._write_state()
         self._prepare_datapath()
         self.times.add("cleanup", time.monotonic() - t0)

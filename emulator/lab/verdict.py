@@ -43,7 +43,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from emulator.lab.fidelity import (
-    BusiestLink,
     EngineOverruns,
     KvPulls,
     LoopLag,
@@ -53,7 +52,7 @@ from emulator.lab.fidelity import (
 )
 from emulator.lab.limits import Limits
 from emulator.lab.netstats import QueueFigures, TcpCounters
-from zcube_lab.stats import mean, quantile
+from zcube_lab.core.stats import mean, quantile
 
 DATAPATH = "ovs-vswitchd"  # the process name of Open vSwitch's datapath daemon
 
@@ -79,6 +78,21 @@ class Usage:
     mean: float
     p95: float
     over: float
+
+
+@dataclass(frozen=True)
+class BusiestLink:
+    """The run's busiest link as the summary names it (`emulator.results.linkstats.busiest`: the
+    highest mean utilization over the run window, then the highest peak), so the verdict and
+    the summary agree: the link direction (`h5->a0:3`), its emulated rate, its peak over one
+    scrape interval and the peak's and the mean's shares of the rate. Verdicts written before
+    issue 19 hold a shaped interface (`a0-eth3`) ranked by its sampled peak instead."""
+
+    iface: str  # the link's name (the JSON key of older verdicts, kept)
+    rate_mbps: float
+    peak_mbps: float | None
+    peak_share: float | None  # peak_mbps / rate_mbps
+    mean_share: float | None = None  # absent in older verdicts
 
 
 # HealthVerdict fields added for issue 11; older health.json and summary.json lack them.
@@ -118,7 +132,7 @@ class HealthVerdict:
     qdisc: Mapping[str, QueueFigures] = field(default_factory=dict)  # shaped interface
     softnet_drops: Mapping[str, int] = field(default_factory=dict)  # cpu<N> -> drops
     step_overruns: StepOverruns | None = None
-    busiest_link: BusiestLink | None = None
+    busiest_link: BusiestLink | None = None  # the summary's busiest link, set by the run
     explained: tuple[str, ...] = ()  # events a configured fault explains (not reasons)
     datapath_drops: Mapping[str, int] = field(default_factory=dict)  # ovs-vswitchd's own losses
     kv_pulls: KvPulls | None = None
@@ -280,7 +294,6 @@ def _with_network(
         softnet_drops=dict(evidence.softnet),
         datapath_drops={k: v for k, v in evidence.datapath_drops.items() if v},
         step_overruns=evidence.overruns,
-        busiest_link=judged.busiest,
         explained=judged.explained,
         kv_pulls=evidence.kv,
         loop_lag=dict(evidence.loops),

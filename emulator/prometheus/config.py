@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 COMPONENTS = ("gateway", "prefill", "decode", "controller", "loadgen", "emulator")
 MIN_INTERVAL_S = 0.1

@@ -1,6 +1,6 @@
 """What a run asks its Prometheus once the load is done: PromQL over the run window, written with
-the metric names the components export (`serving.metrics`, `controller.metrics`,
-`workloads.metrics`), returning typed figures.
+the metric names the components export (`serving.vllm_metrics`, `controller.port_metrics`,
+`workloads.client_metrics`), returning typed figures.
 
 Every query is an instant query at the end of the run `t1` over a range of the window plus 5 s
 (so the first scrape after the load started is inside it). A query that fails or finds no series
@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Protocol
 
-from controller import metrics as fabric_metrics
-from emulator.results.figures import peak_rate
+from controller import port_metrics as fabric_metrics
+from emulator.results.linkstats import PortCounters, PortKey, peak_rate
 from emulator.results.summary import QUANTILES, ServerFigures, TransferFigures
-from serving import metrics as serving_metrics
-from workloads import metrics as client_metrics
+from serving import vllm_metrics as serving_metrics
+from workloads import client_metrics
 
 
 class PromQuery(Protocol):
@@ -66,8 +65,6 @@ EXPORTED_SERIES = (
     serving_metrics.GATEWAY_TTFT + "_bucket",
     client_metrics.TTFT + "_bucket",
 )
-
-PortKey = tuple[str, int]
 
 
 def window_range(window_s: float) -> str:
@@ -153,19 +150,6 @@ def sample_interval(*samples: dict[PortKey, Samples]) -> float | None:
         for a, b in pairwise(values)
     ]
     return statistics.median(gaps) if gaps else None
-
-
-@dataclass(frozen=True)
-class PortCounters:
-    """Per-port bytes over the run window, the peak rates (bytes/s over one scrape interval,
-    `peak_window_s`), and the packets every port dropped."""
-
-    tx_bytes: dict[PortKey, float]
-    rx_bytes: dict[PortKey, float]
-    drops: float
-    tx_peak_bytes_per_s: dict[PortKey, float] = field(default_factory=dict)
-    rx_peak_bytes_per_s: dict[PortKey, float] = field(default_factory=dict)
-    peak_window_s: float | None = None
 
 
 def _peaks(samples: dict[PortKey, Samples]) -> dict[PortKey, float]:

@@ -15,7 +15,9 @@ Semantics, as in DistServe and vLLM's `--goodput`:
   missing value is a miss.
 - A request *meets the SLO* when it meets every target. **Goodput** is the number of such
   requests per second of the run's arrival window (`--duration`), the window the achieved
-  throughput is taken over too.
+  throughput is taken over too. Only requests that *arrived* in the window count (sent before
+  its end, `arrived_in_window`), here and in the throughput: the drain after it only lets them
+  finish, and a request sent late, after the window, is not part of the load it measures.
 - A run *meets the SLO* when, for every target, the share of its requests meeting that target
   (the target's *attainment*) is at least the target's percentile: `_p99` asks 99%, no suffix
   asks the sweep's `--attainment` (0.9 by default, DistServe's). A run without requests does
@@ -33,8 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.stats import quantile
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.stats import quantile
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 DEFAULT_ATTAINMENT = 0.9  # DistServe: the rate at which 90% of requests meet the SLO
@@ -67,6 +69,14 @@ class SloTarget:
             return f"{self.label}={self.threshold_s * 1000:g}ms"
         return f"{self.label}={self.threshold_s:g}s"
 
+    @property
+    def shown(self) -> str:
+        """`text` with the percentile a target written without `_pNN` asks (the attainment):
+        `tpot=50ms (p90)`."""
+        if self.percentile is not None:
+            return self.text
+        return f"{self.text} (p{self.attainment * 100:g})"
+
 
 @dataclass(frozen=True)
 class Slo:
@@ -78,6 +88,11 @@ class Slo:
     def text(self) -> str:
         """The SLO as `--slo` takes it (it parses back to an equal `Slo`)."""
         return ",".join(t.text for t in self.targets)
+
+    @property
+    def shown(self) -> str:
+        """The SLO for people: every target with its percentile (`ttft_p99=2s, tpot=50ms (p90)`)."""
+        return ", ".join(t.shown for t in self.targets)
 
     def target(self, metric: str) -> SloTarget | None:
         """The target on `metric`, or None when the SLO has none."""
@@ -147,9 +162,23 @@ class Goodput:
     met: bool
 
 
+def arrived_in_window(
+    records: Iterable[Mapping[str, Any]], window_s: float
+) -> list[Mapping[str, Any]]:
+    """The records of requests sent before `window_s` (by `sent_s`, else `planned_s`; a record
+    with neither counts); every record when the window is not positive."""
+    out = []
+    for r in records:
+        t = r.get("sent_s", r.get("planned_s"))
+        if window_s <= 0 or t is None or float(t) < window_s:
+            out.append(r)
+    return out
+
+
 def goodput(records: Iterable[Mapping[str, Any]], slo: Slo, window_s: float) -> Goodput:
-    """Goodput, per-target attainment and whether the run met the SLO, from its records."""
-    recs = list(records)
+    """Goodput, per-target attainment and whether the run met the SLO, from the records of the
+    requests that arrived in the window."""
+    recs = arrived_in_window(records, window_s)
     n = len(recs)
     attained = {
         t.label: (sum(request_meets(r, t) for r in recs) / n if n else 0.0) for t in slo.targets

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.metrics import PORT_RX_BYTES, PORT_TX_BYTES
+from controller.port_metrics import PORT_RX_BYTES, PORT_TX_BYTES
 from emulator.results.figures import read_jsonl
 from emulator.results.summary import RunSummary
 

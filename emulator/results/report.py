@@ -2,7 +2,7 @@
 
 `aggregate(runs)` groups run summaries (`RunSummary`, read with `RunSummary.read`) by variant (the
 run's label: `zcube`, `zcube/spray`) and takes medians and spreads over the figures of `METRICS`
-(`emulator.results.metrics`; pure); `write_report(runs, out_dir)` draws the plots
+(`emulator.results.compare_metrics`; pure); `write_report(runs, out_dir)` draws the plots
 (`emulator.results.plots`) and writes a self-contained HTML page that links them, opening with
 a verdict paragraph (`emulator.results.verdicttext`). Each run is the folder `zcube-lab run`
 wrote.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator.results.metrics import METRICS, Metric, figure, shown_metrics
+from emulator.results.compare_metrics import METRICS, Metric, figure, shown_metrics
 from emulator.results.plots import (
     fault_spans,
     plot_fault_timeline,
@@ -29,8 +29,8 @@ from emulator.results.plots import (
 )
 from emulator.results.summary import RunSummary
 from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
-from zcube_lab.fabric.cost import compare
-from zcube_lab.fabric.pricing import CostInputs
+from zcube_lab.core.fabric.cost import compare
+from zcube_lab.core.fabric.pricing import CostInputs
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ modelled seconds (`emulator.results.dilation`); `window_s` and the health verdic
 seconds: they describe the emulator.
 
 Names: `*_s` seconds, `*_bytes` bytes, `*_util_*` fractions of capacity (0-1), `p50/p90/p99`
-quantiles on the 0-1 scale of `zcube_lab.stats.quantile`.
+quantiles on the 0-1 scale of `zcube_lab.core.stats.quantile`.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ class FabricStats:
 
 @dataclass(frozen=True)
 class InjectedFault:
-    """An injected failure as scheduled (`zcube_lab.faults.Fault.to_dict`)."""
+    """An injected failure as scheduled (`zcube_lab.core.fault_schedule.Fault.to_dict`)."""
 
     label: str
     kind: str
@@ -293,7 +293,7 @@ class FaultRecovery:
 
 @dataclass(frozen=True)
 class FaultReport:
-    """What a run lost to its injected faults (`emulator.results.faults.analyze`); KV
+    """What a run lost to its injected faults (`emulator.results.fault_report.analyze`); KV
     integrity is counted in every run, faults or not."""
 
     faults: int

@@ -1,9 +1,12 @@
 """The load sweep's report: console table rows, the max-rate table and `sweep.png` (matplotlib,
-Agg backend), from a `SweepResult` (`emulator.experiment.sweep`).
+Agg backend), from a `SweepResult` (`emulator.results.sweeppoints`).
 
 A cell over repeats reads `median [min-max]` (just the median when the repeats agree or there
 is one); `-` is a figure no repeat has. Every row and every plotted point carries its verdict:
 untrustworthy points are hollow in the plot and marked `no` with the first reason in the table.
+A rate whose runs sent more than `SENT_TOLERANCE` off it shows the rate sent beside it. Each
+fabric's capacity (`emulator.results.capacity`) is a row of the capacity table and a vertical
+line in the goodput panel, dotted and written `>=` when censored.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.experiment.sweep import MaxRate, Point, Spread, SweepResult, rate_tag, spread
+from emulator.results.sweeppoints import MaxRate, Point, Spread, SweepResult, rate_tag, spread
 
 POINT_COLUMNS = (  # short enough for a 100-column terminal
     "rate",
@@ -24,7 +27,8 @@ POINT_COLUMNS = (  # short enough for a 100-column terminal
     "hottest link",
     "trustworthy",
 )
-MAX_RATE_COLUMNS = ("fabric", "max rate meeting SLO", "per repeat", "vs baseline", "notes")
+MAX_RATE_COLUMNS = ("fabric", "capacity req/s", "per repeat", "vs baseline", "notes")
+SENT_TOLERANCE = 0.02  # a rate's runs sent within 2% of it: the rate says what was sent
 
 
 def fmt(v: float | None) -> str:
@@ -80,7 +84,7 @@ def point_rows(result: SweepResult) -> list[list[str]]:
     pts = sorted(result.points(), key=lambda p: (p.rate, order.get(p.variant, len(order))))
     return [
         [
-            rate_tag(p.rate),
+            _rate_cell(p),
             p.variant,
             cell(p.figure("achieved_per_s")),
             cell(p.figure("ttft_p99_s")),
@@ -93,6 +97,15 @@ def point_rows(result: SweepResult) -> list[list[str]]:
     ]
 
 
+def _rate_cell(p: Point) -> str:
+    """The nominal rate, and the median rate sent beside it when that is more than
+    `SENT_TOLERANCE` off: `8`, `8 (9.75 sent)`."""
+    sent = p.figure("sent_per_s").median
+    if sent is None or abs(sent - p.rate) <= SENT_TOLERANCE * p.rate:
+        return rate_tag(p.rate)
+    return f"{rate_tag(p.rate)} ({fmt(sent)} sent)"
+
+
 def max_rate_rows(result: SweepResult) -> list[list[str]]:
     """One row per variant, `MAX_RATE_COLUMNS`: its maximum rate meeting the SLO, the maximum
     of each repeat, the ratio to the baseline, and what was excluded or skipped."""
@@ -100,21 +113,15 @@ def max_rate_rows(result: SweepResult) -> list[list[str]]:
 
 
 def _max_rate_row(m: MaxRate, baseline: str) -> list[str]:
-    per = ", ".join(
-        f"r{k} {rate_tag(v) if v is not None else '-'}" for k, v in sorted(m.per_repeat.items())
-    )
-    notes = []
-    if m.excluded:
-        rates = ", ".join(rate_tag(r) for r in m.excluded)
-        notes.append(f"met but NOT trustworthy at {rates} (not used)")
+    per = ", ".join(f"r{k} {c.text()}" for k, c in sorted(m.per_repeat.items()))
+    notes = [f"r{k} {c.censored}" for k, c in sorted(m.per_repeat.items()) if c.censored]
     if m.stopped_after is not None:
         notes.append(f"past saturation at {rate_tag(m.stopped_after)}")
     if m.variant == baseline:
         ratio = "baseline"
     else:
-        ratio = f"{m.ratio:.2f}x" if m.ratio is not None else "-"
-    rate = f"{rate_tag(m.rate)} req/s" if m.rate is not None else "none"
-    return [m.variant, rate, per or "-", ratio, "; ".join(notes) or "-"]
+        ratio = m.ratio.text() if m.ratio is not None else "unknown"
+    return [m.variant, m.capacity.text(), per or "-", ratio, "; ".join(notes) or "-"]
 
 
 def plot_sweep(result: SweepResult, out: Path) -> Path:
@@ -147,17 +154,22 @@ def plot_sweep(result: SweepResult, out: Path) -> Path:
     for i, (variant, pts) in enumerate(by_variant.items()):
         xy = [(p, p.figure("achieved_per_s"), ttft_of(p)) for p in pts]
         _series(left, xy, f"C{i}", variant)
-        rate = [(p, Spread(p.rate, p.rate, p.rate), p.figure("goodput_per_s")) for p in pts]
+        rate = [(p, _sent(p), p.figure("goodput_per_s")) for p in pts]
         _series(right, rate, f"C{i}", variant)
+    for i, m in enumerate(result.max_rates()):
+        c = m.capacity
+        if c.repeats and c.rate > 0:
+            right.axvline(c.rate, color=f"C{i}", ls=":" if c.censored else "--", lw=1,
+                          label=f"{m.variant} capacity {c.text()}")  # fmt: skip
     if ttft is not None:
-        left.axhline(ttft.threshold_s, color="red", ls="--", lw=1, label=f"SLO {ttft.text}")
+        left.axhline(ttft.threshold_s, color="red", ls="--", lw=1, label=f"SLO {ttft.shown}")
     left.set_title(f"TTFT {share} vs achieved throughput" + ("" if ttft else " (no TTFT target)"))
     left.set_xlabel("achieved requests/s")
     left.set_ylabel(f"client TTFT {share} (s)")
     top = max(result.rates, default=1.0)
     right.plot([0, top], [0, top], color="grey", ls=":", lw=1, label="offered")
-    right.set_title(f"goodput under SLO {result.slo.text}")
-    right.set_xlabel("offered requests/s")
+    right.set_title(f"goodput under SLO {result.slo.shown}")
+    right.set_xlabel("requests/s sent in the load window")
     right.set_ylabel("requests/s meeting the SLO")
     for ax in (left, right):
         ax.grid(alpha=0.3)
@@ -168,6 +180,12 @@ def plot_sweep(result: SweepResult, out: Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _sent(p: Point) -> Spread:
+    """The rate the point's runs sent (the nominal rate for runs that did not say)."""
+    s = p.figure("sent_per_s")
+    return s if s.median is not None else Spread(p.rate, p.rate, p.rate)
 
 
 def _series(ax: Any, xy: Sequence[tuple[Point, Spread, Spread]], color: str, label: str) -> None:

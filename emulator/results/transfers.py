@@ -24,9 +24,9 @@ from typing import Any
 
 from emulator.results.figures import read_jsonl
 from emulator.results.summary import TransferFigures
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.stats import quantile
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.stats import quantile
 
 KV_LOG_PREFIX = "kv-"
 EP_LOG_PREFIX = "ep-"
@@ -172,7 +172,7 @@ def kv_path_busy(
     """The busiest mean load (0-1) of a link a KV pull between `hosts` can cross: each of
     their NIC links in both directions (a switch port's share of its rate sent toward the
     host, and received from it) and every switch-to-switch port's sent share. `sent` and
-    `received` are per (switch, port), as `emulator.results.figures.link_utilization` gives
+    `received` are per (switch, port), as `emulator.results.linkstats.link_utilization` gives
     them; None when no such port was counted."""
     wanted = set(hosts)
     nic = {(a.switch, a.port) for (host, _), a in fabric.attachments.items() if host in wanted}

@@ -1,12 +1,14 @@
 """The verdict paragraph that opens report.html, in sentences (pure: figures in, sentences out).
 
-Each headline figure (`Headline`: a name, a unit, which way is better, and each variant's values
-over its trustworthy repeats) gets a sentence per variant other than the baseline: which of the
-two did better, their medians, the difference in % of the baseline's median, and whether the
-difference exceeds the spread over repeats. It does when the two ranges [min-max] do not
-overlap; when they overlap it is within the spread; with a single repeat on either side the
-spread is unknown. Runs left out as not trustworthy (`Excluded`) are named with their first
-reason before the figures.
+Each headline figure (`Headline`: a name, a unit, whether lower is better, and each variant's
+values over its trustworthy repeats) gets a sentence per variant other than the baseline: their
+medians, the difference in % of the baseline's median, whether the difference exceeds the
+spread over repeats, and only then which of the two did better. It exceeds the spread when the
+two ranges [min-max] do not overlap; when they overlap it is within the spread; with a single
+repeat on either side the spread is unknown: no winner is named in either case. Only figures
+where lower is better (times, failures) are judged: a throughput at an offered open-loop rate or
+a link's load is described, never called better or worse. Runs left out as not trustworthy
+(`Excluded`) are named with their first reason before the figures.
 
 Units: `s` (shown in ms when below 1 s), `%` (a fraction shown as a percentage), or any other
 unit written after the number (`req/s`).
@@ -26,7 +28,7 @@ class Headline:
 
     name: str
     unit: str
-    lower_is_better: bool
+    lower_is_better: bool | None  # only True is judged
     values: Mapping[str, Sequence[float]]
 
 
@@ -67,27 +69,33 @@ def figure_sentence(h: Headline, other: str, baseline: str) -> str | None:
     if not mine or not base:
         return None
     m, b = statistics.median(mine), statistics.median(base)
-    if m == b:
+    if m == b or _value(m, h.unit) == _value(b, h.unit):
         return f"{h.name}: the same on {other} and {baseline} ({_value(m, h.unit)})."
-    better = other if (m < b) == h.lower_is_better else baseline
     values = f"{_value(m, h.unit)} vs {_value(b, h.unit)}"
     if b == 0:
         text = f"{other} {_value(m, h.unit)} vs {baseline} {_value(b, h.unit)}"
     else:
         pct = round(abs(100 * (m - b) / b), 1)
-        change = f"{pct:.{0 if pct >= 10 else 1}f}% {'lower' if m < b else 'higher'}"
-        text = f"{other} {change} than {baseline} ({values})"
-    return f"{h.name}: {text}, so {better} better; {_spread(mine, base, h.unit)}."
+        size = f"{pct:.{0 if pct >= 10 else 1}f}%" if pct >= 0.1 else "less than 0.1%"
+        text = f"{other} {size} {'lower' if m < b else 'higher'} than {baseline} ({values})"
+    spread, beyond = _spread(mine, base, h.unit)
+    if h.lower_is_better is not True:
+        return f"{h.name}: {text}; {spread} (not judged: lower is not better here)."
+    if not beyond:
+        return f"{h.name}: {text}; {spread}, so no winner."
+    better = other if m < b else baseline
+    return f"{h.name}: {text}; {spread}, so {better} better."
 
 
-def _spread(mine: Sequence[float], base: Sequence[float], unit: str) -> str:
-    """Whether the ranges over repeats overlap, or that a single repeat cannot tell."""
+def _spread(mine: Sequence[float], base: Sequence[float], unit: str) -> tuple[str, bool]:
+    """Whether the ranges over repeats overlap, or that a single repeat cannot tell; and
+    whether the difference is beyond the spread."""
     if len(mine) < 2 or len(base) < 2:
-        return "spread over repeats unknown (a single repeat)"
+        return "spread over repeats unknown (a single repeat)", False
     ranges = f"{_range(mine, unit)} vs {_range(base, unit)}"
     if max(min(mine), min(base)) <= min(max(mine), max(base)):
-        return f"within the spread over repeats ({ranges} overlap)"
-    return f"exceeds the spread over repeats ({ranges} do not overlap)"
+        return f"within the spread over repeats ({ranges} overlap)", False
+    return f"exceeds the spread over repeats ({ranges} do not overlap)", True
 
 
 def _opening(repeats: Mapping[str, int], baseline: str) -> str:

@@ -17,12 +17,13 @@ import pytest
 from emulator.cluster.lab import ClusterLab
 from emulator.cluster.remote import Machine, parse_machines, run_on
 from emulator.cluster.tunnel import TunnelMeasure, check_plan
-from emulator.experiment.kvprobe import kv_fidelity
 from emulator.lab.network import LabOptions
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.split import split_fabric
+from emulator.probes.kvprobe import kv_fidelity
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.addressing import WIRE_HERE
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.split import split_fabric
 
 pytestmark = pytest.mark.usefixtures("lab_available")
 
@@ -47,7 +48,7 @@ def machines() -> Iterator[list[Machine]]:
     """This machine and the peer (built on first use, ~1 min; cached after)."""
     _peer("start")
     peer = _peer("address").splitlines()[-1]
-    yield parse_machines(f"10.254.0.1,{peer}")
+    yield parse_machines(f"{WIRE_HERE},{peer}")
     _peer("stop")
 
 

@@ -27,8 +27,8 @@ import pytest
 from controller.ofctl import flow_lines, group_lines
 from controller.rules import compute_rules, port_peers
 from emulator.lab.ovs import dump_bridge, rule_differences
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
 
 pytestmark = pytest.mark.integration
 

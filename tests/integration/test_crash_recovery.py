@@ -13,18 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from emulator.lab.hostnet import conflicts, read_host_network
 from emulator.lab.network import Lab, LabOptions
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.ports import free_port
+from zcube_lab.core.fabric.addressing import MANAGEMENT_RANGE, MGMT_ROOT_IP, plan_networks
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE
+from zcube_lab.core.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
 CRASHER = """
 import os, signal, sys
 from pathlib import Path
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
 from emulator.lab.network import Lab, LabOptions
 lab = Lab(build_fabric(FabricSpec.of("zcube", n=2)), LabOptions(
     of_port=int(sys.argv[1]), metrics_port=int(sys.argv[2]), state_dir=Path(sys.argv[3]),
@@ -63,11 +66,19 @@ def test_next_bring_up_removes_what_a_killed_run_left(tmp_path: Path) -> None:
     names = {s.name for s in fabric.switches}
     assert names <= _bridges()  # the killed run's switches are still there
     assert any(_alive(p) for p in state["pids"])  # and its controller and host shells
+    # Its management bridge too, with its address: in the lab's own range, so the host's
+    # routes and resolvers are untouched while it lingers.
+    assert MGMT_BRIDGE in state["interfaces"]
+    left = [e for e in read_host_network() if e.device == MGMT_BRIDGE]
+    assert {str(e.network) for e in left} >= {f"{MGMT_ROOT_IP}/32"}
+    assert all(e.network.subnet_of(MANAGEMENT_RANGE) for e in left)
+    assert conflicts(plan_networks(), read_host_network()) == []
 
     lab = Lab(fabric, LabOptions(of_port=free_port(), metrics_port=free_port(), state_dir=tmp_path))
     lab.start()
     try:
         assert not any(_alive(p) for p in state["pids"])
+        assert not Path(f"/sys/class/net/{MGMT_BRIDGE}").exists()  # swept by this start
         assert lab.check_reachability() == {h.name: [] for h in fabric.hosts}
     finally:
         lab.stop()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from zcube_lab.fabric.hostplan import MGMT_BRIDGE
-from zcube_lab.stats import quantile
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE
+from zcube_lab.core.stats import quantile
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -93,6 +93,14 @@ def test_fabric_counters_match_the_bytes_the_servers_moved(comparison: Path) -> 
         assert stats["server_reported_bytes"] > 1_000_000
         # Headers, ACKs and the KV protocol's framing add a little; nothing else crosses.
         assert 1.0 <= stats["overhead_ratio"] <= 1.15, stats
+
+
+def test_the_verdict_names_the_summarys_busiest_link(comparison: Path) -> None:
+    for r in _runs(comparison):
+        stats, named = r["fabric_stats"], r["health"]["busiest_link"]
+        assert stats["busiest_link"] is not None
+        assert named["iface"] == stats["busiest_link"]
+        assert named["mean_share"] == pytest.approx(stats["busiest_link_util_mean"])
 
 
 def test_report_and_results_are_written(comparison: Path) -> None:

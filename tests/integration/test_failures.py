@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.cutprobe import CutResult, cut_during_pull
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
+from emulator.probes.cutprobe import CutResult, cut_during_pull
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

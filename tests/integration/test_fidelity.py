@@ -3,7 +3,7 @@ health verdict tells a run it cannot trust from one it can, and the all-to-all f
 exchange's, not the engine step's.
 
 - One mid-size KV pull per fabric, uncontended, takes bytes / path rate within 10% once the
-  fixed cost (a tiny pull's median) is taken off (`emulator.experiment.kvprobe`, the library of
+  fixed cost (a tiny pull's median) is taken off (`emulator.probes.kvprobe`, the library of
   `bench/kv_fidelity.py`).
 - A run whose links cannot hold what crosses them (queues of two packets at every switch port
   and host NIC port: every KV pull's initial windows overflow them) is marked not trustworthy,
@@ -11,7 +11,7 @@ exchange's, not the engine step's.
   crossing the fabric is divided by the same bandwidth scale, so the load stays as light.
 - A clean short run at a low rate is trustworthy.
 - Engine steps whose compute and exchange differ by 10x, both ways: the all-to-all histogram
-  and log follow the exchange, the step histogram the step (`emulator.experiment.epprobe`).
+  and log follow the exchange, the step histogram the step (`emulator.probes.epprobe`).
 About 4 minutes: two labs and two short runs.
 """
 
@@ -27,12 +27,12 @@ from pathlib import Path
 import pytest
 
 from emulator.experiment.comparison import fabric_specs
-from emulator.experiment.epprobe import EP_GROUP, ep_steps
-from emulator.experiment.kvprobe import KV_PAIRS, KV_TOLERANCE, kv_fidelity, running_lab
-from serving.metrics import ALLTOALL_TIME, EP_STEP_TIME
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.stats import mean
+from emulator.probes.epprobe import EP_GROUP, ep_steps
+from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, kv_fidelity, running_lab
+from serving.vllm_metrics import ALLTOALL_TIME, EP_STEP_TIME
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.stats import mean
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

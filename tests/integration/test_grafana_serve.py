@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from zcube_lab.fabric.hostplan import MGMT_BRIDGE
-from zcube_lab.ports import free_port
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE
+from zcube_lab.core.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

@@ -14,11 +14,11 @@ import pytest
 
 from emulator.lab.measure import group_bucket_packets, iperf3, port_tx_bytes
 from emulator.lab.network import Lab, LabOptions
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.linkplan import offload_settings
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.ports import free_port
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.linkplan import offload_settings
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -136,7 +136,7 @@ def test_uncontended_path_reaches_90_percent_of_link_rate(lab: Lab) -> None:
     dst_ip = dst.interfaces[-1].ip
     out_if = 0
     if f.kind == "zcube":
-        from zcube_lab.fabric.hostplan import egress_interface
+        from zcube_lab.core.fabric.hostplan import egress_interface
 
         out_if = egress_interface(src, dst_ip)
     link = next(lk for lk in f.links if (lk.node1, lk.port1) == (src.name, out_if))

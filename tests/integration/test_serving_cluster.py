@@ -23,7 +23,7 @@ import pytest
 
 from serving.cluster import ClusterSpec, LocalCluster
 from serving.models import get_profile, prefill_step_seconds
-from zcube_lab.ports import free_port
+from zcube_lab.core.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import metric_sum
@@ -118,6 +118,61 @@ def test_many_concurrent_streams_and_metrics_agree(cluster: LocalCluster) -> Non
     assert delta(d, before_d, "vllm:nixl_bytes_transferred_sum") == expected
     assert delta(p, before_p, "vllm:prompt_tokens_total") == sum(words)
     assert delta(p, before_p, "vllm:request_prefill_time_seconds_count") == n
+
+
+def test_clients_that_go_away_are_499s_not_upstream_errors(cluster: LocalCluster) -> None:
+    """Streams their clients cancel (mid-stream, and during prefill as at a client's time
+    limit) are counted as 499 by the gateway process: no 5xx, no upstream error, no warning."""
+    before = _scrape(cluster.gateway_url)
+    assert cluster.log_dir is not None
+    (log,) = cluster.log_dir.glob("gateway-*.log")
+    log_start = log.stat().st_size
+
+    async def mid_stream(s: aiohttp.ClientSession) -> None:
+        body = {"model": "tiny", "prompt": "w " * 5, "max_tokens": 5000, "stream": True,
+                "ignore_eos": True}  # fmt: skip
+        r = await s.post(cluster.gateway_url + "/v1/completions", json=body)
+        assert r.status == 200
+        for _ in range(5):
+            await r.content.readline()
+        r.close()
+
+    async def before_first_byte(s: aiohttp.ClientSession) -> None:
+        # 6,000 prompt tokens take about 60 ms of prefill: the client leaves during it.
+        body = {"model": "tiny", "prompt": "w " * 6000, "max_tokens": 50, "stream": True,
+                "ignore_eos": True}  # fmt: skip
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.02):
+                await s.post(cluster.gateway_url + "/v1/completions", json=body)
+
+    async def run() -> None:
+        async with aiohttp.ClientSession() as s:
+            await asyncio.gather(*(mid_stream(s) for _ in range(3)),
+                                 *(before_first_byte(s) for _ in range(3)))  # fmt: skip
+
+    asyncio.run(run())
+    deadline = time.monotonic() + 10
+    while True:
+        g = _scrape(cluster.gateway_url)
+        gone = metric_sum(g, "zcube:gateway_requests_total", status="499") - metric_sum(
+            before, "zcube:gateway_requests_total", status="499"
+        )
+        if gone >= 6 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert gone == 6
+    for status in ("500", "502", "503", "504"):
+        assert metric_sum(g, "zcube:gateway_requests_total", status=status) == metric_sum(
+            before, "zcube:gateway_requests_total", status=status
+        )
+    assert metric_sum(g, "zcube:gateway_upstream_errors_total") == metric_sum(
+        before, "zcube:gateway_upstream_errors_total"
+    )
+    with open(log, "rb") as f:
+        f.seek(log_start)
+        text = f.read().decode()
+    assert text.count("went away") == 6
+    assert " WARNING " not in text and " ERROR " not in text and "unreachable" not in text
 
 
 def test_prefill_gone_is_a_502_not_a_hang(tmp_path: Path) -> None:

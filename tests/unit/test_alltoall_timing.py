@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry
 from serving.alltoall import AllToAll, exchange_log
 from serving.config import Address
 from serving.engine_step import run_step
-from serving.metrics import ALLTOALL_BUCKETS, EngineMetrics
 from serving.models import ep_step_seconds
+from serving.vllm_metrics import ALLTOALL_BUCKETS, EngineMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import delayed_ep_peer, metric_sum, registry_text

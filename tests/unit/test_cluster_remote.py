@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from emulator.cluster.remote import Machine, argv_on, parse_machines
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 HERE = {"127.0.0.1", "10.254.0.1"}
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.clusterplan import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.clusterplan import (
     machine_link_setup,
     machine_port_setup,
     mgmt_root_address,
@@ -21,23 +21,23 @@ from zcube_lab.fabric.clusterplan import (
     switch_ends,
     tunnel_mtu,
 )
-from zcube_lab.fabric.description import Fabric, FabricSpec, Link
-from zcube_lab.fabric.hostplan import (
+from zcube_lab.core.fabric.description import Fabric, FabricSpec, Link
+from zcube_lab.core.fabric.hostplan import (
     MGMT_BRIDGE,
     MGMT_ROOT_IP,
     management_address,
     management_interface,
     management_peer,
 )
-from zcube_lab.fabric.linkplan import (
+from zcube_lab.core.fabric.linkplan import (
     LinkSettings,
     Setup,
     port_shapes,
     switch_port_setup,
 )
-from zcube_lab.fabric.queues import QueueModel
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.fabric.split import Split, split_fabric
+from zcube_lab.core.fabric.queues import QueueModel
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.fabric.split import Split, split_fabric
 
 ZCUBE4 = build_fabric(FabricSpec.of("zcube", n=4))
 ROFT4 = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2))
@@ -413,11 +413,11 @@ def test_management_bridges_join_in_a_star_around_machine_zero(name: str, machin
 
 
 def test_management_root_addresses_count_down_from_the_one_machine_address() -> None:
-    assert mgmt_root_address(0) == MGMT_ROOT_IP == "10.255.255.254"
+    assert mgmt_root_address(0) == MGMT_ROOT_IP == "198.19.127.254"
     assert [mgmt_root_address(k) for k in (1, 2, 3)] == [
-        "10.255.255.253",
-        "10.255.255.252",
-        "10.255.255.251",
+        "198.19.127.253",
+        "198.19.127.252",
+        "198.19.127.251",
     ]
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from emulator.results.metrics import EP, FAULT, METRICS, shown_metrics
+from emulator.results.compare_metrics import EP, FAULT, METRICS, shown_metrics
 from emulator.results.report import aggregate, headline_columns, table_rows
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
-from zcube_lab.commands.compare import comparison_table
+from zcube_lab.cli.commands.compare import comparison_table
 
 DATA = Path(__file__).parent / "data"
 REASON = "ovs-vswitchd thread handler12 above 0.85 core in 35% of samples"
@@ -121,7 +121,7 @@ def test_all_to_all_rows_only_with_ep() -> None:
 
 
 def test_a_row_empty_in_every_run_is_dropped() -> None:
-    label = "TTFT p50 Prometheus (s)"
+    label = "TTFT p50 bucket-interp. (s)"
     runs = [replace(r, server=replace(r.server, gateway_ttft_p50_s=None)) for r in _runs()]
     rows = table_rows(aggregate(runs), ["zcube", "roft"], "roft", shown_metrics(runs))
     assert label not in [row[0] for row in rows]

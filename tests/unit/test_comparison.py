@@ -12,7 +12,7 @@ from emulator.experiment.comparison import (
     resolve_baseline,
 )
 from emulator.experiment.plan import RunConfig
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def _base(specs: dict) -> RunConfig:
@@ -81,8 +81,8 @@ def test_fabric_specs_need_a_square_and_a_known_kind() -> None:
 
 
 def test_oversubscribed_leaves_have_fewer_uplinks_and_zcube_is_unchanged() -> None:
-    from zcube_lab.fabric.builders import build_fabric
-    from zcube_lab.fabric.description import FabricSpec
+    from zcube_lab.core.fabric.builders import build_fabric
+    from zcube_lab.core.fabric.description import FabricSpec
 
     def uplinks(spec: FabricSpec) -> int:
         fabric = build_fabric(spec)

@@ -9,11 +9,10 @@ import pytest
 from os_ken.ofproto import ofproto_parser, ofproto_protocol, ofproto_v1_3
 from prometheus_client import CollectorRegistry, generate_latest
 
-from controller import metrics
+from controller import port_metrics as metrics
 from controller.__main__ import parse_args
 from controller.app import RECOMPUTE_DEBOUNCE_S, ControllerConfig, ZCubeController, port_is_down
 from controller.flowtable import FabricTable
-from controller.metrics import PortCounters
 from controller.ofmsg import (
     diff_messages,
     flow_mod,
@@ -21,6 +20,7 @@ from controller.ofmsg import (
     install_messages,
     stats_requests,
 )
+from controller.port_metrics import PortCounters
 from controller.rules import (
     COOKIE,
     Bucket,
@@ -32,9 +32,9 @@ from controller.rules import (
     compute_rules,
     diff_rules,
 )
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
 
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2)
 ZCUBE4 = FabricSpec.of("zcube", n=4)

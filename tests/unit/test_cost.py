@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from zcube_lab.cli import main
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.cost import compare, compare_planes
-from zcube_lab.fabric.pricing import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.cost import compare, compare_planes
+from zcube_lab.core.fabric.pricing import (
     CostInputs,
     roft_cost,
     roft_three_tier_max_gpus,
@@ -259,7 +259,7 @@ def test_cli_help_lists_options(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_counts_agree_with_the_fabric_description_at_small_size() -> None:
     """Where the builder can make the same fabric, the cost model counts what it builds."""
-    from zcube_lab.fabric.builders import build_roft, build_zcube
+    from zcube_lab.core.fabric.builders import build_roft, build_zcube
 
     # ZCube n=8: 64 dual-port NICs, radix 16 at 200G, i.e. the ASIC of 8 x 400G.
     fabric = build_zcube(n=8, m=1, nic_gbps=400)
@@ -351,7 +351,7 @@ def test_compare_prices_roft_and_clos_in_planes() -> None:
 
 
 def test_planes_count_what_the_builder_builds_at_small_size() -> None:
-    from zcube_lab.fabric.builders import build_roft
+    from zcube_lab.core.fabric.builders import build_roft
 
     # 2 planes of 4 rail leaves (4 down + 4 up at 200G) and 2 spines: an 8 x 200G chip, 4 x 400G.
     fabric = build_roft(servers=4, gpus_per_server=4, spines=2, nic_gbps=400, planes=2)

@@ -31,11 +31,11 @@ from serving.launch import ep_worker_argv
 from serving.options import parse_with_file
 from workloads import LOCUSTFILE, locust_ext
 from workloads.shards import WORKERS_ENV, shard_files
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.hostplan import kv_source_map
-from zcube_lab.fabric.placement import LayoutSpec
-from zcube_lab.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.core.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4)
@@ -95,28 +95,28 @@ def test_engines_listen_on_management_addresses_and_are_waited_for(spec: FabricS
     plan = _plan(spec)
     launches = _by_name(plan)
     h5 = launches["decode-5"]
-    assert _values(h5.argv, "--host") == ["10.255.0.6"]
+    assert _values(h5.argv, "--host") == ["198.19.0.6"]
     assert _values(h5.argv, "--port") == [str(DECODE_PORT)]
-    assert h5.health_url == f"http://10.255.0.6:{DECODE_PORT}/health"
-    assert launches["prefill-0"].health_url == f"http://10.255.0.1:{PREFILL_PORT}/health"
+    assert h5.health_url == f"http://198.19.0.6:{DECODE_PORT}/health"
+    assert launches["prefill-0"].health_url == f"http://198.19.0.1:{PREFILL_PORT}/health"
     assert launches["gateway"].health_url == f"http://127.0.0.1:{GATEWAY_PORT}/health"
     gw = _config(launches["gateway"])
     assert gw.port == GATEWAY_PORT and gw.host == "127.0.0.1"  # type: ignore[attr-defined]
     # every request's exact timings go to the run's logs
     assert gw.request_log == str(LOGS / "requests-gateway.jsonl")  # type: ignore[attr-defined]
     assert gw.prefill_urls == tuple(  # type: ignore[attr-defined]
-        f"http://10.255.0.{i + 1}:{PREFILL_PORT}" for i in range(4)
+        f"http://198.19.0.{i + 1}:{PREFILL_PORT}" for i in range(4)
     )
     assert gw.decode_urls == tuple(  # type: ignore[attr-defined]
-        f"http://10.255.0.{i + 1}:{DECODE_PORT}" for i in range(4, 16)
+        f"http://198.19.0.{i + 1}:{DECODE_PORT}" for i in range(4, 16)
     )
 
 
 def test_rail_aligned_layout_tags_gateway_urls_with_the_rail() -> None:
     launches = _by_name(_plan(layout=LayoutSpec(layout="rail-aligned")))
     gw = _config(launches["gateway"])
-    assert gw.prefill_urls[1] == f"http://10.255.0.2:{PREFILL_PORT}#group=rail1"  # type: ignore[attr-defined]
-    assert gw.decode_urls[0] == f"http://10.255.0.5:{DECODE_PORT}#group=rail0"  # type: ignore[attr-defined]
+    assert gw.prefill_urls[1] == f"http://198.19.0.2:{PREFILL_PORT}#group=rail1"  # type: ignore[attr-defined]
+    assert gw.decode_urls[0] == f"http://198.19.0.5:{DECODE_PORT}#group=rail0"  # type: ignore[attr-defined]
 
 
 # -- KV and all-to-all on the fabric addresses ------------------------------------------------
@@ -125,7 +125,7 @@ def test_rail_aligned_layout_tags_gateway_urls_with_the_rail() -> None:
 def test_prefill_serves_kv_on_every_fabric_address_of_its_host() -> None:
     plan = _plan(ZCUBE, prefix_cache_hit_rate=0.5)
     cfg = _config(_by_name(plan)["prefill-1"])
-    assert cfg.kv_bind == (Address("10.1.0.2", 7100), Address("10.2.1.1", 7100))  # type: ignore[attr-defined]
+    assert cfg.kv_bind == (Address("198.18.0.2", 7100), Address("198.18.129.1", 7100))  # type: ignore[attr-defined]
     assert cfg.engine_id == "prefill-1"  # type: ignore[attr-defined]
     assert cfg.prefix_cache_hit_rate == 0.5  # type: ignore[attr-defined]
     assert cfg.bandwidth_scale == 4000.0  # type: ignore[attr-defined]  # 400 Gb/s over 100 Mb/s
@@ -141,8 +141,8 @@ def test_zcube_decode_binds_each_kv_lane_to_its_own_port() -> None:
         assert cfg.kv_log == str(LOGS / f"kv-{e.engine_id}.jsonl")  # type: ignore[attr-defined]
     # h4: port-2 prefixes are pulled from its port-1 address and the other way round.
     assert _values(launches["decode-4"].argv, "--kv-source") == [
-        "10.2.0.0/16=10.1.1.1",
-        "10.1.0.0/16=10.2.0.2",
+        "198.18.128.0/17=198.18.1.1",
+        "198.18.0.0/17=198.18.128.2",
     ]
 
 
@@ -184,14 +184,14 @@ def test_expert_parallel_peers_are_reached_on_their_fabric_addresses() -> None:
     assert [la.name for la in launches[:16]] == [f"ep-h{i}" for i in range(16)]
     ep = launches[0]
     assert ep.host == "h0" and ep.health_url == ""
-    assert _values(ep.argv, "--bind") == ["10.1.0.1:7300", "10.2.0.1:7300"]
+    assert _values(ep.argv, "--bind") == ["198.18.0.1:7300", "198.18.128.1:7300"]
     assert list(ep.argv) == ep_worker_argv(
-        EpWorkerConfig(bind=(Address("10.1.0.1", 7300), Address("10.2.0.1", 7300)))
+        EpWorkerConfig(bind=(Address("198.18.0.1", 7300), Address("198.18.128.1", 7300)))
     )
     # h0 and h4 share rank 0 on servers 0 and 1: h4's port-2 address is one switch away.
     by_name = {la.name: la for la in launches}
-    assert _values(by_name["prefill-0"].argv, "--ep-peers") == ["10.2.0.2:7300"]
-    assert _values(by_name["prefill-4"].argv, "--ep-peers") == ["10.2.0.1:7300"]
+    assert _values(by_name["prefill-0"].argv, "--ep-peers") == ["198.18.128.2:7300"]
+    assert _values(by_name["prefill-4"].argv, "--ep-peers") == ["198.18.128.1:7300"]
     for e in plan.placement.engines:
         peers = _values(by_name[e.engine_id].argv, "--ep-peers")
         assert peers == [f"{peer_address(plan.fabric, e.host, p)}:7300" for p in e.ep_peers]
@@ -210,10 +210,10 @@ def test_all_to_all_alternates_between_the_two_zcube_ports_of_a_peer() -> None:
     # h4 shares h0's rank (one hop, port 2); h5-h7 are two hops away over either port, and the
     # choice alternates with the pair so both of h0's ports carry the exchange.
     assert _values(launches["prefill-0"].argv, "--ep-peers") == [
-        "10.2.0.2:7300",
-        "10.1.1.2:7300",
-        "10.2.2.2:7300",
-        "10.1.1.4:7300",
+        "198.18.128.2:7300",
+        "198.18.1.2:7300",
+        "198.18.130.2:7300",
+        "198.18.1.4:7300",
     ]
 
 
@@ -233,8 +233,8 @@ def test_scrape_jobs_cover_every_role_with_the_run_labels(spec: FabricSpec) -> N
     jobs = dict(scrape.jobs)
     assert tuple(jobs) == COMPONENTS
     assert jobs["gateway"] == (f"127.0.0.1:{GATEWAY_PORT}",)
-    assert jobs["prefill"] == tuple(f"10.255.0.{i + 1}:{PREFILL_PORT}" for i in range(4))
-    assert jobs["decode"] == tuple(f"10.255.0.{i + 1}:{DECODE_PORT}" for i in range(4, 16))
+    assert jobs["prefill"] == tuple(f"198.19.0.{i + 1}:{PREFILL_PORT}" for i in range(4))
+    assert jobs["decode"] == tuple(f"198.19.0.{i + 1}:{DECODE_PORT}" for i in range(4, 16))
     assert jobs["controller"] == ("127.0.0.1:19101",)
     assert jobs["loadgen"] == ("127.0.0.1:19200",)
     assert jobs["emulator"] == ("127.0.0.1:19300",)

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
-from zcube_lab.fabric.description import FabricSpec
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
+from zcube_lab.core.fabric.description import FabricSpec
 
 
 @pytest.mark.parametrize("n", [4, 8])
@@ -75,8 +75,13 @@ def test_zcube_host_routes_pick_the_path_by_destination_address() -> None:
     f = build_zcube(n=4)
     h0 = f.host("h0")
     routes = {r.prefix: r.interface for r in h0.routes}
-    assert routes == {"10.1.0.0/24": 0, "10.2.0.0/24": 1, "10.1.0.0/16": 1, "10.2.0.0/16": 0}
-    assert [i.ip for i in f.host("h5").interfaces] == ["10.1.1.2", "10.2.1.2"]
+    assert routes == {
+        "198.18.0.0/24": 0,  # own segment, group A
+        "198.18.128.0/24": 1,  # own rail, group B
+        "198.18.0.0/17": 1,
+        "198.18.128.0/17": 0,
+    }
+    assert [i.ip for i in f.host("h5").interfaces] == ["198.18.1.2", "198.18.129.2"]
 
 
 def test_roft_paths_one_hop_in_rail_one_path_per_spine_across() -> None:
@@ -139,7 +144,7 @@ def test_one_plane_roft_is_the_plain_roft() -> None:
     )
     assert [s.name for s in f.switches][:2] == ["leaf0", "leaf1"]
     assert f.switch("spine1").dpid == 0x20002
-    assert f.host("h3").interfaces[0].ip == "10.0.1.2"
+    assert f.host("h3").interfaces[0].ip == "198.18.1.2"
 
 
 def test_multi_plane_roft_names_ids_and_rates() -> None:
@@ -199,7 +204,7 @@ def test_invalid_sizes_name_the_parameter(spec: FabricSpec, field: str, hint: st
 def test_planes_option_maps_to_roft_and_is_refused_elsewhere() -> None:
     import argparse
 
-    from zcube_lab.fabric_options import add_fabric_arguments, spec_from_args
+    from zcube_lab.cli.fabric_options import add_fabric_arguments, spec_from_args
 
     parser = argparse.ArgumentParser()
     add_fabric_arguments(parser)

@@ -26,8 +26,8 @@ from controller.rules import (
     next_hop_ports,
     rules_without,
 )
-from zcube_lab.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
-from zcube_lab.fabric.description import Fabric, FabricSpec, Link
+from zcube_lab.core.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
+from zcube_lab.core.fabric.description import Fabric, FabricSpec, Link
 
 SPECS = {
     "zcube4": FabricSpec.of("zcube", n=4),
@@ -385,7 +385,7 @@ def test_ff_flows_decrement_the_ttl_so_multiple_failures_cannot_loop_forever() -
     looped = [
         (src.name, ip)
         for src in fabric.hosts
-        for ip in ("10.1.0.1", "10.2.0.1")
+        for ip in ("198.18.0.1", "198.18.128.1")
         if src.name != "h0" and table.send(src.name, ip).looped
     ]
     assert looped  # what the TTL is there for: h0's port 1 is gone with a0

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from emulator.lab.injector import FaultInjector
-from emulator.results.faults import analyze, fault_windows
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.faults import parse_fault, parse_faults, schedule, switch_links
-from zcube_lab.policies import RUN_POLICIES, get_policy
+from emulator.results.fault_report import analyze, fault_windows
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fault_schedule import parse_fault, parse_faults, schedule, switch_links
+from zcube_lab.core.policies import RUN_POLICIES, get_policy
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=4))
 ROFT = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2))

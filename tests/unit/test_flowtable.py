@@ -9,8 +9,8 @@ import pytest
 
 from controller.flowtable import FabricTable, Trace, egress_interface, ipv4_packet
 from controller.rules import ETH_TYPE_ARP, ROUTING_POLICIES, Output, compute_rules
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec, Host, Link
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec, Host, Link
 
 ZCUBE4 = FabricSpec.of("zcube", n=4)
 ZCUBE8 = FabricSpec.of("zcube", n=8)
@@ -112,24 +112,24 @@ def test_roft_single_uses_one_spine_per_destination_but_both_overall() -> None:
 def test_egress_interface_is_longest_prefix_match() -> None:
     fabric = build_fabric(ZCUBE4)
     h0 = fabric.host("h0")  # segment 0, rail 0
-    assert egress_interface(h0, "10.1.0.2") == 0  # same segment: A[0]
-    assert egress_interface(h0, "10.2.0.3") == 1  # same rail: B[0]
-    assert egress_interface(h0, "10.1.2.1") == 1  # other segment's port 1: via B
-    assert egress_interface(h0, "10.2.3.1") == 0  # other rail's port 2: via A
+    assert egress_interface(h0, "198.18.0.2") == 0  # same segment: A[0]
+    assert egress_interface(h0, "198.18.128.3") == 1  # same rail: B[0]
+    assert egress_interface(h0, "198.18.2.1") == 1  # other segment's port 1: via B
+    assert egress_interface(h0, "198.18.131.1") == 0  # other rail's port 2: via A
     with pytest.raises(LookupError):
         egress_interface(h0, "192.168.0.1")
 
 
 def test_arp_is_dropped_at_the_first_switch() -> None:
     t = table(ROFT, "ecmp")
-    trace = t.trace("leaf0", 1, {"eth_type": ETH_TYPE_ARP, "ipv4_dst": "10.0.1.1"})
+    trace = t.trace("leaf0", 1, {"eth_type": ETH_TYPE_ARP, "ipv4_dst": "198.18.1.1"})
     assert trace.delivered == frozenset()
     assert trace.dropped == {("leaf0",)}
 
 
 def test_unknown_destination_hits_the_table_miss() -> None:
     t = table(ROFT, "ecmp")
-    trace = t.trace("leaf0", 1, ipv4_packet("10.9.9.9"))
+    trace = t.trace("leaf0", 1, ipv4_packet("198.18.99.9"))
     assert trace.dropped == {("leaf0",)} and not trace.delivered
 
 
@@ -137,7 +137,7 @@ def test_the_model_reports_a_forwarding_loop() -> None:
     # Hand-broken rules: leaf0 > spine0 > leaf1 > spine1 > leaf0 for one address.
     fabric = build_fabric(ROFT)
     rules = compute_rules(fabric, "static")
-    target = "10.0.3.3"  # h14, rank 2: on leaf2, so none of the loop's switches delivers it
+    target = "198.18.3.3"  # h14, rank 2: on leaf2, so none of the loop's switches delivers it
     adj = fabric.switch_adjacency
     hops = {
         "leaf0": adj["leaf0"]["spine0"][0][0],

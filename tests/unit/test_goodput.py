@@ -6,12 +6,13 @@ import pytest
 
 from emulator.results.goodput import (
     SloTarget,
+    arrived_in_window,
     goodput,
     parse_slo,
     request_meets,
     request_meets_slo,
 )
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def _rec(ttft: float | None = 0.5, tpot: float | None = 0.02, e2e: float = 2.0, ok: bool = True):
@@ -34,6 +35,9 @@ def test_targets_with_and_without_a_percentile_and_units() -> None:
     assert slo.target("tpot") is slo.targets[1] and slo.target("itl") is None
     assert parse_slo("ttft_p99.9=1.5s").targets[0].attainment == pytest.approx(0.999)
     assert parse_slo(slo.text, attainment=0.8) == slo  # the text parses back
+    # shown to people, a bare target carries the percentile it asks (--attainment)
+    assert slo.shown == "ttft_p99=2s, tpot=50ms (p80), e2e_p90=10s"
+    assert parse_slo("tpot=50ms", attainment=0.9).shown == "tpot=50ms (p90)"
 
 
 @pytest.mark.parametrize(
@@ -96,6 +100,18 @@ def test_goodput_counts_requests_meeting_every_target_over_the_window() -> None:
     # The observed quantile is over completed requests at the target's share.
     assert g.observed["ttft"] == pytest.approx(0.5)
     assert goodput(recs, parse_slo("ttft_p99=1s"), 2.0).observed["ttft_p99"] > 1.0
+
+
+def test_only_requests_that_arrived_in_the_window_count() -> None:
+    slo = parse_slo("ttft=1s")
+    inside = [{**_rec(), "sent_s": 0.5 * i} for i in range(8)]  # sent at 0-3.5 s
+    late = [{**_rec(ttft=5.0), "sent_s": 4.0}, {**_rec(ttft=5.0), "planned_s": 4.2}]
+    assert arrived_in_window([*inside, *late], 4.0) == inside
+    g = goodput([*inside, *late], slo, window_s=4.0)
+    # The late ones (sent at or after the window's end) are neither counted nor missed.
+    assert (g.requests, g.good, g.goodput_per_s, g.met) == (8, 8, 2.0, True)
+    assert len(arrived_in_window([_rec()], 4.0)) == 1  # a record without times counts
+    assert len(arrived_in_window(late, 0.0)) == 2  # no window: every record
 
 
 def test_a_percentile_target_asks_its_own_share_and_no_requests_never_meet() -> None:

@@ -27,7 +27,7 @@ from emulator.lab.health import (
 )
 from emulator.lab.limits import Limits
 from emulator.lab.verdict import DATAPATH, HealthSample, judge
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 STAT_BEFORE = """\
 cpu  1000 0 500 8000 100 0 50 0 40 0

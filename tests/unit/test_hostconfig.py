@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from ipaddress import ip_address, ip_network
 
 import pytest
 
-from zcube_lab.fabric.builders import build_clos, build_roft, build_zcube
-from zcube_lab.fabric.description import Fabric
-from zcube_lab.fabric.hostplan import (
+from zcube_lab.core.fabric.builders import build_clos, build_roft, build_zcube
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.hostplan import (
     egress_interface,
     ip_batch,
     kv_source_map,
@@ -18,7 +19,7 @@ from zcube_lab.fabric.hostplan import (
     management_root_batch,
     sysctls,
 )
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.scale import Scale
 
 
 def _hops_via(fabric: Fabric, src: str, out: int, dst: str, dst_if: int) -> float:
@@ -62,21 +63,20 @@ def test_zcube_two_ports_give_the_two_disjoint_paths() -> None:
 def test_ip_batch_configures_addresses_routes_and_static_arp() -> None:
     f = build_zcube(n=4)
     lines = ip_batch(f, f.host("h0"), mtu=9000)
-    assert "addr add 10.1.0.1/32 dev h0-eth0" in lines
-    assert "addr add 10.2.0.1/32 dev h0-eth1" in lines
-    assert "route replace 10.1.0.0/16 dev h0-eth1 src 10.2.0.1" in lines
+    assert "addr add 198.18.0.1/32 dev h0-eth0" in lines
+    assert "addr add 198.18.128.1/32 dev h0-eth1" in lines
+    assert "route replace 198.18.0.0/17 dev h0-eth1 src 198.18.128.1" in lines
     neigh = [ln for ln in lines if ln.startswith("neigh")]
     assert len(neigh) == 2 * 2 * 15  # every other host's two addresses, on both ports
-    assert "rule add from 10.1.0.1 table 100 priority 100" in lines
-    assert "route replace default dev h0-eth1 src 10.2.0.1 table 101" in lines
+    assert "rule add from 198.18.0.1 table 100 priority 100" in lines
+    assert "route replace default dev h0-eth1 src 198.18.128.1 table 101" in lines
     roft = build_roft()
     single = ip_batch(roft, roft.host("h0"), mtu=1500)
     assert not [ln for ln in single if ln.startswith("rule")]
     assert len([ln for ln in single if ln.startswith("neigh")]) == 15
     h5 = f.host("h5")
-    assert f"neigh replace 10.2.1.2 lladdr {h5.interfaces[1].mac} dev h0-eth0 nud permanent" in (
-        lines
-    )
+    mac = h5.interfaces[1].mac
+    assert f"neigh replace 198.18.129.2 lladdr {mac} dev h0-eth0 nud permanent" in lines
     assert any("mtu 9000" in ln for ln in lines)
     assert "net.ipv4.conf.h0-eth1.rp_filter=0" in sysctls(f.host("h0"))
 
@@ -86,7 +86,7 @@ def test_kv_source_map_puts_each_lane_on_a_disjoint_path() -> None:
     decode, prefill = f.host("h5"), f.host("h1")  # same rail 1, other segment
     smap = dict(kv_source_map(f, decode))
     for remote in prefill.interfaces:
-        local_ip = next(v for k, v in smap.items() if remote.ip.startswith(k[:5]))
+        local_ip = next(v for k, v in smap.items() if ip_address(remote.ip) in ip_network(k))
         local = f.interfaces_by_ip[local_ip]
         assert local.index != remote.index  # port 1 to port 2 and port 2 to port 1
         a = f.attachments[(decode.name, local.index)].switch
@@ -114,13 +114,13 @@ def test_management_network_is_apart_from_the_fabric() -> None:
     assert len(addrs) == 64
     fabric_ips = {i.ip for h in f.hosts for i in h.interfaces}
     assert not addrs & fabric_ips
-    assert all(a.startswith("10.255.") for a in addrs)
+    assert all(ip_address(a) in ip_network("198.19.0.0/17") for a in addrs)
     # No host route of the fabric covers a management address.
     assert all(egress_interface(f.host("h0"), a) is None for a in addrs)
     root = management_root_batch(f, {h.name: 1000 + h.gid for h in f.hosts})
     assert "link set h7-mgmt netns 1007" in root
     assert root[0] == "link add zcl-mgmt type bridge"
-    assert "addr add 10.255.0.8/16 dev h7-mgmt" in management_host_batch(f.host("h7"))
+    assert "addr add 198.19.0.8/17 dev h7-mgmt" in management_host_batch(f.host("h7"))
 
 
 def test_state_folder_that_root_must_not_trust_is_refused(tmp_path) -> None:

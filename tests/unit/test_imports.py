@@ -1,16 +1,20 @@
-"""Imports run one way between our packages, and nothing outside the CLI imports the CLI.
+"""Imports run one way between our packages, nothing outside the CLI imports the CLI, and no
+modules import each other in a loop.
 
 Every .py file of our packages is read with `ast` (nothing is imported), every import statement
 counts, at module level or inside a function (a late import is still a dependency), and each
 imported module is put in a layer:
 
-- `cli`: `zcube_lab.cli`, `zcube_lab.commands*`, `zcube_lab.fabric_options`;
-- `core`: the rest of `zcube_lab` (pure; imports nothing of ours outside the core);
+- `cli`: `zcube_lab.cli*` (the command line, with its `commands` and `fabric_options`);
+- `core`: `zcube_lab.core*` and the `zcube_lab` package itself (pure; imports nothing of ours
+  outside the core);
 - the other top-level packages, each its own layer.
 
 `ALLOWED` lists the layers each layer may import (its own always); it is acyclic, so a cycle
-between packages shows up as at least one edge it does not allow. Failures list every offending
-edge with the file and line of the import.
+between packages shows up as at least one edge it does not allow. Inside a layer, modules must
+not import each other in a loop either (`module_cycles`, over the same edges: a late or
+`TYPE_CHECKING` import is still a tie). Failures list every offending edge with the file and
+line of the import.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("zcube_lab", "controller", "emulator", "serving", "workloads", "grafana", "bench")
-CLI_MODULES = ("zcube_lab.cli", "zcube_lab.commands", "zcube_lab.fabric_options")
+CLI_MODULES = ("zcube_lab.cli",)
 
 _ALL_BUT_CLI = frozenset(
     {"core", "controller", "serving", "workloads", "emulator", "grafana", "bench"}
@@ -150,6 +154,44 @@ def package_cycles(edges: Iterable[Edge]) -> list[list[str]]:
     return cycles
 
 
+def module_cycles(edges: Iterable[Edge]) -> list[list[str]]:
+    """Groups of modules that import each other in a loop (the strongly connected parts of the
+    import graph with more than one module), each sorted, in sorted order."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if e.source != e.target:
+            graph.setdefault(e.source, set()).add(e.target)
+            graph.setdefault(e.target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
 @pytest.fixture(scope="module")
 def edges() -> list[Edge]:
     return our_edges(source_files())
@@ -178,12 +220,57 @@ def test_nothing_outside_the_cli_imports_the_cli(edges: list[Edge]) -> None:
     assert not bad, "imports of the CLI from outside it:\n  " + "\n  ".join(map(str, bad))
 
 
+def test_no_modules_import_each_other_in_a_loop(edges: list[Edge]) -> None:
+    groups = module_cycles(edges)
+    ties = [e for e in edges for g in groups if e.source in g and e.target in g]
+    assert not groups, "modules that import each other in a loop:\n  " + "\n  ".join(map(str, ties))
+
+
+def test_zcube_lab_is_the_core_and_the_cli() -> None:
+    """Every module of `zcube_lab` is in `zcube_lab.core` or `zcube_lab.cli`, so the folder says
+    which rule a file keeps; only the package itself (the version) stands beside them."""
+    modules = {module_name(p) for p in (REPO / "zcube_lab").rglob("*.py")}
+    stray = sorted(
+        m
+        for m in modules
+        if m != "zcube_lab"
+        and not any(m == r or m.startswith(r + ".") for r in ("zcube_lab.core", "zcube_lab.cli"))
+    )
+    assert not stray, f"zcube_lab modules outside core/ and cli/: {stray}"
+    assert {"zcube_lab.core.fabric.description", "zcube_lab.cli.commands.run"} <= modules
+    assert layer("zcube_lab.core.stats") == "core" and layer("zcube_lab") == "core"
+    assert layer("zcube_lab.cli.fabric_options") == "cli"
+
+
+def test_the_module_cycle_check_catches_a_made_up_loop() -> None:
+    made_up = [
+        Edge("emulator.results.a", "emulator.results.b", "emulator/results/a.py", 1),
+        Edge("emulator.results.b", "emulator.prometheus.c", "emulator/results/b.py", 2),
+        Edge("emulator.prometheus.c", "emulator.results.a", "emulator/prometheus/c.py", 3),
+        Edge("emulator.prometheus.c", "zcube_lab.core.stats", "emulator/prometheus/c.py", 4),
+        Edge("workloads.x", "workloads.y", "workloads/x.py", 5),
+        Edge("workloads.y", "workloads.x", "workloads/y.py", 6),
+        Edge("serving.z", "serving.z", "serving/z.py", 7),  # a module naming itself: no loop
+    ]
+    assert module_cycles(made_up) == [
+        ["emulator.prometheus.c", "emulator.results.a", "emulator.results.b"],
+        ["workloads.x", "workloads.y"],
+    ]
+    assert module_cycles(made_up[:2] + made_up[3:5]) == []  # one edge fewer: no loop
+    # within one layer, so the package check alone would not see them
+    assert not forbidden(made_up) and not package_cycles(made_up)
+
+
 def test_the_checks_catch_a_cycle_and_a_cli_import() -> None:
     made_up = [
-        Edge("zcube_lab.fabric.cost", "emulator.lab.network", "zcube_lab/fabric/cost.py", 1),
-        Edge("emulator.lab.network", "zcube_lab.fabric.description", "emulator/lab/x.py", 2),
-        Edge("bench.recovery", "zcube_lab.commands.compare", "bench/recovery.py", 3),
-        Edge("zcube_lab.commands.up", "emulator.lab.network", "zcube_lab/commands/up.py", 4),
+        Edge(
+            "zcube_lab.core.fabric.cost", "emulator.lab.network", "zcube_lab/core/fabric/cost.py", 1
+        ),
+        Edge("emulator.lab.network", "zcube_lab.core.fabric.description", "emulator/lab/x.py", 2),
+        Edge("bench.recovery", "zcube_lab.cli.commands.compare", "bench/recovery.py", 3),
+        Edge(
+            "zcube_lab.cli.commands.up", "emulator.lab.network", "zcube_lab/cli/commands/up.py", 4
+        ),
     ]
     assert forbidden(made_up) == [made_up[0], made_up[2]]
     assert package_cycles(made_up) == [["core", "emulator", "core"]]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec
-from zcube_lab.fabric.hostplan import ip_batch, management_host_batch, sysctls
-from zcube_lab.fabric.linkplan import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.hostplan import ip_batch, management_host_batch, sysctls
+from zcube_lab.core.fabric.linkplan import (
     LinkSettings,
     PortShape,
     Setup,
@@ -30,8 +30,8 @@ from zcube_lab.fabric.linkplan import (
     switch_port_setup,
     veth_setup,
 )
-from zcube_lab.fabric.queues import QueueModel, port_queue_limits
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.queues import QueueModel, port_queue_limits
+from zcube_lab.core.fabric.scale import Scale
 
 SPECS = [
     FabricSpec.of("zcube", n=4),

@@ -11,9 +11,10 @@ import pytest
 
 from controller.flowtable import FabricTable
 from controller.rules import ROUTING_POLICIES, compute_rules
-from zcube_lab.fabric.builders import build_roft
-from zcube_lab.fabric.description import Fabric, Host
-from zcube_lab.fabric.hostplan import egress_interface, ip_batch, kv_source_map
+from zcube_lab.core.fabric.addressing import fabric_address, plane_network
+from zcube_lab.core.fabric.builders import build_roft
+from zcube_lab.core.fabric.description import Fabric, Host
+from zcube_lab.core.fabric.hostplan import egress_interface, ip_batch, kv_source_map
 
 FABRICS = [
     build_roft(planes=2),
@@ -67,9 +68,11 @@ def test_port_k_has_a_plane_k_address_and_route(fabric: Fabric) -> None:
     p = planes(fabric)
     for h in fabric.hosts:
         assert [i.name for i in h.interfaces] == [f"{h.name}-eth{k}" for k in range(p)]
-        assert [i.ip for i in h.interfaces] == [f"10.{k}.{h.server}.{h.rank + 1}" for k in range(p)]
+        assert [i.ip for i in h.interfaces] == [
+            fabric_address(k, p, h.server, h.rank) for k in range(p)
+        ]
         assert {(r.prefix, r.interface) for r in h.routes} == {
-            (f"10.{k}.0.0/16", k) for k in range(p)
+            (str(plane_network(k, p)), k) for k in range(p)
         }
         for k in range(p):
             assert plane_of(fabric.attachments[(h.name, k)].switch) == k
@@ -101,11 +104,18 @@ def test_host_config_binds_each_port_to_its_plane() -> None:
     f = build_roft(planes=4)
     h0 = f.host("h0")
     lines = ip_batch(f, h0, mtu=1500)
-    for k in range(4):
-        assert f"addr add 10.{k}.0.1/32 dev h0-eth{k}" in lines
-        assert f"route replace 10.{k}.0.0/16 dev h0-eth{k} src 10.{k}.0.1" in lines
+    for k, (ip, plane) in enumerate(
+        [
+            ("198.18.0.1", "198.18.0.0/18"),
+            ("198.18.64.1", "198.18.64.0/18"),
+            ("198.18.128.1", "198.18.128.0/18"),
+            ("198.18.192.1", "198.18.192.0/18"),
+        ]
+    ):
+        assert f"addr add {ip}/32 dev h0-eth{k}" in lines
+        assert f"route replace {plane} dev h0-eth{k} src {ip}" in lines
         table = 100 + k
-        assert f"rule add from 10.{k}.0.1 table {table} priority {table}" in lines
+        assert f"rule add from {ip} table {table} priority {table}" in lines
     # Static ARP for every other host's 4 addresses, on each of the 4 ports.
     assert len([ln for ln in lines if ln.startswith("neigh")]) == 15 * 4 * 4
     # The routes already keep each KV pull in its plane: no source map needed.

@@ -35,9 +35,9 @@ from emulator.lab.netstats import (
     tcp_totals,
     window_events,
 )
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.scale import Scale
 
 DATA = Path(__file__).parent / "data" / "netstats"
 NETSTAT = (DATA / "h0-netstat.txt").read_text()

@@ -6,11 +6,11 @@ import argparse
 
 import pytest
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.fabric_options import add_link_arguments, link_options_from_args
+from zcube_lab.cli.fabric_options import add_link_arguments, link_options_from_args
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.scale import Scale
 
 
 def parse(*argv: str) -> argparse.Namespace:

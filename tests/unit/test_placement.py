@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_roft, build_zcube
-from zcube_lab.fabric.placement import LayoutSpec, place
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_roft, build_zcube
+from zcube_lab.core.fabric.placement import LayoutSpec, place
 
 
 def test_default_layout_is_one_prefill_server_to_three_decode_servers() -> None:

@@ -30,8 +30,8 @@ from bench.procwatch import (
 )
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.prometheus.server import PROMETHEUS_BINARY
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.placement import LayoutSpec
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.placement import LayoutSpec
 
 PY = "/work/main/.venv/bin/python"
 
@@ -101,7 +101,7 @@ def test_every_process_of_a_planned_run_is_classified_from_its_real_argv(tmp_pat
         if name == "gateway":
             assert kind == ("gateway", "")
         elif name.startswith("ep-"):
-            assert kind is not None and kind[0] == "ep" and kind[1].startswith("10.")
+            assert kind is not None and kind[0] == "ep" and kind[1].startswith("198.18.")
         else:
             e = engines[name]
             assert kind == (e.role, f"h{plan.fabric.host(e.host).gid}")

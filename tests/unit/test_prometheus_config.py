@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from emulator.prometheus.config import ScrapePlan, scrape_config, scrape_plan
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 JOBS = {
     "gateway": ["10.0.0.1:8000"],

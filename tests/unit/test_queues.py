@@ -1,13 +1,13 @@
-"""The buffer model, the MTU rule and the tc lines of zcube_lab.fabric.queues."""
+"""The buffer model, the MTU rule and the tc lines of zcube_lab.core.fabric.queues."""
 
 from __future__ import annotations
 
 import pytest
 
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.queues import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.queues import (
     FLOOR_PACKETS,
     HOST_QUEUE_PACKETS,
     PORT_BUFFER_S,
@@ -23,7 +23,7 @@ from zcube_lab.fabric.queues import (
     real_share_packets,
     serialization_s,
 )
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.scale import Scale
 
 
 def test_serialization_and_queue_delay_figures() -> None:

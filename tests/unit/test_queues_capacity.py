@@ -19,10 +19,10 @@ from emulator.lab.capacity import (
     load_results,
 )
 from emulator.lab.network import LabOptions
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.scale import Scale
 
 
 def results(machine: str = "m1") -> DatapathResults:

@@ -104,15 +104,15 @@ def test_the_verdict_paragraph_leaves_out_untrustworthy_runs_and_names_them() ->
     faster = replace(_runs()[0], client=replace(_runs()[0].client, ttft_p50_s=0.25))
     sentences = verdict_paragraph([faster, *_runs()[1:]], ["zcube", "roft"], "roft")
     assert sentences[2] == (
-        "TTFT p50: zcube 50% lower than roft (250 ms vs 501 ms), so zcube better; "
-        "spread over repeats unknown (a single repeat)."
+        "TTFT p50: zcube 50% lower than roft (250 ms vs 501 ms); "
+        "spread over repeats unknown (a single repeat), so no winner."
     )
 
 
 def test_compare_prints_the_verdict_per_variant(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from zcube_lab.commands.compare import _print_table
+    from zcube_lab.cli.commands.compare import _print_table
 
     monkeypatch.setenv("COLUMNS", "300")  # one table row per line, whatever the terminal
 

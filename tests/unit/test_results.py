@@ -7,17 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.figures import (
-    client_summary,
-    host_ingress_bytes,
-    link_utilization,
-    throughput_series,
-    utilization_summary,
-)
+from emulator.results.figures import client_summary, host_ingress_bytes, throughput_series
+from emulator.results.linkstats import link_utilization, utilization_summary
 from emulator.results.report import aggregate, difference_pct, table_rows
 from emulator.results.summary import HotPort, RunSummary
-from zcube_lab.fabric.builders import build_roft, build_zcube
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.builders import build_roft, build_zcube
+from zcube_lab.core.fabric.scale import Scale
 
 
 def _rec(i: int, ttft: float, ok: bool = True) -> dict:
@@ -36,8 +31,10 @@ def test_client_summary_counts_and_quantiles() -> None:
     recs = [_rec(i, 0.1 * (i + 1)) for i in range(10)] + [_rec(10, 9.0, ok=False)]
     s = client_summary(recs, window_s=5.0)
     assert (s.requests, s.completed, s.failed) == (11, 10, 1)
-    assert s.requests_per_s == 2.0
-    assert s.output_tokens_per_s == 22.0
+    # Throughput counts only the requests that arrived in the window (sent at 0-4 s of 0-9 s);
+    # the quantiles keep every completed one.
+    assert s.requests_per_s == 1.0
+    assert s.output_tokens_per_s == 11.0 and s.output_tokens == 110
     assert s.ttft_p50_s == pytest.approx(0.55)
     assert s.ttft_p99_s < 1.0  # the failed request's 9 s does not count
     assert s.itl_p50_s == pytest.approx(0.03)

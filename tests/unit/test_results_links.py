@@ -1,20 +1,24 @@
 """Link utilization in both directions, with peaks over scrape-interval windows
-(emulator.results.figures), from synthetic port counters."""
+(emulator.results.linkstats), from synthetic port counters."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.prometheus.queries import PortCounters
-from emulator.results.figures import (
-    fabric_stats,
+from emulator.lab.verdict import BusiestLink
+from emulator.results.figures import fabric_stats
+from emulator.results.linkstats import (
+    PortCounters,
+    busiest,
     link_directions,
     link_loads,
     peak_rate,
+    verdict_busiest_link,
     window_rates,
 )
-from zcube_lab.fabric.builders import build_zcube
-from zcube_lab.fabric.scale import Scale
+from emulator.results.summary import LinkLoad
+from zcube_lab.core.fabric.builders import build_zcube
+from zcube_lab.core.fabric.scale import Scale
 
 
 def test_every_link_is_named_both_ways_with_its_counter() -> None:
@@ -72,3 +76,22 @@ def test_link_loads_count_the_host_direction_and_name_the_busiest_link() -> None
     assert d.host_downlink_util_max == pytest.approx(0.1)
     assert d.directed_links == 2 * len(fabric.links) and d.util_peak_window_s == 1.0
     assert fabric_stats(fabric, util, {}, 0.0, 1.0).directed is None
+    # the verdict refers to the same link, with its rate and figures
+    named = verdict_busiest_link(fabric, scale, loads)
+    assert named == BusiestLink("h5->a1:2", 50.0, pytest.approx(40.0), pytest.approx(0.8), 0.4)
+    assert named is not None and named.iface == d.busiest_link
+    assert verdict_busiest_link(fabric, scale, {}) is None
+
+
+def test_the_busiest_link_is_the_highest_mean_share_then_the_highest_peak() -> None:
+    """Shares of each link's own rate: a link with the higher mean wins over one with a higher
+    peak; between equal means the higher peak wins, and a link without a peak counts as 0."""
+    loads = {
+        "a": LinkLoad(mean=0.3, peak=0.5),
+        "b": LinkLoad(mean=0.3, peak=0.9),
+        "c": LinkLoad(mean=0.1, peak=1.0),
+        "d": LinkLoad(mean=0.3, peak=None),
+    }
+    assert busiest(loads) == ("b", loads["b"])
+    assert busiest({"d": loads["d"], "a": loads["a"]}) == ("a", loads["a"])
+    assert busiest({}) is None

@@ -13,8 +13,8 @@ from emulator.results.transfers import (
     pull_rate_bps,
     transfer_figures,
 )
-from zcube_lab.fabric.builders import build_roft, build_zcube
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.builders import build_roft, build_zcube
+from zcube_lab.core.fabric.scale import Scale
 
 
 def _pull(took: float, size: int, ok: bool = True, src: str = "prefill-0") -> dict:

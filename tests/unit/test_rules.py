@@ -30,9 +30,9 @@ from controller.rules import (
     match,
     rule_counts,
 )
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
 
 SPECS = {
     "zcube4": FabricSpec.of("zcube", n=4),

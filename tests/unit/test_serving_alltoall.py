@@ -14,7 +14,7 @@ import pytest
 from serving import decode, prefill
 from serving.alltoall import AllToAll, split_bytes, start_ep_server
 from serving.config import Address, DecodeConfig, PrefillConfig
-from zcube_lab.ports import free_port
+from zcube_lab.core.ports import free_port
 
 _LEN = struct.Struct("!Q")
 

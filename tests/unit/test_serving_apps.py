@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import sys
 from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
 
-from serving.config import Address
+from serving.config import Address, GatewayConfig
+from serving.gateway import make_gateway_app
 from serving.models import decode_step_seconds, get_profile, prefill_step_seconds
-from zcube_lab.ports import free_port
+from zcube_lab.core.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import (
     delayed_ep_peer,
     metric_sum,
     registry_text,
+    run_app_servers,
     start_inprocess_cluster,
 )
 
@@ -425,3 +431,102 @@ async def test_time_dilation_stretches_every_modelled_compute_time(aiohttp_serve
     # One sequence: each step attends its whole context (the prompt plus what it generated).
     steps = [decode_step_seconds(TINY, 1, words + i) for i in range(1, tokens)]
     assert k * min(steps) * 0.95 <= tpot <= k * max(steps) + 0.02
+
+
+@pytest.mark.parametrize("servers", ["run_app", "cancelling"])
+async def test_clients_that_go_away_are_not_upstream_errors(
+    aiohttp_server, tmp_path: Path, caplog: pytest.LogCaptureFixture, servers: str
+) -> None:
+    """Streams cancelled by their client (before the first byte and mid-stream) are 499s at
+    the gateway: no 5xx, no upstream error, no warning; decode frees every sequence. Under
+    `run_app` (the role processes) handlers go on after their client left; under aiohttp's test
+    server they are cancelled."""
+    async with contextlib.AsyncExitStack() as stack:
+        serve = aiohttp_server
+        if servers == "run_app":
+            serve = await stack.enter_async_context(run_app_servers())
+        await _cancel_streams(serve, tmp_path, caplog)
+
+
+async def _cancel_streams(serve, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    request_log = tmp_path / "requests.jsonl"
+    c = await start_inprocess_cluster(serve, gateway={"request_log": str(request_log)})
+    caplog.set_level("INFO", logger="serving")
+
+    async def cancelled_mid_stream(s: aiohttp.ClientSession) -> None:
+        r = await s.post(c.gateway_url + "/v1/completions", json=_body(5, 5000))
+        assert r.status == 200
+        for _ in range(5):
+            await r.content.readline()
+        r.close()
+
+    async def cancelled_before_first_byte(s: aiohttp.ClientSession) -> None:
+        # 6,000 prompt tokens take about 60 ms of prefill: the client leaves during it.
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.02):
+                await s.post(c.gateway_url + "/v1/completions", json=_body(6000, 50))
+
+    n = 4
+    async with aiohttp.ClientSession() as s:
+        await asyncio.gather(
+            *(cancelled_mid_stream(s) for _ in range(n)),
+            *(cancelled_before_first_byte(s) for _ in range(n)),
+        )
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            g = registry_text(c.gateway_registry)
+            if metric_sum(g, "zcube:gateway_requests_total") == 2 * n:
+                break
+        # the gateway still serves: nothing of the cancelled streams is left in its pool
+        status, events, _ = await _stream(s, c.gateway_url, _body(5, 3))
+        assert status == 200 and events[-1] == "[DONE]"
+    g = registry_text(c.gateway_registry)
+    assert metric_sum(g, "zcube:gateway_requests_total", status="499") == 2 * n
+    assert metric_sum(g, "zcube:gateway_requests_total", status="200") == 1
+    assert metric_sum(g, "zcube:gateway_upstream_errors_total") == 0
+    assert metric_sum(g, "zcube:gateway_outstanding_requests") == 0
+    statuses = [json.loads(line)["status"] for line in request_log.read_text().splitlines()]
+    assert sorted(statuses) == [200] + [499] * 2 * n
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "unreachable" not in caplog.text
+    for _ in range(50):
+        d = registry_text(c.decode_registry)
+        if metric_sum(d, "vllm:num_requests_running") == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert metric_sum(d, "vllm:num_requests_running") == 0
+    assert metric_sum(d, "vllm:kv_cache_usage_perc") == 0
+
+
+async def test_decode_failing_mid_stream_ends_the_stream_with_an_error_event(
+    aiohttp_server,
+) -> None:
+    """A decode that dies after its first chunk is an upstream error; our client, which has
+    had its 200, gets that chunk, an error event and [DONE]."""
+
+    async def prefill(request: web.Request) -> web.Response:
+        return web.json_response({"kv_transfer_params": {"remote_engine_id": "p"}})
+
+    async def decode(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(b'data: {"choices":[{"text":"a","finish_reason":null}]}\n\n')
+        assert request.transport is not None
+        request.transport.abort()
+        return out
+
+    urls = []
+    for handler in (prefill, decode):
+        app = web.Application()
+        app.router.add_post("/v1/completions", handler)
+        urls.append(str((await aiohttp_server(app)).make_url("")).rstrip("/"))
+    greg = CollectorRegistry()
+    cfg = GatewayConfig(prefill_urls=(urls[0],), decode_urls=(urls[1],))
+    gateway = str((await aiohttp_server(make_gateway_app(cfg, greg))).make_url("")).rstrip("/")
+    async with aiohttp.ClientSession() as s, asyncio.timeout(10):  # (it used to hang)
+        status, events, _ = await _stream(s, gateway, _body(3, 5))
+    assert status == 200
+    assert events[0]["choices"][0]["text"] == "a"
+    assert events[1]["error"]["code"] == "upstream_error" and events[2] == "[DONE]"
+    g = registry_text(greg)
+    assert metric_sum(g, "zcube:gateway_upstream_errors_total", role="decode") == 1

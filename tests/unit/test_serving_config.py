@@ -14,7 +14,7 @@ from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig, GatewayConfi
 from serving.decode_engine import path_health, stall_wall_s
 from serving.launch import decode_argv
 from serving.options import parse_with_file
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def _parse(mod: object, argv: list[str]) -> object:

@@ -14,7 +14,7 @@ from serving.models import (
     prefill_step_seconds,
     scaled_bytes,
 )
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 @pytest.mark.parametrize(

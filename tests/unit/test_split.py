@@ -8,11 +8,11 @@ import json
 import pytest
 
 from zcube_lab.cli import main
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_clos, build_roft, build_zcube
-from zcube_lab.fabric.description import Fabric, FabricSpec, Host, Interface, Link, Switch
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.fabric.split import Split, max_machines, split_fabric
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_clos, build_roft, build_zcube
+from zcube_lab.core.fabric.description import Fabric, FabricSpec, Host, Interface, Link, Switch
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.fabric.split import Split, max_machines, split_fabric
 
 FABRICS = {
     "zcube4": build_zcube(n=4),

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zcube_lab.stats import mean, quantile
+from zcube_lab.core.stats import mean, quantile
 
 
 def test_quantile_interpolates_like_numpy() -> None:

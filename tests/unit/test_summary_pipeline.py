@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from emulator.prometheus.queries import port_counters, server_figures
-from emulator.results.figures import fabric_stats, link_loads
+from emulator.results.figures import fabric_stats
+from emulator.results.linkstats import link_loads
 from emulator.results.report import busiest_link
 from emulator.results.summary import RunSummary
 from emulator.results.transfers import transfer_figures
-from zcube_lab.fabric.builders import build_zcube
-from zcube_lab.fabric.scale import Scale
+from zcube_lab.core.fabric.builders import build_zcube
+from zcube_lab.core.fabric.scale import Scale
 
 OLD = Path(__file__).parent / "data" / "summary-zcube.json"
 

@@ -1,5 +1,6 @@
-"""The load sweep (emulator.experiment.sweep): rates, the plan's order, the stop rule, the
-maximum rate meeting the SLO, sweep.json, and the run loop with a fake lab."""
+"""The load sweep (emulator.experiment.sweep, emulator.results.sweeppoints): rates, the plan's
+order, the stop rule, the maximum rate meeting the SLO, sweep.json, and the run loop with a fake
+lab."""
 
 from __future__ import annotations
 
@@ -12,21 +13,19 @@ import pytest
 from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_variants
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
-from emulator.experiment.sweep import (
+from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep
+from emulator.lab.verdict import HealthVerdict
+from emulator.results.goodput import parse_slo
+from emulator.results.summary import RunSummary
+from emulator.results.sweeppoints import (
     Point,
     RunPoint,
     SweepResult,
     max_rates,
-    parse_rates,
     past_saturation,
-    plan_sweep,
     points,
-    run_sweep,
 )
-from emulator.lab.verdict import HealthVerdict
-from emulator.results.goodput import parse_slo
-from emulator.results.summary import RunSummary
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
 SLO = parse_slo("ttft_p99=2s,tpot=50ms")
@@ -75,7 +74,9 @@ def test_plan_ascends_in_rate_and_interleaves_repeats_within_a_rate() -> None:
     ]  # fmt: skip
     assert [p.number for p in plan] == list(range(1, 9)) and {p.total for p in plan} == {8}
     assert plan[5].config.tag == "4rps-r1" and plan[5].config.fabric == specs["roft"]
-    assert {p.config.seed for p in plan} == {1}  # same requests at every rate
+    # Repeat k has seed k at every rate and on every fabric: the same requests at every rate
+    # and on every fabric, different ones per repeat (this asserted one seed for all before).
+    assert {(p.repeat, p.config.seed) for p in plan} == {(1, 1), (2, 2)}
     two = plan_variants(RunConfig(fabric=specs["zcube"], duration_s=10), specs, ["ff", "spray"])
     assert plan_sweep(two, [0.5], 1)[1].config.tag == "spray-0.5rps-r1"
     with pytest.raises(ConfigError):
@@ -97,7 +98,11 @@ def test_past_saturation_needs_every_repeat_to_miss_and_to_fall_behind() -> None
     assert not past_saturation(point(replace(behind, sent_per_s=6.5)), SLO)
 
 
-def test_max_rate_uses_only_trustworthy_points_that_met_with_a_spread_per_repeat() -> None:
+def test_max_rates_are_capacities_censored_by_an_untrustworthy_run_or_the_ladder_top() -> None:
+    # This scenario used to give zcube 4, roft 2 and a plain 2.00x: zcube's untrustworthy run at
+    # 8 was silently dropped and the ratio printed as if exact. Under the capacity rule
+    # (emulator.results.capacity) zcube's repeat 1 stops at that run (at least 4) and repeat 2
+    # met every rate (at least 8), so zcube is "at least 6" and the ratio only a bound.
     runs = [
         *(rp(v, r, k) for v in ("zcube", "roft") for r in (1.0, 2.0) for k in (1, 2)),
         rp("zcube", 4.0, 1), rp("zcube", 4.0, 2),
@@ -107,13 +112,16 @@ def test_max_rate_uses_only_trustworthy_points_that_met_with_a_spread_per_repeat
     ]  # fmt: skip
     table = {m.variant: m for m in max_rates(runs, SLO, baseline="roft")}
     z, r = table["zcube"], table["roft"]
-    assert z.rate == 4.0 and z.excluded == (8.0,)
-    assert z.per_repeat == {1: 4.0, 2: 8.0}  # repeat 2 was trustworthy at 8
-    assert r.rate == 2.0 and r.per_repeat == {1: 4.0, 2: 2.0} and r.excluded == ()
-    assert z.ratio == pytest.approx(2.0) and r.ratio == pytest.approx(1.0)
+    assert z.capacity.censored and z.rate == 6.0
+    assert {k: c.text() for k, c in z.per_repeat.items()} == {1: ">=4", 2: ">=8"}
+    assert z.per_repeat[1].censored == "not trustworthy at 8 (met)"
+    assert not r.capacity.censored and r.rate == 3.0  # median of 4 and 2
+    assert {k: c.text() for k, c in r.per_repeat.items()} == {1: "4", 2: "2"}
+    assert z.ratio is not None and z.ratio.exact is None and z.ratio.text() == ">= 2.00x"
+    assert r.ratio is None  # the baseline
     assert r.stopped_after == 8.0 and z.stopped_after is None
     none = max_rates([rp("roft", 1.0, trusted=False)], SLO, "roft")[0]
-    assert none.rate is None and none.ratio is None and none.excluded == (1.0,)
+    assert none.rate == 0.0 and none.capacity.censored
 
 
 def test_points_group_by_variant_then_ascending_rate_with_spreads() -> None:
@@ -137,8 +145,12 @@ def test_sweep_json_round_trips(tmp_path: Path) -> None:
     back = SweepResult.read(tmp_path)
     assert back == result and back.slo.targets[1].attainment == 0.8
     data = json.loads((tmp_path / "sweep.json").read_text())
-    assert data["max_rates"][0]["variant"] == "zcube" and data["max_rates"][0]["rate"] == 1.0
-    assert data["max_rates"][1]["rate"] is None and "stop_rule" in data
+    zcube, roft = data["max_rates"]
+    assert zcube["variant"] == "zcube" and zcube["rate"] == 1.0 and zcube["censored"]
+    assert zcube["per_repeat"]["1"]["censored"] == "met at every rate tried (up to 1)"
+    assert roft["rate"] == 0.0 and roft["censored"] and roft["upper"] is None
+    assert zcube["ratio"] is None and zcube["ratio_text"] == "unknown"
+    assert "stop_rule" in data and "capacity_rule" in data
     with pytest.raises(ConfigError):
         SweepResult.read(tmp_path / "nothing")
 
@@ -180,5 +192,39 @@ def test_run_sweep_skips_a_variant_past_saturation(tmp_path: Path) -> None:
     assert got[0].goodput_per_s == pytest.approx(1.0)  # 10 good requests over 10 s
     assert got[0].sent_per_s == pytest.approx(1.0)
     table = {m.variant: m for m in max_rates(got, SLO, "roft")}
-    assert table["zcube"].rate == 4.0 and table["roft"].rate == 1.0
-    assert table["zcube"].ratio == pytest.approx(4.0) and table["roft"].stopped_after == 2.0
+    assert table["zcube"].rate == 4.0 and table["zcube"].capacity.censored  # met to the top
+    assert table["roft"].rate == 1.0 and not table["roft"].capacity.censored
+    zcube_ratio = table["zcube"].ratio
+    assert zcube_ratio is not None and zcube_ratio.text() == ">= 4.00x"
+    assert table["roft"].stopped_after == 2.0
+
+
+def test_run_sweep_refines_the_knee_by_bisection(tmp_path: Path) -> None:
+    specs = fabric_specs(["zcube", "roft"], 16, 2)
+    variants = plan_variants(RunConfig(fabric=specs["zcube"], duration_s=10), specs, ["ecmp"])
+    plan = plan_sweep(variants, [1.0, 2.0, 4.0], repeat=2)
+    capacity = {"zcube": 10.0, "roft": 1.6}  # roft: met at 1, missed at 2
+
+    def fake(p: PlannedRun) -> RunResult:
+        rate = p.config.rate or 0.0
+        achieved = min(rate, capacity[p.variant.label])
+        n = int(rate * 10)
+        folder = tmp_path / f"{p.variant.label}-{rate:g}-{p.repeat}"
+        folder.mkdir()
+        rec = {"outcome": "ok", "ttft_s": 0.5 if achieved == rate else 9.0, "tpot_s": 0.02}
+        (folder / "requests.jsonl").write_text("".join(json.dumps(rec) + "\n" for _ in range(n)))
+        return RunResult(folder, _summary(p.variant.label, achieved))
+
+    ran: list[PlannedRun] = []
+    got = list(run_sweep(plan, SLO, starting=ran.append, execute=fake, refine=2))
+    extra = [(p.variant.label, p.config.rate, p.repeat, p.config.tag) for p in ran[10:]]
+    # roft's bracket [1, 2] is tried at 1.5 (met), then [1.5, 2] at 1.75 (missed); zcube met
+    # every rate, so it has no bracket and runs nothing more.
+    assert extra == [
+        ("roft", 1.5, 1, "1.5rps-r1"), ("roft", 1.5, 2, "1.5rps-r2"),
+        ("roft", 1.75, 1, "1.75rps-r1"), ("roft", 1.75, 2, "1.75rps-r2"),
+    ]  # fmt: skip
+    assert [p.number for p in ran[10:]] == [13, 14, 15, 16] and {p.total for p in ran[10:]} == {20}
+    assert {p.config.seed for p in ran[10:] if p.repeat == 2} == {2}
+    table = {m.variant: m for m in max_rates(got, SLO, "roft")}
+    assert table["roft"].rate == 1.5 and not table["roft"].capacity.censored

@@ -1,4 +1,4 @@
-"""The transfer-fidelity probes (emulator.experiment.kvprobe, epprobe): the rates and ideal
+"""The transfer-fidelity probes (emulator.probes.kvprobe, epprobe): the rates and ideal
 times from the fabric description, the verdict rows, and the probes themselves on localhost
 (no lab: a real KV server and real pulls, real EP peers and exchanges over loopback)."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.epprobe import alltoall_ideal_s
-from emulator.experiment.kvprobe import (
+from emulator.probes.epprobe import alltoall_ideal_s
+from emulator.probes.kvprobe import (
     Fidelity,
     ProbeOutput,
     fidelity_row,
@@ -21,11 +21,11 @@ from emulator.experiment.kvprobe import (
     kv_path_mbps,
     port_mbps,
 )
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
-from zcube_lab.fabric.hostplan import kv_source_map
-from zcube_lab.fabric.scale import Scale
-from zcube_lab.ports import free_port
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = Scale(nic_mbps=100.0)
@@ -83,7 +83,7 @@ def test_fidelity_row_subtracts_the_fixed_cost() -> None:
 
 def test_probe_output_fails_with_the_probe_s_last_lines() -> None:
     proc = _popen(
-        "emulator.experiment.kvprobe", "pulls", "--sizes", "10", "--max-bytes", "x", "127.0.0.1:1"
+        "emulator.probes.kvprobe", "pulls", "--sizes", "10", "--max-bytes", "x", "127.0.0.1:1"
     )
     with pytest.raises(RuntimeError, match=r"(?s)exited \(2\).*invalid int value"):
         ProbeOutput(proc, "h0").until("started", 30)
@@ -141,9 +141,9 @@ def _lines(module: str, *argv: str) -> list[dict]:
 
 def test_kv_probe_pulls_every_size_in_one_process(server) -> None:
     port = free_port()
-    server("emulator.experiment.cutprobe", "serve", "--bytes", "300000", f"127.0.0.1:{port}")
+    server("emulator.probes.cutprobe", "serve", "--bytes", "300000", f"127.0.0.1:{port}")
     recs = _lines(
-        "emulator.experiment.kvprobe", "pulls", "--max-bytes", "300000",
+        "emulator.probes.kvprobe", "pulls", "--max-bytes", "300000",
         "--sizes", "1000,300000", "--repeat", "2", f"127.0.0.1:{port}",
     )  # fmt: skip
     assert [(r["bytes"], r["warmup"]) for r in recs] == [
@@ -154,15 +154,15 @@ def test_kv_probe_pulls_every_size_in_one_process(server) -> None:
 
 def test_ep_probe_exchanges_and_steps(server) -> None:
     port = free_port()
-    server("emulator.experiment.epprobe", "serve", f"127.0.0.1:{port}")
+    server("emulator.probes.epprobe", "serve", f"127.0.0.1:{port}")
     peer = f"127.0.0.1:{port}"
     recs = _lines(
-        "emulator.experiment.epprobe", "exchanges", "--sizes", "1000,100000", "--repeat", "2", peer
+        "emulator.probes.epprobe", "exchanges", "--sizes", "1000,100000", "--repeat", "2", peer
     )
     assert [r["bytes_per_peer"] for r in recs] == [1000, 1000, 100000, 100000]
     assert all(r["failures"] == 0 for r in recs)
     out = _lines(
-        "emulator.experiment.epprobe", "steps", "--bytes", "1000", "--compute-s", "0.05",
+        "emulator.probes.epprobe", "steps", "--bytes", "1000", "--compute-s", "0.05",
         "--repeat", "3", peer,
     )  # fmt: skip
     steps, hists = out[:-1], out[-1]["histograms"]

@@ -15,12 +15,10 @@ from emulator.experiment.plan import RunConfig, plan_run
 from emulator.lab.fidelity import (
     DATAPATH_RECEIVE_DROPS,
     DATAPATH_SEND_ERRORS,
-    BusiestLink,
     EngineOverruns,
     FaultWindow,
     NetworkEvidence,
     StepOverruns,
-    busiest_link,
     engine_overruns,
     overrun_buckets,
     step_overruns,
@@ -41,13 +39,14 @@ from emulator.lab.netstats import (
 from emulator.lab.verdict import (
     DATAPATH,
     FIDELITY_FIELDS,
+    BusiestLink,
     HealthSample,
     HealthVerdict,
     judge,
 )
-from serving.metrics import EngineMetrics
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.description import FabricSpec
+from serving.vllm_metrics import EngineMetrics
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import FabricSpec
 
 
 def _samples(n: int = 10, cores: tuple[float, ...] = (0.4, 0.4), **threads: float) -> list:
@@ -82,7 +81,8 @@ def test_a_clean_run_is_trustworthy_and_carries_its_figures() -> None:
     v = judge(_samples(), evidence=CLEAN)
     assert v.trustworthy and v.reasons == ()
     assert v.tcp["h0"].fast_retrans == 4  # reported, not judged
-    assert v.busiest_link == BusiestLink("s1-eth1", 50.0, 20.0, 0.4)
+    # the busiest link is the summary's (emulator.results.linkstats), named by the run
+    assert v.busiest_link is None
     assert v.step_overruns is not None and v.step_overruns.late == 3
 
 
@@ -168,7 +168,8 @@ def test_the_new_fields_survive_a_round_trip_and_old_verdicts_still_read() -> No
         overruns=CLEAN.overruns,
         faults=(fault,),
     )
-    v = judge(_samples(thread=0.3), evidence=evidence)
+    busiest = BusiestLink("h5->a1:2", 50.0, 40.0, 0.8, 0.4)
+    v = replace(judge(_samples(thread=0.3), evidence=evidence), busiest_link=busiest)
     data = json.loads(json.dumps(v.to_dict()))
     assert data["tcp"]["h0"]["retrans_segs"] == 4
     assert data["qdisc"]["s1-eth1"]["peak_backlog_bytes"] == 18_000
@@ -177,8 +178,12 @@ def test_the_new_fields_survive_a_round_trip_and_old_verdicts_still_read() -> No
         "late": 3,
         "behind": None,  # no lateness histogram in this evidence
     }
-    assert data["busiest_link"]["iface"] == "s1-eth1"
+    assert data["busiest_link"]["iface"] == "h5->a1:2"
     assert HealthVerdict.from_dict(data) == v
+    # a verdict from before issue 19 named a shaped interface, without the mean
+    earlier = {"iface": "s1-eth1", "rate_mbps": 50.0, "peak_mbps": 20.0, "peak_share": 0.4}
+    read = HealthVerdict.from_dict({**data, "busiest_link": earlier}).busiest_link
+    assert read == BusiestLink("s1-eth1", 50.0, 20.0, 0.4, None)
     old = {k: x for k, x in data.items() if k not in FIDELITY_FIELDS}
     before = HealthVerdict.from_dict(old)
     assert before.tcp == {} and before.step_overruns is None and before.explained == ()
@@ -202,16 +207,6 @@ def test_overruns_from_an_engines_metrics() -> None:
     both = step_overruns({"decode-4": before}, {"decode-4": after, "decode-5": after}, 0.02)
     assert set(both.engines) == {"decode-4"}  # read only once: no figure
     assert overrun_buckets("# nothing here\n") == {}
-
-
-def test_busiest_link_is_relative_to_each_rate() -> None:
-    queues = {
-        "a": QueueFigures(rate_mbps=100.0, peak_mbps=60.0),
-        "b": QueueFigures(rate_mbps=25.0, peak_mbps=20.0),
-        "c": QueueFigures(rate_mbps=25.0),  # never rated
-    }
-    best = busiest_link(queues)
-    assert best is not None and best.iface == "b" and best.peak_share == pytest.approx(0.8)
 
 
 def test_thread_stat_names_and_duplicates() -> None:

@@ -39,10 +39,10 @@ from emulator.lab.netsampler import NetSampler
 from emulator.lab.verdict import DATAPATH, FIDELITY_FIELDS, HealthSample, HealthVerdict, judge
 from emulator.results.transfers import kv_path_busy, kv_ratio_p50
 from serving.gateway import sample_loop_lag
-from serving.metrics import GATEWAY_LOOP_LAG, EngineMetrics, GatewayMetrics
-from zcube_lab.errors import ConfigError
-from zcube_lab.fabric.builders import build_fabric
-from zcube_lab.fabric.description import FabricSpec
+from serving.vllm_metrics import GATEWAY_LOOP_LAG, EngineMetrics, GatewayMetrics
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
 
 
 def _samples(cpu: list[float], start: float = 0.0, **processes: float) -> list[HealthSample]:

@@ -1,5 +1,5 @@
-"""The verdict paragraph's sentences (emulator.results.verdicttext): which variant did better, by
-how much, and whether the difference exceeds the spread over repeats."""
+"""The verdict paragraph's sentences (emulator.results.verdicttext): by how much, whether the
+difference exceeds the spread over repeats, and only then which variant did better."""
 
 from __future__ import annotations
 
@@ -12,29 +12,44 @@ def _ttft(zcube: list[float], roft: list[float]) -> Headline:
 
 def test_a_difference_beyond_the_ranges_exceeds_the_spread() -> None:
     assert figure_sentence(_ttft([1.0, 1.1, 1.2], [1.5, 1.6, 1.7]), "zcube", "roft") == (
-        "TTFT p99: zcube 31% lower than roft (1.10 s vs 1.60 s), so zcube better; "
-        "exceeds the spread over repeats (1.00-1.20 s vs 1.50-1.70 s do not overlap)."
+        "TTFT p99: zcube 31% lower than roft (1.10 s vs 1.60 s); "
+        "exceeds the spread over repeats (1.00-1.20 s vs 1.50-1.70 s do not overlap), "
+        "so zcube better."
     )
 
 
-def test_overlapping_ranges_are_within_the_spread() -> None:
+def test_overlapping_ranges_are_within_the_spread_and_name_no_winner() -> None:
     assert figure_sentence(_ttft([0.4, 0.5, 0.9], [0.6, 0.7, 0.8]), "zcube", "roft") == (
-        "TTFT p99: zcube 29% lower than roft (500 ms vs 700 ms), so zcube better; "
-        "within the spread over repeats (400-900 ms vs 600-800 ms overlap)."
+        "TTFT p99: zcube 29% lower than roft (500 ms vs 700 ms); "
+        "within the spread over repeats (400-900 ms vs 600-800 ms overlap), so no winner."
     )
+    # the issue's sentence: medians equal to the shown precision are the same, not "0.0% higher"
+    same = _ttft([0.6251, 0.6, 0.7], [0.6249, 0.6, 0.7])
+    same_text = figure_sentence(same, "zcube", "roft")
+    assert same_text == "TTFT p99: the same on zcube and roft (625 ms)."
+    tiny = _ttft([9.999, 9, 11], [10.0, 9, 11])  # shown 10.00 s vs 10.0 s
+    assert "less than 0.1% lower" in (figure_sentence(tiny, "zcube", "roft") or "")
+    assert (figure_sentence(tiny, "zcube", "roft") or "").endswith("so no winner.")
 
 
-def test_higher_is_better_names_the_baseline_when_it_won() -> None:
+def test_the_baseline_is_named_when_it_won_beyond_the_spread() -> None:
+    slow = _ttft([1.5, 1.6], [1.0, 1.1])
+    assert (figure_sentence(slow, "zcube", "roft") or "").endswith(", so roft better.")
+
+
+def test_figures_where_lower_is_not_better_are_described_not_judged() -> None:
     rate = Headline("Throughput", "req/s", False, {"zcube": [3.0, 3.1], "roft": [4.0, 4.1]})
     sentence = figure_sentence(rate, "zcube", "roft")
-    assert sentence is not None
-    assert sentence.startswith("Throughput: zcube 25% lower than roft (3.05 req/s vs 4.05 req/s),")
-    assert "so roft better; exceeds the spread" in sentence
-    peak = Headline("Busiest link peak", "%", True, {"zcube": [0.5], "roft": [0.0]})
-    assert figure_sentence(peak, "zcube", "roft") == (
-        "Busiest link peak: zcube 50.0% vs roft 0%, so roft better; "
-        "spread over repeats unknown (a single repeat)."
+    assert sentence == (
+        "Throughput: zcube 25% lower than roft (3.05 req/s vs 4.05 req/s); exceeds the spread "
+        "over repeats (3.00-3.10 req/s vs 4.00-4.10 req/s do not overlap) "
+        "(not judged: lower is not better here)."
     )
+    peak = Headline("Busiest link peak", "%", None, {"zcube": [0.5, 0.6], "roft": [0.1, 0.0]})
+    text = figure_sentence(peak, "zcube", "roft") or ""
+    assert text.startswith("Busiest link peak: zcube 1000% higher than roft (55.0% vs 5.00%);")
+    assert text.endswith("(not judged: lower is not better here).")
+    assert "so zcube" not in text and "so roft" not in text and "worse" not in text
 
 
 def test_a_single_repeat_leaves_the_spread_unknown() -> None:
@@ -42,8 +57,8 @@ def test_a_single_repeat_leaves_the_spread_unknown() -> None:
     assert out == [
         "zcube against the baseline roft, one trustworthy run each.",
         "Every run was trustworthy.",
-        "TTFT p99: zcube 17% lower than roft (1.00 s vs 1.20 s), so zcube better; "
-        "spread over repeats unknown (a single repeat).",
+        "TTFT p99: zcube 17% lower than roft (1.00 s vs 1.20 s); "
+        "spread over repeats unknown (a single repeat), so no winner.",
     ]
     # one repeat on one side is enough not to know
     assert "unknown" in (figure_sentence(_ttft([1.0, 1.1], [1.2]), "zcube", "roft") or "")

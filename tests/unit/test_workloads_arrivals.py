@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from workloads import arrivals
 from workloads.arrivals import ArrivalSpec, Stage
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def _gaps(times: list[float]) -> list[float]:
@@ -56,6 +56,31 @@ def test_gamma_below_one_is_burstier_than_poisson() -> None:
         return max(counts)
 
     assert busiest(bursty) > busiest(plain)
+
+
+@pytest.mark.parametrize(("rate", "duration"), [(8.0, 20.0), (0.7, 12.0), (33.3, 7.0)])
+def test_counted_sends_the_rate_times_the_window(rate: float, duration: float) -> None:
+    times = arrivals.counted(random.Random(1), rate, duration)
+    assert len(times) == round(rate * duration)
+    assert times == sorted(times) and times[0] > 0 and times[-1] < duration
+    # What schedule draws for poisson and gamma, at every seed (an open-ended draw at 8/s for
+    # 20 s gives 160 +- 13).
+    for seed in range(20):
+        for spec in (ArrivalSpec("poisson", rate=rate), ArrivalSpec("gamma", rate, 0.5)):
+            n = len(arrivals.schedule(spec, duration, random.Random(seed)))
+            assert n == round(rate * duration)
+
+
+@pytest.mark.parametrize(("k", "cv"), [(0.25, 2.0), (1.0, 1.0), (4.0, 0.5)])
+def test_counted_gaps_keep_the_process_shape(k: float, cv: float) -> None:
+    times = arrivals.counted(random.Random(7), rate=20.0, duration=500.0, burstiness=k)
+    assert len(times) == 10_000
+    assert abs(_cv(times) - cv) < 0.1 * cv
+    # Poisson conditioned on its count: uniform order statistics, so every tenth of the window
+    # holds about a tenth of the arrivals (1,000 +- 30; allow 5 sigma).
+    if k == 1.0:
+        counts = [sum(1 for t in times if 50 * i <= t < 50 * (i + 1)) for i in range(10)]
+        assert all(abs(c - 1000) < 150 for c in counts), counts
 
 
 def test_fixed_rate_is_evenly_spaced_from_zero() -> None:

@@ -18,8 +18,8 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from serving import metrics as server_metrics
-from workloads import metrics
+from serving import vllm_metrics as server_metrics
+from workloads import client_metrics as metrics
 from workloads.client import OpenAIStreamClient, StreamMeter
 from workloads.locust_ext import build_run
 from workloads.profiles import load_profile

@@ -11,11 +11,12 @@ import gevent
 import pytest
 
 from workloads.client import RequestResult
-from workloads.locust_ext import build_run, over_context, summarize
+from workloads.loadsummary import summarize
+from workloads.locust_ext import build_run, over_context
 from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def _plan(rate: float, duration: float) -> list[PlannedRequest]:

@@ -17,7 +17,7 @@ from workloads.requests import (
     prompt_token_ids,
     request_body,
 )
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 # The counting rule of serving/textgen.py, restated so this test does not depend on serving/.
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")

@@ -25,7 +25,7 @@ from workloads.shards import (
     shard_files,
     shard_plan,
 )
-from zcube_lab.errors import ConfigError
+from zcube_lab.core.errors import ConfigError
 
 
 def test_plan_shard_option_parses_k_of_w() -> None:
@@ -129,7 +129,7 @@ def test_merging_the_shards_gives_the_one_process_files(tmp_path: Path) -> None:
     merged = merge_shard_files(shard_dir, 3)
     whole_requests, whole_summary = shard_files(whole_dir, None)
     expected = json.loads(whole_summary.read_text())
-    assert sum(s["planned"] for s in shard_summaries) == expected["planned"] == 46
+    assert sum(s["planned"] for s in shard_summaries) == expected["planned"] == 48  # 8/s x 6 s
     assert "shard" not in merged and merged == expected
     assert set(expected["outcomes"]) == {"ok", "timeout", "overload"}
     assert expected["sent"] < expected["planned"]  # refusals

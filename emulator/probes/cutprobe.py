@@ -1,0 +1,309 @@
+"""Cut a fabric link under one live KV transfer, and see whether the transfer survives.
+
+The smallest end-to-end failure experiment, used by the integration test and by
+`bench/kv_cut.py`: a lab (Mininet, Open vSwitch, our controller with the policy's routing), a
+real KV server (serving.kvwire) in one host, a real pull from another host over every address
+(with decode's source binding, and the policy's subflows and stall timeout), and, once bytes
+flow, the real `FaultInjector` cutting a link for the rest of the transfer. Needs root.
+
+The module is also the probe run inside the hosts:
+
+    python -m emulator.probes.cutprobe serve --bytes N ADDR:PORT...  (prints "ready")
+    python -m emulator.probes.cutprobe pull --bytes N [--streams K]
+        [--stall-s T] [--timeout-s T] [--source CIDR=LOCAL]... ADDR:PORT...
+        prints "started", then one JSON line: ok, bytes, checksum_ok, retired, seconds, error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import select
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the probe runs inside hosts: it imports only what it uses, when it does
+    from emulator.lab.injector import FaultInjector
+    from emulator.lab.network import Lab
+    from zcube_lab.core.fabric.description import Fabric, Link
+    from zcube_lab.core.policies import RunPolicy
+
+PORT = 7100
+CHUNK_BYTES = 256 * 1024
+
+
+# -- the probe, inside a host ----------------------------------------------------------------
+def payload(num_bytes: int, seed: int = 1) -> bytes:
+    """The bytes served: seeded, so the puller knows their checksum."""
+    return random.Random(seed).randbytes(num_bytes)
+
+
+def _addr(text: str) -> Any:
+    from serving.config import Address
+
+    host, _, port = text.rpartition(":")
+    return Address(host, int(port))
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from serving.kvwire import start_kv_server
+
+    data = payload(args.bytes, args.seed)
+    servers = [
+        await start_kv_server(lambda _rid: data, lambda _rid: True, _addr(a)) for a in args.addrs
+    ]
+    print("ready", flush=True)
+    await asyncio.gather(*(s.serve_forever() for s in servers))
+
+
+async def _pull(args: argparse.Namespace) -> None:
+    from serving.kvwire import KVTransferError, pull_kv
+
+    expected = zlib.crc32(payload(args.bytes, args.seed))
+    sources = tuple(tuple(s.split("=", 1)) for s in args.source)
+    print("started", flush=True)
+    t0 = time.monotonic()
+    try:
+        _buf, result = await pull_kv(
+            "probe",
+            [_addr(a) for a in args.addrs],
+            args.bytes,
+            expected,
+            chunk_bytes=CHUNK_BYTES,
+            streams=args.streams,
+            timeout_s=args.timeout_s,
+            source_map=sources,
+            stall_timeout_s=args.stall_s or None,
+        )
+        out: dict[str, Any] = {
+            "ok": True,
+            "bytes": result.num_bytes,
+            "checksum_ok": result.checksum == expected,
+            "retired": result.retired_lanes,
+            "by_address": result.bytes_by_address,
+            "error": "",
+        }
+    except KVTransferError as exc:
+        out = {"ok": False, "bytes": 0, "checksum_ok": False, "retired": 0, "error": str(exc)}
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    print(json.dumps(out), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="KV server or one KV pull (in a lab host)")
+    parser.add_argument("mode", choices=["serve", "pull"])
+    parser.add_argument("addrs", nargs="+", help="ADDR:PORT of the server")
+    parser.add_argument("--bytes", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--streams", type=int, default=2, help="subflows per address")
+    parser.add_argument("--stall-s", type=float, default=0.0, help="retire stalled subflows")
+    parser.add_argument("--timeout-s", type=float, default=8.0)
+    parser.add_argument("--source", action="append", default=[], help="CIDR=LOCAL binding")
+    args = parser.parse_args(argv)
+    asyncio.run(_serve(args) if args.mode == "serve" else _pull(args))
+
+
+# -- the experiment, from the root namespace ---------------------------------------------------
+@dataclass(frozen=True)
+class CutResult:
+    """One pull: what the probe printed, which link was cut (None: no cut) and how many bytes
+    it carried in the sampling window before the cut, and controller recomputes."""
+
+    pull: dict[str, Any]
+    link: str | None
+    carried: int
+    recomputes: int
+
+
+def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline()
+            if line:
+                return line.strip()
+        if proc.poll() is not None:
+            break
+    raise RuntimeError(f"probe printed nothing within {timeout}s (exit {proc.poll()})")
+
+
+def _recomputes(metrics_port: int) -> int:
+    from controller.port_metrics import ROUTE_RECOMPUTES
+
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        for row in resp.read().decode().splitlines():
+            if row.startswith(ROUTE_RECOMPUTES):
+                return int(float(row.split()[-1]))
+    return 0
+
+
+def probe_lab(
+    fabric: Fabric, policy: RunPolicy, log_dir: Path, state_dir: Path | None = None
+) -> Lab:
+    """A lab (not started) routed by the policy, on free controller and metrics ports."""
+    from emulator.lab.network import Lab, LabOptions
+    from zcube_lab.core.fabric.scale import Scale
+    from zcube_lab.core.ports import free_port
+
+    extra = {} if state_dir is None else {"state_dir": state_dir}
+    return Lab(
+        fabric,
+        LabOptions(
+            scale=Scale(nic_mbps=100.0),
+            policy=policy.routing,
+            recompute=policy.recompute,
+            of_port=free_port(),
+            metrics_port=free_port(),
+            log_dir=log_dir,
+            **extra,
+        ),
+    )
+
+
+def _start_probes(
+    lab: Lab,
+    policy: RunPolicy,
+    route: tuple[str, str],
+    num_bytes: int,
+    timeout_s: float,
+    procs: list[subprocess.Popen[str]],
+) -> subprocess.Popen[str]:
+    """The KV server on host `src` and, once it is ready, the pull from host `dst` (both
+    appended to `procs` as they start, for the caller to stop); returns the pull once started."""
+    from zcube_lab.core.fabric.hostplan import kv_source_map
+    from zcube_lab.core.policies import SPRAY_STALL_S, SPRAY_STREAMS
+
+    assert lab.net is not None
+    fabric, (src, dst) = lab.fabric, route
+    addrs = [f"{i.ip}:{PORT}" for i in fabric.host(src).interfaces]
+    probe = [sys.executable, "-m", "emulator.probes.cutprobe"]
+    server = lab.net.get(src).popen(
+        [*probe, "serve", "--bytes", str(num_bytes), *addrs],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    procs.append(server)
+    if _readline(server, 20) != "ready":
+        raise RuntimeError("KV probe server did not start")
+    argv = [*probe, "pull", "--bytes", str(num_bytes), "--timeout-s", str(timeout_s)]
+    argv += [f"--source={c}={local}" for c, local in kv_source_map(fabric, fabric.host(dst))]
+    if policy.spray:
+        argv += ["--streams", str(SPRAY_STREAMS), "--stall-s", str(SPRAY_STALL_S)]
+    client = lab.net.get(dst).popen(
+        [*argv, *addrs], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    procs.append(client)
+    if _readline(client, 20) != "started":
+        raise RuntimeError("KV probe pull did not start")
+    return client
+
+
+def _bytes_moved(fabric: Fabric, sample_s: float) -> dict[Link, int]:
+    """Bytes each switch-to-switch link sent (both ends) during `sample_s` from now."""
+    from emulator.lab.measure import port_tx_bytes
+    from zcube_lab.core.fault_schedule import switch_links
+
+    ends = [
+        (lk, end)
+        for lk in switch_links(fabric)
+        for end in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+    ]
+    before = {(lk, end): port_tx_bytes(*end) for lk, end in ends}
+    time.sleep(sample_s)
+    moved: dict[Link, int] = {}
+    for lk, end in ends:
+        moved[lk] = moved.get(lk, 0) + port_tx_bytes(*end) - before[(lk, end)]
+    return moved
+
+
+def _link_to_cut(fabric: Fabric, moved: dict[Link, int], link: str | None) -> str | None:
+    """The link spec to cut: `link` as given, or for "auto" the single busiest link (`#k` among
+    parallel links of the pair); None: no cut."""
+    if link != "auto":
+        return link
+    best = max(moved, key=lambda lk: moved[lk])
+    pair = [lk for lk in fabric.links if {lk.node1, lk.node2} == {best.node1, best.node2}]
+    chosen = f"{best.node1}-{best.node2}"
+    if len(pair) > 1:
+        chosen += f"#{pair.index(best)}"
+    return chosen
+
+
+def stop_probes(procs: list[subprocess.Popen[str]]) -> None:
+    """Kill the probe processes and reap them."""
+    for p in procs:
+        p.kill()
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=5)
+
+
+def _stop(procs: list[subprocess.Popen[str]], injector: FaultInjector | None, lab: Lab) -> None:
+    """Stop the probes, then the injector, then the lab, each even if the one before failed."""
+    try:
+        stop_probes(procs)
+    finally:
+        try:
+            if injector is not None:
+                injector.stop()
+        finally:
+            lab.stop()
+
+
+def cut_during_pull(
+    fabric: Fabric,
+    policy_name: str,
+    src: str,
+    dst: str,
+    *,
+    link: str | None = "auto",
+    num_bytes: int = 24 * 1024 * 1024,
+    sample_s: float = 0.4,
+    timeout_s: float = 6.0,
+    log_dir: Path,
+    state_dir: Path | None = None,
+) -> CutResult:
+    """Host `dst` pulls `num_bytes` from a KV server on host `src`; after `sample_s` of transfer
+    the link is cut (`"a0-b1"`; `"auto"`: the switch-to-switch link that carried most of it in
+    that window; None: no cut, the reference). Brings its own lab up and down."""
+    from emulator.lab.injector import FaultInjector
+    from zcube_lab.core.fault_schedule import parse_faults
+    from zcube_lab.core.policies import get_policy
+
+    policy = get_policy(policy_name)
+    lab = probe_lab(fabric, policy, log_dir, state_dir)
+    procs: list[subprocess.Popen[str]] = []
+    injector = None
+    try:
+        lab.start()
+        client = _start_probes(lab, policy, (src, dst), num_bytes, timeout_s, procs)
+        moved = _bytes_moved(fabric, sample_s)
+        chosen = _link_to_cut(fabric, moved, link)
+        carried = 0
+        if chosen is not None:
+            (fault,) = parse_faults([f"link {chosen} at 0s"], fabric, 3600)
+            carried = sum(moved.get(lk, 0) for lk in fault.links)
+            injector = FaultInjector(fabric, [fault], log_dir / "faults.jsonl")
+            injector.start(time.time())
+        result = json.loads(_readline(client, timeout_s + 10))
+        recomputes = _recomputes(lab.options.metrics_port) if policy.recompute else 0
+        return CutResult(result, chosen, carried, recomputes)
+    finally:
+        _stop(procs, injector, lab)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""All-to-all fidelity: uncontended expert-parallel exchanges across a lab, timed exactly and
+set against bytes / rate (issue 11, item 5), and engine steps that tell the exchange's time
+from the step's.
+
+The leader sends `bytes_per_peer` to every peer and reads as many back (full duplex), each peer
+reached at the address the engines use (`plan.peer_address`) through the leader port its
+routes pick, so the busiest port, the leader's or a peer's, sets the ideal time
+(`alltoall_ideal_s`). The fixed software cost is the median of a tiny exchange on the same warm
+connections (engines keep their peer connections open); the verdict rows are
+`kvprobe.fidelity_row`'s, within `ALLTOALL_TOLERANCE`.
+
+The module is also the probe run inside the hosts:
+
+    python -m emulator.probes.epprobe serve ADDR:PORT...                  (prints "ready")
+    python -m emulator.probes.epprobe exchanges --sizes A,B,.. [--repeat R] PEER:PORT...
+    python -m emulator.probes.epprobe steps --bytes N --compute-s C [--repeat R] PEER:PORT...
+
+A client prints "started", then one JSON line per exchange `{"bytes_per_peer", "seconds",
+"failures"}`, or per engine step (`serving.engine_step.run_step`) the exchange log's record
+(`serving.alltoall`: `seconds`, `compute_s`, `step_s`, ...) followed by one line
+`{"histograms": {name: [sum, count]}}` of the engine's all-to-all and step histograms; then
+"done".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import statistics
+import subprocess
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from emulator.probes.kvprobe import (
+    Fidelity,
+    fidelity_row,
+    ideal_seconds,
+    parse_addr,
+    parse_sizes,
+    port_mbps,
+    probes,
+    start_probe,
+)
+
+if TYPE_CHECKING:
+    from emulator.lab.network import Lab
+    from zcube_lab.core.fabric.description import Fabric
+    from zcube_lab.core.fabric.scale import Scale
+
+EP_PORT = 7301
+ALLTOALL_TOLERANCE = 0.20
+MODULE = "emulator.probes.epprobe"
+# Leader and peers: an EP instance over four servers exchanging on rail 0 (`--alltoall rail`),
+# the same hosts on every 16-GPU fabric of `comparison.fabric_specs`.
+EP_GROUP = ("h0", ("h4", "h8", "h12"))
+
+
+# -- pure --------------------------------------------------------------------------------------
+def alltoall_ideal_s(
+    fabric: Fabric, scale: Scale, leader: str, peers: Sequence[str], bytes_per_peer: int
+) -> float:
+    """An uncontended exchange's time at the port rates: `bytes_per_peer` to every peer, then as
+    many back. Two phases in sequence, as on a real engine: a peer's experts need the tokens
+    dispatched to them before they can send the combine, so the leader's port sends during the
+    dispatch and receives during the combine, each phase as long as the busiest port (bytes
+    through it over its rate), the leader's or a peer's."""
+    from emulator.experiment.plan import peer_address
+    from zcube_lab.core.fabric.hostplan import egress_interface
+
+    lead = fabric.host(leader)
+    load: dict[tuple[str, int], int] = {}
+    for peer in peers:
+        ip = peer_address(fabric, leader, peer)
+        out = egress_interface(lead, ip)
+        if out is None:
+            raise ValueError(f"{leader} has no route to {ip}")
+        (there,) = (i.index for i in fabric.host(peer).interfaces if i.ip == ip)
+        for end in ((leader, out), (peer, there)):
+            load[end] = load.get(end, 0) + bytes_per_peer
+    return 2 * max(ideal_seconds(b, port_mbps(fabric, scale, *end)) for end, b in load.items())
+
+
+def histogram_totals(registry: Any, name: str) -> tuple[float, float]:
+    """(sum, count) of histogram `name` over every label set of a prometheus registry."""
+    total = count = 0.0
+    for metric in registry.collect():
+        for sample in metric.samples:
+            if sample.name == f"{name}_sum":
+                total += sample.value
+            elif sample.name == f"{name}_count":
+                count += sample.value
+    return total, count
+
+
+# -- the probe, inside a host ------------------------------------------------------------------
+async def _serve(args: argparse.Namespace) -> None:
+    from serving.alltoall import start_ep_server
+
+    servers = [await start_ep_server(parse_addr(a)) for a in args.addrs]
+    print("ready", flush=True)
+    await asyncio.gather(*(s.serve_forever() for s in servers))
+
+
+async def _exchanges(args: argparse.Namespace) -> None:
+    from serving.alltoall import AllToAll
+
+    a2a = AllToAll([parse_addr(a) for a in args.addrs], timeout_s=args.timeout_s)
+    sizes = parse_sizes(args.sizes)
+    # Warm-up: engines keep their peer connections open, so a step does not pay the connect.
+    for _ in range(max(1, args.warmup)):
+        await a2a.timed_exchange(sizes[0])
+    print("started", flush=True)
+    for size in (s for s in sizes for _ in range(args.repeat)):
+        ex = await a2a.timed_exchange(size)
+        row = {"bytes_per_peer": size, "seconds": ex.seconds, "failures": ex.failures}
+        print(json.dumps(row), flush=True)
+    await a2a.close()
+    print("done", flush=True)
+
+
+async def _steps(args: argparse.Namespace) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from serving.alltoall import AllToAll
+    from serving.engine_step import run_step
+    from serving.vllm_metrics import ALLTOALL_TIME, EP_STEP_TIME, EngineMetrics
+
+    registry = CollectorRegistry()
+    metrics = EngineMetrics(registry, "probe", "0")
+    a2a = AllToAll([parse_addr(a) for a in args.addrs], timeout_s=args.timeout_s)
+    for _ in range(max(1, args.warmup)):
+        await a2a.timed_exchange(args.bytes)  # connected, as a running engine is
+    print("started", flush=True)
+    a2a.log = sink = io.StringIO()
+    for _ in range(args.repeat):
+        await run_step(args.compute_s, a2a, args.bytes, metrics)
+    a2a.log = None
+    for line in sink.getvalue().splitlines():
+        print(line, flush=True)
+    hists = {name: histogram_totals(registry, name) for name in (ALLTOALL_TIME, EP_STEP_TIME)}
+    print(json.dumps({"histograms": hists}), flush=True)
+    await a2a.close()
+    print("done", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="EP peer, timed exchanges or engine steps")
+    parser.add_argument("mode", choices=["serve", "exchanges", "steps"])
+    parser.add_argument("addrs", nargs="+", help="ADDR:PORT to serve, or of every peer")
+    parser.add_argument("--sizes", default="", help="exchanges: bytes per peer, comma-separated")
+    parser.add_argument("--bytes", type=int, default=0, help="steps: bytes per peer")
+    parser.add_argument("--compute-s", type=float, default=0.0, help="steps: compute seconds")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed first exchanges")
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="per exchange")
+    args = parser.parse_args(argv)
+    run = {"serve": _serve, "exchanges": _exchanges, "steps": _steps}
+    asyncio.run(run[args.mode](args))
+
+
+# -- the experiment, from the root namespace ---------------------------------------------------
+def _start_peers(
+    lab: Lab, leader: str, peers: Sequence[str], procs: list[subprocess.Popen[str]]
+) -> list[str]:
+    """An EP peer on each of `peers`, at the address the leader reaches it by; those."""
+    from emulator.experiment.plan import peer_address
+
+    addrs = [f"{peer_address(lab.fabric, leader, p)}:{EP_PORT}" for p in peers]
+    for peer, addr in zip(peers, addrs, strict=True):
+        start_probe(lab, peer, ["serve", addr], procs, "ready", MODULE)
+    return addrs
+
+
+def alltoall_fidelity(
+    lab: Lab,
+    leader: str,
+    peers: Sequence[str],
+    sizes: Sequence[int],
+    *,
+    repeat: int = 3,
+    fixed_bytes: int = 1000,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> Fidelity:
+    """On a running lab: EP peers on `peers`, and on `leader` one `AllToAll` running `repeat`
+    uncontended exchanges of `fixed_bytes` per peer (the fixed cost) and of every size, judged
+    against `alltoall_ideal_s` within `ALLTOALL_TOLERANCE`. `mbps` in the result: the rate of
+    the busiest port, from the ideal time of the largest size (which spends half of it on the
+    dispatch and half on the combine)."""
+    fabric, scale = lab.fabric, lab.options.scale
+    every = [fixed_bytes, *sizes]
+    longest = max(alltoall_ideal_s(fabric, scale, leader, peers, s) for s in every)
+    argv = ["exchanges", "--sizes", ",".join(map(str, every)), "--repeat", str(repeat)]
+    argv += ["--timeout-s", f"{3 * longest + 10:g}"]
+    recs = []
+    with probes() as procs:
+        addrs = _start_peers(lab, leader, peers, procs)
+        client = start_probe(lab, leader, [*argv, *addrs], procs, "started", MODULE)
+        for rec in client.records(3 * longest + 20):
+            recs.append(rec)
+            if progress is not None:
+                progress(rec)
+    fixed = [r["seconds"] for r in recs if r["bytes_per_peer"] == fixed_bytes]
+    fixed_s = statistics.median(fixed) if fixed else 0.0
+    rows = []
+    for size in sizes:
+        mine = [r for r in recs if r["bytes_per_peer"] == size]
+        times = [r["seconds"] for r in mine if not r["failures"]]
+        ideal = alltoall_ideal_s(fabric, scale, leader, peers, size)
+        failed = len(mine) - len(times)
+        rows.append(fidelity_row(size, times, failed, fixed_s, ideal, ALLTOALL_TOLERANCE))
+    top = max(sizes)
+    mbps = (
+        2
+        * ideal_seconds(len(peers) * top, 1.0)
+        / alltoall_ideal_s(fabric, scale, leader, peers, top)
+    )
+    route = f"{leader}->{','.join(peers)}"
+    return Fidelity(fabric.kind, "-", route, mbps, fixed_s, tuple(rows))
+
+
+def ep_steps(
+    lab: Lab, leader: str, peers: Sequence[str], bytes_per_peer: int, compute_s: float, repeat: int
+) -> tuple[list[dict[str, Any]], dict[str, tuple[float, float]]]:
+    """On a running lab: `repeat` engine steps of `compute_s` with an exchange of
+    `bytes_per_peer` to EP peers on `peers`: the exchange log's records and the (sum, count)
+    of the all-to-all and step histograms."""
+    argv = ["steps", "--bytes", str(bytes_per_peer), "--compute-s", f"{compute_s:g}"]
+    argv += ["--repeat", str(repeat)]
+    recs: list[dict[str, Any]] = []
+    hists: dict[str, tuple[float, float]] = {}
+    with probes() as procs:
+        addrs = _start_peers(lab, leader, peers, procs)
+        client = start_probe(lab, leader, [*argv, *addrs], procs, "started", MODULE)
+        for rec in client.records(60):
+            if "histograms" in rec:
+                hists = {k: (v[0], v[1]) for k, v in rec["histograms"].items()}
+            else:
+                recs.append(rec)
+    return recs, hists
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Describe a fabric without building it: hosts, switches, links, ports, switching capacity,
+diameter, the shortest paths between two hosts, and (with --machines) how the fabric splits
+across several lab machines and which links become tunnels. Needs no root."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from zcube_lab.cli.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.split import RULE, Split, split_fabric
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Fabric and size options, --paths, --links, --json."""
+    add_fabric_arguments(parser)
+    parser.add_argument(
+        "--paths", nargs=2, metavar=("SRC", "DST"), help="show shortest paths, e.g. h0 h5"
+    )
+    parser.add_argument("--links", action="store_true", help="list every link")
+    parser.add_argument(
+        "--machines",
+        type=int,
+        help="split the fabric over this many lab machines (emulation hosts, not the fabric's "
+        "GPU servers) and show each machine's share and the links that become tunnels",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the fabric's summary (and paths or links when asked)."""
+    fabric = build_fabric(spec_from_args(args))
+    summary = dict(fabric.summary())
+    paths = []
+    if args.paths:
+        for name in args.paths:
+            if name not in {h.name for h in fabric.hosts}:
+                raise ConfigError("paths", name, f"a host name from h0 to h{len(fabric.hosts) - 1}")
+        paths = fabric.shortest_paths(*args.paths)
+    split = None if args.machines is None else split_fabric(fabric, args.machines)
+    if args.json:
+        out = {"summary": summary, "ports_used": fabric.ports_used()}
+        if args.paths:
+            out["paths"] = [
+                {
+                    "src_interface": p.src_interface,
+                    "dst_interface": p.dst_interface,
+                    "switches": list(p.switches),
+                }
+                for p in paths
+            ]
+        if split is not None:
+            out["split"] = split.to_dict()
+        print(json.dumps(out, indent=2))
+        return 0
+    console = Console()
+    table = Table(title=f"{fabric.kind} fabric", show_header=False)
+    for key in (
+        "params",
+        "hosts",
+        "host_interfaces",
+        "switches",
+        "switches_by_role",
+        "links",
+        "switch_links",
+        "ports_used_max",
+        "diameter_hops",
+    ):
+        table.add_row(key.replace("_", " "), str(summary[key]))
+    table.add_row(
+        "switching capacity", f"{summary['switching_capacity_gbps'] / 1000:g} Tb/s (full scale)"
+    )
+    console.print(table)
+    if args.paths:
+        src, dst = args.paths
+        for p in paths:
+            hops = " > ".join(p.switches)
+            plural = "s" if p.hops != 1 else ""
+            console.print(
+                f"{src}-eth{p.src_interface} > {hops} > {dst}-eth{p.dst_interface}"
+                f"  ({p.hops} switch hop{plural})"
+            )
+    if args.links:
+        for lk in fabric.links:
+            console.print(f"{lk.node1}:{lk.port1} <-> {lk.node2}:{lk.port2}  {lk.gbps:g}G")
+    if split is not None:
+        _print_split(console, split)
+    return 0
+
+
+def _print_split(console: Console, split: Split) -> None:
+    """Each machine's share, then the cut links per machine pair with their emulated Mb/s."""
+    table = Table(title=f"split over {split.machines} lab machines")
+    for column in ("machine", "GPU hosts", "switches", "links inside"):
+        table.add_column(column)
+    for m in split.per_machine:
+        hosts = f"{len(m.hosts)}: {_span(m.hosts)}"
+        table.add_row(str(m.machine), hosts, " ".join(m.switches), str(m.links_inside))
+    console.print(table)
+    console.print(f"rule: {RULE}")
+    cut = Table(
+        title=f"cut: {len(split.cut)} of {len(split.fabric.links)} links become tunnels, "
+        f"{split.cut_mbps:g} Mb/s emulated ({split.cut_gbps:g} Gb/s full scale, "
+        f"NIC at {split.scale.nic_mbps:g} Mb/s)"
+    )
+    for column in ("machines", "links", "Mb/s", "cut links (emulated Mb/s each)"):
+        cut.add_column(column)
+    for (i, j), links in split.pairs().items():
+        by_rate: dict[float, list[str]] = {}
+        for c in links:
+            by_rate.setdefault(c.mbps, []).append(c.label)
+        listed = "; ".join(f"{' '.join(labels)} ({mbps:g})" for mbps, labels in by_rate.items())
+        cut.add_row(f"{i}-{j}", str(len(links)), f"{sum(c.mbps for c in links):g}", listed)
+    console.print(cut)
+
+
+def _span(hosts: tuple[str, ...]) -> str:
+    """`h0..h7` when the hosts are consecutive, else their names."""
+    gids = [int(h[1:]) for h in hosts]
+    if gids and gids == list(range(gids[0], gids[0] + len(gids))):
+        return f"h{gids[0]}..h{gids[-1]}" if len(gids) > 1 else hosts[0]
+    return " ".join(hosts)

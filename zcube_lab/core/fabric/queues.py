@@ -1,0 +1,224 @@
+"""Queues and packet size of the shaped links: a stated model of a real switch port's buffer,
+the MTU rule, and the `tc` lines that put the queue limit on every shaped interface.
+
+Why packets, not time. The lab keeps times real and shrinks bytes and rates by
+`bandwidth_scale` S (docs/DOMAIN.md §4), but a packet does not shrink: a 9,000-byte frame is
+9,000 bytes at 400 Gb/s and at 50 Mb/s. A real shallow-buffer switch port holds ~26 µs of its
+line rate (assumption below); kept in time, that is 162 bytes at 50 Mb/s: less than one packet,
+so every burst of two packets would be dropped. Kept in bytes (or, which is the same with the
+same packet size, in packets of the real port), it is 72 jumbo frames: TCP sees the same buffer
+in packets as on the real port, but each queued packet drains S times slower, so a full queue
+adds ~100 ms per hop where the real one adds 26 µs. Neither is faithful; what TCP's dynamics
+depend on is counted in packets (initial window, window vs. bandwidth-delay product, three
+duplicate ACKs for a fast retransmit), and what the figures depend on is time. So the model
+sizes the queue in packets, as small as TCP needs and never larger than a time budget allows
+(rates here are the modelled ones, `Scale.modelled_mbps`: a time-dilated run shapes every link
+k times slower and keeps the same packets and MTU, so its queues hold the same modelled time):
+
+    limit = max(FLOOR_PACKETS, min(real_share_packets, delay_cap_packets))
+
+- `real_share_packets`: the packets of the lab's MTU that the real port's buffer share holds
+  (`PORT_BUFFER_S` of the link's full-scale rate): the lab never buffers more packets than the
+  real port would.
+- `delay_cap_packets`: the packets that drain within `QUEUE_DELAY_BUDGET_S` at the emulated
+  rate: a full queue never adds more than the budget per hop, when the floor allows.
+- `FLOOR_PACKETS` (64): room for the initial windows of the connections that meet at one port
+  at once. A KV pull opens streams x addresses connections (2 x 2 on ZCube by default), each
+  starting with 10 packets (IW10), so two pulls arriving together put ~80 packets on a shared
+  trunk port within a round trip. A real RoCE fabric is lossless (PFC pauses the sender instead
+  of dropping, and DCQCN keeps queues short); this kernel has no ECN-marking qdisc (red, codel,
+  pie) and no DCTCP, so the lab cannot copy that, and a tail drop costs TCP a retransmission
+  timer (>= 200 ms, not scaled) where the real fabric loses nothing. The floor therefore favours
+  no loss over a short queue. First tried with 16 packets (one IW10 plus room): the default
+  comparison dropped 2-15 packets per run on ZCube's trunk ports at 3% mean load.
+
+At the default scale (400 Gb/s NICs at 100 Mb/s, ZCube ports 50 Mb/s, MTU 9000) the floor
+binds: 64 packets, at most 92 ms of queue on a ZCube port and 46 ms on a 100 Mb/s port,
+against 1.44 s and 0.72 s with the interface default of 1,000 packets. Drops at a switch port
+are the modelled switch's (congestion; reported per port by the health verdict, not judged);
+a retransmission timeout they cause is judged, since its 200 ms is the lab's, not the fabric's.
+
+The model sizes switch ports. A host's end of its NIC link is not a switch buffer: a real NIC
+does not drop what its host sends, it stops the host's queue, and TCP Small Queues keep each
+socket's share of that queue to about 2 packets (or 1 ms of its rate). A drop in the host's own
+qdisc is worse than a switch drop: TCP does not count the packet as sent and, with nothing else
+in flight, waits for its probe timer (>= 200 ms). So the host end keeps a deep FIFO
+(`HOST_QUEUE_PACKETS`, Linux's default txqueuelen, set explicitly), bounded in practice by TSQ.
+
+The MTU. Per-hop store-and-forward serialization is `mtu * 8 / rate`: 1.44 ms at 50 Mb/s and
+9000 bytes, 0.18 µs at 400 Gb/s. A transfer pays it once per extra hop (pipelining), so the
+cost is (hops - 1) * serialization: 2.9 ms on ZCube's 2-hop path at the default scale, about 6%
+of the reference 50 ms KV pull. `mtu_for_rate` keeps per-hop serialization within
+`SERIALIZATION_BUDGET_S` (2% of the reference transfer); MTU 9000 stays the lab's default
+because every smaller packet costs the userspace datapath more packets per second (its
+capacity is per packet, `bench/datapath.py`), and `--mtu auto` applies the rule.
+
+Names: the HTB the lab installs (`linkplan`, as Mininet's `TCIntf` did) is root `5:0` with
+class `5:1`; the leaf queue put under it is `10:` (the handle Mininet's netem would use; no netem
+on this kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.scale import Scale
+
+# A Tomahawk-5-class switch: ~165 MB of shared buffer on 51.2 Tb/s (widely reported, not a
+# datasheet figure: an assumption), i.e. ~26 µs of line rate; a port's fair share is 26 µs of
+# its own rate. Dynamic thresholds let one congested port take more; the lab does not model it.
+SWITCH_BUFFER_BYTES = 165e6
+SWITCH_CAPACITY_GBPS = 51_200.0
+PORT_BUFFER_S = SWITCH_BUFFER_BYTES * 8 / (SWITCH_CAPACITY_GBPS * 1e9)
+
+FLOOR_PACKETS = 64
+HOST_QUEUE_PACKETS = 1000
+QUEUE_DELAY_BUDGET_S = 0.010
+MIN_QUEUE_PACKETS = 2
+MAX_QUEUE_PACKETS = 10_000
+
+# The reference transfer: the default coding-agent KV pull, about 640 KB over a 100 Mb/s NIC
+# at the default scale (issue 11); its time does not depend on the scale.
+REFERENCE_TRANSFER_S = 0.050
+SERIALIZATION_FRACTION = 0.02
+SERIALIZATION_BUDGET_S = REFERENCE_TRANSFER_S * SERIALIZATION_FRACTION
+MIN_MTU = 1500
+MAX_MTU = 9000
+MTU_STEP = 500
+
+HTB_CLASS = "5:1"  # as Mininet's TCIntf.bwCmds: `htb default 1` root 5:0, class 5:1 with the rate
+LEAF_HANDLE = "10:"
+
+
+def serialization_s(mtu: int, mbps: float) -> float:
+    """Seconds one packet of `mtu` bytes takes on a link of `mbps`."""
+    return mtu * 8 / (mbps * 1e6)
+
+
+def queue_delay_s(packets: int, mtu: int, mbps: float) -> float:
+    """Seconds a full queue of `packets` packets of `mtu` bytes adds at `mbps`."""
+    return packets * serialization_s(mtu, mbps)
+
+
+def real_share_packets(full_gbps: float, mtu: int, port_buffer_s: float = PORT_BUFFER_S) -> int:
+    """Packets of `mtu` bytes that a real port of `full_gbps` buffers (its share)."""
+    return max(1, math.ceil(port_buffer_s * full_gbps * 1e9 / (8 * mtu)))
+
+
+def delay_cap_packets(mbps: float, mtu: int, budget_s: float = QUEUE_DELAY_BUDGET_S) -> int:
+    """Packets of `mtu` bytes that drain within `budget_s` at `mbps`."""
+    return math.floor(budget_s * mbps * 1e6 / (8 * mtu))
+
+
+@dataclass(frozen=True)
+class QueueModel:
+    """The queue limit of every shaped switch port (`packets` when given, an override, else
+    the model of this module's docstring) and of every host's NIC port (`host_packets`)."""
+
+    packets: int | None = None
+    host_packets: int = HOST_QUEUE_PACKETS
+    floor_packets: int = FLOOR_PACKETS
+    delay_budget_s: float = QUEUE_DELAY_BUDGET_S
+    port_buffer_s: float = PORT_BUFFER_S
+
+    def __post_init__(self) -> None:
+        allowed = f"a whole number from {MIN_QUEUE_PACKETS} to {MAX_QUEUE_PACKETS}"
+        for name in ("packets", "floor_packets", "host_packets"):
+            value = getattr(self, name)
+            if value is None and name == "packets":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"queue {name}", value, allowed)
+            if not MIN_QUEUE_PACKETS <= value <= MAX_QUEUE_PACKETS:
+                raise ConfigError(f"queue {name}", value, allowed)
+        if not self.delay_budget_s > 0 or not self.port_buffer_s > 0:
+            raise ConfigError(
+                "queue budget", (self.delay_budget_s, self.port_buffer_s), "positive seconds"
+            )
+
+    def limit(self, mbps: float, full_gbps: float, mtu: int) -> int:
+        """Queue limit in packets of a port shaped to `mbps`, `full_gbps` at full scale."""
+        if self.packets is not None:
+            return self.packets
+        modelled = min(
+            real_share_packets(full_gbps, mtu, self.port_buffer_s),
+            delay_cap_packets(mbps, mtu, self.delay_budget_s),
+        )
+        return max(self.floor_packets, modelled)
+
+    def describe(self) -> str:
+        """One line for summaries and logs."""
+        if self.packets is not None:
+            switch = f"fixed {self.packets} packets per switch port (override)"
+        else:
+            switch = (
+                f"max({self.floor_packets}, min(real share {self.port_buffer_s * 1e6:.1f} us "
+                f"of the full-scale rate, {self.delay_budget_s * 1e3:g} ms at the emulated "
+                "rate)) packets per switch port"
+            )
+        return f"{switch}; {self.host_packets} packets per host NIC port"
+
+
+def mtu_for_rate(mbps: float, budget_s: float = SERIALIZATION_BUDGET_S) -> int:
+    """The largest MTU (a multiple of 500, 1500 to 9000) whose per-hop serialization at
+    `mbps` stays within `budget_s`."""
+    if not mbps > 0:
+        raise ConfigError("mbps", mbps, "a positive rate")
+    fits = int(budget_s * mbps * 1e6 / 8) // MTU_STEP * MTU_STEP
+    return max(MIN_MTU, min(MAX_MTU, fits))
+
+
+def leaf_queue_lines(limits: Iterable[tuple[str, int]]) -> list[str]:
+    """`tc -batch` lines that replace the HTB leaf queue of each (interface, packets) with a
+    tail-drop FIFO of that many packets."""
+    lines = []
+    for interface, packets in limits:
+        if not MIN_QUEUE_PACKETS <= packets <= MAX_QUEUE_PACKETS:
+            raise ConfigError(f"queue limit of {interface}", packets, "2 to 10000 packets")
+        lines.append(
+            f"qdisc replace dev {interface} parent {HTB_CLASS} handle {LEAF_HANDLE} "
+            f"pfifo limit {packets}"
+        )
+    return lines
+
+
+def port_queue_limits(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel) -> dict[str, int]:
+    """Queue limit in packets of every shaped interface, both ends of every link
+    (`<node>-eth<port>`, the names Mininet gives them): the model's on switch ports,
+    `host_packets` on host ports."""
+    limits: dict[str, int] = {}
+    for lk in fabric.links:
+        packets = model.limit(scale.modelled_mbps(fabric, lk.gbps), lk.gbps, mtu)
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
+            limits[f"{node}-eth{port}"] = packets if fabric.is_switch(node) else model.host_packets
+    return limits
+
+
+def queue_summary(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel) -> list[dict]:
+    """Per emulated link rate: the switch ports' queue limit, the most a full queue adds, the
+    per-hop serialization and how many links have it (what a run records)."""
+    groups: dict[tuple[float, int], int] = {}
+    for lk in fabric.links:
+        mbps = scale.modelled_mbps(fabric, lk.gbps)
+        key = (round(mbps, 3), model.limit(mbps, lk.gbps, mtu))
+        groups[key] = groups.get(key, 0) + 1
+    return [
+        {
+            "mbps": mbps,
+            "queue_packets": packets,
+            "max_queue_ms": round(queue_delay_s(packets, mtu, mbps) * 1e3, 3),
+            "serialization_ms": round(serialization_s(mtu, mbps) * 1e3, 3),
+            "links": count,
+        }
+        for (mbps, packets), count in sorted(groups.items())
+    ]
+
+
+def fabric_mtu(fabric: Fabric, scale: Scale, budget_s: float = SERIALIZATION_BUDGET_S) -> int:
+    """The MTU rule for a whole fabric: `mtu_for_rate` of its slowest emulated link."""
+    rates = (scale.modelled_mbps(fabric, lk.gbps) for lk in fabric.links)
+    return mtu_for_rate(min(rates), budget_s)
