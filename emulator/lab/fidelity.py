@@ -279,7 +279,9 @@ def _behind_reasons(overruns: StepOverruns, limits: Limits) -> list[str]:
 
 
 def _kv_reasons(kv: KvPulls | None, limits: Limits) -> list[str]:
-    if kv is None or kv.ratio_p50 is None or kv.rated < limits.kv_min_pulls:
+    if not limits.judge_kv_pulls or kv is None or kv.ratio_p50 is None:
+        return []
+    if kv.rated < limits.kv_min_pulls:
         return []
     if kv.path_busy is None:
         return [

@@ -63,15 +63,20 @@ def _samples(cpu: list[float], start: float = 0.0, **processes: float) -> list[H
 QUIET = _samples([0.3] * 10)
 
 
-def _judge(evidence: NetworkEvidence) -> HealthVerdict:
-    return judge(QUIET, None, evidence)
+def _judge(evidence: NetworkEvidence, limits: Limits | None = None) -> HealthVerdict:
+    return judge(QUIET, limits, evidence)
+
+
+KV_JUDGED = Limits(judge_kv_pulls=True)
 
 
 # --- KV pulls against their ideal --------------------------------------------------------------
 
 
 def test_slow_kv_pulls_on_quiet_links_are_an_end_host_artifact() -> None:
-    v = _judge(NetworkEvidence(kv=KvPulls(rated=80, ratio_p50=1.9, path_busy=0.03, fixed_s=0.005)))
+    slow = NetworkEvidence(kv=KvPulls(rated=80, ratio_p50=1.9, path_busy=0.03, fixed_s=0.005))
+    assert _judge(slow).trustworthy  # recorded, not judged, by default (see Limits)
+    v = _judge(slow, KV_JUDGED)
     assert not v.trustworthy
     assert v.reasons == (
         "KV pulls: p50 1.90x their ideal after 5 ms of fixed cost each over 80 pulls (allowed "
@@ -99,13 +104,13 @@ def test_the_judged_kv_ratio_takes_the_fixed_cost_off_each_pull() -> None:
 
 
 def test_kv_pulls_near_their_ideal_or_on_busy_links_pass() -> None:
-    assert _judge(NetworkEvidence(kv=KvPulls(80, 1.28, 0.03))).trustworthy  # within 1.3x
-    assert _judge(NetworkEvidence(kv=KvPulls(80, 1.9, 0.22))).trustworthy  # contention may
-    assert _judge(NetworkEvidence(kv=KvPulls(9, 3.0, 0.01))).trustworthy  # too few to judge
+    assert _judge(NetworkEvidence(kv=KvPulls(80, 1.28, 0.03)), KV_JUDGED).trustworthy  # < 1.3x
+    assert _judge(NetworkEvidence(kv=KvPulls(80, 1.9, 0.22)), KV_JUDGED).trustworthy  # busy
+    assert _judge(NetworkEvidence(kv=KvPulls(9, 3.0, 0.01)), KV_JUDGED).trustworthy  # too few
 
 
 def test_kv_pulls_without_their_links_load_are_unchecked() -> None:
-    v = _judge(NetworkEvidence(kv=KvPulls(80, 1.1, None)))
+    v = _judge(NetworkEvidence(kv=KvPulls(80, 1.1, None)), KV_JUDGED)
     assert not v.trustworthy and "the load of their links was not counted" in v.reasons[0]
 
 
