@@ -6,7 +6,8 @@ lasts `max(exchange, compute + exposed_fraction * exchange)`, with the exchange 
 ran, so a congested peer slows the whole step). `zcube:ep_alltoall_seconds` observes the
 exchange alone (dispatch sent to the last combine received), `zcube:ep_step_seconds` the whole
 step. The compute sleep's overrun (how late the event loop woke up) is recorded in
-`zcube:engine_step_overrun_seconds`: when it grows, the machine running the lab cannot keep up
+`zcube:engine_step_overrun_seconds`, and as a share of the step's modelled compute time in
+`zcube:engine_step_lateness_ratio`: when they grow, the machine running the lab cannot keep up
 and the run measures the emulator, not the fabric (docs/DOMAIN.md §4).
 """
 
@@ -33,7 +34,10 @@ async def run_step(
 
     async def compute() -> None:
         await asyncio.sleep(compute_s)
-        metrics.step_overrun.observe(max(0.0, loop.time() - start - compute_s))
+        overrun = max(0.0, loop.time() - start - compute_s)
+        metrics.step_overrun.observe(overrun)
+        if compute_s > 0:
+            metrics.step_lateness.observe(overrun / compute_s)
 
     if a2a_bytes_per_peer <= 0 or not a2a.peers:
         await compute()

@@ -46,11 +46,13 @@ ALLTOALL_BYTES = "zcube:ep_alltoall_bytes"  # scraped as zcube:ep_alltoall_bytes
 ALLTOALL_FAILURES = "zcube:ep_alltoall_failures"  # scraped as zcube:ep_alltoall_failures_total
 EP_SUBFLOWS_RETIRED = "zcube:ep_subflows_retired"  # scraped as zcube:ep_subflows_retired_total
 STEP_OVERRUN = "zcube:engine_step_overrun_seconds"
+STEP_LATENESS = "zcube:engine_step_lateness_ratio"  # the overrun / the modelled step
 REJECTED_REQUESTS = "zcube:rejected_requests"  # scraped as zcube:rejected_requests_total
 GATEWAY_REQUESTS = "zcube:gateway_requests"  # scraped as zcube:gateway_requests_total
 GATEWAY_OUTSTANDING = "zcube:gateway_outstanding_requests"
 GATEWAY_TTFT = "zcube:gateway_time_to_first_token_seconds"
 GATEWAY_UPSTREAM_ERRORS = "zcube:gateway_upstream_errors"
+GATEWAY_LOOP_LAG = "zcube:gateway_loop_lag_seconds"
 KV_LANES_RETIRED = "zcube:kv_lanes_retired"  # scraped as zcube:kv_lanes_retired_total
 KV_PULL_RETRIES = "zcube:kv_pull_retries"  # scraped as zcube:kv_pull_retries_total
 KV_PATHS_SUSPECT = "zcube:kv_paths_suspect"
@@ -76,6 +78,8 @@ NIXL_XFER_TIME_BUCKETS = (
 # "uniform 2kb to 16gb range": 2 ** (10 + i) for i in range(1, 25, 2)
 NIXL_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))
 STEP_OVERRUN_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
+# Shares of the modelled step (emulator.lab.limits judges 0.25).
+STEP_LATENESS_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
 # Geometric, 4 per doubling (ratio 2**0.25, about 19%): 100 us to about 13 s, so a quantile
 # interpolated inside a bucket is off by a few percent at most, from sub-ms exchanges to stalls.
 ALLTOALL_BUCKETS = tuple(round(1e-4 * 2 ** (i / 4), 7) for i in range(69))
@@ -163,6 +167,11 @@ class EngineMetrics:
             STEP_OVERRUN,
             "How late each step's compute sleep ended (event-loop lag: the host is saturated).",
             STEP_OVERRUN_BUCKETS,
+        )
+        self.step_lateness = make.hist(
+            STEP_LATENESS,
+            "How late each step's compute sleep ended, as a share of its modelled compute time.",
+            STEP_LATENESS_BUCKETS,
         )
         rejected = make.by(
             REJECTED_REQUESTS, "Requests refused with 429/503 because queues were full.", "reason"
@@ -326,6 +335,13 @@ class GatewayMetrics:
             ("model_name",),
             registry=registry,
             buckets=TTFT_BUCKETS,
+        ).labels(model_name)
+        self.loop_lag = Histogram(
+            GATEWAY_LOOP_LAG,
+            "How late a timer the gateway sets every 0.1 s fired (its event loop's lag).",
+            ("model_name",),
+            registry=registry,
+            buckets=STEP_OVERRUN_BUCKETS,
         ).labels(model_name)
         self._rejected = Counter(
             REJECTED_REQUESTS,

@@ -20,10 +20,9 @@ import argparse
 import json
 import sys
 
-from emulator.lab.fidelity import NetworkLimits
 from emulator.lab.health import HealthSampler
+from emulator.lab.limits import Limits
 from emulator.lab.netsampler import NetSampler
-from emulator.lab.verdict import Thresholds
 
 
 def parse_hosts(text: str) -> dict[str, int]:
@@ -55,15 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdin.read()  # until machine 0 closes it
     net.stop()
     samples = health.stop()
-    evidence = net.evidence()
+    limits = Limits(judge_qdisc_drops=not args.no_judge_qdisc_drops)
+    evidence = net.evidence(limits=limits.rates)
     from dataclasses import replace
 
     evidence = replace(
         evidence,
         switch_ports=frozenset(filter(None, args.switch_ports.split(","))),
     )
-    thresholds = Thresholds(network=NetworkLimits(judge_qdisc_drops=not args.no_judge_qdisc_drops))
-    verdict = health.verdict(thresholds, evidence)
+    verdict = health.verdict(limits, evidence)
     print(json.dumps({"samples": len(samples), "verdict": verdict.to_dict()}), flush=True)
     return 0
 

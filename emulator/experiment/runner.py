@@ -8,10 +8,13 @@ inside their Mininet hosts (API and metrics on the management address, KV and al
 the fabric addresses), the gateway in the root namespace, the health sampler and Prometheus.
 `Experiment.run` adds Locust headless for the run (one process, or a master and a worker per
 machine), then queries, a TSDB snapshot and `summary.json`. Around the load it reads the
-fidelity evidence: each engine's step overruns from its /metrics before and after, and the
-network sampler (`emulator.lab.netsampler`: hosts' TCP counters, shaped queues) from just
-before Locust starts until it exits, with a health agent on every other machine
-(`emulator.experiment.clusterrun`); `health.json` holds the verdict on CPU and network.
+fidelity evidence: each engine's step overruns and lateness and the gateway's loop lag from
+their /metrics before and after, and the network sampler (`emulator.lab.netsampler`: hosts'
+TCP counters, shaped queues) from just before Locust starts until it exits, with a health agent
+on every other machine (`emulator.experiment.clusterrun`); at collection, the KV pulls against
+their ideal with their links' load, and the load generator's send lag. CPU is judged over the
+load window (Locust's start to its exit); `health.json` holds the verdict on CPU and network
+and the limits it was judged by (`limits`).
 
 Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
 `config.json`, `locust_*.csv`, `locust.json`, `requests.jsonl`, `series.json`,
@@ -45,14 +48,20 @@ from emulator.experiment.plan import (
     plan_run,
 )
 from emulator.lab.fidelity import (
+    GATEWAY,
+    LOADGEN,
     FaultWindow,
+    KvPulls,
     NetworkEvidence,
+    loop_lag,
+    send_lag,
     step_overruns,
 )
 from emulator.lab.health import HealthSampler
-from emulator.lab.netsampler import engine_overrun_buckets
+from emulator.lab.limits import Limits
+from emulator.lab.netsampler import buckets_of, metrics_texts
 from emulator.lab.system import LabError
-from emulator.lab.verdict import HealthVerdict, Thresholds
+from emulator.lab.verdict import HealthVerdict
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.dilation import undilate
@@ -60,7 +69,15 @@ from emulator.results.fault_report import analyze
 from emulator.results.figures import client_summary, fabric_stats, read_jsonl, throughput_series
 from emulator.results.linkstats import link_loads, link_utilization, verdict_busiest_link
 from emulator.results.summary import FaultReport, InjectedFault, RunSummary
-from emulator.results.transfers import transfer_figures
+from emulator.results.transfers import (
+    KV_LOG_PREFIX,
+    engine_rates,
+    kv_path_busy,
+    kv_ratio_p50,
+    read_logs,
+    transfer_figures,
+)
+from serving.vllm_metrics import GATEWAY_LOOP_LAG, STEP_LATENESS, STEP_OVERRUN
 
 
 class Experiment:
@@ -72,9 +89,10 @@ class Experiment:
         self.plan = plan_run(config)  # checks fabric, placement, policy and faults at once
         self.launcher = Launcher(self.plan, self.progress)
         self.dir = self.launcher.dir
-        self.thresholds = Thresholds()
+        self.limits = Limits()
         self._load_start = 0.0  # time.monotonic() when the load started (the samplers' clock)
-        self._overruns_before: dict[str, dict[float, float]] = {}
+        self._load_end = 0.0  # ... and when the load generator exited
+        self._metrics_before: dict[str, str] = {}  # /metrics of each engine and the gateway
         self._evidence: NetworkEvidence | None = None
         self._remote_verdicts: list[tuple[Machine, HealthVerdict]] = []
 
@@ -106,7 +124,7 @@ class Experiment:
             f"load: {c.workload} for {c.duration_s:g}s (seed {c.seed}), policy {plan.policy.name}"
             + "".join(f"; {f.label} at {f.at_s:g}s" for f in plan.faults)
         )
-        self._overruns_before = engine_overrun_buckets(launcher.engine_metrics_urls())
+        self._metrics_before = metrics_texts(self._metrics_urls())
         launcher.start_net_sampling()
         t0 = time.time()
         self._load_start = time.monotonic()
@@ -119,6 +137,7 @@ class Experiment:
         if launcher.health is not None:  # a saturated load generator would inflate TTFT
             launcher.health.register("locust", proc.pid)
         self._wait_loadgen(proc, c.wall_s + 30)
+        self._load_end = time.monotonic()
         if c.machines:
             gather_load(launcher, self.dir)
         self._evidence = self._network_evidence()
@@ -138,9 +157,17 @@ class Experiment:
         sampler.stop()
         if self.launcher.agents:  # the other machines' own verdicts
             self._remote_verdicts = finish_agents(self.launcher.agents)
-        after = engine_overrun_buckets(self.launcher.engine_metrics_urls())
-        threshold = self.thresholds.network.overrun_s
-        overruns = step_overruns(self._overruns_before, after, threshold)
+        after = metrics_texts(self._metrics_urls())
+        before, limits = self._metrics_before, self.limits
+        engines = list(self.launcher.engine_metrics_urls())
+        overruns = step_overruns(
+            buckets_of({n: before[n] for n in engines if n in before}, STEP_OVERRUN),
+            buckets_of({n: after[n] for n in engines if n in after}, STEP_OVERRUN),
+            limits.overrun_s,
+            expected=engines,
+            lateness=(buckets_of(before, STEP_LATENESS), buckets_of(after, STEP_LATENESS)),
+            late_share=limits.late_share,
+        )
         if sampler.failures:
             self.progress(f"network sampling: {sampler.failures} reads failed")
         origin = self._load_start
@@ -148,12 +175,37 @@ class Experiment:
             FaultWindow(f.label, origin + f.at_s, None if f.end_s is None else origin + f.end_s)
             for f in self.plan.faults
         ]
-        evidence = sampler.evidence(overruns, faults)
+        evidence = sampler.evidence(overruns, faults, limits.rates)
+        missing, loops = dict(evidence.missing), {}
+        if GATEWAY in before and GATEWAY in after:
+            lag = (buckets_of(before, GATEWAY_LOOP_LAG), buckets_of(after, GATEWAY_LOOP_LAG))
+            loops[GATEWAY] = loop_lag(lag[0][GATEWAY], lag[1][GATEWAY], limits.loop_lag_s)
+        else:
+            missing[GATEWAY] = "its metrics did not answer, so its loop lag is unchecked"
         return replace(
             evidence,
             datapath_drops=self.launcher.datapath_drops(),
             switch_ports=frozenset(self.plan.fabric.switch_interfaces()),
+            loops=loops,
+            missing=missing,
         )
+
+    def _metrics_urls(self) -> dict[str, str]:
+        """Each engine's /metrics, and the gateway's (its loop lag)."""
+        gateway = f"http://{self.plan.gateway_host}:{self.launcher.gateway_port}/metrics"
+        return {**self.launcher.engine_metrics_urls(), GATEWAY: gateway}
+
+    def _load_evidence(self, records: list[dict[str, Any]], kv: KvPulls) -> NetworkEvidence | None:
+        """The network evidence with the KV pulls and the load generator's send lag."""
+        if self._evidence is None:
+            return None
+        lags = [float(r["lag_s"]) for r in records if r.get("outcome") != "overload"]
+        loops, missing = dict(self._evidence.loops), dict(self._evidence.missing)
+        if lags:
+            loops[LOADGEN] = send_lag(lags, self.limits.send_lag_s)
+        else:
+            missing[LOADGEN] = "no request was recorded, so its send lag is unchecked"
+        return replace(self._evidence, kv=kv, loops=loops, missing=missing)
 
     def _wait_loadgen(self, proc: subprocess.Popen[bytes], limit: float) -> None:
         start = time.monotonic()
@@ -183,14 +235,29 @@ class Experiment:
         ports = port_counters(prom, t1, window)
         util = link_utilization(self.plan.fabric, self.plan.scale, ports.tx_bytes, window)
         links = link_loads(self.plan.fabric, self.plan.scale, ports, window)
+        received = link_utilization(self.plan.fabric, self.plan.scale, ports.rx_bytes, window)
+        kv_hosts = {e.host for e in self.plan.placement.engines if e.role in ("prefill", "decode")}
+        busy = kv_path_busy(self.plan.fabric, util, received, kv_hosts)
+        rates = engine_rates(self.plan.fabric, self.plan.scale, hosts)
+        pulls = read_logs(self.dir / "logs", KV_LOG_PREFIX)
+        rated, ratio = kv_ratio_p50(pulls, rates, self.limits.kv_fixed_s)
+        kv = KvPulls(rated, ratio, busy, self.limits.kv_fixed_s)
         verdict = replace(  # the verdict names the summary's busiest link
-            self.health.verdict(self.thresholds, self._evidence),
+            self.health.verdict(
+                self.limits,
+                self._load_evidence(records, kv),
+                window=(self._load_start, self._load_end),
+            ),
             busiest_link=verdict_busiest_link(self.plan.fabric, self.plan.scale, links),
         )
-        health = verdict.to_dict()
+        health = {**verdict.to_dict(), "limits": self.limits.to_dict()}
         if self.config.machines:
             verdict = merge_verdicts(verdict, self._remote_verdicts)
-            health = {**verdict.to_dict(), "machines": verdicts_json(self._remote_verdicts)}
+            health = {
+                **verdict.to_dict(),
+                "limits": self.limits.to_dict(),
+                "machines": verdicts_json(self._remote_verdicts),
+            }
         (self.dir / "health.json").write_text(json.dumps(health, indent=2) + "\n")
         with contextlib.suppress(Exception):
             prom.snapshot()

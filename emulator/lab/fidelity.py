@@ -17,7 +17,13 @@ CPU verdict. Judged, each unless a fault window explains it:
   (shaping did not hold), or provably backlogged through a window while sending under
   `RateLimits.under` (50%) of its rate (the emulator did not keep up);
 - engine steps that woke more than `overrun_s` late in more than `overrun_fraction` of an
-  engine's steps: the report leads with p99, so a late share above 1% reaches it.
+  engine's steps, or more than `late_share` of their modelled step late in more than
+  `late_fraction` of all engines' steps: the report leads with p99, so a late share above 1%
+  reaches it;
+- KV pulls slower than `kv_ratio_p50` x their ideal at p50 while their NIC links were under
+  `kv_path_busy` busy (`KvPulls`), the gateway's event-loop lag and the load generator's send
+  lag (`LoopLag`), and every source of evidence that did not answer (`NetworkEvidence.missing`):
+  `emulator.lab.limits` says why;
 - packets the userspace datapath lost between itself and its ports: send errors ovs-vswitchd
   logged (its shared send socket was full; `emulator.lab.ovs` says why) and drops of its ports'
   receive sockets; no port, qdisc or OpenFlow counter records these, and a real switch has no
@@ -36,10 +42,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from emulator.lab.limits import Limits
 from emulator.lab.netstats import (
     DEV_DROPS,
     OVER_RATE,
@@ -52,8 +59,7 @@ from emulator.lab.netstats import (
     QueueFigures,
     TcpCounters,
 )
-from serving.vllm_metrics import STEP_OVERRUN
-from zcube_lab.core.errors import ConfigError
+from serving.vllm_metrics import STEP_LATENESS, STEP_OVERRUN
 
 
 @dataclass(frozen=True)
@@ -67,18 +73,25 @@ class FaultWindow:
 
 @dataclass(frozen=True)
 class EngineOverruns:
-    """One engine's steps during the load, and how many woke more than the threshold late."""
+    """One engine's steps during the load, how many woke more than the threshold late, and how
+    many more than the share (`StepOverruns.late_share`) of their modelled step late (`behind`;
+    None from an engine, or a run, without the relative histogram)."""
 
     steps: int
     late: int
+    behind: int | None = None
 
 
 @dataclass(frozen=True)
 class StepOverruns:
-    """Engine step overruns over the load: per engine, and the threshold a late step exceeded."""
+    """Engine step overruns over the load: per engine, the threshold a late step exceeded, the
+    share of its modelled step a step behind exceeded, and the engines whose metrics did not
+    answer (before or after the load)."""
 
     threshold_s: float
     engines: Mapping[str, EngineOverruns] = field(default_factory=dict)
+    late_share: float | None = None
+    missing: tuple[str, ...] = ()
 
     @property
     def steps(self) -> int:
@@ -87,6 +100,27 @@ class StepOverruns:
     @property
     def late(self) -> int:
         return sum(e.late for e in self.engines.values())
+
+
+@dataclass(frozen=True)
+class KvPulls:
+    """KV pulls over the load against their ideal time (`emulator.results.transfers`), and the
+    busiest mean load over the load window of a NIC link of a host that pulled or served KV."""
+
+    rated: int  # pulls with a known ideal time
+    ratio_p50: float | None  # of (time - fixed_s) / ideal
+    path_busy: float | None  # 0-1; None when the links were not counted
+    fixed_s: float = 0.0  # the fixed cost per pull taken off each time (Limits.kv_fixed_s)
+
+
+@dataclass(frozen=True)
+class LoopLag:
+    """An event loop's lag over the load: samples (timer wake-ups, or requests sent) and how
+    many were more than `threshold_s` late."""
+
+    samples: int
+    late: int
+    threshold_s: float
 
 
 @dataclass(frozen=True)
@@ -103,27 +137,10 @@ class NetworkEvidence:
     datapath_drops: Mapping[str, int] = field(default_factory=dict)
     # Interfaces whose qdisc drops are congestion of the modelled switch (reported, not judged)
     switch_ports: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class NetworkLimits:
-    """Engine overrun limits and the grace after a fault (the module docstring says why).
-    `judge_qdisc_drops=False` reports qdisc drops without judging them: for when the shaped
-    queues model a real port's buffer, whose drops under incast are the fabric's own."""
-
-    overrun_s: float = 0.02
-    overrun_fraction: float = 0.01
-    fault_grace_s: float = 10.0
-    judge_qdisc_drops: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("overrun_s", "fault_grace_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigError(f"thresholds.network.{name}", value, "seconds >= 0")
-        share = self.overrun_fraction
-        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
-            raise ConfigError("thresholds.network.overrun_fraction", share, "a share 0-1")
+    kv: KvPulls | None = None
+    loops: Mapping[str, LoopLag] = field(default_factory=dict)  # "gateway", "load generator"
+    # Sources of evidence that did not answer: source -> what was not seen
+    missing: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -132,9 +149,11 @@ class NetworkJudgement:
     explained: tuple[str, ...]
 
 
-def judge_network(evidence: NetworkEvidence, limits: NetworkLimits) -> NetworkJudgement:
-    """Reasons (one per host, interface or CPU, then one per late engine), and the events faults
-    explain."""
+def judge_network(evidence: NetworkEvidence, limits: Limits) -> NetworkJudgement:
+    """Reasons (one per missing source, one per host, interface or CPU, then one per late
+    engine, the KV pulls, one per late loop), and the events faults explain.
+    `judge_qdisc_drops=False` reports qdisc drops without judging them: for when the shaped
+    queues model a real port's buffer, whose drops under incast are the fabric's own."""
     unexplained: dict[str, list[NetEvent]] = defaultdict(list)
     explained: dict[tuple[str, str], list[NetEvent]] = defaultdict(list)
     for event in evidence.events:
@@ -147,9 +166,12 @@ def judge_network(evidence: NetworkEvidence, limits: NetworkLimits) -> NetworkJu
             unexplained[event.where].append(event)
         else:
             explained[(event.where, fault)].append(event)
-    reasons = [f"{where}: {describe(unexplained[where])}" for where in sorted(unexplained)]
+    reasons = [f"{source}: {what}" for source, what in sorted(evidence.missing.items())]
+    reasons += [f"{where}: {describe(unexplained[where])}" for where in sorted(unexplained)]
     reasons += _datapath_reasons(evidence.datapath_drops)
     reasons += _overrun_reasons(evidence.overruns, limits)
+    reasons += _kv_reasons(evidence.kv, limits)
+    reasons += _loop_reasons(evidence.loops, limits)
     notes = [f"{w}: {describe(evs)} (during {f})" for (w, f), evs in sorted(explained.items())]
     return NetworkJudgement(tuple(reasons), tuple(notes))
 
@@ -221,16 +243,77 @@ def _windows(n: int) -> str:
     return "1 window" if n == 1 else f"{n} windows"
 
 
-def _overrun_reasons(overruns: StepOverruns | None, limits: NetworkLimits) -> list[str]:
+def _overrun_reasons(overruns: StepOverruns | None, limits: Limits) -> list[str]:
     if overruns is None:
         return []
-    out = []
+    out = [
+        f"{name}: its metrics did not answer, so its step lateness is unchecked"
+        for name in overruns.missing
+    ]
     for name, e in sorted(overruns.engines.items()):
         if e.steps and e.late / e.steps > limits.overrun_fraction:
             out.append(
                 f"{name}: {e.late} of {e.steps} engine steps ({e.late / e.steps:.1%}) woke more "
                 f"than {overruns.threshold_s * 1e3:g} ms late (allowed "
                 f"{limits.overrun_fraction:.0%})"
+            )
+    return out + _behind_reasons(overruns, limits)
+
+
+def _behind_reasons(overruns: StepOverruns, limits: Limits) -> list[str]:
+    """The relative rule, over every step of every engine that counted it: the report's ITL
+    and TPOT quantiles are over all tokens, so that is the share their tail sees (per engine,
+    100-400 steps make 1% two to four steps: a single slow wake-up would decide)."""
+    share = overruns.late_share
+    counted = {n: e for n, e in overruns.engines.items() if e.behind is not None}
+    steps = sum(e.steps for e in counted.values())
+    behind = sum(e.behind or 0 for e in counted.values())
+    if share is None or not steps or behind / steps <= limits.late_fraction:
+        return []
+    worst = sorted(counted.items(), key=lambda ne: (-(ne[1].behind or 0), ne[0]))[:3]
+    most = ", ".join(f"{n} {e.behind} of {e.steps}" for n, e in worst if e.behind)
+    return [
+        f"engine steps: {behind} of {steps} ({behind / steps:.1%}) woke more than {share:.0%} "
+        f"of their modelled step late (allowed {limits.late_fraction:.0%}; most on {most})"
+    ]
+
+
+def _kv_reasons(kv: KvPulls | None, limits: Limits) -> list[str]:
+    if not limits.judge_kv_pulls or kv is None or kv.ratio_p50 is None:
+        return []
+    if kv.rated < limits.kv_min_pulls:
+        return []
+    if kv.path_busy is None:
+        return [
+            f"KV pulls: p50 {kv.ratio_p50:.2f}x their ideal over {kv.rated} pulls, but the "
+            "load of their links was not counted, so the pulls are unchecked"
+        ]
+    if kv.ratio_p50 > limits.kv_ratio_p50 and kv.path_busy < limits.kv_path_busy:
+        fixed = f" after {kv.fixed_s * 1e3:g} ms of fixed cost each" if kv.fixed_s else ""
+        return [
+            f"KV pulls: p50 {kv.ratio_p50:.2f}x their ideal{fixed} over {kv.rated} pulls "
+            f"(allowed {limits.kv_ratio_p50:g}x) while their busiest link was "
+            f"{kv.path_busy:.0%} busy (under {limits.kv_path_busy:.0%}): an end-host artifact, "
+            "not the fabric"
+        ]
+    return []
+
+
+GATEWAY = "gateway"
+LOADGEN = "load generator"  # its lag is the send lag of its requests
+
+
+def _loop_reasons(loops: Mapping[str, LoopLag], limits: Limits) -> list[str]:
+    out = []
+    for name, lag in sorted(loops.items()):
+        if name == LOADGEN:
+            allowed, of, what = limits.send_lag_fraction, "requests", "they were sent"
+        else:
+            allowed, of, what = limits.loop_lag_fraction, "timer samples", "its event loop woke"
+        if lag.samples and lag.late / lag.samples > allowed:
+            out.append(
+                f"{name}: in {lag.late} of {lag.samples} {of} ({lag.late / lag.samples:.1%}) "
+                f"{what} more than {lag.threshold_s * 1e3:g} ms late (allowed {allowed:.0%})"
             )
     return out
 
@@ -241,14 +324,39 @@ def _overrun_reasons(overruns: StepOverruns | None, limits: NetworkLimits) -> li
 def overrun_buckets(metrics_text: str) -> dict[float, float]:
     """The cumulative buckets (upper bound -> steps) of the step-overrun histogram in a
     Prometheus text exposition, summed over its series; empty when absent."""
+    return histogram_buckets(metrics_text, STEP_OVERRUN)
+
+
+def lateness_buckets(metrics_text: str) -> dict[float, float]:
+    """The same for the step-lateness histogram (share of the modelled step)."""
+    return histogram_buckets(metrics_text, STEP_LATENESS)
+
+
+def histogram_buckets(metrics_text: str, name: str) -> dict[float, float]:
+    """The cumulative buckets (upper bound -> count) of histogram `name` in a Prometheus text
+    exposition, summed over its series; empty when absent."""
     out: dict[float, float] = defaultdict(float)
     for family in text_string_to_metric_families(metrics_text):
-        if family.name != STEP_OVERRUN:
+        if family.name != name:
             continue
         for sample in family.samples:
-            if sample.name == STEP_OVERRUN + "_bucket":
+            if sample.name == name + "_bucket":
                 out[float(sample.labels["le"])] += sample.value
     return dict(out)
+
+
+def loop_lag(
+    before: Mapping[float, float], after: Mapping[float, float], threshold_s: float
+) -> LoopLag:
+    """Samples of a lag histogram between two readings, and those later than `threshold_s`
+    (the next bucket bound at or above it)."""
+    counted = engine_overruns(before, after, threshold_s)
+    return LoopLag(samples=counted.steps, late=counted.late, threshold_s=threshold_s)
+
+
+def send_lag(lags: Sequence[float], threshold_s: float) -> LoopLag:
+    """The load generator's send lags (seconds, one per request sent) against a threshold."""
+    return LoopLag(len(lags), sum(1 for lag in lags if lag > threshold_s), threshold_s)
 
 
 def engine_overruns(
@@ -270,11 +378,25 @@ def step_overruns(
     before: Mapping[str, Mapping[float, float]],
     after: Mapping[str, Mapping[float, float]],
     threshold_s: float,
+    *,
+    expected: Sequence[str] = (),
+    lateness: tuple[Mapping[str, Mapping[float, float]], Mapping[str, Mapping[float, float]]]
+    | None = None,
+    late_share: float | None = None,
 ) -> StepOverruns:
-    """Per engine read both times: its steps between the readings and the late ones."""
-    engines = {
-        name: engine_overruns(before[name], buckets, threshold_s)
-        for name, buckets in sorted(after.items())
-        if name in before
-    }
-    return StepOverruns(threshold_s=threshold_s, engines=engines)
+    """Per engine read both times: its steps between the readings and the late ones; with
+    `lateness` (the relative histogram's buckets before and after) and `late_share`, also the
+    steps behind by more than that share of their modelled step. An `expected` engine not read
+    both times is `missing`."""
+    engines = {}
+    for name, buckets in sorted(after.items()):
+        if name not in before:
+            continue
+        counted = engine_overruns(before[name], buckets, threshold_s)
+        if lateness is not None and late_share is not None:
+            was, now = lateness[0].get(name, {}), lateness[1].get(name, {})
+            if now:  # an engine without the histogram is judged on overrun_s alone
+                counted = replace(counted, behind=engine_overruns(was, now, late_share).late)
+        engines[name] = counted
+    missing = tuple(sorted(n for n in expected if n not in engines))
+    return StepOverruns(threshold_s, engines, late_share if lateness else None, missing)

@@ -19,8 +19,8 @@ run us); guest time is already inside user time, so it is not added again. Steal
 running someone else) counts as busy and has its own rule. Process CPU = utime + stime of every
 thread, over wall time, in cores (1.0 = one core flat out).
 
-The verdict's thresholds, and why they are what they are, are documented in
-`emulator.lab.verdict`.
+The verdict's limits (`emulator.lab.limits.Limits`), and why they are what they are, are
+documented in `emulator.lab.verdict` and `emulator.lab.limits`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge
 
 from emulator.lab.fidelity import NetworkEvidence
-from emulator.lab.verdict import DATAPATH, HealthSample, HealthVerdict, Thresholds, judge
+from emulator.lab.limits import Limits
+from emulator.lab.verdict import DATAPATH, HealthSample, HealthVerdict, judge
 from zcube_lab.core.errors import ConfigError
 
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
@@ -299,19 +300,27 @@ class HealthSampler:
             return list(self._samples)
 
     def verdict(
-        self, thresholds: Thresholds | None = None, evidence: NetworkEvidence | None = None
+        self,
+        limits: Limits | None = None,
+        evidence: NetworkEvidence | None = None,
+        window: tuple[float, float] | None = None,
     ) -> HealthVerdict:
-        """`judge` over the samples so far (and the network evidence, when given)."""
-        thresholds = thresholds or Thresholds(require_datapath=self.watch_datapath)
-        return judge(self.samples, thresholds, evidence)
+        """`judge` over the samples so far (those of `window`, in time.monotonic(), when
+        given) and the network evidence, when given; every registered process is expected."""
+        limits = limits or Limits(require_datapath=self.watch_datapath)
+        with self._lock:
+            expected = tuple(self._registered)
+        return judge(self.samples, limits, evidence, window=window, expected=expected)
 
-    def to_json(self, thresholds: Thresholds | None = None) -> str:
-        """Samples and verdict as JSON, for the run's results directory."""
+    def to_json(self, limits: Limits | None = None) -> str:
+        """Samples, verdict and the limits it was judged by as JSON."""
+        limits = limits or Limits(require_datapath=self.watch_datapath)
         return json.dumps(
             {
                 "interval_s": self.interval_s,
                 "samples": [asdict(s) for s in self.samples],
-                "verdict": self.verdict(thresholds).to_dict(),
+                "verdict": self.verdict(limits).to_dict(),
+                "limits": limits.to_dict(),
             },
             indent=1,
         )

@@ -15,7 +15,8 @@ of CPU each, so they are read every `host_qdisc_every` intervals (5 s: 16 hosts 
 Cost per second on the default fabric: one tc process and about 50 small /proc reads.
 
 A read that fails (a host gone, tc missing) skips that part of that reading and is counted in
-`failures`; the thread never stops a run.
+`failures`, and by where it was read (`failed`: "root" or the host); the thread never stops a
+run, and `evidence` names each place whose reads failed as a missing source for the verdict.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from emulator.lab.fidelity import FaultWindow, NetworkEvidence, StepOverruns, overrun_buckets
+from emulator.lab.fidelity import (
+    FaultWindow,
+    NetworkEvidence,
+    StepOverruns,
+    histogram_buckets,
+    overrun_buckets,
+)
 from emulator.lab.netstats import (
     NetReading,
     QdiscStats,
@@ -54,14 +61,26 @@ def engine_overrun_buckets(
 ) -> dict[str, dict[float, float]]:
     """Each engine's step-overrun histogram buckets, read from its /metrics URL; an engine
     that does not answer is left out."""
-    out: dict[str, dict[float, float]] = {}
+    return {
+        name: overrun_buckets(text) for name, text in metrics_texts(metrics_urls, timeout).items()
+    }
+
+
+def metrics_texts(metrics_urls: Mapping[str, str], timeout: float = 2.0) -> dict[str, str]:
+    """Each /metrics URL's text, by name; a URL that does not answer is left out."""
+    out: dict[str, str] = {}
     for name, url in metrics_urls.items():
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp:
-                out[name] = overrun_buckets(resp.read().decode("utf-8", "replace"))
+                out[name] = resp.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             continue
     return out
+
+
+def buckets_of(texts: Mapping[str, str], metric: str) -> dict[str, dict[float, float]]:
+    """Histogram `metric`'s cumulative buckets in each text, by name (empty where absent)."""
+    return {name: histogram_buckets(text, metric) for name, text in texts.items()}
 
 
 class NetSampler:
@@ -85,7 +104,8 @@ class NetSampler:
         self.interval_s = float(interval_s)
         self.host_qdisc_every = host_qdisc_every
         self.proc = Path(proc)
-        self.failures = 0
+        self.failed: dict[str, int] = {}  # where ("root" or a host) -> reads that failed
+        self._source = "root"
         self._readings: list[NetReading] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -112,6 +132,11 @@ class NetSampler:
         return self.readings
 
     @property
+    def failures(self) -> int:
+        """Reads that failed, everywhere."""
+        return sum(self.failed.values())
+
+    @property
     def readings(self) -> list[NetReading]:
         with self._lock:
             return list(self._readings)
@@ -122,8 +147,15 @@ class NetSampler:
         faults: Sequence[FaultWindow] = (),
         limits: RateLimits | None = None,
     ) -> NetworkEvidence:
-        """The readings so far as evidence for `emulator.lab.verdict.judge`."""
+        """The readings so far as evidence for `emulator.lab.verdict.judge`; the places whose
+        reads failed are missing sources."""
         readings = self.readings
+        missing = {}
+        if self.failed:
+            where = ", ".join(f"{w} {n}" for w, n in sorted(self.failed.items()))
+            missing["network sampler"] = (
+                f"{self.failures} reads failed ({where}): those counters are unchecked"
+            )
         return NetworkEvidence(
             events=tuple(window_events(readings, self.rates_mbps, limits)),
             tcp=tcp_totals(readings),
@@ -131,6 +163,7 @@ class NetSampler:
             softnet=softnet_totals(readings),
             overruns=overruns,
             faults=tuple(faults),
+            missing=missing,
         )
 
     # the thread
@@ -142,18 +175,23 @@ class NetSampler:
             try:
                 self._read_all(host_qdiscs=tick % self.host_qdisc_every == 0)
             except Exception:  # a sampler thread that dies must not take the run with it
-                self.failures += 1
+                self._fail("sampler")
 
     def _read_all(self, host_qdiscs: bool) -> None:
-        readers = [self._read_root] + [
-            lambda host=host, pid=pid: self._read_host(host, pid, host_qdiscs)
+        readers = [("root", self._read_root)] + [
+            (host, lambda host=host, pid=pid: self._read_host(host, pid, host_qdiscs))
             for host, pid in self.hosts.items()
         ]
-        for read in readers:
+        for source, read in readers:
+            self._source = source
             try:
                 self._add(read())
             except ValueError:  # text we could not parse: that part is missing this time
-                self.failures += 1
+                self._fail(source)
+
+    def _fail(self, source: str | None = None) -> None:
+        where = source or self._source
+        self.failed[where] = self.failed.get(where, 0) + 1
 
     def _add(self, reading: NetReading | None) -> None:
         if reading is not None:
@@ -198,14 +236,14 @@ class NetSampler:
             out = subprocess.run(list(argv), capture_output=True, text=True, timeout=5, check=True)
             return self._shaped(root_qdiscs(parse_qdiscs(out.stdout)))
         except (OSError, subprocess.SubprocessError, ValueError, KeyError):
-            self.failures += 1
+            self._fail()
             return {}
 
     def _text(self, path: Path) -> str | None:
         try:
             return path.read_text()
         except OSError:
-            self.failures += 1
+            self._fail()
             return None
 
     def _shaped(self, by_dev: Mapping[str, T]) -> dict[str, T]:

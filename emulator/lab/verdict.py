@@ -1,12 +1,17 @@
 """The emulator health verdict: given CPU samples of a run (and its network evidence), was the
 emulator trustworthy?
 
-Pure: `judge(samples, thresholds, evidence)` turns `HealthSample`s (taken by
+Pure: `judge(samples, limits, evidence, window=...)` turns `HealthSample`s (taken by
 `emulator.lab.health`) and `NetworkEvidence` (`emulator.lab.netsampler`, judged by
 `emulator.lab.fidelity`) into a `HealthVerdict` with the reasons a run is not trustworthy and
 the figures behind it. No clock, no /proc, so tests feed it synthetic samples.
 
-Default thresholds (`Thresholds`), chosen for the 2-core machine the lab is sized for:
+Only the samples of the load window are judged (`window`: from the load's start to the load
+generator's exit): waiting for targets before it and the drain after it are idle time that would
+dilute a saturated load. A registered process with no sample in the window is a missing source.
+
+Default limits (`emulator.lab.limits.Limits`, every limit of the verdict in one object), chosen
+for the 2-core machine the lab is sized for:
 - machine CPU above 90% in more than 5% of samples (about: p95 above 90%): on two cores the emulated
   hosts, Open vSwitch, the controller and Locust all queue for the same CPUs, and queueing lands
   in the tail the report leads with (TTFT P99), so even a short saturated share matters. 90%, not
@@ -39,13 +44,14 @@ from typing import Any
 
 from emulator.lab.fidelity import (
     EngineOverruns,
+    KvPulls,
+    LoopLag,
     NetworkEvidence,
-    NetworkLimits,
     StepOverruns,
     judge_network,
 )
+from emulator.lab.limits import Limits
 from emulator.lab.netstats import QueueFigures, TcpCounters
-from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.stats import mean, quantile
 
 DATAPATH = "ovs-vswitchd"  # the process name of Open vSwitch's datapath daemon
@@ -63,38 +69,6 @@ class HealthSample:
     steal: float
     processes: Mapping[str, float]  # name -> cores
     threads: Mapping[str, float] = field(default_factory=dict)  # ovs-vswitchd thread -> cores
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Limits beyond which a run is not trustworthy; the module docstring says why these."""
-
-    machine_cpu: float = 0.90  # share of all CPUs
-    machine_fraction: float = 0.05  # of samples above machine_cpu (i.e. a p95 rule)
-    datapath_cores: float = 0.85  # ovs-vswitchd, in cores
-    datapath_fraction: float = 0.20
-    process_cores: float = 0.90  # any registered process, in cores
-    process_fraction: float = 0.20
-    steal_mean: float = 0.05
-    min_samples: int = 3
-    require_datapath: bool = True  # no ovs-vswitchd samples: the datapath is unchecked
-    core_busy: float = 0.95  # any one core
-    core_fraction: float = 0.20
-    network: NetworkLimits = field(default_factory=NetworkLimits)
-
-    def __post_init__(self) -> None:
-        shares = ("machine_cpu", "machine_fraction", "datapath_fraction", "process_fraction")
-        for name in (*shares, "core_busy", "core_fraction"):
-            _check_share(name, getattr(self, name))
-        _check_share("steal_mean", self.steal_mean)
-        for name in ("datapath_cores", "process_cores"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ConfigError(f"thresholds.{name}", value, "a positive number of cores")
-        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int):
-            raise ConfigError("thresholds.min_samples", self.min_samples, "an integer >= 1")
-        if self.min_samples < 1:
-            raise ConfigError("thresholds.min_samples", self.min_samples, "an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -131,6 +105,9 @@ FIDELITY_FIELDS = (
     "busiest_link",
     "explained",
     "datapath_drops",
+    "kv_pulls",  # issue 20 from here
+    "loop_lag",
+    "missing",
 )
 
 
@@ -158,6 +135,9 @@ class HealthVerdict:
     busiest_link: BusiestLink | None = None  # the summary's busiest link, set by the run
     explained: tuple[str, ...] = ()  # events a configured fault explains (not reasons)
     datapath_drops: Mapping[str, int] = field(default_factory=dict)  # ovs-vswitchd's own losses
+    kv_pulls: KvPulls | None = None
+    loop_lag: Mapping[str, LoopLag] = field(default_factory=dict)  # gateway, load generator
+    missing: Mapping[str, str] = field(default_factory=dict)  # source -> what was not seen
 
     def to_dict(self) -> dict[str, object]:
         """Plain data for summary.json. A fidelity field with nothing in it (a run without
@@ -182,9 +162,20 @@ class HealthVerdict:
         values["qdisc"] = {i: _typed(QueueFigures, q) for i, q in (data.get("qdisc") or {}).items()}
         values["softnet_drops"] = dict(data.get("softnet_drops") or {})
         values["datapath_drops"] = dict(data.get("datapath_drops") or {})
+        values["missing"] = dict(data.get("missing") or {})
+        values["loop_lag"] = {
+            n: _typed(LoopLag, v) for n, v in (data.get("loop_lag") or {}).items()
+        }
         if (o := data.get("step_overruns")) is not None:
             engines = {n: _typed(EngineOverruns, e) for n, e in (o.get("engines") or {}).items()}
-            values["step_overruns"] = StepOverruns(o.get("threshold_s", 0.0), engines)
+            values["step_overruns"] = StepOverruns(
+                o.get("threshold_s", 0.0),
+                engines,
+                o.get("late_share"),
+                tuple(o.get("missing") or ()),
+            )
+        if (k := data.get("kv_pulls")) is not None:
+            values["kv_pulls"] = _typed(KvPulls, k)
         if (b := data.get("busiest_link")) is not None:
             values["busiest_link"] = _typed(BusiestLink, b)
         return cls(**values)
@@ -198,11 +189,18 @@ def _typed(cls: type[Any], data: Mapping[str, Any]) -> Any:
 
 def judge(
     samples: Sequence[HealthSample],
-    thresholds: Thresholds | None = None,
+    limits: Limits | None = None,
     evidence: NetworkEvidence | None = None,
+    *,
+    window: tuple[float, float] | None = None,
+    expected: Sequence[str] = (),
 ) -> HealthVerdict:
-    """Verdict on a run from its health samples and, when given, its network evidence."""
-    limits = thresholds or Thresholds()
+    """Verdict on a run from its health samples and, when given, its network evidence. With
+    `window` (start, end in the samples' clock) only the samples whose interval lies inside it
+    count; a name in `expected` (a registered process) without a sample there is a reason."""
+    limits = limits or Limits()
+    if window is not None:
+        samples = in_window(samples, *window)
     reasons: list[str] = []
     n = len(samples)
     if n < limits.min_samples:
@@ -237,6 +235,11 @@ def judge(
             )
     processes = _by_name(samples, "processes", limits.process_cores)
     processes.pop(DATAPATH, None)
+    if n:
+        reasons += [
+            f"process {name} was never sampled during the load: its CPU is unchecked"
+            for name in sorted(set(expected) - set(processes) - {DATAPATH})
+        ]
     for name, usage in processes.items():
         if usage.over > limits.process_fraction:
             reasons.append(
@@ -262,11 +265,23 @@ def judge(
         processes=processes,
         datapath_threads=threads,
     )
-    return verdict if evidence is None else _with_network(verdict, evidence, limits.network)
+    return verdict if evidence is None else _with_network(verdict, evidence, limits)
+
+
+def in_window(samples: Sequence[HealthSample], start: float, end: float) -> list[HealthSample]:
+    """The samples whose interval ends after `start` and began by `end`, with at least half of
+    it inside: the 1 s sample a boundary cuts counts on the side that holds most of it."""
+    out = []
+    for s in samples:
+        begin = s.t - s.interval_s
+        inside = min(s.t, end) - max(begin, start)
+        if inside >= s.interval_s / 2:
+            out.append(s)
+    return out
 
 
 def _with_network(
-    verdict: HealthVerdict, evidence: NetworkEvidence, limits: NetworkLimits
+    verdict: HealthVerdict, evidence: NetworkEvidence, limits: Limits
 ) -> HealthVerdict:
     judged = judge_network(evidence, limits)
     reasons = verdict.reasons + judged.reasons
@@ -280,6 +295,9 @@ def _with_network(
         datapath_drops={k: v for k, v in evidence.datapath_drops.items() if v},
         step_overruns=evidence.overruns,
         explained=judged.explained,
+        kv_pulls=evidence.kv,
+        loop_lag=dict(evidence.loops),
+        missing=dict(evidence.missing),
     )
 
 
@@ -294,7 +312,7 @@ def _by_name(samples: Sequence[HealthSample], part: str, limit: float) -> dict[s
     return out
 
 
-def _core_reasons(samples: Sequence[HealthSample], limits: Thresholds) -> list[str]:
+def _core_reasons(samples: Sequence[HealthSample], limits: Limits) -> list[str]:
     width = min((len(s.per_core) for s in samples), default=0)
     out = []
     for i in range(width):
@@ -322,8 +340,3 @@ def _p95(values: Sequence[float]) -> float:
     value = quantile(values, 0.95)
     assert value is not None, "p95 of no samples"
     return value
-
-
-def _check_share(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ConfigError(f"thresholds.{name}", value, "a share between 0 and 1")

@@ -128,6 +128,22 @@ def kv_figures(attempts: Iterable[tuple[str, Row]], rate_of: RateOf) -> dict[str
     }
 
 
+def kv_ratio_p50(
+    attempts: Iterable[tuple[str, Row]], rate_of: RateOf, fixed_s: float = 0.0
+) -> tuple[int, float | None]:
+    """How many successful pulls have a known ideal, and the p50 of `(time - fixed_s) /
+    ideal` over them: the ratio `bench/kv_fidelity.py` reports, with the fixed cost of a pull
+    (connect, request, framing, first byte) taken off."""
+    ratios = []
+    for decode, row in attempts:
+        took = _seconds(row)
+        size = float(row.get("bytes") or 0)
+        rate = rate_of(str(row.get("engine_id", "")), decode)
+        if row.get("ok") and took is not None and rate and size > 0:
+            ratios.append(max(0.0, took - fixed_s) / (size * 8 / rate))
+    return len(ratios), quantile(ratios, 0.5)
+
+
 def ep_figures(exchanges: Iterable[Row] | None) -> dict[str, Any]:
     """The all-to-all part of `TransferFigures`; None figures when there is no exchange log.
     Times are of exchanges in which every peer answered; failures are counted apart."""
@@ -145,6 +161,30 @@ def ep_figures(exchanges: Iterable[Row] | None) -> dict[str, Any]:
             sum(int(r.get("failures") or 0) for r in rows) if exchanges is not None else None
         ),
     }
+
+
+def kv_path_busy(
+    fabric: Fabric,
+    sent: Mapping[tuple[str, int], float],
+    received: Mapping[tuple[str, int], float],
+    hosts: Iterable[str],
+) -> float | None:
+    """The busiest mean load (0-1) of a link a KV pull between `hosts` can cross: each of
+    their NIC links in both directions (a switch port's share of its rate sent toward the
+    host, and received from it) and every switch-to-switch port's sent share. `sent` and
+    `received` are per (switch, port), as `emulator.results.linkstats.link_utilization` gives
+    them; None when no such port was counted."""
+    wanted = set(hosts)
+    nic = {(a.switch, a.port) for (host, _), a in fabric.attachments.items() if host in wanted}
+    trunk = {
+        (node, port)
+        for lk in fabric.links
+        if fabric.is_switch(lk.node1) and fabric.is_switch(lk.node2)
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+    }
+    loads = [v for k, v in sent.items() if k in nic or k in trunk]
+    loads += [v for k, v in received.items() if k in nic]
+    return max(loads, default=None)
 
 
 def transfer_figures(

@@ -114,6 +114,15 @@ def test_report_and_results_are_written(comparison: Path) -> None:
         for name in ("config.json", "locust_stats.csv", "requests.jsonl", "health.json"):
             assert (run / name).exists(), name
         assert any((run / "prometheus").rglob("snapshots/*"))
+        # the verdict carries every source it judged, beside the limits it was judged by
+        health = json.loads((run / "health.json").read_text())
+        assert health["limits"]["kv_ratio_p50"] == 1.3, health.get("limits")
+        assert health.get("missing", {}) == {}, health["missing"]
+        assert health["loop_lag"]["gateway"]["samples"] > 100, health["loop_lag"]
+        assert health["loop_lag"]["load generator"]["samples"] >= 30, health["loop_lag"]
+        assert health["kv_pulls"]["rated"] >= 30 and health["kv_pulls"]["path_busy"] < 0.5
+        engines = health["step_overruns"]["engines"]
+        assert engines and all(e["behind"] is not None for e in engines.values()), engines
 
 
 def test_nothing_of_ours_remains(comparison: Path) -> None:

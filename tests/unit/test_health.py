@@ -25,7 +25,8 @@ from emulator.lab.health import (
     process_cores,
     sample_between,
 )
-from emulator.lab.verdict import DATAPATH, HealthSample, Thresholds, judge
+from emulator.lab.limits import Limits
+from emulator.lab.verdict import DATAPATH, HealthSample, judge
 from zcube_lab.core.errors import ConfigError
 
 STAT_BEFORE = """\
@@ -223,7 +224,7 @@ def test_missing_datapath_is_a_reason_unless_not_required() -> None:
     assert not verdict.trustworthy
     assert verdict.datapath_cpu_mean is None
     assert any("never sampled" in r for r in verdict.reasons)
-    assert judge(_samples([0.2] * 5), Thresholds(require_datapath=False)).trustworthy
+    assert judge(_samples([0.2] * 5), Limits(require_datapath=False)).trustworthy
 
 
 def test_too_few_samples_cannot_vouch_for_a_run() -> None:
@@ -243,23 +244,23 @@ def test_steal_rule() -> None:
 def test_custom_thresholds_apply() -> None:
     samples = _samples([0.7] * 10, datapath=[0.0] * 10)
     assert judge(samples).trustworthy
-    assert not judge(samples, Thresholds(machine_cpu=0.6)).trustworthy
+    assert not judge(samples, Limits(machine_cpu=0.6)).trustworthy
 
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"machine_cpu": 1.5}, "thresholds.machine_cpu"),
-        ({"machine_fraction": -0.1}, "thresholds.machine_fraction"),
-        ({"datapath_cores": 0}, "thresholds.datapath_cores"),
-        ({"process_cores": "1"}, "thresholds.process_cores"),
-        ({"min_samples": 0}, "thresholds.min_samples"),
-        ({"steal_mean": True}, "thresholds.steal_mean"),
+        ({"machine_cpu": 1.5}, "limits.machine_cpu"),
+        ({"machine_fraction": -0.1}, "limits.machine_fraction"),
+        ({"datapath_cores": 0}, "limits.datapath_cores"),
+        ({"process_cores": "1"}, "limits.process_cores"),
+        ({"min_samples": 0}, "limits.min_samples"),
+        ({"steal_mean": True}, "limits.steal_mean"),
     ],
 )
 def test_bad_thresholds_name_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:
-        Thresholds(**kwargs)
+        Limits(**kwargs)
     assert err.value.field == field
 
 

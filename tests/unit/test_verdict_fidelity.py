@@ -18,13 +18,13 @@ from emulator.lab.fidelity import (
     EngineOverruns,
     FaultWindow,
     NetworkEvidence,
-    NetworkLimits,
     StepOverruns,
     engine_overruns,
     overrun_buckets,
     step_overruns,
 )
 from emulator.lab.health import parse_task_stat, thread_names
+from emulator.lab.limits import Limits
 from emulator.lab.netstats import (
     OVER_RATE,
     QDISC_DROPS,
@@ -42,7 +42,6 @@ from emulator.lab.verdict import (
     BusiestLink,
     HealthSample,
     HealthVerdict,
-    Thresholds,
     judge,
 )
 from serving.vllm_metrics import EngineMetrics
@@ -174,7 +173,11 @@ def test_the_new_fields_survive_a_round_trip_and_old_verdicts_still_read() -> No
     data = json.loads(json.dumps(v.to_dict()))
     assert data["tcp"]["h0"]["retrans_segs"] == 4
     assert data["qdisc"]["s1-eth1"]["peak_backlog_bytes"] == 18_000
-    assert data["step_overruns"]["engines"]["decode-4"] == {"steps": 1000, "late": 3}
+    assert data["step_overruns"]["engines"]["decode-4"] == {
+        "steps": 1000,
+        "late": 3,
+        "behind": None,  # no lateness histogram in this evidence
+    }
     assert data["busiest_link"]["iface"] == "h5->a1:2"
     assert HealthVerdict.from_dict(data) == v
     # a verdict from before issue 19 named a shaped interface, without the mean
@@ -217,11 +220,11 @@ def test_thread_stat_names_and_duplicates() -> None:
 
 def test_qdisc_drops_can_be_reported_without_being_judged() -> None:
     events = (_event(3, "s1-eth1", QDISC_DROPS, 9), _event(3, "h1", TIMEOUTS))
-    limits = Thresholds(network=NetworkLimits(judge_qdisc_drops=False))
+    limits = Limits(judge_qdisc_drops=False)
     v = judge(_samples(), limits, NetworkEvidence(events=events))
     assert v.reasons == ("h1: 1 TCP retransmission timeout",)
     with pytest.raises(ConfigError, match="overrun_fraction"):
-        NetworkLimits(overrun_fraction=2.0)
+        Limits(overrun_fraction=2.0)
 
 
 def test_switch_port_drops_are_congestion_and_host_queue_drops_are_judged() -> None:

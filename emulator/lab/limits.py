@@ -1,0 +1,146 @@
+"""Every limit the emulator health verdict judges a run by, in one frozen object (pure).
+
+`Limits` is what `emulator.lab.verdict.judge` and `emulator.lab.fidelity.judge_network` read, and
+what a run writes to `health.json` beside its verdict (`Limits.to_dict`), so a verdict can be read
+with the limits it was judged by. The CPU limits are explained in `emulator.lab.verdict`, the
+network ones in `emulator.lab.fidelity`; the rules added for issue 20:
+
+- KV pulls against their ideal (`bytes * 8 / path rate`, `emulator.results.transfers`): a p50
+  above `kv_ratio_p50` (1.3x) while the busiest NIC link of the hosts that pulled or served KV
+  was under `kv_path_busy` (20%) busy over the load is an end-host artifact (Python, the CPU,
+  the loop), not the fabric: at 20% load a pull finds its NIC busy about a fifth of the time,
+  and an M/D/1 queue at that load waits about an eighth of a service time on average, so
+  contention alone does not lift the median pull by 30%. Each pull's time is taken less
+  `kv_fixed_s` (5 ms), the fixed cost of a pull (connect, request, framing, first byte) that
+  `bench/kv_fidelity.py` measures apart (4.4-5.4 ms, docs/BENCHMARKS.md) and reports its ratio
+  without: quiet runs of the default scenario take 12-15 ms more than bytes / rate per pull at
+  p50, so with their 150 KB-1.7 MB pulls the raw ratio moves with the pull sizes (1.25-1.39 at
+  p50, 1.1 for 1.5 MB pulls, 1.6-2.0 for 150-300 KB ones) where the ratio less 5 ms stays at
+  1.15-1.26 (2026-12-01). `kv_fixed_s=0` judges the raw ratio. Judged only with
+  `judge_kv_pulls` (off by default until the per-pull overhead is cut: see there); the figures
+  are recorded either way. Fewer than `kv_min_pulls` rated pulls are not judged (a median of a
+  handful of pulls says little).
+- Engine lateness relative to the modelled step: a step whose compute sleep woke more than
+  `late_share` (25%) of its modelled step time late stretches that step, and every token of it,
+  by as much; more than `late_fraction` (1%) of all engine steps so late reaches the p99 (over
+  all tokens) the report leads with. A steady 15 ms late wake on a 30 ms decode step is 50% and
+  fails, where the fixed `overrun_s` (20 ms) rule alone let it pass. Judged over the steps of
+  every engine together: one engine runs 100-400 steps in the default comparison, where 1% is
+  two to four steps, and on a quiet machine 2-5 isolated slow wake-ups on one of 12 engines
+  decided the verdict although 0.3-0.4% of all steps were late (docs/EXPERIMENTS.md).
+- The gateway's event-loop lag (`zcube:gateway_loop_lag_seconds`: a timer the gateway sets every
+  0.1 s, and how late it fires) above `loop_lag_s` (20 ms) in more than `loop_lag_fraction`
+  (1%) of its samples: every request and every streamed token crosses that loop.
+- The load generator's send lag (actual minus planned send time of each request,
+  `workloads.openloop`) above `send_lag_s` (20 ms) for more than `send_lag_fraction` (1%) of
+  the requests: its greenlets woke late, so it also read answers late, and its TTFT and ITL
+  carry its own lag.
+- CPU rules are judged over the load window only (from the load's start to the load
+  generator's exit), not from monitoring start to collection.
+- A source of evidence that did not answer (an engine's or the gateway's metrics, reads of the
+  network sampler, the load generator's record, a registered process never sampled in the
+  load) makes the run not trustworthy, naming the source: what was not seen was not checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from emulator.lab.netstats import RateLimits
+from zcube_lab.core.errors import ConfigError
+
+# Shares between 0 and 1, positive numbers of cores, seconds >= 0, positive ratios.
+_SHARES = (
+    "machine_cpu", "machine_fraction", "datapath_fraction", "process_fraction", "steal_mean",
+    "core_busy", "core_fraction", "overrun_fraction", "late_fraction", "kv_path_busy",
+    "loop_lag_fraction", "send_lag_fraction", "rate_under",
+)  # fmt: skip
+_CORES = ("datapath_cores", "process_cores")
+_SECONDS = ("overrun_s", "fault_grace_s", "loop_lag_s", "send_lag_s", "kv_fixed_s")
+_RATIOS = ("late_share", "kv_ratio_p50", "rate_over")
+_COUNTS = ("min_samples", "kv_min_pulls")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits beyond which a run is not trustworthy; the module docstrings say why these."""
+
+    # CPU (emulator.lab.verdict), over the load window
+    machine_cpu: float = 0.90  # share of all CPUs
+    machine_fraction: float = 0.05  # of samples above machine_cpu (i.e. a p95 rule)
+    datapath_cores: float = 0.85  # ovs-vswitchd, in cores
+    datapath_fraction: float = 0.20
+    process_cores: float = 0.90  # any registered process, in cores
+    process_fraction: float = 0.20
+    steal_mean: float = 0.05
+    min_samples: int = 3
+    require_datapath: bool = True  # no ovs-vswitchd samples: the datapath is unchecked
+    core_busy: float = 0.95  # any one core
+    core_fraction: float = 0.20
+    # Network (emulator.lab.fidelity)
+    fault_grace_s: float = 10.0
+    judge_qdisc_drops: bool = True  # False: qdisc drops are the modelled ports' own, reported
+    rate_over: float = 1.05  # a shaped link above this x its rate over a window
+    rate_under: float = 0.5  # a backlogged shaped link below this x its rate over a window
+    # Engine steps
+    overrun_s: float = 0.02  # a step woke this late (wall seconds) ...
+    overrun_fraction: float = 0.01  # ... in more than this share of an engine's steps
+    late_share: float = 0.25  # a step woke this share of its modelled step late ...
+    late_fraction: float = 0.01  # ... in more than this share of an engine's steps
+    # KV pulls against bytes / path rate
+    kv_ratio_p50: float = 1.3  # of (time - kv_fixed_s) / (bytes * 8 / path rate)
+    kv_fixed_s: float = 0.005  # a pull's fixed cost, as bench/kv_fidelity.py takes it off
+    kv_path_busy: float = 0.20  # judged only while the pulls' NIC links were less busy
+    kv_min_pulls: int = 10
+    # Off by default for now: quiet clean runs of the default scenario take 13-22 ms more than
+    # bytes / rate per pull at p50, so 1.3x after 5 ms failed 1 of 3 of them (1.44x over 20
+    # pulls, 2026-12-01); the figures are in health.json (`kv_pulls`) either way.
+    judge_kv_pulls: bool = False
+    # Event loops outside the engines
+    loop_lag_s: float = 0.02  # the gateway's loop ...
+    loop_lag_fraction: float = 0.01  # ... in more than this share of its samples
+    send_lag_s: float = 0.02  # the load generator's sends ...
+    send_lag_fraction: float = 0.01  # ... for more than this share of its requests
+
+    def __post_init__(self) -> None:
+        for name in _SHARES:
+            value = getattr(self, name)
+            if not _number(value) or not 0 <= value <= 1:
+                raise ConfigError(f"limits.{name}", value, "a share between 0 and 1")
+        for name in _CORES:
+            value = getattr(self, name)
+            if not _number(value) or not value > 0:
+                raise ConfigError(f"limits.{name}", value, "a positive number of cores")
+        for name in _SECONDS:
+            value = getattr(self, name)
+            if not _number(value) or value < 0:
+                raise ConfigError(f"limits.{name}", value, "seconds >= 0")
+        for name in _RATIOS:
+            value = getattr(self, name)
+            if not _number(value) or not value > 0:
+                raise ConfigError(f"limits.{name}", value, "a positive ratio")
+        for name in _COUNTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"limits.{name}", value, "an integer >= 1")
+
+    @property
+    def rates(self) -> RateLimits:
+        """The shaping limits as `emulator.lab.netstats.window_events` takes them."""
+        return RateLimits(over=self.rate_over, under=self.rate_under)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for health.json."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Limits:
+        """The limits as `to_dict` wrote them; a limit an older file lacks takes its default,
+        one a newer file added is ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
