@@ -37,6 +37,8 @@ from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.hostplan import kv_source_map
 from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement, place
 from zcube_lab.core.fabric.queues import (
+    DEFAULT_BUFFER_MODEL,
+    DEFAULT_CHIP,
     HOST_QUEUE_PACKETS,
     MAX_MTU,
     MIN_MTU,
@@ -79,6 +81,8 @@ class RunConfig:
     mtu: int | str = MAX_MTU  # or "auto": zcube_lab.core.fabric.queues.fabric_mtu
     queue_packets: int | None = None  # every switch port's queue; None: the buffer model's
     host_queue_packets: int = HOST_QUEUE_PACKETS
+    buffer_model: str = DEFAULT_BUFFER_MODEL  # zcube_lab.core.fabric.queues.BUFFER_MODELS
+    switch_chip: str = DEFAULT_CHIP  # the chip whose buffer the shared/bytes/time models share
     policy: str = "ecmp"
     faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.core.fault_schedule)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
@@ -141,7 +145,12 @@ class RunConfig:
 
     def queue_model(self) -> QueueModel:
         """The queue limits of every shaped port (zcube_lab.core.fabric.queues)."""
-        return QueueModel(packets=self.queue_packets, host_packets=self.host_queue_packets)
+        return QueueModel(
+            packets=self.queue_packets,
+            host_packets=self.host_queue_packets,
+            buffer_model=self.buffer_model,
+            chip=self.switch_chip,
+        )
 
     def link_mtu(self, fabric: Fabric, scale: Scale) -> int:
         """The MTU of every fabric interface: as given, or the rule's for `auto`."""

@@ -12,6 +12,10 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, PARAMETERS, build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.queues import (
+    BUFFER_MODELS,
+    CHIPS,
+    DEFAULT_BUFFER_MODEL,
+    DEFAULT_CHIP,
     HOST_QUEUE_PACKETS,
     MAX_MTU,
     MAX_QUEUE_PACKETS,
@@ -137,14 +141,28 @@ def mtu_arg(text: str) -> int | str:
 
 
 def add_link_arguments(group: argparse._ArgumentGroup) -> None:
-    """--mtu, --queue-packets and --host-queue-packets: packet size and queue limits of every
-    shaped link."""
+    """--mtu, --buffer-model, --switch-chip, --queue-packets and --host-queue-packets: packet
+    size and queue limits of every shaped link."""
     group.add_argument(
         "--mtu",
         type=mtu_arg,
         default=MAX_MTU,
         help=f"MTU of every fabric interface (default {MAX_MTU}); auto: the largest whose "
         "per-hop serialization on the slowest link stays within 2%% of a 50 ms transfer",
+    )
+    group.add_argument(
+        "--buffer-model",
+        choices=BUFFER_MODELS,
+        default=DEFAULT_BUFFER_MODEL,
+        help=f"switch buffer model sizing every switch port's queue (default "
+        f"{DEFAULT_BUFFER_MODEL}; docs/DOMAIN.md section 5, Switch buffer models)",
+    )
+    group.add_argument(
+        "--switch-chip",
+        choices=sorted(CHIPS),
+        default=DEFAULT_CHIP,
+        help=f"switch chip generation whose buffer the shared/bytes/time models share out "
+        f"(default {DEFAULT_CHIP}, the same chip for every fabric)",
     )
     group.add_argument(
         "--queue-packets",
@@ -166,4 +184,9 @@ def link_options_from_args(
 ) -> tuple[int, QueueModel]:
     """The MTU and queue model the link options describe."""
     mtu = fabric_mtu(fabric, scale) if args.mtu == "auto" else args.mtu
-    return mtu, QueueModel(packets=args.queue_packets, host_packets=args.host_queue_packets)
+    return mtu, QueueModel(
+        packets=args.queue_packets,
+        host_packets=args.host_queue_packets,
+        buffer_model=args.buffer_model,
+        chip=args.switch_chip,
+    )

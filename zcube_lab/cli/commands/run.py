@@ -151,6 +151,8 @@ def config_from_args(
         mtu=args.mtu,
         queue_packets=args.queue_packets,
         host_queue_packets=args.host_queue_packets,
+        buffer_model=args.buffer_model,
+        switch_chip=args.switch_chip,
         policy=args.policy,
         faults=tuple(args.fail),
         layout=layout,

@@ -264,14 +264,20 @@ def serve(args: argparse.Namespace) -> int:
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
     from zcube_lab.core.errors import ConfigError
-    from zcube_lab.core.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU
+    from zcube_lab.core.fabric.queues import (
+        DEFAULT_BUFFER_MODEL,
+        DEFAULT_CHIP,
+        HOST_QUEUE_PACKETS,
+        MAX_MTU,
+    )
 
     console = Console(stderr=True)
     if args.cli:
         console.print("[red]zcube-lab up: --serve and --cli do not go together[/red]")
         return 2
-    defaults = (MAX_MTU, None, HOST_QUEUE_PACKETS)
-    if (args.mtu, args.queue_packets, args.host_queue_packets) != defaults:
+    defaults = (MAX_MTU, None, HOST_QUEUE_PACKETS, DEFAULT_BUFFER_MODEL, DEFAULT_CHIP)
+    given = (args.mtu, args.queue_packets, args.host_queue_packets)
+    if (*given, args.buffer_model, args.switch_chip) != defaults:
         # The serving plan (emulator.experiment.plan.RunConfig) does not carry them yet.
         console.print("[red]zcube-lab up: the link options do not go with --serve yet[/red]")
         return 2
