@@ -1,6 +1,7 @@
 """Each switch buffer model (zcube_lab.core.fabric.queues) sets the queue limits it states on
-a real fabric: a ZCube and a ROFT of 16 GPUs built in Mininet, every switch port's and one
-host's leaf FIFO read back with `tc -s qdisc show`."""
+a real fabric: a ZCube and a ROFT of 16 GPUs built in Mininet, every switch port's and two
+hosts' leaf FIFOs read back with `tc -s qdisc show`. Each lab also gets one TCP congestion
+control (`--cc`; each on both fabrics), read back with sysctl in every host namespace."""
 
 from __future__ import annotations
 
@@ -34,10 +35,19 @@ STATED = {
     ("roft", "bytes"): 64,
     ("roft", "time"): 64,
 }
+# The congestion control each lab's hosts get: every choice once per fabric.
+CC = {
+    ("zcube", "shared"): "cubic",
+    ("zcube", "bytes"): "reno",
+    ("zcube", "time"): "bbr",
+    ("roft", "shared"): "reno",
+    ("roft", "bytes"): "bbr",
+    ("roft", "time"): "cubic",
+}
 LEAF = re.compile(r"qdisc pfifo 10: (?:dev (\S+) )?parent 5:1 limit (\d+)p")
 
 
-@pytest.fixture(params=sorted(STATED), ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(scope="module", params=sorted(STATED), ids=lambda p: f"{p[0]}-{p[1]}")
 def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     kind, model = request.param
     options = LabOptions(
@@ -46,6 +56,7 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         metrics_port=free_port(),
         state_dir=tmp_path_factory.mktemp("state"),
         queue=QueueModel(buffer_model=model),
+        congestion_control=CC[request.param],
     )
     lab = Lab(build_fabric(SPECS[kind]), options)
     lab.start()
@@ -71,3 +82,10 @@ def test_switch_and_host_ports_hold_the_stated_limits(lab: Lab) -> None:
             text = node.cmd("tc", "-s", "qdisc", "show", "dev", i.name)
             [(_, packets)] = LEAF.findall(text)
             assert int(packets) == HOST_QUEUE_PACKETS, (h.name, i.name, text)
+
+
+def test_every_host_namespace_runs_the_chosen_congestion_control(lab: Lab) -> None:
+    chosen = lab.options.congestion_control
+    for h in lab.fabric.hosts:
+        got = lab.net.get(h.name).cmd("sysctl", "-n", "net.ipv4.tcp_congestion_control")
+        assert got.strip() == chosen, h.name

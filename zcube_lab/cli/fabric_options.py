@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, PARAMETERS, build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.hostplan import CONGESTION_CONTROLS, DEFAULT_CONGESTION_CONTROL
 from zcube_lab.core.fabric.queues import (
     BUFFER_MODELS,
     CHIPS,
@@ -176,6 +177,18 @@ def add_link_arguments(group: argparse._ArgumentGroup) -> None:
         default=HOST_QUEUE_PACKETS,
         help=f"queue limit of every host NIC port in packets (default {HOST_QUEUE_PACKETS}: "
         "a NIC back-pressures its host instead of dropping)",
+    )
+
+
+def add_transport_arguments(group: argparse._ArgumentGroup) -> None:
+    """--cc: TCP congestion control of every host namespace."""
+    group.add_argument(
+        "--cc",
+        choices=CONGESTION_CONTROLS,
+        default=DEFAULT_CONGESTION_CONTROL,
+        help=f"TCP congestion control in every host namespace (default "
+        f"{DEFAULT_CONGESTION_CONTROL}: the kernel's own, which hosts inherited before; "
+        "docs/DOMAIN.md section 5)",
     )
 
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from zcube_lab.cli.fabric_options import (
     add_fabric_arguments,
     add_link_arguments,
+    add_transport_arguments,
     link_options_from_args,
     spec_from_args,
 )
@@ -47,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "bandwidth_scale = full-scale NIC rate / this",
     )
     add_link_arguments(lab)
+    add_transport_arguments(lab)
     lab.add_argument(
         "--datapath",
         choices=["auto", "user", "kernel"],
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
             scale=scale,
             mtu=mtu,
             queue=queue,
+            congestion_control=args.cc,
             datapath=args.datapath,
             policy=policy.routing,
             recompute=policy.recompute,
@@ -243,6 +246,7 @@ def serve_config(args: argparse.Namespace) -> RunConfig:
         seed=args.seed,
         model=args.model,
         nic_mbps=args.nic_mbps,
+        congestion_control=args.cc,
         policy=args.policy,
         layout=LayoutSpec(
             prefill_servers=int(profile_hint(args.workload, "prefill_servers", 1)),  # type: ignore[call-overload]
