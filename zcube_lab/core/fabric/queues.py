@@ -38,6 +38,11 @@ against 1.44 s and 0.72 s with the interface default of 1,000 packets. Drops at 
 are the modelled switch's (congestion; reported per port by the health verdict, not judged);
 a retransmission timeout they cause is judged, since its 200 ms is the lab's, not the fabric's.
 
+That rule is the `port-floor` buffer model, the default. The `shared`, `bytes` and `time`
+models (`QueueModel.limit`; docs/DOMAIN.md §5, "Switch buffer models") give a port a share of
+one switch chip's buffer (`CHIPS`, the same chip for every fabric) scaled like every byte, the
+chip raised alike until a NIC-rate port holds the floor.
+
 The model sizes switch ports. A host's end of its NIC link is not a switch buffer: a real NIC
 does not drop what its host sends, it stops the host's queue, and TCP Small Queues keep each
 socket's share of that queue to about 2 packets (or 1 ms of its rate). A drop in the host's own
