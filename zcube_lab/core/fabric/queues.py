@@ -210,7 +210,7 @@ class QueueModel:
         port_bytes = self.port_fraction(full_gbps, nic) * self.lab_chip_bytes(
             mbps, full_gbps, mtu, nic
         )
-        packets = math.floor(port_bytes / mtu + 1e-9)  # 1e-9: the floor's own product is exact
+        packets = math.floor(port_bytes / mtu + 1e-9)  # 1e-9: a raised chip gives F, not F - 1
         return max(MIN_QUEUE_PACKETS, min(MAX_QUEUE_PACKETS, packets))
 
     def port_fraction(self, full_gbps: float, nic_gbps: float) -> float:
