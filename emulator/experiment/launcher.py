@@ -136,6 +136,7 @@ class Launcher:
             scale=plan.scale,
             mtu=plan.config.link_mtu(plan.fabric, plan.scale),
             queue=plan.config.queue_model(),
+            congestion_control=plan.config.congestion_control,
             policy=plan.policy.routing,
             recompute=plan.policy.recompute,
             management=True,

@@ -34,9 +34,15 @@ from zcube_lab.core.fabric.addressing import MGMT_ROOT_IP, management_address
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.clusterplan import check_machine_list, mgmt_root_address
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
-from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.hostplan import (
+    DEFAULT_CONGESTION_CONTROL,
+    check_congestion_control,
+    kv_source_map,
+)
 from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement, place
 from zcube_lab.core.fabric.queues import (
+    DEFAULT_BUFFER_MODEL,
+    DEFAULT_CHIP,
     HOST_QUEUE_PACKETS,
     MAX_MTU,
     MIN_MTU,
@@ -79,6 +85,9 @@ class RunConfig:
     mtu: int | str = MAX_MTU  # or "auto": zcube_lab.core.fabric.queues.fabric_mtu
     queue_packets: int | None = None  # every switch port's queue; None: the buffer model's
     host_queue_packets: int = HOST_QUEUE_PACKETS
+    buffer_model: str = DEFAULT_BUFFER_MODEL  # zcube_lab.core.fabric.queues.BUFFER_MODELS
+    switch_chip: str = DEFAULT_CHIP  # the chip whose buffer the shared/bytes/time models share
+    congestion_control: str = DEFAULT_CONGESTION_CONTROL  # every host namespace's TCP (--cc)
     policy: str = "ecmp"
     faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.core.fault_schedule)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
@@ -107,6 +116,7 @@ class RunConfig:
         if not 0 < self.nic_mbps <= 1000:
             raise ConfigError("nic_mbps", self.nic_mbps, "between 0 and 1000 Mb/s")
         self.queue_model()  # names a bad queue option now, not when the lab starts
+        check_congestion_control(self.congestion_control)
         if self.mtu != "auto" and not (
             isinstance(self.mtu, int) and MIN_MTU <= self.mtu <= MAX_MTU
         ):
@@ -141,7 +151,12 @@ class RunConfig:
 
     def queue_model(self) -> QueueModel:
         """The queue limits of every shaped port (zcube_lab.core.fabric.queues)."""
-        return QueueModel(packets=self.queue_packets, host_packets=self.host_queue_packets)
+        return QueueModel(
+            packets=self.queue_packets,
+            host_packets=self.host_queue_packets,
+            buffer_model=self.buffer_model,
+            chip=self.switch_chip,
+        )
 
     def link_mtu(self, fabric: Fabric, scale: Scale) -> int:
         """The MTU of every fabric interface: as given, or the rule's for `auto`."""

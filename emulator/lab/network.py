@@ -44,7 +44,14 @@ from emulator.lab.system import LabError, attempt
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.addressing import fabric_networks
 from zcube_lab.core.fabric.description import Fabric
-from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
+from zcube_lab.core.fabric.hostplan import (
+    CONGESTION_CONTROLS,
+    DEFAULT_CONGESTION_CONTROL,
+    MGMT_BRIDGE,
+    check_congestion_control,
+    management_address,
+    management_peer,
+)
 from zcube_lab.core.fabric.linkplan import LinkSettings, PortShape, port_shapes
 from zcube_lab.core.fabric.queues import QueueModel, queue_summary
 from zcube_lab.core.fabric.scale import Scale
@@ -78,8 +85,10 @@ class LabOptions:
     log_dir: Path | None = None  # where controller.log goes (default: a fresh temporary folder)
     queue: QueueModel = field(default_factory=QueueModel)  # leaf queue of every shaped port
     shaped: bool = True  # False: no rate limit and no queue limit (bench/datapath.py)
+    congestion_control: str = DEFAULT_CONGESTION_CONTROL  # every host namespace's TCP
 
     def __post_init__(self) -> None:
+        check_congestion_control(self.congestion_control)
         if self.datapath not in DATAPATHS:
             raise ConfigError("datapath", self.datapath, f"one of {list(DATAPATHS)}")
         if not 1280 <= self.mtu <= 9000:
@@ -91,6 +100,36 @@ class LabOptions:
         if not self.shaped:
             return {}
         return port_shapes(fabric, self.scale, self.mtu, self.queue)
+
+
+CC_SYSCTL = Path("/proc/sys/net/ipv4")
+
+
+def ensure_congestion_control(name: str, sysctl_dir: Path = CC_SYSCTL) -> list[str]:
+    """Make TCP congestion control `name` settable as a host namespace's default, or raise a
+    LabError naming what this kernel has. Loads `tcp_<name>` when the kernel lacks it, and adds
+    it to `tcp_allowed_congestion_control` (a machine-wide list; the kernel lets a namespace
+    other than the first default only to an algorithm on it: EPERM otherwise). Returns what
+    it changed."""
+    changed: list[str] = []
+    available_file = sysctl_dir / "tcp_available_congestion_control"
+    available = available_file.read_text().split()
+    if name not in available:
+        code, output = attempt(["modprobe", "-q", f"tcp_{name}"], timeout=20)
+        available = available_file.read_text().split()
+        if name not in available:
+            raise LabError(
+                f"TCP congestion control {name!r} is not in this kernel (available: "
+                f"{', '.join(available)}; modprobe tcp_{name}: {output or code}); choose one of "
+                f"{', '.join(c for c in CONGESTION_CONTROLS if c in available)}"
+            )
+        changed.append(f"loaded tcp_{name}")
+    allowed_file = sysctl_dir / "tcp_allowed_congestion_control"
+    allowed = allowed_file.read_text().split()
+    if name not in allowed:
+        allowed_file.write_text(" ".join([*allowed, name]) + "\n")
+        changed.append(f"added {name} to net.ipv4.tcp_allowed_congestion_control")
+    return changed
 
 
 def kernel_datapath_available() -> bool:
@@ -277,6 +316,9 @@ class Lab:
             if changed:
                 self.progress(f"datapath socket buffers: {'; '.join(changed)}")
         self.send_error_offset = ovs.log_size()
+        changed = ensure_congestion_control(self.options.congestion_control)
+        if changed:
+            self.progress(f"congestion control: {'; '.join(changed)}")
 
     def _start_controller(self) -> None:
         o = self.options
@@ -317,6 +359,7 @@ class Lab:
             shapes=o.port_shapes(self.fabric),
             userspace=self.datapath == "user",
             management=o.management,
+            congestion_control=o.congestion_control,
         )
 
     def _build(self) -> None:
@@ -485,6 +528,7 @@ class Lab:
             "bandwidth_scale": self.options.scale.bandwidth_scale(self.fabric),
             "nic_mbps": self.options.scale.nic_mbps,
             "mtu": self.options.mtu,
+            "congestion_control": self.options.congestion_control,
             "queue_model": self.options.queue.describe() if self.options.shaped else "unshaped",
             "queues": queue_summary(
                 self.fabric, self.options.scale, self.options.mtu, self.options.queue

@@ -132,3 +132,103 @@ def test_summary_groups_links_by_rate() -> None:
     rows = queue_summary(oversubscribed, Scale(nic_mbps=1000), 9000, QueueModel(packets=50))
     assert sum(r["links"] for r in rows) == len(oversubscribed.links)
     assert all(r["queue_packets"] == 50 for r in rows)
+
+
+# Switch buffer models: a ZCube and a ROFT of 16 GPUs (400G NICs; ZCube ports 200G), the same
+# 51.2T chip (165 MB) for both. Hand arithmetic in the comments.
+ZCUBE16 = FabricSpec.of("zcube", n=4)
+ROFT16 = FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2)
+
+
+def _switch_limits(spec: FabricSpec, scale: Scale, mtu: int, model: QueueModel) -> set[int]:
+    fabric = build_fabric(spec)
+    limits = port_queue_limits(fabric, scale, mtu, model)
+    hosts = {h.name for h in fabric.hosts}
+    assert {v for k, v in limits.items() if k.split("-")[0] in hosts} == {model.host_packets}
+    return {v for k, v in limits.items() if k.split("-")[0] not in hosts}
+
+
+@pytest.mark.parametrize(
+    ("model", "zcube", "roft"),
+    [
+        # Default scale (S = 4000, MTU 9000): the 165 MB chip is 41,250 bytes in the lab, under
+        # 5 jumbo frames, so every model raises the chip until a NIC-rate port holds 64.
+        ("port-floor", 64, 64),  # max(64, min(72 or 144, 6 or 13)): the floor
+        ("shared", 64, 64),  # chip raised to 64 x 9000 x 2; a port holds 1/2 of it: 64
+        ("bytes", 64, 64),  # chip raised to 64 x 9000 x 128; a port holds 1/128: 64
+        ("time", 32, 64),  # the same chip; a 200G port holds 200/51200 of it: 32
+    ],
+)
+def test_buffer_models_at_the_default_scale(model: str, zcube: int, roft: int) -> None:
+    queue = QueueModel(buffer_model=model)
+    assert _switch_limits(ZCUBE16, Scale(), 9000, queue) == {zcube}
+    assert _switch_limits(ROFT16, Scale(), 9000, queue) == {roft}
+
+
+@pytest.mark.parametrize(
+    ("model", "zcube", "roft"),
+    [
+        # NIC 1000 Mb/s (S = 400), MTU 1500: the chip is 412,500 bytes in the lab.
+        ("port-floor", 416, 833),  # 10 ms at 500 / 1000 Mb/s: 416 and 833 packets
+        # 412,500 > the floor's 64 x 1500 x 2 = 192,000: not raised; 1/2 of it is 206,250
+        # bytes, 137 packets, on every port whatever its rate.
+        ("shared", 137, 137),
+        ("bytes", 64, 64),  # 412,500 / 128 = 3,223 bytes < 64 packets: raised, 64 everywhere
+        ("time", 32, 64),  # raised as bytes; 200G gets half a 400G port's bytes
+    ],
+)
+def test_buffer_models_where_the_chip_outgrows_the_floor(model: str, zcube: int, roft: int) -> None:
+    queue = QueueModel(buffer_model=model)
+    assert _switch_limits(ZCUBE16, Scale(nic_mbps=1000), 1500, queue) == {zcube}
+    assert _switch_limits(ROFT16, Scale(nic_mbps=1000), 1500, queue) == {roft}
+
+
+def test_shared_model_follows_the_dynamic_threshold() -> None:
+    # S = 400, MTU 1500, floor 2 packets: 412,500 bytes x alpha / (1 + alpha k).
+    def shared(**kw: object) -> int:
+        return QueueModel(buffer_model="shared", floor_packets=2, **kw).limit(1000, 400, 1500)
+
+    assert shared() == 137  # 1 / 2: 206,250 bytes
+    assert shared(congested_ports=3) == 68  # 1 / 4: 103,125 bytes
+    assert shared(alpha=2.0, congested_ports=3) == 78  # 2 / 7: 117,857 bytes
+    # A port holds the same bytes at any rate of the same scale (200G at 500 Mb/s).
+    assert QueueModel(buffer_model="shared").limit(500, 200, 1500, 400) == 137
+
+
+def test_the_chip_generation_changes_the_unraised_share() -> None:
+    # 25.6T chip, 113 MB: 282,500 bytes at S = 400; shared 1/2: 141,250 bytes, 94 packets.
+    queue = QueueModel(buffer_model="shared", chip="25.6t")
+    assert queue.limit(1000, 400, 1500) == 94
+    # time: 113 MB x 400 / 25,600 per 400G port = 1.77 MB real, 4,414 bytes at S = 400:
+    # under 64 x 1500, raised alike: 64; a 200G port 32.
+    assert QueueModel(buffer_model="time", chip="25.6t").limit(500, 200, 1500, 400) == 32
+
+
+def test_override_beats_every_model_and_bad_models_are_named() -> None:
+    for model in ("shared", "bytes", "time"):
+        assert QueueModel(packets=40, buffer_model=model).limit(50, 200, 9000, 400) == 40
+    with pytest.raises(ConfigError, match="buffer model"):
+        QueueModel(buffer_model="deep")
+    with pytest.raises(ConfigError, match="switch chip"):
+        QueueModel(chip="tomahawk9")
+    with pytest.raises(ConfigError, match="congested ports"):
+        QueueModel(congested_ports=0)
+    assert "time: equal queueing time" in QueueModel(buffer_model="time").describe()
+    assert "port-floor" in QueueModel().describe()
+
+
+def test_run_options_record_the_buffer_model_in_the_run_config() -> None:
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.run import config_from_args
+
+    args = build_parser().parse_args(
+        ["run", "--fabric", "zcube", "--buffer-model", "time", "--switch-chip", "25.6t"]
+    )
+    config = config_from_args(args)
+    recorded = config.to_dict()
+    assert (recorded["buffer_model"], recorded["switch_chip"]) == ("time", "25.6t")
+    assert config.queue_model() == QueueModel(buffer_model="time", chip="25.6t")
+    default = config_from_args(build_parser().parse_args(["run"])).queue_model()
+    assert default == QueueModel()  # today's port-floor rule stays the default
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--buffer-model", "deep"])

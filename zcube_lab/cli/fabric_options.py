@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, PARAMETERS, build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.hostplan import CONGESTION_CONTROLS, DEFAULT_CONGESTION_CONTROL
 from zcube_lab.core.fabric.queues import (
+    BUFFER_MODELS,
+    CHIPS,
+    DEFAULT_BUFFER_MODEL,
+    DEFAULT_CHIP,
     HOST_QUEUE_PACKETS,
     MAX_MTU,
     MAX_QUEUE_PACKETS,
@@ -137,14 +142,28 @@ def mtu_arg(text: str) -> int | str:
 
 
 def add_link_arguments(group: argparse._ArgumentGroup) -> None:
-    """--mtu, --queue-packets and --host-queue-packets: packet size and queue limits of every
-    shaped link."""
+    """--mtu, --buffer-model, --switch-chip, --queue-packets and --host-queue-packets: packet
+    size and queue limits of every shaped link."""
     group.add_argument(
         "--mtu",
         type=mtu_arg,
         default=MAX_MTU,
         help=f"MTU of every fabric interface (default {MAX_MTU}); auto: the largest whose "
         "per-hop serialization on the slowest link stays within 2%% of a 50 ms transfer",
+    )
+    group.add_argument(
+        "--buffer-model",
+        choices=BUFFER_MODELS,
+        default=DEFAULT_BUFFER_MODEL,
+        help=f"switch buffer model sizing every switch port's queue (default "
+        f"{DEFAULT_BUFFER_MODEL}; docs/DOMAIN.md section 5, Switch buffer models)",
+    )
+    group.add_argument(
+        "--switch-chip",
+        choices=sorted(CHIPS),
+        default=DEFAULT_CHIP,
+        help=f"switch chip generation whose buffer the shared/bytes/time models share out "
+        f"(default {DEFAULT_CHIP}, the same chip for every fabric)",
     )
     group.add_argument(
         "--queue-packets",
@@ -161,9 +180,26 @@ def add_link_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def add_transport_arguments(group: argparse._ArgumentGroup) -> None:
+    """--cc: TCP congestion control of every host namespace."""
+    group.add_argument(
+        "--cc",
+        choices=CONGESTION_CONTROLS,
+        default=DEFAULT_CONGESTION_CONTROL,
+        help=f"TCP congestion control in every host namespace (default "
+        f"{DEFAULT_CONGESTION_CONTROL}: the kernel's own, which hosts inherited before; "
+        "docs/DOMAIN.md section 5)",
+    )
+
+
 def link_options_from_args(
     args: argparse.Namespace, fabric: Fabric, scale: Scale
 ) -> tuple[int, QueueModel]:
     """The MTU and queue model the link options describe."""
     mtu = fabric_mtu(fabric, scale) if args.mtu == "auto" else args.mtu
-    return mtu, QueueModel(packets=args.queue_packets, host_packets=args.host_queue_packets)
+    return mtu, QueueModel(
+        packets=args.queue_packets,
+        host_packets=args.host_queue_packets,
+        buffer_model=args.buffer_model,
+        chip=args.switch_chip,
+    )

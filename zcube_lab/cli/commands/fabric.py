@@ -10,9 +10,16 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from zcube_lab.cli.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.cli.fabric_options import (
+    add_fabric_arguments,
+    add_link_arguments,
+    link_options_from_args,
+    spec_from_args,
+)
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.queues import queue_summary
+from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.fabric.split import RULE, Split, split_fabric
 
 
@@ -30,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "GPU servers) and show each machine's share and the links that become tunnels",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    links = parser.add_argument_group("queues (what a lab of this fabric would set)")
+    links.add_argument(
+        "--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate (default 100)"
+    )
+    add_link_arguments(links)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,8 +55,16 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError("paths", name, f"a host name from h0 to h{len(fabric.hosts) - 1}")
         paths = fabric.shortest_paths(*args.paths)
     split = None if args.machines is None else split_fabric(fabric, args.machines)
+    scale = Scale(nic_mbps=args.nic_mbps)
+    mtu, queue = link_options_from_args(args, fabric, scale)
+    queues = queue_summary(fabric, scale, mtu, queue)
     if args.json:
-        out = {"summary": summary, "ports_used": fabric.ports_used()}
+        out = {
+            "summary": summary,
+            "ports_used": fabric.ports_used(),
+            "queue_model": queue.describe(),
+            "queues": queues,
+        }
         if args.paths:
             out["paths"] = [
                 {
@@ -76,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         "switching capacity", f"{summary['switching_capacity_gbps'] / 1000:g} Tb/s (full scale)"
     )
     console.print(table)
+    _print_queues(console, queue.describe(), queues, args.nic_mbps, mtu)
     if args.paths:
         src, dst = args.paths
         for p in paths:
@@ -91,6 +112,25 @@ def run(args: argparse.Namespace) -> int:
     if split is not None:
         _print_split(console, split)
     return 0
+
+
+def _print_queues(
+    console: Console, model: str, queues: list[dict], nic_mbps: float, mtu: int
+) -> None:
+    """The switch ports' queue limits per emulated link rate (zcube_lab.core.fabric.queues)."""
+    table = Table(title=f"switch port queues at NIC {nic_mbps:g} Mb/s, MTU {mtu}")
+    for column in ("links", "Mb/s", "packets", "full queue ms", "ms/hop"):
+        table.add_column(column)
+    for q in queues:
+        table.add_row(
+            str(q["links"]),
+            f"{q['mbps']:g}",
+            str(q["queue_packets"]),
+            f"{q['max_queue_ms']:g}",
+            f"{q['serialization_ms']:g}",
+        )
+    console.print(table)
+    console.print(f"queue model: {model}")
 
 
 def _print_split(console: Console, split: Split) -> None:

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from zcube_lab.cli.fabric_options import add_fabric_arguments, add_link_arguments, spec_from_args
+from zcube_lab.cli.fabric_options import (
+    add_fabric_arguments,
+    add_link_arguments,
+    add_transport_arguments,
+    spec_from_args,
+)
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.procs import raise_interrupt
 
@@ -109,6 +114,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, rate: bool = True) -> Non
         "Locust runs a master here and a worker on every machine",
     )
     add_link_arguments(lab)
+    add_transport_arguments(lab)
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
 
 
@@ -151,6 +157,9 @@ def config_from_args(
         mtu=args.mtu,
         queue_packets=args.queue_packets,
         host_queue_packets=args.host_queue_packets,
+        buffer_model=args.buffer_model,
+        switch_chip=args.switch_chip,
+        congestion_control=args.cc,
         policy=args.policy,
         faults=tuple(args.fail),
         layout=layout,
@@ -201,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
         "kv_xfer_p99_s": s.transfers.kv_xfer_p99_s if s.transfers else None,
         "kv_pulls_stalled": s.transfers.kv_pulls_stalled if s.transfers else None,
         "busiest_link": busiest_link(s),
+        "congestion_control": exp.config.congestion_control,
+        "buffer_model": exp.config.buffer_model,
         "trustworthy": s.trustworthy,
         "reasons": list(s.health.reasons),
     }, indent=2))  # fmt: skip

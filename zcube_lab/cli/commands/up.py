@@ -21,6 +21,7 @@ from rich.table import Table
 from zcube_lab.cli.fabric_options import (
     add_fabric_arguments,
     add_link_arguments,
+    add_transport_arguments,
     link_options_from_args,
     spec_from_args,
 )
@@ -47,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "bandwidth_scale = full-scale NIC rate / this",
     )
     add_link_arguments(lab)
+    add_transport_arguments(lab)
     lab.add_argument(
         "--datapath",
         choices=["auto", "user", "kernel"],
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
             scale=scale,
             mtu=mtu,
             queue=queue,
+            congestion_control=args.cc,
             datapath=args.datapath,
             policy=policy.routing,
             recompute=policy.recompute,
@@ -243,6 +246,7 @@ def serve_config(args: argparse.Namespace) -> RunConfig:
         seed=args.seed,
         model=args.model,
         nic_mbps=args.nic_mbps,
+        congestion_control=args.cc,
         policy=args.policy,
         layout=LayoutSpec(
             prefill_servers=int(profile_hint(args.workload, "prefill_servers", 1)),  # type: ignore[call-overload]
@@ -264,14 +268,20 @@ def serve(args: argparse.Namespace) -> int:
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
     from zcube_lab.core.errors import ConfigError
-    from zcube_lab.core.fabric.queues import HOST_QUEUE_PACKETS, MAX_MTU
+    from zcube_lab.core.fabric.queues import (
+        DEFAULT_BUFFER_MODEL,
+        DEFAULT_CHIP,
+        HOST_QUEUE_PACKETS,
+        MAX_MTU,
+    )
 
     console = Console(stderr=True)
     if args.cli:
         console.print("[red]zcube-lab up: --serve and --cli do not go together[/red]")
         return 2
-    defaults = (MAX_MTU, None, HOST_QUEUE_PACKETS)
-    if (args.mtu, args.queue_packets, args.host_queue_packets) != defaults:
+    defaults = (MAX_MTU, None, HOST_QUEUE_PACKETS, DEFAULT_BUFFER_MODEL, DEFAULT_CHIP)
+    given = (args.mtu, args.queue_packets, args.host_queue_packets)
+    if (*given, args.buffer_model, args.switch_chip) != defaults:
         # The serving plan (emulator.experiment.plan.RunConfig) does not carry them yet.
         console.print("[red]zcube-lab up: the link options do not go with --serve yet[/red]")
         return 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.addressing import (
     MGMT_PREFIX_LEN,
     MGMT_ROOT_IP,
@@ -19,6 +20,19 @@ from zcube_lab.core.fabric.description import Fabric, Host
 
 SOURCE_TABLE_BASE = 100
 MGMT_BRIDGE = "zcl-mgmt"
+
+# TCP congestion control of every host namespace (`--cc`; docs/DOMAIN.md §5): the algorithms
+# this kernel has. The default is bbr: the kernel's own default (CONFIG_DEFAULT_TCP_CONG), which
+# every host namespace inherited before the choice was stated, so earlier runs used it.
+CONGESTION_CONTROLS = ("bbr", "cubic", "reno")
+DEFAULT_CONGESTION_CONTROL = "bbr"
+
+
+def check_congestion_control(name: str) -> str:
+    """`name` when it is one of CONGESTION_CONTROLS, else a ConfigError naming them."""
+    if name not in CONGESTION_CONTROLS:
+        raise ConfigError("congestion control", name, f"one of {list(CONGESTION_CONTROLS)}")
+    return name
 
 
 def management_interface(host: Host) -> str:
@@ -118,9 +132,10 @@ def kv_source_map(fabric: Fabric, host: Host) -> tuple[tuple[str, str], ...]:
     return ((str(plane_network(1, 2)), p1.ip), (str(plane_network(0, 2)), p2.ip))
 
 
-def sysctls(host: Host) -> list[str]:
+def sysctls(host: Host, congestion_control: str | None = None) -> list[str]:
     """`key=value` settings for one host: no reverse-path filter (ZCube replies may arrive on
-    the other port), no IPv6 chatter on the fabric."""
+    the other port), no IPv6 chatter on the fabric, and TCP's congestion control when given
+    (per network namespace on this kernel; None keeps what the namespace inherited)."""
     out = [
         "net.ipv4.conf.all.rp_filter=0",
         "net.ipv4.conf.default.rp_filter=0",
@@ -128,4 +143,8 @@ def sysctls(host: Host) -> list[str]:
         "net.ipv6.conf.default.disable_ipv6=1",
     ]
     out += [f"net.ipv4.conf.{i.name}.rp_filter=0" for i in host.interfaces]
+    if congestion_control is not None:
+        out.append(
+            f"net.ipv4.tcp_congestion_control={check_congestion_control(congestion_control)}"
+        )
     return out

@@ -75,6 +75,7 @@ class LinkSettings:
     shapes: Mapping[str, PortShape] = field(default_factory=dict)
     userspace: bool = True
     management: bool = False
+    congestion_control: str | None = None  # every host namespace's TCP (hostplan.sysctls)
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ def host_setup(fabric: Fabric, host: Host, settings: LinkSettings, folder: str) 
         (i.name, settings.shapes[i.name]) for i in host.interfaces if i.name in settings.shapes
     ]
     steps: list[Step | Batch] = [
-        Step(("sysctl", "-q", "-w", *sysctls(host))),
+        Step(("sysctl", "-q", "-w", *sysctls(host, settings.congestion_control))),
         Batch("ip", f"{host.name}.ip", tuple(ip_lines)),
     ]
     if shaped:

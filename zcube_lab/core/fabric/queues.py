@@ -38,6 +38,11 @@ against 1.44 s and 0.72 s with the interface default of 1,000 packets. Drops at 
 are the modelled switch's (congestion; reported per port by the health verdict, not judged);
 a retransmission timeout they cause is judged, since its 200 ms is the lab's, not the fabric's.
 
+That rule is the `port-floor` buffer model, the default. The `shared`, `bytes` and `time`
+models (`QueueModel.limit`; docs/DOMAIN.md §5, "Switch buffer models") give a port a share of
+one switch chip's buffer (`CHIPS`, the same chip for every fabric) scaled like every byte, the
+chip raised alike until a NIC-rate port holds the floor.
+
 The model sizes switch ports. A host's end of its NIC link is not a switch buffer: a real NIC
 does not drop what its host sends, it stops the host's queue, and TCP Small Queues keep each
 socket's share of that queue to about 2 packets (or 1 ms of its rate). A drop in the host's own
@@ -68,12 +73,48 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.scale import Scale
 
-# A Tomahawk-5-class switch: ~165 MB of shared buffer on 51.2 Tb/s (widely reported, not a
-# datasheet figure: an assumption), i.e. ~26 µs of line rate; a port's fair share is 26 µs of
-# its own rate. Dynamic thresholds let one congested port take more; the lab does not model it.
-SWITCH_BUFFER_BYTES = 165e6
-SWITCH_CAPACITY_GBPS = 51_200.0
+
+@dataclass(frozen=True)
+class SwitchChip:
+    """A switch chip generation: its switching capacity and its shared packet buffer."""
+
+    name: str
+    capacity_gbps: float
+    buffer_bytes: float
+    source: str
+
+
+# The chips of the two generations the fabrics are built from (docs/DOMAIN.md §5, "Switch
+# buffer models"): the same chip for every fabric, as the cost model assumes. Broadcom's public
+# product briefs give no buffer size; both figures are widely reported, not datasheet figures.
+CHIPS = {
+    "51.2t": SwitchChip(
+        "51.2t", 51_200.0, 165e6, "Tomahawk-5 class: ~165 MB (widely reported, not a datasheet)"
+    ),
+    "25.6t": SwitchChip(
+        "25.6t", 25_600.0, 113e6, "Tomahawk-4 class: ~113 MB (widely reported, not a datasheet)"
+    ),
+}
+DEFAULT_CHIP = "51.2t"  # the chip the cost model builds both fabrics from (docs/DOMAIN.md §2)
+
+# A Tomahawk-5-class switch: ~165 MB of shared buffer on 51.2 Tb/s (CHIPS above), i.e. ~26 µs
+# of line rate; a port's fair share is 26 µs of its own rate (the `port-floor` model).
+SWITCH_BUFFER_BYTES = CHIPS[DEFAULT_CHIP].buffer_bytes
+SWITCH_CAPACITY_GBPS = CHIPS[DEFAULT_CHIP].capacity_gbps
 PORT_BUFFER_S = SWITCH_BUFFER_BYTES * 8 / (SWITCH_CAPACITY_GBPS * 1e9)
+
+# The buffer models (`--buffer-model`; the arithmetic in `QueueModel.limit` and
+# docs/DOMAIN.md §5): `port-floor` is the rule above (today's default), the other three give a
+# port a share of the chip's buffer, scaled by the bandwidth scale like every byte.
+BUFFER_MODELS = ("port-floor", "shared", "bytes", "time")
+DEFAULT_BUFFER_MODEL = "port-floor"
+# Dynamic threshold (Choudhury and Hahne, IEEE/ACM ToN 6(2), 1998): a queue may grow to
+# alpha x the unused buffer, so k congested ports settle at alpha / (1 + alpha k) of it each.
+# alpha = 1 (SONiC's `dynamic_th` 0 = log2 alpha, a common egress lossy setting); k = 1: one
+# incast destination per chip, the last-hop incast of the issue. A static qdisc cannot share,
+# so `shared` gives every port the limit of that state.
+DT_ALPHA = 1.0
+DT_CONGESTED_PORTS = 1
 
 FLOOR_PACKETS = 64
 HOST_QUEUE_PACKETS = 1000
@@ -124,6 +165,10 @@ class QueueModel:
     floor_packets: int = FLOOR_PACKETS
     delay_budget_s: float = QUEUE_DELAY_BUDGET_S
     port_buffer_s: float = PORT_BUFFER_S
+    buffer_model: str = DEFAULT_BUFFER_MODEL
+    chip: str = DEFAULT_CHIP
+    alpha: float = DT_ALPHA
+    congested_ports: int = DT_CONGESTED_PORTS
 
     def __post_init__(self) -> None:
         allowed = f"a whole number from {MIN_QUEUE_PACKETS} to {MAX_QUEUE_PACKETS}"
@@ -139,26 +184,80 @@ class QueueModel:
             raise ConfigError(
                 "queue budget", (self.delay_budget_s, self.port_buffer_s), "positive seconds"
             )
+        if self.buffer_model not in BUFFER_MODELS:
+            raise ConfigError("buffer model", self.buffer_model, f"one of {list(BUFFER_MODELS)}")
+        if self.chip not in CHIPS:
+            raise ConfigError("switch chip", self.chip, f"one of {list(CHIPS)}")
+        if not self.alpha > 0:
+            raise ConfigError("dynamic threshold alpha", self.alpha, "a positive number")
+        if isinstance(self.congested_ports, bool) or not (
+            isinstance(self.congested_ports, int) and self.congested_ports >= 1
+        ):
+            raise ConfigError("congested ports", self.congested_ports, "a whole number >= 1")
 
-    def limit(self, mbps: float, full_gbps: float, mtu: int) -> int:
-        """Queue limit in packets of a port shaped to `mbps`, `full_gbps` at full scale."""
+    def limit(self, mbps: float, full_gbps: float, mtu: int, nic_gbps: float | None = None) -> int:
+        """Queue limit in packets of a port shaped to `mbps` (modelled), `full_gbps` at full
+        scale, in a fabric whose NICs are `nic_gbps` at full scale (default: `full_gbps`)."""
         if self.packets is not None:
             return self.packets
-        modelled = min(
-            real_share_packets(full_gbps, mtu, self.port_buffer_s),
-            delay_cap_packets(mbps, mtu, self.delay_budget_s),
+        if self.buffer_model == "port-floor":
+            modelled = min(
+                real_share_packets(full_gbps, mtu, self.port_buffer_s),
+                delay_cap_packets(mbps, mtu, self.delay_budget_s),
+            )
+            return max(self.floor_packets, modelled)
+        nic = nic_gbps or full_gbps
+        port_bytes = self.port_fraction(full_gbps, nic) * self.lab_chip_bytes(
+            mbps, full_gbps, mtu, nic
         )
-        return max(self.floor_packets, modelled)
+        packets = math.floor(port_bytes / mtu + 1e-9)  # 1e-9: a raised chip gives F, not F - 1
+        return max(MIN_QUEUE_PACKETS, min(MAX_QUEUE_PACKETS, packets))
+
+    def port_fraction(self, full_gbps: float, nic_gbps: float) -> float:
+        """The fraction of its chip's buffer a port of `full_gbps` holds under the model (NICs
+        of `nic_gbps`): `shared`, the dynamic threshold's alpha / (1 + alpha k) whatever the
+        port's rate; `bytes`, the buffer over the chip's ports at the NIC rate (the same bytes
+        for every port); `time`, the port's rate over the chip's capacity (the same time)."""
+        capacity = CHIPS[self.chip].capacity_gbps
+        if self.buffer_model == "shared":
+            return self.alpha / (1 + self.alpha * self.congested_ports)
+        if self.buffer_model == "bytes":
+            return nic_gbps / capacity
+        if self.buffer_model == "time":
+            return full_gbps / capacity
+        raise ConfigError("buffer model", self.buffer_model, "shared, bytes or time here")
+
+    def lab_chip_bytes(self, mbps: float, full_gbps: float, mtu: int, nic_gbps: float) -> float:
+        """The chip's buffer in the lab, for a port shaped to `mbps` that is `full_gbps` at full
+        scale: the chip's real bytes over the bandwidth scale, raised (for every chip and
+        fabric alike) until a port at the NIC rate holds `floor_packets` under the model."""
+        bandwidth_scale = full_gbps * 1000.0 / mbps
+        scaled = CHIPS[self.chip].buffer_bytes / bandwidth_scale
+        floor = self.floor_packets * mtu / self.port_fraction(nic_gbps, nic_gbps)
+        return max(scaled, floor)
 
     def describe(self) -> str:
         """One line for summaries and logs."""
         if self.packets is not None:
             switch = f"fixed {self.packets} packets per switch port (override)"
-        else:
+        elif self.buffer_model == "port-floor":
             switch = (
-                f"max({self.floor_packets}, min(real share {self.port_buffer_s * 1e6:.1f} us "
-                f"of the full-scale rate, {self.delay_budget_s * 1e3:g} ms at the emulated "
-                "rate)) packets per switch port"
+                f"port-floor: max({self.floor_packets}, min(real share "
+                f"{self.port_buffer_s * 1e6:.1f} us of the full-scale rate, "
+                f"{self.delay_budget_s * 1e3:g} ms at the emulated rate)) packets per switch port"
+            )
+        else:
+            chip = CHIPS[self.chip]
+            share = {
+                "shared": f"dynamic threshold alpha {self.alpha:g} with {self.congested_ports} "
+                "congested port(s) per chip, every port",
+                "bytes": "equal bytes per port (the chip's buffer over its ports at the NIC rate)",
+                "time": "equal queueing time per port (the chip's buffer in proportion to rate)",
+            }[self.buffer_model]
+            switch = (
+                f"{self.buffer_model}: {share}, of a {chip.name} chip's "
+                f"{chip.buffer_bytes / 1e6:g} MB / bandwidth scale, the chip raised alike until a "
+                f"NIC-rate port holds {self.floor_packets} packets"
             )
         return f"{switch}; {self.host_packets} packets per host NIC port"
 
@@ -192,7 +291,7 @@ def port_queue_limits(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel)
     `host_packets` on host ports."""
     limits: dict[str, int] = {}
     for lk in fabric.links:
-        packets = model.limit(scale.modelled_mbps(fabric, lk.gbps), lk.gbps, mtu)
+        packets = model.limit(scale.modelled_mbps(fabric, lk.gbps), lk.gbps, mtu, fabric.nic_gbps)
         for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
             limits[f"{node}-eth{port}"] = packets if fabric.is_switch(node) else model.host_packets
     return limits
@@ -204,7 +303,7 @@ def queue_summary(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel) -> 
     groups: dict[tuple[float, int], int] = {}
     for lk in fabric.links:
         mbps = scale.modelled_mbps(fabric, lk.gbps)
-        key = (round(mbps, 3), model.limit(mbps, lk.gbps, mtu))
+        key = (round(mbps, 3), model.limit(mbps, lk.gbps, mtu, fabric.nic_gbps))
         groups[key] = groups.get(key, 0) + 1
     return [
         {
