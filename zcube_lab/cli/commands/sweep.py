@@ -2,8 +2,8 @@
 requests at every rate (only the arrival gaps change; repeat k uses seed + k - 1) and repeats
 interleaved, and judge every point against an SLO: goodput, whether it met the SLO, and each
 fabric's capacity (per repeat the highest rate with every rate up to it met; "at least" when an
-untrustworthy run stopped the walk) against the baseline's. Results go to results/sweep-<time>/: the runs'
-folders, sweep.json and sweep.png. Needs root.
+untrustworthy run stopped the walk) against the baseline's. Results go to
+results/sweep-<time>/: the runs' folders, sweep.json and sweep.png. Needs root.
 
 SLO: each target is a per-request threshold (ttft, tpot, e2e; s or ms); a point meets the SLO
 when, for every target, at least its _pNN share (or --attainment) of the requests held it,
