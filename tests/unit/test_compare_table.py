@@ -18,6 +18,7 @@ from emulator.results.report import (
     table_rows,
     ttft_p99_interval,
     with_interval_row,
+    write_report,
 )
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
 from emulator.results.sweeppoints import sample_intervals
@@ -195,3 +196,17 @@ def test_a_run_below_1000_requests_adds_the_ttft_p99_interval_after_the_p99(
     assert with_interval_row(table_rows(aggregate(r), ["roft"], "roft"), r, ["roft"], "roft") == (
         table_rows(aggregate(r), ["roft"], "roft")
     )  # every run with enough samples: no row
+
+
+def test_report_html_shows_an_unbounded_interval_end(tmp_path: Path) -> None:
+    gen = random.Random(5)
+    ttfts = [gen.expovariate(2.0) for _ in range(120)]
+    z = _with_records(_run("zcube", 0, 0.9, False), tmp_path / "z0", ttfts)
+    r = _with_records(_run("roft", 0, 1.0, False), tmp_path / "r0", [1.0] * 1000)
+    for run in (z, r):
+        (run.dir / "config.json").write_text(json.dumps({"fabric_summary": {"hosts": 16}}))
+    page = write_report([z, r], tmp_path / "report", "roft", {}).read_text()
+    # 120 samples: P(K <= 115) = 0.74% <= 2.5% < P(K <= 116) = 3.3%, so ranks 116 and none above
+    low = sorted(ttfts)[115]
+    row = f"<tr><td>TTFT p99 95% CI (s)</td><td>[{low:.2f}, unbounded) (few samples: 120)</td>"
+    assert row + "<td>-</td><td></td></tr>" in page
