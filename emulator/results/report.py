@@ -9,9 +9,10 @@ wrote.
 
 When a run has fewer than 1,000 requests (`sweeppoints.ENOUGH_SAMPLES`), the table's TTFT p99
 row is followed by `TTFT p99 95% CI (s)` (`with_interval_row`): per variant, the envelope of
-its runs' percentile-bootstrap intervals of the client TTFT p99 (`sweeppoints.sample_intervals`),
-marked `few samples` with the fewest requests of a run (just that mark for runs read without
-their folder or records).
+its runs' 95% order-statistic intervals of the client TTFT p99 (`sweeppoints.sample_intervals`),
+an end the samples cannot bound written `unbounded` (`[1.62, unbounded)`), marked `few samples`
+with the fewest requests of a run (just that mark for runs read without their folder or
+records).
 """
 
 from __future__ import annotations
@@ -228,9 +229,15 @@ INTERVAL_LABEL = "TTFT p99 95% CI (s)"
 
 
 def ttft_p99_interval(runs: Sequence[RunSummary]) -> str:
-    """`[low, high] (few samples: n)`: the envelope of the runs' TTFT p99 bootstrap intervals,
-    n the fewest requests of a run; `-` when every run had enough samples."""
-    from emulator.results.sweeppoints import ENOUGH_SAMPLES, sample_intervals
+    """`[low, high] (few samples: n)`: the envelope of the runs' TTFT p99 order-statistic
+    intervals (an unbounded end `unbounded`), n the fewest requests of a run; `-` when every
+    run had enough samples."""
+    from emulator.results.sweeppoints import (
+        ENOUGH_SAMPLES,
+        envelope,
+        interval_text,
+        sample_intervals,
+    )
 
     few = [r for r in runs if r.client.requests < ENOUGH_SAMPLES]
     if not few:
@@ -245,8 +252,7 @@ def ttft_p99_interval(runs: Sequence[RunSummary]) -> str:
     n = min(r.client.requests for r in few)
     if not cis:
         return f"few samples: {n}"
-    low, high = min(lo for lo, _ in cis), max(hi for _, hi in cis)
-    return f"[{_fmt(low)}, {_fmt(high)}] (few samples: {n})"
+    return f"{interval_text(envelope(cis), _fmt)} (few samples: {n})"
 
 
 def with_interval_row(

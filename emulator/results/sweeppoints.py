@@ -9,11 +9,13 @@ every repeat met it, and is *trustworthy* when every repeat was (issue 11's verd
 *sent* rate counts the requests that arrived in the load window (`--duration`), over it.
 
 Samples: a run with fewer than `ENOUGH_SAMPLES` requests has *few samples* (its p99 is one of
-its ten largest values or fewer); for such a run the point carries the percentile-bootstrap 95%
-interval (`zcube_lab.core.stats.bootstrap_intervals`, `BOOTSTRAP_SEED`) of the client's TTFT
-and TPOT p50 and p99, over the same completed requests as those figures. A point has few
+its ten largest values or fewer); for such a run the point carries the 95% order-statistic
+(binomial) interval (`zcube_lab.core.stats.quantile_intervals`) of the client's TTFT and TPOT
+p50 and p99, over the same completed requests as those figures. An end the samples cannot
+bound is None (null in sweep.json): below 368 requests a p99 has no upper end. A point has few
 samples when one of its repeats has; its interval is the envelope of its repeats' intervals
-(the lowest low to the highest high), which holds each repeat's interval.
+(the lowest low to the highest high, unbounded when a repeat's is), which holds each repeat's
+interval. sweep.json files written with the earlier bootstrap intervals read the same way.
 
 Interoperable figures per run: vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`) and the
 IETF BMWG draft's KPIs under their names (`emulator.results.bmwg`).
@@ -35,9 +37,8 @@ with their spread, and the ratio to the baseline's a number only when neither is
 from __future__ import annotations
 
 import json
-import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -54,19 +55,17 @@ from emulator.results.goodput import (
 )
 from emulator.results.summary import RunSummary
 from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.stats import BOOTSTRAP_CONFIDENCE, BOOTSTRAP_RESAMPLES, bootstrap_intervals
+from zcube_lab.core.stats import CONFIDENCE, Interval, quantile_intervals
 
 SWEEP_FILE = "sweep.json"
 STOP_SHARE = 0.9
 STOP_FACTOR = 4.0
 ENOUGH_SAMPLES = 1000  # requests per run for a p99 without an interval
-BOOTSTRAP_SEED = 0  # every run's intervals are drawn with random.Random(BOOTSTRAP_SEED)
 INTERVAL_FIGURES = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
-Interval = tuple[float, float]
 SAMPLES_RULE = (
     f"a run with fewer than {ENOUGH_SAMPLES} requests has few samples and carries the "
-    f"{BOOTSTRAP_CONFIDENCE:.0%} percentile-bootstrap interval ({BOOTSTRAP_RESAMPLES} resamples) "
-    f"of its TTFT and TPOT p50 and p99; a point's interval is the envelope of its repeats'"
+    f"{CONFIDENCE:.0%} order-statistic (binomial) interval of its TTFT and TPOT p50 and p99, "
+    f"an end the samples cannot bound null; a point's interval is the envelope of its repeats'"
 )
 STOP_RULE = (
     f"a variant stops after a rate at which every repeat missed the SLO and achieved below "
@@ -127,19 +126,18 @@ class RunPoint:
         return cls(**data)
 
 
-def _intervals_dict(intervals: Mapping[str, Interval] | None) -> dict[str, list[float]] | None:
+def _intervals_dict(
+    intervals: Mapping[str, Interval] | None,
+) -> dict[str, list[float | None]] | None:
     if intervals is None:
         return None
     return {k: [lo, hi] for k, (lo, hi) in intervals.items()}
 
 
-def sample_intervals(
-    records: Sequence[Mapping[str, Any]], seed: int = BOOTSTRAP_SEED
-) -> dict[str, Interval]:
-    """`INTERVAL_FIGURES` -> the 95% percentile-bootstrap interval of that client quantile, over
-    the completed requests that have the metric (as the client figures are taken); a figure
-    without values is absent. TTFT's and TPOT's resamples come from one `random.Random(seed)`."""
-    rng = random.Random(seed)
+def sample_intervals(records: Sequence[Mapping[str, Any]]) -> dict[str, Interval]:
+    """`INTERVAL_FIGURES` -> the 95% order-statistic interval of that client quantile (an
+    unbounded end None), over the completed requests that have the metric (as the client
+    figures are taken); a figure without values is absent."""
     out: dict[str, Interval] = {}
     for metric in ("ttft", "tpot"):
         values = [
@@ -147,11 +145,28 @@ def sample_intervals(
             for r in records
             if r.get("outcome") == "ok" and r.get(f"{metric}_s") is not None
         ]
-        cis = bootstrap_intervals(values, (0.5, 0.99), rng)
+        cis = quantile_intervals(values, (0.5, 0.99))
         if cis is not None:
             out[f"{metric}_p50_s"] = cis[0.5]
             out[f"{metric}_p99_s"] = cis[0.99]
     return out
+
+
+def envelope(intervals: Sequence[Interval]) -> Interval:
+    """The lowest low and the highest high of `intervals` (not empty); None (unbounded) wins."""
+    lows, highs = [lo for lo, _ in intervals], [hi for _, hi in intervals]
+    low = None if None in lows else min(lo for lo in lows if lo is not None)
+    high = None if None in highs else max(hi for hi in highs if hi is not None)
+    return low, high
+
+
+def interval_text(ci: Interval, fmt: Callable[[float], str]) -> str:
+    """`[low, high]`, with an unbounded end written out: `[1.62, unbounded)`,
+    `(unbounded, 1.62]`."""
+    low, high = ci
+    left = "(unbounded" if low is None else f"[{fmt(low)}"
+    right = "unbounded)" if high is None else f"{fmt(high)}]"
+    return f"{left}, {right}"
 
 
 def run_point(
@@ -250,11 +265,12 @@ class Point:
 
     def interval(self, name: str) -> Interval | None:
         """The envelope of the repeats' intervals of an `INTERVAL_FIGURES` figure (the lowest
-        low, the highest high); None when no repeat has one."""
+        low, the highest high; an end unbounded in a repeat is unbounded); None when no repeat
+        has one."""
         cis = [r.intervals[name] for r in self.runs if r.intervals and name in r.intervals]
         if not cis:
             return None
-        return min(lo for lo, _ in cis), max(hi for _, hi in cis)
+        return envelope(cis)
 
     def to_dict(self) -> dict[str, Any]:
         """The point as sweep.json writes it (derived from its runs; not read back)."""

@@ -8,8 +8,10 @@ A rate whose runs sent more than `SENT_TOLERANCE` off it shows the rate sent bes
 fabric's capacity (`emulator.results.capacity`) is a row of the capacity table and a vertical
 line in the goodput panel, dotted and written `>=` when censored.
 
-A point with few samples (a repeat below 1,000 requests) shows its TTFT p99's 95% bootstrap
-interval marked `few`, `[low, high] few (n)` with n the fewest requests of a repeat; `-` otherwise.
+A point with few samples (a repeat below 1,000 requests) shows its TTFT p99's 95%
+order-statistic interval marked `few`, `[low, high] few (n)` with n the fewest requests of a
+repeat, an end the samples cannot bound written `unbounded` (`[1.62, unbounded) few (96)`: below
+368 requests a p99 has no upper end); `-` otherwise.
 `vLLM goodput` is vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`); `goodput` is ours,
 over the load window.
 """
@@ -20,7 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.results.sweeppoints import MaxRate, Point, Spread, SweepResult, rate_tag, spread
+from emulator.results.sweeppoints import (
+    MaxRate,
+    Point,
+    Spread,
+    SweepResult,
+    interval_text,
+    rate_tag,
+    spread,
+)
 
 POINT_COLUMNS = (  # short enough for a 100-column terminal
     "rate",
@@ -70,15 +80,15 @@ def _pct(s: Spread) -> str:
 
 
 def interval_cell(p: Point, name: str = "ttft_p99_s") -> str:
-    """`[low, high] few (n)` for a point with few samples (n: its repeats' fewest requests),
-    `few (n)` when no repeat had a value, `-` with enough samples."""
+    """`[low, high] few (n)` for a point with few samples (n: its repeats' fewest requests; an
+    unbounded end `unbounded`), `few (n)` when no repeat had a value, `-` with enough samples."""
     if not p.few_samples:
         return "-"
     n = min(r.requests for r in p.runs)
     ci = p.interval(name)
     if ci is None:
         return f"few ({n})"
-    return f"[{fmt(ci[0])}, {fmt(ci[1])}] few ({n})"
+    return f"{interval_text(ci, fmt)} few ({n})"
 
 
 def met_cell(p: Point) -> str:

@@ -18,6 +18,7 @@ from emulator.results.report import (
     table_rows,
     ttft_p99_interval,
     with_interval_row,
+    write_report,
 )
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
 from emulator.results.sweeppoints import sample_intervals
@@ -179,11 +180,33 @@ def test_a_run_below_1000_requests_adds_the_ttft_p99_interval_after_the_p99(
     at = labels.index("TTFT p99 client (s)")
     assert labels[at + 1] == "TTFT p99 95% CI (s)"
     cis = [sample_intervals(read_jsonl(run.dir / "requests.jsonl"))["ttft_p99_s"] for run in z]
-    low, high = min(c[0] for c in cis), max(c[1] for c in cis)
+    # 150 and 200 requests cannot bound a p99 from above at 95%; the low end is the lower of
+    # the two runs' (their order statistics of rank 146 of 150 and 195 of 200).
+    ttfts = [sorted(x["ttft_s"] for x in read_jsonl(run.dir / "requests.jsonl")) for run in z]
+    assert cis == [(ttfts[0][145], None), (ttfts[1][194], None)]
+    low = min(c[0] for c in cis if c[0] is not None)
     assert rows[at + 1][1] == ttft_p99_interval(z)
-    assert 1 <= low < high  # both shown with two decimals
-    assert rows[at + 1][1] == f"[{low:.2f}, {high:.2f}] (few samples: 150)"
+    assert low >= 1  # shown with two decimals
+    assert rows[at + 1][1] == f"[{low:.2f}, unbounded) (few samples: 150)"
     assert rows[at + 1][2:] == ["-", ""]  # roft had 1,000: no interval
+    bounded = [_with_records(_run("zcube", 3, 0.9, False), tmp_path / "z3",
+                             [float(v) for v in range(1, 501)])]  # fmt: skip
+    # 500 can: P(K >= 500) = 0.99^500 = 0.66% <= 2.5% < P(K >= 499) = 3.98%; ranks 490 and 500
+    assert ttft_p99_interval(bounded) == "[490, 500] (few samples: 500)"
     assert with_interval_row(table_rows(aggregate(r), ["roft"], "roft"), r, ["roft"], "roft") == (
         table_rows(aggregate(r), ["roft"], "roft")
     )  # every run with enough samples: no row
+
+
+def test_report_html_shows_an_unbounded_interval_end(tmp_path: Path) -> None:
+    gen = random.Random(5)
+    ttfts = [gen.expovariate(2.0) for _ in range(120)]
+    z = _with_records(_run("zcube", 0, 0.9, False), tmp_path / "z0", ttfts)
+    r = _with_records(_run("roft", 0, 1.0, False), tmp_path / "r0", [1.0] * 1000)
+    for run in (z, r):
+        (run.dir / "config.json").write_text(json.dumps({"fabric_summary": {"hosts": 16}}))
+    page = write_report([z, r], tmp_path / "report", "roft", {}).read_text()
+    # 120 samples: P(K <= 115) = 0.74% <= 2.5% < P(K <= 116) = 3.3%, so ranks 116 and none above
+    low = sorted(ttfts)[115]
+    row = f"<tr><td>TTFT p99 95% CI (s)</td><td>[{low:.2f}, unbounded) (few samples: 120)</td>"
+    assert row + "<td>-</td><td></td></tr>" in page

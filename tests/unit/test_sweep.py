@@ -251,16 +251,19 @@ def _point_of(records: list[dict], repeat: int = 1) -> RunPoint:
     return run_point(1.0, repeat, replace(base, client=client), records, SLO, 10.0)
 
 
-def test_a_run_below_1000_requests_has_few_samples_and_bootstrap_intervals() -> None:
+def test_a_run_below_1000_requests_has_few_samples_and_order_statistic_intervals() -> None:
     records = _ttft_records(200)
     p = _point_of(records)
     assert p.few_samples and p.intervals is not None
     assert set(p.intervals) == {"ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"}
     ttft = sorted(r["ttft_s"] for r in records)
-    lo, hi = p.intervals["ttft_p99_s"]
-    assert lo <= quantile(ttft, 0.99) <= hi and lo < hi  # type: ignore[operator]
-    assert p.intervals["tpot_p99_s"] == (0.02, 0.02)  # every TPOT the same: zero width
-    assert _point_of(records) == p  # seeded: the same interval every time
+    # 200 samples: the p99's ranks are 195 and none above (0.99^200 = 13.4% > 2.5%), the
+    # median's 86 and 115 (quantile_ranks); the intervals hold the sample quantiles.
+    assert p.intervals["ttft_p99_s"] == (ttft[194], None)
+    assert p.intervals["ttft_p50_s"] == (ttft[85], ttft[114])
+    assert ttft[194] <= quantile(ttft, 0.99)  # type: ignore[operator]
+    assert p.intervals["tpot_p99_s"] == (0.02, None)  # every TPOT the same
+    assert p.intervals["tpot_p50_s"] == (0.02, 0.02)
     enough = _point_of(_ttft_records(1000))
     assert not enough.few_samples and enough.intervals is None
 
@@ -280,14 +283,19 @@ def test_a_points_interval_is_the_envelope_of_its_repeats_and_sweep_json_keeps_i
     a, b = _point_of(_ttft_records(150, seed=1)), _point_of(_ttft_records(150, seed=2), 2)
     assert a.intervals is not None and b.intervals is not None
     (point,) = points([a, b])
-    lo = min(a.intervals["ttft_p99_s"][0], b.intervals["ttft_p99_s"][0])
-    hi = max(a.intervals["ttft_p99_s"][1], b.intervals["ttft_p99_s"][1])
+    lows = [a.intervals["ttft_p50_s"][0], b.intervals["ttft_p50_s"][0]]
+    highs = [a.intervals["ttft_p50_s"][1], b.intervals["ttft_p50_s"][1]]
+    assert None not in lows + highs and point.interval("ttft_p50_s") == (min(lows), max(highs))  # type: ignore[type-var]
+    lo = min(a.intervals["ttft_p99_s"][0], b.intervals["ttft_p99_s"][0])  # type: ignore[type-var]
+    hi = None  # 150 samples bound no p99 from above
+    assert a.intervals["ttft_p99_s"][1] is None and b.intervals["ttft_p99_s"][1] is None
     assert point.few_samples and point.interval("ttft_p99_s") == (lo, hi)
     result = SweepResult("coding-agent", SLO, (1.0,), 2, "zcube", ("zcube",), (a, b))
     result.write(tmp_path)
     data = json.loads((tmp_path / "sweep.json").read_text())
     assert data["points"][0]["few_samples"]
-    assert data["points"][0]["intervals"]["ttft_p99_s"] == [lo, hi]
+    assert data["points"][0]["intervals"]["ttft_p99_s"] == [lo, None]  # null: unbounded
+    assert data["runs"][0]["intervals"]["ttft_p99_s"][1] is None
     assert data["vllm_goodput_arg"] == "ttft:2000 tpot:50"
     assert data["runs"][0]["bmwg"]["TTFT"]["p99"] == pytest.approx(1000 * a.ttft_p99_s)
     capacity = result.max_rates()[0].capacity.to_dict()
@@ -301,3 +309,16 @@ def test_a_sweep_json_from_before_the_intervals_still_reads() -> None:
                         "bmwg")}  # fmt: skip
     p = RunPoint.from_dict(old)
     assert not p.few_samples and p.intervals is None and p.bmwg == {}
+
+
+def test_a_sweep_json_with_the_earlier_bootstrap_intervals_still_reads(tmp_path: Path) -> None:
+    # Written before the order-statistic interval: both ends numbers, the bootstrap's rule text.
+    run = replace(rp("roft", 1.0), few_samples=True, requests=96)
+    data = SweepResult("coding-agent", SLO, (1.0,), 1, "roft", ("roft",), (run,)).to_dict()
+    data["samples_rule"] = "95% percentile-bootstrap interval (1000 resamples) of its TTFT"
+    data["runs"][0]["intervals"] = {"ttft_p99_s": [0.9, 1.3], "ttft_p50_s": [0.4, 0.5]}
+    (tmp_path / "sweep.json").write_text(json.dumps(data))
+    (back,) = SweepResult.read(tmp_path).runs
+    assert back.intervals == {"ttft_p99_s": (0.9, 1.3), "ttft_p50_s": (0.4, 0.5)}
+    (point,) = SweepResult.read(tmp_path).points()
+    assert point.interval("ttft_p99_s") == (0.9, 1.3)

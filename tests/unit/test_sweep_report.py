@@ -123,6 +123,12 @@ def test_a_point_with_few_samples_shows_its_interval_and_vllm_goodput() -> None:
     assert low[col["TTFT p99 95% CI"]] == "[0.800, 1.30] few (96)"
     assert low[col["vLLM goodput"]] == "1.60 [1.50-1.70]"
     assert high[col["TTFT p99 95% CI"]] == "-" and high[col["vLLM goodput"]] == "3.90"
+    unbounded = replace(few, intervals={"ttft_p99_s": (1.62, None)})
+    (row,) = point_rows(replace(result, runs=(unbounded, other), repeat=2))
+    assert row[col["TTFT p99 95% CI"]] == "[0.800, unbounded) few (96)"  # the envelope's high
+    no_low = replace(few, intervals={"ttft_p99_s": (None, 1.62)})
+    (row,) = point_rows(replace(result, runs=(no_low,), repeat=1))
+    assert row[col["TTFT p99 95% CI"]] == "(unbounded, 1.62] few (96)"
     no_values = replace(few, intervals={})
     (row,) = point_rows(replace(result, runs=(no_values,), repeat=1))
     assert row[col["TTFT p99 95% CI"]] == "few (96)"

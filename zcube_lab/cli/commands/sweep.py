@@ -220,7 +220,8 @@ def _samples_note(result: SweepResult) -> str:
     from emulator.results.sweeppoints import ENOUGH_SAMPLES
 
     return (
-        f"TTFT p99 95% CI: bootstrap [low, high] of a point with few samples, `few (n)`: a "
+        f"TTFT p99 95% CI: order-statistic [low, high] of a point with few samples "
+        f"(`unbounded`: an end its samples cannot bound), `few (n)`: a "
         f"repeat below {ENOUGH_SAMPLES} requests, n the fewest; vLLM goodput: req/s as `vllm "
         f"bench serve --goodput "
         f"{vllm_goodput_arg(result.slo)}` counts them (start to last response)"
