@@ -60,6 +60,24 @@ def _geometric(lo: float, hi: float, factor: float) -> list[float]:
     return out
 
 
+# Wall seconds a run takes besides its arrivals and drain: lab bring-up, targets, collection
+# and teardown (the default comparison's 45 s runs took 78 s each on a 2-core machine, with a
+# few seconds of drain: docs/BENCHMARKS.md).
+RUN_OVERHEAD_S = 30.0
+
+
+def wall_time_estimate(plan: Sequence[PlannedRun]) -> tuple[float, float]:
+    """(least, most) wall seconds the planned runs take: each run's overhead and its arrivals,
+    plus at most its whole drain, all in wall time (dilation k stretches them k times). A ramp
+    that stops early takes less than the least."""
+    least = most = 0.0
+    for p in plan:
+        k = p.config.dilation
+        least += RUN_OVERHEAD_S + k * p.config.duration_s
+        most += RUN_OVERHEAD_S + k * (p.config.duration_s + p.config.drain_s)
+    return least, most
+
+
 def plan_sweep(
     variants: Sequence[Variant], rates: Sequence[float], repeat: int
 ) -> list[PlannedRun]:

@@ -14,7 +14,7 @@ import pytest
 from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_variants
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
-from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep
+from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep, wall_time_estimate
 from emulator.lab.verdict import HealthVerdict
 from emulator.results.goodput import parse_slo
 from emulator.results.summary import RunSummary
@@ -84,6 +84,18 @@ def test_plan_ascends_in_rate_and_interleaves_repeats_within_a_rate() -> None:
     assert plan_sweep(two, [0.5], 1)[1].config.tag == "spray-0.5rps-r1"
     with pytest.raises(ConfigError):
         plan_sweep(variants, [1.0], 0)
+
+
+def test_the_wall_time_estimate_counts_each_run_its_overhead_arrivals_and_drain() -> None:
+    specs = fabric_specs(["zcube", "roft"], 16, 2)
+    base = RunConfig(fabric=specs["zcube"], duration_s=60, drain_s=30)
+    plan = plan_sweep(plan_variants(base, specs, ["ecmp"]), [1.0, 2.0, 4.0], repeat=2)
+    # 12 runs: each 30 s of overhead and 60 s of arrivals, and at most its 30 s drain.
+    assert wall_time_estimate(plan) == (12 * (30 + 60), 12 * (30 + 60 + 30))
+    # Dilation k stretches arrivals and drain k times in wall time, never the overhead.
+    slow = plan_sweep(plan_variants(replace(base, dilation=2.0), specs, ["ecmp"]), [1.0], 1)
+    assert wall_time_estimate(slow) == (2 * (30 + 120), 2 * (30 + 180))
+    assert wall_time_estimate([]) == (0.0, 0.0)
 
 
 def test_past_saturation_needs_every_repeat_to_miss_and_to_fall_behind() -> None:

@@ -86,10 +86,16 @@ def run(args: argparse.Namespace) -> int:
         result = SweepResult.read(args.report_only)
         _report(result, args.report_only, console)
         return 0
+    from emulator.experiment.sweep import wall_time_estimate
+
     plan, result = _plan(args)
     out_dir = result.dir
     assert out_dir is not None  # _plan names the folder
-    console.print(f"sweep: at most {len(plan)} runs, SLO {result.slo.shown} -> {out_dir}")
+    least, most = wall_time_estimate(plan)
+    console.print(
+        f"sweep: at most {len(plan)} runs, about {least / 60:.0f}-{most / 60:.0f} min "
+        f"(less if a ramp stops early; --refine adds runs), SLO {result.slo.shown} -> {out_dir}"
+    )
     result, status = _run_all(plan, result, console)
     if result.runs:
         _report(result, out_dir, console)
