@@ -8,9 +8,10 @@ module with a plain `AppManager.run_apps` therefore fails at once with a message
 Handlers stay thin: they look up the switch by dpid, call pure code (`controller.ofmsg` for
 messages, `controller.rules` for routes and diffs, `FabricStats` for counters) and send what it
 returns.
-- switch features (a switch connected): known dpid -> clear its flows and groups, add the
-  groups, then the flows of the CURRENT rules (after any recompute), then a barrier; unknown
-  dpid -> log and ignore.
+- switch features (a switch connected): known dpid -> add or replace the groups, then add
+  the flows of the CURRENT rules (after any recompute), then a barrier, without clearing the
+  switch first: a switch reconnecting to a restarted controller keeps forwarding throughout
+  (`ofmsg.install_messages`); unknown dpid -> log and ignore.
 - barrier reply: the switch applied everything; record the installed counts.
 - port status (and the port descriptions os-ken asks for at connect): a port is down when its
   state says link down, its config says port down, or it was deleted. The app keeps the set of

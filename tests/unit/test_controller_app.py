@@ -104,19 +104,18 @@ def test_group_mods_are_select_groups_with_watched_buckets() -> None:
     ]
 
 
-def test_install_order_is_clear_then_groups_then_flows() -> None:
+def test_install_adds_or_replaces_groups_then_flows_without_clearing() -> None:
     _fabric, rules = leaf0()
     dp = FakeDatapath(rules.dpid)
     msgs = install_messages(dp, rules)
     kinds = [type(m).__name__ for m in msgs]
     n_groups, n_flows = len(rules.groups), len(rules.flows)
-    assert (
-        kinds
-        == ["OFPFlowMod", "OFPGroupMod"] + ["OFPGroupMod"] * n_groups + ["OFPFlowMod"] * n_flows
-    )
-    assert msgs[0].command == ofproto_v1_3.OFPFC_DELETE and msgs[0].table_id == 0xFF
-    assert msgs[1].command == ofproto_v1_3.OFPGC_DELETE
-    assert msgs[1].group_id == ofproto_v1_3.OFPG_ALL
+    assert kinds == ["OFPGroupMod"] * n_groups + ["OFPFlowMod"] * n_flows
+    # Nothing deletes: a switch reconnecting to a restarted controller keeps its routes.
+    assert all(m.command == 0x8000 for m in msgs[:n_groups])  # OVS's add-or-modify
+    assert all(m.command == ofproto_v1_3.OFPFC_ADD for m in msgs[n_groups:])
+    for m in msgs[:n_groups]:
+        serialized(m)
 
 
 def test_stats_requests_ask_for_groups_only_when_there_are_some() -> None:
@@ -163,8 +162,8 @@ def test_features_installs_rules_and_barrier_confirms_them() -> None:
     app._on_features(event(dp))
     sent = [type(m).__name__ for m in dp.sent]
     assert sent[-1] == "OFPBarrierRequest"
-    assert sent.count("OFPFlowMod") == len(rules.flows) + 1  # plus the delete
-    assert sent.count("OFPGroupMod") == len(rules.groups) + 1
+    assert sent.count("OFPFlowMod") == len(rules.flows)  # no delete: nothing is cleared
+    assert sent.count("OFPGroupMod") == len(rules.groups)
     assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "leaf0"}) == 0
     app._on_barrier(event(dp, xid=dp.sent[-1].xid - 1))  # someone else's barrier
     assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "leaf0"}) == 0
@@ -388,7 +387,7 @@ def test_port_down_with_recompute_sends_the_difference_once_both_ends_reported()
     # A switch that reconnects gets the current rules.
     again = FakeDatapath(a0.dpid)
     app._on_features(event(again))
-    groups = [m for m in again.sent if type(m).__name__ == "OFPGroupMod"][1:]
+    groups = [m for m in again.sent if type(m).__name__ == "OFPGroupMod"]
     assert [[b.watch_port for b in g.buckets] for g in groups] == [[5, 7, 8]]
 
     # Both ends up again: back to the original routes. Group ids may differ: a group is only
