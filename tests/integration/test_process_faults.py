@@ -103,13 +103,18 @@ def test_an_engine_kill_fails_exactly_its_in_flight_requests_fast(
     summary = json.loads((run / "summary.json").read_text())
     f, client = summary["faults"], summary["client"]
     failed = _failed(run)
-    # The requests decode-3 was serving when it died: it pulled their KV, and the gateway had
-    # not finished them.
+    # The gateway saw each request decode-3 was serving fail, once: the client counted exactly
+    # those. At least the ones whose KV decode-3 had pulled and not finished are among them
+    # (one still waiting for its pull is in no KV log).
+    log = (run / "logs" / "gateway.log").read_text()
+    lost = log.count("decode unreachable")
     gateway = {r["request_id"]: r for r in _jsonl(run / "logs" / "requests-gateway.jsonl")}
     pulled = {a["request_id"] for a in _jsonl(run / "logs" / "kv-decode-3.jsonl")}
-    in_flight = {rid for rid in pulled if gateway[rid]["end"] > kill}
-    assert len(in_flight) >= 1, "the kill hit no request: nothing was measured"
-    assert client["failed"] == f["failed_requests"] == len(failed) == len(in_flight)
+    unfinished = {rid for rid in pulled if gateway[rid]["end"] > kill}
+    assert lost >= 1, "the kill hit no request: nothing was measured"
+    assert client["failed"] == f["failed_requests"] == len(failed) == lost >= len(unfinished)
+    at_kill = [r for r in gateway.values() if r["arrival"] < kill < r["end"]]
+    assert len(failed) <= len(at_kill)
     for r in failed:  # in flight at the kill, failed within a second of it, OpenAI-style
         assert r["wall_time"] < kill < r["wall_time"] + r["e2e_s"] < kill + 1.0
         assert "decode instance failed mid-stream" in r["error"] or r["status"] == 502
@@ -117,7 +122,6 @@ def test_an_engine_kill_fails_exactly_its_in_flight_requests_fast(
     late = [r for r in _jsonl(run / "requests.jsonl") if r["wall_time"] > kill]
     assert len(late) >= 10 and all(r["outcome"] == "ok" for r in late)
     assert all(gateway[rid]["arrival"] < kill for rid in pulled)
-    log = (run / "logs" / "gateway.log").read_text()
     assert "decode http://" in log and "refused" in log and "trying another" in log
     assert f["requests_during"] > 0 and f["ttft_p99_during_s"] is not None
 
