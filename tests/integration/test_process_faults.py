@@ -115,8 +115,11 @@ def test_an_engine_kill_fails_exactly_its_in_flight_requests_fast(
     assert client["failed"] == f["failed_requests"] == len(failed) == lost >= len(unfinished)
     at_kill = [r for r in gateway.values() if r["arrival"] < kill < r["end"]]
     assert len(failed) <= len(at_kill)
-    for r in failed:  # in flight at the kill, failed within a second of it, OpenAI-style
-        assert r["wall_time"] < kill < r["wall_time"] + r["e2e_s"] < kill + 1.0
+    # In flight at the kill, failed within a second of it, OpenAI-style. The record's wall time
+    # is taken once the engine is dead: its sockets closed a moment before.
+    for r in failed:
+        assert r["wall_time"] < kill
+        assert kill - 0.2 < r["wall_time"] + r["e2e_s"] < kill + 1.0
         assert "decode instance failed mid-stream" in r["error"] or r["status"] == 502
     # Later requests went to the other decode: none failed, and decode-3 saw none.
     late = [r for r in _jsonl(run / "requests.jsonl") if r["wall_time"] > kill]
