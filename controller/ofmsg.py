@@ -140,6 +140,28 @@ def install_messages(datapath: Any, rules: SwitchRules) -> list[Any]:
     ]
 
 
+def flow_stats_request(datapath: Any) -> Any:
+    """Ask for every flow of ours in table 0 (to find the ones the rules no longer hold)."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    return parser.OFPFlowStatsRequest(
+        datapath, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, COOKIE_MASK, parser.OFPMatch()
+    )
+
+
+def stale_flows(entries: Any, rules: SwitchRules) -> list[FlowSpec]:
+    """The flows of a flow-stats reply (our cookie) that `rules` do not hold, by priority and
+    match (what an add replaces and a strict delete removes), as specs to delete."""
+    wanted = {(f.priority, tuple(sorted(f.match_fields.items()))) for f in rules.flows}
+    out = []
+    for e in entries:
+        if e.table_id != 0 or e.cookie != COOKIE:
+            continue
+        key = (e.priority, tuple(sorted(dict(e.match.items()).items())))
+        if key not in wanted:
+            out.append(FlowSpec(e.priority, key[1], ()))
+    return out
+
+
 def diff_messages(datapath: Any, diff: RuleDiff) -> list[Any]:
     """A `RuleDiff` as messages in its order: add groups, modify groups, add (or replace)
     flows, delete flows, delete groups. The caller ends with a barrier."""

@@ -161,13 +161,14 @@ def test_features_installs_rules_and_barrier_confirms_them() -> None:
     dp = FakeDatapath(rules.dpid)
     app._on_features(event(dp))
     sent = [type(m).__name__ for m in dp.sent]
-    assert sent[-1] == "OFPBarrierRequest"
+    # then the flows are read back, to delete stale ones (tested below)
+    assert sent[-2:] == ["OFPBarrierRequest", "OFPFlowStatsRequest"]
     assert sent.count("OFPFlowMod") == len(rules.flows)  # no delete: nothing is cleared
     assert sent.count("OFPGroupMod") == len(rules.groups)
     assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "leaf0"}) == 0
-    app._on_barrier(event(dp, xid=dp.sent[-1].xid - 1))  # someone else's barrier
+    app._on_barrier(event(dp, xid=dp.sent[-2].xid - 1))  # someone else's barrier
     assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "leaf0"}) == 0
-    app._on_barrier(event(dp, xid=dp.sent[-1].xid))
+    app._on_barrier(event(dp, xid=dp.sent[-2].xid))
     assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "leaf0"}) == len(
         rules.flows
     )
@@ -464,3 +465,47 @@ def test_the_static_policy_keeps_its_earlier_name_single() -> None:
     assert parse_args([*base, "--policy", "single"]).policy == "single"
     config = ControllerConfig(build_fabric(ROFT), "single", 1.0, CollectorRegistry())
     assert config.policy == "static"
+
+
+def _entry(dp: FakeDatapath, flow: Any, cookie: int = COOKIE, table_id: int = 0) -> Any:
+    parsed = roundtrip(dp, flow_mod(dp, flow))  # the match as a switch's reply carries it
+    return SimpleNamespace(
+        table_id=table_id, cookie=cookie, priority=flow.priority, match=parsed.match
+    )
+
+
+def test_stale_flows_are_ours_that_the_rules_no_longer_hold() -> None:
+    from controller.ofmsg import stale_flows
+    from controller.rules import FlowSpec, match
+
+    _fabric, rules = leaf0()
+    dp = FakeDatapath(rules.dpid)
+    old = FlowSpec(1000, match(eth_type=0x0800, ipv4_dst="198.18.9.9"), (Output(1),))
+    other = FlowSpec(1000, match(eth_type=0x0800, ipv4_dst="198.18.9.8"), (Output(1),))
+    entries = [_entry(dp, f) for f in rules.flows]
+    entries += [_entry(dp, old), _entry(dp, other, cookie=COOKIE + 1)]
+    (stale,) = stale_flows(entries, rules)
+    assert (stale.priority, stale.match_fields) == (1000, old.match_fields)
+    assert stale_flows(entries[: len(rules.flows)], rules) == []
+
+
+def test_a_reconnecting_switch_loses_only_the_flows_the_rules_do_not_hold() -> None:
+    from controller.rules import FlowSpec, match
+
+    app = make_app(CollectorRegistry())
+    _fabric, rules = leaf0()
+    dp = FakeDatapath(rules.dpid)
+    app._on_features(event(dp))
+    installed = len(dp.sent)
+    assert type(dp.sent[-1]).__name__ == "OFPFlowStatsRequest"
+    old = FlowSpec(1000, match(eth_type=0x0800, ipv4_dst="198.18.9.9"), (Output(1),))
+    body = [_entry(dp, f) for f in rules.flows]
+    more = ofproto_v1_3.OFPMPF_REPLY_MORE
+    app._on_flow_stats(event(dp, body=body[:3], flags=more))
+    assert len(dp.sent) == installed  # waits for the last part
+    app._on_flow_stats(event(dp, body=[*body[3:], _entry(dp, old)], flags=0))
+    (delete,) = dp.sent[installed:]
+    assert delete.command == ofproto_v1_3.OFPFC_DELETE_STRICT
+    assert dict(delete.match.items()) == old.match_fields
+    app._on_flow_stats(event(dp, body=[_entry(dp, old)], flags=0))  # no read pending
+    assert len(dp.sent) == installed + 1
