@@ -112,22 +112,6 @@ def group_delete(datapath: Any, group_id: int) -> Any:
     return parser.OFPGroupMod(datapath, command=ofp.OFPGC_DELETE, group_id=group_id)
 
 
-def clear_messages(datapath: Any) -> list[Any]:
-    """Delete every flow in every table, then every group (flows first: they point to groups)."""
-    ofp, parser = datapath.ofproto, datapath.ofproto_parser
-    return [
-        parser.OFPFlowMod(
-            datapath,
-            table_id=ofp.OFPTT_ALL,
-            command=ofp.OFPFC_DELETE,
-            out_port=ofp.OFPP_ANY,
-            out_group=ofp.OFPG_ANY,
-            match=parser.OFPMatch(),
-        ),
-        parser.OFPGroupMod(datapath, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL),
-    ]
-
-
 def install_messages(datapath: Any, rules: SwitchRules) -> list[Any]:
     """Everything a connecting switch needs, without clearing what it holds: groups added or
     replaced in place (add-or-modify), then flows added (an add replaces the flow of equal
