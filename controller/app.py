@@ -8,9 +8,12 @@ module with a plain `AppManager.run_apps` therefore fails at once with a message
 Handlers stay thin: they look up the switch by dpid, call pure code (`controller.ofmsg` for
 messages, `controller.rules` for routes and diffs, `FabricStats` for counters) and send what it
 returns.
-- switch features (a switch connected): known dpid -> clear its flows and groups, add the
-  groups, then the flows of the CURRENT rules (after any recompute), then a barrier; unknown
-  dpid -> log and ignore.
+- switch features (a switch connected): known dpid -> add or replace the groups, then add
+  the flows of the CURRENT rules (after any recompute), then a barrier, without clearing the
+  switch first: a switch reconnecting to a restarted controller keeps forwarding throughout
+  (`ofmsg.install_messages`), then reads the switch's flows back (flow statistics) and
+  deletes those of ours the rules do not hold (left by an earlier controller that had routed
+  around a failure); unknown dpid -> log and ignore.
 - barrier reply: the switch applied everything; record the installed counts.
 - port status (and the port descriptions os-ken asks for at connect): a port is down when its
   state says link down, its config says port down, or it was deleted. The app keeps the set of
@@ -47,7 +50,14 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 from prometheus_client import CollectorRegistry
 
-from controller.ofmsg import diff_messages, install_messages, stats_requests
+from controller.ofmsg import (
+    diff_messages,
+    flow_delete_strict,
+    flow_stats_request,
+    install_messages,
+    stale_flows,
+    stats_requests,
+)
 from controller.port_metrics import FabricCollector, FabricStats, PortCounters
 from controller.rules import (
     RuleDiff,
@@ -129,6 +139,7 @@ class ZCubeController(app_manager.OSKenApp):
         config.registry.register(FabricCollector(self.stats, peers))
         self._datapaths: dict[int, Any] = {}
         self._barriers: dict[int, int] = {}  # dpid -> xid of the barrier ending the install
+        self._stale_reads: dict[int, list[Any]] = {}  # dpid -> flow stats gathered after install
         self._lock = threading.Lock()
         # Serialises installing a connecting switch with a recompute, so a switch gets either
         # the old rules and then the diff, or the new rules and no diff.
@@ -178,7 +189,9 @@ class ZCubeController(app_manager.OSKenApp):
             with self._lock:
                 self._datapaths[dp.id] = dp
                 self._barriers[dp.id] = barrier.xid
+                self._stale_reads[dp.id] = []
             dp.send_msg(barrier)
+            dp.send_msg(flow_stats_request(dp))  # answered after the install (in order)
         self.stats.connected(rules.name)
         self.logger.info(
             "%s (%016x): sent %d flows, %d groups",
@@ -200,12 +213,34 @@ class ZCubeController(app_manager.OSKenApp):
             self.stats.installed(rules.name, len(rules.flows), len(rules.groups))
             self.logger.info("%s: rules installed", rules.name)
 
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _on_flow_stats(self, ev: Any) -> None:
+        """The flows a connected switch holds after our install: delete ours the current rules
+        do not (a multipart reply is gathered until its last part)."""
+        dp = ev.msg.datapath
+        with self._route_lock:
+            with self._lock:
+                entries = self._stale_reads.get(dp.id)
+                if entries is None:
+                    return
+                entries.extend(ev.msg.body)
+                if ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+                    return
+                del self._stale_reads[dp.id]
+            rules = self.rules[dp.id]
+            stale = stale_flows(entries, rules)
+            for flow in stale:
+                dp.send_msg(flow_delete_strict(dp, flow))
+        if stale:
+            self.logger.warning("%s: deleted %d stale flows", rules.name, len(stale))
+
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _on_dead(self, ev: Any) -> None:
         dp = ev.datapath
         with self._lock:
             known = self._datapaths.pop(dp.id, None) is not None
             self._barriers.pop(dp.id, None)
+            self._stale_reads.pop(dp.id, None)
         if known:
             self.stats.disconnected(self.rules[dp.id].name)
             self.logger.warning("%s disconnected", self.rules[dp.id].name)

@@ -23,6 +23,9 @@ from controller.rules import (
 
 # The cookie mask that selects exactly our flows in deletes and statistics requests.
 COOKIE_MASK = 0xFFFFFFFFFFFFFFFF
+# Open vSwitch's group-mod command for OpenFlow 1.1-1.4 that adds a group or, when its id
+# exists, replaces its type and buckets (`ovs-ofctl mod-group --may-create`).
+OFPGC_ADD_OR_MOD = 0x8000
 
 
 def _group_type(ofp: Any, name: str) -> int:
@@ -79,9 +82,9 @@ def flow_delete_strict(datapath: Any, flow: FlowSpec) -> Any:
     )
 
 
-def group_mod(datapath: Any, group: GroupSpec, modify: bool = False) -> Any:
-    """An OFPGC_ADD for one group spec, or an OFPGC_MODIFY replacing the type and buckets of the
-    group with its id."""
+def group_mod(datapath: Any, group: GroupSpec, modify: bool | None = False) -> Any:
+    """An OFPGC_ADD for one group spec, or (`modify`) an OFPGC_MODIFY replacing the type and
+    buckets of the group with its id, or (`modify=None`) OVS's add-or-modify."""
     ofp, parser = datapath.ofproto, datapath.ofproto_parser
     buckets = [
         parser.OFPBucket(
@@ -94,7 +97,9 @@ def group_mod(datapath: Any, group: GroupSpec, modify: bool = False) -> Any:
     ]
     return parser.OFPGroupMod(
         datapath,
-        command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
+        command=OFPGC_ADD_OR_MOD
+        if modify is None
+        else (ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD),
         type_=_group_type(ofp, group.type),
         group_id=group.group_id,
         buckets=buckets,
@@ -107,30 +112,38 @@ def group_delete(datapath: Any, group_id: int) -> Any:
     return parser.OFPGroupMod(datapath, command=ofp.OFPGC_DELETE, group_id=group_id)
 
 
-def clear_messages(datapath: Any) -> list[Any]:
-    """Delete every flow in every table, then every group (flows first: they point to groups)."""
-    ofp, parser = datapath.ofproto, datapath.ofproto_parser
-    return [
-        parser.OFPFlowMod(
-            datapath,
-            table_id=ofp.OFPTT_ALL,
-            command=ofp.OFPFC_DELETE,
-            out_port=ofp.OFPP_ANY,
-            out_group=ofp.OFPG_ANY,
-            match=parser.OFPMatch(),
-        ),
-        parser.OFPGroupMod(datapath, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL),
-    ]
-
-
 def install_messages(datapath: Any, rules: SwitchRules) -> list[Any]:
-    """Everything a freshly connected switch needs, in order: clear, groups, flows.
-    The caller ends with a barrier to learn when the switch has applied them."""
+    """Everything a connecting switch needs, without clearing what it holds: groups added or
+    replaced in place (add-or-modify), then flows added (an add replaces the flow of equal
+    priority and match, so a flow that already forwards keeps forwarding). A switch that
+    reconnects to a restarted controller therefore never loses a working route. The caller
+    ends with a barrier to learn when the switch has applied them."""
     return [
-        *clear_messages(datapath),
-        *(group_mod(datapath, g) for g in rules.groups),
+        *(group_mod(datapath, g, modify=None) for g in rules.groups),
         *(flow_mod(datapath, f) for f in rules.flows),
     ]
+
+
+def flow_stats_request(datapath: Any) -> Any:
+    """Ask for every flow of ours in table 0 (to find the ones the rules no longer hold)."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    return parser.OFPFlowStatsRequest(
+        datapath, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, COOKIE_MASK, parser.OFPMatch()
+    )
+
+
+def stale_flows(entries: Any, rules: SwitchRules) -> list[FlowSpec]:
+    """The flows of a flow-stats reply (our cookie) that `rules` do not hold, by priority and
+    match (what an add replaces and a strict delete removes), as specs to delete."""
+    wanted = {(f.priority, tuple(sorted(f.match_fields.items()))) for f in rules.flows}
+    out = []
+    for e in entries:
+        if e.table_id != 0 or e.cookie != COOKIE:
+            continue
+        key = (e.priority, tuple(sorted(dict(e.match.items()).items())))
+        if key not in wanted:
+            out.append(FlowSpec(e.priority, key[1], ()))
+    return out
 
 
 def diff_messages(datapath: Any, diff: RuleDiff) -> list[Any]:

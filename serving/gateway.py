@@ -32,7 +32,15 @@ from serving.config import GatewayConfig
 from serving.openai_api import CHAT, COMPLETION, SSE_DONE, ApiError, parse_request, sse_error
 from serving.options import add_flags, from_args
 from serving.requestlog import RequestTiming, TokenCounter, completion_tokens, write_record
-from serving.routing import Backend, Balancer, HotSet, make_balancer, same_group
+from serving.routing import (
+    DOWN_HOLD_S,
+    Backend,
+    Balancer,
+    HotSet,
+    make_balancer,
+    same_group,
+    usable,
+)
 from serving.vllm_metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
@@ -100,11 +108,41 @@ def _upstream_failed(state: GatewayState, role: str, exc: BaseException) -> ApiE
     )
 
 
+def _refused(
+    state: GatewayState, role: str, backend: Backend, left: Sequence[Backend], exc: BaseException
+) -> None:
+    """A backend refused the connection (its engine is gone): leave it out for a while, and
+    fail at once unless another one is `left` to try."""
+    backend.down_until = time.monotonic() + DOWN_HOLD_S
+    if not left:
+        raise _upstream_failed(state, role, exc) from None
+    state.metrics.upstream_error(role)
+    log.warning("%s %s refused (%s): trying another", role, backend.url, exc)
+
+
 async def _prefill(
     state: GatewayState, body: dict[str, Any], kind: str, prompt_tokens: int, rid: str
 ) -> dict[str, Any] | web.Response:
+    tried: set[str] = set()
+    while True:
+        backends = usable(state.prefills, time.monotonic(), tried)
+        backend = state.prefill_balancer.pick(backends)
+        tried.add(backend.url)
+        try:
+            return await _prefill_on(state, backend, body, kind, prompt_tokens, rid)
+        except aiohttp.ClientConnectorError as exc:
+            _refused(state, "prefill", backend, usable(state.prefills, 0.0, tried), exc)
+
+
+async def _prefill_on(
+    state: GatewayState,
+    backend: Backend,
+    body: dict[str, Any],
+    kind: str,
+    prompt_tokens: int,
+    rid: str,
+) -> dict[str, Any] | web.Response:
     assert state.session is not None
-    backend = state.prefill_balancer.pick(state.prefills)
     backend.load += prompt_tokens
     backend.in_flight += 1
     try:
@@ -123,6 +161,8 @@ async def _prefill(
             # Not sent on: the decode handler pops it to pick a decode of the same group.
             params[GROUP_KEY] = backend.group
             return params
+    except aiohttp.ClientConnectorError:
+        raise  # nothing was sent: the caller may try another prefill
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         raise _upstream_failed(state, "prefill", exc) from None
     finally:
@@ -138,12 +178,30 @@ async def _decode(
     params: dict[str, Any],
     timing: RequestTiming,
 ) -> web.StreamResponse:
-    assert state.session is not None
     params = dict(params)
     candidates = same_group(state.decodes, params.pop(GROUP_KEY, ""))
     if state.hot_decodes is not None:
         candidates = state.hot_decodes.members(candidates, time.monotonic())
-    backend = state.decode_balancer.pick(candidates)
+    tried: set[str] = set()
+    while True:
+        backend = state.decode_balancer.pick(usable(candidates, time.monotonic(), tried))
+        tried.add(backend.url)
+        try:
+            return await _decode_on(state, backend, request, body, kind, params, timing)
+        except aiohttp.ClientConnectorError as exc:
+            _refused(state, "decode", backend, usable(candidates, 0.0, tried), exc)
+
+
+async def _decode_on(
+    state: GatewayState,
+    backend: Backend,
+    request: web.Request,
+    body: dict[str, Any],
+    kind: str,
+    params: dict[str, Any],
+    timing: RequestTiming,
+) -> web.StreamResponse:
+    assert state.session is not None
     backend.load += 1
     backend.in_flight += 1
     b = dict(body)
@@ -195,6 +253,8 @@ async def _decode(
                     await out.write(sse_error(message, "server_error", "upstream_error"))
                     await out.write(SSE_DONE)
             return out
+    except aiohttp.ClientConnectorError:
+        raise  # nothing was sent: the caller may try another decode
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _upstream_failed(state, "decode", exc) from None
     finally:

@@ -8,6 +8,10 @@ for prefill, requests in flight for decode), rotating among ties (always taking 
 would pile a lightly loaded cluster's KV traffic onto the first few GPUs, a hotspot of the
 router's making, not the fabric's); `round-robin` cycles regardless of load.
 
+A backend that refused a connection (its engine died) is marked down for `DOWN_HOLD_S`:
+`usable` leaves it out of the choice until then, and the gateway retries a refused request on
+another backend (nothing was sent, so nothing is done twice).
+
 Backends may carry a group (`http://host:port#group=rail3`): when the chosen prefill has one,
 the decode is chosen among the decodes of the same group, if there are any. The lab uses this
 for rail-aligned placements, where a prefill GPU hands its KV only to decode GPUs on its rail.
@@ -16,9 +20,11 @@ for rail-aligned placements, where a prefill GPU hands its KV only to decode GPU
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+DOWN_HOLD_S = 5.0  # how long a backend that refused a connection is left out
 
 
 @dataclass
@@ -29,6 +35,7 @@ class Backend:
     load: int = 0
     in_flight: int = 0
     group: str = ""
+    down_until: float = 0.0  # monotonic time until which it is left out (refused a connection)
 
     @classmethod
     def parse(cls, spec: str) -> Backend:
@@ -36,6 +43,13 @@ class Backend:
         url, _, fragment = spec.partition("#")
         group = fragment.removeprefix("group=") if fragment.startswith("group=") else ""
         return cls(url.rstrip("/"), group=group)
+
+
+def usable(backends: Sequence[Backend], now: float, tried: Collection[str] = ()) -> list[Backend]:
+    """The backends to choose from: not yet tried for this request (`tried`: URLs) and not
+    marked down; the untried ones if all are down; empty once every one was tried."""
+    untried = [b for b in backends if b.url not in tried]
+    return [b for b in untried if b.down_until <= now] or untried
 
 
 def same_group(backends: Sequence[Backend], group: str) -> Sequence[Backend]:

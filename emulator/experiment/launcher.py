@@ -43,6 +43,7 @@ from emulator.lab.injector import FaultInjector
 from emulator.lab.netsampler import NetSampler
 from emulator.lab.netstats import shaped_rates
 from emulator.lab.network import Lab, LabOptions
+from emulator.lab.procfaults import LabProcessFaults
 from emulator.lab.system import LabError
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.summary import RunSummary
@@ -254,12 +255,18 @@ class Launcher:
         self.health_port = free_port()
         self._health_http = start_http_server(self.health_port, LOOPBACK, registry)
         if self.plan.faults:
+            engines = {e.engine_id for e in self.plan.placement.engines}
             self.injector = FaultInjector(
                 self.plan.fabric,
                 list(self.plan.faults),
                 self.dir / "faults.jsonl",
                 registry=registry,
                 progress=self.progress,
+                processes=LabProcessFaults(
+                    {name: proc for name, proc in self.procs if name in engines},
+                    self.lab.stop_controller,
+                    self.lab.restart_controller,
+                ),
             )
         self.loadgen_port = free_port()
         ports = Ports(

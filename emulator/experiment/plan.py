@@ -500,7 +500,15 @@ def plan_run(config: RunConfig) -> RunPlan:
         fabric=fabric,
         placement=placement,
         policy=get_policy(config.policy),
-        faults=tuple(parse_faults(config.faults, fabric, config.duration_s, config.seed)),
+        faults=tuple(
+            parse_faults(
+                config.faults,
+                fabric,
+                config.duration_s,
+                config.seed,
+                [e.engine_id for e in placement.engines],
+            )
+        ),
     )
 
 

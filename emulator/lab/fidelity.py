@@ -172,8 +172,20 @@ def judge_network(evidence: NetworkEvidence, limits: Limits) -> NetworkJudgement
     reasons += _overrun_reasons(evidence.overruns, limits)
     reasons += _kv_reasons(evidence.kv, limits)
     reasons += _loop_reasons(evidence.loops, limits)
+    reasons += _vswitchd_reasons(evidence.faults)
     notes = [f"{w}: {describe(evs)} (during {f})" for (w, f), evs in sorted(explained.items())]
     return NetworkJudgement(tuple(reasons), tuple(notes))
+
+
+def _vswitchd_reasons(faults: Sequence[FaultWindow]) -> list[str]:
+    """An injected `vswitchd` fault (`zcube_lab.core.fault_schedule`) is never explained: the
+    emulator itself was killed and rebuilt every bridge and flow, which no real fabric does."""
+    return [
+        f"{f.label}: ovs-vswitchd was killed and restarted by an injected fault; the emulated "
+        "fabric stopped forwarding until its flows were reinstalled"
+        for f in faults
+        if f.label.split(" ")[0] == "vswitchd"
+    ]
 
 
 def _explaining(event: NetEvent, faults: Sequence[FaultWindow], grace: float) -> str | None:

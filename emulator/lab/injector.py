@@ -4,6 +4,10 @@
 (`ip link set dev X down|up`), writes every transition to `faults.jsonl` with its wall time, exports
 `zcube_fault_active{fault=...}` (1 while a fault holds) for Prometheus and Grafana annotations,
 and restores every link it broke on stop.
+
+A process fault (engine, controller, vswitchd: `PROCESS_KINDS`) is handed to a `ProcessFaults`
+(the launcher's, which knows the processes): `apply(transition)` kills or restarts, `restore()`
+on stop starts again what a fault still holds stopped (the controller).
 """
 
 from __future__ import annotations
@@ -13,13 +17,31 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from emulator.lab.system import run
 from zcube_lab.core.fabric.description import Fabric
-from zcube_lab.core.fault_schedule import ACTIVE_METRIC, Fault, Transition, schedule
+from zcube_lab.core.fault_schedule import (
+    ACTIVE_METRIC,
+    PROCESS_KINDS,
+    Fault,
+    Transition,
+    schedule,
+)
 
 Runner = Callable[[list[str]], None]
+
+
+class ProcessFaults(Protocol):
+    """Carries out process faults on a running lab."""
+
+    def apply(self, transition: Transition) -> str:
+        """Kill or restart what `transition` names; returns what was done (for the record)."""
+        ...
+
+    def restore(self) -> None:
+        """Start again what a fault still holds stopped."""
+        ...
 
 
 def _ip_link(lines: list[str]) -> None:
@@ -37,12 +59,14 @@ class FaultInjector:
         registry: Any = None,
         runner: Runner = _ip_link,
         progress: Callable[[str], None] | None = None,
+        processes: ProcessFaults | None = None,
     ) -> None:
         self.fabric = fabric
         self.faults = list(faults)
         self.transitions = schedule(fabric, faults)
         self.log_path = log_path
         self._runner = runner
+        self._processes = processes
         self._progress = progress or (lambda _m: None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -69,8 +93,15 @@ class FaultInjector:
         with self._lock:  # recorded first: stop() restores it even if the command half-ran
             if tr.action == "down":
                 self._down.update(tr.interfaces)
-        error = ""
-        if lines:
+        error = done = ""
+        if tr.kind in PROCESS_KINDS:
+            try:
+                if self._processes is None:
+                    raise RuntimeError(f"no process control for a {tr.kind} fault")
+                done = self._processes.apply(tr)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        elif lines:
             try:
                 self._runner(lines)
             except Exception as exc:
@@ -88,6 +119,8 @@ class FaultInjector:
             "action": tr.action,
             "fault": tr.fault,
             "interfaces": list(tr.interfaces),
+            "kind": tr.kind,
+            "done": done,
             "error": error,
         }
         if self._log is not None:
@@ -117,6 +150,11 @@ class FaultInjector:
                 self._runner([f"link set dev {name} up" for name in down])
             except Exception as exc:
                 self._progress(f"fault: restoring {down} failed: {exc}")
+        if self._processes is not None:
+            try:
+                self._processes.restore()
+            except Exception as exc:
+                self._progress(f"fault: restoring processes failed: {exc}")
         if self._log is not None:
             self._log.close()
             self._log = None

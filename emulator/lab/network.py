@@ -140,12 +140,14 @@ def kernel_datapath_available() -> bool:
     return code == 0 and Path("/sys/module/openvswitch").exists()
 
 
-def _wait_listening(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+def _wait_listening(
+    proc: subprocess.Popen[bytes], timeout: float, log: Path, offset: int = 0
+) -> None:
     """Wait for the controller's "listening" line (connecting to probe would look like a
-    switch to it)."""
+    switch to it), after byte `offset` of its log."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        text = log.read_text(errors="replace") if log.exists() else ""
+        text = log.read_bytes()[offset:].decode(errors="replace") if log.exists() else ""
         if "controller listening" in text:
             return
         if proc.poll() is not None:
@@ -320,7 +322,27 @@ class Lab:
         if changed:
             self.progress(f"congestion control: {'; '.join(changed)}")
 
-    def _start_controller(self) -> None:
+    def stop_controller(self) -> None:
+        """Kill the controller (a controller fault): installed rules stay in the switches
+        (fail mode secure), nothing reacts until `restart_controller`."""
+        if self.controller is not None:
+            kill_group(self.controller.pid, grace=0.0)
+            with contextlib.suppress(Exception):
+                self.controller.wait(timeout=2)
+            self.controller = None
+
+    def restart_controller(self) -> int:
+        """Start the controller again with the same options (its log appended to); the
+        switches reconnect by themselves. Returns its pid."""
+        if self.controller is not None and self.controller.poll() is None:
+            return self.controller.pid
+        self._start_controller(append=True)
+        assert self.controller is not None
+        state = read_state(self.state_file)
+        self._write_state([*(state.pids if state else []), self.controller.pid])
+        return self.controller.pid
+
+    def _start_controller(self, append: bool = False) -> None:
         o = self.options
         argv = [
             sys.executable,
@@ -345,12 +367,14 @@ class Lab:
             f"starting controller (policy {o.policy}{', recompute' if o.recompute else ''}, "
             f"log {self.controller_log})"
         )
-        with self.controller_log.open("wb") as log:
+        offset = self.controller_log.stat().st_size if append else 0
+        with self.controller_log.open("ab" if append else "wb") as log:
             self.controller = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        self._write_state([self.controller.pid])
-        _wait_listening(self.controller, 30, self.controller_log)
+        if not append:
+            self._write_state([self.controller.pid])
+        _wait_listening(self.controller, 30, self.controller_log, offset)
 
     def _link_settings(self) -> LinkSettings:
         o = self.options

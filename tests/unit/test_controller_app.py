@@ -104,19 +104,18 @@ def test_group_mods_are_select_groups_with_watched_buckets() -> None:
     ]
 
 
-def test_install_order_is_clear_then_groups_then_flows() -> None:
+def test_install_adds_or_replaces_groups_then_flows_without_clearing() -> None:
     _fabric, rules = leaf0()
     dp = FakeDatapath(rules.dpid)
     msgs = install_messages(dp, rules)
     kinds = [type(m).__name__ for m in msgs]
     n_groups, n_flows = len(rules.groups), len(rules.flows)
-    assert (
-        kinds
-        == ["OFPFlowMod", "OFPGroupMod"] + ["OFPGroupMod"] * n_groups + ["OFPFlowMod"] * n_flows
-    )
-    assert msgs[0].command == ofproto_v1_3.OFPFC_DELETE and msgs[0].table_id == 0xFF
-    assert msgs[1].command == ofproto_v1_3.OFPGC_DELETE
-    assert msgs[1].group_id == ofproto_v1_3.OFPG_ALL
+    assert kinds == ["OFPGroupMod"] * n_groups + ["OFPFlowMod"] * n_flows
+    # Nothing deletes: a switch reconnecting to a restarted controller keeps its routes.
+    assert all(m.command == 0x8000 for m in msgs[:n_groups])  # OVS's add-or-modify
+    assert all(m.command == ofproto_v1_3.OFPFC_ADD for m in msgs[n_groups:])
+    for m in msgs[:n_groups]:
+        serialized(m)
 
 
 def test_stats_requests_ask_for_groups_only_when_there_are_some() -> None:
@@ -162,13 +161,14 @@ def test_features_installs_rules_and_barrier_confirms_them() -> None:
     dp = FakeDatapath(rules.dpid)
     app._on_features(event(dp))
     sent = [type(m).__name__ for m in dp.sent]
-    assert sent[-1] == "OFPBarrierRequest"
-    assert sent.count("OFPFlowMod") == len(rules.flows) + 1  # plus the delete
-    assert sent.count("OFPGroupMod") == len(rules.groups) + 1
+    # then the flows are read back, to delete stale ones (tested below)
+    assert sent[-2:] == ["OFPBarrierRequest", "OFPFlowStatsRequest"]
+    assert sent.count("OFPFlowMod") == len(rules.flows)  # no delete: nothing is cleared
+    assert sent.count("OFPGroupMod") == len(rules.groups)
     assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "leaf0"}) == 0
-    app._on_barrier(event(dp, xid=dp.sent[-1].xid - 1))  # someone else's barrier
+    app._on_barrier(event(dp, xid=dp.sent[-2].xid - 1))  # someone else's barrier
     assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "leaf0"}) == 0
-    app._on_barrier(event(dp, xid=dp.sent[-1].xid))
+    app._on_barrier(event(dp, xid=dp.sent[-2].xid))
     assert registry.get_sample_value(metrics.SWITCH_RULES_INSTALLED, {"switch": "leaf0"}) == len(
         rules.flows
     )
@@ -388,7 +388,7 @@ def test_port_down_with_recompute_sends_the_difference_once_both_ends_reported()
     # A switch that reconnects gets the current rules.
     again = FakeDatapath(a0.dpid)
     app._on_features(event(again))
-    groups = [m for m in again.sent if type(m).__name__ == "OFPGroupMod"][1:]
+    groups = [m for m in again.sent if type(m).__name__ == "OFPGroupMod"]
     assert [[b.watch_port for b in g.buckets] for g in groups] == [[5, 7, 8]]
 
     # Both ends up again: back to the original routes. Group ids may differ: a group is only
@@ -465,3 +465,47 @@ def test_the_static_policy_keeps_its_earlier_name_single() -> None:
     assert parse_args([*base, "--policy", "single"]).policy == "single"
     config = ControllerConfig(build_fabric(ROFT), "single", 1.0, CollectorRegistry())
     assert config.policy == "static"
+
+
+def _entry(dp: FakeDatapath, flow: Any, cookie: int = COOKIE, table_id: int = 0) -> Any:
+    parsed = roundtrip(dp, flow_mod(dp, flow))  # the match as a switch's reply carries it
+    return SimpleNamespace(
+        table_id=table_id, cookie=cookie, priority=flow.priority, match=parsed.match
+    )
+
+
+def test_stale_flows_are_ours_that_the_rules_no_longer_hold() -> None:
+    from controller.ofmsg import stale_flows
+    from controller.rules import FlowSpec, match
+
+    _fabric, rules = leaf0()
+    dp = FakeDatapath(rules.dpid)
+    old = FlowSpec(1000, match(eth_type=0x0800, ipv4_dst="198.18.9.9"), (Output(1),))
+    other = FlowSpec(1000, match(eth_type=0x0800, ipv4_dst="198.18.9.8"), (Output(1),))
+    entries = [_entry(dp, f) for f in rules.flows]
+    entries += [_entry(dp, old), _entry(dp, other, cookie=COOKIE + 1)]
+    (stale,) = stale_flows(entries, rules)
+    assert (stale.priority, stale.match_fields) == (1000, old.match_fields)
+    assert stale_flows(entries[: len(rules.flows)], rules) == []
+
+
+def test_a_reconnecting_switch_loses_only_the_flows_the_rules_do_not_hold() -> None:
+    from controller.rules import FlowSpec, match
+
+    app = make_app(CollectorRegistry())
+    _fabric, rules = leaf0()
+    dp = FakeDatapath(rules.dpid)
+    app._on_features(event(dp))
+    installed = len(dp.sent)
+    assert type(dp.sent[-1]).__name__ == "OFPFlowStatsRequest"
+    old = FlowSpec(1000, match(eth_type=0x0800, ipv4_dst="198.18.9.9"), (Output(1),))
+    body = [_entry(dp, f) for f in rules.flows]
+    more = ofproto_v1_3.OFPMPF_REPLY_MORE
+    app._on_flow_stats(event(dp, body=body[:3], flags=more))
+    assert len(dp.sent) == installed  # waits for the last part
+    app._on_flow_stats(event(dp, body=[*body[3:], _entry(dp, old)], flags=0))
+    (delete,) = dp.sent[installed:]
+    assert delete.command == ofproto_v1_3.OFPFC_DELETE_STRICT
+    assert dict(delete.match.items()) == old.match_fields
+    app._on_flow_stats(event(dp, body=[_entry(dp, old)], flags=0))  # no read pending
+    assert len(dp.sent) == installed + 1

@@ -12,11 +12,18 @@ from emulator.results.fault_report import analyze, fault_windows
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fault_schedule import parse_fault, parse_faults, schedule, switch_links
+from zcube_lab.core.fault_schedule import (
+    Transition,
+    parse_fault,
+    parse_faults,
+    schedule,
+    switch_links,
+)
 from zcube_lab.core.policies import RUN_POLICIES, get_policy
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=4))
 ROFT = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2))
+ENGINES = ("prefill-0", "prefill-1", "decode-2", "decode-3")
 
 
 def test_link_fault_names_both_switch_ends_and_its_timing() -> None:
@@ -70,12 +77,67 @@ def test_flaps_are_seeded_switch_links_inside_the_window() -> None:
         ("melt a1 at 3s", "fail"),
         ("link a1-b2 at 3s at 4s", "fail"),
         ("", "fail"),
+        ("engine", "fail.engine"),
+        ("engine decode-9 at 3s", "fail.engine"),
+        ("engine decode-3", "fail.at"),
+        ("engine decode-3 at 3s for 2s", "fail"),
+        ("engine decode-3 at 61s", "fail.at"),
+        ("controller for 2s", "fail.at"),
+        ("controller at 3s for 0s", "fail.for"),
+        ("vswitchd at 3s for 2s", "fail"),
+        ("vswitchd at later", "fail.at"),
     ],
 )
 def test_bad_specifications_name_the_field(text: str, field: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_fault(text, ZCUBE, 60)
+        parse_fault(text, ZCUBE, 60, engines=ENGINES)
     assert info.value.field == field
+
+
+def test_process_faults_parse_with_their_target_and_timing() -> None:
+    (e,) = parse_fault("engine Decode-3 at 20s", ZCUBE, 60, engines=ENGINES)
+    assert (e.label, e.kind, e.target, e.at_s, e.for_s, e.links) == (
+        "engine decode-3",
+        "engine",
+        "decode-3",
+        20.0,
+        None,
+        (),
+    )
+    (c,) = parse_fault("controller at 10s for 5s", ZCUBE, 60)
+    assert (c.kind, c.at_s, c.end_s) == ("controller", 10.0, 15.0)
+    (v,) = parse_fault("vswitchd at 500ms", ZCUBE, 60)
+    assert (v.kind, v.at_s, v.for_s) == ("vswitchd", 0.5, None)
+
+
+def test_unknown_engine_error_lists_the_run_engines() -> None:
+    with pytest.raises(ConfigError, match="prefill-0") as info:
+        parse_fault("engine decode-7 at 3s", ZCUBE, 60, engines=ENGINES)
+    assert info.value.allowed == f"one of this run's engines {list(ENGINES)}"
+
+
+def test_process_faults_schedule_by_kind_without_interfaces() -> None:
+    faults = parse_faults(
+        ["controller at 10s for 5s", "engine decode-3 at 12s", "vswitchd at 20s"],
+        ZCUBE,
+        60,
+        engines=ENGINES,
+    )
+    steps = schedule(ZCUBE, faults)
+    assert [(t.t_s, t.action, t.kind, t.target, t.interfaces) for t in steps] == [
+        (10, "down", "controller", "", ()),
+        (12, "down", "engine", "decode-3", ()),
+        (15, "up", "controller", "", ()),
+        (20, "down", "vswitchd", "", ()),
+    ]
+
+
+def test_a_second_kill_of_one_engine_gets_its_own_label() -> None:
+    a, b = parse_faults(
+        ["engine decode-3 at 5s", "engine decode-3 at 9s"], ZCUBE, 60, engines=ENGINES
+    )
+    assert (a.label, b.label) == ("engine decode-3", "engine decode-3 (2)")
+    assert a.target == b.target == "decode-3"
 
 
 def test_unknown_switch_error_lists_the_fabric_switches() -> None:
@@ -285,3 +347,114 @@ def test_policies_map_to_routing_and_reactions() -> None:
     with pytest.raises(ConfigError) as info:
         get_policy("magic")
     assert info.value.field == "policy" and "spray" in str(info.value)
+
+
+class _FakeProcesses:
+    def __init__(self, fail_on: str = "") -> None:
+        self.applied: list[tuple[str, str, str]] = []
+        self.restored = 0
+        self.fail_on = fail_on
+
+    def apply(self, tr: Transition) -> str:
+        if tr.kind == self.fail_on:
+            raise RuntimeError("no such process")
+        self.applied.append((tr.kind, tr.action, tr.target))
+        return f"{tr.kind} {tr.action}"
+
+    def restore(self) -> None:
+        self.restored += 1
+
+
+def test_injector_hands_process_faults_over_and_records_them(tmp_path: Path) -> None:
+    import time
+
+    calls: list[list[str]] = []
+    procs = _FakeProcesses(fail_on="vswitchd")
+    faults = parse_faults(
+        ["engine decode-3 at 0.02s", "controller at 0.05s for 0.05s", "vswitchd at 0.12s"],
+        ZCUBE,
+        60,
+        engines=ENGINES,
+    )
+    inj = FaultInjector(
+        ZCUBE, faults, tmp_path / "faults.jsonl", runner=calls.append, processes=procs
+    )
+    inj.start(time.time())
+    time.sleep(0.4)
+    inj.stop()
+    assert calls == []  # no interface changes
+    assert procs.applied == [
+        ("engine", "down", "decode-3"),
+        ("controller", "down", ""),
+        ("controller", "up", ""),
+    ]
+    assert procs.restored == 1
+    events = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()]
+    assert [(e["fault"], e["action"], e["kind"]) for e in events] == [
+        ("engine decode-3", "down", "engine"),
+        ("controller", "down", "controller"),
+        ("controller", "up", "controller"),
+        ("vswitchd", "down", "vswitchd"),
+    ]
+    assert events[0]["done"] == "engine down" and events[0]["error"] == ""
+    assert events[3]["error"] == "RuntimeError: no such process"
+
+
+def test_injector_without_process_control_records_an_error(tmp_path: Path) -> None:
+    import time
+
+    (f,) = parse_faults(["controller at 0s for 1s"], ZCUBE, 60)
+    inj = FaultInjector(ZCUBE, [f], tmp_path / "faults.jsonl", runner=lambda _l: None)
+    inj.start(time.time())
+    time.sleep(0.1)
+    inj.stop()
+    (e,) = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()]
+    assert "no process control" in e["error"]
+
+
+def test_lab_process_faults_kill_an_engine_group_and_cycle_the_controller() -> None:
+    import subprocess
+    import sys
+
+    from emulator.lab.procfaults import LabProcessFaults
+
+    engine = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    controller: list[str] = []
+    vswitchd: list[str] = []
+    pf = LabProcessFaults(
+        {"decode-3": engine},
+        lambda: controller.append("stop"),
+        lambda: controller.append("start") or 4242,
+        vswitchd_kill=lambda: vswitchd.append("kill") or 77,
+        vswitchd_start=lambda: vswitchd.append("start"),
+    )
+    try:
+        done = pf.apply(Transition(1.0, "down", "engine decode-3", (), "engine", "decode-3"))
+        assert engine.poll() == -9 and done == f"killed decode-3 (pid {engine.pid})"
+    finally:
+        engine.kill()
+        engine.wait()
+    assert pf.apply(Transition(2.0, "down", "controller", (), "controller")) == "controller killed"
+    pf.restore()  # teardown while the controller is down: it comes back first
+    assert controller == ["stop", "start"]
+    pf.restore()
+    assert controller == ["stop", "start"]
+    done = pf.apply(Transition(3.0, "down", "vswitchd", (), "vswitchd"))
+    assert vswitchd == ["kill", "start"] and "pid 77" in done
+    with pytest.raises(ValueError, match="not a process fault"):
+        pf.apply(Transition(4.0, "down", "x", (), "link"))
+
+
+def test_a_vswitchd_fault_makes_the_run_untrustworthy_and_others_do_not() -> None:
+    from emulator.lab.fidelity import FaultWindow, NetworkEvidence, NetworkLimits, judge_network
+
+    windows = (
+        FaultWindow("controller", 1.0, 5.0),
+        FaultWindow("engine decode-3", 2.0, None),
+        FaultWindow("vswitchd", 6.0, None),
+    )
+    reasons = judge_network(NetworkEvidence(faults=windows), NetworkLimits()).reasons
+    assert len(reasons) == 1 and reasons[0].startswith("vswitchd: ovs-vswitchd was killed")
+    assert judge_network(NetworkEvidence(faults=windows[:2]), NetworkLimits()).reasons == ()

@@ -566,3 +566,54 @@ async def test_an_idle_prefill_s_lease_loop_sleeps_until_kv_is_held() -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_dead_engine_is_routed_around_and_fails_fast_when_none_is_left(
+    aiohttp_server,
+) -> None:
+    """A backend that refuses connections (its engine was killed) costs one refused attempt:
+    the request goes to another backend, and later ones skip the dead one; with no backend
+    left, the client gets a 502 OpenAI-style error at once."""
+    served = {"prefill": 0, "decode": 0}
+
+    async def prefill(request: web.Request) -> web.Response:
+        served["prefill"] += 1
+        return web.json_response({"kv_transfer_params": {"remote_engine_id": "p"}})
+
+    async def decode(request: web.Request) -> web.Response:
+        served["decode"] += 1
+        return web.json_response({"choices": [{"text": "a"}], "usage": {"completion_tokens": 1}})
+
+    urls = []
+    for handler in (prefill, decode):
+        app = web.Application()
+        app.router.add_post("/v1/completions", handler)
+        urls.append(str((await aiohttp_server(app)).make_url("")).rstrip("/"))
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]  # nobody listens
+    greg = CollectorRegistry()
+    cfg = GatewayConfig(
+        prefill_urls=(dead[0], urls[0]), decode_urls=(dead[1], urls[1]), policy="round-robin"
+    )
+    gateway = str((await aiohttp_server(make_gateway_app(cfg, greg))).make_url("")).rstrip("/")
+    body = _body(3, 1, stream=False)
+    async with aiohttp.ClientSession() as s, asyncio.timeout(10):
+        for _ in range(6):
+            async with s.post(gateway + "/v1/completions", json=body) as r:
+                assert r.status == 200, await r.text()
+    assert served == {"prefill": 6, "decode": 6}
+    g = registry_text(greg)
+    # One refusal each: afterwards the dead backends are left out.
+    assert metric_sum(g, "zcube:gateway_upstream_errors_total", role="prefill") == 1
+    assert metric_sum(g, "zcube:gateway_upstream_errors_total", role="decode") == 1
+
+    cfg = GatewayConfig(prefill_urls=(urls[0],), decode_urls=(dead[1],))
+    gateway = str((await aiohttp_server(make_gateway_app(cfg))).make_url("")).rstrip("/")
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as s, asyncio.timeout(10):
+        for _ in range(2):  # also while the only decode is marked down
+            t0 = loop.time()
+            async with s.post(gateway + "/v1/completions", json=body) as r:
+                assert r.status == 502
+                err = (await r.json())["error"]
+            assert loop.time() - t0 < 1.0
+            assert err["code"] == "upstream_error" and "decode" in err["message"]

@@ -119,3 +119,14 @@ def _successes(registry: CollectorRegistry) -> float:
         for s in m.samples
         if s.name == "vllm:request_success_total"
     )
+
+
+def test_usable_leaves_out_tried_and_down_backends_but_never_all_untried() -> None:
+    from serving.routing import usable
+
+    a, b, c = Backend("http://a"), Backend("http://b"), Backend("http://c")
+    b.down_until = 10.0
+    assert usable([a, b, c], now=5.0) == [a, c]
+    assert usable([a, b, c], now=10.0) == [a, b, c]
+    assert usable([a, b, c], now=5.0, tried={"http://a", "http://c"}) == [b]
+    assert usable([a, b, c], now=5.0, tried={"http://a", "http://b", "http://c"}) == []

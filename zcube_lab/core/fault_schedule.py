@@ -5,13 +5,22 @@
     `switch leaf1 at 20s for 5s`     every port of one switch
     `flaps 3 seed 7 for 4s from 10s to 40s`   3 random switch-to-switch links, onsets drawn
                                      uniformly in the window (default 20%-70% of the run)
-  Times count from the start of the load; without `for` a fault lasts until the run ends.
+    `engine decode-3 at 20s`         one engine process (prefill or decode, by its plan name)
+                                     killed for the rest of the run
+    `controller at 20s for 10s`      the controller stopped, then started again
+    `vswitchd at 20s`                ovs-vswitchd killed and started again (the run is then
+                                     not trustworthy)
+  Times count from the start of the load; without `for` a fault lasts until the run ends
+  (an engine or vswitchd fault takes no `for`: the engine stays dead, vswitchd comes back at
+  once).
   A `zcube:` (or `roft:`, `clos:`) prefix applies a specification to that fabric only, so one
   `compare` can break a comparable link on each fabric.
 - `schedule(faults)` turns them into ordered interface transitions. Breaking a link sets the
   root-namespace (switch) ends of its veth pair down; a veth whose peer is down loses its
   carrier, so both switches (and a host at the far end) see the link go down. Overlapping faults
-  on one interface are counted, so it comes back up only when the last one ends.
+  on one interface are counted, so it comes back up only when the last one ends. A process
+  fault (engine, controller, vswitchd) changes no interface: its transitions carry its kind and
+  target for the injector.
 
 The injector that carries a schedule out is `emulator.lab.injector`; the fault report a run's
 records give is `emulator.results.fault_report`.
@@ -30,9 +39,12 @@ from zcube_lab.core.fabric.builders import BUILDERS
 from zcube_lab.core.fabric.description import Fabric, Link
 
 GRAMMAR = (
-    "'link X-Y[#k] at T [for D]', 'switch X at T [for D]' or "
-    "'flaps N [seed S] [for D] [from T1 to T2]' (times like 30s, 1.5s or 500ms)"
+    "'link X-Y[#k] at T [for D]', 'switch X at T [for D]', "
+    "'flaps N [seed S] [for D] [from T1 to T2]', 'engine NAME at T', "
+    "'controller at T [for D]' or 'vswitchd at T' (times like 30s, 1.5s or 500ms)"
 )
+FAULT_KINDS = ("link", "switch", "engine", "controller", "vswitchd")
+PROCESS_KINDS = ("engine", "controller", "vswitchd")  # faults of a process, not of links
 FLAP_DEFAULT_S = 5.0
 ACTIVE_METRIC = "zcube_fault_active"
 
@@ -43,10 +55,11 @@ class Fault:
     None = until the run ends), and the fabric links it cuts."""
 
     label: str
-    kind: str  # "link" or "switch"
+    kind: str  # one of FAULT_KINDS
     at_s: float
     for_s: float | None
     links: tuple[Link, ...]
+    target: str = ""  # the engine a process fault kills ("" for the others)
 
     @property
     def end_s(self) -> float | None:
@@ -103,12 +116,32 @@ def _timing(opts: Mapping[str, str], text: str, duration_s: float) -> tuple[floa
     return at, length
 
 
-def parse_fault(text: str, fabric: Fabric, duration_s: float, seed: int = 1) -> list[Fault]:
-    """One `--fail` specification as faults (flaps expand to several)."""
+def parse_fault(
+    text: str,
+    fabric: Fabric,
+    duration_s: float,
+    seed: int = 1,
+    engines: Sequence[str] = (),
+) -> list[Fault]:
+    """One `--fail` specification as faults (flaps expand to several); `engines` are the
+    plan's engine names an `engine` fault may name."""
     tokens = text.strip().lower().split()
     if not tokens:
         raise ConfigError("fail", text, GRAMMAR)
     kind, rest = tokens[0], tokens[1:]
+    if kind == "engine":
+        if not rest:
+            raise ConfigError("fail.engine", text, f"an engine name after 'engine'; {GRAMMAR}")
+        name = rest[0]
+        if name not in engines:
+            raise ConfigError("fail.engine", name, f"one of this run's engines {list(engines)}")
+        opts = _options(rest[1:], {"at"}, text)
+        at, _ = _timing(opts, text, duration_s)
+        return [Fault(f"engine {name}", "engine", at, None, (), name)]
+    if kind in ("controller", "vswitchd"):
+        opts = _options(rest, {"at", "for"} if kind == "controller" else {"at"}, text)
+        at, length = _timing(opts, text, duration_s)
+        return [Fault(kind, kind, at, length, ())]
     if kind == "link":
         if not rest:
             raise ConfigError("fail", text, GRAMMAR)
@@ -169,9 +202,14 @@ def parse_fault(text: str, fabric: Fabric, duration_s: float, seed: int = 1) -> 
 
 
 def parse_faults(
-    texts: Iterable[str], fabric: Fabric, duration_s: float, seed: int = 1
+    texts: Iterable[str],
+    fabric: Fabric,
+    duration_s: float,
+    seed: int = 1,
+    engines: Sequence[str] = (),
 ) -> list[Fault]:
-    """Every `--fail` specification that applies to this fabric, in start order."""
+    """Every `--fail` specification that applies to this fabric, in start order (`engines`:
+    the names an `engine` fault may use)."""
     faults = []
     for text in texts:
         head, sep, rest = text.partition(":")
@@ -179,14 +217,14 @@ def parse_faults(
             if head.strip().lower() != fabric.kind:
                 continue
             text = rest
-        faults += parse_fault(text, fabric, duration_s, seed)
+        faults += parse_fault(text, fabric, duration_s, seed, engines)
     # Labels key the records and the metric: a second fault on the same target gets "(2)".
     seen: dict[str, int] = {}
     unique = []
     for f in sorted(faults, key=lambda f: f.at_s):
         seen[f.label] = seen.get(f.label, 0) + 1
         if seen[f.label] > 1:
-            f = Fault(f"{f.label} ({seen[f.label]})", f.kind, f.at_s, f.for_s, f.links)
+            f = Fault(f"{f.label} ({seen[f.label]})", f.kind, f.at_s, f.for_s, f.links, f.target)
         unique.append(f)
     return unique
 
@@ -200,6 +238,8 @@ class Transition:
     action: str
     fault: str
     interfaces: tuple[str, ...]
+    kind: str = "link"  # the fault's kind: a process fault's injector acts on it
+    target: str = ""
 
 
 def schedule(fabric: Fabric, faults: Sequence[Fault]) -> list[Transition]:
@@ -219,5 +259,6 @@ def schedule(fabric: Fabric, faults: Sequence[Fault]) -> list[Transition]:
             holders[name] = before + (1 if starts else -1)
             if (before == 0) if starts else (holders[name] == 0):
                 changed.append(name)
-        out.append(Transition(t, "down" if starts else "up", f.label, tuple(changed)))
+        action = "down" if starts else "up"
+        out.append(Transition(t, action, f.label, tuple(changed), f.kind, f.target))
     return out

@@ -94,7 +94,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, rate: bool = True) -> Non
         default=[],
         metavar="SPEC",
         help="inject a failure, repeatable: 'link a1-b2 at 30s for 10s', 'switch leaf1 at 20s "
-        "for 5s', 'flaps 3 seed 7 for 4s' (times from the load start); a 'zcube:' or "
+        "for 5s', 'flaps 3 seed 7 for 4s', 'engine decode-3 at 20s', 'controller at 20s for "
+        "10s', 'vswitchd at 20s' (times from the load start; docs/FAILURES.md); a 'zcube:' or "
         "'roft:' prefix applies it to that fabric only (for compare)",
     )
     lab.add_argument("--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate")
