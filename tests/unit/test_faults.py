@@ -448,13 +448,14 @@ def test_lab_process_faults_kill_an_engine_group_and_cycle_the_controller() -> N
 
 
 def test_a_vswitchd_fault_makes_the_run_untrustworthy_and_others_do_not() -> None:
-    from emulator.lab.fidelity import FaultWindow, NetworkEvidence, NetworkLimits, judge_network
+    from emulator.lab.fidelity import FaultWindow, NetworkEvidence, judge_network
+    from emulator.lab.limits import Limits
 
     windows = (
         FaultWindow("controller", 1.0, 5.0),
         FaultWindow("engine decode-3", 2.0, None),
         FaultWindow("vswitchd", 6.0, None),
     )
-    reasons = judge_network(NetworkEvidence(faults=windows), NetworkLimits()).reasons
+    reasons = judge_network(NetworkEvidence(faults=windows), Limits()).reasons
     assert len(reasons) == 1 and reasons[0].startswith("vswitchd: ovs-vswitchd was killed")
-    assert judge_network(NetworkEvidence(faults=windows[:2]), NetworkLimits()).reasons == ()
+    assert judge_network(NetworkEvidence(faults=windows[:2]), Limits()).reasons == ()
