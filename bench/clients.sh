@@ -113,7 +113,7 @@ name, path = sys.argv[1], Path(sys.argv[2])
 
 
 def line(ok, err, rps, prompt, ttft, itl):
-    # ttft, itl: (p50, p95 or p99 label, value) in ms
+    # ttft, itl: (p50, percentile label, value) in ms
     print(
         f"{name}: {ok} ok, {err} errors, {rps:.2f} req/s, {prompt:.1f} prompt tokens/request "
         f"(client's count), TTFT p50 {ttft[0]:.1f} ms {ttft[1]} {ttft[2]:.1f} ms, "
@@ -157,8 +157,8 @@ else:
         len(d["error_summary"]),
         d["request_throughput"]["avg"],
         d["input_sequence_length"]["avg"],
-        (ttft["p50"], "p99", ttft["p99"]),
-        (itl["p50"], "p99", itl["p99"]),
+        (ttft["p50"], "p95", ttft["p95"]),
+        (itl["p50"], "p95", itl["p95"]),
     )
     u = d["usage_prompt_tokens"]
     print(f"{name}: prompt tokens in the server's usage: mean {u['avg']:.1f}, min {u['min']:.0f}, max {u['max']:.0f}")
