@@ -1,13 +1,16 @@
 """Write a local Hugging Face tokenizer that counts tokens as the mock servers do.
 
 The mock engines count one token per word (`\\w+`) and one per other non-space character
-(serving/textgen.py). Load tools (GuideLLM, `vllm bench serve`, AIPerf) want a Hugging Face
-tokenizer to size synthetic prompts, and this machine cannot download one. This script builds a
-word-level tokenizer with the same split: lower-cased words and single punctuation marks, one
-token each, over a vocabulary of the mock's output words, ASCII punctuation, the numbers 0-999,
-Faker's English word list when Faker is installed (GuideLLM's synthetic prompts are Faker text)
-and every word of the `--words` files. A word outside the vocabulary is `[UNK]`: still one token,
-but it decodes to nothing, so give a corpus you prompt with as `--words`.
+(serving/textgen.py). Load tools (GuideLLM, inference-perf, AIPerf, `vllm bench serve`) want a
+Hugging Face tokenizer to size synthetic prompts, and this machine cannot download one. This
+script builds a word-level tokenizer with the same split: lower-cased words and single
+punctuation marks, one token each, over a vocabulary of the mock's output words, ASCII
+punctuation, the numbers 0-999, Faker's English word list when Faker is installed (GuideLLM's
+synthetic prompts are Faker text) and every word of the `--words` files. A word outside the
+vocabulary is `[UNK]`: one token, which decodes to the text `[UNK]` (three tokens for the mock)
+unless special tokens are skipped, so a tool that decodes windows of its own corpus
+(inference-perf, AIPerf) sends longer prompts than it asked for. Give the corpus a tool prompts
+with as `--words`.
 
 Run it with the load tool's own Python (it needs `tokenizers` and `transformers`, which the lab
 does not):
