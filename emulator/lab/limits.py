@@ -104,26 +104,19 @@ class Limits:
     send_lag_fraction: float = 0.01  # ... for more than this share of its requests
 
     def __post_init__(self) -> None:
-        for name in _SHARES:
-            value = getattr(self, name)
-            if not _number(value) or not 0 <= value <= 1:
-                raise ConfigError(f"limits.{name}", value, "a share between 0 and 1")
-        for name in _CORES:
-            value = getattr(self, name)
-            if not _number(value) or not value > 0:
-                raise ConfigError(f"limits.{name}", value, "a positive number of cores")
-        for name in _SECONDS:
-            value = getattr(self, name)
-            if not _number(value) or value < 0:
-                raise ConfigError(f"limits.{name}", value, "seconds >= 0")
-        for name in _RATIOS:
-            value = getattr(self, name)
-            if not _number(value) or not value > 0:
-                raise ConfigError(f"limits.{name}", value, "a positive ratio")
-        for name in _COUNTS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"limits.{name}", value, "an integer >= 1")
+        checks = (
+            (_SHARES, lambda v: _number(v) and 0 <= v <= 1, "a share between 0 and 1"),
+            (_CORES, lambda v: _number(v) and v > 0, "a positive number of cores"),
+            (_SECONDS, lambda v: _number(v) and v >= 0, "seconds >= 0"),
+            (_RATIOS, lambda v: _number(v) and v > 0, "a positive ratio"),
+            (_COUNTS, lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 1,
+             "an integer >= 1"),
+        )  # fmt: skip
+        for names, ok, allowed in checks:
+            for name in names:
+                value = getattr(self, name)
+                if not ok(value):
+                    raise ConfigError(f"limits.{name}", value, allowed)
 
     @property
     def rates(self) -> RateLimits:
