@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from emulator.lab.health import parse_pid_stat
-from emulator.lab.verdict import DATAPATH
 from emulator.prometheus.server import PROMETHEUS_BINARY
+from emulator.verdict.judge import DATAPATH
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RUN = "run"

@@ -78,7 +78,7 @@ NIXL_XFER_TIME_BUCKETS = (
 # "uniform 2kb to 16gb range": 2 ** (10 + i) for i in range(1, 25, 2)
 NIXL_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))
 STEP_OVERRUN_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
-# Shares of the modelled step (emulator.lab.limits judges 0.25).
+# Shares of the modelled step (emulator.verdict.limits judges 0.25).
 STEP_LATENESS_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
 # Geometric, 4 per doubling (ratio 2**0.25, about 19%): 100 us to about 13 s, so a quantile
 # interpolated inside a bucket is off by a few percent at most, from sub-ms exchanges to stalls.

@@ -21,8 +21,8 @@ import json
 import sys
 
 from emulator.lab.health import HealthSampler
-from emulator.lab.limits import Limits
 from emulator.lab.netsampler import NetSampler
+from emulator.verdict.limits import Limits
 
 
 def parse_hosts(text: str) -> dict[str, int]:

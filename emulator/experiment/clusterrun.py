@@ -26,9 +26,9 @@ from typing import IO, Any
 
 from emulator.cluster.lab import ClusterLab
 from emulator.cluster.remote import SSH_OPTIONS, Machine, argv_on, run_on
-from emulator.lab.netstats import shaped_rates
 from emulator.lab.system import LabError
-from emulator.lab.verdict import HealthVerdict
+from emulator.verdict.judge import HealthVerdict
+from emulator.verdict.netstats import shaped_rates
 from zcube_lab.core.fabric.clusterplan import switch_ends
 
 AGENT_READY_S = 30.0

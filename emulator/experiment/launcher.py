@@ -34,19 +34,19 @@ from emulator.experiment.plan import (
     RunPlan,
 )
 from emulator.lab import ovs
-from emulator.lab.fidelity import (
-    DATAPATH_RECEIVE_DROPS,
-    DATAPATH_SEND_ERRORS,
-)
 from emulator.lab.health import HealthSampler
 from emulator.lab.injector import FaultInjector
 from emulator.lab.netsampler import NetSampler
-from emulator.lab.netstats import shaped_rates
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.procfaults import LabProcessFaults
 from emulator.lab.system import LabError
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.summary import RunSummary
+from emulator.verdict.netstats import shaped_rates
+from emulator.verdict.network import (
+    DATAPATH_RECEIVE_DROPS,
+    DATAPATH_SEND_ERRORS,
+)
 from zcube_lab.core.fabric.queues import queue_summary
 from zcube_lab.core.ports import free_port
 from zcube_lab.core.procs import signals_ignored, stop_groups, wait_http

@@ -47,21 +47,9 @@ from emulator.experiment.plan import (
     RunConfig,
     plan_run,
 )
-from emulator.lab.fidelity import (
-    GATEWAY,
-    LOADGEN,
-    FaultWindow,
-    KvPulls,
-    NetworkEvidence,
-    loop_lag,
-    send_lag,
-    step_overruns,
-)
 from emulator.lab.health import HealthSampler
-from emulator.lab.limits import Limits
 from emulator.lab.netsampler import buckets_of, metrics_texts
 from emulator.lab.system import LabError
-from emulator.lab.verdict import HealthVerdict
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.dilation import undilate
@@ -76,6 +64,18 @@ from emulator.results.transfers import (
     kv_ratio_p50,
     read_logs,
     transfer_figures,
+)
+from emulator.verdict.judge import HealthVerdict
+from emulator.verdict.limits import Limits
+from emulator.verdict.network import (
+    GATEWAY,
+    LOADGEN,
+    FaultWindow,
+    KvPulls,
+    NetworkEvidence,
+    loop_lag,
+    send_lag,
+    step_overruns,
 )
 from serving.vllm_metrics import GATEWAY_LOOP_LAG, STEP_LATENESS, STEP_OVERRUN
 

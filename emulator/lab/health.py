@@ -6,7 +6,7 @@ prints. So every run samples CPU use and a verdict marks it trustworthy or not.
 
 Two layers. Pure: `parse_proc_stat` and `parse_pid_stat` read /proc text, `sample_between` turns
 two `Reading`s into a `HealthSample` (machine and per-core busy share, per-process CPU in cores),
-and `emulator.lab.verdict.judge` turns samples into a `HealthVerdict`; none of them reads the
+and `emulator.verdict.judge.judge` turns samples into a `HealthVerdict`; none of them reads the
 clock or /proc, so tests feed them synthetic text. Adapter: `HealthSampler` reads /proc in a
 background thread every `interval_s`, finds `ovs-vswitchd` itself (and samples each of its
 threads by thread name: `parse_task_stat`), samples any pids the caller registers by name, and
@@ -19,8 +19,8 @@ run us); guest time is already inside user time, so it is not added again. Steal
 running someone else) counts as busy and has its own rule. Process CPU = utime + stime of every
 thread, over wall time, in cores (1.0 = one core flat out).
 
-The verdict's limits (`emulator.lab.limits.Limits`), and why they are what they are, are
-documented in `emulator.lab.verdict` and `emulator.lab.limits`.
+The verdict's limits (`emulator.verdict.limits.Limits`), and why they are what they are, are
+documented in `emulator.verdict.judge` and `emulator.verdict.limits`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from emulator.lab.fidelity import NetworkEvidence
-from emulator.lab.limits import Limits
-from emulator.lab.verdict import DATAPATH, HealthSample, HealthVerdict, judge
+from emulator.verdict.judge import DATAPATH, HealthSample, HealthVerdict, judge
+from emulator.verdict.limits import Limits
+from emulator.verdict.network import NetworkEvidence
 from zcube_lab.core.errors import ConfigError
 
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")

@@ -29,14 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from emulator.lab.fidelity import (
-    FaultWindow,
-    NetworkEvidence,
-    StepOverruns,
-    histogram_buckets,
-    overrun_buckets,
-)
-from emulator.lab.netstats import (
+from emulator.verdict.netstats import (
     NetReading,
     QdiscStats,
     RateLimits,
@@ -49,6 +42,13 @@ from emulator.lab.netstats import (
     softnet_totals,
     tcp_totals,
     window_events,
+)
+from emulator.verdict.network import (
+    FaultWindow,
+    NetworkEvidence,
+    StepOverruns,
+    histogram_buckets,
+    overrun_buckets,
 )
 from zcube_lab.core.errors import ConfigError
 
@@ -147,7 +147,7 @@ class NetSampler:
         faults: Sequence[FaultWindow] = (),
         limits: RateLimits | None = None,
     ) -> NetworkEvidence:
-        """The readings so far as evidence for `emulator.lab.verdict.judge`; the places whose
+        """The readings so far as evidence for `emulator.verdict.judge.judge`; the places whose
         reads failed are missing sources."""
         readings = self.readings
         missing = {}

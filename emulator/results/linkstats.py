@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from emulator.lab.verdict import BusiestLink
 from emulator.results.summary import DirectedUtilization, HotPort, LinkLoad, Utilization
+from emulator.verdict.judge import BusiestLink
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.stats import mean

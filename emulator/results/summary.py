@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from emulator.lab.verdict import HealthVerdict
+from emulator.verdict.judge import HealthVerdict
 
 SUMMARY_FILE = "summary.json"
 QUANTILES = (50, 90, 99)

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
 MID_SIZE = 3_000_000
 # A network reason of the verdict: where (a host `h3`, an interface `h3-eth0` or `leaf0-eth2`,
-# a CPU's input queue `cpu1`, or ovs-vswitchd), then what (emulator.lab.fidelity: TCP timeouts
+# a CPU's input queue `cpu1`, or ovs-vswitchd), then what (emulator.verdict.network: TCP timeouts
 # and SYN retransmits, drops, shaping that did not hold, a held backlog, the datapath's losses).
 NETWORK_REASON = re.compile(
     r"^(?:h\d+|cpu\d+|[\w.]+-eth\d+|ovs-vswitchd): .*(?:TCP retransmission timeout|SYN retransmit"

@@ -45,11 +45,11 @@ from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_varian
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.experiment.sweep import plan_sweep, run_sweep
-from emulator.lab.verdict import HealthVerdict
 from emulator.results.figures import client_summary, read_jsonl
 from emulator.results.goodput import parse_slo
 from emulator.results.summary import FabricStats, RunSummary, ServerFigures, Utilization
 from emulator.results.sweeppoints import max_rates
+from emulator.verdict.judge import HealthVerdict
 from serving.cluster import ClusterSpec, LocalCluster
 from serving.models import get_profile, prefill_step_seconds
 from zcube_lab.core.ports import free_port

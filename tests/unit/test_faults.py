@@ -448,8 +448,8 @@ def test_lab_process_faults_kill_an_engine_group_and_cycle_the_controller() -> N
 
 
 def test_a_vswitchd_fault_makes_the_run_untrustworthy_and_others_do_not() -> None:
-    from emulator.lab.fidelity import FaultWindow, NetworkEvidence, judge_network
-    from emulator.lab.limits import Limits
+    from emulator.verdict.limits import Limits
+    from emulator.verdict.network import FaultWindow, NetworkEvidence, judge_network
 
     windows = (
         FaultWindow("controller", 1.0, 5.0),

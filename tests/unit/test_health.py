@@ -25,8 +25,8 @@ from emulator.lab.health import (
     process_cores,
     sample_between,
 )
-from emulator.lab.limits import Limits
-from emulator.lab.verdict import DATAPATH, HealthSample, judge
+from emulator.verdict.judge import DATAPATH, HealthSample, judge
+from emulator.verdict.limits import Limits
 from zcube_lab.core.errors import ConfigError
 
 STAT_BEFORE = """\

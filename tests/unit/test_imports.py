@@ -281,3 +281,31 @@ def test_relative_and_from_imports_resolve_to_modules() -> None:
     tree = ast.parse("from . import ovs\nfrom ..lab.state import sweep\nfrom zcube_lab import cli")
     found = [m for m, _line in imported_modules(tree, "emulator.lab.network", False)]
     assert found == ["emulator.lab.ovs", "emulator.lab.state", "zcube_lab.cli"]
+
+
+VERDICT = "emulator.verdict"
+# What the verdict package may import of ours: the pure core, the metric names the engines
+# export (the lateness and overrun histograms it reads), and itself.
+VERDICT_MAY_IMPORT = ("zcube_lab.core", "serving.vllm_metrics", VERDICT)
+
+
+def verdict_leaks(edges: Iterable[Edge]) -> list[Edge]:
+    """Imports from the verdict package of anything but `VERDICT_MAY_IMPORT`."""
+    return [
+        e
+        for e in edges
+        if (e.source == VERDICT or e.source.startswith(VERDICT + "."))
+        and not any(e.target == m or e.target.startswith(m + ".") for m in VERDICT_MAY_IMPORT)
+    ]
+
+
+def test_the_verdict_is_one_pure_package(edges: list[Edge]) -> None:
+    """Issue 20: the verdict lives in `emulator.verdict` alone and imports no sampler, tool or
+    lab module, so it can be read and tested as data in, reasons out."""
+    modules = {module_name(p) for p in (REPO / "emulator" / "verdict").rglob("*.py")}
+    assert {f"{VERDICT}.{m}" for m in ("limits", "judge", "network", "netstats")} <= modules
+    assert not list((REPO / "emulator" / "lab").glob("verdict.py"))
+    leaks = verdict_leaks(edges)
+    assert not leaks, "the verdict imports outside its package:\n  " + "\n  ".join(map(str, leaks))
+    made_up = [Edge(f"{VERDICT}.judge", "emulator.lab.health", "emulator/verdict/judge.py", 1)]
+    assert verdict_leaks(made_up) == made_up

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from emulator.lab.netsampler import NetSampler
-from emulator.lab.netstats import (
+from emulator.verdict.netstats import (
     DEV_DROPS,
     OVER_RATE,
     QDISC_DROPS,

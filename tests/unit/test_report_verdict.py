@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.verdict import HealthVerdict
 from emulator.results.report import (
     aggregate,
     busiest_link,
@@ -22,6 +21,7 @@ from emulator.results.report import (
     write_report,
 )
 from emulator.results.summary import DirectedUtilization, RunSummary
+from emulator.verdict.judge import HealthVerdict
 
 DATA = Path(__file__).parent / "data" / "summary-zcube.json"
 

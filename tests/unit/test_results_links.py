@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.lab.verdict import BusiestLink
 from emulator.results.figures import fabric_stats
 from emulator.results.linkstats import (
     PortCounters,
@@ -17,6 +16,7 @@ from emulator.results.linkstats import (
     window_rates,
 )
 from emulator.results.summary import LinkLoad
+from emulator.verdict.judge import BusiestLink
 from zcube_lab.core.fabric.builders import build_zcube
 from zcube_lab.core.fabric.scale import Scale
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.verdict import HealthVerdict, Usage
 from emulator.results.summary import (
     ClientFigures,
     FabricStats,
@@ -21,6 +20,7 @@ from emulator.results.summary import (
     ServerFigures,
     Utilization,
 )
+from emulator.verdict.judge import HealthVerdict, Usage
 
 DATA = Path(__file__).parent / "data"
 # As the runner wrote them before summaries were typed: a run without faults (values from a real

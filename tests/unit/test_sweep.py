@@ -15,7 +15,6 @@ from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_varian
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
 from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep, wall_time_estimate
-from emulator.lab.verdict import HealthVerdict
 from emulator.results.goodput import parse_slo
 from emulator.results.summary import RunSummary
 from emulator.results.sweeppoints import (
@@ -27,6 +26,7 @@ from emulator.results.sweeppoints import (
     points,
     run_point,
 )
+from emulator.verdict.judge import HealthVerdict
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.stats import quantile
 

@@ -12,20 +12,17 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from emulator.experiment.launcher import Launcher
 from emulator.experiment.plan import RunConfig, plan_run
-from emulator.lab.fidelity import (
-    DATAPATH_RECEIVE_DROPS,
-    DATAPATH_SEND_ERRORS,
-    EngineOverruns,
-    FaultWindow,
-    NetworkEvidence,
-    StepOverruns,
-    engine_overruns,
-    overrun_buckets,
-    step_overruns,
-)
 from emulator.lab.health import parse_task_stat, thread_names
-from emulator.lab.limits import Limits
-from emulator.lab.netstats import (
+from emulator.verdict.judge import (
+    DATAPATH,
+    FIDELITY_FIELDS,
+    BusiestLink,
+    HealthSample,
+    HealthVerdict,
+    judge,
+)
+from emulator.verdict.limits import Limits
+from emulator.verdict.netstats import (
     OVER_RATE,
     QDISC_DROPS,
     SOFTNET_DROPS,
@@ -36,13 +33,16 @@ from emulator.lab.netstats import (
     QueueFigures,
     TcpCounters,
 )
-from emulator.lab.verdict import (
-    DATAPATH,
-    FIDELITY_FIELDS,
-    BusiestLink,
-    HealthSample,
-    HealthVerdict,
-    judge,
+from emulator.verdict.network import (
+    DATAPATH_RECEIVE_DROPS,
+    DATAPATH_SEND_ERRORS,
+    EngineOverruns,
+    FaultWindow,
+    NetworkEvidence,
+    StepOverruns,
+    engine_overruns,
+    overrun_buckets,
+    step_overruns,
 )
 from serving.vllm_metrics import EngineMetrics
 from zcube_lab.core.errors import ConfigError

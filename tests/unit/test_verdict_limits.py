@@ -18,7 +18,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from emulator.experiment.comparison import fabric_specs
 from emulator.experiment.plan import RunConfig
 from emulator.experiment.runner import Experiment
-from emulator.lab.fidelity import (
+from emulator.lab.health import HealthSampler
+from emulator.lab.netsampler import NetSampler
+from emulator.results.transfers import kv_path_busy, kv_ratio_p50
+from emulator.verdict.judge import DATAPATH, FIDELITY_FIELDS, HealthSample, HealthVerdict, judge
+from emulator.verdict.limits import Limits
+from emulator.verdict.network import (
     GATEWAY,
     LOADGEN,
     EngineOverruns,
@@ -33,11 +38,6 @@ from emulator.lab.fidelity import (
     send_lag,
     step_overruns,
 )
-from emulator.lab.health import HealthSampler
-from emulator.lab.limits import Limits
-from emulator.lab.netsampler import NetSampler
-from emulator.lab.verdict import DATAPATH, FIDELITY_FIELDS, HealthSample, HealthVerdict, judge
-from emulator.results.transfers import kv_path_busy, kv_ratio_p50
 from serving.gateway import sample_loop_lag
 from serving.vllm_metrics import GATEWAY_LOOP_LAG, EngineMetrics, GatewayMetrics
 from zcube_lab.core.errors import ConfigError

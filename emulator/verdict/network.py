@@ -2,8 +2,8 @@
 engines late, in a way no configured fault explains? (pure)
 
 `judge_network(evidence, limits)` turns `NetworkEvidence` (events and figures from
-`emulator.lab.netstats`, engine step overruns, the run's fault windows) into reasons a run is not
-trustworthy and the events that faults explain. `emulator.lab.verdict.judge` adds them to the
+`emulator.verdict.netstats`, engine step overruns, the run's fault windows) into reasons a run is
+not trustworthy and the events that faults explain. `emulator.verdict.judge.judge` adds them to the
 CPU verdict. Judged, each unless a fault window explains it:
 - a retransmission timeout or a SYN retransmit on any host: the 1 s stalls of the issue; a
   faithful fabric would have to lose a whole window or a SYN for it, which the lab never asks for
@@ -23,7 +23,7 @@ CPU verdict. Judged, each unless a fault window explains it:
 - KV pulls slower than `kv_ratio_p50` x their ideal at p50 while their NIC links were under
   `kv_path_busy` busy (`KvPulls`), the gateway's event-loop lag and the load generator's send
   lag (`LoopLag`), and every source of evidence that did not answer (`NetworkEvidence.missing`):
-  `emulator.lab.limits` says why;
+  `emulator.verdict.limits` says why;
 - packets the userspace datapath lost between itself and its ports: send errors ovs-vswitchd
   logged (its shared send socket was full; `emulator.lab.ovs` says why) and drops of its ports'
   receive sockets; no port, qdisc or OpenFlow counter records these, and a real switch has no
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from emulator.lab.limits import Limits
-from emulator.lab.netstats import (
+from emulator.verdict.limits import Limits
+from emulator.verdict.netstats import (
     DEV_DROPS,
     OVER_RATE,
     QDISC_DROPS,

@@ -3,14 +3,14 @@ emulator trustworthy?
 
 Pure: `judge(samples, limits, evidence, window=...)` turns `HealthSample`s (taken by
 `emulator.lab.health`) and `NetworkEvidence` (`emulator.lab.netsampler`, judged by
-`emulator.lab.fidelity`) into a `HealthVerdict` with the reasons a run is not trustworthy and
+`emulator.verdict.network`) into a `HealthVerdict` with the reasons a run is not trustworthy and
 the figures behind it. No clock, no /proc, so tests feed it synthetic samples.
 
 Only the samples of the load window are judged (`window`: from the load's start to the load
 generator's exit): waiting for targets before it and the drain after it are idle time that would
 dilute a saturated load. A registered process with no sample in the window is a missing source.
 
-Default limits (`emulator.lab.limits.Limits`, every limit of the verdict in one object), chosen
+Default limits (`emulator.verdict.limits.Limits`, every limit of the verdict in one object), chosen
 for the 2-core machine the lab is sized for:
 - machine CPU above 90% in more than 5% of samples (about: p95 above 90%): on two cores the emulated
   hosts, Open vSwitch, the controller and Locust all queue for the same CPUs, and queueing lands
@@ -31,7 +31,7 @@ for the 2-core machine the lab is sized for:
 - any single ovs-vswitchd thread above the datapath limit (0.85 core) in more than 20% of
   samples: the userspace datapath forwards in one thread, so one thread, not the process total,
   saturates first.
-Beyond CPU, `judge` takes the network and engine evidence (`emulator.lab.fidelity`): TCP
+Beyond CPU, `judge` takes the network and engine evidence (`emulator.verdict.network`): TCP
 timeouts, drops, shaping and step overruns that no configured fault explains.
 """
 
@@ -42,7 +42,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from emulator.lab.fidelity import (
+from emulator.verdict.limits import Limits
+from emulator.verdict.netstats import QueueFigures, TcpCounters
+from emulator.verdict.network import (
     EngineOverruns,
     KvPulls,
     LoopLag,
@@ -50,8 +52,6 @@ from emulator.lab.fidelity import (
     StepOverruns,
     judge_network,
 )
-from emulator.lab.limits import Limits
-from emulator.lab.netstats import QueueFigures, TcpCounters
 from zcube_lab.core.stats import mean, quantile
 
 DATAPATH = "ovs-vswitchd"  # the process name of Open vSwitch's datapath daemon

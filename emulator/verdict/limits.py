@@ -1,9 +1,10 @@
 """Every limit the emulator health verdict judges a run by, in one frozen object (pure).
 
-`Limits` is what `emulator.lab.verdict.judge` and `emulator.lab.fidelity.judge_network` read, and
-what a run writes to `health.json` beside its verdict (`Limits.to_dict`), so a verdict can be read
-with the limits it was judged by. The CPU limits are explained in `emulator.lab.verdict`, the
-network ones in `emulator.lab.fidelity`; the rules added for issue 20:
+`Limits` is what `emulator.verdict.judge.judge` and `emulator.verdict.network.judge_network`
+read, and what a run writes to `health.json` beside its verdict (`Limits.to_dict`), so a verdict
+can be read with the limits it was judged by. The CPU limits are explained in
+`emulator.verdict.judge`, the network ones in `emulator.verdict.network`; the rules added for
+issue 20:
 
 - KV pulls against their ideal (`bytes * 8 / path rate`, `emulator.results.transfers`): a p50
   above `kv_ratio_p50` (1.3x) while the busiest NIC link of the hosts that pulled or served KV
@@ -47,7 +48,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from emulator.lab.netstats import RateLimits
+from emulator.verdict.netstats import RateLimits
 from zcube_lab.core.errors import ConfigError
 
 # Shares between 0 and 1, positive numbers of cores, seconds >= 0, positive ratios.
@@ -66,7 +67,7 @@ _COUNTS = ("min_samples", "kv_min_pulls")
 class Limits:
     """Limits beyond which a run is not trustworthy; the module docstrings say why these."""
 
-    # CPU (emulator.lab.verdict), over the load window
+    # CPU (emulator.verdict.judge), over the load window
     machine_cpu: float = 0.90  # share of all CPUs
     machine_fraction: float = 0.05  # of samples above machine_cpu (i.e. a p95 rule)
     datapath_cores: float = 0.85  # ovs-vswitchd, in cores
@@ -78,7 +79,7 @@ class Limits:
     require_datapath: bool = True  # no ovs-vswitchd samples: the datapath is unchecked
     core_busy: float = 0.95  # any one core
     core_fraction: float = 0.20
-    # Network (emulator.lab.fidelity)
+    # Network (emulator.verdict.network)
     fault_grace_s: float = 10.0
     judge_qdisc_drops: bool = True  # False: qdisc drops are the modelled ports' own, reported
     rate_over: float = 1.05  # a shaped link above this x its rate over a window
@@ -120,7 +121,7 @@ class Limits:
 
     @property
     def rates(self) -> RateLimits:
-        """The shaping limits as `emulator.lab.netstats.window_events` takes them."""
+        """The shaping limits as `emulator.verdict.netstats.window_events` takes them."""
         return RateLimits(over=self.rate_over, under=self.rate_under)
 
     def to_dict(self) -> dict[str, Any]:

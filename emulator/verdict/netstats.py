@@ -19,7 +19,7 @@ and returns `NetEvent`s (something counted in a window: timeouts on a host, drop
 interface, a link sending above its shaping rate, or holding a backlog while sending well
 under it); `totals` gives the run's figures from the first and last reading. Nothing here reads
 /proc, spawns tc or reads the clock: `emulator.lab.netsampler` does, and
-`emulator.lab.fidelity` judges the events.
+`emulator.verdict.network` judges the events.
 
 Names: a host by its fabric name (`h3`), an interface by its device name (`s1-eth2`, `h3-eth0`),
 a CPU as `cpu<N>`.
