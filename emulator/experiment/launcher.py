@@ -268,6 +268,7 @@ class Launcher:
                     {name: proc for name, proc in self.procs if name in engines},
                     self.lab.stop_controller,
                     self.lab.restart_controller,
+                    follow=self.health.register,  # the restarted controller's new pid
                 ),
             )
         self.loadgen_port = free_port()
