@@ -46,15 +46,20 @@ def main(argv: list[str] | None = None) -> int:
         help="report queue drops without judging them (as machine 0 was told)",
     )
     args = p.parse_args(argv)
+    limits = Limits(judge_qdisc_drops=not args.no_judge_qdisc_drops)
     health = HealthSampler(interval_s=args.interval)
-    net = NetSampler(parse_hosts(args.hosts), json.loads(args.rates), interval_s=args.interval)
+    net = NetSampler(
+        parse_hosts(args.hosts),
+        json.loads(args.rates),
+        interval_s=args.interval,
+        limits=limits.rates,
+    )
     health.start()
     net.start()
     print("ready", flush=True)
     sys.stdin.read()  # until machine 0 closes it
     net.stop()
-    samples = health.stop()
-    limits = Limits(judge_qdisc_drops=not args.no_judge_qdisc_drops)
+    samples = health.stop()  # how many were taken
     evidence = net.evidence(limits=limits.rates)
     from dataclasses import replace
 
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         switch_ports=frozenset(filter(None, args.switch_ports.split(","))),
     )
     verdict = health.verdict(limits, evidence)
-    print(json.dumps({"samples": len(samples), "verdict": verdict.to_dict()}), flush=True)
+    print(json.dumps({"samples": samples, "verdict": verdict.to_dict()}), flush=True)
     return 0
 
 

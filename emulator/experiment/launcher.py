@@ -42,7 +42,7 @@ from emulator.lab.procfaults import LabProcessFaults
 from emulator.lab.system import LabError
 from emulator.prometheus.server import PrometheusServer
 from emulator.results.summary import RunSummary
-from emulator.verdict.netstats import shaped_rates
+from emulator.verdict.netstats import RateLimits, shaped_rates
 from emulator.verdict.network import (
     DATAPATH_RECEIVE_DROPS,
     DATAPATH_SEND_ERRORS,
@@ -245,7 +245,9 @@ class Launcher:
         Prometheus scraping every component."""
         assert self.lab is not None
         registry = CollectorRegistry()
-        self.health = HealthSampler(interval_s=1.0, registry=registry)
+        self.health = HealthSampler(
+            interval_s=1.0, registry=registry, path=self.dir / "health-samples.jsonl"
+        )
         for name, proc in self.procs:
             if name not in self.remote_procs:
                 self.health.register(name, proc.pid)
@@ -266,6 +268,7 @@ class Launcher:
                     {name: proc for name, proc in self.procs if name in engines},
                     self.lab.stop_controller,
                     self.lab.restart_controller,
+                    follow=self.health.register,  # the restarted controller's new pid
                 ),
             )
         self.loadgen_port = free_port()
@@ -295,9 +298,10 @@ class Launcher:
         self.prometheus.wait_for_targets_up(timeout=30.0, ignore_jobs=("loadgen",))
 
     # -- fidelity evidence ---------------------------------------------------------------
-    def start_net_sampling(self) -> None:
+    def start_net_sampling(self, limits: RateLimits | None = None) -> None:
         """Read every host's TCP counters and every shaped queue now, then every second
-        (`emulator.lab.netsampler`): call just before the load starts."""
+        (`emulator.lab.netsampler`, its rate events judged by `limits`): call just before the
+        load starts."""
         assert self.lab is not None and self.lab.net is not None
         plan = self.plan
         if isinstance(self.lab, ClusterLab):  # this machine's part; agents watch the others
@@ -305,7 +309,7 @@ class Launcher:
         else:
             hosts = {h.name: self.lab.net.get(h.name).pid for h in plan.fabric.hosts}
             rates = shaped_rates(plan.fabric, plan.scale)
-        self.net_sampler = NetSampler(hosts, rates).start()
+        self.net_sampler = NetSampler(hosts, rates, limits=limits).start()
         self._datapath_mark = _datapath_losses() if self.lab.datapath == "user" else None
         if isinstance(self.lab, ClusterLab):
             self.agents = start_agents(self.lab, self.dir / "logs")
@@ -347,7 +351,7 @@ class Launcher:
                 self.prometheus.stop()
         if self.health is not None:
             with contextlib.suppress(Exception):
-                self.health.stop()
+                self.health.close()
         if self._health_http is not None:
             server, thread = self._health_http
             with contextlib.suppress(Exception):

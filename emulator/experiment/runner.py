@@ -18,8 +18,9 @@ and the limits it was judged by (`limits`).
 
 Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
 `config.json`, `locust_*.csv`, `locust.json`, `requests.jsonl`, `series.json`,
-`prometheus/` (config, TSDB and its snapshot), `health.json`, `logs/` (every process, the
-controller, and one `kv-<engine>.jsonl` per decode engine: every KV pull attempt),
+`prometheus/` (config, TSDB and its snapshot), `health.json`, `health-samples.jsonl` (every
+CPU sample, one a line, written as taken: the run keeps none in memory), `logs/` (every
+process, the controller, and one `kv-<engine>.jsonl` per decode engine: every KV pull attempt),
 `faults.jsonl` (injected failures, when `--fail` is given), `summary.json`.
 """
 
@@ -125,7 +126,7 @@ class Experiment:
             + "".join(f"; {f.label} at {f.at_s:g}s" for f in plan.faults)
         )
         self._metrics_before = metrics_texts(self._metrics_urls())
-        launcher.start_net_sampling()
+        launcher.start_net_sampling(self.limits.rates)
         t0 = time.time()
         self._load_start = time.monotonic()
         if c.machines:  # a master here, a worker on every machine

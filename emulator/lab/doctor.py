@@ -340,7 +340,7 @@ def judge_addresses(host: Sequence[HostEntry], error: str = "") -> Check:
             "addresses",
             "warn",
             f"a killed run left {'; '.join(e.text for e in left)}",
-            "none needed: the next `zcube-lab up`/`run` removes it (or `ip link del` it)",
+            "`sudo zcube-lab clean` removes it (so does the next `zcube-lab up` or `run`)",
         )
     kinds = {k: sum(e.kind == k for e in host) for k in ("route", "address", "resolver")}
     return Check(

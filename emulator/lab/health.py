@@ -14,6 +14,11 @@ exports the latest values as Prometheus gauges so the run's Prometheus scrapes t
 `zcube_emulator_cpu_utilization` (busy share of all CPUs, 0-1) and
 `zcube_emulator_process_cpu_cores{process=...}` (cores used by one named process).
 
+Memory stays flat however long the run: each sample is appended to a JSON-lines file (`path`,
+one `HealthSample` a line; an anonymous temporary file without one) and only the count stays in
+memory. `samples` and `verdict` read the file back; the verdict keeps only the samples of its
+window, once, when the load is over.
+
 Accounting. Machine busy = all jiffies except idle and iowait (a CPU waiting on I/O was free to
 run us); guest time is already inside user time, so it is not added again. Steal (a hypervisor
 running someone else) counts as busy and has its own rule. Process CPU = utime + stime of every
@@ -27,15 +32,17 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from emulator.verdict.judge import DATAPATH, HealthSample, HealthVerdict, judge
+from emulator.verdict.judge import DATAPATH, HealthSample, HealthVerdict, inside, judge
 from emulator.verdict.limits import Limits
 from emulator.verdict.network import NetworkEvidence
 from zcube_lab.core.errors import ConfigError
@@ -208,13 +215,35 @@ def _clamp(share: float) -> float:
     return min(1.0, max(0.0, share))
 
 
+def sample_line(sample: HealthSample) -> str:
+    """One sample as a JSON line; floats are written exactly, so `sample_from_line` reads back
+    an equal sample."""
+    return json.dumps(asdict(sample), separators=(",", ":")) + "\n"
+
+
+def sample_from_line(line: str) -> HealthSample:
+    """The sample `sample_line` wrote."""
+    d: dict[str, Any] = json.loads(line)
+    return HealthSample(
+        t=d["t"],
+        interval_s=d["interval_s"],
+        machine_cpu=d["machine_cpu"],
+        per_core=tuple(d["per_core"]),
+        softirq=d["softirq"],
+        steal=d["steal"],
+        processes=d["processes"],
+        threads=d.get("threads", {}),
+    )
+
+
 # --- adapter: sampling /proc in a background thread -----------------------------------------
 
 
 class HealthSampler:
     """Samples machine, ovs-vswitchd and registered processes' CPU every `interval_s` seconds.
 
-    `start()` begins sampling in a daemon thread; `stop()` ends it and returns the samples.
+    `start()` begins sampling in a daemon thread; `stop()` ends it. Samples go to the JSON-lines
+    file `path` (a temporary file without one) as they are taken; `samples` reads them back.
     With a `registry`, the latest values are also exported as gauges on it.
     """
 
@@ -226,6 +255,7 @@ class HealthSampler:
         watch_datapath: bool = True,
         proc: Path | str = Path("/proc"),
         ovs_pidfile: Path | str = OVS_PIDFILE,
+        path: Path | str | None = None,
     ) -> None:
         if isinstance(interval_s, bool) or not isinstance(interval_s, int | float):
             raise ConfigError("interval_s", interval_s, "seconds between 0.05 and 60")
@@ -238,7 +268,9 @@ class HealthSampler:
         self.clk_tck = os.sysconf("SC_CLK_TCK")
         self._registered: dict[str, tuple[int, ...]] = {}
         self._datapath_pids: tuple[int, ...] = ()
-        self._samples: list[HealthSample] = []
+        self.path = None if path is None else Path(path)
+        self._file: IO[str] | None = None  # the samples, one JSON line each
+        self._count = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -278,13 +310,20 @@ class HealthSampler:
         """Begin sampling in the background."""
         if self._thread is not None:
             raise RuntimeError("HealthSampler is already started")
+        if self._file is None:  # open for the sampler's life: `close()` closes it
+            self._file = (
+                tempfile.TemporaryFile("w+", prefix="zcube-health-")  # noqa: SIM115
+                if self.path is None
+                else self.path.open("w+")
+            )
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="health-sampler", daemon=True)
         self._thread.start()
         return self
 
-    def stop(self) -> list[HealthSample]:
-        """Stop sampling; all samples taken. Re-raises an error the sampling thread hit."""
+    def stop(self) -> int:
+        """Stop sampling; the number of samples taken. Re-raises an error the sampling thread
+        hit."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
@@ -292,12 +331,45 @@ class HealthSampler:
         if self._error is not None:
             error, self._error = self._error, None
             raise RuntimeError("health sampling failed") from error
-        return self.samples
+        return self.count
+
+    def close(self) -> None:
+        """Stop sampling and close the samples' file (a temporary one is removed)."""
+        self.stop()
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    @property
+    def count(self) -> int:
+        """Samples taken so far."""
+        with self._lock:
+            return self._count
 
     @property
     def samples(self) -> list[HealthSample]:
+        """Every sample taken so far, read back from the file."""
+        return self.read()
+
+    def read(self, window: tuple[float, float] | None = None) -> list[HealthSample]:
+        """The samples taken so far, from the file; with `window` (start, end in
+        time.monotonic()) only those `judge` would count in it."""
         with self._lock:
-            return list(self._samples)
+            return [s for s in self._stored() if window is None or inside(s, *window)]
+
+    def _stored(self) -> Iterator[HealthSample]:
+        """The file's samples, one at a time (the caller holds the lock)."""
+        f = self._file
+        if f is None:
+            return
+        f.flush()
+        f.seek(0)
+        try:
+            for line in f:
+                yield sample_from_line(line)
+        finally:
+            f.seek(0, os.SEEK_END)
 
     def verdict(
         self,
@@ -310,7 +382,7 @@ class HealthSampler:
         limits = limits or Limits(require_datapath=self.watch_datapath)
         with self._lock:
             expected = tuple(self._registered)
-        return judge(self.samples, limits, evidence, window=window, expected=expected)
+        return judge(self.read(window), limits, evidence, window=window, expected=expected)
 
     def to_json(self, limits: Limits | None = None) -> str:
         """Samples, verdict and the limits it was judged by as JSON."""
@@ -334,12 +406,18 @@ class HealthSampler:
                 cur = self._read()
                 sample = sample_between(prev, cur, self.clk_tck)
                 if sample is not None:
-                    with self._lock:
-                        self._samples.append(sample)
+                    self._store(sample)
                     self._export(sample)
                 prev = cur
         except BaseException as exc:  # surfaced by stop(); a silent dead sampler would lie
             self._error = exc
+
+    def _store(self, sample: HealthSample) -> None:
+        with self._lock:
+            assert self._file is not None  # opened by start()
+            self._file.write(sample_line(sample))
+            self._file.flush()  # on disk at once: a killed run leaves its samples
+            self._count += 1
 
     def _read(self) -> Reading:
         with self._lock:

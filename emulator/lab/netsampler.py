@@ -5,6 +5,11 @@ it (a Mininet host's shell) and the shaped interfaces with their rates. `start()
 reading and begins sampling in a daemon thread; `stop()` ends it and takes a final full
 reading; `evidence(...)` turns the readings into `NetworkEvidence` for the verdict.
 
+Memory stays flat however long the run: each reading goes into a `netstats.NetTally` (the
+run's events and running figures) and is dropped, so the sampler holds the last reading of
+each counter, not the run's readings. The rate limits that decide the rate events are therefore
+fixed when the sampler is made (`limits`).
+
 Every `interval_s` (1 s) the thread reads, each as its own `NetReading` with its own clock
 bracket: the root namespace (one `tc -s -j qdisc show`, /proc/net/dev, /proc/net/softnet_stat:
 the switch ports' queues, every second for the peak backlog and the per-window rate), and each
@@ -31,17 +36,14 @@ from typing import TypeVar
 
 from emulator.verdict.netstats import (
     NetReading,
+    NetTally,
     QdiscStats,
     RateLimits,
     parse_net_dev,
     parse_qdiscs,
     parse_softnet,
     parse_tcp_counters,
-    queue_figures,
     root_qdiscs,
-    softnet_totals,
-    tcp_totals,
-    window_events,
 )
 from emulator.verdict.network import (
     FaultWindow,
@@ -94,6 +96,7 @@ class NetSampler:
         interval_s: float = 1.0,
         host_qdisc_every: int = 5,
         proc: Path | str = Path("/proc"),
+        limits: RateLimits | None = None,
     ) -> None:
         if not 0.05 <= interval_s <= 60:
             raise ConfigError("interval_s", interval_s, "seconds between 0.05 and 60")
@@ -105,8 +108,9 @@ class NetSampler:
         self.host_qdisc_every = host_qdisc_every
         self.proc = Path(proc)
         self.failed: dict[str, int] = {}  # where ("root" or a host) -> reads that failed
+        self.taken: dict[str, int] = {}  # where -> readings taken
         self._source = "root"
-        self._readings: list[NetReading] = []
+        self._tally = NetTally(self.rates_mbps, limits)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -121,14 +125,13 @@ class NetSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> list[NetReading]:
-        """Stop sampling and take a final full reading; all readings, in time order."""
+    def stop(self) -> int:
+        """Stop sampling and take a final full reading; the number of readings taken."""
         thread, self._thread = self._thread, None
-        if thread is None:
-            return self.readings
-        self._stop.set()
-        thread.join()
-        self._read_all(host_qdiscs=True)
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+            self._read_all(host_qdiscs=True)
         return self.readings
 
     @property
@@ -137,9 +140,10 @@ class NetSampler:
         return sum(self.failed.values())
 
     @property
-    def readings(self) -> list[NetReading]:
+    def readings(self) -> int:
+        """Readings taken so far (each is tallied, then dropped)."""
         with self._lock:
-            return list(self._readings)
+            return self._tally.readings
 
     def evidence(
         self,
@@ -148,19 +152,23 @@ class NetSampler:
         limits: RateLimits | None = None,
     ) -> NetworkEvidence:
         """The readings so far as evidence for `emulator.verdict.judge.judge`; the places whose
-        reads failed are missing sources."""
-        readings = self.readings
+        reads failed are missing sources. `limits`, when given, must be the sampler's own."""
+        if limits is not None and limits != self._tally.limits:
+            raise ValueError(f"rate limits {limits} differ from the sampler's {self._tally.limits}")
         missing = {}
         if self.failed:
             where = ", ".join(f"{w} {n}" for w, n in sorted(self.failed.items()))
             missing["network sampler"] = (
                 f"{self.failures} reads failed ({where}): those counters are unchecked"
             )
+        with self._lock:
+            t = self._tally
+            events, tcp, queues, softnet = tuple(t.events), t.tcp(), t.queues(), t.softnet()
         return NetworkEvidence(
-            events=tuple(window_events(readings, self.rates_mbps, limits)),
-            tcp=tcp_totals(readings),
-            queues=queue_figures(readings, self.rates_mbps),
-            softnet=softnet_totals(readings),
+            events=events,
+            tcp=tcp,
+            queues=queues,
+            softnet=softnet,
             overruns=overruns,
             faults=tuple(faults),
             missing=missing,
@@ -196,7 +204,8 @@ class NetSampler:
     def _add(self, reading: NetReading | None) -> None:
         if reading is not None:
             with self._lock:
-                self._readings.append(reading)
+                self._tally.add(reading)
+                self.taken[self._source] = self.taken.get(self._source, 0) + 1
 
     def _read_root(self) -> NetReading | None:
         t0 = time.monotonic()

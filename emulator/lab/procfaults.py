@@ -7,6 +7,8 @@ engine, controller or vswitchd fault to (`zcube_lab.core.fault_schedule.PROCESS_
   them to another engine).
 - controller: SIGKILL, then (at the fault's end, or on `restore`) the same controller started
   again; the switches keep their rules meanwhile (fail mode secure) and reconnect by themselves.
+  The new pid is handed to `follow` ("controller", pid), so the health sampler watches the new
+  process rather than the dead one.
 - vswitchd: SIGKILL to ovs-vswitchd (by its pid file), then `ovs-ctl start` at once: the
   bridges come back from ovsdb without their flows until the controller reinstalls them. A run
   with it is not trustworthy (the health verdict says so).
@@ -55,6 +57,7 @@ class LabProcessFaults:
 
     - engines: engine name -> its process (the launcher's);
     - stop_controller / restart_controller: the lab's;
+    - follow: told (name, pid) of a process a fault restarted (`HealthSampler.register`);
     - vswitchd_kill / vswitchd_start: replaceable (tests).
     """
 
@@ -65,12 +68,14 @@ class LabProcessFaults:
         restart_controller: Callable[[], int],
         vswitchd_kill: Callable[[], int] = kill_vswitchd,
         vswitchd_start: Callable[[], None] = start_vswitchd,
+        follow: Callable[[str, int], None] | None = None,
     ) -> None:
         self.engines = dict(engines)
         self._stop_controller = stop_controller
         self._restart_controller = restart_controller
         self._vswitchd_kill = vswitchd_kill
         self._vswitchd_start = vswitchd_start
+        self._follow = follow
         self.controller_down = False
         self.killed: list[str] = []
 
@@ -92,8 +97,7 @@ class LabProcessFaults:
                 self._stop_controller()
                 self.controller_down = True
                 return "controller killed"
-            pid = self._restart_controller()
-            self.controller_down = False
+            pid = self._controller_back()
             return f"controller restarted (pid {pid})"
         if kind == "vswitchd":
             if action != "down":
@@ -107,5 +111,11 @@ class LabProcessFaults:
         """Start the controller again if a fault still holds it stopped (engines stay dead:
         teardown stops them anyway)."""
         if self.controller_down:
-            self._restart_controller()
-            self.controller_down = False
+            self._controller_back()
+
+    def _controller_back(self) -> int:
+        pid = self._restart_controller()
+        self.controller_down = False
+        if self._follow is not None:
+            self._follow("controller", pid)
+        return pid

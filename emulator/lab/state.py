@@ -8,7 +8,9 @@ Each bridge also carries `external_ids:zcube-lab=<owner pid>` (`OWNER_KEY`), so 
 run that crashed before writing its file are found too.
 
 `sweep` removes what one file lists (processes, bridges, interfaces) and the file: `Lab.stop()`
-sweeps its own, `remove_stale_state()` (at every start) those of runs that are gone.
+sweeps its own, `remove_stale_state()` (at every start, and `zcube-lab clean`) those of runs
+that are gone, then the bridges marked by a dead pid and the named network namespaces a killed
+`doctor` (`zcl-doctor-<pid>`) or tunnel check (`zcl-tun-<pid>`) left.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -27,6 +31,9 @@ from zcube_lab.core.procs import kill_group, pid_alive
 
 STATE_DIR = Path(os.environ.get("ZCUBE_LAB_STATE", "/tmp/zcube-lab"))
 OWNER_KEY = "zcube-lab"
+# Network namespaces named after the process that made them (doctor's qdisc probe, the
+# cluster's tunnel check): theirs to delete, or a later sweep's once that process is gone.
+OWNED_NAMESPACE = re.compile(r"zcl-(?:doctor|tun)-(\d+)")
 
 
 @dataclass(frozen=True)
@@ -158,23 +165,22 @@ def delete_bridges(names: list[str]) -> list[str]:
 def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
     """Remove what crashed runs left: their processes, bridges and root-side interfaces.
 
-    Refuses (LabError) when the run that owns a state file is still alive.
+    Refuses (LabError), removing nothing, when the run that owns a state file is still alive.
     """
     removed: list[str] = []
     me = os.getpid()
     if state_dir.exists() or state_dir.is_symlink():
         check_state_dir(state_dir)
-        for path in sorted(state_dir.glob("lab-*.json")):
-            state = read_state(path)
-            if state is None:
-                path.unlink(missing_ok=True)
-                continue
-            if state.owner and state.owner != me and pid_alive(state.owner):
+        states = [(path, read_state(path)) for path in sorted(state_dir.glob("lab-*.json"))]
+        for path, state in states:  # all checked before anything is removed
+            if state and state.owner and state.owner != me and pid_alive(state.owner):
                 raise LabError(
                     f"another zcube-lab run (pid {state.owner}) is up; stop it first "
                     f"(state file {path})"
                 )
-            removed += sweep(state)
+        for path, state in states:
+            if state is not None:
+                removed += sweep(state)
             path.unlink(missing_ok=True)
     # Bridges marked as ours whose state file is gone (a crash before it was written).
     if ovs.installed():
@@ -184,4 +190,36 @@ def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
             if owner != me and not pid_alive(owner)
         ]
         removed += delete_bridges(orphans)
+    removed += remove_stale_namespaces()
+    return removed
+
+
+def netns_names(text: str) -> list[str]:
+    """The names `ip netns list` prints, one a line (`name` or `name (id: N)`)."""
+    return [line.split()[0] for line in text.splitlines() if line.strip()]
+
+
+def stale_namespaces(names: Iterable[str], alive: Callable[[int], bool] = pid_alive) -> list[str]:
+    """The named namespaces of ours (`OWNED_NAMESPACE`) whose process is gone."""
+    out = []
+    for name in names:
+        m = OWNED_NAMESPACE.fullmatch(name)
+        if m and int(m.group(1)) != os.getpid() and not alive(int(m.group(1))):
+            out.append(name)
+    return out
+
+
+def remove_stale_namespaces() -> list[str]:
+    """Delete the stale namespaces of ours, killing what still runs in them."""
+    try:
+        names = stale_namespaces(netns_names(run(["ip", "netns", "list"], check=False)))
+    except (OSError, subprocess.SubprocessError):  # no `ip`: nothing of ours to find
+        return []
+    removed = []
+    for ns in names:
+        for pid in run(["ip", "netns", "pids", ns], check=False).split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        run(["ip", "netns", "del", ns], check=False)
+        removed.append(f"namespace {ns}")
     return removed

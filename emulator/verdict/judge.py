@@ -271,13 +271,13 @@ def judge(
 def in_window(samples: Sequence[HealthSample], start: float, end: float) -> list[HealthSample]:
     """The samples whose interval ends after `start` and began by `end`, with at least half of
     it inside: the 1 s sample a boundary cuts counts on the side that holds most of it."""
-    out = []
-    for s in samples:
-        begin = s.t - s.interval_s
-        inside = min(s.t, end) - max(begin, start)
-        if inside >= s.interval_s / 2:
-            out.append(s)
-    return out
+    return [s for s in samples if inside(s, start, end)]
+
+
+def inside(sample: HealthSample, start: float, end: float) -> bool:
+    """Whether `in_window(..., start, end)` keeps `sample`."""
+    begin = sample.t - sample.interval_s
+    return min(sample.t, end) - max(begin, start) >= sample.interval_s / 2
 
 
 def _with_network(

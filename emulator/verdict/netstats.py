@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from itertools import pairwise
 from typing import Any
 
 from zcube_lab.core.fabric.description import Fabric
@@ -234,25 +233,124 @@ class RateLimits:
 PARTS = ("tcp", "qdiscs", "devs", "softnet")
 
 
+@dataclass
+class _QueueRun:
+    """One shaped interface's running figures (what `queue_figures` reports)."""
+
+    first: QdiscStats | None = None
+    last: tuple[NetReading, QdiscStats] | None = None
+    peak_bytes: int = 0
+    peak_packets: int = 0
+    peak_mbps: float | None = None
+    first_dev: DevCounters | None = None
+    last_dev: DevCounters | None = None
+
+
+class NetTally:
+    """The run's network figures from readings given one at a time (`add`, in time order):
+    the events of `window_events`, the totals of `tcp_totals` and `softnet_totals`, the
+    figures of `queue_figures`. It holds the first value and the last reading of each key,
+    one running record per shaped interface and the events, never the readings, so a sampler
+    that feeds it keeps the same memory for a run of any length (the events aside: one per
+    window in which something was counted)."""
+
+    def __init__(self, rates_mbps: Mapping[str, float], limits: RateLimits | None = None) -> None:
+        self.rates_mbps = dict(rates_mbps)
+        self.limits = limits or RateLimits()
+        self.events: list[NetEvent] = []
+        self.readings = 0
+        self._first: dict[tuple[str, str], Any] = {}
+        self._last: dict[tuple[str, str], tuple[NetReading, Any]] = {}
+        self._queues: dict[str, _QueueRun] = {}
+
+    def add(self, cur: NetReading) -> None:
+        """One more reading: each key is compared with the last reading that had it."""
+        self.readings += 1
+        for part in PARTS:
+            for key, now in getattr(cur, part).items():
+                was = self._last.get((part, key))
+                if was is None:
+                    self._first[(part, key)] = now
+                else:
+                    self.events += _events(part, key, was, (cur, now), self.rates_mbps, self.limits)
+                self._last[(part, key)] = (cur, now)
+                if part in ("qdiscs", "devs") and key in self.rates_mbps:
+                    self._queue(part, key, cur, now)
+
+    def _queue(self, part: str, dev: str, cur: NetReading, now: Any) -> None:
+        run = self._queues.setdefault(dev, _QueueRun())
+        if part == "devs":
+            if run.first_dev is None:
+                run.first_dev = now
+            run.last_dev = now
+            return
+        if run.last is None:
+            run.first = now
+        else:
+            ra, a = run.last
+            if cur.t1 > ra.t0:
+                mbps = (now.bytes - a.bytes) * 8 / (cur.t1 - ra.t0) / 1e6
+                if run.peak_mbps is None or mbps > run.peak_mbps:
+                    run.peak_mbps = mbps
+        run.last = (cur, now)
+        run.peak_bytes = max(run.peak_bytes, now.backlog_bytes)
+        run.peak_packets = max(run.peak_packets, now.backlog_packets)
+
+    def totals(self, part: str) -> dict[str, tuple[Any, Any]]:
+        """Each key of `part` ("tcp", "softnet", ...): its first and last value, by key."""
+        keys = sorted(k for p, k in self._last if p == part)
+        return {k: (self._first[(part, k)], self._last[(part, k)][1]) for k in keys}
+
+    def tcp(self) -> dict[str, TcpCounters]:
+        """Per host: its counters at its last reading minus its first."""
+        return {h: last.minus(first) for h, (first, last) in self.totals("tcp").items()}
+
+    def softnet(self) -> dict[str, int]:
+        """Per CPU: input-queue drops between its first and last reading."""
+        return {c: max(0, last - first) for c, (first, last) in self.totals("softnet").items()}
+
+    def queues(self) -> dict[str, QueueFigures]:
+        """Per shaped interface (those with a rate) that was read."""
+        out: dict[str, QueueFigures] = {}
+        for dev in sorted(self._queues):
+            run, rate = self._queues[dev], self.rates_mbps[dev]
+            out[dev] = QueueFigures(
+                rate_mbps=rate,
+                drops=run.last[1].drops - run.first.drops
+                if run.last is not None and run.first is not None
+                else 0,
+                peak_backlog_bytes=run.peak_bytes,
+                peak_backlog_packets=run.peak_packets,
+                peak_delay_ms=run.peak_bytes * 8 / (rate * 1e3) if rate > 0 else None,
+                peak_mbps=run.peak_mbps,
+                dev_drops=_drops(run.last_dev) - _drops(run.first_dev)
+                if run.last_dev is not None and run.first_dev is not None
+                else 0,
+            )
+        return out
+
+
+def tally(
+    readings: Iterable[NetReading],
+    rates_mbps: Mapping[str, float],
+    limits: RateLimits | None = None,
+) -> NetTally:
+    """A `NetTally` of all `readings`."""
+    t = NetTally(rates_mbps, limits)
+    for r in readings:
+        t.add(r)
+    return t
+
+
 def window_events(
-    readings: Sequence[NetReading],
+    readings: Iterable[NetReading],
     rates_mbps: Mapping[str, float],
     limits: RateLimits | None = None,
 ) -> list[NetEvent]:
     """Every event between consecutive readings of each host, interface and CPU. Readings come
     in time order; each may hold any parts and keys (the root namespace and each host are
     read separately), and a key is compared with the last reading that had it."""
-    limits = limits or RateLimits()
-    events: list[NetEvent] = []
-    last: dict[tuple[str, str], tuple[NetReading, Any]] = {}
-    for cur in readings:
-        for part in PARTS:
-            for key, now in getattr(cur, part).items():
-                if (part, key) in last:
-                    prev, was = last[(part, key)]
-                    events += _events(part, key, (prev, was), (cur, now), rates_mbps, limits)
-                last[(part, key)] = (cur, now)
-    return events
+    return tally(readings, rates_mbps, limits).events
 
 
 def _events(
@@ -325,55 +423,21 @@ class QueueFigures:
 
 
 def queue_figures(
-    readings: Sequence[NetReading], rates_mbps: Mapping[str, float]
+    readings: Iterable[NetReading], rates_mbps: Mapping[str, float]
 ) -> dict[str, QueueFigures]:
     """Per shaped interface (those with a rate) over all readings."""
-    out: dict[str, QueueFigures] = {}
-    for dev in sorted(rates_mbps):
-        seen = [(r, r.qdiscs[dev]) for r in readings if dev in r.qdiscs]
-        devs = [r.devs[dev] for r in readings if dev in r.devs]
-        if not seen and not devs:
-            continue
-        rate = rates_mbps[dev]
-        peak_bytes = max((q.backlog_bytes for _r, q in seen), default=0)
-        peaks = [
-            (b.bytes - a.bytes) * 8 / (rb.t1 - ra.t0) / 1e6
-            for (ra, a), (rb, b) in pairwise(seen)
-            if rb.t1 > ra.t0
-        ]
-        out[dev] = QueueFigures(
-            rate_mbps=rate,
-            drops=seen[-1][1].drops - seen[0][1].drops if seen else 0,
-            peak_backlog_bytes=peak_bytes,
-            peak_backlog_packets=max((q.backlog_packets for _r, q in seen), default=0),
-            peak_delay_ms=peak_bytes * 8 / (rate * 1e3) if rate > 0 else None,
-            peak_mbps=max(peaks) if peaks else None,
-            dev_drops=_drops(devs[-1]) - _drops(devs[0]) if devs else 0,
-        )
-    return out
+    return tally(readings, rates_mbps).queues()
 
 
 def _drops(c: DevCounters) -> int:
     return c.tx_dropped + c.rx_dropped
 
 
-def tcp_totals(readings: Sequence[NetReading]) -> dict[str, TcpCounters]:
+def tcp_totals(readings: Iterable[NetReading]) -> dict[str, TcpCounters]:
     """Per host: its counters at its last reading minus its first."""
-    return {h: last.minus(first) for h, (first, last) in _first_last(readings, "tcp").items()}
+    return tally(readings, {}).tcp()
 
 
-def softnet_totals(readings: Sequence[NetReading]) -> dict[str, int]:
+def softnet_totals(readings: Iterable[NetReading]) -> dict[str, int]:
     """Per CPU: input-queue drops between its first and last reading."""
-    return {
-        c: max(0, last - first) for c, (first, last) in _first_last(readings, "softnet").items()
-    }
-
-
-def _first_last(readings: Sequence[NetReading], part: str) -> dict[str, tuple[Any, Any]]:
-    first: dict[str, Any] = {}
-    last: dict[str, Any] = {}
-    for r in readings:
-        for key, value in getattr(r, part).items():
-            first.setdefault(key, value)
-            last[key] = value
-    return {k: (first[k], last[k]) for k in sorted(last)}
+    return tally(readings, {}).softnet()

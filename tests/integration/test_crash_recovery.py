@@ -112,3 +112,73 @@ def test_ctrl_c_during_bring_up_tears_everything_down(tmp_path: Path, sig: int) 
     assert list(tmp_path.glob("lab-*.json")) == []
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     assert not [ln for ln in links.splitlines() if ln.split("@")[0].startswith(("a0-", "b0-"))]
+
+
+def _naming(text: str) -> list[int]:
+    """Live processes whose command line holds `text` (a run's folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def test_clean_removes_what_a_sigkilled_run_left_and_then_finds_nothing(tmp_path: Path) -> None:
+    """`zcube-lab run` killed with SIGKILL mid-load leaves its controller, host shells, serving
+    processes, Prometheus, Locust, bridges and zcl-mgmt; `zcube-lab clean` removes all of it,
+    saying so, and a second clean finds nothing."""
+    state_dir, results = tmp_path / "state", tmp_path / "results"
+    env = {**os.environ, "ZCUBE_LAB_STATE": str(state_dir)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
+         "--workload", "coding-agent", "--rate", "2", "--duration", "60",
+         "--results", str(results)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + 240
+    while "load:" not in seen and proc.poll() is None and time.monotonic() < deadline:
+        seen += proc.stdout.readline()
+    assert "load:" in seen, seen[-3000:]
+    time.sleep(3)  # requests in flight
+    proc.kill()
+    proc.wait(timeout=10)
+    proc.stdout.close()
+
+    (state_file,) = state_dir.glob("lab-*.json")
+    state = json.loads(state_file.read_text())
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    names = {s.name for s in build_fabric(FabricSpec.of("zcube", n=2)).switches}
+    assert names <= _bridges() and Path(f"/sys/class/net/{MGMT_BRIDGE}").exists()
+    left = [p for p in state["pids"] if _alive(p)]
+    assert len(left) >= 5, state  # controller, host shells, engines, gateway, Prometheus...
+    assert _naming(str(run_dir)), "no process of the run (Prometheus, Locust) outlived it"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "zcube_lab.cli", "clean"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert {f"removed bridge {n}" for n in names} <= set(lines), done.stdout
+    assert f"removed interface {MGMT_BRIDGE}" in lines
+    assert sum(line.startswith("removed process ") for line in lines) >= len(left)
+    time.sleep(0.5)
+    assert not any(_alive(p) for p in state["pids"])
+    assert _naming(str(run_dir)) == []  # no stray process of the run
+    assert not names & _bridges()
+    assert not any(Path(f"/sys/class/net/{i}").exists() for i in state["interfaces"])
+    assert list(state_dir.glob("lab-*.json")) == []
+
+    again = subprocess.run(
+        [sys.executable, "-m", "zcube_lab.cli", "clean"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0 and again.stdout.startswith("nothing to remove"), again.stdout

@@ -158,6 +158,10 @@ def test_a_controller_outage_keeps_installed_routes_and_resyncs_without_flushing
     for switch in ("a0", "a1", "b0", "b1"):
         assert f"{switch}: rules installed" in after, switch
     assert "OpenFlow error" not in log
+    # The health sampler followed the restarted controller to its new pid: its samples after
+    # the restart (the last ones, taken at collection) still have it.
+    samples = _jsonl(run / "health-samples.jsonl")
+    assert "controller" in samples[-1]["processes"], samples[-1]
 
 
 def test_nothing_of_the_process_fault_labs_remains(

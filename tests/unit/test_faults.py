@@ -459,3 +459,46 @@ def test_a_vswitchd_fault_makes_the_run_untrustworthy_and_others_do_not() -> Non
     reasons = judge_network(NetworkEvidence(faults=windows), Limits()).reasons
     assert len(reasons) == 1 and reasons[0].startswith("vswitchd: ovs-vswitchd was killed")
     assert judge_network(NetworkEvidence(faults=windows[:2]), Limits()).reasons == ()
+
+
+def test_the_health_sampler_follows_a_restarted_controller_to_its_new_pid() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from emulator.lab.health import HealthSampler
+    from emulator.lab.procfaults import LabProcessFaults
+
+    def sleeper() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    old, new = sleeper(), None
+    sampler = HealthSampler(0.1, watch_datapath=False)
+    sampler.register("controller", old.pid)
+
+    def restart() -> int:
+        nonlocal new
+        new = sleeper()
+        return new.pid
+
+    pf = LabProcessFaults({}, lambda: (old.kill(), old.wait()), restart, follow=sampler.register)
+    sampler.start()
+    try:
+        time.sleep(0.35)
+        pf.apply(Transition(1.0, "down", "controller", (), "controller"))
+        time.sleep(0.35)
+        down = sampler.count
+        pf.apply(Transition(2.0, "up", "controller", (), "controller"))
+        time.sleep(0.45)
+        sampler.stop()
+        samples = sampler.samples
+        assert new is not None and sampler._registered["controller"] == (new.pid,)
+        # Sampled before the kill, and again once restarted (the new pid, not the dead one).
+        assert any("controller" in s.processes for s in samples[:2])
+        assert any("controller" in s.processes for s in samples[down + 1 :])
+    finally:
+        sampler.close()
+        for p in (old, new):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()

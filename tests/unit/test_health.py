@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -24,6 +25,8 @@ from emulator.lab.health import (
     parse_proc_stat,
     process_cores,
     sample_between,
+    sample_from_line,
+    sample_line,
 )
 from emulator.verdict.judge import DATAPATH, HealthSample, judge
 from emulator.verdict.limits import Limits
@@ -318,10 +321,11 @@ def test_real_sampler_sees_a_busy_child_busy_and_an_idle_one_idle(
     sampler.register("idle", idle.pid)
     sampler.start()
     time.sleep(1.1)
-    samples = sampler.stop()
+    taken = sampler.stop()
+    samples = sampler.samples
     lifetime_cpu = _kill_and_cpu_seconds(busy)
 
-    assert len(samples) >= 4
+    assert taken == len(samples) >= 4
     busy_cores = [s.processes["busy"] for s in samples]
     idle_cores = [s.processes["idle"] for s in samples]
     busy_mean = sum(busy_cores) / len(busy_cores)
@@ -356,7 +360,8 @@ def test_sampler_drops_a_process_that_exits_and_its_gauge() -> None:
     sampler.register("short", child.pid)
     child.wait()
     time.sleep(0.4)
-    samples = sampler.stop()
+    sampler.stop()
+    samples = sampler.samples
     assert any("short" in s.processes for s in samples)
     assert "short" not in samples[-1].processes
     assert registry.get_sample_value(PROCESS_METRIC, {"process": "short"}) is None
@@ -373,3 +378,57 @@ def test_sample_between_gives_each_datapath_thread_its_cores() -> None:
     sample = sample_between(prev, cur, clk_tck=100)
     assert sample is not None
     assert sample.threads == {"handler1": pytest.approx(0.95)}  # 190 ticks in 2 s; new: none
+
+
+# --- samples go to a file, not to memory ---
+
+
+def test_a_sample_line_reads_back_equal() -> None:
+    (s,) = _samples([1 / 3], datapath=[0.1 + 0.2], gateway=[2 / 7])
+    s = HealthSample(**{**s.__dict__, "threads": {"handler1": 1e-17}})
+    assert sample_from_line(sample_line(s)) == s
+
+
+def test_samples_are_written_to_the_file_and_judged_from_it(tmp_path: Path) -> None:
+    path = tmp_path / "health-samples.jsonl"
+    sampler = HealthSampler(60, watch_datapath=False, path=path)
+    sampler.register("gateway", os.getpid())
+    samples = _samples([0.2, 0.95, 0.95, 0.3, 0.4, 0.5], gateway=[0.1] * 6)
+    assert sampler.start().stop() == 0  # the file is open; the thread took no sample in 60 s
+    for s in samples:
+        sampler._store(s)
+    assert [sample_from_line(line) for line in path.read_text().splitlines()] == samples
+    assert sampler.samples == samples and sampler.count == 6
+    limits = Limits(require_datapath=False)
+    assert sampler.verdict(limits, window=(0.5, 5.0)) == judge(
+        samples, limits, window=(0.5, 5.0), expected=("gateway",)
+    )
+    assert sampler.verdict(limits, window=(0.5, 5.0)).samples == 5  # t = 1 .. 5, not t = 0
+    sampler.close()
+    assert path.read_text().count("\n") == 6  # the file stays for the run's folder
+
+
+def test_a_sampler_keeps_no_more_memory_after_ten_times_as_many_samples() -> None:
+    import gc
+    import tracemalloc
+
+    sampler = HealthSampler(60, watch_datapath=False)
+    sampler.start().stop()
+
+    def grown(n: int) -> int:
+        samples = _samples([0.5] * n, datapath=[0.1] * n, gateway=[0.3] * n, locust=[0.2] * n)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for s in samples:
+            sampler._store(s)
+        del samples
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return after - before
+
+    grown(100)
+    assert grown(3000) < 10_000  # a kept sample alone is about a kilobyte
+    assert sampler.count == 3100 and len(sampler.samples) == 3100
+    sampler.close()

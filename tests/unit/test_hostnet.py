@@ -129,6 +129,7 @@ def test_doctor_judges_collisions_leftovers_and_a_clear_machine() -> None:
     assert clear.status == "pass" and "198.18.0.0/16 (fabric)" in clear.detail
     assert judge_addresses(HOST).status == "warn"  # the killed run's bridge
     assert "zcl-mgmt" in judge_addresses(HOST).detail
+    assert "zcube-lab clean" in judge_addresses(HOST).fix  # the command that removes it
     bad = judge_addresses(parse_resolvers("nameserver 198.19.0.53\n"))
     assert bad.status == "fail"
     assert "198.19.0.0/17" in bad.detail and "198.19.0.53" in bad.detail

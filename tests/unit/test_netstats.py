@@ -22,6 +22,7 @@ from emulator.verdict.netstats import (
     DevCounters,
     NetReading,
     QdiscStats,
+    RateLimits,
     TcpCounters,
     parse_net_dev,
     parse_proc_table,
@@ -228,7 +229,8 @@ def test_sampler_reads_hosts_before_during_and_after(tmp_path: Path) -> None:
     time.sleep(0.2)
     _fake_proc(tmp_path, "\n".join([header, " ".join(vals), *NETSTAT.splitlines()[2:]]))
     readings = sampler.stop()
-    assert len([r for r in readings if r.tcp]) >= 3  # start, at least one tick, the end
+    assert sampler.taken["h0"] >= 3  # start, at least one tick, the end
+    assert readings == sum(sampler.taken.values())
     evidence = sampler.evidence()
     assert evidence.tcp["h0"].timeouts == 2
     assert [(e.where, e.quantity, e.count) for e in evidence.events] == [("h0", TIMEOUTS, 2)]
@@ -240,11 +242,61 @@ def test_sampler_survives_a_host_that_is_gone(tmp_path: Path) -> None:
     _fake_proc(tmp_path, NETSTAT)
     sampler = NetSampler({"h0": 4242, "h9": 9999}, {}, interval_s=0.05, proc=tmp_path)
     sampler.start()
-    readings = sampler.stop()
-    assert {h for r in readings for h in r.tcp} == {"h0"}
+    sampler.stop()
+    assert set(sampler.taken) == {"root", "h0"}  # h9 is gone: no reading of it
     assert sampler.failures > 0
 
 
 def test_reading_replace_keeps_parts_apart() -> None:
     r = _at(0.0, tcp={"h0": TcpCounters()})
     assert replace(r, t1=1.0).tcp == {"h0": TcpCounters()} and not r.qdiscs
+
+
+# --- bounded memory: readings are tallied, not kept ------------------------------------------
+
+
+def _busy_readings(n: int, start: int = 0) -> list[NetReading]:
+    """`n` seconds of a root namespace (one shaped queue) and a host, read each second: nothing
+    that makes an event (events are kept, one per window something was counted in)."""
+    return [
+        r
+        for t in range(start, start + n)
+        for r in (
+            _at(float(t), qdiscs={"s1-eth1": _q(t * 100_000, backlog=t % 7)}, softnet={"cpu0": 3}),
+            _at(float(t), tcp={"h0": TcpCounters(out_segs=10 * t)}),
+        )
+    ]
+
+
+def test_a_sampler_fed_readings_keeps_no_more_memory_after_ten_times_as_many() -> None:
+    import gc
+    import tracemalloc
+
+    sampler = NetSampler({}, RATES)
+
+    def grown(n: int, start: int) -> int:
+        readings = _busy_readings(n, start)  # made before measuring: only what the sampler keeps
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for r in readings:
+            sampler._add(r)
+        del readings
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return after - before
+
+    grown(100, 0)  # the first keys and records are made once
+    assert grown(2000, 100) < 5_000  # a kept reading alone is a few hundred bytes
+    assert sampler.readings == 4200
+    # ... and its figures are those of all 4200 readings.
+    assert sampler.evidence().tcp == tcp_totals(_busy_readings(2100))
+    assert sampler.evidence().queues == queue_figures(_busy_readings(2100), RATES)
+
+
+def test_a_sampler_refuses_rate_limits_other_than_its_own() -> None:
+    sampler = NetSampler({}, RATES, limits=RateLimits(over=1.2))
+    assert sampler.evidence(limits=RateLimits(over=1.2)).events == ()
+    with pytest.raises(ValueError, match="differ"):
+        sampler.evidence(limits=RateLimits())

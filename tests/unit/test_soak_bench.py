@@ -103,9 +103,11 @@ def test_a_restart_or_a_missing_window_fails() -> None:
     assert gone.problems == ("not running in the last 30 s of load",)
 
 
-def test_the_run_itself_is_reported_not_judged() -> None:
+def test_the_run_itself_is_judged_like_every_process() -> None:
     f = process_figures(series([100.0] * 10 + [150.0] * 3, name="run", role="run"), D, W, Limits())
-    assert not f.judged and f.problems == () and f.rss_growth_pct == pytest.approx(50)
+    assert f.judged and f.problems == ("RSS grew 50.0% (limit 10%)",)
+    flat = process_figures(series(FLAT, name="run", role="run"), D, W, Limits())
+    assert flat.judged and flat.problems == ()
 
 
 def test_points_are_grouped_by_process_in_time_order() -> None:

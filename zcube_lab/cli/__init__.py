@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "zcube_lab.cli.commands.sweep",
         "load sweep to saturation: goodput, max rate under an SLO",
     ),
+    "clean": (
+        "zcube_lab.cli.commands.clean",
+        "remove what a killed run left: processes, bridges, interfaces, namespaces",
+    ),
 }
 
 EPILOG = """examples:
@@ -45,6 +49,7 @@ EPILOG = """examples:
   zcube-lab fabric --fabric zcube --n 4
   zcube-lab up --fabric roft --servers 4 --gpus-per-server 4 --spines 2
   zcube-lab serve --local
+  zcube-lab clean
 """
 
 
