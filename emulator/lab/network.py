@@ -522,15 +522,22 @@ class Lab:
                 return opts
 
             @classmethod
-            def batchStartup(cls, switches, run=None):
+            def batchStartup(cls, switches, **kwargs):
+                # The system instance's switches go exactly as before (the base class's runner).
                 for inst, group in _by_instance(switches):
-                    super().batchStartup(group, run=_vsctl_run(inst, run))
+                    extra = dict(kwargs)
+                    if inst is not None:
+                        extra["run"] = _vsctl_run(inst, kwargs.get("run"))
+                    super().batchStartup(group, **extra)
                 return switches
 
             @classmethod
-            def batchShutdown(cls, switches, run=None):
+            def batchShutdown(cls, switches, **kwargs):
                 for inst, group in _by_instance(switches):
-                    super().batchShutdown(group, run=_vsctl_run(inst, run))
+                    extra = dict(kwargs)
+                    if inst is not None:
+                        extra["run"] = _vsctl_run(inst, kwargs.get("run"))
+                    super().batchShutdown(group, **extra)
                 return switches
 
         topo = Topo()
