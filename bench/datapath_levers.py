@@ -128,6 +128,8 @@ class Window:
     ovs_cores: float
     ingress_mbps: float
     cpu_ms_per_mb: float
+    switch_pps: float  # packets received by every switch port, per second
+    wakeups_per_s: float  # the main threads' sleeps, summed
     packets_per_wakeup: float
     polls_per_batch: float | None
     main_faults_per_s: float
@@ -160,6 +162,8 @@ def window(
         ovs_cores=round(cpu_s / dt, 4),
         ingress_mbps=round(mb / dt, 3),
         cpu_ms_per_mb=round(cpu_s * 1e3 / mb, 3) if mb > 0 else float("inf"),
+        switch_pps=round(packets / dt, 1),
+        wakeups_per_s=round(wakeups / dt, 1),
         packets_per_wakeup=round(packets / wakeups, 3) if wakeups > 0 else 0.0,
         polls_per_batch=round(polls / received, 2) if received > 0 else None,
         main_faults_per_s=round((after.main_faults - before.main_faults) / dt, 2),
@@ -188,6 +192,8 @@ def median_window(windows: Sequence[Window]) -> Window:
         ovs_cores=med("ovs_cores"),
         ingress_mbps=med("ingress_mbps"),
         cpu_ms_per_mb=med("cpu_ms_per_mb"),
+        switch_pps=med("switch_pps"),
+        wakeups_per_s=med("wakeups_per_s"),
         packets_per_wakeup=med("packets_per_wakeup"),
         polls_per_batch=round(statistics.median(polls), 2) if polls else None,
         main_faults_per_s=med("main_faults_per_s"),
@@ -226,7 +232,8 @@ def table(rows: Sequence[Window], reference: Window | None) -> str:
     """The side-by-side table (markdown)."""
     sizes = sorted({s for w in rows for s in w.kv_ratios})
     heads = ["lever", "daemons", "ingress Mb/s", "ovs cores", "CPU-ms/Mb"]
-    heads += ["x one-flow", "pkts/wakeup", "polls/batch", "main minflt/s", "busiest main"]
+    heads += ["x one-flow", "switch pkt/s", "wakeups/s", "pkts/wakeup", "polls/batch"]
+    heads += ["main minflt/s", "busiest main"]
     heads += [f"KV {s / 1e6:g} MB" for s in sizes]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for w in rows:
@@ -234,7 +241,8 @@ def table(rows: Sequence[Window], reference: Window | None) -> str:
         if reference is not None and reference.cpu_ms_per_mb > 0:
             ratio = f"{w.cpu_ms_per_mb / reference.cpu_ms_per_mb:.1f}"
         cells = [w.lever, str(w.daemons), f"{w.ingress_mbps:.1f}", f"{w.ovs_cores:.3f}"]
-        cells += [f"{w.cpu_ms_per_mb:.2f}", ratio, f"{w.packets_per_wakeup:.2f}"]
+        cells += [f"{w.cpu_ms_per_mb:.2f}", ratio, f"{w.switch_pps:.0f}", f"{w.wakeups_per_s:.0f}"]
+        cells += [f"{w.packets_per_wakeup:.2f}"]
         cells += ["-" if w.polls_per_batch is None else f"{w.polls_per_batch:.1f}"]
         cells += [f"{w.main_faults_per_s:.1f}", f"{w.busiest_main_cores:.3f}"]
         cells += ["-" if (r := w.kv_ratios.get(s)) is None else f"{r:.3f}" for s in sizes]

@@ -78,7 +78,7 @@ def test_a_window() -> None:
     w = window("inst2", before, after, clk_tck=100, kv_ratios={1_000_000: 1.02})
     assert (w.seconds, w.daemons, w.ovs_cores, w.ingress_mbps) == (10.0, 2, 0.3, 50.0)
     assert w.cpu_ms_per_mb == 6.0  # 3000 ms / 500 Mb
-    assert w.packets_per_wakeup == 2.5
+    assert (w.switch_pps, w.wakeups_per_s, w.packets_per_wakeup) == (500.0, 200.0, 2.5)
     assert w.polls_per_batch == 25.0
     assert w.main_faults_per_s == 4.0
     assert w.busiest_main_cores == 0.15
