@@ -141,3 +141,17 @@ def test_a_cluster_lab_refuses_private_instances() -> None:
     machines = [Machine(0, "198.19.254.1"), Machine(1, "198.19.254.2")]
     with pytest.raises(LabError, match="ovs_instances"):
         ClusterLab(fabric, machines, LabOptions(ovs_instances=2))
+
+
+def test_run_and_up_take_the_instance_count() -> None:
+    from emulator.experiment.plan import RunConfig
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.run import config_from_args
+    from zcube_lab.core.fabric.description import FabricSpec
+
+    config = config_from_args(build_parser().parse_args(["run", "--ovs-instances", "8"]))
+    assert config.ovs_instances == 8 and config.to_dict()["ovs_instances"] == 8
+    assert config_from_args(build_parser().parse_args(["run"])).ovs_instances == 0
+    assert build_parser().parse_args(["up", "--ovs-instances", "2"]).ovs_instances == 2
+    with pytest.raises(ConfigError, match="ovs_instances"):
+        RunConfig(fabric=FabricSpec.of("zcube", n=4), ovs_instances=65)
