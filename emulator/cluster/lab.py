@@ -104,6 +104,12 @@ class ClusterLab(Lab):
         tunnel_mtu(options.mtu, wire_mtu)
         if len(machines) < 2 or not machines[0].local:
             raise LabError("a cluster lab needs this machine first and at least one other")
+        if options.ovs_instances:
+            # Its switches are Mininet's remote switches, set up over ssh on each machine's
+            # system Open vSwitch; private instances are a single-machine lever for now.
+            raise LabError(
+                "a cluster lab runs on each machine's system Open vSwitch (ovs_instances must be 0)"
+            )
         options = replace(options, of_host=machines[0].address)
         super().__init__(fabric, options, progress)
         self.machines = list(machines)

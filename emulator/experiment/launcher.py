@@ -138,6 +138,7 @@ class Launcher:
             mtu=plan.config.link_mtu(plan.fabric, plan.scale),
             queue=plan.config.queue_model(),
             congestion_control=plan.config.congestion_control,
+            ovs_instances=plan.config.ovs_instances,
             policy=plan.policy.routing,
             recompute=plan.policy.recompute,
             management=True,
@@ -268,6 +269,8 @@ class Launcher:
                     {name: proc for name, proc in self.procs if name in engines},
                     self.lab.stop_controller,
                     self.lab.restart_controller,
+                    self.lab.kill_vswitchd,
+                    self.lab.start_vswitchd,
                     follow=self.health.register,  # the restarted controller's new pid
                 ),
             )

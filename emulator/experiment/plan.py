@@ -88,6 +88,7 @@ class RunConfig:
     buffer_model: str = DEFAULT_BUFFER_MODEL  # zcube_lab.core.fabric.queues.BUFFER_MODELS
     switch_chip: str = DEFAULT_CHIP  # the chip whose buffer the shared/bytes/time models share
     congestion_control: str = DEFAULT_CONGESTION_CONTROL  # every host namespace's TCP (--cc)
+    ovs_instances: int = 0  # private ovs-vswitchd daemons (LabOptions.ovs_instances)
     policy: str = "ecmp"
     faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.core.fault_schedule)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
@@ -117,6 +118,8 @@ class RunConfig:
             raise ConfigError("nic_mbps", self.nic_mbps, "between 0 and 1000 Mb/s")
         self.queue_model()  # names a bad queue option now, not when the lab starts
         check_congestion_control(self.congestion_control)
+        if not 0 <= self.ovs_instances <= 64:
+            raise ConfigError("ovs_instances", self.ovs_instances, "between 0 and 64")
         if self.mtu != "auto" and not (
             isinstance(self.mtu, int) and MIN_MTU <= self.mtu <= MAX_MTU
         ):

@@ -32,6 +32,7 @@ from emulator.lab.capacity import (
 from emulator.lab.hostnet import HostEntry, conflicts, leftovers, read_host_network
 from emulator.lab.system import LabError, attempt
 from zcube_lab.core.fabric.addressing import plan_networks
+from zcube_lab.core.procs import pid_alive
 
 STATUSES = ("pass", "warn", "fail")
 MIN_PYTHON = (3, 11)
@@ -233,6 +234,26 @@ def judge_datapath(module_loaded: bool, modprobe: Probe) -> Check:
     )
 
 
+def judge_ovs_instances(instances: Sequence[tuple[str, bool, bool]]) -> Check:
+    """Private ovs-vswitchd instances on this machine, each (folder, answers, its lab alive):
+    a running lab's, or a dead lab's (the next lab's start removes those)."""
+    if not instances:
+        return Check("ovs-instances", "pass", "no private ovs-vswitchd instance")
+    dead = [name for name, _ok, alive in instances if not alive]
+    if dead:
+        return Check(
+            "ovs-instances",
+            "warn",
+            f"left by a lab that is gone: {', '.join(dead)}",
+            "the next lab start removes them",
+        )
+    mute = [name for name, ok, _alive in instances if not ok]
+    if mute:
+        return Check("ovs-instances", "warn", f"a running lab's, not answering: {', '.join(mute)}")
+    names = ", ".join(name for name, _ok, _alive in instances)
+    return Check("ovs-instances", "pass", f"in use by a running lab: {names}")
+
+
 def judge_mnexec(path: str | None) -> Check:
     """Mininet's `mnexec` starts hosts in their namespaces."""
     if path:
@@ -379,6 +400,8 @@ class Findings:
     machine_id: str = ""
     host_network: tuple[HostEntry, ...] = ()  # routes, addresses, resolvers (hostnet)
     host_network_error: str = ""  # why they could not be read
+    # Private Open vSwitch instances (`LabOptions.ovs_instances`): (folder, answers, lab alive).
+    ovs_instances: tuple[tuple[str, bool, bool], ...] = ()
 
 
 # Programs checked on PATH: (name, version arguments, status when missing, what needs it).
@@ -397,6 +420,7 @@ def judge(findings: Findings) -> list[Check]:
         judge_root(findings.euid),
         judge_python(findings.python),
         judge_ovs(findings.ovs, findings.ovs_vswitchd),
+        judge_ovs_instances(findings.ovs_instances),
         judge_datapath(findings.module_loaded, findings.modprobe),
         judge_mnexec(findings.mnexec),
         judge_import("mininet", findings.mininet),
@@ -436,6 +460,14 @@ def gather(pid: int | None = None) -> Findings:
         machine_id=machine_id(),
         host_network=host_network,
         host_network_error=host_network_error,
+        ovs_instances=tuple(
+            (
+                inst.rundir.name,
+                ovs.instance_status(inst)[0] == 0,
+                inst.owner is not None and pid_alive(inst.owner),
+            )
+            for inst in ovs.running_instances()
+        ),
     )
 
 

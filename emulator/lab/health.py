@@ -35,13 +35,14 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from emulator.lab import ovs
 from emulator.verdict.judge import DATAPATH, HealthSample, HealthVerdict, inside, judge
 from emulator.verdict.limits import Limits
 from emulator.verdict.network import NetworkEvidence
@@ -256,6 +257,7 @@ class HealthSampler:
         proc: Path | str = Path("/proc"),
         ovs_pidfile: Path | str = OVS_PIDFILE,
         path: Path | str | None = None,
+        private_pids: Callable[[], Sequence[int]] = ovs.vswitchd_pids,
     ) -> None:
         if isinstance(interval_s, bool) or not isinstance(interval_s, int | float):
             raise ConfigError("interval_s", interval_s, "seconds between 0.05 and 60")
@@ -265,6 +267,7 @@ class HealthSampler:
         self.watch_datapath = watch_datapath
         self.proc = Path(proc)
         self.ovs_pidfile = Path(ovs_pidfile)
+        self.private_pids = private_pids  # private ovs-vswitchd instances' pids (emulator.lab.ovs)
         self.clk_tck = os.sysconf("SC_CLK_TCK")
         self._registered: dict[str, tuple[int, ...]] = {}
         self._datapath_pids: tuple[int, ...] = ()
@@ -467,6 +470,8 @@ class HealthSampler:
                 pids = (pid,)
         except (OSError, ValueError):
             pass
+        # A lab's private instances (`LabOptions.ovs_instances`) are datapaths too.
+        pids += tuple(p for p in self.private_pids() if p not in pids and self._comm(p) == DATAPATH)
         if not pids:
             # With --monitor a watchdog parent shares the name; summing includes its idle ticks.
             pids = tuple(

@@ -64,6 +64,21 @@ from zcube_lab.core.procs import kill_group, signals_ignored
 DATAPATH_SEND_BUFFER = 64 * 2**20
 DATAPATH_RECV_BUFFER = 8 * 2**20
 DATAPATHS = ("auto", "user", "kernel")
+MAX_OVS_INSTANCES = 64
+
+
+def instance_groups(switches: list[str], instances: int) -> list[list[str]]:
+    """`switches` dealt to `instances` daemons in contiguous runs of their order, as even as
+    can be (ZCube n=4 and 2 instances: the A group and the B group); never an empty run.
+    Pure."""
+    n = max(1, min(instances, len(switches)))
+    base, extra = divmod(len(switches), n)
+    groups, at = [], 0
+    for k in range(n):
+        size = base + (1 if k < extra else 0)
+        groups.append(switches[at : at + size])
+        at += size
+    return groups
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,10 @@ class LabOptions:
     queue: QueueModel = field(default_factory=QueueModel)  # leaf queue of every shaped port
     shaped: bool = True  # False: no rate limit and no queue limit (bench/datapath.py)
     congestion_control: str = DEFAULT_CONGESTION_CONTROL  # every host namespace's TCP
+    # 0: every bridge in the system Open vSwitch (one ovs-vswitchd main thread serves every
+    # port); N: N private ovs-vswitchd instances of the lab's own, the switches dealt among them
+    # in contiguous runs of the fabric's order (`instance_groups`; userspace datapath only).
+    ovs_instances: int = 0
 
     def __post_init__(self) -> None:
         check_congestion_control(self.congestion_control)
@@ -93,6 +112,14 @@ class LabOptions:
             raise ConfigError("datapath", self.datapath, f"one of {list(DATAPATHS)}")
         if not 1280 <= self.mtu <= 9000:
             raise ConfigError("mtu", self.mtu, "between 1280 and 9000")
+        if not 0 <= self.ovs_instances <= MAX_OVS_INSTANCES:
+            raise ConfigError(
+                "ovs_instances", self.ovs_instances, f"between 0 and {MAX_OVS_INSTANCES}"
+            )
+        if self.ovs_instances and self.datapath == "kernel":
+            raise ConfigError(
+                "ovs_instances", self.ovs_instances, "0 with the kernel datapath (userspace only)"
+            )
         check_nic_rate(self.scale.shaped_nic_mbps, datapath_capacity(self.mtu))
 
     def port_shapes(self, fabric: Fabric) -> dict[str, PortShape]:
@@ -100,6 +127,34 @@ class LabOptions:
         if not self.shaped:
             return {}
         return port_shapes(fabric, self.scale, self.mtu, self.queue)
+
+
+def _by_instance(switches: object) -> list[tuple[ovs.Instance | None, list[object]]]:
+    """Mininet switches grouped by the Open vSwitch instance holding them, in first-seen order."""
+    groups: dict[ovs.Instance | None, list[object]] = {}
+    for sw in switches:  # type: ignore[attr-defined]
+        groups.setdefault(getattr(sw, "instance", None), []).append(sw)
+    return list(groups.items())
+
+
+def _vsctl_run(
+    inst: ovs.Instance | None, run: Callable[..., object] | None
+) -> Callable[..., object]:
+    """Mininet's command runner (`errRun` by default) with `ovs-vsctl` commands addressed to
+    `inst`'s database (None: unchanged, the system instance)."""
+    from mininet.util import errRun
+
+    base = run or errRun
+    if inst is None:
+        return base
+    prefix = " ".join(ovs.vsctl_argv(inst))
+
+    def wrapped(cmd: str, *args: object, **kwargs: object) -> object:
+        if isinstance(cmd, str) and (cmd == ovs.VSCTL or cmd.startswith(f"{ovs.VSCTL} ")):
+            cmd = prefix + cmd[len(ovs.VSCTL) :]
+        return base(cmd, *args, **kwargs)
+
+    return wrapped
 
 
 CC_SYSCTL = Path("/proc/sys/net/ipv4")
@@ -185,6 +240,8 @@ class Lab:
         self.datapath = ""
         self.send_error_offset = 0  # ovs-vswitchd's log size at start (ovs.send_errors_since)
         self.rules_installed: dict[str, int] = {}
+        self.ovs_instances: list[ovs.Instance] = []  # private Open vSwitch daemons (if any)
+        self.switch_instance: dict[str, ovs.Instance] = {}
         self.state_file = state_path(self.options.state_dir, os.getpid())
         if self.options.log_dir is not None:
             self.options.log_dir.mkdir(parents=True, exist_ok=True)
@@ -278,6 +335,7 @@ class Lab:
         state = read_state(self.state_file)
         if state is not None:
             sweep(state, grace=0.0)
+        self._stop_ovs_instances()
         self.state_file.unlink(missing_ok=True)
 
     # -- phases ------------------------------------------------------------------------
@@ -318,9 +376,51 @@ class Lab:
             if changed:
                 self.progress(f"datapath socket buffers: {'; '.join(changed)}")
         self.send_error_offset = ovs.log_size()
+        if o.ovs_instances:
+            self._start_ovs_instances()
         changed = ensure_congestion_control(self.options.congestion_control)
         if changed:
             self.progress(f"congestion control: {'; '.join(changed)}")
+
+    def _start_ovs_instances(self) -> None:
+        """Start the private ovs-vswitchd instances and deal the switches among them."""
+        if self.datapath != "user":
+            raise LabError(
+                f"ovs_instances={self.options.ovs_instances} needs the userspace datapath "
+                f"(this lab uses {self.datapath!r})"
+            )
+        names = [s.name for s in self.fabric.switches]
+        groups = instance_groups(names, self.options.ovs_instances)
+        self.progress(f"starting {len(groups)} ovs-vswitchd instances of the lab's own")
+        for k, group in enumerate(groups):
+            inst = ovs.start_instance(ovs.INSTANCE_ROOT / f"{os.getpid()}-{k}")
+            self.ovs_instances.append(inst)
+            self.switch_instance.update(dict.fromkeys(group, inst))
+
+    def _stop_ovs_instances(self) -> None:
+        for inst in self.ovs_instances:
+            ovs.stop_instance(inst)
+        self.ovs_instances = []
+        self.switch_instance = {}
+
+    def kill_vswitchd(self) -> int:
+        """SIGKILL the ovs-vswitchd daemon(s) holding this lab's bridges (a vswitchd fault):
+        the system one, or every private instance; returns the first pid."""
+        from emulator.lab import procfaults
+
+        if not self.ovs_instances:
+            return procfaults.kill_vswitchd()
+        pids = [ovs.kill_vswitchd(inst) for inst in self.ovs_instances]
+        return pids[0]
+
+    def start_vswitchd(self) -> None:
+        """Start again what `kill_vswitchd` killed; the bridges come back from their ovsdb."""
+        from emulator.lab import procfaults
+
+        if not self.ovs_instances:
+            procfaults.start_vswitchd()
+        for inst in self.ovs_instances:
+            ovs.start_vswitchd(inst)
 
     def stop_controller(self) -> None:
         """Kill the controller (a controller fault): installed rules stay in the switches
@@ -397,15 +497,48 @@ class Lab:
         o = self.options
         mtu = o.mtu
         owner = os.getpid()
+        where = self.switch_instance
 
         class LabSwitch(self._switch_base()):  # type: ignore[misc]
-            """OVS bridge with the lab's MTU on every port and our owner mark."""
+            """OVS bridge with the lab's MTU on every port and our owner mark; in a private
+            Open vSwitch instance when the lab runs some (its shell's ovs-* tools and the
+            batched ovs-vsctl transactions address that instance)."""
+
+            def __init__(self, name, **params):
+                super().__init__(name, **params)
+                self.instance = where.get(name)
+                if self.instance is not None:
+                    self.cmd(f"export OVS_RUNDIR={self.instance.rundir}")
 
             def intfOpts(self, intf):
                 return super().intfOpts(intf) + f" mtu_request={mtu}"
 
             def bridgeOpts(self):
-                return super().bridgeOpts() + f" external_ids:{OWNER_KEY}={owner}"
+                opts = super().bridgeOpts() + f" external_ids:{OWNER_KEY}={owner}"
+                if self.instance is not None:
+                    opts = opts.replace(
+                        " datapath_type=netdev", f" datapath_type={ovs.PRIVATE_DATAPATH_TYPE}"
+                    )
+                return opts
+
+            @classmethod
+            def batchStartup(cls, switches, **kwargs):
+                # The system instance's switches go exactly as before (the base class's runner).
+                for inst, group in _by_instance(switches):
+                    extra = dict(kwargs)
+                    if inst is not None:
+                        extra["run"] = _vsctl_run(inst, kwargs.get("run"))
+                    super().batchStartup(group, **extra)
+                return switches
+
+            @classmethod
+            def batchShutdown(cls, switches, **kwargs):
+                for inst, group in _by_instance(switches):
+                    extra = dict(kwargs)
+                    if inst is not None:
+                        extra["run"] = _vsctl_run(inst, kwargs.get("run"))
+                    super().batchShutdown(group, **extra)
+                return switches
 
         topo = Topo()
         for h in self.fabric.hosts:

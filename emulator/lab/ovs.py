@@ -6,18 +6,35 @@ computed rules, and ask whether ovsdb and ovs-vswitchd answer. Parsing the tools
 in small pure functions beside them. Nothing else in the lab runs an `ovs-*` program.
 
 OpenFlow commands speak 1.3 (`-O OpenFlow13`), the only version our controller and bridges use.
+
+Private instances (`LabOptions.ovs_instances`): besides the system Open vSwitch, a lab may run
+several ovs-vswitchd daemons of its own, each with its own ovsdb-server, database, run folder
+and unix sockets under `INSTANCE_ROOT/<owner pid>-<k>/`, so each main loop polls only its own
+switches' ports and the daemons spread over the cores (issue 20). Their bridges use the `dummy`
+datapath type (ovs-vswitchd `--enable-dummy`): the same userspace datapath (dpif-netdev, system
+ports through AF_PACKET), but its internal ports are not kernel taps, so several instances do
+not fight over the one `ovs-netdev` tap of the root namespace (a second netdev datapath fails
+with EBUSY) and leave no tap behind. Every bridge-level call below finds the instance that
+holds the bridge by its OpenFlow management socket (`<run folder>/<bridge>.mgmt`); the bridge
+lists are the union over the system instance and every private one. Their logs go to the
+system daemon's log file (opened O_APPEND by each), so `send_errors_since` sees them all.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller.ofctl import dump_lines, line_differences
 from controller.rules import SwitchRules
-from emulator.lab.system import attempt, run
+from emulator.lab.system import LabError, attempt, run
 
 VSCTL = "ovs-vsctl"
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
@@ -29,6 +46,19 @@ SYSCTL = Path("/proc/sys/net/core")
 OFCTL = "ovs-ofctl"
 APPCTL = "ovs-appctl"
 OPENFLOW13 = ("-O", "OpenFlow13")
+OVSDB_TOOL = "ovsdb-tool"
+OVSDB_SERVER = "ovsdb-server"
+VSWITCHD = "ovs-vswitchd"
+VSWITCH_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
+INSTANCE_ROOT = Path(os.environ.get("ZCUBE_LAB_OVS_DIR", "/run/zcube-lab/ovs"))
+PRIVATE_DATAPATH_TYPE = "dummy"  # dpif-netdev without kernel taps (see the module doc)
+# A fresh ovs-vswitchd's main thread mallocs a batch of 32 MTU-sized packet buffers per port
+# per pass and frees most of them at once; glibc then trims the top of the heap (its default
+# threshold, 128 KiB, is only raised once a large mmapped chunk was freed, which a young daemon
+# with few ports may never do), and the next pass faults the pages in again: 225,000-350,000
+# minor faults/s and twice the CPU per Mb on the levers bench. Fixed thresholds stop that (the
+# system daemon, long-lived, showed 0 faults/s).
+MALLOC_TUNABLES = "glibc.malloc.trim_threshold=67108864:glibc.malloc.mmap_threshold=4194304"
 
 
 def installed() -> bool:
@@ -41,21 +71,226 @@ def ofctl(*args: str, check: bool = True, timeout: float = 30) -> str:
     return run([OFCTL, *OPENFLOW13, *args], check=check, timeout=timeout)
 
 
+# ---- instances ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A private Open vSwitch: ovsdb-server and ovs-vswitchd with their own run folder."""
+
+    rundir: Path
+
+    @property
+    def db(self) -> str:
+        """The ovsdb remote (`ovs-vsctl --db=`)."""
+        return f"unix:{self.rundir / 'db.sock'}"
+
+    @property
+    def vswitchd_ctl(self) -> Path:
+        return self.rundir / "ovs-vswitchd.ctl"
+
+    @property
+    def owner(self) -> int | None:
+        """The pid of the lab that made it (the folder is `<owner>-<k>`), None if unnamed so."""
+        head = self.rundir.name.split("-")[0]
+        return int(head) if head.isdigit() else None
+
+    def pids(self) -> dict[str, int]:
+        """Its daemons' pids from their pidfiles ({name: pid}, those with a readable file)."""
+        found = {}
+        for name in (OVSDB_SERVER, VSWITCHD):
+            with contextlib.suppress(OSError, ValueError):
+                found[name] = int((self.rundir / f"{name}.pid").read_text().strip())
+        return found
+
+
+def vsctl_argv(instance: Instance | None = None) -> list[str]:
+    """`ovs-vsctl`, addressed to `instance` (None: the system one)."""
+    return [VSCTL] if instance is None else [VSCTL, f"--db={instance.db}"]
+
+
+def running_instances(root: Path | None = None) -> list[Instance]:
+    """The private instances whose database socket exists under `root` (default
+    `INSTANCE_ROOT`), in name order."""
+    root = INSTANCE_ROOT if root is None else root
+    if not root.is_dir():
+        return []
+    return [Instance(d) for d in sorted(root.iterdir()) if (d / "db.sock").exists()]
+
+
+def instance_of(bridge: str, root: Path | None = None) -> Instance | None:
+    """The private instance holding `bridge` (its management socket is in that run folder);
+    None: the system instance."""
+    root = INSTANCE_ROOT if root is None else root
+    if root.is_dir():
+        for d in sorted(root.iterdir()):
+            if (d / f"{bridge}.mgmt").exists():
+                return Instance(d)
+    return None
+
+
+def bridge_target(bridge: str) -> str:
+    """What `ovs-ofctl` must be given to reach `bridge`: its name for the system instance,
+    its management socket for a private one."""
+    inst = instance_of(bridge)
+    return bridge if inst is None else f"unix:{inst.rundir / f'{bridge}.mgmt'}"
+
+
+def start_instance(rundir: Path, timeout_s: float = 20.0) -> Instance:
+    """Create a database in `rundir` and start ovsdb-server and ovs-vswitchd on it (detached,
+    logging to the system daemon's log); returns once ovs-vswitchd answers. Needs root."""
+    rundir.mkdir(parents=True, exist_ok=True)
+    inst = Instance(rundir)
+    db = rundir / "conf.db"
+    db.unlink(missing_ok=True)
+    run([OVSDB_TOOL, "create", str(db), str(VSWITCH_SCHEMA)])
+    common = ["--detach", "--no-chdir", "-vconsole:off", "-vsyslog:off"]
+    run(
+        [
+            OVSDB_SERVER,
+            str(db),
+            f"--remote=punix:{rundir / 'db.sock'}",
+            f"--pidfile={rundir / 'ovsdb-server.pid'}",
+            f"--unixctl={rundir / 'ovsdb-server.ctl'}",
+            f"--log-file={rundir / 'ovsdb-server.log'}",
+            *common,
+        ]
+    )
+    run([*vsctl_argv(inst), "--no-wait", "init"])
+    start_vswitchd(inst, timeout_s)
+    return inst
+
+
+def start_vswitchd(inst: Instance, timeout_s: float = 20.0) -> None:
+    """Start a private instance's ovs-vswitchd on its database (its bridges come back from it)
+    and wait until it answers."""
+    rundir = inst.rundir
+    run(
+        [
+            "env",
+            f"OVS_RUNDIR={rundir}",  # where its bridges' .mgmt sockets go
+            f"GLIBC_TUNABLES={MALLOC_TUNABLES}",
+            VSWITCHD,
+            inst.db,
+            "--enable-dummy",
+            "--mlockall",  # as ovs-ctl starts the system daemon
+            f"--pidfile={rundir / 'ovs-vswitchd.pid'}",
+            f"--unixctl={inst.vswitchd_ctl}",
+            f"--log-file={VSWITCHD_LOG}",
+            "--detach",
+            "--no-chdir",
+            "-vconsole:off",
+            "-vsyslog:off",
+        ],
+        timeout=60,
+    )
+    deadline = time.monotonic() + timeout_s
+    while instance_status(inst)[0] != 0:
+        if time.monotonic() > deadline:
+            raise LabError(f"ovs-vswitchd in {rundir} did not answer within {timeout_s:g}s")
+        time.sleep(0.05)
+
+
+def kill_vswitchd(inst: Instance) -> int:
+    """SIGKILL a private instance's ovs-vswitchd (a vswitchd fault); returns its pid."""
+    pid = inst.pids()[VSWITCHD]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    return pid
+
+
+def stop_instance(inst: Instance, grace_s: float = 5.0) -> None:
+    """Stop a private instance's daemons (ovs-vswitchd first, asked, then killed) and remove
+    its run folder. Its bridges go with its database."""
+    pids = inst.pids()
+    attempt([APPCTL, "-t", str(inst.vswitchd_ctl), "exit"], timeout=grace_s)
+    attempt([APPCTL, "-t", str(inst.rundir / "ovsdb-server.ctl"), "exit"], timeout=grace_s)
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + grace_s
+    while any(not exited(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shutil.rmtree(inst.rundir, ignore_errors=True)
+
+
+def exited(pid: int) -> bool:
+    """The process has exited (a zombie waiting for its reaper counts as exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2 :].startswith(("Z", "X"))
+
+
+def stale_instances(
+    alive: Callable[[int], bool], me: int, root: Path | None = None
+) -> list[Instance]:
+    """Private instance folders under `root` whose owning lab is gone (not `me`, not alive)."""
+    root = INSTANCE_ROOT if root is None else root
+    if not root.is_dir():
+        return []
+    found = []
+    for d in sorted(root.iterdir()):
+        owner = Instance(d).owner
+        if d.is_dir() and (owner is None or (owner != me and not alive(owner))):
+            found.append(Instance(d))
+    return found
+
+
+def instance_status(inst: Instance, timeout_s: float = 3) -> tuple[int | None, str]:
+    """Whether a private ovs-vswitchd answers (`ovs-appctl -t CTL version`)."""
+    return attempt([APPCTL, "-t", str(inst.vswitchd_ctl), f"--timeout={timeout_s:g}", "version"])
+
+
+def vswitchd_pids() -> list[int]:
+    """The pids of every private instance's ovs-vswitchd (from their pidfiles)."""
+    return [p for inst in running_instances() if (p := inst.pids().get(VSWITCHD))]
+
+
+def appctl(inst: Instance | None, *args: str, timeout: float = 10) -> str:
+    """`ovs-appctl ARGS` to an instance's ovs-vswitchd (None: the system one); its stdout."""
+    target = [] if inst is None else ["-t", str(inst.vswitchd_ctl)]
+    return run([APPCTL, *target, *args], check=False, timeout=timeout)
+
+
 # ---- bridges --------------------------------------------------------------------------------
 
 
+def _everywhere() -> list[Instance | None]:
+    return [None, *running_instances()]
+
+
+def _bridges_in(inst: Instance | None) -> list[str]:
+    return run([*vsctl_argv(inst), "--timeout=10", "list-br"], check=False).split()
+
+
 def list_bridges() -> list[str]:
-    """Names of the bridges that exist now (none when ovsdb does not answer)."""
-    return run([VSCTL, "--timeout=10", "list-br"], check=False).split()
+    """Names of the bridges that exist now, in the system instance and every private one
+    (none from an ovsdb that does not answer)."""
+    return [b for inst in _everywhere() for b in _bridges_in(inst)]
 
 
 def marked_bridges(key: str) -> dict[str, int]:
-    """Bridges carrying `external_ids:<key>=<number>`, with that number (an owner's pid)."""
-    out = run(
-        [VSCTL, "--timeout=10", "--bare", "--columns=name,external_ids", "list", "Bridge"],
-        check=False,
-    )
-    return parse_marks(out, key)
+    """Bridges carrying `external_ids:<key>=<number>`, with that number (an owner's pid), in
+    every instance."""
+    marks: dict[str, int] = {}
+    for inst in _everywhere():
+        out = run(
+            [
+                *vsctl_argv(inst),
+                "--timeout=10",
+                "--bare",
+                "--columns=name,external_ids",
+                "list",
+                "Bridge",
+            ],
+            check=False,
+        )
+        marks.update(parse_marks(out, key))
+    return marks
 
 
 def parse_marks(text: str, key: str) -> dict[str, int]:
@@ -73,14 +308,17 @@ def delete_bridges(names: list[str]) -> list[str]:
     """Delete those of `names` that exist, in one transaction; returns the ones deleted."""
     if not names:
         return []
-    existing = set(list_bridges())
-    gone = [b for b in names if b in existing]
-    if gone:
-        argv = [VSCTL, "--timeout=20"]
-        for b in gone:
-            argv += ["--", "--if-exists", "del-br", b]
-        run(argv, check=False)
-    return gone
+    gone_all = []
+    for inst in _everywhere():
+        existing = set(_bridges_in(inst))
+        gone = [b for b in names if b in existing]
+        if gone:
+            argv = [*vsctl_argv(inst), "--timeout=20"]
+            for b in gone:
+                argv += ["--", "--if-exists", "del-br", b]
+            run(argv, check=False)
+        gone_all += gone
+    return gone_all
 
 
 # ---- dumps and counters ---------------------------------------------------------------------
@@ -88,7 +326,7 @@ def delete_bridges(names: list[str]) -> list[str]:
 
 def dump_flows(bridge: str, check: bool = True, timeout: float = 30) -> str:
     """`--no-stats dump-flows BRIDGE`, as the tool prints it."""
-    return ofctl("--no-stats", "dump-flows", bridge, check=check, timeout=timeout)
+    return ofctl("--no-stats", "dump-flows", bridge_target(bridge), check=check, timeout=timeout)
 
 
 def flow_count(bridge: str) -> int:
@@ -100,7 +338,7 @@ def flow_count(bridge: str) -> int:
 def dump_bridge(bridge: str, timeout_s: float = 10.0) -> tuple[list[str], list[str]]:
     """The (flows, groups) a bridge holds, sorted, as `ovs-ofctl -O OpenFlow13` prints them."""
     flows = dump_flows(bridge, timeout=timeout_s)
-    groups = ofctl("dump-groups", bridge, timeout=timeout_s)
+    groups = ofctl("dump-groups", bridge_target(bridge), timeout=timeout_s)
     return dump_lines(flows), dump_lines(groups)
 
 
@@ -113,12 +351,77 @@ def rule_differences(bridge: str, rules: SwitchRules) -> list[str]:
 
 def dump_ports(bridge: str, port: int) -> str:
     """`dump-ports BRIDGE PORT`: one port's counters, as the tool prints them."""
-    return ofctl("dump-ports", bridge, str(port))
+    return ofctl("dump-ports", bridge_target(bridge), str(port))
 
 
 def dump_group_stats(bridge: str) -> str:
     """`dump-group-stats BRIDGE`: every group's and bucket's counters."""
-    return ofctl("dump-group-stats", bridge, timeout=10)
+    return ofctl("dump-group-stats", bridge_target(bridge), timeout=10)
+
+
+# ---- select groups' selection method (a bench lever, issue 20) ------------------------------
+#
+# A select group our controller sends (OpenFlow 1.3: no group properties) gets Open vSwitch's
+# default selection method, dp_hash when the bucket weights allow: the datapath hashes the
+# packet and recirculates, two datapath passes per ECMP hop. `selection_method=hash` with
+# `fields(...)` hashes those fields in the slow path instead (no recirculation), but only an
+# OpenFlow 1.5 group mod carries it (a Netronome extension property), so the bench sets it
+# after the controller installed the groups: the bridge is allowed OpenFlow 1.5 as well and each
+# select group is modified in place, buckets unchanged.
+
+OPENFLOW15 = ("-O", "OpenFlow15")
+_SELECTION = re.compile(r",(selection_method=[^,]*|selection_method_param=[^,]*|fields\([^)]*\))")
+
+
+def hash_group_line(line: str, fields: str) -> str | None:
+    """An OpenFlow 1.5 `dump-groups` line of a select group rewritten with
+    `selection_method=hash,fields(FIELDS)`; None for any other line (pure)."""
+    line = line.strip()
+    if not line.startswith("group_id=") or ",type=select" not in line:
+        return None
+    bare = _SELECTION.sub("", line)
+    return bare.replace(",type=select", f",type=select,selection_method=hash,fields({fields})", 1)
+
+
+def allow_openflow15(bridge: str) -> None:
+    """Let `bridge` speak OpenFlow 1.5 besides 1.3 (our controller still negotiates 1.3)."""
+    inst = instance_of(bridge)
+    run(
+        [
+            *vsctl_argv(inst),
+            "--timeout=10",
+            "set",
+            "bridge",
+            bridge,
+            "protocols=OpenFlow13,OpenFlow15",
+        ]
+    )
+
+
+def set_hash_selection(bridge: str, fields: str = "ip_src,ip_dst,tcp_src,tcp_dst") -> int:
+    """Modify every select group of `bridge` to `selection_method=hash,fields(FIELDS)` (the
+    bridge must allow OpenFlow 1.5: `allow_openflow15`); returns how many."""
+    target = bridge_target(bridge)
+    text = run([OFCTL, *OPENFLOW15, "dump-groups", target], timeout=10)
+    count = 0
+    for line in text.splitlines():
+        new = hash_group_line(line, fields)
+        if new is not None:
+            run([OFCTL, *OPENFLOW15, "mod-group", target, new], timeout=10)
+            count += 1
+    return count
+
+
+def group_selection_methods(bridge: str) -> list[str]:
+    """The selection method of each select group of `bridge` as OpenFlow 1.5 dumps show it
+    ('' when the dump names none)."""
+    text = run([OFCTL, *OPENFLOW15, "dump-groups", bridge_target(bridge)], timeout=10)
+    found = []
+    for line in text.splitlines():
+        if ",type=select" in line:
+            m = re.search(r"selection_method=([^,]*)", line)
+            found.append(m.group(1) if m else "")
+    return found
 
 
 # ---- daemons --------------------------------------------------------------------------------

@@ -182,6 +182,11 @@ def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
             if state is not None:
                 removed += sweep(state)
             path.unlink(missing_ok=True)
+    # Private Open vSwitch instances (`LabOptions.ovs_instances`) whose lab is gone: their
+    # bridges go with their database; their ports' interfaces were swept above.
+    for inst in ovs.stale_instances(pid_alive, me):
+        ovs.stop_instance(inst)
+        removed.append(f"ovs instance {inst.rundir.name}")
     # Bridges marked as ours whose state file is gone (a crash before it was written).
     if ovs.installed():
         orphans = [

@@ -180,6 +180,19 @@ def add_link_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def add_datapath_arguments(group: argparse._ArgumentGroup) -> None:
+    """--ovs-instances: how many ovs-vswitchd daemons of the lab's own carry the switches."""
+    group.add_argument(
+        "--ovs-instances",
+        type=int,
+        default=0,
+        metavar="N",
+        help="0 (default): every switch in the system Open vSwitch, whose one main thread "
+        "serves every port; N: N private ovs-vswitchd instances, the switches dealt among them "
+        "(userspace datapath; docs/BENCHMARKS.md, datapath levers)",
+    )
+
+
 def add_transport_arguments(group: argparse._ArgumentGroup) -> None:
     """--cc: TCP congestion control of every host namespace."""
     group.add_argument(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from zcube_lab.cli.fabric_options import (
+    add_datapath_arguments,
     add_fabric_arguments,
     add_link_arguments,
     add_transport_arguments,
@@ -116,6 +117,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, rate: bool = True) -> Non
     )
     add_link_arguments(lab)
     add_transport_arguments(lab)
+    add_datapath_arguments(lab)
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
 
 
@@ -161,6 +163,7 @@ def config_from_args(
         buffer_model=args.buffer_model,
         switch_chip=args.switch_chip,
         congestion_control=args.cc,
+        ovs_instances=args.ovs_instances,
         policy=args.policy,
         faults=tuple(args.fail),
         layout=layout,

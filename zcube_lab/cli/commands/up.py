@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zcube_lab.cli.fabric_options import (
+    add_datapath_arguments,
     add_fabric_arguments,
     add_link_arguments,
     add_transport_arguments,
@@ -49,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_link_arguments(lab)
     add_transport_arguments(lab)
+    add_datapath_arguments(lab)
     lab.add_argument(
         "--datapath",
         choices=["auto", "user", "kernel"],
@@ -129,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             queue=queue,
             congestion_control=args.cc,
             datapath=args.datapath,
+            ovs_instances=args.ovs_instances,
             policy=policy.routing,
             recompute=policy.recompute,
             of_port=args.of_port,
@@ -247,6 +250,7 @@ def serve_config(args: argparse.Namespace) -> RunConfig:
         model=args.model,
         nic_mbps=args.nic_mbps,
         congestion_control=args.cc,
+        ovs_instances=args.ovs_instances,
         policy=args.policy,
         layout=LayoutSpec(
             prefill_servers=int(profile_hint(args.workload, "prefill_servers", 1)),  # type: ignore[call-overload]
