@@ -14,11 +14,13 @@ compared as medians over the same seeds at every k, with their spread (min-max) 
 
 Analytic anchors at the light point, per k: a KV pull's time over its ideal bytes * 8 / path rate
 (`kv_xfer_ratio_p50`, 1.0 when nothing but the link is in the way), and the prefill engines' mean
-wait against the M/D/1 mean `rho * D / (2 (1 - rho))` for each prefill's arrival rate (the
-completed requests / the duration / the prefill engines) and its measured mean compute time D
-(the engines' `vllm:request_queue_time_seconds` and `vllm:request_prefill_time_seconds`, read
-back from the run's Prometheus TSDB afterwards). Prefill batches waiting requests into one
-step, so measured waits at or below M/D/1 are expected; far above means lateness.
+wait against the M/D/c mean for the arrival rate (completed requests / duration), the measured
+mean compute time D and c = the prefill engines (M/D/1's `rho D / (2 (1 - rho))` when c = 1,
+half the M/M/c wait otherwise: the gateway's least-outstanding choice makes the prefills close
+to one queue with c servers). The engines' `vllm:request_queue_time_seconds` and
+`vllm:request_prefill_time_seconds` are read back from the run's Prometheus TSDB afterwards.
+Prefill batches waiting requests into one step and compute times vary, so the anchor is loose:
+a wait of the model's order and the same at every k is what it checks.
 
 The wall time of a run grows with k, so the default points are small: ZCube n=2 (4 GPU hosts:
 2 prefill, 2 decode), coding-agent, 20 modelled seconds of arrivals. Results are merged into
@@ -184,18 +186,34 @@ def validated_k(rows: Sequence[Row], point: str) -> float | None:
     return next((c.k for c in checks(rows, point) if c.accepted), None)
 
 
-def md1_wait_s(rate_per_s: float, service_s: float) -> float | None:
-    """The M/D/1 mean wait `rho D / (2 (1 - rho))`; None when the queue is unstable."""
-    rho = rate_per_s * service_s
-    return None if rho >= 1 else rho * service_s / (2 * (1 - rho))
+def erlang_c(servers: int, offered: float) -> float:
+    """The probability that an arrival waits in M/M/c with `servers` and `offered` = rate x
+    mean service (Erlang's C formula); offered < servers."""
+    term, total = 1.0, 1.0  # a^n / n!, summed for n < c
+    for n in range(1, servers):
+        term *= offered / n
+        total += term
+    last = term * offered / servers / (1 - offered / servers)  # a^c / c! / (1 - rho)
+    return last / (total + last)
+
+
+def mdc_wait_s(rate_per_s: float, service_s: float, servers: int = 1) -> float | None:
+    """The mean wait of M/D/c: half the M/M/c wait (exact for c = 1, where it is M/D/1's
+    `rho D / (2 (1 - rho))`; the usual approximation for c > 1); None when unstable."""
+    offered = rate_per_s * service_s
+    if offered >= servers:
+        return None
+    return 0.5 * erlang_c(servers, offered) * service_s / (servers - offered)
 
 
 def queue_anchor(row: Row) -> tuple[float | None, float | None]:
-    """(measured mean prefill wait, M/D/1 mean) of a run, in modelled seconds."""
+    """(measured mean prefill wait, M/D/c mean with c = the prefill engines) of a run, in
+    modelled seconds. The gateway sends each request to the least busy prefill, which is
+    closer to one queue with c servers than to c queues of M/D/1."""
     if row.prefill_time_mean_s is None or row.prefills < 1 or row.duration_s <= 0:
         return row.prefill_queue_mean_s, None
-    rate = row.completed / row.duration_s / row.prefills
-    return row.prefill_queue_mean_s, md1_wait_s(rate, row.prefill_time_mean_s)
+    rate = row.completed / row.duration_s
+    return row.prefill_queue_mean_s, mdc_wait_s(rate, row.prefill_time_mean_s, row.prefills)
 
 
 def merge(saved: Sequence[Row], new: Sequence[Row]) -> list[Row]:
@@ -253,7 +271,7 @@ def report(rows: Sequence[Row]) -> list[str]:
             model = median(queue_anchor(r)[1] for r in runs)
             lines.append(
                 f"  anchors k={k:g}: KV time / ideal p50 {'-' if ratio is None else f'{ratio:.2f}'}"
-                f"; prefill wait {_ms(measured)} ms against M/D/1 {_ms(model)} ms"
+                f"; prefill wait {_ms(measured)} ms against M/D/c {_ms(model)} ms"
             )
         found = validated_k(rows, point)
         lines.append(f"  validated k: {'none' if found is None else f'{found:g}'}")

@@ -1,6 +1,6 @@
 """The dilation ladder's verdict (bench/dilation_ladder.py, pure part): k is accepted when its
 figures agree with 2k's (5% at p50, 10% at p99), every run of both is trustworthy and the trend
-from k on is monotone; the analytic M/D/1 anchor."""
+from k on is monotone; the analytic M/D/1 and M/D/c anchors."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from bench.dilation_ladder import (
     Row,
     checks,
+    erlang_c,
     level,
-    md1_wait_s,
+    mdc_wait_s,
     merge,
     monotone,
     queue_anchor,
@@ -88,12 +89,18 @@ def test_monotone_allows_steps_back_within_the_tolerance() -> None:
     assert monotone([1.0, None, 1.2], 0.05) and monotone([], 0.05)
 
 
-def test_md1_mean_wait_and_the_queue_anchor() -> None:
-    assert md1_wait_s(2.5, 0.2) == pytest.approx(0.5 * 0.2 / (2 * 0.5))
-    assert md1_wait_s(5.0, 0.2) is None  # rho = 1: unstable
-    # 20 requests in 20 s over 2 prefills: 0.5/s each, D = 0.2 s, rho = 0.1.
+def test_md1_and_mdc_mean_waits_and_the_queue_anchor() -> None:
+    assert mdc_wait_s(2.5, 0.2) == pytest.approx(0.5 * 0.2 / (2 * 0.5))  # M/D/1: rho D / 2(1-rho)
+    assert mdc_wait_s(5.0, 0.2) is None  # rho = 1: unstable
+    assert erlang_c(1, 0.5) == pytest.approx(0.5)  # M/M/1: an arrival waits with prob. rho
+    # M/M/2 at a = 1 (rho 0.5): P(wait) = (1/2 / 0.5) / (1 + 1 + 1) = 1/3.
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+    assert mdc_wait_s(5.0, 0.2, 2) == pytest.approx(0.5 * (1 / 3) * 0.2 / 1.0)
+    assert mdc_wait_s(10.0, 0.2, 2) is None
+    # 20 requests in 20 s over 2 prefills, D = 0.2 s: a = 0.2.
     measured, model = queue_anchor(_row(1.0))
-    assert measured == 0.01 and model == pytest.approx(0.1 * 0.2 / 1.8)
+    assert measured == 0.01
+    assert model == pytest.approx(0.5 * erlang_c(2, 0.2) * 0.2 / 1.8)
     assert queue_anchor(_row(1.0, prefill_time_mean_s=None))[1] is None
 
 
