@@ -21,7 +21,10 @@ Not divided either: `window_s` and the health verdict, which judge the emulator 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from emulator.results.summary import RunSummary, ServerFigures, TransferFigures
@@ -62,4 +65,43 @@ def undilate(summary: RunSummary, dilation: float) -> RunSummary:
         server=_divided(summary.server, SERVER_WALL_TIMES, k),
         transfers=None if transfers is None else _divided(transfers, TRANSFER_TIMES, k),
         fabric_stats=replace(stats, directed=directed),
+    )
+
+
+# What `bench/dilation_ladder.py` saved: its points and the smallest k it accepted for each.
+LADDER_FILE = Path(__file__).resolve().parents[2] / "bench" / "results" / "dilation_ladder.json"
+
+
+def read_ladder(path: Path = LADDER_FILE) -> dict[str, Any] | None:
+    """The saved dilation ladder, or None when there is none (or it does not parse)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def ladder_note(dilation: float, ladder: Mapping[str, Any] | None) -> str:
+    """What the saved dilation ladder says about a run at `dilation`: the smallest validated k
+    of each of its points, and whether `dilation` is at or above one of them. The ladder's
+    points are its own (a fabric, a workload, a rate), not necessarily the run's."""
+    k = f"k={dilation:g}"
+    if not ladder or not ladder.get("validated_k"):
+        return f"dilation {k}: no dilation ladder saved (bench/dilation_ladder.py): not validated"
+    points = ladder.get("points") or {}
+    parts, found = [], []
+    for name, smallest in sorted(ladder["validated_k"].items()):
+        point = points.get(name) or {}
+        where = f"{point.get('workload', '?')} at {point.get('rate', '?')} req/s"
+        parts.append(f"{name} ({where}): {'none' if smallest is None else f'k={smallest:g}'}")
+        if smallest is not None:
+            found.append(float(smallest))
+    fabric = ladder.get("fabric", "its fabric")
+    verdict = (
+        "at or above a validated k"
+        if found and dilation >= min(found)
+        else "below every validated k: its figures are not validated"
+    )
+    return (
+        f"dilation {k}: the ladder ({fabric}) validated " + "; ".join(parts) + f"; {k} is {verdict}"
     )

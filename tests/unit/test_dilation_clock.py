@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from emulator.experiment.plan import Ports, RunConfig, plan_run
+from emulator.results.dilation import ladder_note, read_ladder
 from emulator.results.transfers import kv_figures
 from serving import vllm_metrics as m
 from serving.config import PrefillConfig
@@ -146,3 +148,25 @@ def test_the_serving_configs_carry_the_clock() -> None:
     cfg = PrefillConfig(time_dilation=4)
     assert cfg.clock == Clock(4) and cfg.wall_s(5.0) == 20.0
     assert plan_run(RunConfig(fabric=ZCUBE, dilation=4)).clock == Clock(4)
+
+
+def test_a_dilated_run_is_told_what_the_saved_ladder_validated(tmp_path: Path) -> None:
+    ladder = {
+        "fabric": "--fabric zcube --n 2",
+        "points": {"light": {"workload": "coding-agent", "rate": 1.0}, "heavy": {"rate": 4.0}},
+        "validated_k": {"light": 4.0, "heavy": None},
+    }
+    note = ladder_note(2.0, ladder)
+    assert (
+        "light (coding-agent at 1.0 req/s): k=4" in note and "heavy (? at 4.0 req/s): none" in note
+    )
+    assert note.endswith("k=2 is below every validated k: its figures are not validated")
+    assert ladder_note(8.0, ladder).endswith("k=8 is at or above a validated k")
+    assert "no dilation ladder saved" in ladder_note(2.0, None)
+    assert "no dilation ladder saved" in ladder_note(2.0, {"validated_k": {}})
+    path = tmp_path / "ladder.json"
+    assert read_ladder(path) is None  # absent
+    path.write_text("{not json")
+    assert read_ladder(path) is None
+    path.write_text(json.dumps(ladder))
+    assert read_ladder(path) == ladder
