@@ -23,8 +23,8 @@ from zcube_lab.core.fabric.scale import check_dilation
 TCP_RTO_MIN_S = 0.2
 TCP_DELACK_MIN_S = 0.04
 # Not settable per route or per namespace in a way that scales: the initial SYN timeout
-# (TCP_TIMEOUT_INIT, 1 s; only its retry count is a sysctl) and the tail-loss probe's timer
-# (derived from the RTT, with a floor of TCP_TIMEOUT_MIN, 2 ms).
+# (TCP_TIMEOUT_INIT, 1 s; only its retry count is a sysctl) and the fixed parts of the
+# tail-loss probe's timer (the rest is derived from the RTT, which dilates).
 TCP_SYN_TIMEOUT_S = 1.0
 
 
