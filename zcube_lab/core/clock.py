@@ -17,15 +17,13 @@ from dataclasses import dataclass
 
 from zcube_lab.core.fabric.scale import check_dilation
 
-# Linux's TCP timers (include/net/tcp.h): the minimum retransmission timeout TCP_RTO_MIN,
-# settable per route (`rto_min`), and the delayed-ACK minimum TCP_DELACK_MIN, which no route
-# option stretches (`quickack 1` turns delayed ACKs off instead).
+# Linux's minimum retransmission timeout (TCP_RTO_MIN in include/net/tcp.h), settable per route
+# (`rto_min`). The delayed-ACK minimum (TCP_DELACK_MIN, 40 ms) has no route option that
+# stretches it (`quickack 1` turns delayed ACKs off instead). Not settable per route or per
+# namespace in a way that scales: the initial SYN timeout (TCP_TIMEOUT_INIT, 1 s; only its retry
+# count is a sysctl) and the fixed parts of the tail-loss probe's timer (the rest is derived
+# from the RTT, which dilates).
 TCP_RTO_MIN_S = 0.2
-TCP_DELACK_MIN_S = 0.04
-# Not settable per route or per namespace in a way that scales: the initial SYN timeout
-# (TCP_TIMEOUT_INIT, 1 s; only its retry count is a sysctl) and the fixed parts of the
-# tail-loss probe's timer (the rest is derived from the RTT, which dilates).
-TCP_SYN_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
