@@ -18,6 +18,7 @@ from typing import Any
 from serving.models import EP_EXPOSED_FRACTION, PROFILES, ModelProfile, get_profile
 from serving.options import option
 from serving.routing import BALANCERS
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.scale import MAX_DILATION
 
@@ -123,9 +124,14 @@ class Dilated:
 
     time_dilation: float
 
+    @property
+    def clock(self) -> Clock:
+        """This role's modelled and wall seconds."""
+        return Clock(self.time_dilation)
+
     def wall_s(self, seconds: float) -> float:
         """Wall seconds of `seconds` modelled seconds."""
-        return seconds * self.time_dilation
+        return self.clock.wall(seconds)
 
     def _check_dilation(self) -> None:
         _check(

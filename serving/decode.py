@@ -205,7 +205,9 @@ def make_decode_app(
     registry = registry if registry is not None else CollectorRegistry()
     app = httpapi.new_app(registry, cfg.model_name)
     app[CONFIG_KEY] = cfg
-    metrics = EngineMetrics(registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length)
+    metrics = EngineMetrics(
+        registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length, cfg.clock
+    )
     app[ENGINE_KEY] = DecodeEngine(
         cfg=cfg,
         metrics=metrics,

@@ -31,6 +31,7 @@ from serving.vllm_metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.05
+RELEASE_TIMEOUT_S = 5.0  # modelled seconds prefill has to acknowledge a KV release
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,7 @@ class DecodeEngine:
         moved = result.bytes_by_address
         addr = max(handle.addresses, key=lambda a: moved.get(str(a), 0))
         try:
-            await release_kv(handle.request_id, addr)
+            await release_kv(handle.request_id, addr, timeout_s=self.cfg.wall_s(RELEASE_TIMEOUT_S))
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.info("KV release of %s not acknowledged: %s", handle.request_id, exc)
 

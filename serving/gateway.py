@@ -49,6 +49,8 @@ ROUTES = {COMPLETION: "/v1/completions", CHAT: "/v1/chat/completions"}
 _PASS_HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
 CLIENT_CLOSED = 499  # nginx's "client closed request": counted, never sent
 LOOP_LAG_INTERVAL_S = 0.1  # wall seconds: about 20-50 us of CPU per wake-up
+SOCK_CONNECT_S = 5.0  # modelled seconds to connect to an engine
+KEEPALIVE_S = 60.0  # modelled seconds an idle upstream connection is kept
 
 
 @dataclass
@@ -312,10 +314,13 @@ def _handler(kind: str):
 
 async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
-    # sock_connect is the management network's (not modelled, not dilated).
-    total = state.cfg.wall_s(state.cfg.upstream_timeout_s)
-    timeout = aiohttp.ClientTimeout(total=total, sock_connect=5)
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+    # Connect and keep-alive times are the management network's, dilated all the same (the
+    # engines answer k times slower, so an idle connection lives k times longer in wall time).
+    wall = state.cfg.wall_s
+    timeout = aiohttp.ClientTimeout(
+        total=wall(state.cfg.upstream_timeout_s), sock_connect=wall(SOCK_CONNECT_S)
+    )
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=wall(KEEPALIVE_S))
     state.session = aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False
     )
@@ -363,7 +368,7 @@ def make_gateway_app(
     app = httpapi.new_app(registry, cfg.model_name)
     app[STATE_KEY] = GatewayState(
         cfg=cfg,
-        metrics=GatewayMetrics(registry, cfg.model_name),
+        metrics=GatewayMetrics(registry, cfg.model_name, cfg.clock),
         prefills=[Backend.parse(u) for u in cfg.prefill_urls],
         decodes=[Backend.parse(u) for u in cfg.decode_urls],
         prefill_balancer=make_balancer(cfg.policy),

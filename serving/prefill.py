@@ -293,7 +293,9 @@ def make_prefill_app(
     registry = registry if registry is not None else CollectorRegistry()
     app = httpapi.new_app(registry, cfg.model_name)
     app[CONFIG_KEY] = cfg
-    metrics = EngineMetrics(registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length)
+    metrics = EngineMetrics(
+        registry, cfg.model_name, cfg.engine_index, cfg.profile.context_length, cfg.clock
+    )
     app[ENGINE_KEY] = PrefillEngine(
         cfg=cfg,
         metrics=metrics,

@@ -5,6 +5,12 @@ Names and buckets are copied from vLLM's `vllm/v1/metrics/loggers.py` and the NI
 own `vllm:prompt_tokens` is scraped as `vllm:prompt_tokens_total`; the constants below are the
 names passed to prometheus_client. Our own metrics use the `zcube:` prefix.
 One class per component; each takes the `CollectorRegistry` to register into.
+
+Time dilation (docs/DOMAIN.md §4): a component of a run dilated by k gets `Clock(k)`, and every
+time histogram observes modelled seconds (the wall duration / k), so its buckets, its quantiles
+and Grafana's panels are the modelled world's at every k. That includes the step overrun and the
+gateway's loop lag (a step woken 20 ms late on the wall clock distorts the modelled step by
+20/k ms); not the step lateness, a ratio.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from zcube_lab.core.clock import Clock
 
 # vLLM engine metrics
 NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
@@ -115,18 +123,41 @@ class _Both:
             m.set(value)
 
 
+class Modelled:
+    """A time histogram fed wall-clock durations that observes them in modelled seconds."""
+
+    def __init__(self, histogram: Any, clock: Clock) -> None:
+        self._histogram = histogram
+        self._clock = clock
+
+    def observe(self, wall_s: float) -> None:
+        self._histogram.observe(self._clock.modelled(wall_s))
+
+
+def modelled(histogram: Any, clock: Clock) -> Any:
+    """`histogram` itself when `clock` is undilated, else wrapped in `Modelled`."""
+    return Modelled(histogram, clock) if clock.dilated else histogram
+
+
 class _Labelled:
     """Makes one component's metrics, registered in its registry and bound to its labels."""
 
-    def __init__(self, registry: CollectorRegistry, values: tuple[str, ...]) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, values: tuple[str, ...], clock: Clock | None = None
+    ) -> None:
         self.registry = registry
         self.values = values
+        self.clock = clock or Clock()
 
     def hist(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
         """A histogram child with these buckets."""
         return Histogram(name, doc, LABELS, registry=self.registry, buckets=buckets).labels(
             *self.values
         )
+
+    def times(self, name: str, doc: str, buckets: tuple[float, ...]) -> Any:
+        """A histogram child of durations: observed in wall seconds, kept in modelled ones."""
+        return modelled(self.hist(name, doc, buckets), self.clock)
 
     def counter(self, name: str, doc: str) -> Counter:
         """A counter child."""
@@ -154,8 +185,9 @@ class EngineMetrics:
         model_name: str,
         engine: str,
         max_model_len: int = 131_072,
+        clock: Clock | None = None,
     ) -> None:
-        make = _Labelled(registry, (model_name, engine))
+        make = _Labelled(registry, (model_name, engine), clock)
         self._scheduler(make)
         self._tokens(make)
         self._token_latency(make)
@@ -163,7 +195,7 @@ class EngineMetrics:
         self._phases(make)
         self._kv_transfer(make)
         self._expert_parallel(make)
-        self.step_overrun = make.hist(
+        self.step_overrun = make.times(
             STEP_OVERRUN,
             "How late each step's compute sleep ended (event-loop lag: the host is saturated).",
             STEP_OVERRUN_BUCKETS,
@@ -201,19 +233,19 @@ class EngineMetrics:
         self.request_success = {r: success.labels(*make.values, r) for r in FINISH_REASONS}
 
     def _token_latency(self, make: _Labelled) -> None:
-        self.ttft = make.hist(
+        self.ttft = make.times(
             TIME_TO_FIRST_TOKEN, "Histogram of time to first token in seconds.", TTFT_BUCKETS
         )
-        self.itl = make.hist(
+        self.itl = make.times(
             INTER_TOKEN_LATENCY, "Histogram of inter-token latency in seconds.", ITL_BUCKETS
         )
         self.tpot = _Both(
-            make.hist(
+            make.times(
                 REQUEST_TIME_PER_OUTPUT_TOKEN,
                 "Histogram of time_per_output_token_seconds per request.",
                 ITL_BUCKETS,
             ),
-            make.hist(
+            make.times(
                 LEGACY_TIME_PER_OUTPUT_TOKEN,
                 "Histogram of time per output token in seconds (vLLM's former name).",
                 ITL_BUCKETS,
@@ -234,8 +266,8 @@ class EngineMetrics:
         )
 
     def _phases(self, make: _Labelled) -> None:
-        def phase(name: str, doc: str) -> Histogram:
-            return make.hist(name, doc, REQUEST_LATENCY_BUCKETS)
+        def phase(name: str, doc: str) -> Any:
+            return make.times(name, doc, REQUEST_LATENCY_BUCKETS)
 
         self.e2e = phase(E2E_REQUEST_LATENCY, "Histogram of e2e request latency in seconds.")
         self.queue_time = phase(
@@ -249,7 +281,7 @@ class EngineMetrics:
         )
 
     def _kv_transfer(self, make: _Labelled) -> None:
-        self.xfer_time = make.hist(
+        self.xfer_time = make.times(
             NIXL_XFER_TIME,
             "Histogram of transfer duration for NIXL KV Cache transfers.",
             NIXL_XFER_TIME_BUCKETS,
@@ -280,13 +312,13 @@ class EngineMetrics:
         )
 
     def _expert_parallel(self, make: _Labelled) -> None:
-        self.a2a_time = make.hist(
+        self.a2a_time = make.times(
             ALLTOALL_TIME,
             "Expert-parallel all-to-all exchange time: dispatch sent to the last peer's combine "
             "received (not the step).",
             ALLTOALL_BUCKETS,
         )
-        self.ep_step_time = make.hist(
+        self.ep_step_time = make.times(
             EP_STEP_TIME,
             "Engine steps that ran an all-to-all: compute and the exchange's exposed part.",
             ALLTOALL_BUCKETS,
@@ -315,7 +347,10 @@ class EngineMetrics:
 class GatewayMetrics:
     """Metrics the gateway exports: requests by route and status, outstanding, gateway TTFT."""
 
-    def __init__(self, registry: CollectorRegistry, model_name: str) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, model_name: str, clock: Clock | None = None
+    ) -> None:
+        clock = clock or Clock()
         self._model = model_name
         self._requests = Counter(
             GATEWAY_REQUESTS,
@@ -329,20 +364,26 @@ class GatewayMetrics:
             ("model_name",),
             registry=registry,
         ).labels(model_name)
-        self.ttft = Histogram(
-            GATEWAY_TTFT,
-            "Time to first token measured at the gateway (vLLM's TTFT buckets).",
-            ("model_name",),
-            registry=registry,
-            buckets=TTFT_BUCKETS,
-        ).labels(model_name)
-        self.loop_lag = Histogram(
-            GATEWAY_LOOP_LAG,
-            "How late a timer the gateway sets every 0.1 s fired (its event loop's lag).",
-            ("model_name",),
-            registry=registry,
-            buckets=STEP_OVERRUN_BUCKETS,
-        ).labels(model_name)
+        self.ttft = modelled(
+            Histogram(
+                GATEWAY_TTFT,
+                "Time to first token measured at the gateway (vLLM's TTFT buckets).",
+                ("model_name",),
+                registry=registry,
+                buckets=TTFT_BUCKETS,
+            ).labels(model_name),
+            clock,
+        )
+        self.loop_lag = modelled(
+            Histogram(
+                GATEWAY_LOOP_LAG,
+                "How late a timer the gateway sets every 0.1 s fired (its event loop's lag).",
+                ("model_name",),
+                registry=registry,
+                buckets=STEP_OVERRUN_BUCKETS,
+            ).labels(model_name),
+            clock,
+        )
         self._rejected = Counter(
             REJECTED_REQUESTS,
             "Requests refused with 429/503 because the gateway was full.",

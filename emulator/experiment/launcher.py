@@ -51,6 +51,10 @@ from zcube_lab.core.fabric.queues import queue_summary
 from zcube_lab.core.ports import free_port
 from zcube_lab.core.procs import signals_ignored, stop_groups, wait_http
 
+# The controller's port statistics and the health and network samplers read every modelled
+# second: at k, every k wall seconds (their cost per second / k, the same samples per run).
+SAMPLE_INTERVAL_S = 1.0
+
 
 @dataclass
 class RunResult:
@@ -135,6 +139,8 @@ class Launcher:
         plan = self.plan
         opts = LabOptions(
             scale=plan.scale,
+            # The controller's port statistics, like every sampler, every modelled second.
+            poll_interval=plan.clock.wall(SAMPLE_INTERVAL_S),
             mtu=plan.config.link_mtu(plan.fabric, plan.scale),
             queue=plan.config.queue_model(),
             congestion_control=plan.config.congestion_control,
@@ -246,8 +252,9 @@ class Launcher:
         Prometheus scraping every component."""
         assert self.lab is not None
         registry = CollectorRegistry()
+        wall = self.plan.clock.wall(SAMPLE_INTERVAL_S)
         self.health = HealthSampler(
-            interval_s=1.0, registry=registry, path=self.dir / "health-samples.jsonl"
+            interval_s=wall, registry=registry, path=self.dir / "health-samples.jsonl"
         )
         for name, proc in self.procs:
             if name not in self.remote_procs:
@@ -290,7 +297,7 @@ class Launcher:
             port=self.prometheus_port,
             listen_host=self.prometheus_host,
         )
-        interval = self.plan.config.scrape_interval_s
+        interval = self.plan.clock.wall(self.plan.config.scrape_interval_s)
         self.progress(f"starting Prometheus (scrape every {interval:g}s)")
         self.prometheus.start()
         if self.prometheus.pid is not None:
@@ -312,7 +319,8 @@ class Launcher:
         else:
             hosts = {h.name: self.lab.net.get(h.name).pid for h in plan.fabric.hosts}
             rates = shaped_rates(plan.fabric, plan.scale)
-        self.net_sampler = NetSampler(hosts, rates, limits=limits).start()
+        wall = plan.clock.wall(SAMPLE_INTERVAL_S)
+        self.net_sampler = NetSampler(hosts, rates, interval_s=wall, limits=limits).start()
         self._datapath_mark = _datapath_losses() if self.lab.datapath == "user" else None
         if isinstance(self.lab, ClusterLab):
             self.agents = start_agents(self.lab, self.dir / "logs")

@@ -29,6 +29,7 @@ from serving.models import PROFILES
 from workloads import LOCUSTFILE
 from workloads.profiles import load_profile
 from workloads.shards import WORKERS_ENV, parse_shard, shard_files, shard_label
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.addressing import MGMT_ROOT_IP, management_address
 from zcube_lab.core.fabric.builders import build_fabric
@@ -237,6 +238,11 @@ class RunPlan:
         return Scale(nic_mbps=self.config.nic_mbps, dilation=self.config.dilation)
 
     @property
+    def clock(self) -> Clock:
+        """Modelled and wall seconds of this run (its time dilation)."""
+        return Clock(self.config.dilation)
+
+    @property
     def label(self) -> str:
         """How reports name the run's variant: `zcube`, `roft-2planes`, `zcube/ff`."""
         label = self.fabric.kind
@@ -282,7 +288,8 @@ class RunPlan:
             "emulator": [f"{LOOPBACK}:{ports.emulator}"],
         }
         labels = {"run": run, "fabric": self.fabric.kind}
-        return scrape_plan(jobs, self.config.scrape_interval_s, labels)
+        # Every modelled second (docs/DOMAIN.md §4): so a peak's window is the same at every k.
+        return scrape_plan(jobs, self.config.scrape_interval_s, labels, clock=self.clock)
 
     def locust_argv(
         self,

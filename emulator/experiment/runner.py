@@ -143,7 +143,7 @@ class Experiment:
             gather_load(launcher, self.dir)
         self._evidence = self._network_evidence()
         # One more scrape so the counters include the end of the run; queries run at t1.
-        time.sleep(2 * c.scrape_interval_s + 0.5)
+        time.sleep(2 * self.plan.clock.wall(c.scrape_interval_s) + 0.5)
         t1 = time.time()
         if proc.returncode not in (0, 1):  # 1: Locust saw failed requests, still a result
             log = (self.dir / "logs" / "locust.log").read_text(errors="replace")

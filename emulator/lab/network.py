@@ -41,6 +41,7 @@ from emulator.lab.state import (
     write_state,
 )
 from emulator.lab.system import LabError, attempt
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.addressing import fabric_networks
 from zcube_lab.core.fabric.description import Fabric
@@ -484,6 +485,7 @@ class Lab:
             userspace=self.datapath == "user",
             management=o.management,
             congestion_control=o.congestion_control,
+            clock=Clock(o.scale.dilation),
         )
 
     def _build(self) -> None:

@@ -14,9 +14,10 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 
 COMPONENTS = ("gateway", "prefill", "decode", "controller", "loadgen", "emulator")
@@ -36,11 +37,18 @@ _HOST = re.compile(
 
 @dataclass(frozen=True)
 class ScrapePlan:
-    """A validated scrape plan: jobs in order, each with its `host:port` targets."""
+    """A validated scrape plan: jobs in order, each with its `host:port` targets, scraped
+    every `interval_s` modelled seconds (`clock.wall(interval_s)` on the wall clock)."""
 
     jobs: tuple[tuple[str, tuple[str, ...]], ...]
     interval_s: float
     labels: tuple[tuple[str, str], ...]
+    clock: Clock = field(default_factory=Clock)
+
+    @property
+    def wall_interval_s(self) -> float:
+        """Wall seconds between two scrapes of a target."""
+        return self.clock.wall(self.interval_s)
 
     def __post_init__(self) -> None:
         _check_interval(self.interval_s)
@@ -71,7 +79,7 @@ class ScrapePlan:
 
     def render(self) -> str:
         """prometheus.yml text. JSON is a subset of YAML, so json.dumps writes it exactly."""
-        duration = _duration(self.interval_s)
+        duration = _duration(self.wall_interval_s)
         labels = dict(self.labels)
         doc: dict[str, Any] = {
             "global": {
@@ -107,8 +115,11 @@ def scrape_plan(
     jobs: Mapping[str, Sequence[str]],
     interval_s: float = 1.0,
     labels: Mapping[str, str] | None = None,
+    *,
+    clock: Clock | None = None,
 ) -> ScrapePlan:
-    """The frozen, validated plan behind `scrape_config`."""
+    """The frozen, validated plan behind `scrape_config`; `interval_s` is in modelled seconds
+    of `clock` (None: undilated)."""
     if not isinstance(jobs, Mapping):
         raise ConfigError("jobs", jobs, "a mapping of job name to a list of 'host:port'")
     if labels is not None and not isinstance(labels, Mapping):
@@ -121,6 +132,7 @@ def scrape_plan(
         jobs=tuple((job, tuple(targets)) for job, targets in jobs.items()),
         interval_s=interval_s,
         labels=tuple((labels or {}).items()),
+        clock=clock or Clock(),
     )
 
 

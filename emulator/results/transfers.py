@@ -24,6 +24,7 @@ from typing import Any
 
 from emulator.results.figures import read_jsonl
 from emulator.results.summary import TransferFigures
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.stats import quantile
@@ -31,7 +32,8 @@ from zcube_lab.core.stats import quantile
 KV_LOG_PREFIX = "kv-"
 EP_LOG_PREFIX = "ep-"
 # A pull slower than this many times its ideal time, plus this slack (connect, framing, first
-# byte), is "stalled": a lost segment waiting for a retransmission, or a deep queue.
+# byte; modelled seconds, so x k on the logs' wall clock), is "stalled": a lost segment waiting
+# for a retransmission, or a deep queue.
 STALL_FACTOR = 2.0
 STALL_SLACK_S = 0.1
 
@@ -95,8 +97,12 @@ def _spread(values: list[float], name: str) -> dict[str, float | None]:
     return out
 
 
-def kv_figures(attempts: Iterable[tuple[str, Row]], rate_of: RateOf) -> dict[str, Any]:
-    """The KV part of `TransferFigures` from (decode engine, pull attempt) rows."""
+def kv_figures(
+    attempts: Iterable[tuple[str, Row]], rate_of: RateOf, clock: Clock | None = None
+) -> dict[str, Any]:
+    """The KV part of `TransferFigures` from (decode engine, pull attempt) rows, in the logs'
+    wall seconds; `clock` dilates the stall slack (None: undilated)."""
+    slack_s = (clock or Clock()).wall(STALL_SLACK_S)
     seconds: list[float] = []
     sizes: list[float] = []
     ratios: list[float] = []
@@ -114,7 +120,7 @@ def kv_figures(attempts: Iterable[tuple[str, Row]], rate_of: RateOf) -> dict[str
         if rate and size > 0:
             ideal = size * 8 / rate
             ratios.append(took / ideal)
-            if took > STALL_FACTOR * ideal + STALL_SLACK_S:
+            if took > STALL_FACTOR * ideal + slack_s:
                 stalled.append(took)
     return {
         "kv_pulls": len(seconds),
@@ -196,5 +202,6 @@ def transfer_figures(
     ep_files = list(log_dir.glob(f"{EP_LOG_PREFIX}*.jsonl"))
     ep = [row for _, row in read_logs(log_dir, EP_LOG_PREFIX)] if ep_files else None
     return TransferFigures(
-        **kv_figures(kv, engine_rates(fabric, scale, engine_hosts)), **ep_figures(ep)
+        **kv_figures(kv, engine_rates(fabric, scale, engine_hosts), Clock(scale.dilation)),
+        **ep_figures(ep),
     )

@@ -189,11 +189,14 @@ def run(args: argparse.Namespace) -> int:
     from emulator.experiment.runner import Experiment
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
+    from emulator.results.dilation import ladder_note, read_ladder
     from emulator.results.report import busiest_link
 
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, raise_interrupt)
     exp = Experiment(config_from_args(args), progress=lambda m: console.print(f"[dim]»[/dim] {m}"))
+    if args.dilation != 1:  # docs/DOMAIN.md §4: a dilated figure is as good as its validation
+        console.print(f"[yellow]{ladder_note(args.dilation, read_ladder())}[/yellow]")
     try:
         result = exp.run()
     except (LabError, PrometheusError) as exc:

@@ -82,8 +82,10 @@ def egress_interface(host: Host, ip: str) -> int | None:
     return None if best is None else best[1]
 
 
-def ip_batch(fabric: Fabric, host: Host, mtu: int) -> list[str]:
-    """`ip -batch` lines that set up one host: /32 addresses, MTU, routes, static ARP."""
+def ip_batch(fabric: Fabric, host: Host, mtu: int, route_options: str = "") -> list[str]:
+    """`ip -batch` lines that set up one host: /32 addresses, MTU, routes, static ARP; every
+    fabric route gets `route_options` (TCP's per-route timers: `zcube_lab.core.clock`)."""
+    opts = f" {route_options}" if route_options else ""
     lines: list[str] = []
     for iface in host.interfaces:
         lines.append(f"addr flush dev {iface.name}")
@@ -91,7 +93,7 @@ def ip_batch(fabric: Fabric, host: Host, mtu: int) -> list[str]:
         lines.append(f"addr add {iface.ip}/32 dev {iface.name}")
     for route in host.routes:
         iface = host.interfaces[route.interface]
-        lines.append(f"route replace {route.prefix} dev {iface.name} src {iface.ip}")
+        lines.append(f"route replace {route.prefix} dev {iface.name} src {iface.ip}{opts}")
     multi = len(host.interfaces) > 1
     if multi:
         # Source routing: a packet from a port's address leaves through that port. Replies
@@ -101,7 +103,9 @@ def ip_batch(fabric: Fabric, host: Host, mtu: int) -> list[str]:
         for iface in host.interfaces:
             table = SOURCE_TABLE_BASE + iface.index
             lines.append(f"rule add from {iface.ip} table {table} priority {table}")
-            lines.append(f"route replace default dev {iface.name} src {iface.ip} table {table}")
+            lines.append(
+                f"route replace default dev {iface.name} src {iface.ip} table {table}{opts}"
+            )
     # Every other address is resolved statically, so the fabric never carries ARP (on every
     # port of a multi-port host, since source routing may send anything out of any port).
     for other in fabric.hosts:

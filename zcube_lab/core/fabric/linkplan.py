@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from zcube_lab.core.clock import Clock, tcp_route_options
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric, Host, Link
 from zcube_lab.core.fabric.hostplan import (
@@ -76,6 +77,7 @@ class LinkSettings:
     userspace: bool = True
     management: bool = False
     congestion_control: str | None = None  # every host namespace's TCP (hostplan.sysctls)
+    clock: Clock = field(default_factory=Clock)  # dilation: TCP's per-route timers
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,7 @@ def veth_setup(
 def host_setup(fabric: Fabric, host: Host, settings: LinkSettings, folder: str) -> Setup:
     """A host's namespace: sysctls, then addresses, MTU, up, routes and static ARP
     (`hostplan.ip_batch`), its ports' shaping, their offloads."""
-    ip_lines = ip_batch(fabric, host, settings.mtu)
+    ip_lines = ip_batch(fabric, host, settings.mtu, tcp_route_options(settings.clock))
     if settings.management:
         ip_lines += management_host_batch(host)
     shaped = [

@@ -1,0 +1,60 @@
+"""Modelled time and wall time under time dilation k (docs/DOMAIN.md §4), pure.
+
+The lab runs the modelled world k times slower than the wall clock. One `Clock(k)` converts:
+`wall(modelled_s)` is how long a modelled duration lasts on the wall clock (a timeout, an
+interval, a compute sleep) and `modelled(wall_s)` is what a wall-clock measurement means in the
+modelled world (a latency observed by a server or the load generator). A value crosses between
+the two only through a clock, so which time a figure is in is decided where the clock is held,
+not by a name suffix.
+
+Also here: what the kernel's TCP does on its own clock, and the per-route options
+(`ip route ... rto_min ... quickack 1`) that dilate what can be dilated (`tcp_route_options`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zcube_lab.core.fabric.scale import check_dilation
+
+# Linux's minimum retransmission timeout (TCP_RTO_MIN in include/net/tcp.h), settable per route
+# (`rto_min`). The delayed-ACK minimum (TCP_DELACK_MIN, 40 ms) has no route option that
+# stretches it (`quickack 1` turns delayed ACKs off instead). Not settable per route or per
+# namespace in a way that scales: the initial SYN timeout (TCP_TIMEOUT_INIT, 1 s; only its retry
+# count is a sysctl) and the fixed parts of the tail-loss probe's timer (the rest is derived
+# from the RTT, which dilates).
+TCP_RTO_MIN_S = 0.2
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The time dilation k of one run: modelled seconds last k wall seconds."""
+
+    dilation: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_dilation(self.dilation)
+
+    @property
+    def dilated(self) -> bool:
+        """True when the run is dilated (k != 1)."""
+        return self.dilation != 1.0
+
+    def wall(self, modelled_s: float) -> float:
+        """Wall seconds a duration of `modelled_s` modelled seconds lasts."""
+        return modelled_s * self.dilation
+
+    def modelled(self, wall_s: float) -> float:
+        """Modelled seconds a wall-clock measurement of `wall_s` seconds stands for."""
+        return wall_s / self.dilation
+
+
+def tcp_route_options(clock: Clock) -> str:
+    """The options every fabric route of a host namespace gets (appended to `ip route`): none
+    at k = 1 (the kernel's own timers are the model's); dilated, the minimum RTO x k and delayed
+    ACKs off, since their 40 ms minimum cannot be stretched and would shrink to 40/k modelled
+    ms (docs/DOMAIN.md §4 says what else stays on the kernel's clock)."""
+    if not clock.dilated:
+        return ""
+    rto_ms = round(clock.wall(TCP_RTO_MIN_S) * 1000)
+    return f"rto_min {rto_ms}ms quickack 1"
