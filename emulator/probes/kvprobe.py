@@ -15,12 +15,14 @@ The module is also the probe run inside a host (the KV server is `cutprobe serve
 payload whose prefixes the pulls read):
 
     python -m emulator.probes.kvprobe pulls --max-bytes N --sizes A,B,.. [--repeat R]
-        [--warmup W] [--streams K] [--source CIDR=LOCAL]... [--timeout-s T] ADDR:PORT...
+        [--warmup W] [--streams K] [--source CIDR=LOCAL]... [--timeout-s T]
+        [--connections kept|fresh] ADDR:PORT...
 
 It prints "started", one JSON line per pull `{"bytes", "seconds", "ok", "checksum_ok",
-"error", "warmup"}` (seconds around `pull_kv` alone; the first W pulls, of the first size, are
-warm-up), then "done". A decode engine's defaults (lanes per address, chunking) are the
-probe's.
+"error", "warmup", "opened"}` (seconds around `pull_kv` alone; the first W pulls, of the first
+size, are warm-up; `opened`: connections the pull opened), then "done". A decode engine's
+defaults (lanes per address, chunking, connections kept across pulls) are the probe's;
+`--connections fresh` opens new ones for every pull (the transport before issue 21).
 """
 
 from __future__ import annotations
@@ -195,7 +197,7 @@ def parse_sizes(text: str) -> list[int]:
 
 async def _pulls(args: argparse.Namespace) -> None:
     from emulator.probes.cutprobe import payload
-    from serving.kvwire import KVTransferError, pull_kv
+    from serving.kvwire import IDLE_PULLS, KVConnections, KVTransferError, pull_kv
 
     data = payload(args.max_bytes, args.seed)
     addrs = [parse_addr(a) for a in args.addrs]
@@ -203,6 +205,7 @@ async def _pulls(args: argparse.Namespace) -> None:
     print("started", flush=True)
     sizes = parse_sizes(args.sizes)
     plan = sizes[:1] * args.warmup + [s for s in sizes for _ in range(args.repeat)]
+    kept = KVConnections(IDLE_PULLS * args.streams + 1) if args.connections == "kept" else None
     for i, size in enumerate(plan):
         expected = zlib.crc32(data[:size])
         out: dict[str, Any] = {"bytes": size, "warmup": i < args.warmup}
@@ -218,12 +221,16 @@ async def _pulls(args: argparse.Namespace) -> None:
                 timeout_s=args.timeout_s,
                 source_map=sources,
                 chunks_per_lane=args.chunks_per_lane or None,
+                connections=kept,
             )
             out.update(ok=True, checksum_ok=result.checksum == expected, error="")
+            out["opened"] = result.opened
         except KVTransferError as exc:
             out.update(ok=False, checksum_ok=False, error=str(exc))
         out["seconds"] = time.monotonic() - t0
         print(json.dumps(out), flush=True)
+    if kept is not None:
+        await kept.aclose()
     print("done", flush=True)
 
 
@@ -334,10 +341,12 @@ def kv_pulls(
     mode: str = "disjoint",
     repeat: int = 3,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    connections: str = "kept",
 ) -> list[dict[str, Any]]:
     """On a running lab: a KV server on `server` and, from `puller`, `repeat` pulls of every
     size, one at a time, as a decode engine pulls (its default lanes and chunking; ZCube
-    `mode` "disjoint" binds lane sources, "shortest" does not); the probe's records."""
+    `mode` "disjoint" binds lane sources, "shortest" does not; `connections` "kept" across
+    pulls or "fresh" for each); the probe's records."""
     from zcube_lab.core.fabric.hostplan import kv_source_map
 
     fabric = lab.fabric
@@ -346,7 +355,7 @@ def kv_pulls(
     mbps = kv_path_mbps(fabric, lab.options.scale, server, puller, sources)
     timeout = 3 * ideal_seconds(max(sizes), mbps) + 10
     argv = ["pulls", "--max-bytes", str(max(sizes)), "--sizes", ",".join(map(str, sizes))]
-    argv += ["--repeat", str(repeat), "--timeout-s", f"{timeout:g}"]
+    argv += ["--repeat", str(repeat), "--timeout-s", f"{timeout:g}", "--connections", connections]
     argv += [f"--source={cidr}={local}" for cidr, local in sources]
     out = []
     with probes() as procs:
@@ -372,6 +381,7 @@ def kv_fidelity(
     repeat: int = 3,
     fixed_bytes: int = 1000,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    connections: str = "kept",
 ) -> Fidelity:
     """`kv_pulls` of `fixed_bytes` (the fixed cost: its median) and of `sizes`, judged against
     bytes / path rate within `KV_TOLERANCE`."""
@@ -379,7 +389,14 @@ def kv_fidelity(
 
     fabric = lab.fabric
     recs = kv_pulls(
-        lab, server, puller, [fixed_bytes, *sizes], mode=mode, repeat=repeat, progress=progress
+        lab,
+        server,
+        puller,
+        [fixed_bytes, *sizes],
+        mode=mode,
+        repeat=repeat,
+        progress=progress,
+        connections=connections,
     )
     sources = kv_source_map(fabric, fabric.host(puller)) if mode == "disjoint" else ()
     mbps = kv_path_mbps(fabric, lab.options.scale, server, puller, sources)
@@ -412,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunks-per-lane", type=int, default=per_lane, help="0: fixed chunks")
     parser.add_argument("--source", action="append", default=[], help="CIDR=LOCAL binding")
     parser.add_argument("--timeout-s", type=float, default=30.0)
+    parser.add_argument("--connections", choices=["kept", "fresh"], default="kept")
     args = parser.parse_args(argv)
     asyncio.run(_pulls(args))
 
