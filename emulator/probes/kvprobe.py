@@ -23,7 +23,8 @@ It prints "started", one JSON line per pull `{"bytes", "seconds", "ok", "checksu
 size, are warm-up; `opened`: connections the pull opened), then "done". A decode engine's
 defaults (lanes per address, chunking, connections kept across pulls) are the probe's;
 `--connections fresh` opens new ones for every pull (the transport before issue 21). With
-`--step` each pull waits for a line on stdin (so a test can look at the host between pulls).
+`--step` each pull, and the close of the connections after the last, waits for a line on
+stdin (so a test can look at the host between pulls).
 """
 
 from __future__ import annotations
@@ -233,6 +234,8 @@ async def _pulls(args: argparse.Namespace) -> None:
             out.update(ok=False, checksum_ok=False, error=str(exc))
         out["seconds"] = time.monotonic() - t0
         print(json.dumps(out), flush=True)
+    if args.step:  # the connections stay up until the last look
+        await loop.run_in_executor(None, sys.stdin.readline)
     if kept is not None:
         await kept.aclose()
     print("done", flush=True)
