@@ -281,3 +281,30 @@ def test_the_decode_engine_keeps_enough_for_its_concurrent_pulls() -> None:
 
     pool = kv_connections(DecodeConfig(kv_streams=3))
     assert pool.max_idle == IDLE_PULLS * 3 + 1
+
+
+async def test_a_replacement_lane_never_takes_a_kept_connection() -> None:
+    """Two kept connections on a path that died and a one-lane pull: its lane takes one and
+    stalls; the replacement opens a new connection (a new path id) rather than the other kept
+    one, which would be on the same dead path."""
+    data, _store, addr, server = await _served(300_000)
+    relay = _Relay(addr)
+    via = await relay.start()
+    pool = KVConnections()
+    try:
+        await pull_kv(
+            "req", [via], len(data), zlib.crc32(data), chunk_bytes=65536, streams=2,
+            timeout_s=5, connections=pool,
+        )  # fmt: skip
+        assert pool.idle(via) == 2
+        relay.silence()
+        buf, result = await pull_kv(
+            "req", [via], len(data), zlib.crc32(data), chunk_bytes=65536, streams=1,
+            timeout_s=5, stall_timeout_s=0.15, connections=pool,
+        )  # fmt: skip
+        assert bytes(buf) == data
+        assert result.retired_lanes == 1 and result.opened == 1 and relay.connections == 3
+    finally:
+        await pool.aclose()
+        await relay.close()
+        server.close()
