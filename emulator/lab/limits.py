@@ -18,7 +18,7 @@ network ones in `emulator.lab.fidelity`; the rules added for issue 20:
   p50, 1.1 for 1.5 MB pulls, 1.6-2.0 for 150-300 KB ones) where the ratio less 5 ms stays at
   1.15-1.26 (2026-12-01). `kv_fixed_s=0` judges the raw ratio. Judged by default since KV
   connections are kept across pulls (issue 21): six runs of the short default scenario then
-  came out at 1.16-1.25 after 5 ms (docs/BENCHMARKS.md); `judge_kv_pulls=False` records the
+  came out at 1.16-1.24 after 5 ms (docs/BENCHMARKS.md); `judge_kv_pulls=False` records the
   figures without judging them. Fewer than `kv_min_pulls` rated pulls are not judged (a median of a
   handful of pulls says little).
 - Engine lateness relative to the modelled step: a step whose compute sleep woke more than
@@ -97,7 +97,7 @@ class Limits:
     # On since KV connections are kept across pulls: with a new connection per lane per pull,
     # quiet clean runs took 13-22 ms more than bytes / rate at p50 and 1 of 3 failed 1.3x
     # (1.44x over 20 pulls); kept, six runs of the short default scenario came out at
-    # 1.16-1.25x (12.6-16.2 ms more, 2026-12-01, docs/BENCHMARKS.md). Recorded in health.json
+    # 1.16-1.24x (12.6-16.2 ms more, 2026-12-01, docs/BENCHMARKS.md). Recorded in health.json
     # (`kv_pulls`) either way.
     judge_kv_pulls: bool = True
     # Event loops outside the engines
