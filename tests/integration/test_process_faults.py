@@ -60,7 +60,10 @@ def switch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, flo
 
 @pytest.fixture(scope="module")
 def engine_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
-    return _run(tmp_path_factory.mktemp("engine"), "engine decode-3 at 6s")
+    # At 3 s decode-3 is serving requests: with two decodes and least-outstanding routing, which
+    # one serves the requests around a given moment turns on milliseconds, and at 6 s decode-3
+    # was idle in runs whose pulls are faster (kept KV connections), so the kill hit nothing.
+    return _run(tmp_path_factory.mktemp("engine"), "engine decode-3 at 3s")
 
 
 @pytest.fixture(scope="module")
