@@ -4,11 +4,13 @@ on each fabric and each ZCube path mode, against bytes / path rate.
 For each fabric (and, on ZCube, each path mode: `disjoint` binds every lane to its own NIC port,
 `shortest` lets the host routes pick) a fresh lab (100 Mb/s NICs, ecmp), a real KV server on
 one host and, from a host across the fabric (`kvprobe.KV_PAIRS`), `--repeat` pulls of every
-size, one at a time, as a decode engine pulls (its default lanes and chunking), all in one
-process (`emulator.probes.kvprobe`). The fixed cost is the median time of a `--fixed-bytes`
-pull; each size reports its median time, the ideal bytes * 8 / path rate (the NIC ports the
-pull can use), `ratio = (median - fixed) / ideal` and whether that is within 10%. Needs root;
-about 2-3 minutes with the defaults (most of it the 25 MB pulls and three lab bring-ups).
+size, one at a time, as a decode engine pulls (its default lanes and chunking, its connections
+kept across pulls; `--connections fresh` opens new ones for every pull, as before issue 21),
+all in one process (`emulator.probes.kvprobe`). The fixed cost is the median time of a
+`--fixed-bytes` pull; each size reports its median time, the ideal bytes * 8 / path rate (the
+NIC ports the pull can use), `ratio = (median - fixed) / ideal` and whether that is within
+10%. Needs root; about 2-3 minutes with the defaults (most of it the 25 MB pulls and three lab
+bring-ups).
 
     sudo .venv/bin/python bench/kv_fidelity.py                  # zcube (both modes), roft
     sudo .venv/bin/python bench/kv_fidelity.py --fabrics zcube,roft,clos --repeat 5 --out kv.json
@@ -67,6 +69,7 @@ def _measure(kind: str, mode: str, args: argparse.Namespace, logs: Path) -> Fide
             repeat=args.repeat,
             fixed_bytes=args.fixed_bytes,
             progress=progress,
+            connections=args.connections,
         )
 
 
@@ -78,6 +81,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="pulls of each size (median)")
     parser.add_argument("--fixed-bytes", type=int, default=1000, help="the fixed-cost pull")
     parser.add_argument("--pair", help="SERVER,PULLER for every fabric (default: KV_PAIRS)")
+    parser.add_argument(
+        "--connections",
+        choices=["kept", "fresh"],
+        default="kept",
+        help="kept across pulls (a decode engine's) or fresh for every pull",
+    )
     parser.add_argument("--logs", type=Path, help="keep each lab's logs under this folder")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()

@@ -4,11 +4,13 @@
 A request must carry prefill's `kv_transfer_params` (`do_remote_prefill`); decode pulls the KV
 over every prefill KV address (its `--prefill-kv` table wins over the advertised ones) with
 `kv_streams` TCP streams each, verifies bytes and checksum, tells prefill to release it, then
-joins the running batch. With `kv_stall_timeout_s`, a pull retires a lane that stalls and moves
-its chunks to a new connection (a new path id; `serving.kvwire`), and the engine remembers
-the addresses whose lanes stalled (`PathHealth`, shared by all pulls): later pulls keep their
-lanes off them and only probe them until they answer again. A failed pull is retried
-`kv_retries` times, then the client gets an error event in the stream. `kv_log` gets one JSON
+joins the running batch. Its KV connections stay open between pulls and carry the RELEASEs
+too (`serving.kvwire.conns`): `kv_streams` per prefill KV address, so per prefill NIC port.
+With `kv_stall_timeout_s`, a pull retires a lane that stalls and moves its chunks to a new
+connection (a new path id; `serving.kvwire`), and the engine remembers the addresses whose
+lanes stalled (`PathHealth`, shared by all pulls): later pulls keep their lanes off them
+and only probe them until they answer again. A failed pull is retried `kv_retries` times,
+then the client gets an error event in the stream. `kv_log` gets one JSON
 line per pull attempt. A client that goes away frees its sequence and KV at the next token.
 The engine (batching, pulls) is `serving.decode_engine`; this module is its HTTP side.
 Run: `python -m serving.decode --host MGMT --port 8200 --prefill-kv ID=FABRIC1:7100,FABRIC2:7100`.
@@ -30,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from serving import httpapi
 from serving.alltoall import engine_alltoall, exchange_log
 from serving.config import Address, DecodeConfig, parse_address
-from serving.decode_engine import DecodeEngine, DecodeSeq, KVHandle, path_health
+from serving.decode_engine import DecodeEngine, DecodeSeq, KVHandle, kv_connections, path_health
 from serving.kvwire import KVTransferError
 from serving.openai_api import (
     CHAT,
@@ -195,6 +197,8 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             t.cancel()
         if engine.health is not None:
             await engine.health.aclose()
+        if engine.connections is not None:
+            await engine.connections.aclose()
         await engine.a2a.close()
 
 
@@ -213,6 +217,7 @@ def make_decode_app(
         metrics=metrics,
         a2a=engine_alltoall(cfg, metrics),
         health=path_health(cfg),
+        connections=kv_connections(cfg),
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))
     app.router.add_post("/v1/chat/completions", _handler(CHAT))

@@ -3,7 +3,8 @@
 `DecodeEngine` admits waiting sequences (whose KV has arrived) into the running batch, runs
 one step per loop (one token per running sequence, with the all-to-all of an expert-parallel
 instance), and pulls KV for new requests with bounded retries, one `kv_log` JSON line per pull
-attempt. `path_health(cfg)` is the engine's memory of stalled KV addresses across pulls.
+attempt. `path_health(cfg)` is the engine's memory of stalled KV addresses across pulls;
+`connections` its KV connections, kept open across pulls (and RELEASEs) per prefill address.
 The HTTP side (routes, streaming) is `serving.decode`.
 """
 
@@ -23,7 +24,16 @@ from serving.alltoall import AllToAll
 from serving.batching import admit_count
 from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig
 from serving.engine_step import run_step
-from serving.kvwire import KVTransferError, PathHealth, PullResult, pull_kv, release_kv
+from serving.kvwire import (
+    IDLE_PULLS,
+    KVConnections,
+    KVTransferError,
+    PathHealth,
+    PullResult,
+    pick_source,
+    pull_kv,
+    release_kv,
+)
 from serving.models import alltoall_bytes_per_peer, decode_step_seconds
 from serving.openai_api import ApiError, ApiRequest
 from serving.textgen import OutputPlan, token_text
@@ -83,6 +93,8 @@ class DecodeEngine:
     kv_log: TextIO | None = None
     # What every pull learnt about the KV addresses (with a stall timeout; None: off).
     health: PathHealth | None = None
+    # Connections to the prefills' KV addresses, kept across pulls (None: each pull its own).
+    connections: KVConnections | None = None
 
     @property
     def kv_used(self) -> int:
@@ -213,6 +225,7 @@ class DecodeEngine:
                         max_retired=cfg.kv_max_retired,
                         health=self.health,
                         chunks_per_lane=cfg.kv_chunks_per_lane or None,
+                        connections=self.connections,
                     )
                 except asyncio.CancelledError:
                     # The client went away mid-pull: still one line for this attempt.
@@ -279,6 +292,7 @@ class DecodeEngine:
             "lanes": outcome.lanes,
             "retired_lanes": outcome.retired_lanes,
             "paths_used": outcome.paths_used,
+            "connections_opened": outcome.opened,
             "suspect_paths": suspect_paths,
             "error": error,
         }
@@ -289,8 +303,15 @@ class DecodeEngine:
         # Over the address that carried the most bytes: the first one may be a dead path.
         moved = result.bytes_by_address
         addr = max(handle.addresses, key=lambda a: moved.get(str(a), 0))
+        local = pick_source(addr.host, self.cfg.kv_source_map)
         try:
-            await release_kv(handle.request_id, addr, timeout_s=self.cfg.wall_s(RELEASE_TIMEOUT_S))
+            await release_kv(
+                handle.request_id,
+                addr,
+                timeout_s=self.cfg.wall_s(RELEASE_TIMEOUT_S),
+                connections=self.connections,
+                local=local,
+            )
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.info("KV release of %s not acknowledged: %s", handle.request_id, exc)
 
@@ -310,3 +331,9 @@ def stall_wall_s(cfg: DecodeConfig) -> float | None:
     """The KV lane stall timeout in wall seconds (None: off)."""
     stall = cfg.kv_stall_timeout_s
     return None if stall is None else cfg.wall_s(stall)
+
+
+def kv_connections(cfg: DecodeConfig) -> KVConnections:
+    """The engine's kept KV connections: idle ones for `IDLE_PULLS` pulls of `kv_streams`
+    lanes at once to each address (and a RELEASE), beyond that closed when given back."""
+    return KVConnections(max_idle=IDLE_PULLS * cfg.kv_streams + 1)

@@ -34,6 +34,12 @@ def _kv_block(seed: int) -> bytes:
     return random.Random(f"kv:{seed}").randbytes(_BLOCK_BYTES)
 
 
+def kv_buffer_and_checksum(request_id: str, seed: int, num_bytes: int) -> tuple[bytes, int]:
+    """`make_kv_buffer` and its CRC-32 (computed once: it travels to decode)."""
+    data = make_kv_buffer(request_id, seed, num_bytes)
+    return data, zlib.crc32(data)
+
+
 def make_kv_buffer(request_id: str, seed: int, num_bytes: int) -> bytes:
     """Deterministic pseudo-random bytes standing in for a request's KV cache: the seed's random
     block (about 1 MiB, drawn once) repeated from an offset taken from the request id. Copying
@@ -62,10 +68,20 @@ class KVStore:
         """Whether `tokens` more tokens fit next to what is held."""
         return self.used_tokens + tokens <= self.capacity_tokens
 
-    def put(self, request_id: str, data: bytes, tokens: int, now: float, lease_s: float) -> HeldKV:
-        """Hold `data` for `request_id` until `now + lease_s`."""
+    def put(
+        self,
+        request_id: str,
+        data: bytes,
+        tokens: int,
+        now: float,
+        lease_s: float,
+        checksum: int | None = None,
+    ) -> HeldKV:
+        """Hold `data` for `request_id` until `now + lease_s`; `checksum` is its CRC-32 if the
+        caller computed it already (prefill does, while its modelled compute runs)."""
         self.release(request_id)
-        held = HeldKV(request_id, data, tokens, zlib.crc32(data), now + lease_s)
+        crc = zlib.crc32(data) if checksum is None else checksum
+        held = HeldKV(request_id, data, tokens, crc, now + lease_s)
         self._held[request_id] = held
         self.used_tokens += tokens
         return held

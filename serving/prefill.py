@@ -27,7 +27,7 @@ from serving.alltoall import AllToAll, engine_alltoall, exchange_log
 from serving.batching import PrefillJob, plan_prefill_step
 from serving.config import PrefillConfig
 from serving.engine_step import run_step
-from serving.kvstore import HeldKV, KVStore, make_kv_buffer
+from serving.kvstore import HeldKV, KVStore, kv_buffer_and_checksum
 from serving.kvwire import start_kv_server
 from serving.models import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
 from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
@@ -48,6 +48,7 @@ class _Entry:
     done: asyncio.Future[tuple[HeldKV, float, float]]
     started: float | None = None
     admitted: bool = False
+    kv: asyncio.Task[tuple[bytes, int]] | None = None  # its KV buffer and CRC, being made
 
 
 @dataclass
@@ -105,8 +106,11 @@ class PrefillEngine:
         for e in self.queue:
             if not e.done.cancelled():
                 kept.append(e)
-            elif e.admitted:
-                self.reserved_tokens -= e.job.prompt_tokens
+            else:
+                if e.kv is not None:
+                    e.kv.cancel()
+                if e.admitted:
+                    self.reserved_tokens -= e.job.prompt_tokens
         self.queue = kept
 
     async def run(self) -> None:
@@ -128,6 +132,10 @@ class PrefillEngine:
             for e in admitted[: len(plan)]:
                 if e.started is None:
                     e.started = step_start
+                    # The KV buffer is emulator work, not modelled compute: it is made while
+                    # the compute sleeps, so it is ready when the modelled time ends (a real
+                    # engine's KV is in GPU memory by then).
+                    e.kv = asyncio.create_task(self._make_kv(e.job))
                     cached += e.job.cached_tokens
                     # vLLM counts cached prompt tokens as prompt tokens too.
                     self.metrics.prompt_tokens.inc(e.job.cached_tokens)
@@ -148,18 +156,22 @@ class PrefillEngine:
             done_at = loop.time()
             for e in finished:
                 self.queue.remove(e)
-                # Making the buffer is emulator work, not modelled compute: do it off the step.
                 task = asyncio.create_task(self._finish(e, done_at))
                 self.background.add(task)
                 task.add_done_callback(self.background.discard)
 
+    async def _make_kv(self, job: PrefillJob) -> tuple[bytes, int]:
+        """The request's KV buffer and its CRC-32."""
+        nbytes = kv_transfer_bytes(self.cfg.profile, job.prompt_tokens, self.cfg.bandwidth_scale)
+        make = (job.request_id, self.cfg.seed, nbytes)
+        if nbytes > _THREAD_BUFFER_BYTES:
+            return await asyncio.to_thread(kv_buffer_and_checksum, *make)
+        return kv_buffer_and_checksum(*make)
+
     async def _finish(self, e: _Entry, done_at: float) -> None:
         loop = asyncio.get_running_loop()
-        nbytes = kv_transfer_bytes(self.cfg.profile, e.job.prompt_tokens, self.cfg.bandwidth_scale)
-        if nbytes > _THREAD_BUFFER_BYTES:
-            data = await asyncio.to_thread(make_kv_buffer, e.job.request_id, self.cfg.seed, nbytes)
-        else:
-            data = make_kv_buffer(e.job.request_id, self.cfg.seed, nbytes)
+        kv = e.kv if e.kv is not None else asyncio.create_task(self._make_kv(e.job))
+        data, checksum = await kv  # made during the compute: normally done by now
         self.reserved_tokens -= e.job.prompt_tokens
         held = self.store.put(
             e.job.request_id,
@@ -167,6 +179,7 @@ class PrefillEngine:
             e.job.prompt_tokens,
             loop.time(),
             self.cfg.wall_s(self.cfg.kv_lease_s),
+            checksum,
         )
         self.holding.set()
         now = done_at

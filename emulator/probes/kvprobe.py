@@ -15,12 +15,16 @@ The module is also the probe run inside a host (the KV server is `cutprobe serve
 payload whose prefixes the pulls read):
 
     python -m emulator.probes.kvprobe pulls --max-bytes N --sizes A,B,.. [--repeat R]
-        [--warmup W] [--streams K] [--source CIDR=LOCAL]... [--timeout-s T] ADDR:PORT...
+        [--warmup W] [--streams K] [--source CIDR=LOCAL]... [--timeout-s T]
+        [--connections kept|fresh] [--step] ADDR:PORT...
 
 It prints "started", one JSON line per pull `{"bytes", "seconds", "ok", "checksum_ok",
-"error", "warmup"}` (seconds around `pull_kv` alone; the first W pulls, of the first size, are
-warm-up), then "done". A decode engine's defaults (lanes per address, chunking) are the
-probe's.
+"error", "warmup", "opened"}` (seconds around `pull_kv` alone; the first W pulls, of the first
+size, are warm-up; `opened`: connections the pull opened), then "done". A decode engine's
+defaults (lanes per address, chunking, connections kept across pulls) are the probe's;
+`--connections fresh` opens new ones for every pull (the transport before issue 21). With
+`--step` each pull, and the close of the connections after the last, waits for a line on
+stdin (so a test can look at the host between pulls).
 """
 
 from __future__ import annotations
@@ -195,7 +199,7 @@ def parse_sizes(text: str) -> list[int]:
 
 async def _pulls(args: argparse.Namespace) -> None:
     from emulator.probes.cutprobe import payload
-    from serving.kvwire import KVTransferError, pull_kv
+    from serving.kvwire import IDLE_PULLS, KVConnections, KVTransferError, pull_kv
 
     data = payload(args.max_bytes, args.seed)
     addrs = [parse_addr(a) for a in args.addrs]
@@ -203,7 +207,11 @@ async def _pulls(args: argparse.Namespace) -> None:
     print("started", flush=True)
     sizes = parse_sizes(args.sizes)
     plan = sizes[:1] * args.warmup + [s for s in sizes for _ in range(args.repeat)]
+    kept = KVConnections(IDLE_PULLS * args.streams + 1) if args.connections == "kept" else None
+    loop = asyncio.get_running_loop()
     for i, size in enumerate(plan):
+        if args.step and not await loop.run_in_executor(None, sys.stdin.readline):
+            break
         expected = zlib.crc32(data[:size])
         out: dict[str, Any] = {"bytes": size, "warmup": i < args.warmup}
         t0 = time.monotonic()
@@ -218,12 +226,18 @@ async def _pulls(args: argparse.Namespace) -> None:
                 timeout_s=args.timeout_s,
                 source_map=sources,
                 chunks_per_lane=args.chunks_per_lane or None,
+                connections=kept,
             )
             out.update(ok=True, checksum_ok=result.checksum == expected, error="")
+            out["opened"] = result.opened
         except KVTransferError as exc:
             out.update(ok=False, checksum_ok=False, error=str(exc))
         out["seconds"] = time.monotonic() - t0
         print(json.dumps(out), flush=True)
+    if args.step:  # the connections stay up until the last look
+        await loop.run_in_executor(None, sys.stdin.readline)
+    if kept is not None:
+        await kept.aclose()
     print("done", flush=True)
 
 
@@ -308,12 +322,14 @@ def start_probe(
     procs: list[subprocess.Popen[str]],
     expect: str,
     module: str = "emulator.probes.kvprobe",
+    stdin: bool = False,
 ) -> ProbeOutput:
-    """Start `python -m module argv` in `host`, add it to `procs` and return its output once
-    it printed `expect`."""
+    """Start `python -m module argv` in `host` (`stdin`: with a pipe to write to), add it to
+    `procs` and return its output once it printed `expect`."""
     assert lab.net is not None
     proc = lab.net.get(host).popen(
         [sys.executable, "-m", module, *argv],
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -334,10 +350,12 @@ def kv_pulls(
     mode: str = "disjoint",
     repeat: int = 3,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    connections: str = "kept",
 ) -> list[dict[str, Any]]:
     """On a running lab: a KV server on `server` and, from `puller`, `repeat` pulls of every
     size, one at a time, as a decode engine pulls (its default lanes and chunking; ZCube
-    `mode` "disjoint" binds lane sources, "shortest" does not); the probe's records."""
+    `mode` "disjoint" binds lane sources, "shortest" does not; `connections` "kept" across
+    pulls or "fresh" for each); the probe's records."""
     from zcube_lab.core.fabric.hostplan import kv_source_map
 
     fabric = lab.fabric
@@ -346,7 +364,7 @@ def kv_pulls(
     mbps = kv_path_mbps(fabric, lab.options.scale, server, puller, sources)
     timeout = 3 * ideal_seconds(max(sizes), mbps) + 10
     argv = ["pulls", "--max-bytes", str(max(sizes)), "--sizes", ",".join(map(str, sizes))]
-    argv += ["--repeat", str(repeat), "--timeout-s", f"{timeout:g}"]
+    argv += ["--repeat", str(repeat), "--timeout-s", f"{timeout:g}", "--connections", connections]
     argv += [f"--source={cidr}={local}" for cidr, local in sources]
     out = []
     with probes() as procs:
@@ -362,6 +380,57 @@ def kv_pulls(
     return out
 
 
+def kv_sockets(lab: Lab, host: str, port: int = KV_PORT) -> collections.Counter[str]:
+    """TCP sockets in `host`'s namespace to or from `port` by state (`ss`'s names: "ESTAB",
+    "TIME-WAIT", ...; LISTEN left out): a closed connection still counts, in TIME-WAIT, until
+    the kernel forgets it a minute later."""
+    assert lab.net is not None
+    out = lab.net.get(host).cmd(f"ss -Htan '( dport = :{port} or sport = :{port} )'")
+    states = (line.split()[0] for line in out.splitlines() if line.strip())
+    return collections.Counter(s for s in states if s != "LISTEN")
+
+
+def kv_socket_counts(
+    lab: Lab,
+    server: str,
+    puller: str,
+    size: int,
+    pulls: int,
+    *,
+    connections: str = "kept",
+    mode: str = "disjoint",
+) -> list[collections.Counter[str]]:
+    """On a running lab: `pulls` pulls of `size` bytes from `puller` one at a time, as a decode
+    engine pulls (`connections` "kept" across pulls or "fresh" for each), and after each the
+    KV sockets in the puller's namespace by state (`kv_sockets`); the first entry is before the
+    first pull. A failed pull raises RuntimeError."""
+    from zcube_lab.core.fabric.hostplan import kv_source_map
+
+    fabric = lab.fabric
+    addrs = [f"{i.ip}:{KV_PORT}" for i in fabric.host(server).interfaces]
+    sources = kv_source_map(fabric, fabric.host(puller)) if mode == "disjoint" else ()
+    argv = ["pulls", "--max-bytes", str(size), "--sizes", str(size), "--repeat", str(pulls)]
+    argv += ["--warmup", "0", "--step", "--connections", connections]
+    argv += [f"--source={cidr}={local}" for cidr, local in sources]
+    counts = []
+    with probes() as procs:
+        serve = ["serve", "--bytes", str(size), *addrs]
+        start_probe(lab, server, serve, procs, "ready", "emulator.probes.cutprobe")
+        client = start_probe(lab, puller, [*argv, *addrs], procs, "started", stdin=True)
+        assert client.proc.stdin is not None
+        counts.append(kv_sockets(lab, puller))
+        for _ in range(pulls):
+            client.proc.stdin.write("\n")
+            client.proc.stdin.flush()
+            while not (line := client.line(60)).startswith("{"):
+                pass  # a warning
+            rec = json.loads(line)
+            if not (rec["ok"] and rec["checksum_ok"]):
+                raise RuntimeError(f"KV pull from {puller} failed: {rec['error']}")
+            counts.append(kv_sockets(lab, puller))
+    return counts
+
+
 def kv_fidelity(
     lab: Lab,
     server: str,
@@ -372,6 +441,7 @@ def kv_fidelity(
     repeat: int = 3,
     fixed_bytes: int = 1000,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    connections: str = "kept",
 ) -> Fidelity:
     """`kv_pulls` of `fixed_bytes` (the fixed cost: its median) and of `sizes`, judged against
     bytes / path rate within `KV_TOLERANCE`."""
@@ -379,7 +449,14 @@ def kv_fidelity(
 
     fabric = lab.fabric
     recs = kv_pulls(
-        lab, server, puller, [fixed_bytes, *sizes], mode=mode, repeat=repeat, progress=progress
+        lab,
+        server,
+        puller,
+        [fixed_bytes, *sizes],
+        mode=mode,
+        repeat=repeat,
+        progress=progress,
+        connections=connections,
     )
     sources = kv_source_map(fabric, fabric.host(puller)) if mode == "disjoint" else ()
     mbps = kv_path_mbps(fabric, lab.options.scale, server, puller, sources)
@@ -412,6 +489,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunks-per-lane", type=int, default=per_lane, help="0: fixed chunks")
     parser.add_argument("--source", action="append", default=[], help="CIDR=LOCAL binding")
     parser.add_argument("--timeout-s", type=float, default=30.0)
+    parser.add_argument("--connections", choices=["kept", "fresh"], default="kept")
+    parser.add_argument("--step", action="store_true", help="each pull waits for a stdin line")
     args = parser.parse_args(argv)
     asyncio.run(_pulls(args))
 

@@ -4,10 +4,12 @@ Decode pulls a request's KV from prefill over every KV address and several TCP c
 ("lanes") each, sprays chunks over them, and with a stall timeout retires a silent lane and
 opens another (a new source port, so a new path id), MRC-style. One module per concern:
 `protocol` (frames, the prefill's KV server, release), `paths` (lane plans, source and
-replacement addresses, path health across pulls), `pull` (one pull: lanes, retirement,
-verification). The names callers use are importable from `serving.kvwire`.
+replacement addresses, path health across pulls), `conns` (a decode engine's connections,
+kept across pulls), `pull` (one pull: lanes, retirement, verification). The names callers
+use are importable from `serving.kvwire`.
 """
 
+from serving.kvwire.conns import IDLE_PULLS, KVConnection, KVConnections
 from serving.kvwire.paths import (
     CHUNKS_PER_LANE,
     MIN_CHUNK_BYTES,
@@ -29,9 +31,12 @@ from serving.kvwire.pull import (
 
 __all__ = [
     "CHUNKS_PER_LANE",
+    "IDLE_PULLS",
     "LANE_WINDOW",
     "MIN_CHUNK_BYTES",
     "RETIRE_BUDGET_PER_LANE",
+    "KVConnection",
+    "KVConnections",
     "KVTransferError",
     "PathHealth",
     "PullResult",

@@ -4,6 +4,11 @@ Frames (network byte order):
 - request:  op u8 (1 GET, 2 RELEASE), id_len u16, id bytes, offset u64, length u32
 - response: status u8 (0 OK, 1 NOT FOUND, 2 BAD RANGE), crc32 u32, length u32, payload
 
+The response's crc32 field is 0: the server computes no CRC per chunk; decode checks the whole
+buffer once against the CRC-32 prefill computed when it made the buffer (`kv_transfer_params`
+`checksum`). A connection carries any number of requests, one after another, for as long as
+decode keeps it (`serving.kvwire.conns`).
+
 `start_kv_server` answers them from a store's lookup/release callbacks; `release_kv` is the
 decode side of RELEASE (the GET side is `serving.kvwire.pull`).
 """
@@ -13,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-import zlib
 from collections.abc import Callable
 
 from serving.config import Address
+from serving.kvwire.conns import KVConnection, KVConnections
 
 OP_GET = 1
 OP_RELEASE = 2
@@ -60,7 +65,7 @@ async def _serve_connection(
                     writer.write(RESPONSE.pack(BAD_RANGE, 0, 0))
                 else:
                     piece = memoryview(data)[offset : offset + length]
-                    writer.write(RESPONSE.pack(OK, zlib.crc32(piece), length))
+                    writer.write(RESPONSE.pack(OK, 0, length))
                     writer.write(piece)
             else:
                 return
@@ -82,16 +87,39 @@ async def start_kv_server(lookup: Lookup, release: Release, addr: Address) -> as
     return await asyncio.start_server(handle, addr.host, addr.port, limit=2**20)
 
 
-async def release_kv(request_id: str, addr: Address, timeout_s: float = 5.0) -> bool:
-    """Tell prefill it may free the request's KV; True if it was still held."""
+async def release_kv(
+    request_id: str,
+    addr: Address,
+    timeout_s: float = 5.0,
+    *,
+    connections: KVConnections | None = None,
+    local: str | None = None,
+) -> bool:
+    """Tell prefill it may free the request's KV; True if it was still held. With
+    `connections`, over a kept connection to `addr` from `local` (a new one if none is idle or
+    the kept one broke before answering), given back after the answer; without, over a
+    connection of its own."""
     async with asyncio.timeout(timeout_s):
-        reader, writer = await asyncio.open_connection(addr.host, addr.port)
-        try:
-            writer.write(encode_request(OP_RELEASE, request_id))
-            await writer.drain()
-            status, _, _ = RESPONSE.unpack(await reader.readexactly(RESPONSE.size))
-            return status == OK
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        conn = connections.take(addr, local) if connections is not None else None
+        if conn is not None:
+            try:
+                return await _release_on(conn, request_id, connections)
+            except (OSError, asyncio.IncompleteReadError):
+                conn.abort()  # closed while idle: once more on a new connection
+        pool = connections if connections is not None else KVConnections(max_idle=0)
+        return await _release_on(await pool.open(addr, local), request_id, pool)
+
+
+async def _release_on(conn: KVConnection, request_id: str, pool: KVConnections) -> bool:
+    done = False
+    try:
+        conn.writer.write(encode_request(OP_RELEASE, request_id))
+        await conn.writer.drain()
+        status, _, _ = RESPONSE.unpack(await conn.reader.readexactly(RESPONSE.size))
+        done = True
+        return status == OK
+    finally:
+        if done:
+            pool.give_back(conn)
+        else:
+            conn.abort()

@@ -1,9 +1,14 @@
 """Pulling one request's KV: lanes (TCP connections) sharing one chunk queue, stalled lanes
 retired and replaced, and the pulled bytes verified.
 
-Decode pulls (like vLLM's NIXL connector): it opens `streams` connections ("lanes") to each of
-the prefill's KV addresses, deals the chunks of one request's buffer over all those lanes from
-one shared queue, pipelines its requests, and reassembles the bytes.
+Decode pulls (like vLLM's NIXL connector): it runs `streams` connections ("lanes") to each of
+the prefill's KV addresses (one address per prefill NIC port, so `streams` per port on every
+fabric), deals the chunks of one request's buffer over all those lanes from one shared queue,
+pipelines its requests, and reassembles the bytes. With `connections` (a decode engine's
+`KVConnections`) a lane reuses an idle connection kept from an earlier pull and gives it back
+when it ends cleanly, as NIXL keeps its endpoints; a kept connection that broke while idle is
+replaced by a new one before the lane counts as failed. The bytes are checked once, against
+the buffer's CRC-32 from `kv_transfer_params`, when every chunk is in.
 
 Spraying with end-host failover (MRC-style): every lane is its own TCP connection, so its own
 source port, so its own ECMP hash: a path id, like MRC's entropy values. With a stall timeout,
@@ -17,13 +22,13 @@ pull's overall timeout (the static reference).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from serving.config import Address
+from serving.kvwire.conns import KVConnection, KVConnections
 from serving.kvwire.paths import (
     PathHealth,
     chunk_size,
@@ -37,9 +42,10 @@ from serving.kvwire.protocol import NOT_FOUND, OK, OP_GET, RESPONSE, encode_requ
 class KVTransferError(Exception):
     """A KV pull failed: connection refused or reset, timeout, missing buffer, bad checksum.
 
-    Raised by `pull_kv`, it also says what the attempt did: `received` bytes of verified
-    chunks, `lanes` it started with, `retired_lanes`, `paths_used` (connections opened) and
-    `checksum_ok` (False: a checksum mismatch; None: the attempt ended before the check)."""
+    Raised by `pull_kv`, it also says what the attempt did: `received` bytes of chunks,
+    `lanes` it started with, `retired_lanes`, `paths_used` (connections used, kept or new),
+    `opened` (of those, new ones) and `checksum_ok` (False: a checksum mismatch; None: the
+    attempt ended before the check)."""
 
     def __init__(self, message: str, *, checksum_ok: bool | None = None) -> None:
         super().__init__(message)
@@ -48,13 +54,15 @@ class KVTransferError(Exception):
         self.lanes = 0
         self.retired_lanes = 0
         self.paths_used = 0
+        self.opened = 0
 
 
 @dataclass(frozen=True)
 class PullResult:
     """What a pull moved: total bytes, per-address bytes, lanes it started with, checksum
-    verified, lanes retired for stalling, and the path ids used: `paths_used` connections
-    opened in all, `source_ports` their local ports (each a distinct ECMP hash)."""
+    verified, lanes retired for stalling, and the path ids used: `paths_used` connections in
+    all (kept from earlier pulls or new), `source_ports` their local ports (each a distinct
+    ECMP hash), `opened` how many of them this pull opened."""
 
     num_bytes: int
     bytes_by_address: dict[str, int]
@@ -63,6 +71,7 @@ class PullResult:
     retired_lanes: int = 0
     paths_used: int = 0
     source_ports: tuple[int, ...] = ()
+    opened: int = 0
 
 
 LANE_WINDOW = 2  # chunk requests a lane keeps outstanding, so the link never idles a round trip
@@ -84,6 +93,7 @@ class _Lane:
     moved: int = 0
     port: int = 0
     reason: str = ""
+    fresh: bool = False  # a replacement: a new connection (a new path id), never a kept one
 
     def __str__(self) -> str:
         return f"{self.addr} from port {self.port or '-'} ({self.reason})"
@@ -98,36 +108,33 @@ class _Pull:
     queue: deque[tuple[int, int]]
     lanes: int
     stall_timeout_s: float | None
+    pool: KVConnections
     health: PathHealth | None = None
     last_progress: dict[Address, float] = field(default_factory=dict)
     last_retired: dict[Address, float] = field(default_factory=dict)
     ports: list[int] = field(default_factory=list)
+    opened: int = 0
 
 
 async def _run_lane(pull: _Pull, lane: _Lane) -> None:
     """Pull the lane's chunks, then chunks from the shared queue until it is empty: a lane on
     a faster path takes more chunks, so a transfer is not held back by its slowest lane
-    (multi-rail transports share work the same way). With a stall timeout, a dead path raises
-    `_LaneRetired`; the lane's unfinished chunks stay in `lane.inflight` (a partly received
-    one is simply fetched again in full)."""
+    (multi-rail transports share work the same way). The lane runs on a kept connection when
+    one is idle (one that breaks before its first answer is replaced by a new one), else on a
+    new one. With a stall timeout, a dead path raises `_LaneRetired`; the lane's unfinished
+    chunks stay in `lane.inflight` (a partly received one is simply fetched again in full)."""
     loop = asyncio.get_running_loop()
     stall = pull.stall_timeout_s
-    writer: asyncio.StreamWriter | None = None
-    done = False
+    conn: KVConnection | None = None
+    done = heard = False
     try:
         # One timer per lane, pushed back whenever bytes arrive: a slow lane that keeps
         # moving is never retired, only a silent one. Its first period bounds the connect.
         async with asyncio.timeout(stall) as watchdog:
-            reader, writer = await asyncio.open_connection(
-                lane.addr.host,
-                lane.addr.port,
-                limit=2**20,
-                local_addr=(lane.local, 0) if lane.local else None,
-            )
-            lane.port = int(writer.get_extra_info("sockname")[1])
-            pull.ports.append(lane.port)
 
             def alive() -> None:
+                nonlocal heard
+                heard = True
                 now = loop.time()
                 pull.last_progress[lane.addr] = now
                 if pull.health is not None:
@@ -135,16 +142,32 @@ async def _run_lane(pull: _Pull, lane: _Lane) -> None:
                 if stall is not None:
                     watchdog.reschedule(now + stall)
 
-            if stall is not None:
-                watchdog.reschedule(loop.time() + stall)
-            await _exchange(pull, lane, reader, writer, alive)
-        done = True
+            conn = None if lane.fresh else pull.pool.take(lane.addr, lane.local)
+            if conn is not None:
+                _use(pull, lane, conn)
+                try:
+                    await _exchange(pull, lane, conn.reader, conn.writer, alive)
+                    done = True
+                except (OSError, asyncio.IncompleteReadError):
+                    if heard:
+                        raise
+                    # Closed or reset while it sat idle (the peer restarted): not the path.
+                    conn.abort()
+                    conn = None
+            if not done:
+                conn = await pull.pool.open(lane.addr, lane.local)
+                pull.opened += 1
+                _use(pull, lane, conn)
+                if stall is not None:
+                    watchdog.reschedule(loop.time() + stall)
+                await _exchange(pull, lane, conn.reader, conn.writer, alive)
+                done = True
     except TimeoutError as exc:
         # Only the watchdog's own expiry is a stall; the OS's ETIMEDOUT is a lost connection.
         if stall is None:
             raise
         if watchdog.expired():
-            what = "connect" if writer is None else "no bytes"
+            what = "connect" if conn is None else "no bytes"
             raise _LaneRetired(f"{what} for {stall}s") from None
         raise _LaneRetired(f"{type(exc).__name__}: {exc}") from None
     except (OSError, asyncio.IncompleteReadError) as exc:
@@ -152,14 +175,17 @@ async def _run_lane(pull: _Pull, lane: _Lane) -> None:
             raise
         raise _LaneRetired(f"{type(exc).__name__}: {exc}") from None
     finally:
-        if writer is not None:
+        if conn is not None:
             if done:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+                pull.pool.give_back(conn)  # every request answered: kept for the next pull
             else:
                 # Failed, retired or cancelled: a graceful close would wait on a dead path.
-                writer.transport.abort()
+                conn.abort()
+
+
+def _use(pull: _Pull, lane: _Lane, conn: KVConnection) -> None:
+    lane.port = conn.port
+    pull.ports.append(conn.port)
 
 
 async def _exchange(
@@ -206,29 +232,25 @@ async def _receive_chunk(
     length: int,
     alive: Callable[[], None],
 ) -> None:
-    """Read one response into place in the pull's buffer and check its CRC."""
-    status, crc, got_len = RESPONSE.unpack(await reader.readexactly(RESPONSE.size))
+    """Read one response into place in the pull's buffer (the bytes are checked once, when
+    the whole buffer is in: `_verified`)."""
+    status, _crc, got_len = RESPONSE.unpack(await reader.readexactly(RESPONSE.size))
     alive()
     if status == NOT_FOUND:
         raise KVTransferError(f"prefill at {lane.addr} holds no KV for {pull.request_id}")
     if status != OK or got_len != length:
         raise KVTransferError(f"prefill at {lane.addr} refused range {offset}+{length}")
-    # Read in pieces straight into place, checking the CRC as it goes. If the lane is retired
-    # mid-chunk the chunk stays owned by it, is requeued whole, and the lane that fetches it
-    # again overwrites these bytes with the same ones.
-    got, running_crc = 0, 0
+    # Read in pieces straight into place. If the lane is retired mid-chunk the chunk stays
+    # owned by it, is requeued whole, and the lane that fetches it again overwrites these bytes
+    # with the same ones.
+    got = 0
     while got < length:
         piece = await reader.read(min(length - got, _READ_PIECE))
         if not piece:
             raise asyncio.IncompleteReadError(b"", length - got)
         pull.out[offset + got : offset + got + len(piece)] = piece
-        running_crc = zlib.crc32(piece, running_crc)
         got += len(piece)
         alive()
-    if running_crc != crc:
-        raise KVTransferError(
-            f"chunk {offset}+{length} from {lane.addr}: checksum mismatch", checksum_ok=False
-        )
 
 
 def _summary(retired: Sequence[_Lane], most: int = 4) -> str:
@@ -255,16 +277,16 @@ class _Lanes:
         self.ended: list[_Lane] = []
         self.retired: list[_Lane] = []
 
-    def launch(self, addr: Address, first: list[tuple[int, int]]) -> None:
-        """Start a lane to `addr` owning the chunks `first`."""
-        lane = _Lane(addr, pick_source(addr.host, self.source_map), deque(first))
+    def launch(self, addr: Address, first: list[tuple[int, int]], fresh: bool = False) -> None:
+        """Start a lane to `addr` owning the chunks `first` (`fresh`: on a new connection)."""
+        lane = _Lane(addr, pick_source(addr.host, self.source_map), deque(first), fresh=fresh)
         self.running[asyncio.create_task(_run_lane(self.pull, lane))] = lane
 
     def failed(self, exc: KVTransferError) -> KVTransferError:
         """`exc` with what the attempt did."""
         exc.received = sum(lane.moved for lane in (*self.ended, *self.running.values()))
         exc.lanes, exc.retired_lanes = self.pull.lanes, len(self.retired)
-        exc.paths_used = len(self.pull.ports)
+        exc.paths_used, exc.opened = len(self.pull.ports), self.pull.opened
         return exc
 
     def _replacement(self, turn: int) -> Address:
@@ -295,7 +317,7 @@ class _Lanes:
         self.pull.queue.extendleft(reversed(lane.inflight))
         lane.inflight.clear()
         if self.pull.queue and len(self.retired) <= self.budget:
-            self.launch(self._replacement(len(self.retired)), [])
+            self.launch(self._replacement(len(self.retired)), [], fresh=True)
 
     async def wait(self, num_bytes: int) -> None:
         """Until every lane has ended; replace retired lanes while the budget lasts."""
@@ -343,6 +365,7 @@ async def pull_kv(
     max_retired: int | None = None,
     health: PathHealth | None = None,
     chunks_per_lane: int | None = None,
+    connections: KVConnections | None = None,
 ) -> tuple[bytearray, PullResult]:
     """Pull one request's KV over every address and stream; verify bytes and checksum.
 
@@ -359,7 +382,11 @@ async def pull_kv(
     the lanes are planned over the addresses that are not suspect (as many lanes), each suspect
     one gets a background probe instead (the pull does not wait for it), replacements avoid
     addresses suspected by any pull, and this pull's retirements and progress are recorded.
-    If every address is suspect the lanes are planned as without `health`."""
+    If every address is suspect the lanes are planned as without `health`.
+
+    With `connections`, lanes reuse its idle connections and give them back (a decode
+    engine's, kept across pulls); without, the pull opens its own and closes them at the end.
+    Replacement lanes always open a new connection."""
     if not addrs:
         raise KVTransferError("no KV address to pull from")
     if stall_timeout_s is not None and not stall_timeout_s > 0:
@@ -375,7 +402,9 @@ async def pull_kv(
     budget = RETIRE_BUDGET_PER_LANE * len(plan) if max_retired is None else max_retired
     # Each lane starts with one chunk; the rest go, in offset order, to whichever lane is free.
     chunks = sorted(c for _, cs in plan for c in cs)
-    pull = _Pull(request_id, view, deque(chunks[len(plan) :]), len(plan), stall_timeout_s, health)
+    pool = KVConnections() if connections is None else connections
+    queue = deque(chunks[len(plan) :])
+    pull = _Pull(request_id, view, queue, len(plan), stall_timeout_s, pool, health)
     lanes = _Lanes(pull, addrs, source_map, budget)
     try:
         async with asyncio.timeout(timeout_s):
@@ -394,6 +423,8 @@ async def pull_kv(
     finally:
         await lanes.cancel()
         view.release()
+        if connections is None:
+            await pool.aclose()
     return buf, _verified(buf, expected_checksum, lanes)
 
 
@@ -405,15 +436,22 @@ def _verified(buf: bytearray, expected_checksum: int, lanes: _Lanes) -> PullResu
     total = sum(lane.moved for lane in lanes.ended)
     if total != len(buf):
         raise lanes.failed(KVTransferError(f"received {total} bytes, expected {len(buf)}"))
-    crc = zlib.crc32(buf)
+    crc = zlib.crc32(buf)  # the one CRC of the pull
     if crc != expected_checksum:
         raise lanes.failed(
             KVTransferError(
-                f"KV checksum {crc:#010x} != expected {expected_checksum:#010x}",
+                f"KV checksum mismatch: {crc:#010x} != expected {expected_checksum:#010x}",
                 checksum_ok=False,
             )
         )
-    ports = lanes.pull.ports
+    pull = lanes.pull
     return PullResult(
-        total, by_addr, lanes.pull.lanes, crc, len(lanes.retired), len(ports), tuple(ports)
+        total,
+        by_addr,
+        pull.lanes,
+        crc,
+        len(lanes.retired),
+        len(pull.ports),
+        tuple(pull.ports),
+        pull.opened,
     )

@@ -9,6 +9,9 @@ exchange's, not the engine step's.
   and host NIC port: every KV pull's initial windows overflow them) is marked not trustworthy,
   with a reason that names a host or an interface. A tiny `--nic-mbps` would not do: every byte
   crossing the fabric is divided by the same bandwidth scale, so the load stays as light.
+- A KV pull reuses its connections: over 20 pulls the puller's host holds the same four
+  (2 addresses x 2 streams) established KV connections and no closed ones pile up, where
+  connections opened for each pull leave theirs in TIME-WAIT, four per pull.
 - A clean short run at a low rate is trustworthy.
 - Engine steps whose compute and exchange differ by 10x, both ways: the all-to-all histogram
   and log follow the exchange, the step histogram the step (`emulator.probes.epprobe`).
@@ -28,7 +31,13 @@ import pytest
 
 from emulator.experiment.comparison import fabric_specs
 from emulator.probes.epprobe import EP_GROUP, ep_steps
-from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, kv_fidelity, running_lab
+from emulator.probes.kvprobe import (
+    KV_PAIRS,
+    KV_TOLERANCE,
+    kv_fidelity,
+    kv_socket_counts,
+    running_lab,
+)
 from serving.vllm_metrics import ALLTOALL_TIME, EP_STEP_TIME
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric
@@ -73,6 +82,18 @@ def zcube(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 class TestOnZCube:
     def test_a_kv_pull_takes_bytes_over_the_path_rate(self, zcube) -> None:
         _assert_within(zcube)
+
+    def test_a_kv_pull_reuses_its_connections(self, zcube) -> None:
+        server, puller = KV_PAIRS["zcube"]
+        kept = kv_socket_counts(zcube, server, puller, 200_000, 20)
+        assert kept[0]["ESTAB"] == 0, kept
+        # Opened by the first pull, reused by the 19 others: the count does not grow.
+        assert [c["ESTAB"] for c in kept[1:]] == [4] * 20, kept
+        assert kept[-1]["TIME-WAIT"] <= kept[1]["TIME-WAIT"], kept
+        fresh = kv_socket_counts(zcube, server, puller, 200_000, 10, connections="fresh")
+        assert all(c["ESTAB"] == 0 for c in fresh[1:]), fresh
+        grew = fresh[-1]["TIME-WAIT"] - fresh[0]["TIME-WAIT"]
+        assert grew >= 4 * 10 - 8, fresh  # four per pull (a few earlier ones may expire)
 
     def test_the_alltoall_figure_is_the_exchange_not_the_step(self, zcube) -> None:
         leader, peers = EP_GROUP

@@ -73,7 +73,7 @@ def test_the_before_variants_put_the_old_kv_buffer_and_lease_tick_back(tmp_path:
     (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
     root = str(Path(__file__).resolve().parents[2])
     probe = (
-        "import random; from serving.prefill import make_kv_buffer; from serving.kvstore import "
+        "import random; import serving.prefill; from serving.kvstore import make_kv_buffer, "
         "KVStore; print(make_kv_buffer('a', 0, 8) == random.Random('kv:0:a').randbytes(8), "
         "len(KVStore(1)))"
     )
