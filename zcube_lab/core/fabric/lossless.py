@@ -1,0 +1,225 @@
+"""The lossless (PFC-like) mode's pure logic: thresholds, which ports feed which, and the
+pause state machine (docs/LOSSLESS.md says how the lab realizes it and what it measured).
+
+A switch egress port whose queue reaches XOFF bytes is *congested* until it falls to XON
+bytes; while it is, every port that feeds it is *paused*: the upstream end of each link into
+its switch over which some route reaches it (the far end's egress, a host NIC port or another
+switch's port). A paused port stops sending; its own queue grows, and when it is a switch port
+that reaches its XOFF, its feeders pause in turn: backpressure spreads hop by hop, and every
+flow on a paused link waits, the head-of-line blocking PFC has. A port stays paused while any
+congested port it feeds is congested.
+
+Which ports feed which (`feeders`): from the fabric's shortest paths between every pair of
+hosts (the routes the controller installs take those), each (ingress, egress) pair of ports a
+path crosses at a switch; parallel links between two switches all count. A real PFC switch
+pauses an ingress port when the bytes that arrived on it and still wait in the switch pass
+XOFF (ingress accounting), so an ingress whose traffic drains elsewhere is not paused; the lab
+sees egress queues only and pauses every ingress a route can carry to the congested egress,
+so it can pause a link PFC would leave running (stated in docs/LOSSLESS.md), never fewer.
+
+Thresholds (`thresholds`): XOFF is where the lossy port would drop, the buffer model's queue
+limit in bytes (`queues.QueueModel`), so the models compare lossy and lossless at the same
+buffer; XON is two frames lower (PFC's hysteresis: resume once room for a couple of frames is
+back), and never below half of XOFF. The port's real FIFO is larger by the headroom
+(`headroom_bytes`): what arrives while the pause takes effect, so a port never drops.
+
+Names: ports are interface names `<node>-eth<port>`; times are seconds, passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.queues import HTB_CLASS, LEAF_HANDLE
+
+# The leaf queue of every shaped port under `--lossless`: a TBF (this kernel has no plug
+# qdisc) whose pass-through rate is far above any shaped rate, so the HTB class above it
+# shapes, and which the agent pauses by setting its rate to 1 byte/s (emulator.lab.lossless).
+PASS_RATE_BYTES = 500_000_000  # 4 Gb/s
+PASS_BURST = 65_536
+XON_GAP_FRAMES = 2
+# What arrives at a port after its queue passed XOFF and before its feeders stop: the agent's
+# reaction (a poll interval plus one netlink change per feeder; docs/LOSSLESS.md measured it)
+# at every feeder's full rate, plus one frame per feeder in flight (a pause lets the frame in
+# transmission finish). 50 ms is far beyond the reaction time measured (the verdict judges
+# that against `Limits.lossless_reaction_s`), so the headroom is never what decides a drop.
+HEADROOM_S = 0.050
+FRAME_OVERHEAD = 64  # Ethernet header and slack over the MTU, per frame in a queue
+
+
+def holding_leaf_line(interface: str, limit_bytes: int) -> str:
+    """The `tc -batch` line making `interface`'s leaf queue a pausable byte FIFO."""
+    return (
+        f"qdisc replace dev {interface} parent {HTB_CLASS} handle {LEAF_HANDLE} tbf "
+        f"rate {PASS_RATE_BYTES * 8}bit burst {PASS_BURST} limit {limit_bytes}"
+    )
+
+
+@dataclass(frozen=True)
+class PortThresholds:
+    """An egress port's XOFF and XON in bytes and its FIFO's limit in bytes."""
+
+    xoff: int
+    xon: int
+    limit: int
+
+
+def _port(node: str, port: int) -> str:
+    return f"{node}-eth{port}"
+
+
+def feeders(fabric: Fabric) -> dict[str, frozenset[str]]:
+    """For every switch egress port a route crosses: the upstream ports (far ends of the links
+    into its switch) whose traffic a route carries to it."""
+    between: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for lk in fabric.links:
+        between.setdefault((lk.node1, lk.node2), []).append((lk.port1, lk.port2))
+        between.setdefault((lk.node2, lk.node1), []).append((lk.port2, lk.port1))
+    out: dict[str, set[str]] = {}
+    for src in fabric.hosts:
+        for dst in fabric.hosts:
+            for path in fabric.shortest_paths(src.name, dst.name):
+                first = fabric.attachments[(src.name, path.src_interface)]
+                last = fabric.attachments[(dst.name, path.dst_interface)]
+                # each hop: (switch, its ingress ports with their far ends, its egress ports)
+                ins: list[tuple[int, str]] = [(first.port, _port(src.name, path.src_interface))]
+                hops = path.switches
+                for i, switch in enumerate(hops):
+                    if i + 1 < len(hops):
+                        pairs = between[(switch, hops[i + 1])]
+                        egress = [mine for mine, _far in pairs]
+                        nxt = [(far, _port(switch, mine)) for mine, far in pairs]
+                    else:
+                        egress, nxt = [last.port], []
+                    for e in egress:
+                        out.setdefault(_port(switch, e), set()).update(far for _p, far in ins)
+                    ins = nxt
+    return {port: frozenset(up) for port, up in sorted(out.items())}
+
+
+def thresholds(xoff_packets: int, mtu: int) -> tuple[int, int]:
+    """XOFF and XON in bytes of a port the buffer model gives `xoff_packets` frames of `mtu`."""
+    if xoff_packets < 1 or mtu < 1:
+        raise ConfigError("lossless threshold", (xoff_packets, mtu), "positive packets and MTU")
+    xoff = xoff_packets * mtu
+    return xoff, max(xoff // 2, xoff - XON_GAP_FRAMES * mtu)
+
+
+def headroom_bytes(feeder_mbps: Iterable[float], mtu: int, headroom_s: float = HEADROOM_S) -> int:
+    """Bytes that may still arrive at a port after XOFF from feeders of these rates."""
+    rates = list(feeder_mbps)
+    return math.ceil(sum(rates) * 1e6 / 8 * headroom_s) + len(rates) * (mtu + FRAME_OVERHEAD)
+
+
+def port_thresholds(
+    fabric: Fabric,
+    queue_packets: Mapping[str, int],
+    rates_mbps: Mapping[str, float],
+    mtu: int,
+) -> dict[str, PortThresholds]:
+    """XOFF, XON and FIFO limit of every switch egress port a route crosses, from the buffer
+    model's per-port packets and the feeders' rates (both by interface name)."""
+    out = {}
+    for port, ups in feeders(fabric).items():
+        xoff, xon = thresholds(queue_packets[port], mtu)
+        room = headroom_bytes((rates_mbps[u] for u in sorted(ups)), mtu)
+        out[port] = PortThresholds(xoff, xon, xoff + room)
+    return out
+
+
+def fifo_bytes(
+    fabric: Fabric,
+    queue_packets: Mapping[str, int],
+    rates_mbps: Mapping[str, float],
+    mtu: int,
+) -> dict[str, int]:
+    """The byte limit of every shaped port's FIFO under the lossless mode: a watched switch
+    port's XOFF plus headroom; any other port (a host's NIC port, whose host only pauses)
+    its packets in frames of `mtu` with their overhead, twice over."""
+    limits = port_thresholds(fabric, queue_packets, rates_mbps, mtu)
+    return {
+        port: limits[port].limit if port in limits else 2 * packets * (mtu + FRAME_OVERHEAD)
+        for port, packets in queue_packets.items()
+    }
+
+
+@dataclass
+class PortRecord:
+    """How often and how long one port was paused."""
+
+    pauses: int = 0
+    paused_s: float = 0.0
+    since: float | None = None  # when the current pause began
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one observation changes: ports to pause and to resume, and the egress ports that
+    became congested (their feeders' pause is the reaction the agent times)."""
+
+    pause: tuple[str, ...] = ()
+    resume: tuple[str, ...] = ()
+    congested: tuple[str, ...] = ()
+
+
+@dataclass
+class PauseMachine:
+    """The pause state of a fabric: fed backlogs, it says which ports to pause and resume, and
+    keeps each paused port's count and paused time. Pure: times are passed in."""
+
+    limits: Mapping[str, PortThresholds]
+    feeds: Mapping[str, frozenset[str]]
+    congested: set[str] = field(default_factory=set)
+    paused: set[str] = field(default_factory=set)
+    records: dict[str, PortRecord] = field(default_factory=dict)
+
+    def observe(self, now: float, backlogs: Mapping[str, int]) -> Decision:
+        """Take every monitored port's backlog in bytes (a port missing keeps its state)."""
+        became = []
+        for port, backlog in backlogs.items():
+            lim = self.limits.get(port)
+            if lim is None:
+                continue
+            if port not in self.congested and backlog >= lim.xoff:
+                self.congested.add(port)
+                became.append(port)
+            elif port in self.congested and backlog <= lim.xon:
+                self.congested.discard(port)
+        want = set().union(*(self.feeds.get(p, frozenset()) for p in self.congested))
+        pause = sorted(want - self.paused)
+        resume = sorted(self.paused - want)
+        for port in pause:
+            record = self.records.setdefault(port, PortRecord())
+            record.pauses += 1
+            record.since = now
+        for port in resume:
+            self._close(port, now)
+        self.paused = want
+        return Decision(tuple(pause), tuple(resume), tuple(sorted(became)))
+
+    def _close(self, port: str, now: float) -> None:
+        record = self.records[port]
+        if record.since is not None:
+            record.paused_s += max(0.0, now - record.since)
+            record.since = None
+
+    def release_all(self, now: float) -> tuple[str, ...]:
+        """End every pause (the agent stopping); returns the ports to resume."""
+        ports = tuple(sorted(self.paused))
+        for port in ports:
+            self._close(port, now)
+        self.paused = set()
+        self.congested = set()
+        return ports
+
+    def totals(self, now: float) -> dict[str, tuple[int, float]]:
+        """(pauses, paused seconds) per port ever paused, an open pause counted up to `now`."""
+        out = {}
+        for port, r in sorted(self.records.items()):
+            open_s = max(0.0, now - r.since) if r.since is not None else 0.0
+            out[port] = (r.pauses, r.paused_s + open_s)
+        return out
