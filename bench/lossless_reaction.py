@@ -14,7 +14,8 @@ and the one marker a pause lets through (the plan's MTU is 1,500 here: a pause l
 frame of burst, as a PFC pause lets the frame in transmission finish). The agent's own report
 (its reaction upper bound, poll period, CPU) is printed beside it; `--ports N` adds N idle
 shaped ports it watches too, as a fabric's root namespace holds (a 16-GPU ZCube: 64 switch
-ports), to show what the dump costs per port.
+ports), to show what the dump costs per port; `--idle-poll-ms` the agent's poll interval while
+every queue is below half its XOFF (a lab's plan computes it: `lossless.idle_interval_s`).
 
 Needs root; about 10 s. Run under the lab's heavy lock on a shared machine:
 
@@ -38,7 +39,7 @@ import time
 from pathlib import Path
 
 from emulator.lab.lossless import AgentPlan, read_report
-from emulator.lab.qdisc_netlink import in_namespace
+from emulator.lab.qdisc_netlink import QdiscSocket, in_namespace
 from zcube_lab.core.fabric.lossless import PortThresholds, holding_leaf_line, thresholds
 
 NS = f"zl-bench-{os.getpid()}"
@@ -85,6 +86,9 @@ def main() -> int:
     parser.add_argument("--xoff", type=int, default=8, help="XOFF in 9,000-byte frames")
     parser.add_argument("--ports", type=int, default=0, help="idle shaped ports also watched")
     parser.add_argument("--poll-ms", type=float, default=1.0)
+    parser.add_argument(
+        "--idle-poll-ms", type=float, help="poll interval while every queue is below half XOFF"
+    )
     parser.add_argument("--idle-s", type=float, default=3.0, help="seconds of no congestion")
     args = parser.parse_args()
     fifo = 4 * 2**20
@@ -100,6 +104,7 @@ def main() -> int:
             namespaces={},
             mtu=1500,
             poll_s=args.poll_ms / 1e3,
+            idle_poll_s=(args.idle_poll_ms or args.poll_ms) / 1e3,
         )
         tmp = Path(tempfile.mkdtemp(prefix="zl-bench-"))
         (tmp / "plan.json").write_text(plan.to_json())
@@ -174,6 +179,14 @@ def main() -> int:
         agent = None
         report = read_report(out)
         assert report is not None and idle is not None
+        with in_namespace(f"/run/netns/{NS}"):
+            sock = QdiscSocket()
+            index = {name: i for i, name in socket.if_nameindex()}
+            drops = {
+                name: sum(q.drops for q in sock.backlogs() if q.ifindex == index[name])
+                for name in ("zq0", "zf0")
+            }
+            sock.close()
         lost = len([s for s in sent if s not in arrived and sent[s] < max(arrived.values())])
         result = {
             "trials": len(crossings),
@@ -193,7 +206,8 @@ def main() -> int:
             "agent_cores_run": round(report.cores, 4),
             "watched_ports": len(watched),
             "pauses": report.ports,
-            "markers_lost": lost,
+            "markers_lost": lost,  # not received: the receiver thread's socket, not a qdisc
+            "qdisc_drops": drops,
             "errors": report.errors,
             "frame_time_ms_at_100mbps": FRAME * 8 / 100e6 * 1e3,
             "loadavg_before": load,

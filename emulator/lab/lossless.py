@@ -50,6 +50,7 @@ from zcube_lab.core.fabric.lossless import (
     PauseMachine,
     PortThresholds,
     feeders,
+    idle_interval_s,
     port_thresholds,
 )
 from zcube_lab.core.fabric.queues import HTB_CLASS, LEAF_HANDLE
@@ -79,6 +80,7 @@ class AgentPlan:
     namespaces: dict[str, str]
     mtu: int
     poll_s: float = POLL_S
+    idle_poll_s: float = POLL_S  # while every queue is below half XOFF (`idle_interval_s`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -93,6 +95,7 @@ class AgentPlan:
             namespaces=dict(d["namespaces"]),
             mtu=int(d["mtu"]),
             poll_s=float(d["poll_s"]),
+            idle_poll_s=float(d.get("idle_poll_s", d["poll_s"])),
         )
 
 
@@ -121,7 +124,8 @@ def agent_plan(
         node = port.rsplit("-eth", 1)[0]
         if node in host_pids:
             namespaces[port] = f"/proc/{host_pids[node]}/ns/net"
-    return AgentPlan(limits, feeds, fifo, namespaces, mtu, poll_s)
+    idle = idle_interval_s(limits, feeds, rates, poll_s)
+    return AgentPlan(limits, feeds, fifo, namespaces, mtu, poll_s, idle)
 
 
 @dataclass
@@ -181,6 +185,8 @@ class Agent:
         self.last_error = ""
         self.started = time.monotonic()
         self.cpu0 = _cpu_s()
+        self.leaf = tc_handle(LEAF_HANDLE)
+        self.quiet = False  # the last reading found every queue below half XOFF
         self.stopping = False
         self.dump_now = False  # SIGUSR1: write the report at the next poll
         self._open()
@@ -227,16 +233,12 @@ class Agent:
         """One reading and its decision; returns when the reading started."""
         start = time.monotonic()
         root = self.sockets[None]
-        backlogs: dict[str, int] = {}
-        leaf = tc_handle(LEAF_HANDLE)
         try:
-            for row in root.backlogs():
-                port = self.watched.get(row.ifindex)
-                if port is not None and row.handle == leaf:
-                    backlogs[port] = row.backlog_bytes
+            backlogs = root.leaf_backlogs(self.watched, self.leaf)
         except OSError as exc:
             self.errors += 1
             self.last_error = f"dump: {exc}"
+            self.quiet = False
             return start
         decision = self.machine.observe(time.monotonic(), backlogs)
         for port in decision.pause:
@@ -245,6 +247,7 @@ class Agent:
             self._set(port, False)
         if decision.congested and decision.pause:
             self.reactions.append(time.monotonic() - previous_start)
+        self.quiet = self.machine.quiet(backlogs)
         return start
 
     def run(self, out: Path) -> None:
@@ -260,7 +263,8 @@ class Agent:
                 self.dump_now = False
                 write_report(out, self.report(now))
                 next_report = now + REPORT_EVERY_S
-            time.sleep(max(0.0, self.plan.poll_s - (now - start)))
+            interval = self.plan.idle_poll_s if self.quiet else self.plan.poll_s
+            time.sleep(max(0.0, interval - (now - start)))
         now = time.monotonic()
         for port in self.machine.release_all(now):
             self._set(port, False)

@@ -226,3 +226,49 @@ def test_fifo_bytes_give_watched_ports_their_headroom() -> None:
     sizes = fifo_bytes(ZCUBE, packets, dict.fromkeys(ports, 50.0), 9000)
     assert sizes["a0-eth1"] == 72_000 + headroom_bytes([50.0, 50.0], 9000)
     assert sizes["h0-eth0"] == 2 * 1000 * 9064
+
+
+def test_scan_backlogs_reads_only_the_wanted_leaves_until_done() -> None:
+    def qdisc(seq: int, ifindex: int, handle: str, backlog: int) -> bytes:
+        stats = nl.TC_STATS.pack(0, 0, 0, 0, 0, 0, backlog // 9000, backlog)
+        body = (
+            nl.TCMSG.pack(0, ifindex, nl.tc_handle(handle), 0, 1)
+            + nl.attr(nl.TCA_KIND, b"tbf\0")
+            + nl.attr(nl.TCA_STATS, stats)
+        )
+        return nl.message(nl.RTM_NEWQDISC, 2, seq, body)
+
+    leaf = nl.tc_handle("10:")
+    data = qdisc(5, 3, "10:", 18000) + qdisc(5, 3, "5:", 99) + qdisc(5, 4, "10:", 7)
+    data += qdisc(4, 6, "10:", 1)  # an older dump's answer: ignored
+    out: dict[str, int] = {}
+    assert not nl.scan_backlogs(data, 5, {3: "a0-eth1", 6: "x"}, leaf, out)
+    assert out == {"a0-eth1": 18000}
+    assert nl.scan_backlogs(nl.message(nl.NLMSG_DONE, 2, 5, b"\0" * 4), 5, {}, leaf, out)
+    with pytest.raises(nl.NetlinkError):
+        nl.scan_backlogs(nl.message(nl.NLMSG_ERROR, 0, 5, struct.pack("=i", -1)), 5, {}, leaf, {})
+
+
+def test_idle_interval_is_the_time_the_fastest_queue_needs_from_half_xoff_to_xoff() -> None:
+    from zcube_lab.core.fabric.lossless import HTB_BURST_BYTES, IDLE_MAX_S, idle_interval_s
+
+    lim = {"p": PortThresholds(xoff=64 * 9000, xon=62 * 9000, limit=10**7)}
+    rates = {"p": 50.0, "f1": 50.0, "f2": 50.0, "f3": 50.0}
+    feeds = {"p": ("f1", "f2", "f3")}
+    # (288,000 - 3 bursts) bytes at (150 - 50) Mb/s
+    expect = (288_000 - 3 * HTB_BURST_BYTES) / 12.5e6
+    assert idle_interval_s(lim, feeds, rates, 0.001) == pytest.approx(min(expect, IDLE_MAX_S))
+    assert idle_interval_s(lim, feeds, rates, 0.001, most_s=1.0) == pytest.approx(expect)
+    small = {"p": PortThresholds(xoff=8 * 9000, xon=6 * 9000, limit=10**6)}
+    assert idle_interval_s(small, feeds, rates, 0.001) == 0.001  # bursts exceed the margin
+    assert idle_interval_s(lim, {"p": ("f1",)}, rates, 0.001) == IDLE_MAX_S  # cannot fill
+
+
+def test_quiet_only_when_nothing_is_paused_and_every_queue_is_below_half_xoff() -> None:
+    m = machine()
+    assert m.quiet({"s1-eth1": 49, "s2-eth1": 0})
+    assert not m.quiet({"s1-eth1": 50})
+    m.observe(0.0, {"s1-eth1": 100})
+    assert not m.quiet({"s1-eth1": 0})  # still congested until XON is seen
+    m.observe(1.0, {"s1-eth1": 0})
+    assert m.quiet({"s1-eth1": 0})

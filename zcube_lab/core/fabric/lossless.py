@@ -49,6 +49,13 @@ XON_GAP_FRAMES = 2
 # that against `Limits.lossless_reaction_s`), so the headroom is never what decides a drop.
 HEADROOM_S = 0.050
 FRAME_OVERHEAD = 64  # Ethernet header and slack over the MTU, per frame in a queue
+# Idle polling: while every watched queue is below half its XOFF, the agent may poll less
+# often, as long as no queue can climb from there to XOFF between two readings: at most the
+# time the fastest-filling port needs at its feeders' full rates, less their HTB bursts
+# (`idle_interval_s`), and never more than IDLE_MAX_S.
+WATCH_FRACTION = 0.5
+HTB_BURST_BYTES = 15 * 1024  # linkplan's `burst 15k`: what a resumed feeder may send at once
+IDLE_MAX_S = 0.010
 
 
 def holding_leaf_line(interface: str, limit_bytes: int) -> str:
@@ -147,6 +154,27 @@ def fifo_bytes(
     }
 
 
+def idle_interval_s(
+    limits: Mapping[str, PortThresholds],
+    feeds: Mapping[str, Iterable[str]],
+    rates_mbps: Mapping[str, float],
+    poll_s: float,
+    most_s: float = IDLE_MAX_S,
+) -> float:
+    """The longest poll interval (between `poll_s` and `most_s`) over which no watched queue
+    below half its XOFF can reach XOFF: (XOFF / 2 - the feeders' bursts) over the rate the
+    feeders can fill it at beyond its own drain."""
+    best = most_s
+    for port, lim in limits.items():
+        ups = list(feeds.get(port, ()))
+        fill = (sum(rates_mbps[u] for u in ups) - rates_mbps[port]) * 1e6 / 8
+        margin = lim.xoff * (1 - WATCH_FRACTION) - len(ups) * HTB_BURST_BYTES
+        if fill <= 0:
+            continue
+        best = min(best, max(0.0, margin) / fill)
+    return max(poll_s, best)
+
+
 @dataclass
 class PortRecord:
     """How often and how long one port was paused."""
@@ -176,6 +204,17 @@ class PauseMachine:
     congested: set[str] = field(default_factory=set)
     paused: set[str] = field(default_factory=set)
     records: dict[str, PortRecord] = field(default_factory=dict)
+
+    def quiet(self, backlogs: Mapping[str, int]) -> bool:
+        """True when nothing is paused and every watched queue is below half its XOFF (the
+        agent may poll at its idle interval)."""
+        if self.paused or self.congested:
+            return False
+        return all(
+            b < self.limits[p].xoff * WATCH_FRACTION
+            for p, b in backlogs.items()
+            if p in self.limits
+        )
 
     def observe(self, now: float, backlogs: Mapping[str, int]) -> Decision:
         """Take every monitored port's backlog in bytes (a port missing keeps its state)."""
