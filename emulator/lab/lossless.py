@@ -47,6 +47,7 @@ from zcube_lab.core.fabric.lossless import (
     FRAME_OVERHEAD,
     PASS_BURST,
     PASS_RATE_BYTES,
+    Histogram,
     PauseMachine,
     PortThresholds,
     feeders,
@@ -161,13 +162,6 @@ class AgentReport:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def quantile(values: list[float], q: float) -> float | None:
-    """The q-quantile of sorted `values` (nearest rank), None when empty."""
-    if not values:
-        return None
-    return values[min(len(values) - 1, max(0, int(q * len(values) + 0.5) - 1))]
-
-
 class Agent:
     """The running agent: sockets per namespace, the machine, the samples."""
 
@@ -179,8 +173,9 @@ class Agent:
         self.sockets: dict[str | None, QdiscSocket] = {}
         self.index: dict[str, tuple[QdiscSocket, int]] = {}
         self.kicks: dict[str, socket.socket] = {}
-        self.reactions: list[float] = []
-        self.periods: list[float] = []
+        self.reactions = Histogram()
+        self.periods = Histogram()
+        self.first_poll = True
         self.errors = 0
         self.last_error = ""
         self.started = time.monotonic()
@@ -246,7 +241,7 @@ class Agent:
         for port in decision.resume:
             self._set(port, False)
         if decision.congested and decision.pause:
-            self.reactions.append(time.monotonic() - previous_start)
+            self.reactions.add(time.monotonic() - previous_start)
         self.quiet = self.machine.quiet(backlogs)
         return start
 
@@ -256,7 +251,9 @@ class Agent:
         next_report = previous + REPORT_EVERY_S
         while not self.stopping:
             start = self.step(previous)
-            self.periods.append(start - previous)
+            if not self.first_poll:
+                self.periods.add(start - previous)
+            self.first_poll = False
             previous = start
             now = time.monotonic()
             if now >= next_report or self.dump_now:
@@ -273,19 +270,19 @@ class Agent:
         write_report(out, report)
 
     def report(self, now: float) -> AgentReport:
-        reactions, periods = sorted(self.reactions), sorted(self.periods[1:])
+        reactions, periods = self.reactions, self.periods
         return AgentReport(
             ports={
                 port: {"pauses": n, "paused_s": round(s, 6)}
                 for port, (n, s) in self.machine.totals(now).items()
             },
-            reactions=len(reactions),
-            reaction_p50_s=quantile(reactions, 0.5),
-            reaction_p99_s=quantile(reactions, 0.99),
-            reaction_max_s=reactions[-1] if reactions else None,
-            polls=len(periods),
-            poll_p50_s=quantile(periods, 0.5),
-            poll_p99_s=quantile(periods, 0.99),
+            reactions=reactions.n,
+            reaction_p50_s=reactions.quantile(0.5),
+            reaction_p99_s=reactions.quantile(0.99),
+            reaction_max_s=reactions.largest if reactions.n else None,
+            polls=periods.n,
+            poll_p50_s=periods.quantile(0.5),
+            poll_p99_s=periods.quantile(0.99),
             cpu_s=_cpu_s() - self.cpu0,
             wall_s=now - self.started,
             errors=self.errors,

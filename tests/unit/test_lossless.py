@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from emulator.lab import qdisc_netlink as nl
-from emulator.lab.lossless import AgentPlan, AgentReport, quantile
+from emulator.lab.lossless import AgentPlan, AgentReport
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -144,10 +144,17 @@ def test_agent_plan_and_report_round_trip() -> None:
     assert AgentReport.from_dict(report.to_dict()) == report
 
 
-def test_quantile_nearest_rank() -> None:
-    assert quantile([], 0.5) is None
-    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
-    assert quantile([float(i) for i in range(1, 101)], 0.99) == 99.0
+def test_histogram_quantiles_by_bucket_never_above_the_largest() -> None:
+    from zcube_lab.core.fabric.lossless import Histogram
+
+    h = Histogram()
+    assert h.quantile(0.5) is None
+    for ms in (1.0, 2.0, 3.0, 4.0):
+        h.add(ms / 1e3)
+    assert h.quantile(0.5) == pytest.approx(0.00201)  # the 2 ms bucket's upper edge
+    assert h.quantile(0.99) == pytest.approx(0.004)  # the largest, not its bucket's edge
+    h.add(5.0)  # beyond the last bucket: counted there, the largest kept
+    assert (h.n, h.largest, h.quantile(1.0)) == (5, 5.0, 5.0)
 
 
 def test_holding_leaf_is_a_tbf_under_the_htb_class() -> None:

@@ -176,6 +176,41 @@ def idle_interval_s(
 
 
 @dataclass
+class Histogram:
+    """Durations counted in `width_s` buckets (the last bucket takes everything beyond), with
+    the largest seen: quantiles of an agent's millions of polls in constant memory."""
+
+    width_s: float = 1e-5
+    size: int = 10_000  # 10 us buckets up to 100 ms
+    counts: list[int] = field(default_factory=list)
+    n: int = 0
+    largest: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        if not self.counts:
+            self.counts = [0] * self.size
+        index = min(self.size - 1, max(0, int(seconds / self.width_s)))
+        self.counts[index] += 1
+        self.n += 1
+        self.largest = max(self.largest, seconds)
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile (nearest rank) as its bucket's upper edge, never above the largest
+        seen; None when empty."""
+        if not self.n:
+            return None
+        rank = min(self.n, max(1, math.ceil(q * self.n)))
+        seen = 0
+        for index, count in enumerate(self.counts):
+            seen += count
+            if seen >= rank:
+                if index == self.size - 1:  # the overflow bucket has no upper edge
+                    return self.largest
+                return min(self.largest, (index + 1) * self.width_s)
+        return self.largest
+
+
+@dataclass
 class PortRecord:
     """How often and how long one port was paused."""
 
