@@ -138,6 +138,7 @@ class Launcher:
             mtu=plan.config.link_mtu(plan.fabric, plan.scale),
             queue=plan.config.queue_model(),
             congestion_control=plan.config.congestion_control,
+            lossless=plan.config.lossless,
             policy=plan.policy.routing,
             recompute=plan.policy.recompute,
             management=True,
