@@ -29,8 +29,9 @@ ROFT = build_fabric(FabricSpec.of("roft", servers=2, gpus_per_server=2))
 
 def test_zcube_feeders_follow_its_two_hop_paths() -> None:
     feeds = feeders(ZCUBE)
-    # a0's port to h0 gets h1 (same segment, same switch) and b1's traffic (h3 via b1 > a0)
-    assert feeds["a0-eth1"] == {"h1-eth0", "b1-eth3"}
+    # a0's port to h0 gets h1 (same segment, same switch) and both B switches' traffic: h2 and
+    # h3 reach h0's a0 address through their B port (src.p2 > B > A > dst.p1)
+    assert feeds["a0-eth1"] == {"h1-eth0", "b0-eth3", "b1-eth3"}
     # a0's port up to b0 carries only what a0's own hosts send: no switch-switch-switch path
     assert feeds["a0-eth3"] == {"h1-eth0"}
     assert all(not up.startswith(("a", "b")) for p, up_set in feeds.items()
@@ -70,7 +71,7 @@ def test_port_thresholds_put_headroom_above_xoff() -> None:
     limits = port_thresholds(ZCUBE, dict.fromkeys(ports, 8), dict.fromkeys(ports, 50.0), 9000)
     lim = limits["a0-eth1"]
     assert (lim.xoff, lim.xon) == (72_000, 54_000)
-    assert lim.limit == 72_000 + headroom_bytes([50.0, 50.0], 9000)
+    assert lim.limit == 72_000 + headroom_bytes([50.0, 50.0, 50.0], 9000)
 
 
 def machine() -> PauseMachine:
@@ -214,7 +215,7 @@ def test_agent_plan_watches_switch_ports_and_pauses_feeders_in_their_namespaces(
     plan = agent_plan(ZCUBE, shapes, pids, 9000)
     assert set(plan.thresholds) == set(ZCUBE.switch_interfaces())
     assert plan.thresholds["a0-eth1"].xoff == 8 * 9000
-    assert plan.feeds["a0-eth1"] == ("b1-eth3", "h1-eth0")
+    assert plan.feeds["a0-eth1"] == ("b0-eth3", "b1-eth3", "h1-eth0")
     assert plan.namespaces == {
         f"{h.name}-eth{i.index}": f"/proc/{100 + h.gid}/ns/net"
         for h in ZCUBE.hosts for i in h.interfaces
@@ -231,7 +232,7 @@ def test_fifo_bytes_give_watched_ports_their_headroom() -> None:
                                                               (lk.node2, lk.port2))}  # fmt: skip
     packets = {p: (8 if p[0] in "ab" else 1000) for p in ports}
     sizes = fifo_bytes(ZCUBE, packets, dict.fromkeys(ports, 50.0), 9000)
-    assert sizes["a0-eth1"] == 72_000 + headroom_bytes([50.0, 50.0], 9000)
+    assert sizes["a0-eth1"] == 72_000 + headroom_bytes([50.0, 50.0, 50.0], 9000)
     assert sizes["h0-eth0"] == 2 * 1000 * 9064
 
 

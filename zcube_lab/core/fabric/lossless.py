@@ -9,13 +9,14 @@ that reaches its XOFF, its feeders pause in turn: backpressure spreads hop by ho
 flow on a paused link waits, the head-of-line blocking PFC has. A port stays paused while any
 congested port it feeds is congested.
 
-Which ports feed which (`feeders`): from the fabric's shortest paths between every pair of
-hosts (the routes the controller installs take those), each (ingress, egress) pair of ports a
-path crosses at a switch; parallel links between two switches all count. A real PFC switch
-pauses an ingress port when the bytes that arrived on it and still wait in the switch pass
-XOFF (ingress accounting), so an ingress whose traffic drains elsewhere is not paused; the lab
-sees egress queues only and pauses every ingress a route can carry to the congested egress,
-so it can pause a link PFC would leave running (stated in docs/LOSSLESS.md), never fewer.
+Which ports feed which (`feeders`): from the routes the lab installs (each host's route to
+every destination address, then every shortest switch path to the address's switch), each
+(ingress, egress) pair of ports a route crosses at a switch; parallel links all count. A real
+PFC switch pauses an ingress port when the bytes that arrived on it and still wait in the
+switch pass XOFF (ingress accounting), so an ingress whose traffic drains elsewhere is not
+paused; the lab sees egress queues only and pauses every ingress a route can carry to the
+congested egress, so it can pause a link PFC would leave running (stated in docs/LOSSLESS.md),
+never fewer.
 
 Thresholds (`thresholds`): XOFF is where the lossy port would drop, the buffer model's queue
 limit in bytes (`queues.QueueModel`), so the models compare lossy and lossless at the same
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.hostplan import egress_interface
 from zcube_lab.core.fabric.queues import HTB_CLASS, LEAF_HANDLE
 
 # The leaf queue of every shaped port under `--lossless`: a TBF (this kernel has no plug
@@ -81,30 +83,42 @@ def _port(node: str, port: int) -> str:
 
 def feeders(fabric: Fabric) -> dict[str, frozenset[str]]:
     """For every switch egress port a route crosses: the upstream ports (far ends of the links
-    into its switch) whose traffic a route carries to it."""
+    into its switch) whose traffic a route carries to it. Routes as the lab installs them: to
+    each destination address, from every other host, out of the interface its routes pick for
+    it (`hostplan.egress_interface`), then every shortest switch path to the address's switch."""
     between: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for lk in fabric.links:
         between.setdefault((lk.node1, lk.node2), []).append((lk.port1, lk.port2))
         between.setdefault((lk.node2, lk.node1), []).append((lk.port2, lk.port1))
     out: dict[str, set[str]] = {}
-    for src in fabric.hosts:
-        for dst in fabric.hosts:
-            for path in fabric.shortest_paths(src.name, dst.name):
-                first = fabric.attachments[(src.name, path.src_interface)]
-                last = fabric.attachments[(dst.name, path.dst_interface)]
-                # each hop: (switch, its ingress ports with their far ends, its egress ports)
-                ins: list[tuple[int, str]] = [(first.port, _port(src.name, path.src_interface))]
-                hops = path.switches
-                for i, switch in enumerate(hops):
-                    if i + 1 < len(hops):
-                        pairs = between[(switch, hops[i + 1])]
-                        egress = [mine for mine, _far in pairs]
-                        nxt = [(far, _port(switch, mine)) for mine, far in pairs]
-                    else:
-                        egress, nxt = [last.port], []
-                    for e in egress:
-                        out.setdefault(_port(switch, e), set()).update(far for _p, far in ins)
-                    ins = nxt
+
+    def walk(switch: str, ins: frozenset[str], dest: str, last_port: int) -> None:
+        # `ins`: the upstream ports that can bring this traffic into `switch`
+        if switch == dest:
+            out.setdefault(_port(switch, last_port), set()).update(ins)
+            return
+        to_dest = fabric.switch_distances[dest]
+        for nxt in sorted(set(fabric.switch_adjacency[switch])):
+            if to_dest.get(nxt) != to_dest[switch] - 1:
+                continue
+            pairs = between[(switch, nxt)]
+            for mine, _far in pairs:
+                out.setdefault(_port(switch, mine), set()).update(ins)
+            walk(nxt, frozenset(_port(switch, mine) for mine, _far in pairs), dest, last_port)
+
+    for dst in fabric.hosts:
+        for iface in dst.interfaces:
+            last = fabric.attachments[(dst.name, iface.index)]
+            for src in fabric.hosts:
+                if src.name == dst.name:
+                    continue
+                index = egress_interface(src, iface.ip)
+                if index is None:
+                    continue
+                first = fabric.attachments[(src.name, index)]
+                if last.switch not in fabric.switch_distances[first.switch]:
+                    continue
+                walk(first.switch, frozenset({_port(src.name, index)}), last.switch, last.port)
     return {port: frozenset(up) for port, up in sorted(out.items())}
 
 
