@@ -102,6 +102,8 @@ class ClusterLab(Lab):
     ) -> None:
         options = options or LabOptions()
         tunnel_mtu(options.mtu, wire_mtu)
+        if options.lossless:  # its agent watches and pauses this machine's ports only
+            raise LabError("the lossless mode runs on one machine, not a cluster lab")
         if len(machines) < 2 or not machines[0].local:
             raise LabError("a cluster lab needs this machine first and at least one other")
         if options.ovs_instances:

@@ -145,6 +145,7 @@ class Launcher:
             queue=plan.config.queue_model(),
             congestion_control=plan.config.congestion_control,
             ovs_instances=plan.config.ovs_instances,
+            lossless=plan.config.lossless,
             policy=plan.policy.routing,
             recompute=plan.policy.recompute,
             management=True,

@@ -90,6 +90,7 @@ class RunConfig:
     switch_chip: str = DEFAULT_CHIP  # the chip whose buffer the shared/bytes/time models share
     congestion_control: str = DEFAULT_CONGESTION_CONTROL  # every host namespace's TCP (--cc)
     ovs_instances: int = 0  # private ovs-vswitchd daemons (LabOptions.ovs_instances)
+    lossless: bool = False  # PFC-like pauses instead of drops (--lossless, emulator.lab.lossless)
     policy: str = "ecmp"
     faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.core.fault_schedule)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
@@ -139,11 +140,17 @@ class RunConfig:
         if not 0 <= self.prefix_cache_hit_rate < 1:
             raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
         check_dilation(self.dilation)
+        if self.dilation != 1 and self.lossless:
+            # The agent's pauses and reaction are wall times; nothing undilates them yet.
+            raise ConfigError("dilation", self.dilation, "1 (off) in a run with --lossless")
         if self.dilation != 1 and self.faults:
             # The fault schedule, the injector and the fault report run on wall time.
             raise ConfigError("dilation", self.dilation, "1 (off) in a run with --fail")
         if self.machines:
             check_machine_list(self.machines)
+            if self.lossless:
+                # The lossless agent watches and pauses the ports of this machine only.
+                raise ConfigError("lossless", True, "off in a run over several machines")
             if self.faults:
                 # The injector sets links down on this machine only.
                 raise ConfigError("fail", list(self.faults), "none in a run over several machines")

@@ -49,6 +49,7 @@ from emulator.experiment.plan import (
     plan_run,
 )
 from emulator.lab.health import HealthSampler
+from emulator.lab.lossless import AgentReport
 from emulator.lab.netsampler import buckets_of, metrics_texts
 from emulator.lab.system import LabError
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
@@ -57,7 +58,13 @@ from emulator.results.dilation import undilate
 from emulator.results.fault_report import analyze
 from emulator.results.figures import client_summary, fabric_stats, read_jsonl, throughput_series
 from emulator.results.linkstats import link_loads, link_utilization, verdict_busiest_link
-from emulator.results.summary import FaultReport, InjectedFault, RunSummary
+from emulator.results.summary import (
+    FaultReport,
+    InjectedFault,
+    LosslessFigures,
+    PortPauses,
+    RunSummary,
+)
 from emulator.results.transfers import (
     KV_LOG_PREFIX,
     engine_rates,
@@ -73,6 +80,7 @@ from emulator.verdict.network import (
     LOADGEN,
     FaultWindow,
     KvPulls,
+    LosslessEvidence,
     NetworkEvidence,
     loop_lag,
     send_lag,
@@ -96,6 +104,7 @@ class Experiment:
         self._metrics_before: dict[str, str] = {}  # /metrics of each engine and the gateway
         self._evidence: NetworkEvidence | None = None
         self._remote_verdicts: list[tuple[Machine, HealthVerdict]] = []
+        self._lossless: AgentReport | None = None  # the lossless agent's report at the load's end
 
     @property
     def prometheus(self) -> PrometheusServer | None:
@@ -183,8 +192,26 @@ class Experiment:
             loops[GATEWAY] = loop_lag(lag[0][GATEWAY], lag[1][GATEWAY], limits.loop_lag_s)
         else:
             missing[GATEWAY] = "its metrics did not answer, so its loop lag is unchecked"
+        lossless = None
+        lab = self.launcher.lab
+        if lab is not None and self.config.lossless:
+            alive = lab.lossless_alive()
+            report = lab.lossless_report(fresh=True)
+            self._lossless = report
+            if report is None:
+                missing["lossless agent"] = "it wrote no report, so its pauses are unchecked"
+            else:
+                lossless = LosslessEvidence(
+                    reactions=report.reactions,
+                    reaction_p99_s=report.reaction_p99_s,
+                    errors=report.errors,
+                    alive=alive,
+                    paused_ports=frozenset(report.ports),
+                    last_error=report.last_error,
+                )
         return replace(
             evidence,
+            lossless=lossless,
             datapath_drops=self.launcher.datapath_drops(),
             switch_ports=frozenset(self.plan.fabric.switch_interfaces()),
             loops=loops,
@@ -293,6 +320,7 @@ class Experiment:
             trustworthy=verdict.trustworthy,
             link_util=links,
             transfers=transfers,
+            lossless=lossless_figures(self._lossless) if self._lossless else None,
             dir=self.dir,
         )
         summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)
@@ -307,6 +335,23 @@ class Experiment:
         events = read_jsonl(self.dir / "faults.jsonl")
         injected = [InjectedFault.from_dict(f.to_dict()) for f in self.plan.faults]
         return analyze(events, records, kv_attempts, end_wall=t1, injected=injected)
+
+
+def lossless_figures(report: AgentReport) -> LosslessFigures:
+    """The summary's lossless section from the agent's report."""
+    return LosslessFigures(
+        ports={
+            port: PortPauses(int(p["pauses"]), float(p["paused_s"]))
+            for port, p in sorted(report.ports.items())
+        },
+        reactions=report.reactions,
+        reaction_p50_s=report.reaction_p50_s,
+        reaction_p99_s=report.reaction_p99_s,
+        reaction_max_s=report.reaction_max_s,
+        poll_p99_s=report.poll_p99_s,
+        agent_cores=round(report.cores, 4),
+        errors=report.errors,
+    )
 
 
 def _count_lines(path: Path) -> int:

@@ -4,12 +4,15 @@
 whose address ranges collide with this machine's routes, addresses or resolvers
 (`emulator.lab.hostnet`), starts our os-ken controller, builds the hosts and switches in
 Mininet on Open vSwitch (userspace datapath when the kernel has no openvswitch module),
-configures every link and host with one script per namespace (`emulator.lab.links`: veth
-pairs, addresses, routes, static ARP, shaping, offloads), starts every bridge in one
-`ovs-vsctl` transaction, and waits until every switch holds the rules the controller computed.
-`stop()` undoes it in reverse, and the state file (`emulator.lab.state`) lets the next run
-remove what a killed run left behind. Besides Mininet's own bridge setup, Open vSwitch is
-reached only through `emulator.lab.ovs`. Needs root.
+configures every link and host with one script per namespace (`emulator.lab.links`: veth pairs,
+addresses, routes, static ARP, shaping, offloads), starts every bridge in one `ovs-vsctl`
+transaction, and waits until every switch holds the rules the controller computed. With
+`lossless`, every shaped port's leaf is a pausable FIFO and the lossless agent
+(`emulator.lab.lossless`, its own process, tracked in the state file like the controller)
+starts once the ports are shaped and stops first. `stop()` undoes it in reverse, and the state
+file (`emulator.lab.state`) lets the next run remove what a killed run left behind. Besides
+Mininet's own bridge setup, Open vSwitch is reached only through `emulator.lab.ovs`. Needs
+root.
 
 Names: bridges are the fabric's switch names; root-side interfaces `<switch>-eth<port>`; each
 bridge carries `external_ids:zcube-lab=<pid>` (`state.OWNER_KEY`) so leftovers can be found.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +34,9 @@ from pathlib import Path
 from emulator.lab import links, ovs
 from emulator.lab.capacity import check_nic_rate, datapath_capacity
 from emulator.lab.hostnet import check_host_network
+from emulator.lab.lossless import POLL_S as LOSSLESS_POLL_S
+from emulator.lab.lossless import REPORT_FILE as LOSSLESS_REPORT
+from emulator.lab.lossless import AgentReport, agent_plan, read_report
 from emulator.lab.state import (
     OWNER_KEY,
     STATE_DIR,
@@ -106,9 +113,15 @@ class LabOptions:
     # port); N: N private ovs-vswitchd instances of the lab's own, the switches dealt among them
     # in contiguous runs of the fabric's order (`instance_groups`; userspace datapath only).
     ovs_instances: int = 0
+    lossless: bool = False  # PFC-like pauses instead of drops (emulator.lab.lossless)
+    lossless_poll_s: float = LOSSLESS_POLL_S  # the agent's poll interval
 
     def __post_init__(self) -> None:
         check_congestion_control(self.congestion_control)
+        if self.lossless and not self.shaped:
+            raise ConfigError("lossless", self.lossless, "off on an unshaped lab")
+        if not 0.0002 <= self.lossless_poll_s <= 0.1:
+            raise ConfigError("lossless poll", self.lossless_poll_s, "0.2 ms to 100 ms")
         if self.datapath not in DATAPATHS:
             raise ConfigError("datapath", self.datapath, f"one of {list(DATAPATHS)}")
         if not 1280 <= self.mtu <= 9000:
@@ -127,7 +140,7 @@ class LabOptions:
         """Rate and queue limit of every shaped interface (none when unshaped)."""
         if not self.shaped:
             return {}
-        return port_shapes(fabric, self.scale, self.mtu, self.queue)
+        return port_shapes(fabric, self.scale, self.mtu, self.queue, lossless=self.lossless)
 
 
 def _by_instance(switches: object) -> list[tuple[ovs.Instance | None, list[object]]]:
@@ -237,6 +250,7 @@ class Lab:
         self.progress = progress or (lambda _msg: None)
         self.net = None  # mininet.net.Mininet once built
         self.controller: subprocess.Popen[bytes] | None = None
+        self.lossless_agent: subprocess.Popen[bytes] | None = None
         self.times = PhaseTimes()
         self.datapath = ""
         self.send_error_offset = 0  # ovs-vswitchd's log size at start (ovs.send_errors_since)
@@ -303,6 +317,11 @@ class Lab:
         self._configure_switch_ports()
         self.times.add("start", time.monotonic() - t0)
 
+        if self.options.lossless:
+            t0 = time.monotonic()
+            self._start_lossless()
+            self.times.add("lossless", time.monotonic() - t0)
+
         t0 = time.monotonic()
         self.progress("waiting for the controller's rules")
         self.wait_for_routes()
@@ -315,6 +334,7 @@ class Lab:
             self._stop()
 
     def _stop(self) -> None:
+        self._stop_lossless()
         if self.net is not None:
             net, self.net = self.net, None
             try:
@@ -422,6 +442,70 @@ class Lab:
             procfaults.start_vswitchd()
         for inst in self.ovs_instances:
             ovs.start_vswitchd(inst)
+
+    # -- the lossless agent ----------------------------------------------------------------
+    @property
+    def lossless_report_path(self) -> Path:
+        return self.run_dir / LOSSLESS_REPORT
+
+    def _start_lossless(self) -> None:
+        """Start the agent on the shaped ports and wait until it watches them."""
+        assert self.net is not None
+        o = self.options
+        pids = {h.name: self.net.get(h.name).pid for h in self.fabric.hosts}
+        plan = agent_plan(self.fabric, o.port_shapes(self.fabric), pids, o.mtu, o.lossless_poll_s)
+        plan_file = self.run_dir / "lossless-plan.json"
+        plan_file.write_text(plan.to_json())
+        self.lossless_report_path.unlink(missing_ok=True)
+        log = self.run_dir / "lossless.log"
+        self.progress(f"starting the lossless agent ({len(plan.thresholds)} ports, log {log})")
+        with log.open("wb") as out:
+            self.lossless_agent = subprocess.Popen(
+                [sys.executable, "-m", "emulator.lab.lossless", str(plan_file),
+                 str(self.lossless_report_path)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        self.track_pid(self.lossless_agent.pid)
+        deadline = time.monotonic() + 20
+        while not self.lossless_report_path.exists():
+            if self.lossless_agent.poll() is not None or time.monotonic() > deadline:
+                text = log.read_text(errors="replace")[-2000:]
+                raise LabError(f"the lossless agent did not start (see {log}):\n{text}")
+            time.sleep(0.05)
+
+    def lossless_alive(self) -> bool:
+        """True while the lossless agent runs (False without one)."""
+        return self.lossless_agent is not None and self.lossless_agent.poll() is None
+
+    def lossless_report(self, fresh: bool = False) -> AgentReport | None:
+        """What the lossless agent last wrote (None without one); `fresh`: ask a running agent
+        to write it now (SIGUSR1) and wait up to a second for it."""
+        if not self.options.lossless:
+            return None
+        path = self.lossless_report_path
+        if fresh and self.lossless_alive():
+            assert self.lossless_agent is not None
+            before = path.stat().st_mtime_ns if path.exists() else 0
+            self.lossless_agent.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                if path.exists() and path.stat().st_mtime_ns != before:
+                    break
+                time.sleep(0.01)
+        return read_report(path)
+
+    def _stop_lossless(self) -> None:
+        """SIGTERM the agent (it resumes every port and writes its report), then its group."""
+        if self.lossless_agent is None:
+            return
+        agent, self.lossless_agent = self.lossless_agent, None
+        with contextlib.suppress(ProcessLookupError):
+            agent.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            agent.wait(timeout=3)
+        kill_group(agent.pid, grace=1.0)
+        with contextlib.suppress(Exception):
+            agent.wait(timeout=1)
 
     def stop_controller(self) -> None:
         """Kill the controller (a controller fault): installed rules stay in the switches
@@ -688,6 +772,7 @@ class Lab:
             "nic_mbps": self.options.scale.nic_mbps,
             "mtu": self.options.mtu,
             "congestion_control": self.options.congestion_control,
+            "lossless": self.options.lossless,
             "queue_model": self.options.queue.describe() if self.options.shaped else "unshaped",
             "queues": queue_summary(
                 self.fabric, self.options.scale, self.options.mtu, self.options.queue

@@ -35,7 +35,7 @@ from emulator.results.plots import (
     plot_ttft_cdf,
     run_dir,
 )
-from emulator.results.summary import RunSummary
+from emulator.results.summary import LosslessFigures, RunSummary
 from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
 from zcube_lab.core.fabric.cost import compare
 from zcube_lab.core.fabric.pricing import CostInputs
@@ -458,12 +458,29 @@ def _run_items(runs: Sequence[RunSummary]) -> list[str]:
             t = r.transfers
             facts.append(f"KV pulls stalled {t.kv_pulls_stalled} of {t.kv_pulls_rated}")
         facts += verdict_checks(r)
+        if r.lossless is not None:
+            facts.append(lossless_fact(r.lossless))
         parts.append(
             f"<li>{html.escape(r.variant)}: <code>{where}</code>: {verdict}"
             f"<br><small>{html.escape('; '.join(facts))}</small></li>"
         )
     parts.append("</ul>")
     return parts
+
+
+def lossless_fact(figures: LosslessFigures) -> str:
+    """One line on a lossless run's pauses (the fabric's) and its agent (the emulator's)."""
+    if figures.ports:
+        top = max(figures.ports.items(), key=lambda kv: kv[1].paused_s)
+        most = f"; most paused {top[0]} ({top[1].pauses}x, {top[1].paused_s:.2f} s)"
+    else:
+        most = ""
+    p99 = "-" if figures.reaction_p99_s is None else f"{figures.reaction_p99_s * 1e3:.2f} ms"
+    return (
+        f"lossless: {figures.pauses} pauses on {len(figures.ports)} ports, "
+        f"{figures.paused_s:.2f} s paused in all{most}; agent reaction p99 {p99}, "
+        f"{figures.agent_cores:.2f} cores"
+    )
 
 
 def _cost_table() -> list[str]:

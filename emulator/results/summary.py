@@ -343,6 +343,60 @@ _FAULT_SPECIAL = ("recovery", "injected", "spans_s", "windows")
 # --- the run ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PortPauses:
+    """How often one port was paused under the lossless mode, and for how long in all."""
+
+    pauses: int
+    paused_s: float
+
+
+@dataclass(frozen=True)
+class LosslessFigures:
+    """The lossless mode's record (`--lossless`, emulator.lab.lossless), over the agent's life
+    (bring-up to the end of the load): each paused port (the upstream end of a link into a
+    congested switch: the fabric's pauses, not judged) and the agent's own reaction time,
+    poll period and CPU (the emulator's, judged by the verdict). Seconds are wall seconds."""
+
+    ports: Mapping[str, PortPauses]
+    reactions: int
+    reaction_p50_s: float | None
+    reaction_p99_s: float | None
+    reaction_max_s: float | None
+    poll_p99_s: float | None
+    agent_cores: float
+    errors: int
+
+    @property
+    def pauses(self) -> int:
+        return sum(p.pauses for p in self.ports.values())
+
+    @property
+    def paused_s(self) -> float:
+        return sum(p.paused_s for p in self.ports.values())
+
+    def brief(self) -> dict[str, Any]:
+        """The few figures a run prints."""
+        ms = None if self.reaction_p99_s is None else round(self.reaction_p99_s * 1e3, 3)
+        return {
+            "pauses": self.pauses,
+            "paused_s": round(self.paused_s, 3),
+            "paused_ports": len(self.ports),
+            "agent_reaction_p99_ms": ms,
+            "agent_cores": self.agent_cores,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _flat(self)
+        out["ports"] = {k: _flat(v) for k, v in sorted(self.ports.items())}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LosslessFigures:
+        ports = {k: _from_flat(PortPauses, v) for k, v in (data.get("ports") or {}).items()}
+        return _from_flat(cls, data, ports=ports)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunSummary:
     """One run's `summary.json`: what ran, and what it measured."""
@@ -369,6 +423,7 @@ class RunSummary:
     transfers: TransferFigures | None = None
     trustworthy: bool
     dilation: float = 1.0  # time dilation k; written only when not 1
+    lossless: LosslessFigures | None = None  # pauses and the agent, under --lossless only
     # Where it was read from (not written): the report finds the run's other files there.
     dir: Path | None = field(default=None, compare=False, repr=False)
 
@@ -403,6 +458,8 @@ class RunSummary:
             out["link_util"] = {k: _flat(v) for k, v in self.link_util.items()}
         if self.transfers is not None:
             out["transfers"] = _flat(self.transfers)
+        if self.lossless is not None:
+            out["lossless"] = self.lossless.to_dict()
         return out
 
     @classmethod
@@ -437,6 +494,9 @@ class RunSummary:
                 else None
             ),
             transfers=_from_flat(TransferFigures, transfers) if transfers is not None else None,
+            lossless=(
+                LosslessFigures.from_dict(data["lossless"]) if data.get("lossless") else None
+            ),
             dir=dir,
         )
 

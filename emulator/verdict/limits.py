@@ -37,6 +37,13 @@ issue 20:
   `workloads.openloop`) above `send_lag_s` (20 ms) for more than `send_lag_fraction` (1%) of
   the requests: its greenlets woke late, so it also read answers late, and its TTFT and ITL
   carry its own lag.
+- The lossless agent (`--lossless`, docs/LOSSLESS.md): its reaction (queue past XOFF -> the
+  feeding ports paused, an upper bound) above `lossless_reaction_s` (5 ms) at p99. One watched
+  port reacted in 1.3 ms at p50 and 2.0 ms at p99 with its 1 ms poll (bench/
+  lossless_reaction.py), 1-2 frame times of a 9,000-byte frame at 100 Mb/s; 5 ms is about 7
+  frame times at 100 Mb/s (3.5 at a 50 Mb/s ZCube port): past it a queue overshoots XOFF by
+  several frames more than PFC's headroom would hold, and the pauses the run reports are the
+  agent's slowness as much as the fabric's. Its pauses themselves are the fabric's: not judged.
 - CPU rules are judged over the load window only (from the load's start to the load
   generator's exit), not from monitoring start to collection.
 - A source of evidence that did not answer (an engine's or the gateway's metrics, reads of the
@@ -59,7 +66,9 @@ _SHARES = (
     "loop_lag_fraction", "send_lag_fraction", "rate_under",
 )  # fmt: skip
 _CORES = ("datapath_cores", "process_cores")
-_SECONDS = ("overrun_s", "fault_grace_s", "loop_lag_s", "send_lag_s", "kv_fixed_s")
+_SECONDS = (
+    "overrun_s", "fault_grace_s", "loop_lag_s", "send_lag_s", "kv_fixed_s", "lossless_reaction_s",
+)  # fmt: skip
 _RATIOS = ("late_share", "kv_ratio_p50", "rate_over")
 _COUNTS = ("min_samples", "kv_min_pulls")
 
@@ -106,6 +115,8 @@ class Limits:
     loop_lag_fraction: float = 0.01  # ... in more than this share of its samples
     send_lag_s: float = 0.02  # the load generator's sends ...
     send_lag_fraction: float = 0.01  # ... for more than this share of its requests
+    # The lossless agent (--lossless): queue past XOFF -> feeders paused, p99 (docs/LOSSLESS.md)
+    lossless_reaction_s: float = 0.005
 
     def __post_init__(self) -> None:
         checks = (

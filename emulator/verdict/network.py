@@ -124,6 +124,20 @@ class LoopLag:
 
 
 @dataclass(frozen=True)
+class LosslessEvidence:
+    """The lossless agent over the load (emulator.lab.lossless): its reaction times (queue past
+    XOFF -> feeders paused, an upper bound), its errors, whether it still ran at the end, and
+    the ports it paused (their held backlog is the fabric's pause, not a stalled emulator)."""
+
+    reactions: int
+    reaction_p99_s: float | None
+    errors: int
+    alive: bool
+    paused_ports: frozenset[str] = frozenset()
+    last_error: str = ""
+
+
+@dataclass(frozen=True)
 class NetworkEvidence:
     """What the network and engine samplers saw during the load, and the run's faults."""
 
@@ -141,6 +155,7 @@ class NetworkEvidence:
     loops: Mapping[str, LoopLag] = field(default_factory=dict)  # "gateway", "load generator"
     # Sources of evidence that did not answer: source -> what was not seen
     missing: Mapping[str, str] = field(default_factory=dict)
+    lossless: LosslessEvidence | None = None  # under --lossless only
 
 
 @dataclass(frozen=True)
@@ -156,11 +171,20 @@ def judge_network(evidence: NetworkEvidence, limits: Limits) -> NetworkJudgement
     queues model a real port's buffer, whose drops under incast are the fabric's own."""
     unexplained: dict[str, list[NetEvent]] = defaultdict(list)
     explained: dict[tuple[str, str], list[NetEvent]] = defaultdict(list)
+    lossless = evidence.lossless
     for event in evidence.events:
-        if event.quantity == QDISC_DROPS and (
-            not limits.judge_qdisc_drops or event.where in evidence.switch_ports
+        if (
+            lossless is None
+            and event.quantity == QDISC_DROPS
+            and (not limits.judge_qdisc_drops or event.where in evidence.switch_ports)
         ):
             continue  # still in the interface's figures (`QueueFigures.drops`)
+        if (
+            lossless is not None
+            and event.quantity == STALLED
+            and event.where in lossless.paused_ports
+        ):
+            continue  # a paused port holds its queue: the fabric's pause, not the emulator's
         fault = _explaining(event, evidence.faults, limits.fault_grace_s)
         if fault is None:
             unexplained[event.where].append(event)
@@ -173,8 +197,32 @@ def judge_network(evidence: NetworkEvidence, limits: Limits) -> NetworkJudgement
     reasons += _kv_reasons(evidence.kv, limits)
     reasons += _loop_reasons(evidence.loops, limits)
     reasons += _vswitchd_reasons(evidence.faults)
+    reasons += _lossless_reasons(lossless, limits)
     notes = [f"{w}: {describe(evs)} (during {f})" for (w, f), evs in sorted(explained.items())]
     return NetworkJudgement(tuple(reasons), tuple(notes))
+
+
+def _lossless_reasons(lossless: LosslessEvidence | None, limits: Limits) -> list[str]:
+    """Under --lossless the agent is part of the emulator: it must run to the end, without
+    errors, and pause feeders within `lossless_reaction_s` at p99 (a slower agent lets a
+    queue grow past XOFF by more than PFC's headroom would hold). A switch port's drop is
+    judged too (above: under --lossless no port may drop)."""
+    if lossless is None:
+        return []
+    out = []
+    if not lossless.alive:
+        out.append("lossless agent: it exited before the end of the load, so ports stayed as "
+                   "it left them and queues were unwatched")  # fmt: skip
+    if lossless.errors:
+        out.append(f"lossless agent: {lossless.errors} netlink or socket errors "
+                   f"(last: {lossless.last_error})")  # fmt: skip
+    p99 = lossless.reaction_p99_s
+    if p99 is not None and p99 > limits.lossless_reaction_s:
+        out.append(
+            f"lossless agent: reaction p99 {p99 * 1e3:.2f} ms over "
+            f"{limits.lossless_reaction_s * 1e3:g} ms ({lossless.reactions} congestions)"
+        )
+    return out
 
 
 def _vswitchd_reasons(faults: Sequence[FaultWindow]) -> list[str]:

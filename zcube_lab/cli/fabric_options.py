@@ -193,6 +193,17 @@ def add_datapath_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def add_lossless_argument(group: argparse._ArgumentGroup) -> None:
+    """--lossless: PFC-like pauses instead of drops at switch ports."""
+    group.add_argument(
+        "--lossless",
+        action="store_true",
+        help="lossless switch ports (PFC-like): a queue past XOFF (the buffer model's limit) "
+        "pauses the ports feeding it until XON, hop by hop, instead of dropping; an agent "
+        "process does it (docs/LOSSLESS.md)",
+    )
+
+
 def add_transport_arguments(group: argparse._ArgumentGroup) -> None:
     """--cc: TCP congestion control of every host namespace."""
     group.add_argument(

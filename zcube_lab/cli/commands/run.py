@@ -17,6 +17,7 @@ from zcube_lab.cli.fabric_options import (
     add_datapath_arguments,
     add_fabric_arguments,
     add_link_arguments,
+    add_lossless_argument,
     add_transport_arguments,
     spec_from_args,
 )
@@ -116,6 +117,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, rate: bool = True) -> Non
         "Locust runs a master here and a worker on every machine",
     )
     add_link_arguments(lab)
+    add_lossless_argument(lab)
     add_transport_arguments(lab)
     add_datapath_arguments(lab)
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
@@ -164,6 +166,7 @@ def config_from_args(
         switch_chip=args.switch_chip,
         congestion_control=args.cc,
         ovs_instances=args.ovs_instances,
+        lossless=args.lossless,
         policy=args.policy,
         faults=tuple(args.fail),
         layout=layout,
@@ -219,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         "busiest_link": busiest_link(s),
         "congestion_control": exp.config.congestion_control,
         "buffer_model": exp.config.buffer_model,
+        "lossless": s.lossless.brief() if s.lossless else None,
         "trustworthy": s.trustworthy,
         "reasons": list(s.health.reasons),
     }, indent=2))  # fmt: skip

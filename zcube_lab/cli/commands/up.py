@@ -22,6 +22,7 @@ from zcube_lab.cli.fabric_options import (
     add_datapath_arguments,
     add_fabric_arguments,
     add_link_arguments,
+    add_lossless_argument,
     add_transport_arguments,
     link_options_from_args,
     spec_from_args,
@@ -49,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "bandwidth_scale = full-scale NIC rate / this",
     )
     add_link_arguments(lab)
+    add_lossless_argument(lab)
     add_transport_arguments(lab)
     add_datapath_arguments(lab)
     lab.add_argument(
@@ -130,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             mtu=mtu,
             queue=queue,
             congestion_control=args.cc,
+            lossless=args.lossless,
             datapath=args.datapath,
             ovs_instances=args.ovs_instances,
             policy=policy.routing,
@@ -139,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         )
         machines = None
         if args.machines:
+            if args.lossless:
+                raise ConfigError("lossless", True, "on one machine (its agent sees one)")
             if args.serve or args.cli:
                 raise ConfigError("machines", args.machines, "not with --serve or --cli yet")
             from emulator.cluster.remote import parse_machines
@@ -285,7 +290,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     defaults = (MAX_MTU, None, HOST_QUEUE_PACKETS, DEFAULT_BUFFER_MODEL, DEFAULT_CHIP)
     given = (args.mtu, args.queue_packets, args.host_queue_packets)
-    if (*given, args.buffer_model, args.switch_chip) != defaults:
+    if (*given, args.buffer_model, args.switch_chip) != defaults or args.lossless:
         # The serving plan (emulator.experiment.plan.RunConfig) does not carry them yet.
         console.print("[red]zcube-lab up: the link options do not go with --serve yet[/red]")
         return 2

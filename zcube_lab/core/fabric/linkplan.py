@@ -16,7 +16,8 @@ The settings, per interface `<node>-eth<port>` (both ends of every link):
   ends by the host's `hostplan.ip_batch`.
 - shaping, when shaped: HTB root `5:0` with `default 1`, class `5:1` at the link's emulated rate
   with `burst 15k` (Mininet's `TCIntf.bwCmds`, number format kept), and the queue model's FIFO
-  `10:` under the class (`queues.leaf_queue_lines`). Root qdisc and class are `replace`d: on a
+  `10:` under the class (`queues.leaf_queue_lines`; under the lossless mode a pausable TBF,
+  `lossless.holding_leaf_line`). Root qdisc and class are `replace`d: on a
   fresh veth that is Mininet's `add`, and a qdisc already there ends as Mininet's delete-then-add
   left it.
 - offloads: Mininet's `gro off tx <on|off> rx on` (tx off on the userspace datapath) and, on the
@@ -49,6 +50,7 @@ from zcube_lab.core.fabric.hostplan import (
     management_root_batch,
     sysctls,
 )
+from zcube_lab.core.fabric.lossless import fifo_bytes, holding_leaf_line
 from zcube_lab.core.fabric.queues import HTB_CLASS, QueueModel, leaf_queue_lines, port_queue_limits
 from zcube_lab.core.fabric.scale import Scale
 
@@ -60,10 +62,13 @@ USERSPACE_OFFLOADS = (("tx", "off"), ("tso", "off"), ("gso", "off"), ("gro", "of
 
 @dataclass(frozen=True)
 class PortShape:
-    """How one interface is shaped: its HTB rate and the packets its leaf FIFO holds."""
+    """How one interface is shaped: its HTB rate and the packets its leaf FIFO holds; under the
+    lossless mode (`fifo_bytes` set) the leaf is a pausable byte FIFO of that many bytes
+    (`zcube_lab.core.fabric.lossless`) and `packets` is its XOFF in frames."""
 
     mbps: float
     packets: int
+    fifo_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -124,10 +129,15 @@ def port_rates(fabric: Fabric, scale: Scale) -> dict[str, float]:
     }
 
 
-def port_shapes(fabric: Fabric, scale: Scale, mtu: int, model: QueueModel) -> dict[str, PortShape]:
-    """Rate and queue limit of every interface, both ends of every link."""
+def port_shapes(
+    fabric: Fabric, scale: Scale, mtu: int, model: QueueModel, lossless: bool = False
+) -> dict[str, PortShape]:
+    """Rate and queue limit of every interface, both ends of every link (`lossless`: with the
+    lossless mode's FIFO bytes)."""
     limits = port_queue_limits(fabric, scale, mtu, model)
-    return {name: PortShape(mbps, limits[name]) for name, mbps in port_rates(fabric, scale).items()}
+    rates = port_rates(fabric, scale)
+    fifo = fifo_bytes(fabric, limits, rates, mtu) if lossless else {}
+    return {name: PortShape(mbps, limits[name], fifo.get(name)) for name, mbps in rates.items()}
 
 
 def shaping_lines(shapes: Iterable[tuple[str, PortShape]]) -> list[str]:
@@ -141,7 +151,10 @@ def shaping_lines(shapes: Iterable[tuple[str, PortShape]]) -> list[str]:
             f"class replace dev {interface} parent {HTB_ROOT} classid {HTB_CLASS} "
             f"htb rate {shape.mbps:f}Mbit burst {HTB_BURST}"
         )
-        lines += leaf_queue_lines([(interface, shape.packets)])
+        if shape.fifo_bytes is not None:
+            lines.append(holding_leaf_line(interface, shape.fifo_bytes))
+        else:
+            lines += leaf_queue_lines([(interface, shape.packets)])
     return lines
 
 

@@ -1,0 +1,130 @@
+"""The lossless mode (`--lossless`, emulator.lab.lossless) on a real fabric: a 4-GPU ZCube in
+Mininet, switch queues of 8 frames. Two senders (h2 through b0, h3 through b1) incast into h0's
+port on a0 for a few seconds: without the mode a0's port to h0 drops; with it no port drops,
+the links into a0 (b0's and b1's ports) record pauses, and a victim flow from h2 to the idle
+h1 (through b0 -> a0, the link the incast shares) is slower than with the incast off: it waits
+behind the pauses (head-of-line blocking). The agent stops with the lab."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from emulator.lab.network import Lab, LabOptions
+from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.queues import QueueModel
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.ports import free_port
+from zcube_lab.core.procs import pid_alive
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
+
+SPEC = FabricSpec.of("zcube", n=2)
+SECONDS = 4
+QUEUE = 8  # frames: a 2:1 incast of TCP overflows it within a round trip or two
+
+
+def make_lab(tmp_path_factory: pytest.TempPathFactory, lossless: bool) -> Lab:
+    options = LabOptions(
+        scale=Scale(nic_mbps=100.0),
+        of_port=free_port(),
+        metrics_port=free_port(),
+        state_dir=tmp_path_factory.mktemp("state"),
+        queue=QueueModel(packets=QUEUE),
+        lossless=lossless,
+    )
+    return Lab(build_fabric(SPEC), options).start()
+
+
+@pytest.fixture  # torn down before the next test: two labs of one fabric cannot coexist
+def lossy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    lab = make_lab(tmp_path_factory, lossless=False)
+    try:
+        yield lab
+    finally:
+        lab.stop()
+
+
+def address(lab: Lab, host: str, interface: int) -> str:
+    return lab.fabric.host(host).interfaces[interface].ip
+
+
+def flows(lab: Lab, pairs: list[tuple[str, str, int]], seconds: float = SECONDS) -> list[float]:
+    """TCP goodput in Mb/s of each (src, dst host, dst interface), all at once (iperf3)."""
+    servers, clients = [], []
+    for n, (_src, dst, i) in enumerate(pairs):
+        argv = ["iperf3", "-s", "-1", "-p", str(5301 + n), "-B", address(lab, dst, i)]
+        servers.append(lab.net.get(dst).popen(argv, stdout=subprocess.DEVNULL))
+    time.sleep(0.5)
+    try:
+        for n, (src, dst, i) in enumerate(pairs):
+            argv = ["iperf3", "-c", address(lab, dst, i), "-p", str(5301 + n), "-t", str(seconds)]
+            clients.append(lab.net.get(src).popen([*argv, "-J"], stdout=subprocess.PIPE))
+        out = []
+        for c in clients:
+            text, _ = c.communicate(timeout=seconds + 30)
+            out.append(json.loads(text)["end"]["sum_received"]["bits_per_second"] / 1e6)
+        return out
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait()
+
+
+def switch_drops(lab: Lab) -> dict[str, int]:
+    """Qdisc drops so far of every switch port."""
+    text = subprocess.run(
+        ["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    roots = root_qdiscs(parse_qdiscs(text))
+    return {p: roots[p].drops for p in lab.fabric.switch_interfaces()}
+
+
+INCAST = [("h2", "h0", 0), ("h3", "h0", 0)]  # both into a0's port 1 (h0-eth0's peer)
+VICTIM = ("h2", "h1", 0)  # h2 -> b0 -> a0 -> h1: shares b0's link into a0 with the incast
+
+
+def test_without_the_mode_the_incast_drops(lossy: Lab) -> None:
+    before = switch_drops(lossy)
+    flows(lossy, INCAST)
+    after = switch_drops(lossy)
+    assert after["a0-eth1"] - before["a0-eth1"] > 0
+
+
+def test_lossless_incast_drops_nothing_pauses_the_links_into_a0_and_blocks_a_victim(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    lab = make_lab(tmp_path_factory, lossless=True)
+    try:
+        assert lab.lossless_alive()
+        alone = flows(lab, [VICTIM])[0]
+        before = switch_drops(lab)
+        *incast, victim = flows(lab, [*INCAST, VICTIM])
+        after = switch_drops(lab)
+        report = lab.lossless_report(fresh=True)
+        agent = lab.lossless_agent
+        assert agent is not None
+        host_drops = {
+            h: root_qdiscs(parse_qdiscs(lab.net.get(h).cmd("tc", "-s", "-j", "qdisc", "show")))
+            for h in ("h2", "h3")
+        }
+    finally:
+        lab.stop()
+    assert {p: after[p] - before[p] for p in after if after[p] != before[p]} == {}
+    for qdiscs in host_drops.values():
+        assert all(q.drops == 0 for q in qdiscs.values()), qdiscs
+    assert report is not None and report.errors == 0, report
+    # b0 and b1 feed a0's port to h0: each link into a0 was paused, and for a while
+    for port in ("b0-eth3", "b1-eth3"):
+        assert report.ports[port]["pauses"] > 0, report.ports
+        assert report.ports[port]["paused_s"] > 0.1, report.ports
+    assert sum(incast) > 20, incast  # the incast moved data: the pauses held it, not stopped it
+    assert victim < 0.7 * alone, (victim, alone)
+    assert report.reactions > 0 and report.reaction_p99_s is not None
+    assert not pid_alive(agent.pid)  # stopped with the lab
