@@ -131,9 +131,7 @@ class ZCubeController(app_manager.OSKenApp):
             )
         self.config = config
         fabric = config.fabric
-        self.rules: dict[int, SwitchRules] = compute_rules(
-            fabric, config.policy, config.ev_rules
-        )
+        self.rules: dict[int, SwitchRules] = compute_rules(fabric, config.policy, config.ev_rules)
         by_name = {r.name: r for r in self.rules.values()}
         peers = {
             (node, port): far
