@@ -311,3 +311,43 @@ def test_a_pull_of_an_unknown_request_fails_cleanly() -> None:
         assert server.counters.not_found >= 1
 
     asyncio.run(go())
+
+
+# -- the roles ----------------------------------------------------------------------------------
+def test_an_unknown_transport_is_refused_by_both_roles() -> None:
+    from serving.config import DecodeConfig, PrefillConfig
+    from zcube_lab.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="kv_transport"):
+        DecodeConfig(kv_transport="rdma")
+    with pytest.raises(ConfigError, match="kv_transport"):
+        PrefillConfig(kv_transport="rdma")
+    with pytest.raises(ConfigError, match="kv_mrc_evs"):
+        PrefillConfig(kv_transport="mrc", kv_mrc_evs=0)
+
+
+async def test_decode_pulls_over_mrc_when_both_roles_say_so(aiohttp_server, tmp_path) -> None:
+    import json
+    import sys
+    from pathlib import Path
+
+    import aiohttp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from serving_fixtures import start_inprocess_cluster
+
+    log = tmp_path / "kv.jsonl"
+    c = await start_inprocess_cluster(
+        aiohttp_server,
+        prefill={"kv_transport": "mrc", "kv_mrc_evs": 4, "kv_mrc_ev_base": 0},
+        decode={"kv_transport": "mrc", "kv_log": str(log)},
+    )
+    body = {"model": "tiny", "prompt": "w " * 3000, "max_tokens": 2, "ignore_eos": True}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(c.gateway_url + "/v1/completions", json=body) as r,
+    ):
+        assert r.status == 200, await r.text()
+    (rec,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert rec["ok"] and rec["checksum_ok"] and rec["bytes"] == rec["expected_bytes"] > 0
+    assert rec["lanes"] == 2 and rec["paths_used"] == 8  # 2 legs x 4 EVs: datagrams, not lanes

@@ -25,6 +25,7 @@ EV_BITS = 3
 EV_LEVELS = 4  # distances 1..4 have their own field; farther ones reuse them cyclically
 EV_BASE = 0xE000  # 57344: the first EV source port (its low 13 bits are zero)
 MAX_EVS = 128
+EV_SPAN = 1 << (EV_BITS * EV_LEVELS + 1)  # ev_ports(MAX_EVS) lies in [base, base + EV_SPAN)
 
 
 def field_shift(distance: int) -> int:
