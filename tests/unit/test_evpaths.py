@@ -88,3 +88,19 @@ def test_a_cut_link_drops_only_the_evs_whose_path_crosses_it() -> None:
         assert delivered != crosses, (port, path)
         crossing += crosses
     assert 0 < crossing < len(paths)
+
+
+def test_the_fabric_command_shows_which_ev_takes_which_path(capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from zcube_lab.cli import main
+
+    argv = ["fabric", "--fabric", "roft", "--planes", "2", "--paths", "h0", "h5", "--evs", "4"]
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["ev_paths"]
+    assert len(rows) == 8  # 4 EVs to each of h5's two addresses
+    first = rows[0]
+    assert first["hops"] == list(ev_path(ROFT2, "h0", first["dst_ip"], first["ev"]))
+    assert main(argv) == 0
+    assert "EV 57344 to " in capsys.readouterr().out
+    assert main(["fabric", "--fabric", "roft", "--evs", "4"]) == 2  # needs --paths
