@@ -13,9 +13,9 @@ The module is also the probe run inside the hosts:
     python -m emulator.probes.cutprobe pull --bytes N [--streams K]
         [--stall-s T] [--timeout-s T] [--source CIDR=LOCAL]... [--transport mrc
         --rate-mbps R] ADDR:PORT...
-        prints "started", then one JSON line: ok, bytes, checksum_ok, retired, seconds, error
-        (and over mrc: retired_evs, retransmitted_bytes, paths_used, source_ports, duplicates,
-        corrupt, by_leg).
+        prints "started", then one JSON line: ok, bytes, checksum_ok, retired, seconds,
+        cpu_s (the puller's CPU seconds during the pull), error; over mrc also retired_evs,
+        retransmitted_bytes, paths_used, source_ports, duplicates, corrupt.
 
 `cut_during_pull(..., transport="mrc")` pulls over the MRC-style transport instead of TCP, on a
 lab whose controller also installs the EV rules (`--ev-rules`), paced at each leg's NIC rate.
@@ -92,7 +92,7 @@ async def _pull(args: argparse.Namespace) -> None:
     if args.transport == "mrc":
         await _pull_mrc(args, expected, sources)
         return
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     try:
         _buf, result = await pull_kv(
             "probe",
@@ -116,6 +116,7 @@ async def _pull(args: argparse.Namespace) -> None:
     except KVTransferError as exc:
         out = {"ok": False, "bytes": 0, "checksum_ok": False, "retired": 0, "error": str(exc)}
     out["seconds"] = round(time.monotonic() - t0, 3)
+    out["cpu_s"] = round(time.process_time() - c0, 3)
     print(json.dumps(out), flush=True)
 
 
@@ -123,7 +124,7 @@ async def _pull_mrc(args: argparse.Namespace, expected: int, sources: Any) -> No
     from serving.kvwire import KVTransferError
     from serving.kvwire.mrc import pull_kv_mrc
 
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     try:
         _buf, r = await pull_kv_mrc(
             "probe",
@@ -153,7 +154,7 @@ async def _pull_mrc(args: argparse.Namespace, expected: int, sources: Any) -> No
     except KVTransferError as exc:
         out = {"ok": False, "bytes": 0, "checksum_ok": False, "retired": 0, "error": str(exc)}
     out["seconds"] = round(time.monotonic() - t0, 3)
-    out["cpu_s"] = round(time.process_time(), 3)
+    out["cpu_s"] = round(time.process_time() - c0, 3)
     print(json.dumps(out), flush=True)
 
 
