@@ -41,7 +41,8 @@ ACK_EVERY = 4  # in-order datagrams per ACK (out-of-order, duplicate and probe: 
 ACK_FLUSH_S = 0.002
 DONE_TRIES = 5
 DONE_WAIT_S = 0.03
-IDLE_DROP_S = 5.0
+IDLE_DROP_S = 1.0  # a connection whose receiver said nothing this long is dropped
+KEEPALIVE_S = 0.05  # the receiver acknowledges at least this often, data or not
 FINISHED_KEEP_S = 10.0
 SOCKET_BUFFER = 4 * 2**20
 
@@ -256,6 +257,11 @@ class MrcServer:
         try:
             while not st.done:
                 now = time.monotonic()
+                if now - c.last_heard > IDLE_DROP_S:
+                    # The receiver is gone (or every path to it is): stop, rather than resend.
+                    log.info("mrc connection %d: receiver silent, dropped", c.conn_id)
+                    self._conns.pop(c.conn_id, None)
+                    return
                 st.on_timer(now)
                 sent = 0
                 while (s := st.next_send(now)) is not None:
@@ -324,6 +330,7 @@ class _Client:
     by_leg: dict[int, int] = field(default_factory=dict)
     corrupt: int = 0
     unacked: int = 0
+    acked_at: float = 0.0
     last: w.Data | None = None
     not_found: bool = False
     stats: w.Stats | None = None
@@ -335,6 +342,7 @@ def _send_ack(c: _Client, addrs: Sequence[Address], d: w.Data | None) -> None:
     for i, t in enumerate(c.legs):
         t.sendto(w.encode_ack(c.conn, i, ack), (addrs[i].host, addrs[i].port))
     c.unacked = 0
+    c.acked_at = time.monotonic()
 
 
 def _on_client_datagram(c: _Client, addrs: Sequence[Address], data: bytes) -> None:
@@ -408,6 +416,8 @@ async def pull_kv_mrc(
                     )
                 if c.unacked:
                     _send_ack(c, addrs, c.last)
+                elif c.heard and now - c.acked_at >= KEEPALIVE_S:
+                    _send_ack(c, addrs, None)  # echoes nothing: no stale RTT sample
                 c.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(ACK_FLUSH_S if c.unacked else GET_RESEND_S):

@@ -351,3 +351,22 @@ async def test_decode_pulls_over_mrc_when_both_roles_say_so(aiohttp_server, tmp_
     (rec,) = [json.loads(x) for x in log.read_text().splitlines()]
     assert rec["ok"] and rec["checksum_ok"] and rec["bytes"] == rec["expected_bytes"] > 0
     assert rec["lanes"] == 2 and rec["paths_used"] == 8  # 2 legs x 4 EVs: datagrams, not lanes
+
+
+def test_a_sender_whose_receiver_went_silent_stops_instead_of_resending() -> None:
+    from serving.kvwire import mrc
+
+    data = b"z" * 200_000
+
+    async def go() -> None:
+        server, addrs = await _serve(data, drop=lambda *_: True)  # every datagram lost
+        try:
+            with pytest.raises(KVTransferError, match="timed out"):
+                await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=0.3)
+            assert server.counters.connections == 1
+            await asyncio.sleep(mrc.IDLE_DROP_S + 0.3)
+            assert not server._conns
+        finally:
+            server.close()
+
+    asyncio.run(go())
