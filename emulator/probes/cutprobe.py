@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import select
 import subprocess
 import sys
@@ -307,32 +308,45 @@ def mrc_rate_mbps(lab: Lab, src: str, dst: str) -> float:
     return MRC_PACE_SHARE * min(rates)
 
 
+_PORT_TX = re.compile(
+    r"port\s+(\d+):\s*rx pkts=[^,]*, bytes=[^,]*,.*?tx pkts=[^,]*, bytes=(\d+)", re.S
+)
+
+
+def switch_tx_bytes(dump_ports: str) -> dict[int, int]:
+    """Port -> bytes sent, from one `ovs-ofctl dump-ports BRIDGE` of every port (LOCAL left
+    out)."""
+    return {int(port): int(sent) for port, sent in _PORT_TX.findall(dump_ports)}
+
+
 def _port_counters(fabric: Fabric) -> dict[tuple[str, int], int]:
-    """Bytes every switch-to-switch link end has sent so far."""
-    from emulator.lab.measure import port_tx_bytes
+    """Bytes every switch-to-switch link end has sent so far: one `dump-ports` per switch (one
+    per port took seconds on a big fabric, so a cut meant for 0.4 s into a pull came late)."""
+    from emulator.lab import ovs
     from zcube_lab.core.fault_schedule import switch_links
 
     ends = {
         end for lk in switch_links(fabric) for end in ((lk.node1, lk.port1), (lk.node2, lk.port2))
     }
-    return {end: port_tx_bytes(*end) for end in sorted(ends)}
+    sent: dict[tuple[str, int], int] = {}
+    for switch in sorted({sw for sw, _ in ends}):
+        for port, count in switch_tx_bytes(ovs.ofctl("dump-ports", switch)).items():
+            if (switch, port) in ends:
+                sent[(switch, port)] = count
+    return sent
 
 
 def _bytes_moved(fabric: Fabric, sample_s: float) -> dict[Link, int]:
     """Bytes each switch-to-switch link sent (both ends) during `sample_s` from now."""
-    from emulator.lab.measure import port_tx_bytes
     from zcube_lab.core.fault_schedule import switch_links
 
-    ends = [
-        (lk, end)
-        for lk in switch_links(fabric)
-        for end in ((lk.node1, lk.port1), (lk.node2, lk.port2))
-    ]
-    before = {(lk, end): port_tx_bytes(*end) for lk, end in ends}
+    before = _port_counters(fabric)
     time.sleep(sample_s)
+    after = _port_counters(fabric)
     moved: dict[Link, int] = {}
-    for lk, end in ends:
-        moved[lk] = moved.get(lk, 0) + port_tx_bytes(*end) - before[(lk, end)]
+    for lk in switch_links(fabric):
+        for end in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
+            moved[lk] = moved.get(lk, 0) + after.get(end, 0) - before.get(end, 0)
     return moved
 
 

@@ -104,3 +104,18 @@ def test_the_fabric_command_shows_which_ev_takes_which_path(capsys: pytest.Captu
     assert main(argv) == 0
     assert "EV 57344 to " in capsys.readouterr().out
     assert main(["fabric", "--fabric", "roft", "--evs", "4"]) == 2  # needs --paths
+
+
+def test_one_dump_ports_gives_every_ports_tx_bytes() -> None:
+    from emulator.probes.cutprobe import switch_tx_bytes
+
+    text = """OFPST_PORT reply (OF1.3) (xid=0x2): 3 ports
+  port LOCAL: rx pkts=0, bytes=0, drop=0, errs=0, frame=0, over=0, crc=0
+           tx pkts=0, bytes=0, drop=0, errs=0, coll=0
+           duration=5.1s
+  port  5: rx pkts=12, bytes=3400, drop=0, errs=0, frame=0, over=0, crc=0
+           tx pkts=319, bytes=2875466, drop=0, errs=0, coll=0
+  port 12: rx pkts=?, bytes=?, drop=?, errs=?, frame=?, over=?, crc=?
+           tx pkts=1, bytes=98, drop=0, errs=0, coll=0
+"""
+    assert switch_tx_bytes(text) == {5: 2875466, 12: 98}
