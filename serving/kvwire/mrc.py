@@ -431,9 +431,10 @@ async def pull_kv_mrc(
                 if c.stats is not None:
                     break
     except TimeoutError:
+        hint = "" if c.heard else "; no datagram came back: does prefill serve --kv-transport mrc?"
         exc = KVTransferError(
             f"KV pull of {num_bytes} bytes over mrc timed out after {timeout_s}s "
-            f"({c.recv.got.total} bytes received)"
+            f"({c.recv.got.total} bytes received){hint}"
         )
         exc.received, exc.lanes, exc.paths_used = c.recv.got.total, len(addrs), len(c.seen)
         raise exc from None

@@ -370,3 +370,16 @@ def test_a_sender_whose_receiver_went_silent_stops_instead_of_resending() -> Non
             server.close()
 
     asyncio.run(go())
+
+
+def test_a_pull_from_a_prefill_without_mrc_says_so_when_it_times_out() -> None:
+    import socket
+
+    async def go() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))  # a UDP port nobody answers on
+            addr = Address("127.0.0.1", s.getsockname()[1])
+            with pytest.raises(KVTransferError, match="does prefill serve --kv-transport mrc"):
+                await pull_kv_mrc("r", [addr], 1000, 0, timeout_s=0.2)
+
+    asyncio.run(go())
