@@ -251,9 +251,8 @@ class MrcServer:
 
     async def _send_loop(self, c: _Conn) -> None:
         st = c.state
-        socks = {
-            leg: dict(self._ev_socks[lg.address]) for leg, lg in c.legs.items()
-        }  # refreshed as legs join
+        # leg -> EV port -> the socket bound to it; a leg joining later is added when used.
+        socks: dict[int, dict[int, asyncio.DatagramTransport]] = {}
         try:
             while not st.done:
                 now = time.monotonic()
@@ -286,9 +285,7 @@ class MrcServer:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, delay)):
                         await c.wake.wait()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except Exception:  # a bug, not the network: say so rather than die silently
             log.exception("mrc sender of connection %d failed", c.conn_id)
 
 
