@@ -24,14 +24,14 @@ computed with this field zero. A datagram whose magic, length or CRC is wrong is
 
 The sender (`SenderState`) keeps a window in bytes, paced at a rate (token bucket), puts every
 datagram on the next live EV round-robin (over the legs and each leg's EVs), and learns from
-every ACK which datagrams arrived. Loss: a datagram not acknowledged while one sent after it
-was, once `LOSS_RTTS` smoothed RTTs have passed since it was sent (or, with no later one acked,
-after the retransmission timeout) is lost: its EV is retired at once and its bytes are
-retransmitted on another EV (as are the EV's other datagrams in flight). A retired EV is probed
-every `PROBE_INTERVAL_RTTS` RTTs; a probe's ack restores it. Congestion: an ack whose RTT exceeds
-the EV's own minimum by more than `QUEUE_DELAY_S` marks that EV slow for `SLOW_HOLD_RTTS`; new
-datagrams go to the EVs that are not slow while there are any (the ECN-free stand-in for MRC's
-congestion-driven EV swap).
+every ACK which datagrams arrived. Loss: a datagram not acknowledged while one sent after it on
+the same leg was, once `LOSS_RTTS` of that leg's smoothed RTTs have passed since it was sent
+(or, with no later one acked, after the leg's retransmission timeout) is lost: its EV is
+retired at once and its bytes are retransmitted on another EV (as are the EV's other datagrams
+in flight). A retired EV is probed every `PROBE_INTERVAL_RTTS` RTTs; a probe's ack restores it.
+Congestion: an ack whose RTT exceeds the EV's own minimum by more than `QUEUE_DELAY_S` marks
+that EV slow for `SLOW_HOLD_RTTS`; new datagrams go to the EVs that are not slow while there
+are any (the ECN-free stand-in for MRC's congestion-driven EV swap).
 """
 
 from __future__ import annotations
@@ -406,7 +406,10 @@ class SenderState:
         self.inflight_bytes = 0
         self.seq = 0
         self.srtt = INITIAL_RTT_S
-        self.latest_acked_seq = 0  # the latest-sent datagram known to have arrived
+        # Per leg: the smoothed RTT and the latest-sent datagram known to have arrived. Loss is
+        # judged within a leg only: a plane with a longer queue is not "overtaken" by another.
+        self.leg_srtt: dict[int, float] = {}
+        self.leg_acked_seq: dict[int, int] = {}
         self.tokens = float(mss)
         self.token_time = now
         self.turn = 0
@@ -485,6 +488,11 @@ class SenderState:
     @property
     def rto(self) -> float:
         return max(MIN_RTO_S, RTO_RTTS * self.srtt)
+
+    def leg_limits(self, leg: int) -> tuple[float, float]:
+        """(loss after, retransmission timeout) of a datagram on `leg`, from its own RTT."""
+        srtt = self.leg_srtt.get(leg, self.srtt)
+        return max(MIN_LOSS_S, LOSS_RTTS * srtt), max(MIN_RTO_S, RTO_RTTS * srtt)
 
     @property
     def done(self) -> bool:
@@ -586,6 +594,8 @@ class SenderState:
             rtt = max(0.0, now - echoed.at)
             ev = echoed.ev
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
+            leg_srtt = self.leg_srtt.get(ev.leg, rtt)
+            self.leg_srtt[ev.leg] = 0.875 * leg_srtt + 0.125 * rtt
             ev.min_rtt = min(ev.min_rtt, rtt)
             if ev.probe_seq == ack.echo_seq:
                 ev.retired_at = None
@@ -602,7 +612,8 @@ class SenderState:
             for _off, seq in self._offsets[i:j]:
                 sent = self.inflight[seq]
                 if self.acked.covers(sent.offset, sent.offset + sent.length):
-                    self.latest_acked_seq = max(self.latest_acked_seq, seq)
+                    leg = sent.ev.leg
+                    self.leg_acked_seq[leg] = max(self.leg_acked_seq.get(leg, 0), seq)
                     self._forget(sent)
         self.on_timer(now)
 
@@ -610,8 +621,9 @@ class SenderState:
         """Declare lost what SACKs left behind for `loss_after` (or the RTO): retire its EV at
         once and queue its bytes again; a probe unanswered for a probe interval renews the
         retirement."""
-        loss_after, rto, probe_interval = self.loss_after, self.rto, self.probe_interval
-        oldest_probe = min(loss_after, probe_interval)
+        probe_interval = self.probe_interval
+        limits = {leg: self.leg_limits(leg) for leg in self.all_evs}
+        oldest_probe = min([probe_interval, *(lo for lo, _ in limits.values())])
         for s in list(self.inflight.values()):
             if s.seq not in self.inflight:
                 continue  # already requeued by a retirement earlier in this loop
@@ -625,7 +637,8 @@ class SenderState:
                         s.ev.probe_seq = None
                         s.ev.probe_at = now
                 continue
-            overtaken = s.seq < self.latest_acked_seq
+            loss_after, rto = limits[s.ev.leg]
+            overtaken = s.seq < self.leg_acked_seq.get(s.ev.leg, 0)
             if (overtaken and age > loss_after) or age > rto:
                 if s.ev.live:
                     self._retire(s.ev, now)

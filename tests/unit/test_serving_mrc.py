@@ -383,3 +383,20 @@ def test_a_pull_from_a_prefill_without_mrc_says_so_when_it_times_out() -> None:
                 await pull_kv_mrc("r", [addr], 1000, 0, timeout_s=0.2)
 
     asyncio.run(go())
+
+
+def test_a_slower_plane_is_not_judged_lost_by_the_faster_planes_acks() -> None:
+    # Leg 0 has a 30 ms queue, leg 1 answers in 1 ms: leg 1's later datagrams being acked must
+    # not make leg 0's in-flight ones look lost (the cascade seen on a cut 2-plane ROFT), while
+    # a datagram left behind on leg 1 itself is.
+    st = _sender(num_bytes=100 * 100, legs=2, evs=4, window=800)
+    st.leg_srtt.update({0: 0.030, 1: 0.001})
+    st.srtt = 0.002  # the connection-wide estimate, dominated by the fast plane
+    sends = _drain(st, 0.0)
+    slow = [s for s in sends if s.ev.leg == 0]
+    fast = [s for s in sends if s.ev.leg == 1]
+    behind, arrived = fast[0], fast[1:]
+    st.on_ack(_ack_for(arrived, arrived[-1]), 0.002)
+    st.on_timer(0.020)  # past 3 x leg 1's RTT and the 10 ms floor, within leg 0's own RTT
+    assert all(s.ev.live for s in slow)
+    assert st.retired_log == [behind.ev.key]
