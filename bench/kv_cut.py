@@ -8,8 +8,14 @@ transfer in its first 0.4 s cut for the rest of it (`emulator.probes.cutprobe`).
 median without), pulls completed with every byte verified, subflows retired, and the controller
 recomputes. A pull that does not complete within `--timeout` counts as failed.
 
+The policy `mrc` is ECMP routing plus the controller's EV rules, with the pull over the
+MRC-style datagram transport (`serving.kvwire.mrc`) instead of TCP; its rows also give the
+bytes the sender retransmitted. Every row gives the puller's CPU per Mb pulled (the puller
+process only: the prefill side's sender is not counted).
+
     sudo .venv/bin/python bench/kv_cut.py                       # zcube, roft, roft 2 planes
     sudo .venv/bin/python bench/kv_cut.py --fabrics zcube --policies ff,spray --repeat 5
+    sudo .venv/bin/python bench/kv_cut.py --fabrics roft-2planes --policies ecmp,spray,mrc
 """
 
 from __future__ import annotations
@@ -65,13 +71,14 @@ def main() -> int:
                     with tempfile.TemporaryDirectory() as tmp:
                         res = cut_during_pull(
                             fabric,
-                            policy,
+                            "ecmp" if policy == "mrc" else policy,
                             "h0",
                             "h5",
                             link=link,
                             num_bytes=args.mib * 1024 * 1024,
                             timeout_s=args.timeout,
                             log_dir=Path(tmp),
+                            transport="mrc" if policy == "mrc" else "tcp",
                         )
                     r["clean" if link is None else "cut"].append(res)
                 cut = r["cut"][-1]
@@ -88,8 +95,10 @@ def main() -> int:
         "pull, cut (s)",
         "recovery (s)",
         "completed",
-        "retired subflows",
+        "retired subflows / EVs",
         "recomputes",
+        "retransmitted KB (cut)",
+        "puller CPU ms/Mb (no cut)",
     ]
     for (name, policy), r in results.items():
         clean = [x.pull["seconds"] for x in r["clean"] if x.pull["ok"]]
@@ -106,6 +115,22 @@ def main() -> int:
                 f"{len(cut_ok)}/{len(r['cut'])}",
                 median_spread([float(x.pull["retired"]) for x in r["cut"]], ".2f"),
                 median_spread([float(x.recomputes) for x in r["cut"]], ".2f"),
+                median_spread(
+                    [
+                        x.pull["retransmitted_bytes"] / 1e3
+                        for x in cut_ok
+                        if x.pull.get("retransmitted_bytes") is not None
+                    ],
+                    ".0f",
+                ),
+                median_spread(
+                    [
+                        1e3 * x.pull["cpu_s"] / (x.pull["bytes"] * 8 / 1e6)
+                        for x in r["clean"]
+                        if x.pull["ok"] and "cpu_s" in x.pull
+                    ],
+                    ".1f",
+                ),
             ]
         )
     print("\n| " + " | ".join(heads) + " |")

@@ -88,6 +88,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="recompute routes on port-status changes and push the difference to the switches",
     )
+    p.add_argument(
+        "--ev-rules",
+        action="store_true",
+        help="also install the static EV rules: bits of a UDP source port pick the next hop "
+        "(the MRC transport's paths; zcube_lab.core.fabric.evpaths)",
+    )
     p.add_argument("--log-level", default="INFO", help="Python logging level")
     return p.parse_args(argv)
 
@@ -133,7 +139,7 @@ def _serve(
         f"controller listening on tcp:{args.listen_host}:{args.of_port} (OpenFlow 1.3), "
         f"metrics on http://{LISTEN_HOST}:{metrics_port}/metrics, "
         f"fabric {fabric.kind} ({len(fabric.switches)} switches), policy {config.policy}"
-        f"{', recompute' if config.recompute else ''}",
+        f"{', recompute' if config.recompute else ''}{', EV rules' if config.ev_rules else ''}",
         flush=True,
     )
     while not stop.wait(0.2):
@@ -151,7 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         fabric = build_fabric(FabricSpec.from_json(args.fabric_spec))
         config = ControllerConfig(
-            fabric, args.policy, args.poll_interval, registry, recompute=args.recompute
+            fabric,
+            args.policy,
+            args.poll_interval,
+            registry,
+            recompute=args.recompute,
+            ev_rules=args.ev_rules,
         )
     except (ConfigError, ValueError, KeyError, TypeError) as err:
         print(f"controller: bad configuration: {err}", file=sys.stderr)

@@ -102,6 +102,7 @@ class ControllerConfig:
     poll_interval: float
     registry: CollectorRegistry
     recompute: bool = False
+    ev_rules: bool = False  # also the static EV rules (UDP source port -> path; MRC)
 
     def __post_init__(self) -> None:
         # Stored by its name, not an alias, so the logs and the rules agree on what it is.
@@ -110,6 +111,8 @@ class ControllerConfig:
             raise ConfigError("poll_interval", self.poll_interval, "a number of seconds > 0")
         if not isinstance(self.recompute, bool):
             raise ConfigError("recompute", self.recompute, "True or False")
+        if not isinstance(self.ev_rules, bool):
+            raise ConfigError("ev_rules", self.ev_rules, "True or False")
 
 
 class ZCubeController(app_manager.OSKenApp):
@@ -128,7 +131,7 @@ class ZCubeController(app_manager.OSKenApp):
             )
         self.config = config
         fabric = config.fabric
-        self.rules: dict[int, SwitchRules] = compute_rules(fabric, config.policy)
+        self.rules: dict[int, SwitchRules] = compute_rules(fabric, config.policy, config.ev_rules)
         by_name = {r.name: r for r in self.rules.values()}
         peers = {
             (node, port): far
@@ -334,7 +337,7 @@ class ZCubeController(app_manager.OSKenApp):
                 return {}  # a flap within the debounce: nothing to change
             went_down = [lk for lk in down if lk not in self._routed_down]
             came_up = [lk for lk in self._routed_down if lk not in down]
-            fresh = compute_rules(fabric.without_links(down), policy)
+            fresh = compute_rules(fabric.without_links(down), policy, self.config.ev_rules)
             rules: dict[int, SwitchRules] = {}
             diffs: dict[int, RuleDiff] = {}
             for dpid, old in self.rules.items():

@@ -18,7 +18,8 @@ whose sending host's own link is down is dropped before any switch (an empty swi
 `with_failed(links)` returns the same table with more links down.
 
 Packets are plain mappings of OXM field names to values (`in_port`, `eth_type`, `ipv4_dst`).
-Matching is exact on every field of a flow's match, as our rules only use exact matches.
+Matching is exact on every field of a flow's match, except a (value, mask) pair (the EV rules'
+`udp_src`), which matches the masked bits.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from dataclasses import dataclass
 
 from controller.rules import (
     ETH_TYPE_IPV4,
+    IP_PROTO_UDP,
     Bucket,
     FlowSpec,
     GroupSpec,
+    MatchValue,
     Output,
     SwitchRules,
     ToGroup,
@@ -72,6 +75,14 @@ class Trace:
     @property
     def receivers(self) -> frozenset[tuple[str, int]]:
         return frozenset((d.host, d.interface) for d in self.delivered)
+
+
+def _matches(got: int | str | None, want: MatchValue) -> bool:
+    """Exact, or for a (value, mask) pair masked."""
+    if isinstance(want, tuple):
+        value, mask = want
+        return isinstance(got, int) and got & mask == value
+    return got == want
 
 
 def egress_interface(host: Host, dst_ip: str) -> int:
@@ -131,7 +142,7 @@ class FabricTable:
     def lookup(self, switch: str, packet: Packet) -> FlowSpec | None:
         """The flow a packet hits on `switch`, or None (no table-miss flow either)."""
         for flow in self._flows[switch]:
-            if all(packet.get(k) == v for k, v in flow.match):
+            if all(_matches(packet.get(k), v) for k, v in flow.match):
                 return flow
         return None
 
@@ -180,10 +191,14 @@ class FabricTable:
         walk(switch, in_port, ())
         return Trace(frozenset(delivered), frozenset(dropped), frozenset(looped))
 
-    def send(self, src: str, dst_ip: str) -> Trace:
-        """An IPv4 packet from host `src` to `dst_ip`, leaving by the host's own route."""
+    def send(self, src: str, dst_ip: str, udp_src: int | None = None) -> Trace:
+        """An IPv4 packet from host `src` to `dst_ip`, leaving by the host's own route (a UDP
+        packet from source port `udp_src`, if given)."""
         iface = egress_interface(self.fabric.host(src), dst_ip)
         attachment = self.fabric.attachments[(src, iface)]
         if not self.is_up(src, iface):
             return Trace(frozenset(), frozenset({()}), frozenset())
-        return self.trace(attachment.switch, attachment.port, ipv4_packet(dst_ip))
+        packet = ipv4_packet(dst_ip)
+        if udp_src is not None:
+            packet |= {"ip_proto": IP_PROTO_UDP, "udp_src": udp_src}
+        return self.trace(attachment.switch, attachment.port, packet)

@@ -52,6 +52,7 @@ from itertools import count
 
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Attachment, Fabric, Link
+from zcube_lab.core.fabric.evpaths import choice_bits, field_shift
 
 ROUTING_POLICIES = ("ecmp", "static", "ff")
 # Earlier names, still accepted (`python -m controller --policy single`).
@@ -64,12 +65,16 @@ ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
 ETH_TYPE_IPV6 = 0x86DD
 
+IP_PROTO_UDP = 17
+
 PRIORITY_TABLE_MISS = 0
 PRIORITY_IPV4_DST = 1000
+# EV rules (`ev_rules`): above the IPv4 routes, so a UDP packet's source port picks its next hop.
+PRIORITY_EV = 1500
 # Above the IPv4 routes so a future broad IPv4 rule can never shadow the explicit drops.
 PRIORITY_DROP = 2000
 
-MatchValue = int | str
+MatchValue = int | str | tuple[int, int]  # a pair is (value, mask)
 
 
 @dataclass(frozen=True)
@@ -275,7 +280,35 @@ class _Routes:
         return tuple(port for _length, port in sorted(found))
 
 
-def _switch_rules(routes: _Routes, switch: str) -> SwitchRules:
+def _ev_flows(routes: _Routes, switch: str, ip: str, attachment: Attachment) -> list[FlowSpec]:
+    """The EV rules of one destination on one switch (`zcube_lab.core.fabric.evpaths`): with
+    k > 1 equal-cost next hops, one flow per value of the source-port field this distance
+    reads, sending UDP to next hop `value % k`; none with one next hop or on the attachment
+    switch (the IPv4 route does)."""
+    if attachment.switch == switch:
+        return []
+    hops = routes.next_hops(switch, attachment.switch)
+    if len(hops) < 2:
+        return []
+    bits = choice_bits(len(hops))
+    shift = field_shift(routes.fabric.switch_distances[attachment.switch][switch])
+    mask = ((1 << bits) - 1) << shift
+    return [
+        FlowSpec(
+            PRIORITY_EV,
+            match(
+                eth_type=ETH_TYPE_IPV4,
+                ip_proto=IP_PROTO_UDP,
+                ipv4_dst=ip,
+                udp_src=(value << shift, mask),
+            ),
+            (Output(hops[value % len(hops)]),),
+        )
+        for value in range(1 << bits)
+    ]
+
+
+def _switch_rules(routes: _Routes, switch: str, ev_rules: bool = False) -> SwitchRules:
     group_type = GROUP_TYPE_OF_POLICY.get(routes.policy)
     groups: dict[tuple[int, ...], GroupSpec] = {}
     flows = list(base_flows())
@@ -302,14 +335,18 @@ def _switch_rules(routes: _Routes, switch: str) -> SwitchRules:
         flows.append(
             FlowSpec(PRIORITY_IPV4_DST, match(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip), actions)
         )
+        if ev_rules:
+            flows.extend(_ev_flows(routes, switch, ip, attachment))
     sw = routes.fabric.switch(switch)
     return SwitchRules(sw.name, sw.dpid, tuple(flows), tuple(groups.values()))
 
 
-def compute_rules(fabric: Fabric, policy: str) -> dict[int, SwitchRules]:
-    """The flows and groups of every switch, keyed by dpid, for routing `policy`."""
+def compute_rules(fabric: Fabric, policy: str, ev_rules: bool = False) -> dict[int, SwitchRules]:
+    """The flows and groups of every switch, keyed by dpid, for routing `policy`; with
+    `ev_rules`, also the static EV rules by which a UDP source port names its path (MRC's
+    SRv6 stand-in, `zcube_lab.core.fabric.evpaths`)."""
     routes = _Routes(fabric, check_policy(policy))
-    return {sw.dpid: _switch_rules(routes, sw.name) for sw in fabric.switches}
+    return {sw.dpid: _switch_rules(routes, sw.name, ev_rules) for sw in fabric.switches}
 
 
 # -- failures --------------------------------------------------------------------------------
@@ -343,12 +380,12 @@ def link_states(
 
 
 def rules_without(
-    fabric: Fabric, down_links: Iterable[Link], policy: str
+    fabric: Fabric, down_links: Iterable[Link], policy: str, ev_rules: bool = False
 ) -> dict[int, SwitchRules]:
     """What a recomputing controller installs once `down_links` failed: `policy` on the fabric
     that remains. (Group ids restart from 1; `align_groups` keeps them stable against the
     rules a switch already holds.)"""
-    return compute_rules(fabric.without_links(down_links), policy)
+    return compute_rules(fabric.without_links(down_links), policy, ev_rules)
 
 
 # -- changing installed rules -----------------------------------------------------------------

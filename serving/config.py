@@ -20,6 +20,7 @@ from serving.options import option
 from serving.routing import BALANCERS
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.evpaths import EV_BASE, EV_SPAN, MAX_EVS
 from zcube_lab.core.fabric.scale import MAX_DILATION
 
 # The gateway's balancing policies (`--policy`): the registered balancers.
@@ -27,6 +28,14 @@ BALANCING_POLICIES = tuple(BALANCERS)
 # Default hold of a KV path suspicion (`kv_path_hold_s` unset): this many stall timeouts
 # (5 s at 0.5 s).
 PATH_HOLD_STALLS = 10
+
+
+KV_TRANSPORTS = ("tcp", "mrc")
+
+
+def _check_transport(name: str) -> None:
+    if name not in KV_TRANSPORTS:
+        raise ConfigError("kv_transport", name, f"one of {list(KV_TRANSPORTS)}")
 
 
 @dataclass(frozen=True, order=True)
@@ -244,6 +253,23 @@ class PrefillConfig(EngineCommon):
     prefix_cache_hit_rate: float = option(
         0.0, help="share of each prompt served from the prefix cache (no compute; KV still moves)"
     )
+    # The KV transports served: TCP always; "mrc" also the MRC-style datagrams (serving.kvwire.mrc).
+    kv_transport: str = option(
+        "tcp",
+        help="tcp, or mrc: also serve KV as MRC-style UDP datagrams on the kv-bind ports, one "
+        "UDP socket per entropy value (EV)",
+        omit_default=True,
+    )
+    kv_mrc_evs: int = option(
+        16, help="mrc: EVs (UDP source ports) per KV address", omit_default=True
+    )
+    kv_mrc_ev_base: int = option(
+        EV_BASE,
+        help="mrc: the first EV source port (the fabric's EV rules read its bits); 0: ephemeral "
+        "ports (loopback, no EV rules)",
+        omit_default=True,
+    )
+    kv_mrc_mtu: int = option(1500, help="mrc: the path MTU datagrams fit", omit_default=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -256,6 +282,15 @@ class PrefillConfig(EngineCommon):
         _check(len(self.kv_bind) >= 1, "kv_bind", self.kv_bind, "at least one host:port")
         _check(self.token_budget >= 1, "token_budget", self.token_budget, ">= 1")
         _check(self.kv_lease_s > 0, "kv_lease_s", self.kv_lease_s, "> 0 seconds")
+        _check_transport(self.kv_transport)
+        _check(1 <= self.kv_mrc_evs <= MAX_EVS, "kv_mrc_evs", self.kv_mrc_evs, f"1..{MAX_EVS}")
+        _check(
+            self.kv_mrc_ev_base == 0 or 1024 <= self.kv_mrc_ev_base <= 65536 - EV_SPAN,
+            "kv_mrc_ev_base",
+            self.kv_mrc_ev_base,
+            "0 (ephemeral) or a port leaving room for the EVs",
+        )
+        _check(576 <= self.kv_mrc_mtu <= 65535, "kv_mrc_mtu", self.kv_mrc_mtu, "576..65535")
 
     @property
     def nixl_engine_id(self) -> str:
@@ -324,6 +359,16 @@ class DecodeConfig(EngineCommon):
         type=float,
         omit_default=True,
     )
+    # How KV is pulled: "tcp" (serving.kvwire.pull) or "mrc" (serving.kvwire.mrc).
+    kv_transport: str = option(
+        "tcp",
+        help="tcp (lanes of TCP connections) or mrc (MRC-style UDP datagrams sprayed over "
+        "entropy values; prefill must serve it: its --kv-transport mrc)",
+        omit_default=True,
+    )
+    kv_mrc_rate_mbps: float = option(
+        0.0, help="mrc: pace each leg at this rate, Mb/s (0: window-limited)", omit_default=True
+    )
     # Append one JSON line per KV pull attempt to this file ("": no log).
     kv_log: str = option(
         "", help="append one JSON line per KV pull attempt to this file", omit_default=True
@@ -381,6 +426,8 @@ class DecodeConfig(EngineCommon):
                 "0..3600 seconds (0: off), or unset (10 x kv_stall_timeout_s)",
             )
         _check("\n" not in self.kv_log, "kv_log", self.kv_log, "a file path")
+        _check_transport(self.kv_transport)
+        _check(self.kv_mrc_rate_mbps >= 0, "kv_mrc_rate_mbps", self.kv_mrc_rate_mbps, ">= 0")
         _check(self.max_num_seqs >= 0, "max_num_seqs", self.max_num_seqs, ">= 0 (0: profile)")
         _check(
             0.0 <= self.eos_probability <= 1.0,

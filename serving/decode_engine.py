@@ -16,7 +16,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -34,6 +34,7 @@ from serving.kvwire import (
     pull_kv,
     release_kv,
 )
+from serving.kvwire.mrc import pull_kv_mrc
 from serving.models import alltoall_bytes_per_peer, decode_step_seconds
 from serving.openai_api import ApiError, ApiRequest
 from serving.textgen import OutputPlan, token_text
@@ -203,6 +204,7 @@ class DecodeEngine:
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         last: KVTransferError | None = None
+        pull = mrc_pull(cfg) if cfg.kv_transport == "mrc" else pull_kv
         self.pulling += 1
         try:
             for attempt in range(cfg.kv_retries + 1):
@@ -212,7 +214,7 @@ class DecodeEngine:
                 start, wall_start = loop.time(), time.time()
                 suspect = self._suspect_paths(handle.addresses)
                 try:
-                    buf, result = await pull_kv(
+                    buf, result = await pull(
                         handle.request_id,
                         handle.addresses,
                         handle.num_bytes,
@@ -325,6 +327,34 @@ def path_health(cfg: DecodeConfig) -> PathHealth | None:
         return None
     hold = PATH_HOLD_STALLS * stall if cfg.kv_path_hold_s is None else cfg.kv_path_hold_s
     return PathHealth(cfg.wall_s(hold)) if hold > 0 else None
+
+
+def mrc_pull(cfg: DecodeConfig) -> Callable[..., Awaitable[tuple[bytearray, PullResult]]]:
+    """`pull_kv`'s call shape over the MRC-style transport (`serving.kvwire.mrc`): the TCP
+    lane options (streams, chunks, stall timeout, path health) do not apply and are ignored;
+    each leg is paced at `kv_mrc_rate_mbps`."""
+
+    async def pull(
+        request_id: str,
+        addrs: Sequence[Address],
+        num_bytes: int,
+        checksum: int,
+        *,
+        timeout_s: float,
+        source_map: Sequence[tuple[str, str]] = (),
+        **_tcp_only: object,
+    ) -> tuple[bytearray, PullResult]:
+        return await pull_kv_mrc(
+            request_id,
+            addrs,
+            num_bytes,
+            checksum,
+            timeout_s=timeout_s,
+            source_map=source_map,
+            rate_bytes_s=cfg.kv_mrc_rate_mbps * 1e6 / 8,
+        )
+
+    return pull
 
 
 def stall_wall_s(cfg: DecodeConfig) -> float | None:

@@ -29,11 +29,13 @@ from serving.config import PrefillConfig
 from serving.engine_step import run_step
 from serving.kvstore import HeldKV, KVStore, kv_buffer_and_checksum
 from serving.kvwire import start_kv_server
+from serving.kvwire.mrc import MrcServer, start_mrc_server
 from serving.models import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
 from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
 from serving.options import add_flags, from_args
 from serving.textgen import plan_output, request_rng, token_text
 from serving.vllm_metrics import EngineMetrics
+from zcube_lab.core.fabric.evpaths import ev_ports
 
 log = logging.getLogger(__name__)
 BLOCK_SIZE = 16
@@ -276,12 +278,25 @@ def _handler(kind: str):
     return handle
 
 
+async def _mrc_server(cfg: PrefillConfig, engine: PrefillEngine) -> MrcServer:
+    """The MRC-style KV server on the kv-bind addresses (UDP), EVs from `kv_mrc_ev_base`."""
+    ports = ev_ports(cfg.kv_mrc_evs, cfg.kv_mrc_ev_base) if cfg.kv_mrc_ev_base else []
+    return await start_mrc_server(
+        engine.store.get_bytes,
+        cfg.kv_bind,
+        ev_ports=ports,
+        evs=cfg.kv_mrc_evs,
+        mtu=cfg.kv_mrc_mtu,
+    )
+
+
 async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     cfg = app[CONFIG_KEY]
     engine = app[ENGINE_KEY]
     servers = [
         await start_kv_server(engine.store.get_bytes, engine.release, a) for a in cfg.kv_bind
     ]
+    mrc = await _mrc_server(cfg, engine) if cfg.kv_transport == "mrc" else None
     tasks = [asyncio.create_task(engine.run()), asyncio.create_task(engine.expire_loop())]
     try:
         with exchange_log(engine.a2a, cfg.ep_log):
@@ -294,6 +309,8 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
                 await t
         for s in servers:
             s.close()
+        if mrc is not None:
+            mrc.close()
         for t in list(engine.background):
             t.cancel()
         await engine.a2a.close()

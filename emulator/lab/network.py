@@ -98,6 +98,7 @@ class LabOptions:
     datapath: str = "auto"
     policy: str = "ecmp"  # routing policy (controller.rules.ROUTING_POLICIES)
     recompute: bool = False  # the controller reroutes when a port goes down or comes back
+    ev_rules: bool = False  # the controller also installs the EV rules (the mrc KV transport)
     of_port: int = 6653
     of_host: str = "127.0.0.1"  # where the controller listens (a cluster: machine 0's wire address)
     metrics_port: int = 9101
@@ -548,6 +549,8 @@ class Lab:
         ]
         if o.recompute:
             argv.append("--recompute")
+        if o.ev_rules:
+            argv.append("--ev-rules")
         self.progress(
             f"starting controller (policy {o.policy}{', recompute' if o.recompute else ''}, "
             f"log {self.controller_log})"
@@ -708,7 +711,7 @@ class Lab:
         """Flow entries each switch must hold once routed, from the controller's pure rules."""
         from controller.rules import compute_rules
 
-        rules = compute_rules(self.fabric, self.options.policy)
+        rules = compute_rules(self.fabric, self.options.policy, self.options.ev_rules)
         return {s.name: len(rules[s.dpid].flows) for s in self.fabric.switches}
 
     def installed_rules(self) -> dict[str, int]:

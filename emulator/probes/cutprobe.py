@@ -8,10 +8,17 @@ flow, the real `FaultInjector` cutting a link for the rest of the transfer. Need
 
 The module is also the probe run inside the hosts:
 
-    python -m emulator.probes.cutprobe serve --bytes N ADDR:PORT...  (prints "ready")
+    python -m emulator.probes.cutprobe serve --bytes N [--mrc-evs E] [--mtu M] ADDR:PORT...
+        (prints "ready"; with --mrc-evs also the MRC server, E EVs per address)
     python -m emulator.probes.cutprobe pull --bytes N [--streams K]
-        [--stall-s T] [--timeout-s T] [--source CIDR=LOCAL]... ADDR:PORT...
-        prints "started", then one JSON line: ok, bytes, checksum_ok, retired, seconds, error.
+        [--stall-s T] [--timeout-s T] [--source CIDR=LOCAL]... [--transport mrc
+        --rate-mbps R] ADDR:PORT...
+        prints "started", then one JSON line: ok, bytes, checksum_ok, retired, seconds,
+        cpu_s (the puller's CPU seconds during the pull), error; over mrc also retired_evs,
+        retransmitted_bytes, paths_used, source_ports, duplicates, corrupt.
+
+`cut_during_pull(..., transport="mrc")` pulls over the MRC-style transport instead of TCP, on a
+lab whose controller also installs the EV rules (`--ev-rules`), paced at each leg's NIC rate.
 """
 
 from __future__ import annotations
@@ -21,13 +28,14 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import select
 import subprocess
 import sys
 import time
 import urllib.request
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +69,17 @@ async def _serve(args: argparse.Namespace) -> None:
     servers = [
         await start_kv_server(lambda _rid: data, lambda _rid: True, _addr(a)) for a in args.addrs
     ]
+    if args.mrc_evs:
+        from serving.kvwire.mrc import start_mrc_server
+        from zcube_lab.core.fabric.evpaths import ev_ports
+
+        servers_mrc = await start_mrc_server(
+            lambda _rid: data,
+            [_addr(a) for a in args.addrs],
+            ev_ports=ev_ports(args.mrc_evs),
+            mtu=args.mtu,
+        )
+        del servers_mrc  # its sockets live on in the event loop until the probe is killed
     print("ready", flush=True)
     await asyncio.gather(*(s.serve_forever() for s in servers))
 
@@ -71,7 +90,10 @@ async def _pull(args: argparse.Namespace) -> None:
     expected = zlib.crc32(payload(args.bytes, args.seed))
     sources = tuple(tuple(s.split("=", 1)) for s in args.source)
     print("started", flush=True)
-    t0 = time.monotonic()
+    if args.transport == "mrc":
+        await _pull_mrc(args, expected, sources)
+        return
+    t0, c0 = time.monotonic(), time.process_time()
     try:
         _buf, result = await pull_kv(
             "probe",
@@ -95,6 +117,45 @@ async def _pull(args: argparse.Namespace) -> None:
     except KVTransferError as exc:
         out = {"ok": False, "bytes": 0, "checksum_ok": False, "retired": 0, "error": str(exc)}
     out["seconds"] = round(time.monotonic() - t0, 3)
+    out["cpu_s"] = round(time.process_time() - c0, 3)
+    print(json.dumps(out), flush=True)
+
+
+async def _pull_mrc(args: argparse.Namespace, expected: int, sources: Any) -> None:
+    from serving.kvwire import KVTransferError
+    from serving.kvwire.mrc import pull_kv_mrc
+
+    t0, c0 = time.monotonic(), time.process_time()
+    try:
+        _buf, r = await pull_kv_mrc(
+            "probe",
+            [_addr(a) for a in args.addrs],
+            args.bytes,
+            expected,
+            timeout_s=args.timeout_s,
+            source_map=sources,
+            rate_bytes_s=args.rate_mbps * 1e6 / 8,
+        )
+        out: dict[str, Any] = {
+            "ok": True,
+            "bytes": r.num_bytes,
+            "checksum_ok": r.checksum == expected,
+            "retired": r.retired_lanes,
+            "by_address": r.bytes_by_address,
+            "retired_evs": r.retired_evs,
+            "retransmitted_bytes": r.retransmitted_bytes,
+            "datagrams_sent": r.datagrams_sent,
+            "datagrams_received": r.datagrams_received,
+            "paths_used": r.paths_used,
+            "source_ports": r.source_ports,
+            "duplicates": r.duplicates,
+            "corrupt": r.corrupt,
+            "error": "",
+        }
+    except KVTransferError as exc:
+        out = {"ok": False, "bytes": 0, "checksum_ok": False, "retired": 0, "error": str(exc)}
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    out["cpu_s"] = round(time.process_time() - c0, 3)
     print(json.dumps(out), flush=True)
 
 
@@ -108,6 +169,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stall-s", type=float, default=0.0, help="retire stalled subflows")
     parser.add_argument("--timeout-s", type=float, default=8.0)
     parser.add_argument("--source", action="append", default=[], help="CIDR=LOCAL binding")
+    parser.add_argument("--transport", choices=["tcp", "mrc"], default="tcp")
+    parser.add_argument("--rate-mbps", type=float, default=0.0, help="mrc: pacing per leg")
+    parser.add_argument("--mrc-evs", type=int, default=0, help="serve: also mrc, EVs/address")
+    parser.add_argument("--mtu", type=int, default=1500, help="serve: mrc datagram MTU")
     args = parser.parse_args(argv)
     asyncio.run(_serve(args) if args.mode == "serve" else _pull(args))
 
@@ -122,6 +187,9 @@ class CutResult:
     link: str | None
     carried: int
     recomputes: int
+    cut_links: tuple[Link, ...] = ()
+    # (switch, port) -> bytes it sent from the start of the pull to its end (switch links).
+    port_bytes: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -150,7 +218,11 @@ def _recomputes(metrics_port: int) -> int:
 
 
 def probe_lab(
-    fabric: Fabric, policy: RunPolicy, log_dir: Path, state_dir: Path | None = None
+    fabric: Fabric,
+    policy: RunPolicy,
+    log_dir: Path,
+    state_dir: Path | None = None,
+    ev_rules: bool = False,
 ) -> Lab:
     """A lab (not started) routed by the policy, on free controller and metrics ports."""
     from emulator.lab.network import Lab, LabOptions
@@ -164,6 +236,7 @@ def probe_lab(
             scale=Scale(nic_mbps=100.0),
             policy=policy.routing,
             recompute=policy.recompute,
+            ev_rules=ev_rules,
             of_port=free_port(),
             metrics_port=free_port(),
             log_dir=log_dir,
@@ -179,6 +252,8 @@ def _start_probes(
     num_bytes: int,
     timeout_s: float,
     procs: list[subprocess.Popen[str]],
+    transport: str = "tcp",
+    mrc_evs: int = 0,
 ) -> subprocess.Popen[str]:
     """The KV server on host `src` and, once it is ready, the pull from host `dst` (both
     appended to `procs` as they start, for the caller to stop); returns the pull once started."""
@@ -189,8 +264,11 @@ def _start_probes(
     fabric, (src, dst) = lab.fabric, route
     addrs = [f"{i.ip}:{PORT}" for i in fabric.host(src).interfaces]
     probe = [sys.executable, "-m", "emulator.probes.cutprobe"]
+    serve = [*probe, "serve", "--bytes", str(num_bytes)]
+    if transport == "mrc":
+        serve += ["--mrc-evs", str(mrc_evs), "--mtu", str(lab.options.mtu)]
     server = lab.net.get(src).popen(
-        [*probe, "serve", "--bytes", str(num_bytes), *addrs],
+        [*serve, *addrs],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -202,6 +280,8 @@ def _start_probes(
     argv += [f"--source={c}={local}" for c, local in kv_source_map(fabric, fabric.host(dst))]
     if policy.spray:
         argv += ["--streams", str(SPRAY_STREAMS), "--stall-s", str(SPRAY_STALL_S)]
+    if transport == "mrc":
+        argv += ["--transport", "mrc", "--rate-mbps", f"{mrc_rate_mbps(lab, src, dst):g}"]
     client = lab.net.get(dst).popen(
         [*argv, *addrs], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -211,21 +291,62 @@ def _start_probes(
     return client
 
 
-def _bytes_moved(fabric: Fabric, sample_s: float) -> dict[Link, int]:
-    """Bytes each switch-to-switch link sent (both ends) during `sample_s` from now."""
-    from emulator.lab.measure import port_tx_bytes
+# Pace each leg a little under its NIC rate: the rate counts payload, the wire adds headers.
+MRC_PACE_SHARE = 0.95
+
+
+def mrc_rate_mbps(lab: Lab, src: str, dst: str) -> float:
+    """The pacing rate of one mrc leg: the slowest NIC port of either host, times
+    `MRC_PACE_SHARE` (every leg uses one port at each end)."""
+    fabric, scale = lab.fabric, lab.options.scale
+    rates = []
+    for h in (src, dst):
+        for iface in fabric.host(h).interfaces:
+            link = fabric.link_at(h, iface.index)
+            if link is not None:
+                rates.append(scale.link_mbps(fabric, link.gbps))
+    return MRC_PACE_SHARE * min(rates)
+
+
+_PORT_TX = re.compile(
+    r"port\s+(\d+):\s*rx pkts=[^,]*, bytes=[^,]*,.*?tx pkts=[^,]*, bytes=(\d+)", re.S
+)
+
+
+def switch_tx_bytes(dump_ports: str) -> dict[int, int]:
+    """Port -> bytes sent, from one `ovs-ofctl dump-ports BRIDGE` of every port (LOCAL left
+    out)."""
+    return {int(port): int(sent) for port, sent in _PORT_TX.findall(dump_ports)}
+
+
+def _port_counters(fabric: Fabric) -> dict[tuple[str, int], int]:
+    """Bytes every switch-to-switch link end has sent so far: one `dump-ports` per switch (one
+    per port took seconds on a big fabric, so a cut meant for 0.4 s into a pull came late)."""
+    from emulator.lab import ovs
     from zcube_lab.core.fault_schedule import switch_links
 
-    ends = [
-        (lk, end)
-        for lk in switch_links(fabric)
-        for end in ((lk.node1, lk.port1), (lk.node2, lk.port2))
-    ]
-    before = {(lk, end): port_tx_bytes(*end) for lk, end in ends}
+    ends = {
+        end for lk in switch_links(fabric) for end in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+    }
+    sent: dict[tuple[str, int], int] = {}
+    for switch in sorted({sw for sw, _ in ends}):
+        for port, count in switch_tx_bytes(ovs.ofctl("dump-ports", switch)).items():
+            if (switch, port) in ends:
+                sent[(switch, port)] = count
+    return sent
+
+
+def _bytes_moved(fabric: Fabric, sample_s: float) -> dict[Link, int]:
+    """Bytes each switch-to-switch link sent (both ends) during `sample_s` from now."""
+    from zcube_lab.core.fault_schedule import switch_links
+
+    before = _port_counters(fabric)
     time.sleep(sample_s)
+    after = _port_counters(fabric)
     moved: dict[Link, int] = {}
-    for lk, end in ends:
-        moved[lk] = moved.get(lk, 0) + port_tx_bytes(*end) - before[(lk, end)]
+    for lk in switch_links(fabric):
+        for end in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
+            moved[lk] = moved.get(lk, 0) + after.get(end, 0) - before.get(end, 0)
     return moved
 
 
@@ -275,32 +396,45 @@ def cut_during_pull(
     timeout_s: float = 6.0,
     log_dir: Path,
     state_dir: Path | None = None,
+    transport: str = "tcp",
+    mrc_evs: int = 16,
 ) -> CutResult:
     """Host `dst` pulls `num_bytes` from a KV server on host `src`; after `sample_s` of transfer
     the link is cut (`"a0-b1"`; `"auto"`: the switch-to-switch link that carried most of it in
-    that window; None: no cut, the reference). Brings its own lab up and down."""
+    that window; None: no cut, the reference). Brings its own lab up and down. With
+    `transport="mrc"` the pull uses the MRC-style transport (`mrc_evs` EVs per address) and
+    the controller installs the EV rules besides the policy's."""
     from emulator.lab.injector import FaultInjector
     from zcube_lab.core.fault_schedule import parse_faults
     from zcube_lab.core.policies import get_policy
 
+    if transport not in ("tcp", "mrc"):
+        raise ValueError(f"transport must be tcp or mrc, not {transport!r}")
     policy = get_policy(policy_name)
-    lab = probe_lab(fabric, policy, log_dir, state_dir)
+    lab = probe_lab(fabric, policy, log_dir, state_dir, ev_rules=transport == "mrc")
     procs: list[subprocess.Popen[str]] = []
     injector = None
     try:
         lab.start()
-        client = _start_probes(lab, policy, (src, dst), num_bytes, timeout_s, procs)
+        before = _port_counters(fabric)
+        client = _start_probes(
+            lab, policy, (src, dst), num_bytes, timeout_s, procs, transport, mrc_evs
+        )
         moved = _bytes_moved(fabric, sample_s)
         chosen = _link_to_cut(fabric, moved, link)
         carried = 0
+        cut_links: tuple[Link, ...] = ()
         if chosen is not None:
             (fault,) = parse_faults([f"link {chosen} at 0s"], fabric, 3600)
             carried = sum(moved.get(lk, 0) for lk in fault.links)
+            cut_links = tuple(fault.links)
             injector = FaultInjector(fabric, [fault], log_dir / "faults.jsonl")
             injector.start(time.time())
         result = json.loads(_readline(client, timeout_s + 10))
+        after = _port_counters(fabric)
         recomputes = _recomputes(lab.options.metrics_port) if policy.recompute else 0
-        return CutResult(result, chosen, carried, recomputes)
+        port_bytes = {end: after[end] - before[end] for end in after}
+        return CutResult(result, chosen, carried, recomputes, cut_links, port_bytes)
     finally:
         _stop(procs, injector, lab)
 

@@ -41,13 +41,15 @@ COMMON = {
 PREFILL = PrefillConfig(
     **COMMON, port=9100, kv_bind=(A, B), engine_id="prefill-3", token_budget=4096,
     kv_lease_s=12.5, prefix_cache_hit_rate=0.75,
+    kv_transport="mrc", kv_mrc_evs=8, kv_mrc_ev_base=0, kv_mrc_mtu=9000,
 )  # fmt: skip
 DECODE = DecodeConfig(
     **COMMON, port=9200, prefill_kv=(("p0", (A, B)), ("p1", (C,))), kv_streams=4,
     kv_source_map=(("10.2.0.0/16", "10.1.0.1"), ("10.1.0.0/16", "10.2.0.1")),
     kv_chunk_bytes=65536, kv_chunks_per_lane=2, kv_retries=1, kv_timeout_s=4.0,
     kv_stall_timeout_s=0.25,
-    kv_max_retired=0, kv_path_hold_s=7.5, kv_log="/tmp/run/kv-d0.jsonl", max_num_seqs=16,
+    kv_max_retired=0, kv_path_hold_s=7.5, kv_transport="mrc", kv_mrc_rate_mbps=47.5,
+    kv_log="/tmp/run/kv-d0.jsonl", max_num_seqs=16,
     eos_probability=0.0,
 )  # fmt: skip
 GATEWAY = GatewayConfig(

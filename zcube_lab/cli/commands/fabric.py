@@ -1,5 +1,6 @@
 """Describe a fabric without building it: hosts, switches, links, ports, switching capacity,
-diameter, the shortest paths between two hosts, and (with --machines) how the fabric splits
+diameter, the shortest paths between two hosts (with --evs, the path each MRC entropy value
+takes), and (with --machines) how the fabric splits
 across several lab machines and which links become tunnels. Needs no root."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from zcube_lab.cli.fabric_options import (
 )
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.evpaths import MAX_EVS, ev_path, ev_ports
 from zcube_lab.core.fabric.queues import queue_summary
 from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.fabric.split import RULE, Split, split_fabric
@@ -28,6 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_fabric_arguments(parser)
     parser.add_argument(
         "--paths", nargs=2, metavar=("SRC", "DST"), help="show shortest paths, e.g. h0 h5"
+    )
+    parser.add_argument(
+        "--evs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --paths: also the path each of the first N MRC entropy values (UDP source "
+        "ports) takes from SRC to every DST address under the controller's EV rules",
     )
     parser.add_argument("--links", action="store_true", help="list every link")
     parser.add_argument(
@@ -54,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             if name not in {h.name for h in fabric.hosts}:
                 raise ConfigError("paths", name, f"a host name from h0 to h{len(fabric.hosts) - 1}")
         paths = fabric.shortest_paths(*args.paths)
+    evs = _ev_rows(fabric, args) if args.evs else []
     split = None if args.machines is None else split_fabric(fabric, args.machines)
     scale = Scale(nic_mbps=args.nic_mbps)
     mtu, queue = link_options_from_args(args, fabric, scale)
@@ -74,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
                 }
                 for p in paths
             ]
+        if evs:
+            out["ev_paths"] = [{"dst_ip": d, "ev": ev, "hops": list(h)} for d, ev, h in evs]
         if split is not None:
             out["split"] = split.to_dict()
         print(json.dumps(out, indent=2))
@@ -106,12 +120,28 @@ def run(args: argparse.Namespace) -> int:
                 f"{src}-eth{p.src_interface} > {hops} > {dst}-eth{p.dst_interface}"
                 f"  ({p.hops} switch hop{plural})"
             )
+    for dst_ip, ev, hops in evs:
+        console.print(f"EV {ev} to {dst_ip}: {' > '.join(hops) or 'unreachable'}")
     if args.links:
         for lk in fabric.links:
             console.print(f"{lk.node1}:{lk.port1} <-> {lk.node2}:{lk.port2}  {lk.gbps:g}G")
     if split is not None:
         _print_split(console, split)
     return 0
+
+
+def _ev_rows(fabric: Fabric, args: argparse.Namespace) -> list[tuple[str, int, tuple[str, ...]]]:
+    """(DST address, EV, hops `switch:out port`) for the first `--evs` EVs, every DST address."""
+    if not args.paths:
+        raise ConfigError("evs", args.evs, "used with --paths SRC DST")
+    if not 1 <= args.evs <= MAX_EVS:
+        raise ConfigError("evs", args.evs, f"1..{MAX_EVS}")
+    src, dst = args.paths
+    return [
+        (iface.ip, ev, ev_path(fabric, src, iface.ip, ev))
+        for iface in fabric.host(dst).interfaces
+        for ev in ev_ports(args.evs)
+    ]
 
 
 def _print_queues(

@@ -1,0 +1,402 @@
+"""The MRC-style KV transport: wire format, receiver, sender state machine, and loopback pulls."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import zlib
+
+import pytest
+
+from serving.config import Address
+from serving.kvwire import mrcwire as w
+from serving.kvwire.mrc import MrcServer, pull_kv_mrc
+from serving.kvwire.pull import KVTransferError
+
+
+# -- wire -----------------------------------------------------------------------------------
+def test_a_datagram_round_trips_and_a_flipped_bit_fails_its_checksum() -> None:
+    d = w.Data(4096, 7, 57344, 123, b"kv-bytes", probe=False)
+    raw = w.encode_data(42, 1, d)
+    kind, leg_byte, conn, body = w.open_datagram(raw)
+    leg, back = w.decode_data(leg_byte, body)
+    assert (kind, leg, conn) == (w.DATA, 1, 42)
+    assert (back.offset, back.seq, back.ev, back.sent_us, bytes(back.payload)) == (
+        4096, 7, 57344, 123, b"kv-bytes",
+    )  # fmt: skip
+    bad = bytearray(raw)
+    bad[-1] ^= 0x01
+    with pytest.raises(w.WireError, match="checksum"):
+        w.open_datagram(bytes(bad))
+    with pytest.raises(w.WireError):
+        w.open_datagram(raw[:5])
+
+
+def test_get_ack_and_stats_round_trip() -> None:
+    get = w.Get("req-1", 10_000, 65536, 6_250_000, 2)
+    _, leg, conn, body = w.open_datagram(w.encode_get(9, 1, get))
+    assert (leg, conn, w.decode_get(body)) == (1, 9, get)
+    ack = w.Ack(100, 3, 57345, 77, ((200, 300), (400, 500)), done=True)
+    assert w.decode_ack(w.open_datagram(w.encode_ack(9, 0, ack))[3]) == ack
+    stats = w.Stats(10, 2876, 16, ((0, 57344), (1, 57352)))
+    assert w.decode_stats(w.open_datagram(w.encode_stats(9, stats))[3]) == stats
+
+
+def test_a_data_datagram_fits_the_path_mtu() -> None:
+    mss = w.payload_bytes(1500)
+    raw = w.encode_data(1, 0, w.Data(0, 1, 1, 1, bytes(mss)))
+    assert len(raw) + w.IP_UDP_BYTES == 1500
+    with pytest.raises(ValueError):
+        w.payload_bytes(50)
+
+
+def test_range_set_merges_and_reports_new_bytes_and_holes() -> None:
+    r = w.RangeSet()
+    assert r.add(10, 20) == 10
+    assert r.add(30, 40) == 10
+    assert r.add(15, 35) == 10  # only 20..30 is new; the three merge
+    assert r.ranges() == [(10, 40)]
+    assert r.add(0, 10) == 10 and r.prefix == 40
+    assert r.missing(0, 60) == [(40, 60)]
+    r.add(50, 55)
+    assert r.missing(35, 60) == [(40, 50), (55, 60)]
+    assert r.covers(0, 40) and not r.covers(0, 41)
+    assert r.add(0, 5) == 0
+
+
+# -- receiver ---------------------------------------------------------------------------------
+def test_the_receiver_places_by_offset_and_discards_duplicates() -> None:
+    rx = w.ReceiverState(30)
+    assert rx.on_data(w.Data(10, 2, 5, 0, b"b" * 10))
+    ack = rx.ack(w.Data(10, 2, 5, 9, b""))
+    assert (ack.cum, ack.ranges, ack.echo_seq, ack.echo_ev, ack.echo_us) == (
+        0,
+        ((10, 20),),
+        2,
+        5,
+        9,
+    )
+    assert rx.on_data(w.Data(0, 1, 6, 0, b"a" * 10))
+    assert not rx.on_data(w.Data(0, 3, 7, 0, b"a" * 10))  # a duplicate
+    assert not rx.on_data(w.Data(25, 4, 7, 0, b"x" * 10))  # past the end
+    assert rx.on_data(w.Data(20, 5, 6, 0, b"c" * 10))
+    assert rx.complete and bytes(rx.buf) == b"a" * 10 + b"b" * 10 + b"c" * 10
+    assert (rx.duplicates, rx.out_of_range, rx.placed_bytes) == (1, 1, 30)
+    assert rx.ack(None).done
+
+
+# -- sender -------------------------------------------------------------------------------------
+def _sender(num_bytes: int = 10 * 100, legs: int = 2, evs: int = 4, **kw: float) -> w.SenderState:
+    st = w.SenderState(num_bytes, mss=100, window=int(kw.get("window", 10_000)),
+                       rate=kw.get("rate", 0.0), now=0.0)  # fmt: skip
+    for leg in range(legs):
+        st.add_leg(leg, [1000 * (leg + 1) + k for k in range(evs)])
+    return st
+
+
+def _drain(st: w.SenderState, now: float) -> list[w.Send]:
+    out = []
+    while (s := st.next_send(now)) is not None:
+        out.append(s)
+    return out
+
+
+def _ack_for(sends: list[w.Send], echo: w.Send, now_us: int = 0) -> w.Ack:
+    rx = w.RangeSet()
+    for s in sends:
+        rx.add(s.offset, s.offset + s.length)
+    ranges = tuple(r for r in rx.ranges() if r[0] > 0)
+    return w.Ack(rx.prefix, echo.seq, echo.ev.port, now_us, ranges)
+
+
+def test_the_sender_sprays_every_datagram_over_every_ev_of_every_leg() -> None:
+    st = _sender(num_bytes=800)
+    sends = _drain(st, 0.0)
+    assert [s.length for s in sends] == [100] * 8
+    assert len({s.ev.key for s in sends}) == 8  # 2 legs x 4 EVs, one datagram each
+    assert [s.ev.leg for s in sends[:4]] == [1, 0, 1, 0]  # the legs alternate
+    assert sorted(s.offset for s in sends) == list(range(0, 800, 100))
+
+
+def test_the_window_bounds_bytes_in_flight_and_acks_open_it() -> None:
+    st = _sender(window=300)
+    first = _drain(st, 0.0)
+    assert len(first) == 3
+    st.on_ack(_ack_for(first[:2], first[1]), 0.001)
+    assert len(_drain(st, 0.001)) == 2
+
+
+def test_pacing_spreads_datagrams_at_the_rate() -> None:
+    st = _sender(num_bytes=100_000, legs=1, rate=100_000.0)  # 1000 datagrams/s
+    assert len(_drain(st, 0.0)) == 1
+    assert _drain(st, 0.0005) == []
+    assert st.wake_at(0.0005) == pytest.approx(0.001, abs=1e-6)
+    # Stepping one datagram time at a time sends one each; idling lets only a small burst build.
+    assert [len(_drain(st, 0.001 * k + 0.0001)) for k in range(1, 6)] == [1] * 5
+    assert len(_drain(st, 0.1)) == 4
+
+
+def test_a_gap_retires_its_ev_at_once_and_its_bytes_go_out_on_another() -> None:
+    st = _sender(num_bytes=800)
+    sends = _drain(st, 0.0)
+    lost = sends[2]
+    arrived = [s for s in sends if s is not lost]
+    st.on_ack(_ack_for(arrived, arrived[-1]), 0.002)
+    assert lost.ev.live  # not yet: a small multiple of the RTT first
+    st.on_timer(0.002 + st.loss_after + 0.001)
+    assert not lost.ev.live and st.retired_log == [lost.ev.key]
+    (again,) = _drain(st, 0.02)
+    assert (again.offset, again.length) == (lost.offset, lost.length)
+    assert again.ev is not lost.ev and again.ev.live
+    assert st.retransmitted_bytes == 100
+    st.on_ack(_ack_for(sends, again), 0.03)
+    assert st.done and st.inflight_bytes == 0
+
+
+def test_a_retired_ev_is_probed_and_restored_by_the_probes_answer() -> None:
+    st = _sender(num_bytes=800)
+    sends = _drain(st, 0.0)
+    lost = sends[0]
+    st.on_ack(_ack_for(sends[1:], sends[-1]), 0.001)
+    st.on_timer(0.05)
+    assert not lost.ev.live
+    assert all(s.ev is not lost.ev for s in _drain(st, 0.05))  # new data avoids it
+    probe_at = lost.ev.probe_at
+    probe = st.next_send(probe_at)
+    assert probe is not None and probe.probe and probe.ev is lost.ev and probe.length == 0
+    st.on_ack(w.Ack(0, probe.seq, lost.ev.port, 0), probe_at + 0.001)
+    assert lost.ev.live and st.restored == 1
+
+
+def test_an_unanswered_probe_keeps_the_ev_retired() -> None:
+    st = _sender(num_bytes=800)
+    sends = _drain(st, 0.0)
+    st.on_ack(_ack_for(sends[1:], sends[-1]), 0.001)
+    st.on_timer(0.05)
+    ev = sends[0].ev
+    probe = st.next_send(ev.probe_at)
+    assert probe is not None and probe.probe
+    st.on_timer(ev.probe_at + st.probe_interval + 0.001)
+    assert not ev.live and ev.probe_seq is None
+
+
+def test_without_any_ack_the_rto_declares_the_loss() -> None:
+    st = _sender(num_bytes=200, legs=1, evs=2)
+    sends = _drain(st, 0.0)
+    st.on_timer(st.rto / 2)
+    assert all(s.ev.live for s in sends)
+    st.on_timer(st.rto + 0.001)
+    assert not any(s.ev.live for s in sends)
+    # Every EV retired: the sender still sends (on the EV retired longest ago).
+    assert len(_drain(st, st.rto + 0.002)) >= 1
+
+
+def test_queue_delay_in_the_acks_marks_an_ev_slow_and_new_data_avoids_it() -> None:
+    st = _sender(num_bytes=100 * 100, legs=1, evs=2, window=200)
+    a, b = _drain(st, 0.0)
+    st.on_ack(_ack_for([a, b], a), 0.001)  # a's path: 1 ms
+    c, d = _drain(st, 0.001)
+    slow = c if c.ev is a.ev else d
+    st.on_ack(_ack_for([a, b, c, d], slow), 0.001 + w.QUEUE_DELAY_S + 0.01)
+    assert slow.ev.slow_until > 0.05 and st.slowed == 1
+    later = _drain(st, 0.04)
+    assert later and all(s.ev is not slow.ev for s in later)
+
+
+# -- loopback pulls -----------------------------------------------------------------------------
+ADDRS = [Address("127.0.0.1", 0), Address("127.0.0.2", 0)]
+
+
+async def _serve(data: bytes, **kw: object) -> tuple[MrcServer, list[Address]]:
+    import socket
+
+    addrs = []
+    for a in ADDRS:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((a.host, 0))
+            addrs.append(Address(a.host, s.getsockname()[1]))
+    server = MrcServer(lambda rid: data if rid == "r" else None, addrs, evs=4, **kw)  # type: ignore[arg-type]
+    return await server.start(), addrs
+
+
+def test_a_loopback_pull_moves_every_byte_over_every_ev() -> None:
+    data = random.Random(3).randbytes(300_000)
+
+    async def go() -> None:
+        server, addrs = await _serve(data)
+        try:
+            buf, res = await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=10)
+        finally:
+            server.close()
+        assert bytes(buf) == data
+        assert res.paths_used == 8 and res.lanes == 2
+        assert res.retired_evs == () and res.retransmitted_bytes == 0
+        assert sum(res.bytes_by_address.values()) == len(data)
+
+    asyncio.run(go())
+
+
+def test_a_lost_ev_is_retired_and_the_pull_still_completes_intact() -> None:
+    data = random.Random(4).randbytes(400_000)
+    dead: set[int] = set()
+
+    def drop(_conn: int, leg: int, send: w.Send) -> bool:
+        if not dead:
+            dead.add(send.ev.port)
+        return send.ev.port in dead and leg == send.ev.leg
+
+    async def go() -> None:
+        server, addrs = await _serve(data, drop=drop)
+        try:
+            buf, res = await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=10)
+        finally:
+            server.close()
+        assert bytes(buf) == data
+        assert res.retired_evs is not None
+        assert {ev for _, ev in res.retired_evs} == dead  # only the dead EV was retired
+        assert res.retransmitted_bytes and res.retransmitted_bytes > 0
+        assert next(iter(dead)) not in res.source_ports  # none of its datagrams arrived
+
+    asyncio.run(go())
+
+
+def test_corrupt_and_duplicated_datagrams_are_discarded_and_counted() -> None:
+    data = random.Random(5).randbytes(100_000)
+
+    async def go() -> None:
+        import socket
+
+        server, addrs = await _serve(data)
+
+        spoiler = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+        # Every 10th datagram is also sent a second time, and a corrupt copy after it.
+        def spoil(raw: bytes, dest: tuple[str, int]) -> None:
+            spoil.n += 1  # type: ignore[attr-defined]
+            if spoil.n % 10 == 0:  # type: ignore[attr-defined]
+                spoiler.sendto(raw, dest)
+                bad = bytearray(raw)
+                bad[len(bad) // 2] ^= 0xFF
+                spoiler.sendto(bytes(bad), dest)
+
+        spoil.n = 0  # type: ignore[attr-defined]
+        for socks in server._ev_socks:
+            for _, t in socks:
+                real = t.sendto
+
+                def both(raw: bytes, dest: tuple[str, int], real=real) -> None:
+                    real(raw, dest)
+                    spoil(raw, dest)
+
+                t.sendto = both  # type: ignore[method-assign]
+        try:
+            buf, res = await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=10)
+        finally:
+            server.close()
+            spoiler.close()
+        assert bytes(buf) == data
+        assert res.corrupt >= 5 and res.duplicates >= 5
+
+    asyncio.run(go())
+
+
+def test_a_pull_of_an_unknown_request_fails_cleanly() -> None:
+    async def go() -> None:
+        server, addrs = await _serve(b"x" * 1000)
+        try:
+            with pytest.raises(KVTransferError, match="holds no KV"):
+                await pull_kv_mrc("other", addrs, 1000, 0, timeout_s=5)
+        finally:
+            server.close()
+        assert server.counters.not_found >= 1
+
+    asyncio.run(go())
+
+
+# -- the roles ----------------------------------------------------------------------------------
+def test_an_unknown_transport_is_refused_by_both_roles() -> None:
+    from serving.config import DecodeConfig, PrefillConfig
+    from zcube_lab.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="kv_transport"):
+        DecodeConfig(kv_transport="rdma")
+    with pytest.raises(ConfigError, match="kv_transport"):
+        PrefillConfig(kv_transport="rdma")
+    with pytest.raises(ConfigError, match="kv_mrc_evs"):
+        PrefillConfig(kv_transport="mrc", kv_mrc_evs=0)
+
+
+async def test_decode_pulls_over_mrc_when_both_roles_say_so(aiohttp_server, tmp_path) -> None:
+    import json
+    import sys
+    from pathlib import Path
+
+    import aiohttp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from serving_fixtures import start_inprocess_cluster
+
+    log = tmp_path / "kv.jsonl"
+    c = await start_inprocess_cluster(
+        aiohttp_server,
+        prefill={"kv_transport": "mrc", "kv_mrc_evs": 4, "kv_mrc_ev_base": 0},
+        decode={"kv_transport": "mrc", "kv_log": str(log)},
+    )
+    body = {"model": "tiny", "prompt": "w " * 3000, "max_tokens": 2, "ignore_eos": True}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(c.gateway_url + "/v1/completions", json=body) as r,
+    ):
+        assert r.status == 200, await r.text()
+    (rec,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert rec["ok"] and rec["checksum_ok"] and rec["bytes"] == rec["expected_bytes"] > 0
+    assert rec["lanes"] == 2 and rec["paths_used"] == 8  # 2 legs x 4 EVs: datagrams, not lanes
+
+
+def test_a_sender_whose_receiver_went_silent_stops_instead_of_resending() -> None:
+    from serving.kvwire import mrc
+
+    data = b"z" * 200_000
+
+    async def go() -> None:
+        server, addrs = await _serve(data, drop=lambda *_: True)  # every datagram lost
+        try:
+            with pytest.raises(KVTransferError, match="timed out"):
+                await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=0.3)
+            assert server.counters.connections == 1
+            await asyncio.sleep(mrc.IDLE_DROP_S + 0.3)
+            assert not server._conns
+        finally:
+            server.close()
+
+    asyncio.run(go())
+
+
+def test_a_pull_from_a_prefill_without_mrc_says_so_when_it_times_out() -> None:
+    import socket
+
+    async def go() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))  # a UDP port nobody answers on
+            addr = Address("127.0.0.1", s.getsockname()[1])
+            with pytest.raises(KVTransferError, match="does prefill serve --kv-transport mrc"):
+                await pull_kv_mrc("r", [addr], 1000, 0, timeout_s=0.2)
+
+    asyncio.run(go())
+
+
+def test_a_slower_plane_is_not_judged_lost_by_the_faster_planes_acks() -> None:
+    # Leg 0 has a 30 ms queue, leg 1 answers in 1 ms: leg 1's later datagrams being acked must
+    # not make leg 0's in-flight ones look lost (the cascade seen on a cut 2-plane ROFT), while
+    # a datagram left behind on leg 1 itself is.
+    st = _sender(num_bytes=100 * 100, legs=2, evs=4, window=800)
+    st.leg_srtt.update({0: 0.030, 1: 0.001})
+    st.srtt = 0.002  # the connection-wide estimate, dominated by the fast plane
+    sends = _drain(st, 0.0)
+    slow = [s for s in sends if s.ev.leg == 0]
+    fast = [s for s in sends if s.ev.leg == 1]
+    behind, arrived = fast[0], fast[1:]
+    st.on_ack(_ack_for(arrived, arrived[-1]), 0.002)
+    st.on_timer(0.020)  # past 3 x leg 1's RTT and the 10 ms floor, within leg 0's own RTT
+    assert all(s.ev.live for s in slow)
+    assert st.retired_log == [behind.ev.key]
