@@ -309,3 +309,14 @@ def test_the_verdict_is_one_pure_package(edges: list[Edge]) -> None:
     assert not leaks, "the verdict imports outside its package:\n  " + "\n  ".join(map(str, leaks))
     made_up = [Edge(f"{VERDICT}.judge", "emulator.lab.health", "emulator/verdict/judge.py", 1)]
     assert verdict_leaks(made_up) == made_up
+
+
+def test_every_test_file_has_its_own_name() -> None:
+    """pytest imports test files by basename (the tests folders are not packages), so two files
+    of one name in tests/unit and tests/integration stop the whole suite at collection."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    doubled = {n: p for n, p in names.items() if len(p) > 1}
+    assert not doubled, f"test files sharing a name: {doubled}"
+    assert len(names) > 50  # the walk saw the suite
