@@ -17,11 +17,12 @@ issue 20:
   without: quiet runs of the default scenario take 12-15 ms more than bytes / rate per pull at
   p50, so with their 150 KB-1.7 MB pulls the raw ratio moves with the pull sizes (1.25-1.39 at
   p50, 1.1 for 1.5 MB pulls, 1.6-2.0 for 150-300 KB ones) where the ratio less 5 ms stays at
-  1.15-1.26 (2026-12-01). `kv_fixed_s=0` judges the raw ratio. Judged by default since KV
-  connections are kept across pulls (issue 21): six runs of the short default scenario then
-  came out at 1.16-1.24 after 5 ms (docs/BENCHMARKS.md); `judge_kv_pulls=False` records the
-  figures without judging them. Fewer than `kv_min_pulls` rated pulls are not judged (a median of a
-  handful of pulls says little).
+  1.15-1.26 (2026-12-01). `kv_fixed_s=0` judges the raw ratio. Off by default
+  (`judge_kv_pulls`): with KV connections kept across pulls (issue 21) six runs of the short
+  default scenario came out at 1.16-1.24 after 5 ms, but the clean-run integration test then
+  failed it in CI at 1.32x (20 pulls on a 1%-busy path), so the end-host overhead is not gone
+  and the rule would fail clean runs; the figures are recorded either way. Fewer than
+  `kv_min_pulls` rated pulls are not judged (a median of a handful of pulls says little).
 - Engine lateness relative to the modelled step: a step whose compute sleep woke more than
   `late_share` (25%) of its modelled step time late stretches that step, and every token of it,
   by as much; more than `late_fraction` (1%) of all engine steps so late reaches the p99 (over
@@ -104,12 +105,12 @@ class Limits:
     kv_fixed_s: float = 0.005  # a pull's fixed cost, as bench/kv_fidelity.py takes it off
     kv_path_busy: float = 0.20  # judged only while the pulls' NIC links were less busy
     kv_min_pulls: int = 10
-    # On since KV connections are kept across pulls: with a new connection per lane per pull,
-    # quiet clean runs took 13-22 ms more than bytes / rate at p50 and 1 of 3 failed 1.3x
-    # (1.44x over 20 pulls); kept, six runs of the short default scenario came out at
-    # 1.16-1.24x (12.6-16.2 ms more, 2026-12-01, docs/BENCHMARKS.md). Recorded in health.json
-    # (`kv_pulls`) either way.
-    judge_kv_pulls: bool = True
+    # Off by default: with a new connection per lane per pull, quiet clean runs took 13-22 ms
+    # more than bytes / rate at p50 and 1 of 3 failed 1.3x (1.44x over 20 pulls); with kept
+    # connections six runs of the short default scenario came out at 1.16-1.24x (12.6-16.2 ms
+    # more, docs/BENCHMARKS.md), but the clean-run integration test failed it at 1.32x in CI
+    # (2026-12-01). Recorded in health.json (`kv_pulls`) either way.
+    judge_kv_pulls: bool = False
     # Event loops outside the engines
     loop_lag_s: float = 0.02  # the gateway's loop (modelled seconds, as overrun_s) ...
     loop_lag_fraction: float = 0.01  # ... in more than this share of its samples

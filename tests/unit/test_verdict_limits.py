@@ -75,8 +75,8 @@ KV_JUDGED = Limits(judge_kv_pulls=True)
 
 def test_slow_kv_pulls_on_quiet_links_are_an_end_host_artifact() -> None:
     slow = NetworkEvidence(kv=KvPulls(rated=80, ratio_p50=1.9, path_busy=0.03, fixed_s=0.005))
-    assert _judge(slow, Limits(judge_kv_pulls=False)).trustworthy  # recorded, not judged
-    v = _judge(slow)  # judged by default
+    assert _judge(slow).trustworthy  # recorded, not judged, by default
+    v = _judge(slow, KV_JUDGED)
     assert not v.trustworthy
     assert v.reasons == (
         "KV pulls: p50 1.90x their ideal after 5 ms of fixed cost each over 80 pulls (allowed "
