@@ -52,7 +52,7 @@ from itertools import count
 
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Attachment, Fabric, Link
-from zcube_lab.core.fabric.evpaths import choice_bits, field_shift
+from zcube_lab.core.fabric.evpaths import choice_bits, field_shift, shortest_next_hops
 
 ROUTING_POLICIES = ("ecmp", "static", "ff")
 # Earlier names, still accepted (`python -m controller --policy single`).
@@ -160,19 +160,6 @@ def base_flows() -> tuple[FlowSpec, ...]:
     )
 
 
-def next_hop_ports(fabric: Fabric, switch: str, target: str) -> tuple[int, ...]:
-    """Local ports of `switch` on a shortest switch path to `target` (all parallel links)."""
-    to_target = fabric.switch_distances[target]
-    here = to_target.get(switch)
-    if here is None or here == 0:
-        return ()
-    ports: list[int] = []
-    for neighbour, links in fabric.switch_adjacency[switch].items():
-        if to_target.get(neighbour) == here - 1:
-            ports.extend(local for local, _far in links)
-    return tuple(sorted(ports))
-
-
 def port_peers(fabric: Fabric) -> dict[tuple[str, int], tuple[str, int]]:
     """(node, port) -> (far node, far port) for every link end. Switch ports are OpenFlow port
     numbers, host ports are interface indexes."""
@@ -230,7 +217,7 @@ class _Routes:
     def next_hops(self, switch: str, target: str) -> tuple[int, ...]:
         key = (switch, target)
         if key not in self._next_hops:
-            self._next_hops[key] = next_hop_ports(self.fabric, switch, target)
+            self._next_hops[key] = shortest_next_hops(self.fabric, switch, target)
         return self._next_hops[key]
 
     def _primary_chain(self, switch: str, ip: str, target: str) -> tuple[str, ...] | None:

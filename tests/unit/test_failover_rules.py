@@ -23,11 +23,11 @@ from controller.rules import (
     failed_links,
     flow_key,
     link_states,
-    next_hop_ports,
     rules_without,
 )
 from zcube_lab.core.fabric.builders import build_clos, build_fabric, build_roft, build_zcube
 from zcube_lab.core.fabric.description import Fabric, FabricSpec, Link
+from zcube_lab.core.fabric.evpaths import shortest_next_hops
 
 SPECS = {
     "zcube4": FabricSpec.of("zcube", n=4),
@@ -139,7 +139,7 @@ def test_ff_first_bucket_is_the_primary_and_shortest_ports_come_before_detours(
         for sw in fabric.switches:
             if sw.name == att.switch:
                 continue
-            shortest = next_hop_ports(fabric, sw.name, att.switch)
+            shortest = shortest_next_hops(fabric, sw.name, att.switch)
             ports = bucket_ports(rules[sw.name], ip)
             assert ports[0] == shortest[(att.port + sw.index) % len(shortest)]
             assert set(ports[: len(shortest)]) == set(shortest)
