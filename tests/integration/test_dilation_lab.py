@@ -1,7 +1,13 @@
 """Time dilation converges (issue 20, "Done when"): the same tiny point (ZCube n=2, coding-agent,
-the same seed, so the same requests) run at k = 2 and at k = 4 gives the same modelled TTFT and
-KV pull medians within 10%, and both runs are trustworthy. About 4 minutes of wall time, most of
-it the k = 4 run (its load lasts four times its modelled 15 s)."""
+the same seed, so the same requests) run at k = 2 and at k = 4 gives the same modelled TTFT
+median within 10%, both runs are trustworthy, and the KV pull converges on its analytic anchor:
+its time over bytes x 8 / path rate falls from k = 2 to k = 4 and is within 10% of 1 at k = 4.
+
+The KV pull median is not compared pairwise between k = 2 and 4: the dilation ladder
+(docs/BENCHMARKS.md) measured it 11% apart there (a fixed cost in wall time that shrinks by k),
+which is why k = 4, not 2, is the light point's validated k; a clean-clone CI run measured 13%.
+About 4 minutes of wall time, most of it the k = 4 run (its load lasts four times its modelled
+15 s)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_trusted
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -19,6 +26,8 @@ TOLERANCE = 0.10
 
 def _run(results: Path, k: int) -> dict:
     out = results / f"k{k}"
+    for stale in out.glob("*/summary.json"):  # an earlier attempt spoiled by the host
+        stale.rename(stale.with_name("summary.spoiled.json"))
     done = subprocess.run(
         [
             sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
@@ -35,7 +44,7 @@ def _run(results: Path, k: int) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict]:
     results = tmp_path_factory.mktemp("dilation")
-    return {k: _run(results, k) for k in (2, 4)}
+    return {k: run_trusted(lambda k=k: _run(results, k)) for k in (2, 4)}
 
 
 def test_both_dilated_runs_are_trustworthy(runs: dict[int, dict]) -> None:
@@ -45,12 +54,14 @@ def test_both_dilated_runs_are_trustworthy(runs: dict[int, dict]) -> None:
         assert summary["client"]["completed"] >= 10 and summary["client"]["failed"] == 0
 
 
-@pytest.mark.parametrize(
-    ("section", "field"), [("client", "ttft_p50_s"), ("transfers", "kv_xfer_p50_s")]
-)
-def test_k2_and_k4_agree_on_the_modelled_medians(
-    runs: dict[int, dict], section: str, field: str
-) -> None:
-    two, four = runs[2][section][field], runs[4][section][field]
+def test_k2_and_k4_agree_on_the_modelled_ttft_median(runs: dict[int, dict]) -> None:
+    two, four = runs[2]["client"]["ttft_p50_s"], runs[4]["client"]["ttft_p50_s"]
     assert two > 0 and four > 0
-    assert abs(four - two) / two <= TOLERANCE, (field, two, four)
+    assert abs(four - two) / two <= TOLERANCE, (two, four)
+
+
+def test_the_kv_pull_converges_on_bytes_over_the_path_rate(runs: dict[int, dict]) -> None:
+    two = runs[2]["transfers"]["kv_xfer_ratio_p50"]
+    four = runs[4]["transfers"]["kv_xfer_ratio_p50"]
+    assert four <= two * (1 + TOLERANCE / 2), (two, four)  # no worse with more dilation
+    assert abs(four - 1.0) <= TOLERANCE, (two, four)

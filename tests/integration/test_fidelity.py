@@ -24,10 +24,12 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import run_trusted
 
 from emulator.experiment.comparison import fabric_specs
 from emulator.probes.epprobe import EP_GROUP, ep_steps
@@ -150,7 +152,14 @@ def test_a_run_with_overflowing_queues_is_not_trustworthy(tmp_path: Path) -> Non
     assert network, f"no network reason among {reasons}"
 
 
+def _fresh(base: Path) -> Path:
+    """A new results folder under `base` for each attempt."""
+    return Path(tempfile.mkdtemp(dir=base))
+
+
 def test_a_clean_run_is_trustworthy(tmp_path: Path) -> None:
-    summary = _run(tmp_path, "--duration", "20", "--drain", "30", "--rate", "1")
+    summary = run_trusted(
+        lambda: _run(_fresh(tmp_path), "--duration", "20", "--drain", "30", "--rate", "1")
+    )
     assert summary["health"]["reasons"] == [] and summary["trustworthy"] is True
     assert summary["client"]["completed"] >= 10 and summary["client"]["failed"] == 0
