@@ -136,9 +136,13 @@ def bridge_target(bridge: str) -> str:
     return bridge if inst is None else f"unix:{inst.rundir / f'{bridge}.mgmt'}"
 
 
-def start_instance(rundir: Path, timeout_s: float = 20.0) -> Instance:
+def start_instance(
+    rundir: Path, timeout_s: float = 20.0, other_config: dict[str, str] | None = None
+) -> Instance:
     """Create a database in `rundir` and start ovsdb-server and ovs-vswitchd on it (detached,
-    logging to the system daemon's log); returns once ovs-vswitchd answers. Needs root."""
+    logging to the system daemon's log); returns once ovs-vswitchd answers. `other_config`:
+    Open_vSwitch other_config keys set before ovs-vswitchd starts (some, such as
+    `userspace-tso-enable`, are read only at start). Needs root."""
     rundir.mkdir(parents=True, exist_ok=True)
     inst = Instance(rundir)
     db = rundir / "conf.db"
@@ -157,6 +161,17 @@ def start_instance(rundir: Path, timeout_s: float = 20.0) -> Instance:
         ]
     )
     run([*vsctl_argv(inst), "--no-wait", "init"])
+    for key, value in (other_config or {}).items():
+        run(
+            [
+                *vsctl_argv(inst),
+                "--no-wait",
+                "set",
+                "Open_vSwitch",
+                ".",
+                f"other_config:{key}={value}",
+            ]
+        )
     start_vswitchd(inst, timeout_s)
     return inst
 
