@@ -146,6 +146,7 @@ class Launcher:
             congestion_control=plan.config.congestion_control,
             ovs_instances=plan.config.ovs_instances,
             lossless=plan.config.lossless,
+            ev_rules=plan.config.kv_transport == "mrc",  # EVs name their paths (evpaths)
             policy=plan.policy.routing,
             recompute=plan.policy.recompute,
             management=True,

@@ -35,6 +35,7 @@ from zcube_lab.core.fabric.addressing import MGMT_ROOT_IP, management_address
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.clusterplan import check_machine_list, mgmt_root_address
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.evpaths import mrc_leg_mbps
 from zcube_lab.core.fabric.hostplan import (
     DEFAULT_CONGESTION_CONTROL,
     check_congestion_control,
@@ -95,6 +96,7 @@ class RunConfig:
     faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.core.fault_schedule)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
     kv_streams: int = 2
+    kv_transport: str = "tcp"  # or "mrc": MRC-style datagrams over EVs (serving.kvwire.mrc)
     prefix_cache_hit_rate: float = 0.0
     kv_paths: str = "disjoint"  # ZCube: "disjoint" binds each KV lane to its own port
     decode_hotspot: int = 0  # decodes chosen among this many hot ones (serving.routing.HotSet)
@@ -129,6 +131,14 @@ class RunConfig:
         if not 0 <= self.drain_s <= 3600:
             raise ConfigError("drain", self.drain_s, "between 0 and 3600 seconds")
         get_policy(self.policy)
+        if self.kv_transport not in ("tcp", "mrc"):
+            raise ConfigError("kv_transport", self.kv_transport, "tcp or mrc")
+        if self.kv_transport == "mrc" and self.dilation != 1:
+            # Its loss and ack timers (10 ms, 50 ms floors; 1 s silence) are wall times.
+            raise ConfigError("dilation", self.dilation, "1 (off) in a run with --kv-transport mrc")
+        if self.kv_transport == "mrc" and self.machines:
+            # EV rules are checked on one machine's fabric only (tests/integration/test_mrc.py).
+            raise ConfigError("kv_transport", "mrc", "tcp in a run over several machines")
         if not 1 <= self.kv_streams <= 16:
             raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
         if self.kv_paths not in ("disjoint", "shortest"):
@@ -438,6 +448,7 @@ class RunPlan:
             "time_dilation": c.dilation,
         }
         spray = self.policy.spray
+        mrc = c.kv_transport == "mrc"
         if spray and peers:
             # An all-to-all exchange is sprayed like a KV pull: subflows per peer, stalled ones
             # retired and their part sent again.
@@ -449,6 +460,11 @@ class RunPlan:
                 kv_bind=tuple(Address(i.ip, KV_PORT) for i in h.interfaces),
                 engine_id=e.engine_id,
                 prefix_cache_hit_rate=c.prefix_cache_hit_rate,
+                **(
+                    {"kv_transport": "mrc", "kv_mrc_mtu": c.link_mtu(self.fabric, self.scale)}
+                    if mrc
+                    else {}
+                ),
             )
             url = f"http://{mgmt}:{PREFILL_PORT}"
             return RoleLaunch(e.engine_id, e.host, tuple(prefill_argv(prefill)), f"{url}/health")
@@ -460,6 +476,14 @@ class RunPlan:
             kv_stall_timeout_s=SPRAY_STALL_S if spray else None,
             **({"kv_chunk_bytes": SPRAY_CHUNK_BYTES} if spray else {}),
             kv_log=str(log_dir / f"kv-{e.engine_id}.jsonl"),
+            **(
+                {
+                    "kv_transport": "mrc",
+                    "kv_mrc_rate_mbps": round(mrc_leg_mbps(self.fabric, self.scale, [e.host]), 3),
+                }
+                if mrc
+                else {}
+            ),
         )
         url = f"http://{mgmt}:{DECODE_PORT}"
         return RoleLaunch(e.engine_id, e.host, tuple(decode_argv(decode)), f"{url}/health")

@@ -291,21 +291,11 @@ def _start_probes(
     return client
 
 
-# Pace each leg a little under its NIC rate: the rate counts payload, the wire adds headers.
-MRC_PACE_SHARE = 0.95
-
-
 def mrc_rate_mbps(lab: Lab, src: str, dst: str) -> float:
-    """The pacing rate of one mrc leg: the slowest NIC port of either host, times
-    `MRC_PACE_SHARE` (every leg uses one port at each end)."""
-    fabric, scale = lab.fabric, lab.options.scale
-    rates = []
-    for h in (src, dst):
-        for iface in fabric.host(h).interfaces:
-            link = fabric.link_at(h, iface.index)
-            if link is not None:
-                rates.append(scale.link_mbps(fabric, link.gbps))
-    return MRC_PACE_SHARE * min(rates)
+    """The pacing rate of one mrc leg between `src` and `dst` (`evpaths.mrc_leg_mbps`)."""
+    from zcube_lab.core.fabric.evpaths import mrc_leg_mbps
+
+    return mrc_leg_mbps(lab.fabric, lab.options.scale, (src, dst))
 
 
 _PORT_TX = re.compile(

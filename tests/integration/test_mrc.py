@@ -14,9 +14,14 @@ h5 over both planes (`emulator.probes.cutprobe`, `transport="mrc"`).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import run_trusted
 
 from emulator.probes.cutprobe import cut_during_pull
 from serving.kvwire.paths import pick_source
@@ -101,3 +106,37 @@ def test_a_healthy_pull_spreads_over_as_many_paths_as_it_has_evs_per_plane(
             switch, port = hop.split(":")
             sent = res.port_bytes[(switch, int(port))]
             assert sent > share / 2, f"{hop} carried {sent} bytes, expected about {share:.0f}"
+
+
+# --- a whole run over mrc ------------------------------------------------------------------------
+
+
+def _mrc_run(results: Path) -> dict:
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
+            "--workload", "coding-agent", "--rate", "1", "--duration", "15", "--drain", "20",
+            "--kv-transport", "mrc", "--results", str(results),
+        ],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = results.glob("*/summary.json")
+    return json.loads(path.read_text()) | {"_dir": str(path.parent)}
+
+
+def test_a_whole_run_pulls_every_kv_over_mrc_and_is_trustworthy(tmp_path: Path) -> None:
+    summary = run_trusted(lambda: _mrc_run(Path(tempfile.mkdtemp(dir=tmp_path))))
+    assert summary["trustworthy"] is True, summary["health"]["reasons"]
+    assert summary["client"]["completed"] >= 10 and summary["client"]["failed"] == 0
+    run = Path(summary["_dir"])
+    assert json.loads((run / "config.json").read_text())["kv_transport"] == "mrc"
+    pulls = [
+        json.loads(line)
+        for log in (run / "logs").glob("kv-decode-*.jsonl")
+        for line in log.read_text().splitlines()
+    ]
+    assert len(pulls) >= summary["client"]["completed"]
+    assert all(p["ok"] and p["checksum_ok"] for p in pulls)
+    # Over TCP a pull uses its lanes' few paths; over mrc it names one per EV (16 per leg here).
+    assert min(p["paths_used"] for p in pulls) > 2 * max(p["lanes"] for p in pulls)

@@ -176,6 +176,40 @@ def test_spray_changes_the_kv_transport_flags() -> None:
     )
 
 
+def test_the_mrc_transport_reaches_both_roles_and_paces_each_leg_under_its_nic_port() -> None:
+    plan = _plan(ZCUBE, kv_transport="mrc", nic_mbps=100.0)
+    launches = _by_name(plan)
+    tcp = _by_name(_plan(ZCUBE, nic_mbps=100.0))
+    prefills = [n for n in launches if n.startswith("prefill-")]
+    decodes = [n for n in launches if n.startswith("decode-")]
+    assert prefills and decodes
+    for name in prefills:
+        cfg = _config(launches[name])
+        assert cfg.kv_transport == "mrc"  # type: ignore[attr-defined]
+        assert cfg.kv_mrc_mtu == plan.config.link_mtu(plan.fabric, plan.scale)  # type: ignore[attr-defined]
+        assert _config(tcp[name]).kv_transport == "tcp"  # type: ignore[attr-defined]
+    for name in decodes:
+        cfg = _config(launches[name])
+        assert cfg.kv_transport == "mrc"  # type: ignore[attr-defined]
+        # ZCube's NIC is 2 ports of 50 Mb/s here: each leg uses one, paced at 95% of it.
+        assert cfg.kv_mrc_rate_mbps == pytest.approx(47.5)  # type: ignore[attr-defined]
+        assert "--kv-transport" not in tcp[name].argv
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"kv_transport": "udp"}, "kv_transport"),
+        ({"kv_transport": "mrc", "dilation": 2.0}, "dilation"),
+        ({"kv_transport": "mrc", "machines": ("198.19.254.1", "198.19.254.2")}, "kv_transport"),
+    ],
+)
+def test_the_mrc_transport_is_refused_where_it_is_not_faithful(options: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        RunConfig(fabric=ZCUBE, **options)
+    assert err.value.field == field
+
+
 def test_expert_parallel_peers_are_reached_on_their_fabric_addresses() -> None:
     layout = LayoutSpec(prefill_servers=2, ep_servers=2)
     plan = _plan(ZCUBE, layout=layout)

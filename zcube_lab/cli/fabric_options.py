@@ -216,6 +216,18 @@ def add_transport_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def add_kv_transport_argument(group: argparse._ArgumentGroup) -> None:
+    """--kv-transport: how decode pulls KV (TCP lanes, or the MRC-style datagrams)."""
+    group.add_argument(
+        "--kv-transport",
+        choices=("tcp", "mrc"),
+        default="tcp",
+        help="how decode pulls KV: tcp (lanes of TCP connections, the default) or mrc "
+        "(MRC-style UDP datagrams sprayed over entropy values that name their paths; the "
+        "controller installs the EV rules; docs/FAILURES.md)",
+    )
+
+
 def link_options_from_args(
     args: argparse.Namespace, fabric: Fabric, scale: Scale
 ) -> tuple[int, QueueModel]:

@@ -16,6 +16,7 @@ from rich.console import Console
 from zcube_lab.cli.fabric_options import (
     add_datapath_arguments,
     add_fabric_arguments,
+    add_kv_transport_argument,
     add_link_arguments,
     add_lossless_argument,
     add_transport_arguments,
@@ -119,6 +120,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, rate: bool = True) -> Non
     add_link_arguments(lab)
     add_lossless_argument(lab)
     add_transport_arguments(lab)
+    add_kv_transport_argument(lab)
     add_datapath_arguments(lab)
     lab.add_argument("--results", type=Path, default=Path("results"), help="results folder")
 
@@ -171,6 +173,7 @@ def config_from_args(
         faults=tuple(args.fail),
         layout=layout,
         kv_streams=args.kv_streams,
+        kv_transport=args.kv_transport,
         kv_paths=args.kv_paths,
         prefix_cache_hit_rate=float(
             args.prefix_cache_hit_rate

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.scale import Scale
 
 EV_BITS = 3
 EV_LEVELS = 4  # distances 1..4 have their own field; farther ones reuse them cyclically
@@ -116,3 +117,22 @@ def ev_paths(
 def distinct_paths(paths: Sequence[tuple[str, ...]]) -> int:
     """How many different paths (non-empty) a set of EVs takes."""
     return len({p for p in paths if p})
+
+
+# An mrc leg is paced a little under its NIC port's shaped rate, so the sender's own port queue
+# stays short and the fabric's queues, not the sender's, are what a leg meets.
+MRC_PACE_SHARE = 0.95
+
+
+def mrc_leg_mbps(fabric: Fabric, scale: Scale, hosts: Iterable[str]) -> float:
+    """The pacing rate of one mrc leg between `hosts`, Mb/s: `MRC_PACE_SHARE` of the slowest
+    shaped NIC port of any of them (every leg uses one port at each end)."""
+    rates = [
+        scale.link_mbps(fabric, link.gbps)
+        for h in hosts
+        for iface in fabric.host(h).interfaces
+        if (link := fabric.link_at(h, iface.index)) is not None
+    ]
+    if not rates:
+        raise ValueError(f"no linked NIC port on {list(hosts)}")
+    return MRC_PACE_SHARE * min(rates)
