@@ -134,10 +134,12 @@ def interleave(
 
 def resolve_baseline(baseline: str, labels: Sequence[str]) -> str:
     """The label the differences are taken against: `baseline` itself, or the first label of
-    that fabric (`roft` -> `roft/ff` when only policies label the runs)."""
+    that fabric (`roft` -> `roft/ff` when only policies label the runs), or of that fabric kind
+    (`roft` -> `roft-2planes` when a size option labels it)."""
     if baseline in labels:
         return baseline
     matches = [lb for lb in labels if lb.split("/")[0] == baseline]
+    matches = matches or [lb for lb in labels if lb.split("/")[0].split("-")[0] == baseline]
     if not matches:
         raise ConfigError("baseline", baseline, f"one of the compared fabrics {list(labels)}")
     return matches[0]

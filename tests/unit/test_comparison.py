@@ -63,6 +63,13 @@ def test_baseline_names_a_label_or_a_fabric() -> None:
     assert info.value.field == "baseline"
 
 
+def test_the_default_baseline_finds_a_roft_that_a_size_option_labels() -> None:
+    # `compare --planes 2` labels ROFT `roft-2planes`; the default baseline `roft` is that one.
+    labels = ["zcube", "zcube/spray", "roft-2planes", "roft-2planes/spray"]
+    assert resolve_baseline("roft", labels) == "roft-2planes"
+    assert resolve_baseline("roft-2planes/spray", labels) == "roft-2planes/spray"
+
+
 def test_fault_prefixes_must_name_a_compared_fabric() -> None:
     check_fault_prefixes(["zcube: link a0-b1 at 5s", "link a0-b1 at 5s"], ["zcube", "roft"])
     with pytest.raises(ConfigError) as info:
