@@ -332,7 +332,7 @@ def path_health(cfg: DecodeConfig) -> PathHealth | None:
 def mrc_pull(cfg: DecodeConfig) -> Callable[..., Awaitable[tuple[bytearray, PullResult]]]:
     """`pull_kv`'s call shape over the MRC-style transport (`serving.kvwire.mrc`): the TCP
     lane options (streams, chunks, stall timeout, path health) do not apply and are ignored;
-    each leg is paced at `kv_mrc_rate_mbps`."""
+    each leg is paced at `kv_mrc_rate_mbps`, and the transport's timers follow the dilation."""
 
     async def pull(
         request_id: str,
@@ -352,6 +352,7 @@ def mrc_pull(cfg: DecodeConfig) -> Callable[..., Awaitable[tuple[bytearray, Pull
             timeout_s=timeout_s,
             source_map=source_map,
             rate_bytes_s=cfg.kv_mrc_rate_mbps * 1e6 / 8,
+            time_scale=cfg.time_dilation,
         )
 
     return pull

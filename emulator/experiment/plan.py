@@ -133,9 +133,6 @@ class RunConfig:
         get_policy(self.policy)
         if self.kv_transport not in ("tcp", "mrc"):
             raise ConfigError("kv_transport", self.kv_transport, "tcp or mrc")
-        if self.kv_transport == "mrc" and self.dilation != 1:
-            # Its loss and ack timers (10 ms, 50 ms floors; 1 s silence) are wall times.
-            raise ConfigError("dilation", self.dilation, "1 (off) in a run with --kv-transport mrc")
         if self.kv_transport == "mrc" and self.machines:
             # EV rules are checked on one machine's fabric only (tests/integration/test_mrc.py).
             raise ConfigError("kv_transport", "mrc", "tcp in a run over several machines")

@@ -216,18 +216,31 @@ async def _pulls(args: argparse.Namespace) -> None:
         out: dict[str, Any] = {"bytes": size, "warmup": i < args.warmup}
         t0 = time.monotonic()
         try:
-            _buf, result = await pull_kv(
-                f"probe-{i}",
-                addrs,
-                size,
-                expected,
-                chunk_bytes=args.chunk_bytes,
-                streams=args.streams,
-                timeout_s=args.timeout_s,
-                source_map=sources,
-                chunks_per_lane=args.chunks_per_lane or None,
-                connections=kept,
-            )
+            if args.transport == "mrc":
+                from serving.kvwire.mrc import pull_kv_mrc
+
+                _buf, result = await pull_kv_mrc(
+                    f"probe-{i}",
+                    addrs,
+                    size,
+                    expected,
+                    timeout_s=args.timeout_s,
+                    source_map=sources,
+                    rate_bytes_s=args.rate_mbps * 1e6 / 8,
+                )
+            else:
+                _buf, result = await pull_kv(
+                    f"probe-{i}",
+                    addrs,
+                    size,
+                    expected,
+                    chunk_bytes=args.chunk_bytes,
+                    streams=args.streams,
+                    timeout_s=args.timeout_s,
+                    source_map=sources,
+                    chunks_per_lane=args.chunks_per_lane or None,
+                    connections=kept,
+                )
             out.update(ok=True, checksum_ok=result.checksum == expected, error="")
             out["opened"] = result.opened
         except KVTransferError as exc:
@@ -243,13 +256,13 @@ async def _pulls(args: argparse.Namespace) -> None:
 
 # -- the experiment, from the root namespace ---------------------------------------------------
 @contextlib.contextmanager
-def running_lab(fabric: Fabric, log_dir: Path) -> Iterator[Lab]:
-    """A started lab for the probes (ecmp routing, 100 Mb/s NICs, free ports); stopped on
-    leaving, on error and on Ctrl-C alike."""
+def running_lab(fabric: Fabric, log_dir: Path, ev_rules: bool = False) -> Iterator[Lab]:
+    """A started lab for the probes (ecmp routing, with the EV rules if `ev_rules`, 100 Mb/s
+    NICs, free ports); stopped on leaving, on error and on Ctrl-C alike."""
     from emulator.probes.cutprobe import probe_lab
     from zcube_lab.core.policies import get_policy
 
-    lab = probe_lab(fabric, get_policy("ecmp"), log_dir)
+    lab = probe_lab(fabric, get_policy("ecmp"), log_dir, ev_rules=ev_rules)
     try:
         lab.start()
         yield lab
@@ -351,11 +364,14 @@ def kv_pulls(
     repeat: int = 3,
     progress: Callable[[dict[str, Any]], None] | None = None,
     connections: str = "kept",
+    transport: str = "tcp",
 ) -> list[dict[str, Any]]:
     """On a running lab: a KV server on `server` and, from `puller`, `repeat` pulls of every
     size, one at a time, as a decode engine pulls (its default lanes and chunking; ZCube
     `mode` "disjoint" binds lane sources, "shortest" does not; `connections` "kept" across
-    pulls or "fresh" for each); the probe's records."""
+    pulls or "fresh" for each; `transport` "mrc": over the MRC-style transport, each leg paced
+    as a run paces it, on a lab whose controller installed the EV rules); the probe's records."""
+    from zcube_lab.core.fabric.evpaths import mrc_leg_mbps
     from zcube_lab.core.fabric.hostplan import kv_source_map
 
     fabric = lab.fabric
@@ -366,9 +382,13 @@ def kv_pulls(
     argv = ["pulls", "--max-bytes", str(max(sizes)), "--sizes", ",".join(map(str, sizes))]
     argv += ["--repeat", str(repeat), "--timeout-s", f"{timeout:g}", "--connections", connections]
     argv += [f"--source={cidr}={local}" for cidr, local in sources]
+    serve = ["serve", "--bytes", str(max(sizes)), *addrs]
+    if transport == "mrc":
+        leg = mrc_leg_mbps(fabric, lab.options.scale, (server, puller))
+        argv += ["--transport", "mrc", "--rate-mbps", f"{leg:g}"]
+        serve += ["--mrc-evs", "16", "--mtu", str(lab.options.mtu)]
     out = []
     with probes() as procs:
-        serve = ["serve", "--bytes", str(max(sizes)), *addrs]
         start_probe(lab, server, serve, procs, "ready", "emulator.probes.cutprobe")
         client = start_probe(lab, puller, [*argv, *addrs], procs, "started")
         for rec in client.records(timeout + 10):
@@ -442,6 +462,7 @@ def kv_fidelity(
     fixed_bytes: int = 1000,
     progress: Callable[[dict[str, Any]], None] | None = None,
     connections: str = "kept",
+    transport: str = "tcp",
 ) -> Fidelity:
     """`kv_pulls` of `fixed_bytes` (the fixed cost: its median) and of `sizes`, judged against
     bytes / path rate within `KV_TOLERANCE`."""
@@ -457,6 +478,7 @@ def kv_fidelity(
         repeat=repeat,
         progress=progress,
         connections=connections,
+        transport=transport,
     )
     sources = kv_source_map(fabric, fabric.host(puller)) if mode == "disjoint" else ()
     mbps = kv_path_mbps(fabric, lab.options.scale, server, puller, sources)
@@ -491,6 +513,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout-s", type=float, default=30.0)
     parser.add_argument("--connections", choices=["kept", "fresh"], default="kept")
     parser.add_argument("--step", action="store_true", help="each pull waits for a stdin line")
+    parser.add_argument("--transport", choices=["tcp", "mrc"], default="tcp")
+    parser.add_argument("--rate-mbps", type=float, default=0.0, help="mrc: pacing per leg")
     args = parser.parse_args(argv)
     asyncio.run(_pulls(args))
 

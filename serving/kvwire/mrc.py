@@ -116,7 +116,8 @@ class MrcServer:
 
     `ev_ports`: the EV source ports of every address (the same list on each); an empty list
     binds `evs` ephemeral ports (loopback tests: no fabric rules to match). `window` and `rate`
-    cap what a GET may ask for (0: no cap)."""
+    cap what a GET may ask for (0: no cap). `time_scale`: the run's time dilation k, by which
+    every timer (the sender's floors, idle drop, keeping finished answers) is longer."""
 
     def __init__(
         self,
@@ -127,8 +128,10 @@ class MrcServer:
         evs: int = DEFAULT_EVS_PER_ADDRESS,
         mtu: int = w.DEFAULT_MTU,
         drop: Callable[[int, int, w.Send], bool] | None = None,
+        time_scale: float = 1.0,
     ) -> None:
         self.lookup = lookup
+        self.k = time_scale  # dilation: every timer of the transport is k times longer
         self.addrs = tuple(addrs)
         self.ev_ports = tuple(ev_ports)
         self.evs = len(self.ev_ports) or evs
@@ -176,10 +179,10 @@ class MrcServer:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             for cid, c in list(self._conns.items()):
-                if now - c.last_heard > IDLE_DROP_S:
+                if now - c.last_heard > IDLE_DROP_S * self.k:
                     self._end(cid)
             for cid, (at, _) in list(self._finished.items()):
-                if now - at > FINISHED_KEEP_S:
+                if now - at > FINISHED_KEEP_S * self.k:
                     del self._finished[cid]
 
     def _end(self, cid: int, stats: bytes | None = None) -> None:
@@ -211,7 +214,12 @@ class MrcServer:
                 return
             window = max(self.mss, get.window)
             state = w.SenderState(
-                len(data), mss=self.mss, window=window, rate=get.rate, now=time.monotonic()
+                len(data),
+                mss=self.mss,
+                window=window,
+                rate=get.rate,
+                now=time.monotonic(),
+                time_scale=self.k,
             )
             c = _Conn(cid, data, state, last_heard=time.monotonic())
             self._conns[cid] = c
@@ -256,7 +264,7 @@ class MrcServer:
         try:
             while not st.done:
                 now = time.monotonic()
-                if now - c.last_heard > IDLE_DROP_S:
+                if now - c.last_heard > IDLE_DROP_S * self.k:
                     # The receiver is gone (or every path to it is): stop, rather than resend.
                     log.info("mrc connection %d: receiver silent, dropped", c.conn_id)
                     self._conns.pop(c.conn_id, None)
@@ -296,9 +304,11 @@ async def start_mrc_server(
     ev_ports: Sequence[int] = (),
     evs: int = DEFAULT_EVS_PER_ADDRESS,
     mtu: int = w.DEFAULT_MTU,
+    time_scale: float = 1.0,
 ) -> MrcServer:
-    """Start an `MrcServer` on `addrs` (UDP, the KV ports)."""
-    return await MrcServer(lookup, addrs, ev_ports=ev_ports, evs=evs, mtu=mtu).start()
+    """Start an `MrcServer` on `addrs` (UDP, the KV ports); `time_scale`: the dilation k."""
+    server = MrcServer(lookup, addrs, ev_ports=ev_ports, evs=evs, mtu=mtu, time_scale=time_scale)
+    return await server.start()
 
 
 # -- decode: the pull -----------------------------------------------------------------------
@@ -387,9 +397,13 @@ async def pull_kv_mrc(
     source_map: Sequence[tuple[str, str]] = (),
     window: int = DEFAULT_WINDOW,
     rate_bytes_s: float = 0.0,
+    time_scale: float = 1.0,
 ) -> tuple[bytearray, MrcPullResult]:
     """Pull one request's KV over MRC-style datagrams on every address (one leg each); verify
-    bytes and checksum. `rate_bytes_s` paces the sender per leg (0: window-limited only)."""
+    bytes and checksum. `rate_bytes_s` paces the sender per leg (0: window-limited only);
+    `time_scale`, the dilation k, lengthens the receiver's timers (GET resend, ack flush,
+    keepalive, the wait for the sender's statistics)."""
+    k = time_scale
     if not addrs:
         raise KVTransferError("no KV address to pull from")
     c = _Client(random.getrandbits(32), w.ReceiverState(num_bytes))
@@ -406,24 +420,24 @@ async def pull_kv_mrc(
                     for i, t in enumerate(c.legs):
                         if i not in c.heard:
                             t.sendto(w.encode_get(c.conn, i, get), (addrs[i].host, addrs[i].port))
-                    next_get = now + GET_RESEND_S
+                    next_get = now + GET_RESEND_S * k
                 if c.not_found:
                     raise KVTransferError(
                         f"prefill at {addrs[0]} holds no KV of {num_bytes} bytes for {request_id}"
                     )
                 if c.unacked:
                     _send_ack(c, addrs, c.last)
-                elif c.heard and now - c.acked_at >= KEEPALIVE_S:
+                elif c.heard and now - c.acked_at >= KEEPALIVE_S * k:
                     _send_ack(c, addrs, None)  # echoes nothing: no stale RTT sample
                 c.changed.clear()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(ACK_FLUSH_S if c.unacked else GET_RESEND_S):
+                    async with asyncio.timeout((ACK_FLUSH_S if c.unacked else GET_RESEND_S) * k):
                         await c.changed.wait()
             for _ in range(DONE_TRIES):
                 _send_ack(c, addrs, c.last)
                 c.changed.clear()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(DONE_WAIT_S):
+                    async with asyncio.timeout(DONE_WAIT_S * k):
                         await c.changed.wait()
                 if c.stats is not None:
                     break

@@ -390,6 +390,7 @@ class SenderState:
         window: int,
         rate: float,
         now: float,
+        time_scale: float = 1.0,
     ) -> None:
         if mss < 1 or window < mss:
             raise ValueError(f"need mss >= 1 and window >= mss, not {mss}, {window}")
@@ -405,7 +406,11 @@ class SenderState:
         self._offsets: list[tuple[int, int]] = []  # (offset, seq) of the data in flight, sorted
         self.inflight_bytes = 0
         self.seq = 0
-        self.srtt = INITIAL_RTT_S
+        # Time dilation k (docs/DOMAIN.md section 4): the timers' floors and the queue-delay
+        # threshold are modelled times, so they are k times longer in wall time; the multiples
+        # of an RTT follow the (dilated) RTTs by themselves.
+        self.time_scale = time_scale
+        self.srtt = INITIAL_RTT_S * time_scale
         # Per leg: the smoothed RTT and the latest-sent datagram known to have arrived. Loss is
         # judged within a leg only: a plane with a longer queue is not "overtaken" by another.
         self.leg_srtt: dict[int, float] = {}
@@ -479,20 +484,21 @@ class SenderState:
 
     @property
     def probe_interval(self) -> float:
-        return max(MIN_PROBE_S, PROBE_INTERVAL_RTTS * self.srtt)
+        return max(MIN_PROBE_S * self.time_scale, PROBE_INTERVAL_RTTS * self.srtt)
 
     @property
     def loss_after(self) -> float:
-        return max(MIN_LOSS_S, LOSS_RTTS * self.srtt)
+        return max(MIN_LOSS_S * self.time_scale, LOSS_RTTS * self.srtt)
 
     @property
     def rto(self) -> float:
-        return max(MIN_RTO_S, RTO_RTTS * self.srtt)
+        return max(MIN_RTO_S * self.time_scale, RTO_RTTS * self.srtt)
 
     def leg_limits(self, leg: int) -> tuple[float, float]:
         """(loss after, retransmission timeout) of a datagram on `leg`, from its own RTT."""
         srtt = self.leg_srtt.get(leg, self.srtt)
-        return max(MIN_LOSS_S, LOSS_RTTS * srtt), max(MIN_RTO_S, RTO_RTTS * srtt)
+        k = self.time_scale
+        return max(MIN_LOSS_S * k, LOSS_RTTS * srtt), max(MIN_RTO_S * k, RTO_RTTS * srtt)
 
     @property
     def done(self) -> bool:
@@ -601,7 +607,7 @@ class SenderState:
                 ev.retired_at = None
                 ev.probe_seq = None
                 self.restored += 1
-            elif rtt - ev.min_rtt > QUEUE_DELAY_S and ev.slow_until <= now:
+            elif rtt - ev.min_rtt > QUEUE_DELAY_S * self.time_scale and ev.slow_until <= now:
                 ev.slow_until = now + SLOW_HOLD_RTTS * self.srtt
                 self.slowed += 1
         if echoed is not None and not echoed.length:

@@ -200,7 +200,6 @@ def test_the_mrc_transport_reaches_both_roles_and_paces_each_leg_under_its_nic_p
     ("options", "field"),
     [
         ({"kv_transport": "udp"}, "kv_transport"),
-        ({"kv_transport": "mrc", "dilation": 2.0}, "dilation"),
         ({"kv_transport": "mrc", "machines": ("198.19.254.1", "198.19.254.2")}, "kv_transport"),
     ],
 )

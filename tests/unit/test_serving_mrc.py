@@ -400,3 +400,37 @@ def test_a_slower_plane_is_not_judged_lost_by_the_faster_planes_acks() -> None:
     st.on_timer(0.020)  # past 3 x leg 1's RTT and the 10 ms floor, within leg 0's own RTT
     assert all(s.ev.live for s in slow)
     assert st.retired_log == [behind.ev.key]
+
+
+def test_under_dilation_the_sender_s_floors_and_queue_delay_threshold_are_k_times_longer() -> None:
+    plain = w.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0)
+    k4 = w.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0, time_scale=4.0)
+    # Before any RTT is measured: the initial RTT (a modelled time, k times longer) and floors.
+    assert plain.loss_after == pytest.approx(max(w.MIN_LOSS_S, w.LOSS_RTTS * w.INITIAL_RTT_S))
+    assert (k4.loss_after, k4.rto, k4.probe_interval) == pytest.approx(
+        (4 * plain.loss_after, 4 * plain.rto, 4 * plain.probe_interval)
+    )
+    assert k4.leg_limits(0) == pytest.approx(tuple(4 * x for x in plain.leg_limits(0)))
+
+
+def test_a_dilated_pull_with_a_lost_ev_completes_with_both_ends_at_the_same_k() -> None:
+    data = random.Random(5).randbytes(300_000)
+    dead: set[int] = set()
+
+    def drop(_conn: int, _leg: int, send: w.Send) -> bool:
+        if not dead:
+            dead.add(send.ev.port)
+        return send.ev.port in dead
+
+    async def go() -> None:
+        server, addrs = await _serve(data, drop=drop, time_scale=2.0)
+        try:
+            buf, res = await pull_kv_mrc(
+                "r", addrs, len(data), zlib.crc32(data), timeout_s=10, time_scale=2.0
+            )
+        finally:
+            server.close()
+        assert bytes(buf) == data
+        assert res.retired_evs and all(ev in dead for _leg, ev in res.retired_evs)
+
+    asyncio.run(go())
