@@ -62,6 +62,14 @@ def _addr(text: str) -> Any:
     return Address(host, int(port))
 
 
+def served_prefix(data: bytes, request_id: str) -> bytes:
+    """What the mrc server answers for `request_id`: the first N bytes of the payload when the
+    id ends in `@N` (the KV fidelity probe's pulls of several sizes), else all of it. A TCP pull
+    asks for its byte count itself; an mrc GET must match the held buffer's length."""
+    head, _, size = request_id.rpartition("@")
+    return data[: int(size)] if head and size.isdigit() else data
+
+
 async def _serve(args: argparse.Namespace) -> None:
     from serving.kvwire import start_kv_server
 
@@ -74,7 +82,7 @@ async def _serve(args: argparse.Namespace) -> None:
         from zcube_lab.core.fabric.evpaths import ev_ports
 
         servers_mrc = await start_mrc_server(
-            lambda _rid: data,
+            lambda rid: served_prefix(data, rid),
             [_addr(a) for a in args.addrs],
             ev_ports=ev_ports(args.mrc_evs),
             mtu=args.mtu,

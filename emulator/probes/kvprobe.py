@@ -220,7 +220,7 @@ async def _pulls(args: argparse.Namespace) -> None:
                 from serving.kvwire.mrc import pull_kv_mrc
 
                 _buf, result = await pull_kv_mrc(
-                    f"probe-{i}",
+                    f"probe-{i}@{size}",  # the server answers the payload's first `size` bytes
                     addrs,
                     size,
                     expected,

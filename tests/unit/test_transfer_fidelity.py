@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.probes.cutprobe import served_prefix
 from emulator.probes.epprobe import alltoall_ideal_s
 from emulator.probes.kvprobe import (
     Fidelity,
@@ -150,6 +151,28 @@ def test_kv_probe_pulls_every_size_in_one_process(server) -> None:
         (1000, True), (1000, False), (1000, False), (300000, False), (300000, False),
     ]  # fmt: skip
     assert all(r["ok"] and r["checksum_ok"] and r["seconds"] > 0 for r in recs)
+
+
+def test_kv_probe_pulls_every_size_over_mrc_too(server) -> None:
+    port = free_port()
+    server(
+        "emulator.probes.cutprobe", "serve", "--bytes", "300000", "--mrc-evs", "4",
+        f"127.0.0.1:{port}",
+    )  # fmt: skip
+    recs = _lines(
+        "emulator.probes.kvprobe", "pulls", "--max-bytes", "300000", "--transport", "mrc",
+        "--sizes", "1000,300000", "--repeat", "2", f"127.0.0.1:{port}",
+    )  # fmt: skip
+    assert [r["bytes"] for r in recs] == [1000, 1000, 1000, 300000, 300000]
+    # Each size gets its own prefix of the payload (the id's `@N`), checksum and all.
+    assert all(r["ok"] and r["checksum_ok"] for r in recs), recs
+
+
+def test_the_mrc_probe_server_answers_the_prefix_an_id_names() -> None:
+    data = bytes(range(256)) * 4
+    assert served_prefix(data, "probe-3@10") == data[:10]
+    assert served_prefix(data, "probe") == data
+    assert served_prefix(data, "probe@x") == data
 
 
 def test_ep_probe_exchanges_and_steps(server) -> None:
