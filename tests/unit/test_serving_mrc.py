@@ -137,9 +137,9 @@ def test_pacing_spreads_datagrams_at_the_rate() -> None:
 
 
 def test_a_gap_retires_its_ev_at_once_and_its_bytes_go_out_on_another() -> None:
-    st = _sender(num_bytes=800)
+    st = _sender(num_bytes=1600)  # two datagrams on each of the 8 EVs
     sends = _drain(st, 0.0)
-    lost = sends[2]
+    lost = sends[2]  # the same EV's next datagram, sends[10], arrives: this one is lost
     arrived = [s for s in sends if s is not lost]
     st.on_ack(_ack_for(arrived, arrived[-1]), 0.002)
     assert lost.ev.live  # not yet: a small multiple of the RTT first
@@ -154,7 +154,7 @@ def test_a_gap_retires_its_ev_at_once_and_its_bytes_go_out_on_another() -> None:
 
 
 def test_a_retired_ev_is_probed_and_restored_by_the_probes_answer() -> None:
-    st = _sender(num_bytes=800)
+    st = _sender(num_bytes=1600)
     sends = _drain(st, 0.0)
     lost = sends[0]
     st.on_ack(_ack_for(sends[1:], sends[-1]), 0.001)
@@ -169,7 +169,7 @@ def test_a_retired_ev_is_probed_and_restored_by_the_probes_answer() -> None:
 
 
 def test_an_unanswered_probe_keeps_the_ev_retired() -> None:
-    st = _sender(num_bytes=800)
+    st = _sender(num_bytes=1600)
     sends = _drain(st, 0.0)
     st.on_ack(_ack_for(sends[1:], sends[-1]), 0.001)
     st.on_timer(0.05)
@@ -389,7 +389,7 @@ def test_a_slower_plane_is_not_judged_lost_by_the_faster_planes_acks() -> None:
     # Leg 0 has a 30 ms queue, leg 1 answers in 1 ms: leg 1's later datagrams being acked must
     # not make leg 0's in-flight ones look lost (the cascade seen on a cut 2-plane ROFT), while
     # a datagram left behind on leg 1 itself is.
-    st = _sender(num_bytes=100 * 100, legs=2, evs=4, window=800)
+    st = _sender(num_bytes=100 * 100, legs=2, evs=4, window=1600)
     st.leg_srtt.update({0: 0.030, 1: 0.001})
     st.srtt = 0.002  # the connection-wide estimate, dominated by the fast plane
     sends = _drain(st, 0.0)
@@ -400,6 +400,20 @@ def test_a_slower_plane_is_not_judged_lost_by_the_faster_planes_acks() -> None:
     st.on_timer(0.020)  # past 3 x leg 1's RTT and the 10 ms floor, within leg 0's own RTT
     assert all(s.ev.live for s in slow)
     assert st.retired_log == [behind.ev.key]
+
+
+def test_a_queue_on_one_path_of_a_leg_is_reordering_not_loss() -> None:
+    # One leg, two EVs on two paths; EV a's path has a queue: b's later datagrams arrive first.
+    # A path is FIFO, so only a datagram overtaken on its own EV is lost; a's wait for the RTO.
+    st = _sender(num_bytes=100 * 100, legs=1, evs=2, window=800)
+    sends = _drain(st, 0.0)
+    a_ev = sends[0].ev
+    queued = [s for s in sends if s.ev is a_ev]
+    st.on_ack(_ack_for([s for s in sends if s.ev is not a_ev], sends[1]), 0.002)
+    st.on_timer(0.002 + st.loss_after + 0.001)  # past 3 RTTs, before the RTO
+    assert a_ev.live and st.retired_log == []
+    st.on_ack(_ack_for(sends, queued[-1]), 0.04)  # the queue drains: everything arrived
+    assert a_ev.live and st.inflight_bytes == 0
 
 
 def test_under_dilation_the_sender_s_floors_and_queue_delay_threshold_are_k_times_longer() -> None:
