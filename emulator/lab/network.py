@@ -152,6 +152,20 @@ def _by_instance(switches: object) -> list[tuple[ovs.Instance | None, list[objec
     return list(groups.items())
 
 
+def _per_instance(
+    base: Callable[..., object], switches: list[object], kwargs: dict[str, object]
+) -> list[object]:
+    """Mininet's batch start-up or shutdown (`base`, the class method of OVSSwitch) once per
+    Open vSwitch instance, its `ovs-vsctl` addressed to that instance; the system instance's
+    switches go exactly as before (the base class's runner)."""
+    for inst, group in _by_instance(switches):
+        extra = dict(kwargs)
+        if inst is not None:
+            extra["run"] = _vsctl_run(inst, kwargs.get("run"))  # type: ignore[arg-type]
+        base(group, **extra)
+    return switches
+
+
 def _vsctl_run(
     inst: ovs.Instance | None, run: Callable[..., object] | None
 ) -> Callable[..., object]:
@@ -612,22 +626,11 @@ class Lab:
 
             @classmethod
             def batchStartup(cls, switches, **kwargs):
-                # The system instance's switches go exactly as before (the base class's runner).
-                for inst, group in _by_instance(switches):
-                    extra = dict(kwargs)
-                    if inst is not None:
-                        extra["run"] = _vsctl_run(inst, kwargs.get("run"))
-                    super().batchStartup(group, **extra)
-                return switches
+                return _per_instance(super().batchStartup, switches, kwargs)
 
             @classmethod
             def batchShutdown(cls, switches, **kwargs):
-                for inst, group in _by_instance(switches):
-                    extra = dict(kwargs)
-                    if inst is not None:
-                        extra["run"] = _vsctl_run(inst, kwargs.get("run"))
-                    super().batchShutdown(group, **extra)
-                return switches
+                return _per_instance(super().batchShutdown, switches, kwargs)
 
         topo = Topo()
         for h in self.fabric.hosts:

@@ -92,28 +92,35 @@ async def _serve(args: argparse.Namespace) -> None:
     await asyncio.gather(*(s.serve_forever() for s in servers))
 
 
+# What an mrc pull reports beyond a TCP pull's fields (`serving.kvwire.mrc.MrcPullResult`).
+MRC_FIELDS = (
+    "retired_evs", "retransmitted_bytes", "datagrams_sent", "datagrams_received", "paths_used",
+    "source_ports", "duplicates", "corrupt",
+)  # fmt: skip
+
+
 async def _pull(args: argparse.Namespace) -> None:
     from serving.kvwire import KVTransferError, pull_kv
 
     expected = zlib.crc32(payload(args.bytes, args.seed))
     sources = tuple(tuple(s.split("=", 1)) for s in args.source)
+    addrs = [_addr(a) for a in args.addrs]
     print("started", flush=True)
-    if args.transport == "mrc":
-        await _pull_mrc(args, expected, sources)
-        return
     t0, c0 = time.monotonic(), time.process_time()
     try:
-        _buf, result = await pull_kv(
-            "probe",
-            [_addr(a) for a in args.addrs],
-            args.bytes,
-            expected,
-            chunk_bytes=CHUNK_BYTES,
-            streams=args.streams,
-            timeout_s=args.timeout_s,
-            source_map=sources,
-            stall_timeout_s=args.stall_s or None,
-        )
+        if args.transport == "mrc":
+            from serving.kvwire.mrc import pull_kv_mrc
+
+            _buf, result = await pull_kv_mrc(
+                "probe", addrs, args.bytes, expected, timeout_s=args.timeout_s,
+                source_map=sources, rate_bytes_s=args.rate_mbps * 1e6 / 8,
+            )  # fmt: skip
+        else:
+            _buf, result = await pull_kv(
+                "probe", addrs, args.bytes, expected, chunk_bytes=CHUNK_BYTES,
+                streams=args.streams, timeout_s=args.timeout_s, source_map=sources,
+                stall_timeout_s=args.stall_s or None,
+            )  # fmt: skip
         out: dict[str, Any] = {
             "ok": True,
             "bytes": result.num_bytes,
@@ -122,44 +129,8 @@ async def _pull(args: argparse.Namespace) -> None:
             "by_address": result.bytes_by_address,
             "error": "",
         }
-    except KVTransferError as exc:
-        out = {"ok": False, "bytes": 0, "checksum_ok": False, "retired": 0, "error": str(exc)}
-    out["seconds"] = round(time.monotonic() - t0, 3)
-    out["cpu_s"] = round(time.process_time() - c0, 3)
-    print(json.dumps(out), flush=True)
-
-
-async def _pull_mrc(args: argparse.Namespace, expected: int, sources: Any) -> None:
-    from serving.kvwire import KVTransferError
-    from serving.kvwire.mrc import pull_kv_mrc
-
-    t0, c0 = time.monotonic(), time.process_time()
-    try:
-        _buf, r = await pull_kv_mrc(
-            "probe",
-            [_addr(a) for a in args.addrs],
-            args.bytes,
-            expected,
-            timeout_s=args.timeout_s,
-            source_map=sources,
-            rate_bytes_s=args.rate_mbps * 1e6 / 8,
-        )
-        out: dict[str, Any] = {
-            "ok": True,
-            "bytes": r.num_bytes,
-            "checksum_ok": r.checksum == expected,
-            "retired": r.retired_lanes,
-            "by_address": r.bytes_by_address,
-            "retired_evs": r.retired_evs,
-            "retransmitted_bytes": r.retransmitted_bytes,
-            "datagrams_sent": r.datagrams_sent,
-            "datagrams_received": r.datagrams_received,
-            "paths_used": r.paths_used,
-            "source_ports": r.source_ports,
-            "duplicates": r.duplicates,
-            "corrupt": r.corrupt,
-            "error": "",
-        }
+        if args.transport == "mrc":
+            out.update({name: getattr(result, name) for name in MRC_FIELDS})
     except KVTransferError as exc:
         out = {"ok": False, "bytes": 0, "checksum_ok": False, "retired": 0, "error": str(exc)}
     out["seconds"] = round(time.monotonic() - t0, 3)
