@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from serving.alltoall import start_ep_server
 from serving.config import EpWorkerConfig
+from serving.gcpause import freeze_heap
 from serving.httpapi import setup_logging
 from serving.options import add_flags, from_args
 from zcube_lab.core.errors import ConfigError
@@ -21,6 +22,7 @@ from zcube_lab.core.errors import ConfigError
 async def serve(cfg: EpWorkerConfig) -> None:
     """Serve every bind address until cancelled."""
     servers = [await start_ep_server(a) for a in cfg.bind]
+    freeze_heap()  # serving.gcpause: start-up's objects out of the collector's walks
     try:
         await asyncio.gather(*(s.serve_forever() for s in servers))
     finally:

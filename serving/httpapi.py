@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from serving.gcpause import GC_PAUSES, GcPauseCollector, freeze_on_startup
 from serving.openai_api import ApiError
 from serving.options import parse_with_file
 from zcube_lab.core.errors import ConfigError
@@ -116,6 +117,7 @@ def new_app(registry: CollectorRegistry, model_name: str) -> web.Application:
     app[REGISTRY_KEY] = registry
     app[MODEL_NAME_KEY] = model_name
     add_common_routes(app)
+    registry.register(GcPauseCollector())
     return app
 
 
@@ -136,7 +138,10 @@ def run_role(
     except ConfigError as exc:
         parser.error(str(exc))
     setup_logging()
-    web.run_app(make_app(cfg), host=cfg.host, port=cfg.port, access_log=None, print=None)
+    GC_PAUSES.install()
+    app = make_app(cfg)
+    app.on_startup.append(freeze_on_startup)
+    web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, print=None)
     return 0
 
 

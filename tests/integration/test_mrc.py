@@ -112,11 +112,17 @@ def test_a_healthy_pull_spreads_over_as_many_paths_as_it_has_evs_per_plane(
 
 
 def _mrc_run(results: Path) -> dict:
+    """A whole run over mrc at k=2. At k=1 this run sits at the verdict's edge on a 2-core
+    machine: CI once saw 4 of 381 decode steps (1.05%, 1% allowed) wake more than a quarter of
+    their step late, where this machine sees 1-2; each datagram is Python work on the decode's
+    step loop (mrc costs about 40% more serving CPU than TCP, docs/BENCHMARKS.md). At k=2 every
+    timer of the transport follows the dilation and the steps have twice the slack in wall time.
+    """
     done = subprocess.run(
         [
             sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
             "--workload", "coding-agent", "--rate", "1", "--duration", "15", "--drain", "20",
-            "--kv-transport", "mrc", "--results", str(results),
+            "--kv-transport", "mrc", "--dilation", "2", "--results", str(results),
         ],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
