@@ -206,7 +206,8 @@ def plot_sweep(result: SweepResult, out: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.plot([], [], "o", mfc="none", color="black", label="not trustworthy (hollow)")
         ax.legend(fontsize=7)
-    fig.suptitle(f"{result.workload}: load sweep, medians of {result.repeat} [min-max]")
+    over = "one run per point" if result.repeat == 1 else f"medians of {result.repeat} [min-max]"
+    fig.suptitle(f"{result.workload}: load sweep, {over}")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -210,3 +210,11 @@ def test_report_html_shows_an_unbounded_interval_end(tmp_path: Path) -> None:
     low = sorted(ttfts)[115]
     row = f"<tr><td>TTFT p99 95% CI (s)</td><td>[{low:.2f}, unbounded) (few samples: 120)</td>"
     assert row + "<td>-</td><td></td></tr>" in page
+
+
+def test_the_title_says_one_run_each_for_a_single_repeat() -> None:
+    runs = [r for r in _runs() if r.run.endswith("-r1")]
+    assert comparison_table(runs, "roft", "coding-agent", 1).title == "coding-agent: one run each"
+    assert comparison_table(_runs(), "roft", "coding-agent", 3).title == (
+        "coding-agent: medians of 3 repeats \\[min-max]"
+    )

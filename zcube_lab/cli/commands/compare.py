@@ -204,9 +204,10 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
     )
 
     fabrics = variants(runs, baseline)
+    over = "one run each" if repeat == 1 else f"medians of {repeat} repeats"
     if len(fabrics) > 3:
-        return _headline_table(runs, fabrics, f"{workload}: medians of {repeat} repeats")
-    table = Table(title=escape(f"{workload}: medians of {repeat} repeats [min-max]"))
+        return _headline_table(runs, fabrics, f"{workload}: {over}")
+    table = Table(title=escape(f"{workload}: {over}" + ("" if repeat == 1 else " [min-max]")))
     table.add_column("metric", no_wrap=True)
     for f in fabrics:
         table.add_column(f, justify="right", overflow="fold")
