@@ -19,12 +19,12 @@ same queue limits on every port (docs/DOMAIN.md, Switch buffer models: the TCP f
 the default grid runs `shared` and `time`, the two that differ there.
 
 Per cell, medians over the seeds that were trustworthy (the count is shown; a cell with none
-shows the first reason and no figures): switch drops, pauses (count, and the ports paused),
-KV p50/p99 and TTFT p50/p99 (modelled), the deepest switch queue (modelled ms) and the hottest
-link's peak share of its rate. Then, per buffer model and mode, each fabric against the first
-one (`--fabrics`' first) in KV p99 and TTFT p99: the conclusions that hold under every model
-are the ones whose sign does not change down that table. Writes OUT/sensitivity.json and
-OUT/table.md (the tables as Markdown).
+shows the first reason, with that run's switch drops and pauses for the record, and no
+figures): switch drops, pauses, KV p50/p99 and TTFT p50/p99 (modelled), the deepest switch
+queue (modelled ms) and the hottest link's peak share of its rate. Then, per buffer model and
+mode, each fabric against the first one (`--fabrics`' first) in KV p99 and TTFT p99: the
+conclusions that hold under every model are the ones whose sign does not change down that
+table. Writes OUT/sensitivity.json and OUT/table.md (the tables as Markdown).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 import statistics
 import sys
@@ -120,20 +121,22 @@ def run_cell(out: Path, cell: Cell, args: argparse.Namespace) -> int | None:
 def figures(s: dict[str, Any]) -> dict[str, float]:
     """The figures the table shows, from one summary."""
     qdisc = (s.get("health") or {}).get("qdisc") or {}
-    switch_delays = [q.get("peak_delay_ms") or 0.0 for name, q in qdisc.items()
-                     if not name.startswith("h")]  # fmt: skip
+    # Switch ports' qdiscs (host NICs are h<N>-eth<M>): their drops are the fabric's; the
+    # OpenFlow port counters behind fabric_stats.drops do not see a qdisc's drops.
+    switch = [q for name, q in qdisc.items() if not re.match(r"h\d+-", name)]
     lossless = s.get("lossless") or {}
     ports = lossless.get("ports") or {}
     fs, tr, cl = s["fabric_stats"], s["transfers"], s["client"]
     return {
-        "drops": float(fs.get("drops") or 0.0),
+        "drops": float(sum(q.get("drops") or 0 for q in switch)),
         "pauses": float(sum(p.get("pauses", 0) for p in ports.values())),
         "paused_ports": float(len(ports)),
         "kv_p50_ms": (tr.get("kv_xfer_p50_s") or 0.0) * 1e3,
         "kv_p99_ms": (tr.get("kv_xfer_p99_s") or 0.0) * 1e3,
         "ttft_p50_s": cl.get("ttft_p50_s") or 0.0,
         "ttft_p99_s": cl.get("ttft_p99_s") or 0.0,
-        "queue_ms": max(switch_delays, default=0.0) / s["dilation"],  # wall ms -> modelled
+        "queue_ms": max((q.get("peak_delay_ms") or 0.0 for q in switch), default=0.0)
+        / s["dilation"],  # wall ms -> modelled
         "peak_link": fs.get("peak_link_util") or 0.0,
     }
 
@@ -153,7 +156,9 @@ def aggregate(out: Path, cells: list[Cell]) -> dict[tuple, dict[str, Any]]:
             row["trusted"].append(figures(s))
         elif row["reason"] is None:
             reasons = (s.get("health") or {}).get("reasons") or ["not trustworthy"]
-            row["reason"] = reasons[0]
+            f = figures(s)  # for the record only: the drops and pauses behind the reason
+            lost = f"switch drops {f['drops']:.0f}, pauses {f['pauses']:.0f}"
+            row["reason"] = f"{reasons[0]} ({lost})"
     for row in rows.values():
         t = row["trusted"]
         row["median"] = {k: statistics.median(f[k] for f in t) for k in t[0]} if t else None

@@ -13,6 +13,7 @@ runs are not among the given ones, so a table of fault-free runs has no fault ro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -50,6 +51,18 @@ def transfer_figure(get: Callable[[TransferFigures], Any]) -> Getter:
 def directed_figure(get: Callable[[DirectedUtilization], Any]) -> Getter:
     """A getter of the per-direction link figures; None in runs that counted transmit only."""
     return lambda s: get(s.fabric_stats.directed) if s.fabric_stats.directed else None
+
+
+HOST_INTERFACE = re.compile(r"h\d+-")  # a GPU host's NIC (h<N>-eth<M>); the rest are switches'
+
+
+def switch_queue_drops(s: RunSummary) -> int | None:
+    """Packets the switch ports' queues dropped (the qdiscs the verdict read; host NICs left
+    out): the modelled switches' congestion. None in runs without qdisc readings. The OpenFlow
+    port counters (`fabric_stats.drops`) do not see these: the queue is below the datapath."""
+    if not s.health.qdisc:
+        return None
+    return sum(q.drops for name, q in s.health.qdisc.items() if not HOST_INTERFACE.match(name))
 
 
 class Metric(NamedTuple):
@@ -97,7 +110,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("busiest link util peak", directed_figure(lambda d: d.busiest_link_util_peak), None),
     Metric("link util peak max", directed_figure(lambda d: d.peak_link_util), None),
     Metric("host uplink util max", directed_figure(lambda d: d.host_uplink_util_max), None),
-    Metric("fabric drops", lambda s: s.fabric_stats.drops, True),
+    Metric("switch queue drops", switch_queue_drops, True),
+    # ovs-vswitchd's own port counters: a drop in a port's queue is not among them.
+    Metric("OpenFlow port drops", lambda s: s.fabric_stats.drops, True),
     # Faults (docs/FAILURES.md): "-" in runs without an injected failure.
     Metric(
         "TTFT p99 before fault (s)", recovery_figure(lambda f: f.ttft_p99_before_s), True, FAULT

@@ -113,7 +113,7 @@ def test_fault_rows_only_with_a_fault() -> None:
     shown = {m.label for m in shown_metrics(_runs(fault=True))}
     assert set(_labels(FAULT)) <= shown
     assert not set(_labels(FAULT)) & {m.label for m in shown_metrics(_runs())}
-    assert "TTFT p99 client (s)" in without and "fabric drops" in without
+    assert "TTFT p99 client (s)" in without and "OpenFlow port drops" in without
 
 
 def test_a_fault_counter_shows_without_a_fault_when_it_counted_something() -> None:
@@ -218,3 +218,21 @@ def test_the_title_says_one_run_each_for_a_single_repeat() -> None:
     assert comparison_table(_runs(), "roft", "coding-agent", 3).title == (
         "coding-agent: medians of 3 repeats \\[min-max]"
     )
+
+
+def test_switch_queue_drops_count_the_switch_ports_qdiscs_not_the_host_nics() -> None:
+    from emulator.results.compare_metrics import switch_queue_drops
+    from emulator.verdict.netstats import QueueFigures
+
+    runs = _runs()
+    base = runs[0]
+    qdisc = {
+        "leaf1-eth8": QueueFigures(rate_mbps=50.0, drops=98),
+        "a0-eth3": QueueFigures(rate_mbps=50.0, drops=2),
+        "h12-eth0": QueueFigures(rate_mbps=100.0, drops=5),  # a host NIC: judged, not counted
+    }
+    run = replace(base, health=replace(base.health, qdisc=qdisc))
+    assert switch_queue_drops(run) == 100
+    assert switch_queue_drops(replace(base, health=replace(base.health, qdisc={}))) is None
+    assert "switch queue drops" not in "\n".join(_render(runs))  # no run read its qdiscs
+    assert "switch queue drops" in "\n".join(_render([run, *runs[1:]]))
