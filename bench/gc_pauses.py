@@ -45,8 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.serving_cpu import drive  # noqa: E402
-from serving.cluster import ClusterSpec, LocalCluster  # noqa: E402
+from bench.serving_cpu import drive, variant_cluster  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "gc_pauses.json"
 VARIANTS = ("frozen", "unfrozen")
@@ -134,17 +133,10 @@ def scrape(url: str) -> dict[str, float]:
 
 def one_run(variant: str, site_dir: Path, args: argparse.Namespace) -> dict[str, dict]:
     """Start the cluster with this variant, drive the load, read each role's figures."""
-    env_before = dict(os.environ)
-    os.environ["ZCUBE_BENCH_VARIANT"] = variant
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(site_dir), str(ROOT)])
-    try:
-        with LocalCluster(ClusterSpec(kv_addresses=2, kv_streams=2)) as c:
-            asyncio.run(drive(c.gateway_url, args.requests, args.rate, args.prompt, args.tokens))
-            urls = {rp.role: rp.url for rp in c.processes if rp.role in ROLES and rp.url}
-            return {role: scrape(url) for role, url in urls.items()}
-    finally:
-        os.environ.clear()
-        os.environ.update(env_before)
+    with variant_cluster(variant, site_dir) as c:
+        asyncio.run(drive(c.gateway_url, args.requests, args.rate, args.prompt, args.tokens))
+        urls = {rp.role: rp.url for rp in c.processes if rp.role in ROLES and rp.url}
+        return {role: scrape(url) for role, url in urls.items()}
 
 
 def lab_run(args: argparse.Namespace) -> None:

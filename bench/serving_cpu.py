@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -44,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +104,21 @@ if _variant == "lease-poll":
 """
 
 
+@contextlib.contextmanager
+def variant_cluster(variant: str, site_dir: Path) -> Iterator[LocalCluster]:
+    """The loopback cluster, its role processes started with `variant` and `site_dir`'s
+    sitecustomize first on their path; the environment is put back after."""
+    env_before = dict(os.environ)
+    os.environ["ZCUBE_BENCH_VARIANT"] = variant
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site_dir), str(ROOT)])
+    try:
+        with LocalCluster(ClusterSpec(kv_addresses=2, kv_streams=2)) as c:
+            yield c
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+
+
 def cpu_ms(pid: int) -> float:
     """utime + stime of one process, in ms."""
     stat = Path(f"/proc/{pid}/stat").read_text()
@@ -157,20 +173,11 @@ async def drive(url: str, n: int, rate: float, prompt: int, tokens: int) -> floa
 
 def one_run(variant: str, site_dir: Path, args: argparse.Namespace) -> dict[str, float]:
     """Start the cluster with this variant, drive the load, return CPU-ms per request by role."""
-    env_before = dict(os.environ)
-    os.environ["ZCUBE_BENCH_VARIANT"] = variant
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(site_dir), str(ROOT)])
-    try:
-        with LocalCluster(ClusterSpec(kv_addresses=2, kv_streams=2)) as c:
-            asyncio.run(drive(c.gateway_url, args.warmup, args.rate, args.prompt, args.tokens))
-            before = role_cpu(c)
-            wall = asyncio.run(
-                drive(c.gateway_url, args.requests, args.rate, args.prompt, args.tokens)
-            )
-            after = role_cpu(c)
-    finally:
-        os.environ.clear()
-        os.environ.update(env_before)
+    with variant_cluster(variant, site_dir) as c:
+        asyncio.run(drive(c.gateway_url, args.warmup, args.rate, args.prompt, args.tokens))
+        before = role_cpu(c)
+        wall = asyncio.run(drive(c.gateway_url, args.requests, args.rate, args.prompt, args.tokens))
+        after = role_cpu(c)
     out = {r: (after[r] - before[r]) / args.requests for r in ROLES}
     out["total"] = sum(out[r] for r in ROLES)
     out["wall_s"] = wall
@@ -182,42 +189,35 @@ def profile_run(variant: str, site_dir: Path, args: argparse.Namespace, out: Pat
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     out.mkdir(parents=True, exist_ok=True)
     seconds = int(args.requests / args.rate) + 2
-    env_before = dict(os.environ)
-    os.environ["ZCUBE_BENCH_VARIANT"] = variant
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(site_dir), str(ROOT)])
-    try:
-        with LocalCluster(ClusterSpec(kv_addresses=2, kv_streams=2)) as c:
-            asyncio.run(drive(c.gateway_url, args.warmup, args.rate, args.prompt, args.tokens))
-            spies = [
-                subprocess.Popen(
-                    [
-                        spy,
-                        "record",
-                        "--nonblocking",
-                        "-r",
-                        "100",
-                        "-d",
-                        str(seconds),
-                        "-f",
-                        "raw",
-                        "-o",
-                        str(out / f"{rp.role}.txt"),
-                        "-p",
-                        str(rp.proc.pid),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                for rp in c.processes
-                if rp.role in ROLES
-            ]
-            time.sleep(1.0)  # py-spy attached
-            asyncio.run(drive(c.gateway_url, args.requests, args.rate, args.prompt, args.tokens))
-            for sp in spies:
-                sp.wait(timeout=seconds + 30)
-    finally:
-        os.environ.clear()
-        os.environ.update(env_before)
+    with variant_cluster(variant, site_dir) as c:
+        asyncio.run(drive(c.gateway_url, args.warmup, args.rate, args.prompt, args.tokens))
+        spies = [
+            subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "--nonblocking",
+                    "-r",
+                    "100",
+                    "-d",
+                    str(seconds),
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(out / f"{rp.role}.txt"),
+                    "-p",
+                    str(rp.proc.pid),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for rp in c.processes
+            if rp.role in ROLES
+        ]
+        time.sleep(1.0)  # py-spy attached
+        asyncio.run(drive(c.gateway_url, args.requests, args.rate, args.prompt, args.tokens))
+        for sp in spies:
+            sp.wait(timeout=seconds + 30)
     for role in ROLES:
         own, incl, total = hot_spots((out / f"{role}.txt").read_text())
         print(f"\n{role}: {total} samples; top own (all code), then inclusive (ours)")
@@ -249,19 +249,12 @@ def hot_spots(raw: str) -> tuple[Counter[str], Counter[str], int]:
 
 def idle_run(variant: str, site_dir: Path, args: argparse.Namespace) -> dict[str, float]:
     """Cores each role uses over `args.idle` seconds with no load."""
-    env_before = dict(os.environ)
-    os.environ["ZCUBE_BENCH_VARIANT"] = variant
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(site_dir), str(ROOT)])
-    try:
-        with LocalCluster(ClusterSpec(kv_addresses=2, kv_streams=2)) as c:
-            asyncio.run(drive(c.gateway_url, 1, 1.0, args.prompt, args.tokens))
-            time.sleep(3.0)
-            before, t0 = role_cpu(c), time.monotonic()
-            time.sleep(args.idle)
-            after, t1 = role_cpu(c), time.monotonic()
-    finally:
-        os.environ.clear()
-        os.environ.update(env_before)
+    with variant_cluster(variant, site_dir) as c:
+        asyncio.run(drive(c.gateway_url, 1, 1.0, args.prompt, args.tokens))
+        time.sleep(3.0)
+        before, t0 = role_cpu(c), time.monotonic()
+        time.sleep(args.idle)
+        after, t1 = role_cpu(c), time.monotonic()
     out = {r: (after[r] - before[r]) / 1000 / (t1 - t0) for r in ROLES}
     out["total"] = sum(out[r] for r in ROLES)
     return out

@@ -147,9 +147,6 @@ class RunConfig:
         if not 0 <= self.prefix_cache_hit_rate < 1:
             raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
         check_dilation(self.dilation)
-        if self.dilation != 1 and self.lossless:
-            # The agent's pauses and reaction are wall times; nothing undilates them yet.
-            raise ConfigError("dilation", self.dilation, "1 (off) in a run with --lossless")
         if self.dilation != 1 and self.faults:
             # The fault schedule, the injector and the fault report run on wall time.
             raise ConfigError("dilation", self.dilation, "1 (off) in a run with --fail")

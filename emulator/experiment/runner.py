@@ -320,7 +320,11 @@ class Experiment:
             trustworthy=verdict.trustworthy,
             link_util=links,
             transfers=transfers,
-            lossless=lossless_figures(self._lossless) if self._lossless else None,
+            lossless=(
+                lossless_figures(self._lossless, self.plan.config.dilation)
+                if self._lossless
+                else None
+            ),
             dir=self.dir,
         )
         summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)
@@ -337,11 +341,15 @@ class Experiment:
         return analyze(events, records, kv_attempts, end_wall=t1, injected=injected)
 
 
-def lossless_figures(report: AgentReport) -> LosslessFigures:
-    """The summary's lossless section from the agent's report."""
+def lossless_figures(report: AgentReport, dilation: float = 1.0) -> LosslessFigures:
+    """The summary's lossless section from the agent's report: paused time in modelled seconds
+    (the agent's wall seconds / the dilation k: a pause is part of the modelled fabric), its
+    reaction and poll in wall seconds (the emulator's own, judged against a wall limit; at k > 1
+    the same wall reaction is a smaller share of a frame time, so the limit only gets stricter
+    in modelled terms)."""
     return LosslessFigures(
         ports={
-            port: PortPauses(int(p["pauses"]), float(p["paused_s"]))
+            port: PortPauses(int(p["pauses"]), float(p["paused_s"]) / dilation)
             for port, p in sorted(report.ports.items())
         },
         reactions=report.reactions,
