@@ -203,7 +203,12 @@ class Experiment:
             else:
                 lossless = LosslessEvidence(
                     reactions=report.reactions,
-                    reaction_p99_s=report.reaction_p99_s,
+                    # modelled seconds, as the limit (a frame takes k times longer in wall)
+                    reaction_p99_s=(
+                        None
+                        if report.reaction_p99_s is None
+                        else report.reaction_p99_s / self.plan.config.dilation
+                    ),
                     errors=report.errors,
                     alive=alive,
                     paused_ports=frozenset(report.ports),
@@ -342,21 +347,23 @@ class Experiment:
 
 
 def lossless_figures(report: AgentReport, dilation: float = 1.0) -> LosslessFigures:
-    """The summary's lossless section from the agent's report: paused time in modelled seconds
-    (the agent's wall seconds / the dilation k: a pause is part of the modelled fabric), its
-    reaction and poll in wall seconds (the emulator's own, judged against a wall limit; at k > 1
-    the same wall reaction is a smaller share of a frame time, so the limit only gets stricter
-    in modelled terms)."""
+    """The summary's lossless section from the agent's report, every time in modelled seconds
+    (the agent's wall seconds / the dilation k), as every time a run reports; its CPU in cores
+    of wall time."""
+
+    def modelled(wall: float | None) -> float | None:
+        return None if wall is None else wall / dilation
+
     return LosslessFigures(
         ports={
             port: PortPauses(int(p["pauses"]), float(p["paused_s"]) / dilation)
             for port, p in sorted(report.ports.items())
         },
         reactions=report.reactions,
-        reaction_p50_s=report.reaction_p50_s,
-        reaction_p99_s=report.reaction_p99_s,
-        reaction_max_s=report.reaction_max_s,
-        poll_p99_s=report.poll_p99_s,
+        reaction_p50_s=modelled(report.reaction_p50_s),
+        reaction_p99_s=modelled(report.reaction_p99_s),
+        reaction_max_s=modelled(report.reaction_max_s),
+        poll_p99_s=modelled(report.poll_p99_s),
         agent_cores=round(report.cores, 4),
         errors=report.errors,
     )

@@ -356,8 +356,8 @@ class LosslessFigures:
     """The lossless mode's record (`--lossless`, emulator.lab.lossless), over the agent's life
     (bring-up to the end of the load): each paused port (the upstream end of a link into a
     congested switch: the fabric's pauses, not judged) and the agent's own reaction time,
-    poll period and CPU (the emulator's, judged by the verdict). Paused time is in modelled
-    seconds; the reaction and poll times are wall seconds (`runner.lossless_figures`)."""
+    poll period and CPU (the emulator's, judged by the verdict). Times are modelled seconds
+    (wall / the dilation k, `runner.lossless_figures`)."""
 
     ports: Mapping[str, PortPauses]
     reactions: int

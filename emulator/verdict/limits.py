@@ -45,6 +45,8 @@ issue 20:
   frame times at 100 Mb/s (3.5 at a 50 Mb/s ZCube port): past it a queue overshoots XOFF by
   several frames more than PFC's headroom would hold, and the pauses the run reports are the
   agent's slowness as much as the fabric's. Its pauses themselves are the fabric's: not judged.
+  In modelled seconds (the agent's wall reaction / k): at k=2 a frame takes twice as long in
+  wall time, so 7 frame times are 10 wall ms.
 - CPU rules are judged over the load window only (from the load's start to the load
   generator's exit), not from monitoring start to collection.
 - A source of evidence that did not answer (an engine's or the gateway's metrics, reads of the
@@ -117,7 +119,7 @@ class Limits:
     send_lag_s: float = 0.02  # the load generator's sends ...
     send_lag_fraction: float = 0.01  # ... for more than this share of its requests
     # The lossless agent (--lossless): queue past XOFF -> feeders paused, p99 (docs/LOSSLESS.md)
-    lossless_reaction_s: float = 0.005
+    lossless_reaction_s: float = 0.005  # modelled seconds (wall / k), as overrun_s
 
     def __post_init__(self) -> None:
         checks = (
