@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.labrun import ZCUBE, LabRun  # noqa: E402
+from bench.labrun import ZCUBE, LabRun, run_argv  # noqa: E402
 
 MODES = ("cubic", "bbr", "lossless")
 BUFFER_MODELS = ("port-floor", "shared", "bytes", "time")
@@ -103,12 +103,11 @@ def summary_of(out: Path, cell: Cell) -> dict[str, Any] | None:
 
 def run_cell(out: Path, cell: Cell, args: argparse.Namespace) -> int | None:
     """Run one cell (its progress on the terminal); the run's exit code."""
-    argv = [
-        str(ZCUBE), "run", *cell.options(), "--duration", f"{args.duration:g}",
-        "--drain", f"{args.drain:g}", "--dilation", f"{args.dilation:g}",
-        "--results", str(out / "runs" / cell.key), *args.extra,
+    options = [
+        *cell.options(), "--duration", f"{args.duration:g}", "--drain", f"{args.drain:g}",
+        "--dilation", f"{args.dilation:g}", "--results", str(out / "runs" / cell.key),
     ]  # fmt: skip
-    run = LabRun(argv).start()
+    run = LabRun(run_argv(ZCUBE, options, args.extra)).start()
     try:
         while run.sleep(5.0):
             pass

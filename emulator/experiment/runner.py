@@ -104,7 +104,8 @@ class Experiment:
         self._metrics_before: dict[str, str] = {}  # /metrics of each engine and the gateway
         self._evidence: NetworkEvidence | None = None
         self._remote_verdicts: list[tuple[Machine, HealthVerdict]] = []
-        self._lossless: AgentReport | None = None  # the lossless agent's report at the load's end
+        # The lossless agent's report at the load's end, in modelled seconds (`lossless_figures`)
+        self._lossless: LosslessFigures | None = None
 
     @property
     def prometheus(self) -> PrometheusServer | None:
@@ -197,18 +198,13 @@ class Experiment:
         if lab is not None and self.config.lossless:
             alive = lab.lossless_alive()
             report = lab.lossless_report(fresh=True)
-            self._lossless = report
             if report is None:
                 missing["lossless agent"] = "it wrote no report, so its pauses are unchecked"
             else:
+                self._lossless = lossless_figures(report, self.plan.config.dilation)
                 lossless = LosslessEvidence(
                     reactions=report.reactions,
-                    # modelled seconds, as the limit (a frame takes k times longer in wall)
-                    reaction_p99_s=(
-                        None
-                        if report.reaction_p99_s is None
-                        else report.reaction_p99_s / self.plan.config.dilation
-                    ),
+                    reaction_p99_s=self._lossless.reaction_p99_s,  # modelled, as the limit
                     errors=report.errors,
                     alive=alive,
                     paused_ports=frozenset(report.ports),
@@ -325,11 +321,7 @@ class Experiment:
             trustworthy=verdict.trustworthy,
             link_util=links,
             transfers=transfers,
-            lossless=(
-                lossless_figures(self._lossless, self.plan.config.dilation)
-                if self._lossless
-                else None
-            ),
+            lossless=self._lossless,
             dir=self.dir,
         )
         summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)
