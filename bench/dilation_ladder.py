@@ -59,12 +59,25 @@ from emulator.results.summary import RunSummary  # noqa: E402
 from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "dilation_ladder.json"
-# The two points: (workload, requests/s), both on ZCube n=2 (FABRIC).
-POINTS: dict[str, tuple[str, float]] = {
-    "light": ("coding-agent", 1.0),
-    "heavy": ("coding-agent", 4.0),
+
+
+@dataclass(frozen=True)
+class Point:
+    """A ladder point: the workload, its rate and the fabric's `zcube-lab run` options."""
+
+    workload: str
+    rate: float
+    fabric: tuple[str, ...] = ("--fabric", "zcube", "--n", "2")
+
+
+# light and heavy: ZCube n=2 (4 GPU hosts), small enough for k=8. kv-heavy-60: the 16-GPU
+# kv-heavy scenario at its decode-NIC 60% point (issue 20's goal: about 47 req/s by the
+# profile's arithmetic), the first point of the map where links, not the CPU, load up.
+POINTS: dict[str, Point] = {
+    "light": Point("coding-agent", 1.0),
+    "heavy": Point("coding-agent", 4.0),
+    "kv-heavy-60": Point("kv-heavy", 47.0, ("--fabric", "zcube", "--n", "4")),
 }
-FABRIC = ("--fabric", "zcube", "--n", "2")
 # Judged figures: (name, the row's field, tolerance between k and 2k).
 P50_TOLERANCE, P99_TOLERANCE = 0.05, 0.10
 FIGURES: tuple[tuple[str, str, float], ...] = (
@@ -340,10 +353,10 @@ def run_point(
     point: str, k: float, seed: int, args: argparse.Namespace, extra: Sequence[str]
 ) -> Row | None:
     """One `zcube-lab run` of the point at dilation k; None when it produced no summary."""
-    workload, rate = POINTS[point]
+    p = POINTS[point]
     argv = [
-        sys.executable, "-m", "zcube_lab.cli", "run", *FABRIC,
-        "--workload", workload, "--rate", f"{rate:g}", "--seed", str(seed),
+        sys.executable, "-m", "zcube_lab.cli", "run", *p.fabric,
+        "--workload", p.workload, "--rate", f"{p.rate:g}", "--seed", str(seed),
         "--duration", f"{args.duration:g}", "--drain", f"{args.drain:g}",
         "--dilation", f"{k:g}", "--results", str(args.results), *extra,
     ]  # fmt: skip
@@ -371,8 +384,10 @@ def _read(path: Path) -> list[Row]:
 def _write(path: Path, rows: Sequence[Row]) -> None:
     doc = {
         "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "fabric": " ".join(FABRIC),
-        "points": {p: {"workload": w, "rate": r} for p, (w, r) in POINTS.items()},
+        "points": {
+            name: {"workload": p.workload, "rate": p.rate, "fabric": " ".join(p.fabric)}
+            for name, p in POINTS.items()
+        },
         "validated_k": {p: validated_k(rows, p) for p in sorted({r.point for r in rows})},
         "rows": [asdict(r) for r in rows],
     }

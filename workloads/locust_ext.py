@@ -264,7 +264,7 @@ def plan_duration(options: Any) -> float | None:
 
 
 def time_dilation(options: Any) -> float:
-    """`--time-dilation` (1 when the option is absent), checked: 1 <= k <= 8."""
+    """`--time-dilation` (1 when the option is absent), checked: 1 <= k <= MAX_DILATION (16)."""
     value = getattr(options, "time_dilation", None)
     dilation = 1.0 if value is None else float(value)
     check_dilation(dilation)

@@ -92,16 +92,16 @@ def ladder_note(dilation: float, ladder: Mapping[str, Any] | None) -> str:
     parts, found = [], []
     for name, smallest in sorted(ladder["validated_k"].items()):
         point = points.get(name) or {}
-        where = f"{point.get('workload', '?')} at {point.get('rate', '?')} req/s"
+        on = point.get("fabric") or ladder.get("fabric")  # older ladders name one fabric
+        where = f"{point.get('workload', '?')} at {point.get('rate', '?')} req/s" + (
+            f", {on}" if on else ""
+        )
         parts.append(f"{name} ({where}): {'none' if smallest is None else f'k={smallest:g}'}")
         if smallest is not None:
             found.append(float(smallest))
-    fabric = ladder.get("fabric", "its fabric")
     verdict = (
         "at or above a validated k"
         if found and dilation >= min(found)
         else "below every validated k: its figures are not validated"
     )
-    return (
-        f"dilation {k}: the ladder ({fabric}) validated " + "; ".join(parts) + f"; {k} is {verdict}"
-    )
+    return f"dilation {k}: the ladder validated " + "; ".join(parts) + f"; {k} is {verdict}"

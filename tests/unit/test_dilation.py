@@ -35,8 +35,8 @@ def _plan(**options: object) -> RunPlan:
 # --- the option ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("k", [0.0, 0.5, 8.5, math.inf])
-def test_a_dilation_outside_1_to_8_is_refused_by_name(k: float) -> None:
+@pytest.mark.parametrize("k", [0.0, 0.5, 16.5, math.inf])
+def test_a_dilation_outside_1_to_16_is_refused_by_name(k: float) -> None:
     with pytest.raises(ConfigError) as exc:
         RunConfig(fabric=ZCUBE, dilation=k)
     assert exc.value.field == "dilation"

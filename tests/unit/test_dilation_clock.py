@@ -31,7 +31,7 @@ def test_the_clock_converts_both_ways_and_refuses_what_the_run_refuses() -> None
     assert clock.wall(0.2) == pytest.approx(0.8)
     assert clock.modelled(0.8) == pytest.approx(0.2)
     assert clock.dilated and not Clock().dilated
-    for k in (0.5, 9.0, math.nan):
+    for k in (0.5, 17.0, math.nan):
         with pytest.raises(ConfigError):
             Clock(k)
 
@@ -157,11 +157,15 @@ def test_a_dilated_run_is_told_what_the_saved_ladder_validated(tmp_path: Path) -
         "validated_k": {"light": 4.0, "heavy": None},
     }
     note = ladder_note(2.0, ladder)
-    assert (
-        "light (coding-agent at 1.0 req/s): k=4" in note and "heavy (? at 4.0 req/s): none" in note
-    )
+    assert "light (coding-agent at 1.0 req/s, --fabric zcube --n 2): k=4" in note
+    assert "heavy (? at 4.0 req/s, --fabric zcube --n 2): none" in note
     assert note.endswith("k=2 is below every validated k: its figures are not validated")
     assert ladder_note(8.0, ladder).endswith("k=8 is at or above a validated k")
+    per_point = {  # a ladder whose points each name their own fabric
+        "points": {"kv": {"workload": "kv-heavy", "rate": 47.0, "fabric": "--fabric zcube --n 4"}},
+        "validated_k": {"kv": 8.0},
+    }
+    assert "kv (kv-heavy at 47.0 req/s, --fabric zcube --n 4): k=8" in ladder_note(4.0, per_point)
     assert "no dilation ladder saved" in ladder_note(2.0, None)
     assert "no dilation ladder saved" in ladder_note(2.0, {"validated_k": {}})
     path = tmp_path / "ladder.json"

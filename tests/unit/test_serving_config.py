@@ -60,7 +60,7 @@ def test_decode_prefill_kv_table() -> None:
         (lambda: DecodeConfig(ep_stall_timeout_s=0.0), "ep_stall_timeout_s"),
         (lambda: PrefillConfig(ep_timeout_s=1.0, ep_stall_timeout_s=1.0), "ep_stall_timeout_s"),
         (lambda: PrefillConfig(time_dilation=0.5), "time_dilation"),
-        (lambda: DecodeConfig(time_dilation=9.0), "time_dilation"),
+        (lambda: DecodeConfig(time_dilation=17.0), "time_dilation"),
         (lambda: GatewayConfig(), "prefill_urls"),
         (
             lambda: GatewayConfig(

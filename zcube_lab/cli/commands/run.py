@@ -107,7 +107,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, rate: bool = True) -> Non
         type=float,
         default=1.0,
         metavar="K",
-        help="time dilation (1-8): modelled times, arrival gaps and timeouts x K, link rates / K, "
+        help="time dilation (1-16): modelled times, arrival gaps and timeouts x K, link rates / K, "
         "reported times / K; for a point the machine cannot carry at 1 (docs/DOMAIN.md §4)",
     )
     lab.add_argument(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric
 
-MAX_DILATION = 8.0
+MAX_DILATION = 16.0
 
 
 def check_dilation(dilation: float) -> None:
