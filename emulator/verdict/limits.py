@@ -7,22 +7,22 @@ can be read with the limits it was judged by. The CPU limits are explained in
 issue 20:
 
 - KV pulls against their ideal (`bytes * 8 / path rate`, `emulator.results.transfers`): a p50
-  above `kv_ratio_p50` (1.3x) while the busiest NIC link of the hosts that pulled or served KV
+  above `kv_ratio_p50` (1.5x) while the busiest NIC link of the hosts that pulled or served KV
   was under `kv_path_busy` (20%) busy over the load is an end-host artifact (Python, the CPU,
   the loop), not the fabric: at 20% load a pull finds its NIC busy about a fifth of the time,
   and an M/D/1 queue at that load waits about an eighth of a service time on average, so
-  contention alone does not lift the median pull by 30%. Each pull's time is taken less
-  `kv_fixed_s` (5 ms), the fixed cost of a pull (connect, request, framing, first byte) that
-  `bench/kv_fidelity.py` measures apart (4.4-5.4 ms, docs/BENCHMARKS.md) and reports its ratio
-  without: quiet runs of the default scenario take 12-15 ms more than bytes / rate per pull at
-  p50, so with their 150 KB-1.7 MB pulls the raw ratio moves with the pull sizes (1.25-1.39 at
-  p50, 1.1 for 1.5 MB pulls, 1.6-2.0 for 150-300 KB ones) where the ratio less 5 ms stays at
-  1.15-1.26 (2026-12-01). `kv_fixed_s=0` judges the raw ratio. Off by default
-  (`judge_kv_pulls`): with KV connections kept across pulls (issue 21) six runs of the short
-  default scenario came out at 1.16-1.24 after 5 ms, but the clean-run integration test then
-  failed it in CI at 1.32x (20 pulls on a 1%-busy path), so the end-host overhead is not gone
-  and the rule would fail clean runs; the figures are recorded either way. Fewer than
-  `kv_min_pulls` rated pulls are not judged (a median of a handful of pulls says little).
+  contention alone does not lift the median pull by 30%, let alone 50%. Each pull's time is
+  taken less `kv_fixed_s` (5 ms), the fixed cost of a pull (connect, request, framing, first
+  byte) that `bench/kv_fidelity.py` measures apart (2.2-6 ms, docs/BENCHMARKS.md). Why 1.5x and
+  not 1.3x: at k=1 the lab's own per-pull overhead is not gone (kept connections left 12-16 ms
+  per pull in full runs, three to five times the isolated fixed cost: quiet clean runs came
+  out at 1.16-1.32x after 5 ms, and the dilation ladder's pulls at 1.04-1.36x raw, falling to
+  1.00-1.04x from k=2 on), so a 1.3x limit would fail clean runs at k=1 by chance; at 1.5x the
+  rule catches the gross artifact it was made for (the 64-GPU kv-heavy runs at k=1: 2.0-2.2x
+  on 2%-busy links, 1.05x at k=4) and the report must say that KV figures at k=1 may carry up to
+  that inflation (docs/EXPERIMENTS.md). On by default since 2026-12-04 (`judge_kv_pulls`).
+  Fewer than `kv_min_pulls` rated pulls are not judged (a median of a handful of pulls says
+  little).
 - Engine lateness relative to the modelled step: a step whose compute sleep woke more than
   `late_share` (25%) of its modelled step time late stretches that step, and every token of it,
   by as much; more than `late_fraction` (1%) of all engine steps so late reaches the p99 (over
@@ -103,16 +103,13 @@ class Limits:
     late_share: float = 0.25  # a step woke this share of its modelled step late ...
     late_fraction: float = 0.01  # ... in more than this share of an engine's steps
     # KV pulls against bytes / path rate
-    kv_ratio_p50: float = 1.3  # of (time - kv_fixed_s) / (bytes * 8 / path rate)
+    kv_ratio_p50: float = 1.5  # of (time - kv_fixed_s) / (bytes * 8 / path rate)
     kv_fixed_s: float = 0.005  # a pull's fixed cost, as bench/kv_fidelity.py takes it off
     kv_path_busy: float = 0.20  # judged only while the pulls' NIC links were less busy
     kv_min_pulls: int = 10
-    # Off by default: with a new connection per lane per pull, quiet clean runs took 13-22 ms
-    # more than bytes / rate at p50 and 1 of 3 failed 1.3x (1.44x over 20 pulls); with kept
-    # connections six runs of the short default scenario came out at 1.16-1.24x (12.6-16.2 ms
-    # more, docs/BENCHMARKS.md), but the clean-run integration test failed it at 1.32x in CI
-    # (2026-12-01). Recorded in health.json (`kv_pulls`) either way.
-    judge_kv_pulls: bool = False
+    # On since 2026-12-04, at 1.5x (the module's docstring says why not 1.3x); older health.json
+    # files keep the limits they were judged by (False and 1.3 then).
+    judge_kv_pulls: bool = True
     # Event loops outside the engines
     loop_lag_s: float = 0.02  # the gateway's loop (modelled seconds, as overrun_s) ...
     loop_lag_fraction: float = 0.01  # ... in more than this share of its samples

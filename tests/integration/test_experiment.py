@@ -116,7 +116,8 @@ def test_report_and_results_are_written(comparison: Path) -> None:
         assert any((run / "prometheus").rglob("snapshots/*"))
         # the verdict carries every source it judged, beside the limits it was judged by
         health = json.loads((run / "health.json").read_text())
-        assert health["limits"]["kv_ratio_p50"] == 1.3, health.get("limits")
+        assert health["limits"]["kv_ratio_p50"] == 1.5, health.get("limits")
+        assert health["limits"]["judge_kv_pulls"] is True, health.get("limits")
         assert health.get("missing", {}) == {}, health["missing"]
         assert health["loop_lag"]["gateway"]["samples"] > 100, health["loop_lag"]
         assert health["loop_lag"]["load generator"]["samples"] >= 30, health["loop_lag"]

@@ -67,7 +67,8 @@ def _judge(evidence: NetworkEvidence, limits: Limits | None = None) -> HealthVer
     return judge(QUIET, limits, evidence)
 
 
-KV_JUDGED = Limits(judge_kv_pulls=True)
+KV_JUDGED = Limits()  # judged by default (1.5x)
+KV_RECORDED = Limits(judge_kv_pulls=False)
 
 
 # --- KV pulls against their ideal --------------------------------------------------------------
@@ -75,12 +76,12 @@ KV_JUDGED = Limits(judge_kv_pulls=True)
 
 def test_slow_kv_pulls_on_quiet_links_are_an_end_host_artifact() -> None:
     slow = NetworkEvidence(kv=KvPulls(rated=80, ratio_p50=1.9, path_busy=0.03, fixed_s=0.005))
-    assert _judge(slow).trustworthy  # recorded, not judged, by default
-    v = _judge(slow, KV_JUDGED)
+    assert _judge(slow, KV_RECORDED).trustworthy  # recorded, not judged, when switched off
+    v = _judge(slow)  # judged by default
     assert not v.trustworthy
     assert v.reasons == (
         "KV pulls: p50 1.90x their ideal after 5 ms of fixed cost each over 80 pulls (allowed "
-        "1.3x) while their busiest link was 3% busy (under 20%): an end-host artifact, not the "
+        "1.5x) while their busiest link was 3% busy (under 20%): an end-host artifact, not the "
         "fabric",
     )
     assert HealthVerdict.from_dict(json.loads(json.dumps(v.to_dict()))).kv_pulls == v.kv_pulls
@@ -104,7 +105,8 @@ def test_the_judged_kv_ratio_takes_the_fixed_cost_off_each_pull() -> None:
 
 
 def test_kv_pulls_near_their_ideal_or_on_busy_links_pass() -> None:
-    assert _judge(NetworkEvidence(kv=KvPulls(80, 1.28, 0.03)), KV_JUDGED).trustworthy  # < 1.3x
+    assert _judge(NetworkEvidence(kv=KvPulls(80, 1.45, 0.03)), KV_JUDGED).trustworthy  # < 1.5x
+    assert not _judge(NetworkEvidence(kv=KvPulls(80, 1.55, 0.03)), KV_JUDGED).trustworthy
     assert _judge(NetworkEvidence(kv=KvPulls(80, 1.9, 0.22)), KV_JUDGED).trustworthy  # busy
     assert _judge(NetworkEvidence(kv=KvPulls(9, 3.0, 0.01)), KV_JUDGED).trustworthy  # too few
 
