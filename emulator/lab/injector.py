@@ -3,7 +3,9 @@
 `FaultInjector` runs a schedule (`zcube_lab.core.fault_schedule.schedule`) in a thread
 (`ip link set dev X down|up`), writes every transition to `faults.jsonl` with its wall time, exports
 `zcube_fault_active{fault=...}` (1 while a fault holds) for Prometheus and Grafana annotations,
-and restores every link it broke on stop.
+and restores every link it broke on stop. A `down` is stamped when the injector begins it, an
+`up` once it is done (`took_s`: how long the action took), so the recorded window covers all
+of a fault: a vswitchd kill and restart takes seconds, during which nothing forwards.
 
 A process fault (engine, controller, vswitchd: `PROCESS_KINDS`) is handed to a `ProcessFaults`
 (the launcher's, which knows the processes): `apply(transition)` kills or restarts, `restore()`
@@ -94,6 +96,7 @@ class FaultInjector:
             if tr.action == "down":
                 self._down.update(tr.interfaces)
         error = done = ""
+        started = time.time()
         if tr.kind in PROCESS_KINDS:
             try:
                 if self._processes is None:
@@ -110,12 +113,16 @@ class FaultInjector:
             with self._lock:
                 self._down.difference_update(tr.interfaces)
         now = time.time()
+        # A fault holds from when breaking began (a vswitchd kill and restart takes seconds, and
+        # the fabric is down from its first moment) until what it broke is back.
+        at = started if tr.action == "down" else now
         if self._gauge is not None:
             self._gauge.labels(tr.fault).set(1 if tr.action == "down" else 0)
         record = {
-            "t_s": round(now - t0, 3),
+            "t_s": round(at - t0, 3),
             "planned_s": tr.t_s,
-            "wall": now,
+            "wall": at,
+            "took_s": round(now - started, 3),
             "action": tr.action,
             "fault": tr.fault,
             "interfaces": list(tr.interfaces),
@@ -127,9 +134,9 @@ class FaultInjector:
             self._log.write(json.dumps(record) + "\n")
             self._log.flush()
         if error:
-            self._progress(f"fault: {tr.fault} {tr.action} FAILED at {now - t0:.1f}s: {error}")
+            self._progress(f"fault: {tr.fault} {tr.action} FAILED at {at - t0:.1f}s: {error}")
         else:
-            self._progress(f"fault: {tr.fault} {tr.action} at {now - t0:.1f}s")
+            self._progress(f"fault: {tr.fault} {tr.action} at {at - t0:.1f}s")
 
     def _run(self, t0: float) -> None:
         for tr in self.transitions:

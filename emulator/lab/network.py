@@ -449,14 +449,27 @@ class Lab:
         pids = [ovs.kill_vswitchd(inst) for inst in self.ovs_instances]
         return pids[0]
 
-    def start_vswitchd(self) -> None:
-        """Start again what `kill_vswitchd` killed; the bridges come back from their ovsdb."""
+    def start_vswitchd(self) -> int:
+        """Start again what `kill_vswitchd` killed; returns the first new pid. The bridges come
+        back from their ovsdb without flows (the controller reinstalls them when the switches
+        reconnect) and without their ports' shaping: a fresh ovs-vswitchd deletes the root
+        qdisc it finds on every port it adds (Open vSwitch's QoS code, for a port with no QoS
+        record), which left the restarted fabric unshaped. So once each daemon has applied its
+        database (every port added), the switch ports are shaped again, as at bring-up."""
         from emulator.lab import procfaults
 
         if not self.ovs_instances:
-            procfaults.start_vswitchd()
-        for inst in self.ovs_instances:
-            ovs.start_vswitchd(inst)
+            pid = procfaults.start_vswitchd()
+            ovs.wait_reconfigured(self.fabric.switches[0].name)
+        else:
+            for inst in self.ovs_instances:
+                ovs.start_vswitchd(inst)
+            for inst in self.ovs_instances:
+                bridge = next(s for s, i in self.switch_instance.items() if i == inst)
+                ovs.wait_reconfigured(bridge, inst)
+            pid = self.ovs_instances[0].pids()[ovs.VSWITCHD]
+        self._configure_switch_ports()
+        return pid
 
     # -- the lossless agent ----------------------------------------------------------------
     @property

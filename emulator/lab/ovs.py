@@ -206,6 +206,28 @@ def start_vswitchd(inst: Instance, timeout_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+RECONFIGURED_KEY = "zcube-reconfigured"  # a bridge external id `wait_reconfigured` writes
+
+
+def wait_reconfigured(bridge: str, inst: Instance | None = None, timeout_s: float = 30.0) -> None:
+    """Block until the ovs-vswitchd of `inst` (None: the system one) has applied its whole
+    database: every bridge and port in it added, and each port's qdisc already reset by Open
+    vSwitch (see `Lab.start_vswitchd`). A read-only ovs-vsctl command does not wait for the
+    daemon, so this writes a mark on `bridge` (one of the caller's) and waits, as every
+    ovs-vsctl write does without `--no-wait`, until the daemon has reconfigured after it."""
+    run(
+        [
+            *vsctl_argv(inst),
+            f"--timeout={timeout_s:g}",
+            "br-set-external-id",
+            bridge,
+            RECONFIGURED_KEY,
+            f"{time.time():.6f}",
+        ],
+        timeout=timeout_s + 5,
+    )
+
+
 def kill_vswitchd(inst: Instance) -> int:
     """SIGKILL a private instance's ovs-vswitchd (a vswitchd fault); returns its pid."""
     pid = inst.pids()[VSWITCHD]

@@ -9,9 +9,11 @@ engine, controller or vswitchd fault to (`zcube_lab.core.fault_schedule.PROCESS_
   again; the switches keep their rules meanwhile (fail mode secure) and reconnect by themselves.
   The new pid is handed to `follow` ("controller", pid), so the health sampler watches the new
   process rather than the dead one.
-- vswitchd: SIGKILL to ovs-vswitchd (by its pid file), then `ovs-ctl start` at once: the
-  bridges come back from ovsdb without their flows until the controller reinstalls them. A run
-  with it is not trustworthy (the health verdict says so).
+- vswitchd: SIGKILL to ovs-vswitchd, then started again at once (the lab's `kill_vswitchd` and
+  `start_vswitchd`: its private instances when it runs some, else the system daemon, by its pid
+  file and `ovs-ctl start`): the bridges come back from ovsdb without their flows until the
+  controller reinstalls them, and the lab shapes their ports again. A run with it is not
+  trustworthy (the health verdict says so).
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ def kill_vswitchd(pid_file: Path = VSWITCHD_PID) -> int:
     return pid
 
 
-def start_vswitchd() -> None:
-    """Start ovs-vswitchd again (ovsdb-server still runs) and wait until it answers."""
+def start_vswitchd(pid_file: Path = VSWITCHD_PID) -> int:
+    """Start ovs-vswitchd again (ovsdb-server still runs) and wait until it answers; returns
+    its pid."""
     run([ovs.OVS_CTL, "--no-ovsdb-server", "start", "--system-id=random"], timeout=120)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if ovs.vswitchd_status()[0] == 0:
-            return
+            return int(pid_file.read_text().strip())
         time.sleep(0.2)
     raise LabError("ovs-vswitchd did not answer within 30s of its restart")
 
@@ -67,7 +70,7 @@ class LabProcessFaults:
         stop_controller: Callable[[], None],
         restart_controller: Callable[[], int],
         vswitchd_kill: Callable[[], int] = kill_vswitchd,
-        vswitchd_start: Callable[[], None] = start_vswitchd,
+        vswitchd_start: Callable[[], int | None] = start_vswitchd,
         follow: Callable[[str, int], None] | None = None,
     ) -> None:
         self.engines = dict(engines)
@@ -103,8 +106,9 @@ class LabProcessFaults:
             if action != "down":
                 return ""
             pid = self._vswitchd_kill()
-            self._vswitchd_start()
-            return f"ovs-vswitchd killed (pid {pid}) and started again"
+            new = self._vswitchd_start()
+            again = "" if new is None else f" (pid {new})"
+            return f"ovs-vswitchd killed (pid {pid}) and started again{again}"
         raise ValueError(f"not a process fault: {kind}")
 
     def restore(self) -> None:

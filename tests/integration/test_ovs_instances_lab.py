@@ -109,6 +109,16 @@ def test_a_vswitchd_fault_restarts_every_instance(lab: Lab) -> None:
     lab.wait_for_routes()  # bridges back from each ovsdb, rules back from the controller
     failures = lab.check_reachability()
     assert {h: v for h, v in failures.items() if v} == {}
+    # A fresh ovs-vswitchd deletes the root qdisc of every port it adds: the lab shaped the
+    # switch ports again (else the restarted fabric runs unshaped).
+    shapes = lab.options.port_shapes(lab.fabric)
+    ports = [p for p in lab.fabric.switch_interfaces() if p in shapes]
+    assert ports
+    for port in ports:
+        out = subprocess.run(
+            ["tc", "qdisc", "show", "dev", port], capture_output=True, text=True, check=True
+        ).stdout
+        assert " htb " in out, (port, out)
 
 
 def test_a_dead_labs_instance_is_swept(tmp_path: Path) -> None:

@@ -8,14 +8,19 @@ run on the smallest ZCube (n=2: 4 GPU hosts, 4 switches), through `--fail` to th
   other decode;
 - controller: killed, then started again; the installed routes keep forwarding (no request
   fails), and the restarted controller resyncs every switch without an OpenFlow error;
-- each run ends in bounded time, and nothing of the labs remains.
-
-The vswitchd fault is not run here: it kills the machine's ovs-vswitchd.
+- vswitchd: the lab's own ovs-vswitchd (`--ovs-instances 1`, so the machine's shared daemon is
+  never touched) killed and started again; the verdict refuses the run and names the fault,
+  every failed request is counted, none hangs, and forwarding comes back (the controller
+  reinstalls the flows; the lab shapes the ports again);
+- each run ends in bounded time, and nothing of the labs remains (bridges, namespaces,
+  private ovs daemons).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -23,13 +28,24 @@ from pathlib import Path
 
 import pytest
 
+from emulator.lab import ovs
+
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
 RUN_LIMIT_S = 300  # a run of 18 s load with its bring-up, drain and teardown
+SYSTEM_VSWITCHD_PID = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+# After a vswitchd kill, a request sent this long after it must be served: the daemon is back
+# and the controller has reinstalled the flows (about 2 s here), and a TCP sender's backed-off
+# retransmission has fired.
+RESTORED_S = 5.0
 
 
 def _run(
-    results: Path, fail: str, policy: str = "ff", workload: str = "coding-agent"
+    results: Path,
+    fail: str,
+    policy: str = "ff",
+    workload: str = "coding-agent",
+    extra: tuple[str, ...] = (),
 ) -> tuple[Path, str, float]:
     t0 = time.monotonic()
     done = subprocess.run(
@@ -37,7 +53,7 @@ def _run(
             sys.executable, "-m", "zcube_lab.cli", "run",
             "--fabric", "zcube", "--n", "2",
             "--workload", workload, "--duration", "18", "--drain", "30", "--rate", "3",
-            "--policy", policy, "--fail", fail,
+            "--policy", policy, "--fail", fail, *extra,
             "--results", str(results),
         ],
         capture_output=True, text=True, timeout=RUN_LIMIT_S, check=False,
@@ -72,6 +88,33 @@ def engine_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, flo
 @pytest.fixture(scope="module")
 def controller_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
     return _run(tmp_path_factory.mktemp("controller"), "controller at 6s for 6s", "ecmp")
+
+
+def _dead_ovs_instances() -> list[Path]:
+    """Private Open vSwitch folders whose lab is gone (a teardown that left one behind)."""
+    alive = lambda pid: Path(f"/proc/{pid}").exists()  # noqa: E731
+    return [i.rundir for i in ovs.stale_instances(alive, os.getpid())]
+
+
+def _system_vswitchd() -> tuple[int, str]:
+    """The machine's ovs-vswitchd: its pid and its start time (a reused pid has another)."""
+    pid = int(SYSTEM_VSWITCHD_PID.read_text().strip())
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return pid, stat[stat.rindex(")") + 2 :].split()[19]
+
+
+@pytest.fixture(scope="module")
+def vswitchd_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, str, float, tuple[int, str], tuple[int, str]]:
+    before = _system_vswitchd()
+    run, stderr, took = _run(
+        tmp_path_factory.mktemp("vswitchd"),
+        "vswitchd at 6s",
+        "ecmp",
+        extra=("--ovs-instances", "1"),
+    )
+    return run, stderr, took, before, _system_vswitchd()
 
 
 def test_a_switch_fault_takes_all_its_links_and_counts_every_failure(
@@ -122,7 +165,7 @@ def test_an_engine_kill_fails_exactly_its_in_flight_requests_fast(
     at_kill = [r for r in gateway.values() if r["arrival"] < kill < r["end"]]
     assert len(failed) <= len(at_kill)
     # In flight at the kill, failed within a second of it, OpenAI-style. The record's wall time
-    # is taken once the engine is dead: its sockets closed a moment before.
+    # is taken as the kill is sent: the engine's sockets close a moment later.
     for r in failed:
         assert r["wall_time"] < kill
         assert kill - 0.2 < r["wall_time"] + r["e2e_s"] < kill + 1.0
@@ -164,24 +207,93 @@ def test_a_controller_outage_keeps_installed_routes_and_resyncs_without_flushing
     assert "controller" in samples[-1]["processes"], samples[-1]
 
 
-def test_nothing_of_the_process_fault_labs_remains(
-    switch_run: tuple[Path, str, float],
-    engine_run: tuple[Path, str, float],
-    controller_run: tuple[Path, str, float],
+def test_a_private_vswitchd_restart_is_refused_by_the_verdict_and_forwarding_comes_back(
+    vswitchd_run: tuple[Path, str, float, tuple[int, str], tuple[int, str]],
 ) -> None:
-    # Runs after the tests above (file order); each run's processes name its folder.
+    run, stderr, took, system_before, system_after = vswitchd_run
+    # Only the lab's own daemon was killed: the machine's is the same process as before.
+    assert system_after == system_before
+    assert took < RUN_LIMIT_S and "fault: vswitchd down" in stderr
+    (event,) = _jsonl(run / "faults.jsonl")
+    assert event["kind"] == "vswitchd" and event["error"] == "", event
+    m = re.fullmatch(
+        r"ovs-vswitchd killed \(pid (\d+)\) and started again \(pid (\d+)\)", event["done"]
+    )
+    assert m, event["done"]
+    killed, restarted = int(m[1]), int(m[2])
+    assert killed != restarted and system_before[0] not in (killed, restarted)
+    # Stamped when the kill began; the restart (the daemon back, its ports shaped again) took
+    # the rest, inside the fault's window.
+    kill = event["wall"]
+    assert 0 < event["took_s"] < RESTORED_S
+    # The verdict refuses the run and says why.
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["trustworthy"] is False
+    reasons = summary["health"]["reasons"]
+    assert any(r.startswith("vswitchd: ovs-vswitchd was killed and restarted") for r in reasons)
+    # Every failure counted once, the same in the client, the fault report and the records;
+    # the kill holds to the end of the run, so a request is before or during it.
+    f, client = summary["faults"], summary["client"]
+    records = _jsonl(run / "requests.jsonl")
+    failed = [r for r in records if r["outcome"] != "ok"]
+    assert client["failed"] == f["failed_requests"] == len(failed)
+    assert f["failed_before"] == 0 and f["failed_before"] + f["failed_during"] == len(failed)
+    assert f["requests_before"] + f["requests_during"] == len(records)
+    assert f["requests_before"] > 0 and f["requests_during"] > 0
+    # Nothing hangs: every request sent has an outcome, each within the upstream timeout.
+    loadgen = json.loads((run / "loadgen-summary.json").read_text())
+    assert loadgen["sent"] == len(records) == client["requests"]
+    assert all(r["e2e_s"] < 60 for r in records)
+    # Forwarding came back: the switches reconnected to the controller, which installed their
+    # rules again, and every request sent once that was done was served.
+    log = (run / "logs" / "controller.log").read_text()
+    assert "OpenFlow error" not in log
+    for switch in ("a0", "a1", "b0", "b1"):
+        assert log.count(f"{switch}: rules installed") == 2, switch
+    late = [r for r in records if r["wall_time"] > kill + RESTORED_S]
+    assert len(late) >= 10 and all(r["outcome"] == "ok" for r in late), [
+        (round(r["wall_time"] - kill, 2), r["error"]) for r in late if r["outcome"] != "ok"
+    ]
+    assert f["ttft_p99_before_s"] is not None and f["ttft_p99_during_s"] is not None
+    # The private daemons are gone with the lab.
+    assert ovs.exited(killed) and ovs.exited(restarted)
+
+
+def _assert_no_lab_left(runs: list[Path]) -> None:
+    """Nothing of the runs' labs remains: no bridge in any Open vSwitch (the system one or a
+    private one), no switch port, no host namespace's shell, no private ovs daemon or its
+    folder, no process of the runs, no state file."""
     bridges = subprocess.run(
         ["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert not {"a0", "a1", "b0", "b1"} & set(bridges)
+    assert not {"a0", "a1", "b0", "b1"} & {*bridges, *ovs.list_bridges()}
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "a0-eth" not in links and "b1-eth" not in links
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "zcube" not in netns
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    for run, _stderr, _took in (switch_run, engine_run, controller_run):
+    assert "mininet:h0" not in procs  # a Mininet host's shell holds its namespace
+    for run in runs:
         assert str(run) not in procs
         state = json.loads((run / "config.json").read_text())
         assert state["faults"], "the run had its fault"
+    # No private Open vSwitch is left: every instance folder belongs to a live lab.
+    assert _dead_ovs_instances() == []
     default = Path("/tmp/zcube-lab")
     assert not list(default.glob("lab-*.json")) if default.is_dir() else True
+
+
+def test_the_vswitchd_fault_lab_leaves_nothing(
+    vswitchd_run: tuple[Path, str, float, tuple[int, str], tuple[int, str]],
+) -> None:
+    _assert_no_lab_left([vswitchd_run[0]])
+
+
+def test_nothing_of_the_process_fault_labs_remains(
+    switch_run: tuple[Path, str, float],
+    engine_run: tuple[Path, str, float],
+    controller_run: tuple[Path, str, float],
+    vswitchd_run: tuple[Path, str, float, tuple[int, str], tuple[int, str]],
+) -> None:
+    # Runs after the tests above (file order); each run's processes name its folder.
+    _assert_no_lab_left([r[0] for r in (switch_run, engine_run, controller_run, vswitchd_run)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -400,6 +401,29 @@ def test_injector_hands_process_faults_over_and_records_them(tmp_path: Path) -> 
     assert events[3]["error"] == "RuntimeError: no such process"
 
 
+class _SlowProcesses(_FakeProcesses):
+    def apply(self, tr: Transition) -> str:
+        time.sleep(0.2)  # a vswitchd kill and restart, a controller start: seconds
+        return super().apply(tr)
+
+
+def test_a_slow_process_fault_holds_from_its_start_until_it_is_done(tmp_path: Path) -> None:
+    faults = parse_faults(["controller at 0.05s for 0.3s"], ZCUBE, 60)
+    inj = FaultInjector(
+        ZCUBE, faults, tmp_path / "faults.jsonl", runner=lambda _l: None,
+        processes=_SlowProcesses(),
+    )  # fmt: skip
+    t0 = time.time()
+    inj.start(t0)
+    time.sleep(0.9)
+    inj.stop()
+    down, up = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()]
+    # The down is stamped when the kill began, not when it returned; the up when it is done.
+    assert down["t_s"] == pytest.approx(0.05, abs=0.05) and down["wall"] < t0 + 0.15
+    assert up["t_s"] == pytest.approx(0.35 + 0.2, abs=0.08)
+    assert down["took_s"] >= 0.19 and up["took_s"] >= 0.19
+
+
 def test_injector_without_process_control_records_an_error(tmp_path: Path) -> None:
     import time
 
@@ -428,7 +452,7 @@ def test_lab_process_faults_kill_an_engine_group_and_cycle_the_controller() -> N
         lambda: controller.append("stop"),
         lambda: controller.append("start") or 4242,
         vswitchd_kill=lambda: vswitchd.append("kill") or 77,
-        vswitchd_start=lambda: vswitchd.append("start"),
+        vswitchd_start=lambda: vswitchd.append("start") or 78,
     )
     try:
         done = pf.apply(Transition(1.0, "down", "engine decode-3", (), "engine", "decode-3"))
@@ -442,7 +466,8 @@ def test_lab_process_faults_kill_an_engine_group_and_cycle_the_controller() -> N
     pf.restore()
     assert controller == ["stop", "start"]
     done = pf.apply(Transition(3.0, "down", "vswitchd", (), "vswitchd"))
-    assert vswitchd == ["kill", "start"] and "pid 77" in done
+    assert vswitchd == ["kill", "start"]
+    assert done == "ovs-vswitchd killed (pid 77) and started again (pid 78)"
     with pytest.raises(ValueError, match="not a process fault"):
         pf.apply(Transition(4.0, "down", "x", (), "link"))
 
