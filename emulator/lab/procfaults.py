@@ -70,7 +70,7 @@ class LabProcessFaults:
         stop_controller: Callable[[], None],
         restart_controller: Callable[[], int],
         vswitchd_kill: Callable[[], int] = kill_vswitchd,
-        vswitchd_start: Callable[[], int | None] = start_vswitchd,
+        vswitchd_start: Callable[[], int] = start_vswitchd,
         follow: Callable[[str, int], None] | None = None,
     ) -> None:
         self.engines = dict(engines)
@@ -107,8 +107,7 @@ class LabProcessFaults:
                 return ""
             pid = self._vswitchd_kill()
             new = self._vswitchd_start()
-            again = "" if new is None else f" (pid {new})"
-            return f"ovs-vswitchd killed (pid {pid}) and started again{again}"
+            return f"ovs-vswitchd killed (pid {pid}) and started again (pid {new})"
         raise ValueError(f"not a process fault: {kind}")
 
     def restore(self) -> None:

@@ -29,11 +29,11 @@ from pathlib import Path
 import pytest
 
 from emulator.lab import ovs
+from emulator.lab.procfaults import VSWITCHD_PID
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
 RUN_LIMIT_S = 300  # a run of 18 s load with its bring-up, drain and teardown
-SYSTEM_VSWITCHD_PID = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 # After a vswitchd kill, a request sent this long after it must be served: the daemon is back
 # and the controller has reinstalled the flows (about 2 s here), and a TCP sender's backed-off
 # retransmission has fired.
@@ -98,7 +98,7 @@ def _dead_ovs_instances() -> list[Path]:
 
 def _system_vswitchd() -> tuple[int, str]:
     """The machine's ovs-vswitchd: its pid and its start time (a reused pid has another)."""
-    pid = int(SYSTEM_VSWITCHD_PID.read_text().strip())
+    pid = int(VSWITCHD_PID.read_text().strip())
     stat = Path(f"/proc/{pid}/stat").read_text()
     return pid, stat[stat.rindex(")") + 2 :].split()[19]
 
