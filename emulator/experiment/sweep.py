@@ -10,7 +10,10 @@ tag is `<rate>rps-r<repeat>` (with its policy in front when the variants' polici
 
 The run points, the points, the stop rule and the capacities are pure result logic:
 `emulator.results.sweeppoints` and `emulator.results.capacity`. The ramp here (`run_sweep`)
-skips a variant's higher rates once the stop rule (`past_saturation`) holds for it. With
+skips a repeat's higher rates once its walk up the ladder has ended (`walk_ended`: a
+trustworthy miss or an untrustworthy run, above which its capacity cannot change), and a
+variant's once the stop rule (`past_saturation`) holds for it; with `full_ladder` only the
+latter. With
 `refine` N, after the ladder each variant runs N more rates, every repeat at each, each
 the midpoint of its knee's bracket (`emulator.results.capacity.refine_rate`).
 """
@@ -23,7 +26,7 @@ from dataclasses import replace
 
 from emulator.experiment.comparison import PlannedRun, Variant, run_planned
 from emulator.experiment.launcher import RunResult
-from emulator.results.capacity import refine_rate
+from emulator.results.capacity import refine_rate, walk_ended
 from emulator.results.figures import read_jsonl
 from emulator.results.goodput import Slo
 from emulator.results.sweeppoints import RunPoint, past_saturation, points, rate_tag, run_point
@@ -110,22 +113,26 @@ def run_sweep(
     skipped: Callable[[PlannedRun], None] | None = None,
     execute: Execute | None = None,
     refine: int = 0,
+    full_ladder: bool = False,
 ) -> Iterator[RunPoint]:
-    """Run the plan in order, yielding each run's point as it completes; once a rate's repeats
-    are done, a variant past saturation skips its higher rates (`skipped` is told of each);
-    then `refine` bisection rates per variant. `execute` runs one planned run (default: the
-    lab, which needs root)."""
+    """Run the plan in order, yielding each run's point as it completes. A repeat whose walk
+    has ended skips its higher rates (unless `full_ladder`), and once a rate's repeats are
+    done, a variant past saturation skips its higher rates (`skipped` is told of each); then
+    `refine` bisection rates per variant. `execute` runs one planned run (default: the lab,
+    which needs root)."""
 
     def lab(p: PlannedRun) -> RunResult:
         return next(iter(run_planned([p], progress=progress)))[1]
 
     run_one = execute or lab
     stopped: set[str] = set()
+    ended: set[tuple[str, int]] = set()  # (variant, repeat) whose walk up the ladder ended
     done: list[RunPoint] = []
     for rate in sorted({p.config.rate for p in plan if p.config.rate is not None}):
         at_rate: list[RunPoint] = []
         for planned in (p for p in plan if p.config.rate == rate):
-            if planned.variant.label in stopped:
+            key = (planned.variant.label, planned.repeat)
+            if planned.variant.label in stopped or (not full_ladder and key in ended):
                 if skipped is not None:
                     skipped(planned)
                 continue
@@ -138,6 +145,8 @@ def run_sweep(
             )
             done.append(point)
             at_rate.append(point)
+            if walk_ended(r for r in done if (r.variant, r.repeat) == key):
+                ended.add(key)
             yield point
         stopped |= {p.variant for p in points(at_rate) if past_saturation(p, slo)}
     if refine:

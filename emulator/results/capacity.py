@@ -96,6 +96,14 @@ def repeat_capacity(repeat: int, trials: Iterable[Trial]) -> RepeatCapacity:
     return RepeatCapacity(repeat, best, reason, None)
 
 
+def walk_ended(trials: Iterable[Trial]) -> bool:
+    """Whether one repeat's walk up the ladder has stopped (a trustworthy miss or an
+    untrustworthy run): no higher rate can change that repeat's capacity, so a sweep may skip
+    them."""
+    trials = list(trials)
+    return bool(trials) and repeat_capacity(0, trials).stopped_at is not None
+
+
 @dataclass(frozen=True)
 class Capacity:
     """A fabric's capacity over its repeats: the median's interval and the repeats' spread."""

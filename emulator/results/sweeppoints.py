@@ -20,13 +20,17 @@ interval. sweep.json files written with the earlier bootstrap intervals read the
 Interoperable figures per run: vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`) and the
 IETF BMWG draft's KPIs under their names (`emulator.results.bmwg`).
 
-Stop rule (`past_saturation`): a variant's ramp stops after a rate at which every repeat missed
-the SLO and, in every repeat, the achieved throughput was below `STOP_SHARE` of the offered
-rate or some target's observed quantile exceeded `STOP_FACTOR` times its threshold; its higher
-rates are skipped. The offered rate here is the rate the run's arrivals came at (requests
-sent over the arrival window), so a Poisson draw below the nominal rate is not read as falling
-behind. The rule uses untrustworthy runs too (at such a rate the lab is overloaded
-anyway); it only saves time, never picks the result.
+Stop rules: a repeat's ramp ends at the first rate where it missed the SLO or was not
+trustworthy (`capacity.walk_ended`): by the capacity rule no higher rate can change that
+repeat's capacity, so its higher rates are skipped (`zcube-lab sweep --full-ladder` runs them
+anyway, for curves past the knee). Saturation (`past_saturation`) is what the table notes: a
+variant is past saturation at a rate at which every repeat missed the SLO and, in every repeat,
+the achieved throughput was below `STOP_SHARE` of the offered rate or some target's observed
+quantile exceeded `STOP_FACTOR` times its threshold (GuideLLM's over-saturation in spirit); with
+`--full-ladder` it is what ends a variant's ramp. The offered rate here is the rate the run's
+arrivals came at (requests sent over the arrival window), so a Poisson draw below the nominal
+rate is not read as falling behind. Both rules use untrustworthy runs too; they only save
+time, never pick the result.
 
 Result (`max_rates`): each variant's *capacity* by `emulator.results.capacity`'s rule: per
 repeat, the highest rate with every rate up to it met (censored, "at least", when an
@@ -68,8 +72,10 @@ SAMPLES_RULE = (
     f"an end the samples cannot bound null; a point's interval is the envelope of its repeats'"
 )
 STOP_RULE = (
-    f"a variant stops after a rate at which every repeat missed the SLO and achieved below "
-    f"{STOP_SHARE:.0%} of the offered rate or observed above {STOP_FACTOR:g}x a target"
+    f"a repeat stops at the first rate it missed the SLO or was not trustworthy (no higher rate "
+    f"can change its capacity); with --full-ladder, a variant stops after a rate at which every "
+    f"repeat missed the SLO and achieved below {STOP_SHARE:.0%} of the offered rate or observed "
+    f"above {STOP_FACTOR:g}x a target"
 )
 
 

@@ -214,6 +214,51 @@ def test_run_sweep_skips_a_variant_past_saturation(tmp_path: Path) -> None:
     assert table["roft"].stopped_after == 2.0
 
 
+def test_run_sweep_ends_each_repeats_walk_at_its_first_miss_or_untrustworthy_run(
+    tmp_path: Path,
+) -> None:
+    """Repeat 1 misses at 2 req/s, repeat 2's run at 2 is not trustworthy, repeat 3 meets every
+    rate: only repeat 3 runs at 4 and 8, and the capacities are what the full ladder gives."""
+    specs = fabric_specs(["zcube"], 16, 2)
+    variants = plan_variants(RunConfig(fabric=specs["zcube"], duration_s=10), specs, ["ecmp"])
+    plan = plan_sweep(variants, [1.0, 2.0, 4.0, 8.0], repeat=3)
+
+    def fake(p: PlannedRun) -> RunResult:
+        rate = p.config.rate or 0.0
+        miss = p.repeat == 1 and rate >= 2.0
+        folder = tmp_path / f"{p.config.tag}-{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        rec = {"outcome": "ok", "ttft_s": 9.0 if miss else 0.5, "tpot_s": 0.02, "e2e_s": 3.0}
+        n = int(rate * 10)
+        (folder / "requests.jsonl").write_text("".join(json.dumps(rec) + "\n" for _ in range(n)))
+        summary = _summary(p.variant.label, rate)
+        if p.repeat == 2 and rate == 2.0:
+            health = HealthVerdict.from_dict(
+                {**summary.health.to_dict(), "trustworthy": False, "reasons": ["machine CPU"]}
+            )
+            summary = replace(summary, health=health, trustworthy=False)
+        return RunResult(folder, summary)
+
+    ran: list[PlannedRun] = []
+    skipped: list[PlannedRun] = []
+    got = list(run_sweep(plan, SLO, starting=ran.append, skipped=skipped.append, execute=fake))
+    assert [(p.config.rate, p.repeat) for p in ran] == [
+        (1.0, 1), (1.0, 2), (1.0, 3), (2.0, 1), (2.0, 2), (2.0, 3), (4.0, 3), (8.0, 3),
+    ]  # fmt: skip
+    assert [(p.config.rate, p.repeat) for p in skipped] == [(4.0, 1), (4.0, 2), (8.0, 1), (8.0, 2)]
+    short = {m.variant: m for m in max_rates(got, SLO, "zcube")}["zcube"]
+    assert [short.per_repeat[k].text() for k in (1, 2, 3)] == ["1", ">=1", ">=8"]
+
+    for folder in tmp_path.iterdir():
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+    full = list(run_sweep(plan, SLO, execute=fake, full_ladder=True))
+    assert len(full) == 12
+    whole = {m.variant: m for m in max_rates(full, SLO, "zcube")}["zcube"]
+    assert whole.capacity.text() == short.capacity.text()
+
+
 def test_run_sweep_refines_the_knee_by_bisection(tmp_path: Path) -> None:
     specs = fabric_specs(["zcube", "roft"], 16, 2)
     variants = plan_variants(RunConfig(fabric=specs["zcube"], duration_s=10), specs, ["ecmp"])
@@ -334,3 +379,14 @@ def test_a_sweep_json_with_the_earlier_bootstrap_intervals_still_reads(tmp_path:
     assert back.intervals == {"ttft_p99_s": (0.9, 1.3), "ttft_p50_s": (0.4, 0.5)}
     (point,) = SweepResult.read(tmp_path).points()
     assert point.interval("ttft_p99_s") == (0.9, 1.3)
+
+
+def test_the_sweeps_eta_counts_the_runs_left_at_the_mean_run_time() -> None:
+    from zcube_lab.cli.commands.sweep import _eta
+
+    specs = fabric_specs(["zcube", "roft"], 16, 2)
+    variants = plan_variants(RunConfig(fabric=specs["zcube"], duration_s=10), specs, ["ecmp"])
+    plan = plan_sweep(variants, [1.0, 2.0], repeat=3)  # 12 runs
+    assert _eta(0.0, [], plan[0]) == ""
+    # 4 runs took 4 minutes; run 5 starts: 8 runs left (this one included) at 1 min each
+    assert _eta(240.0, plan[:4], plan[4]) == " (4 min so far, at most ~8 min left)"

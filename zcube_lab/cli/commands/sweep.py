@@ -8,7 +8,12 @@ results/sweep-<time>/: the runs' folders, sweep.json and sweep.png. Needs root.
 SLO: each target is a per-request threshold (ttft, tpot, e2e; s or ms); a point meets the SLO
 when, for every target, at least its _pNN share (or --attainment) of the requests held it,
 failed requests counting as misses. A fabric's ramp stops after a rate at which every repeat
-missed the SLO and achieved below 90% of the offered rate or observed above 4x a target.
+A repeat's ramp ends at its first missed or untrustworthy rate (no higher rate can change its
+capacity; --full-ladder runs them anyway, until a rate at which every repeat missed the SLO and
+achieved below 90% of the offered rate or observed above 4x a target). The defaults (rates
+1,2,4,8,16, 3 repeats of 30 s of arrivals and at most 30 s of drain) keep a two-fabric sweep
+within about 30 minutes on a 2-core machine; the start says how long it may take, and each run
+how much is left at most.
 
 example: zcube-lab sweep --rates 2,4,8,12,16 --slo ttft_p99=2s,tpot=100ms --repeat 2
 """
@@ -34,6 +39,10 @@ from zcube_lab.core.procs import raise_interrupt
 if TYPE_CHECKING:
     from emulator.experiment.comparison import PlannedRun
     from emulator.results.sweeppoints import SweepResult
+
+
+SWEEP_DURATION_S = 30.0
+SWEEP_DRAIN_S = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after the ladder, N more rates per fabric bisecting its knee (last met-first missed)",
     )
     s.add_argument(
+        "--full-ladder",
+        action="store_true",
+        help="run every rate of every repeat, past the rate where its capacity was settled "
+        "(curves past the knee), until the variant is past saturation",
+    )
+    s.add_argument(
         "--report-only",
         type=Path,
         metavar="DIR",
@@ -74,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_variant_arguments(parser.add_argument_group("fabrics"), "runs per fabric and rate")
     add_run_arguments(parser, rate=False)
+    # Shorter runs than `run`'s 60 s: every point is a run of its own (bring-up and collection
+    # each time); points with few requests carry their p99's interval (sweeppoints).
+    parser.set_defaults(duration=SWEEP_DURATION_S, drain=SWEEP_DRAIN_S)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,10 +111,11 @@ def run(args: argparse.Namespace) -> int:
     assert out_dir is not None  # _plan names the folder
     least, most = wall_time_estimate(plan)
     console.print(
-        f"sweep: at most {len(plan)} runs, about {least / 60:.0f}-{most / 60:.0f} min "
-        f"(less if a ramp stops early; --refine adds runs), SLO {result.slo.shown} -> {out_dir}"
+        f"sweep: at most {len(plan)} runs, about {least / 60:.0f}-{most / 60:.0f} min if every "
+        f"rate runs (each repeat stops at its first miss, so usually less; --refine adds "
+        f"runs), SLO {result.slo.shown} -> {out_dir}"
     )
-    result, status = _run_all(plan, result, console)
+    result, status = _run_all(plan, result, console, args.full_ladder)
     if result.runs:
         _report(result, out_dir, console)
     # A failed run fails the sweep (the points before it are kept); missed SLOs do not.
@@ -129,7 +148,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
 
 
 def _run_all(
-    plan: list[PlannedRun], result: SweepResult, console: Console
+    plan: list[PlannedRun], result: SweepResult, console: Console, full_ladder: bool = False
 ) -> tuple[SweepResult, int]:
     """Run the sweep, rewriting sweep.json after every run: the result with the points of the
     runs that completed, and 0, 1 if a run failed or 130 if interrupted."""
@@ -141,12 +160,16 @@ def _run_all(
     def progress(message: str) -> None:
         console.print(f"[dim]»[/dim] {message}")
 
+    began = time.monotonic()
+    started: list[PlannedRun] = []
+
     def starting(p: PlannedRun) -> None:
         rate = rate_tag(p.config.rate or 0)
         console.rule(
             f"run {p.number}/{p.total}: {p.variant.label} at {rate} req/s, "
-            f"repeat {p.repeat}/{p.repeats}"
+            f"repeat {p.repeat}/{p.repeats}{_eta(time.monotonic() - began, started, p)}"
         )
+        started.append(p)
 
     def skipped(p: PlannedRun) -> None:
         console.print(
@@ -157,7 +180,9 @@ def _run_all(
     signal.signal(signal.SIGTERM, raise_interrupt)
     assert result.dir is not None
     try:
-        for pt in run_sweep(plan, result.slo, progress, starting, skipped, refine=result.refine):
+        ramp = run_sweep(plan, result.slo, progress, starting, skipped, refine=result.refine,
+                         full_ladder=full_ladder)  # fmt: skip
+        for pt in ramp:
             result = replace(result, runs=(*result.runs, pt))
             result.write(result.dir)
             met = "met" if pt.slo_met else "missed"
@@ -175,6 +200,16 @@ def _run_all(
         console.print("interrupted: the current run was torn down")
         return result, 130
     return result, 0
+
+
+def _eta(elapsed_s: float, started: list[PlannedRun], now: PlannedRun) -> str:
+    """` (12 min so far, at most ~20 min left)`: the runs not yet run or skipped, at the
+    mean wall time of the runs done so far (none before the first run ends)."""
+    if not started:
+        return ""
+    per_run = elapsed_s / len(started)
+    left = (now.total - now.number + 1) * per_run
+    return f" ({elapsed_s / 60:.0f} min so far, at most ~{left / 60:.0f} min left)"
 
 
 def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
