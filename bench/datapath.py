@@ -6,13 +6,21 @@ doctor` shows it and the rate guard (`LabOptions`) uses the best total at the la
 Packets/s counts full-size segments (payload / (MTU - 52)). Needs root; about a minute.
 
     sudo .venv/bin/python bench/datapath.py
+
+With `--rate MBPS` it measures CPU at a fixed load instead of capacity: iperf3 paced at MBPS in
+all, the machine's busy CPU (/proc/stat) and ovs-vswitchd's over the run, less the same lab's
+idle CPU over as long, per Mb carried; written to bench/results/datapath_cpu.json (not the
+capacity file). Run it once per `--datapath` to compare the kernel and userspace datapaths.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +32,7 @@ from emulator.lab.capacity import (
     cores,
     machine_id,
 )
+from emulator.lab.health import parse_pid_stat, parse_proc_stat
 from emulator.lab.measure import iperf3
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.system import LabError
@@ -35,6 +44,8 @@ from zcube_lab.core.procs import raise_interrupt
 # bridge, as on a same-rail or same-segment path.
 SPEC = FabricSpec.of("clos", servers=2, gpus_per_server=1, spines=1)
 HEADERS = 52  # IPv4 (20) + TCP with timestamps (32): what a full-size segment does not carry
+CPU_RESULTS_PATH = RESULTS_PATH.with_name("datapath_cpu.json")
+VSWITCHD_PID = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 
 
 def log(message: str) -> None:
@@ -61,6 +72,87 @@ def measure_mtu(
         return points, lab.datapath
 
 
+def cpu_s() -> tuple[float, float]:
+    """The machine's busy CPU-seconds (all cores) and ovs-vswitchd's, cumulative."""
+    clk = os.sysconf("SC_CLK_TCK")
+    busy = parse_proc_stat(Path("/proc/stat").read_text())["cpu"].busy / clk
+    try:
+        pid = int(VSWITCHD_PID.read_text())
+        vswitchd = parse_pid_stat(Path(f"/proc/{pid}/stat").read_text()).ticks / clk
+    except (OSError, ValueError):
+        vswitchd = 0.0
+    return busy, vswitchd
+
+
+def paced_iperf3(
+    lab: Lab, src: str, dst_ip: str, seconds: float, parallel: int, mbps: float
+) -> tuple[float, float, float]:
+    """iperf3 paced at `mbps` in all (split over the flows): goodput in Mb/s and the machine's
+    and ovs-vswitchd's CPU-seconds over the run."""
+    server = lab.net.get(lab.fabric.interfaces_by_ip[dst_ip].host).popen(
+        ["iperf3", "-s", "-1", "-B", dst_ip], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        time.sleep(1.0)  # the server listens
+        before = cpu_s()
+        out = lab.net.get(src).cmd(
+            f"iperf3 -c {dst_ip} -t {seconds} -P {parallel} -b {mbps / parallel:.3f}M -J"
+        )
+        after = cpu_s()
+        start = out.find("{")
+        if start < 0:
+            raise LabError(f"iperf3 {src} -> {dst_ip} printed no JSON: {out.strip()[:300]}")
+        result = json.loads(out[start:])
+        if "error" in result:
+            raise LabError(f"iperf3 {src} -> {dst_ip}: {result['error']}")
+        goodput = float(result["end"]["sum_received"]["bits_per_second"]) / 1e6
+        return goodput, after[0] - before[0], after[1] - before[1]
+    finally:
+        server.kill()
+        server.wait()
+
+
+def measure_cpu(
+    mtu: int, flows: list[int], seconds: float, datapath: str, rate: float
+) -> tuple[list[dict[str, float]], str]:
+    """CPU per Mb at a paced load of `rate` Mb/s: the two-host lab at `mtu`, unshaped."""
+    fabric = build_fabric(SPEC)
+    src, dst = fabric.hosts[0], fabric.hosts[1]
+    options = LabOptions(mtu=mtu, datapath=datapath, shaped=False)
+    rows = []
+    log(f"» MTU {mtu}: two hosts on one bridge, load {rate:g} Mb/s")
+    with Lab(fabric, options, progress=lambda msg: log(f"  {msg}")) as lab:
+        log(f"  datapath {lab.datapath}")
+        for n in flows:
+            before = cpu_s()
+            time.sleep(seconds)  # the idle lab: what the load's figures are net of
+            idle = cpu_s()
+            mbps, busy, vswitchd = paced_iperf3(
+                lab, src.name, dst.interfaces[0].ip, seconds, n, rate
+            )
+            idle_busy, idle_vswitchd = idle[0] - before[0], idle[1] - before[1]
+            mb = mbps * seconds
+            row = {
+                "mtu": mtu,
+                "flows": n,
+                "rate_mbps": rate,
+                "mbps": round(mbps, 2),
+                "busy_cpu_s": round(busy, 3),
+                "idle_busy_cpu_s": round(idle_busy, 3),
+                "vswitchd_cpu_s": round(vswitchd, 3),
+                "idle_vswitchd_cpu_s": round(idle_vswitchd, 3),
+                "cpu_ms_per_mb": round(1000 * (busy - idle_busy) / mb, 4),
+                "vswitchd_ms_per_mb": round(1000 * (vswitchd - idle_vswitchd) / mb, 4),
+            }
+            rows.append(row)
+            log(
+                f"  MTU {mtu}, {n} flow(s): {mbps:.1f} Mb/s, machine "
+                f"{row['cpu_ms_per_mb']:.3f} CPU-ms/Mb, ovs-vswitchd "
+                f"{row['vswitchd_ms_per_mb']:.3f} CPU-ms/Mb (net of the idle lab)"
+            )
+        return rows, lab.datapath
+
+
 def table(results: DatapathResults) -> str:
     """The figures as a plain table."""
     rows = [f"{'MTU':>6}{'flows':>7}{'Gb/s':>8}{'kpps':>8}"]
@@ -78,10 +170,16 @@ def main() -> int:
     parser.add_argument(
         "--datapath", choices=["auto", "user", "kernel"], default="auto", help="OVS datapath"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="JSON file to write")
+    parser.add_argument(
+        "--rate", type=float, help="CPU per Mb at this paced load (Mb/s in all), not capacity"
+    )
+    parser.add_argument("--out", type=Path, help="JSON file to write")
     args = parser.parse_args()
 
     signal.signal(signal.SIGTERM, raise_interrupt)
+    if args.rate is not None:
+        return main_cpu(args)
+    args.out = args.out or RESULTS_PATH
     t0 = time.monotonic()
     points: list[Measurement] = []
     datapath = args.datapath
@@ -107,6 +205,46 @@ def main() -> int:
     results.write(args.out)
     print(table(results))
     log(f"took {results.seconds:.0f} s; wrote {args.out}")
+    return 0
+
+
+def main_cpu(args: argparse.Namespace) -> int:
+    """`--rate`: CPU per Mb at a fixed load, written apart from the capacity file."""
+    out = args.out or CPU_RESULTS_PATH
+    t0 = time.monotonic()
+    rows: list[dict[str, float]] = []
+    datapath = args.datapath
+    try:
+        for mtu in args.mtus:
+            measured, datapath = measure_cpu(
+                mtu, args.flows, args.seconds, args.datapath, args.rate
+            )
+            rows += measured
+    except KeyboardInterrupt:
+        log(f"interrupted after {time.monotonic() - t0:.0f} s: torn down, nothing written")
+        return 130
+    except LabError as exc:
+        log(f"datapath bench: {exc}")
+        return 1
+    result = {
+        "machine_id": machine_id(),
+        "cores": cores(),
+        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "datapath": datapath,
+        "seconds_per_point": args.seconds,
+        "points": rows,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"{'MTU':>6}{'flows':>7}{'Mb/s':>9}{'CPU-ms/Mb':>11}{'vswitchd':>10}  datapath {datapath}"
+    )
+    for r in rows:
+        print(
+            f"{r['mtu']:>6}{r['flows']:>7}{r['mbps']:>9.1f}{r['cpu_ms_per_mb']:>11.3f}"
+            f"{r['vswitchd_ms_per_mb']:>10.3f}"
+        )
+    log(f"took {time.monotonic() - t0:.0f} s; wrote {out}")
     return 0
 
 

@@ -3,7 +3,8 @@
 # root inside the VM: Grafana from Grafana's own apt repository with our datasource and
 # dashboards, and Open vSwitch's kernel datapath when the openvswitch module loads.
 # Where Grafana's repository cannot be reached it says so and goes on: the lab, Prometheus and
-# Locust work without Grafana. Safe to run again (vagrant provision).
+# Locust work without Grafana. ZCUBE_SKIP_GRAFANA=1 leaves Grafana out without trying.
+# Safe to run again (vagrant provision).
 set -euo pipefail
 
 ROOT="${ZCUBE_ROOT:-/vagrant}"
@@ -93,7 +94,9 @@ EOF
     fi
 }
 
-if install_grafana; then
+if [[ "${ZCUBE_SKIP_GRAFANA:-0}" == 1 ]]; then
+    log "ZCUBE_SKIP_GRAFANA=1: Grafana left out"
+elif install_grafana; then
     configure_grafana
 fi
 log 'done. Next, on the host:'

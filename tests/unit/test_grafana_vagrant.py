@@ -25,7 +25,8 @@ def test_provisions_with_the_readmes_setup_then_grafana() -> None:
 
 
 def test_box_providers_and_resources() -> None:
-    assert 'config.vm.box = "debian/bookworm64"' in CODE
+    assert 'BOX = ENV.fetch("ZCUBE_VM_BOX", "debian/bookworm64")' in CODE
+    assert "config.vm.box = BOX" in CODE
     for provider in ("virtualbox", "libvirt"):
         assert f'config.vm.provider "{provider}"' in CODE
     assert re.search(r"MEMORY_MB = 8192\b", CODE)
