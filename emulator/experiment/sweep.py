@@ -64,9 +64,9 @@ def _geometric(lo: float, hi: float, factor: float) -> list[float]:
 
 
 # Wall seconds a run takes besides its arrivals and drain: lab bring-up, targets, collection
-# and teardown (the default comparison's 45 s runs took 78 s each on a 2-core machine, with a
-# few seconds of drain: docs/BENCHMARKS.md).
-RUN_OVERHEAD_S = 30.0
+# and teardown. The default sweep of 2026-12-04 (16 GPUs, coding-agent, 30 s of arrivals)
+# started a run every 52-54 s at 1-2 req/s, where the drain takes a few seconds: about 20 s.
+RUN_OVERHEAD_S = 20.0
 
 
 def wall_time_estimate(plan: Sequence[PlannedRun]) -> tuple[float, float]:

@@ -90,11 +90,11 @@ def test_the_wall_time_estimate_counts_each_run_its_overhead_arrivals_and_drain(
     specs = fabric_specs(["zcube", "roft"], 16, 2)
     base = RunConfig(fabric=specs["zcube"], duration_s=60, drain_s=30)
     plan = plan_sweep(plan_variants(base, specs, ["ecmp"]), [1.0, 2.0, 4.0], repeat=2)
-    # 12 runs: each 30 s of overhead and 60 s of arrivals, and at most its 30 s drain.
-    assert wall_time_estimate(plan) == (12 * (30 + 60), 12 * (30 + 60 + 30))
+    # 12 runs: each 20 s of overhead and 60 s of arrivals, and at most its 30 s drain.
+    assert wall_time_estimate(plan) == (12 * (20 + 60), 12 * (20 + 60 + 30))
     # Dilation k stretches arrivals and drain k times in wall time, never the overhead.
     slow = plan_sweep(plan_variants(replace(base, dilation=2.0), specs, ["ecmp"]), [1.0], 1)
-    assert wall_time_estimate(slow) == (2 * (30 + 120), 2 * (30 + 180))
+    assert wall_time_estimate(slow) == (2 * (20 + 120), 2 * (20 + 180))
     assert wall_time_estimate([]) == (0.0, 0.0)
 
 

@@ -174,7 +174,8 @@ def _run_all(
     def skipped(p: PlannedRun) -> None:
         console.print(
             f"[dim]skip run {p.number}/{p.total}: {p.variant.label} at "
-            f"{rate_tag(p.config.rate or 0)} req/s (past saturation)[/dim]"
+            f"{rate_tag(p.config.rate or 0)} req/s, repeat {p.repeat} (its capacity is settled "
+            f"below: a miss or an untrustworthy run)[/dim]"
         )
 
     signal.signal(signal.SIGTERM, raise_interrupt)
