@@ -216,6 +216,16 @@ def ensure_congestion_control(name: str, sysctl_dir: Path = CC_SYSCTL) -> list[s
     return changed
 
 
+def pick_datapath(requested: str, ovs_instances: int, kernel_available: Callable[[], bool]) -> str:
+    """The datapath a lab uses: `user` or `kernel` as asked; `auto` takes the kernel's when its
+    module loads, except with private ovs-vswitchd instances, which are userspace only."""
+    if requested != "auto":
+        return requested
+    if ovs_instances:
+        return "user"
+    return "kernel" if kernel_available() else "user"
+
+
 def kernel_datapath_available() -> bool:
     """True when the openvswitch kernel module is loaded or loadable."""
     if Path("/sys/module/openvswitch").exists():
@@ -403,10 +413,7 @@ class Lab:
                     "start it with scripts/setup.sh or /usr/share/openvswitch/scripts/ovs-ctl start"
                 )
         o = self.options
-        if o.datapath == "auto":
-            self.datapath = "kernel" if kernel_datapath_available() else "user"
-        else:
-            self.datapath = o.datapath
+        self.datapath = pick_datapath(o.datapath, o.ovs_instances, kernel_datapath_available)
         if self.datapath == "user":
             changed = ovs.ensure_socket_buffers(DATAPATH_SEND_BUFFER, DATAPATH_RECV_BUFFER)
             if changed:

@@ -155,3 +155,19 @@ def test_run_and_up_take_the_instance_count() -> None:
     assert build_parser().parse_args(["up", "--ovs-instances", "2"]).ovs_instances == 2
     with pytest.raises(ConfigError, match="ovs_instances"):
         RunConfig(fabric=FabricSpec.of("zcube", n=4), ovs_instances=65)
+
+
+def test_auto_takes_the_userspace_datapath_for_private_instances() -> None:
+    from emulator.lab.network import pick_datapath
+
+    def kernel() -> bool:
+        return True
+
+    def asked() -> bool:
+        raise AssertionError("the kernel module is probed only for auto without instances")
+
+    assert pick_datapath("auto", 0, kernel) == "kernel"
+    assert pick_datapath("auto", 0, lambda: False) == "user"
+    assert pick_datapath("auto", 4, asked) == "user"  # the kernel module is there, yet user
+    assert pick_datapath("kernel", 0, asked) == "kernel"
+    assert pick_datapath("user", 0, asked) == "user"
