@@ -13,7 +13,9 @@
 #   ZCUBE_VM_REPEATS=3          datapath measurements per datapath (alternating)
 #   ZCUBE_VM_RATE=auto          paced load in Mb/s; auto = half the smaller capacity probed
 #   ZCUBE_VM_SECONDS=10         iperf3 seconds per point
-#   ZCUBE_VM_MTUS="1500 9000"   MTUs of the datapath points
+#   ZCUBE_VM_MTUS=9000          MTUs of the datapath points (9000: the lab's)
+#   ZCUBE_VM_SERVE=1            also `zcube-lab up --serve` for a while, its forwarded ports
+#                               (Prometheus, Locust) checked from the host
 # Everything it prints is also in $ZCUBE_VM_CACHE/runs/<UTC time>/ with the JSON results.
 set -euo pipefail
 
@@ -24,7 +26,8 @@ RUN="$CACHE/runs/$(date -u +%Y%m%dT%H%M%SZ)"
 REPEATS="${ZCUBE_VM_REPEATS:-3}"
 RATE="${ZCUBE_VM_RATE:-auto}"
 SECONDS_PER_POINT="${ZCUBE_VM_SECONDS:-10}"
-MTUS="${ZCUBE_VM_MTUS:-1500 9000}"
+MTUS="${ZCUBE_VM_MTUS:-9000}"
+SERVE="${ZCUBE_VM_SERVE:-1}"
 
 export ZCUBE_VM_BOX="$BOX_NAME"
 export ZCUBE_VM_DOMAIN_TYPE="${ZCUBE_VM_DOMAIN_TYPE:-qemu}"
@@ -74,11 +77,20 @@ if ! virsh -c qemu:///system version >/dev/null 2>&1; then
     done
 fi
 
+# The storage pool vagrant-libvirt puts the box's image and the VM's disk in.
+if ! virsh -c qemu:///system pool-info default >/dev/null 2>&1; then
+    log "defining libvirt's storage pool 'default' (/var/lib/libvirt/images)"
+    virsh -c qemu:///system pool-define-as default dir --target /var/lib/libvirt/images >/dev/null
+    virsh -c qemu:///system pool-build default >/dev/null
+fi
+virsh -c qemu:///system pool-start default >/dev/null 2>&1 || true
+
 destroy() {
     log "» vagrant destroy -f"
     vagrant destroy -f || log "vagrant destroy failed: check 'virsh list --all'"
 }
 trap destroy EXIT
+trap 'exit 143' TERM INT # so that the EXIT trap destroys the VM
 
 guest() { vagrant ssh -c "$1" -- -o LogLevel=ERROR; }
 
@@ -89,7 +101,8 @@ step box-add vagrant box add --force --name "$BOX_NAME" "$box"
 virsh -c qemu:///system vol-list default 2>/dev/null | awk '/zcube-VAGRANTSLASH-bookworm-local/ {print $1}' |
     while read -r vol; do virsh -c qemu:///system vol-delete --pool default "$vol" >/dev/null; done
 
-step vagrant-up vagrant up --provider=libvirt
+vagrant_up() { vagrant up --provider=libvirt | "$ROOT/scripts/vm/stamp-lines.sh"; }
+step vagrant-up vagrant_up
 guest 'uname -a; nproc; free -m | head -2; lsmod | grep -w openvswitch || echo "no openvswitch module"' |
     tee "$RUN/guest.txt"
 
@@ -97,12 +110,46 @@ guest 'uname -a; nproc; free -m | head -2; lsmod | grep -w openvswitch || echo "
 step zcube-lab-up guest "sudo /vagrant/.venv/bin/zcube-lab up --fabric zcube --json" |
     tee "$RUN/zcube-lab-up.json"
 
+# up --serve as the Vagrantfile's header shows it, its ports checked through the forwarding.
+serve_check() {
+    local prom="http://127.0.0.1:$ZCUBE_PROMETHEUS_PORT" locust="http://127.0.0.1:$ZCUBE_LOCUST_PORT"
+    guest "sudo setsid timeout -s INT 240 /vagrant/.venv/bin/zcube-lab up --fabric zcube --serve --bind 0.0.0.0 --rate 1 --plan-duration 200 </dev/null >/tmp/serve.log 2>&1 &"
+    local ok=0
+    for _ in $(seq 40); do
+        sleep 5
+        if curl -fsS --max-time 5 "$prom/-/ready" >/dev/null 2>&1 &&
+            curl -fsS --max-time 5 "$locust/" >/dev/null 2>&1; then
+            ok=1
+            break
+        fi
+    done
+    if ((ok)); then
+        sleep 30 # some requests and scrapes
+        log "Prometheus and Locust answer on the host's forwarded ports"
+        curl -fsS --max-time 10 "$prom/api/v1/query?query=up" | tee "$RUN/serve-up-query.json"
+        echo
+        curl -fsS --max-time 10 "$prom/api/v1/query?query=sum(vllm:request_success_total)" |
+            tee "$RUN/serve-requests-query.json"
+        echo
+    else
+        log "Prometheus or Locust did not answer on $prom, $locust"
+    fi
+    # Ctrl-C to the lab's Python process only (timeout would pass a second one on).
+    local lab="^[^ ]*python[^ ]* /vagrant/[.]venv/bin/zcube-lab up"
+    guest "sudo pkill -INT -f '$lab'; for i in \$(seq 60); do pgrep -f '$lab' >/dev/null || break; sleep 2; done; tail -25 /tmp/serve.log" |
+        tee "$RUN/serve.log"
+    ((ok))
+}
+if [[ "$SERVE" == 1 ]]; then
+    step serve serve_check || log "up --serve check failed (see $RUN/serve.log); going on"
+fi
+
 # The datapath: capacity first (the paced load must be within both), then CPU per Mb at the same
 # paced load, the kernel and userspace datapaths alternating.
 bench="cd /vagrant && sudo .venv/bin/python bench/datapath.py"
 if [[ "$RATE" == auto ]]; then
     for dp in kernel user; do
-        step "capacity-$dp" guest "$bench --datapath $dp --mtus 1500 --flows 1 --seconds 5 --out /tmp/capacity-$dp.json"
+        step "capacity-$dp" guest "$bench --datapath $dp --mtus ${MTUS%% *} --flows 1 --seconds 5 --out /tmp/capacity-$dp.json"
         guest "cat /tmp/capacity-$dp.json" >"$RUN/capacity-$dp.json"
     done
     RATE="$(python3 -c '

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = [ROOT / "scripts" / "vm" / "build-box.sh", ROOT / "scripts" / "vm" / "test-vm.sh"]
+SCRIPTS = [
+    ROOT / "scripts" / "vm" / name for name in ("build-box.sh", "test-vm.sh", "stamp-lines.sh")
+]
 VAGRANTFILE = (ROOT / "Vagrantfile").read_text()
 CODE = "\n".join(line.split("#")[0] for line in VAGRANTFILE.splitlines())  # without comments
 
