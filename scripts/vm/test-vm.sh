@@ -96,10 +96,18 @@ guest() { vagrant ssh -c "$1" -- -o LogLevel=ERROR; }
 
 box="$(step build-box "$ROOT/scripts/vm/build-box.sh" | tail -1)"
 [[ -f "$box" ]] || die "no box built"
-step box-add vagrant box add --force --name "$BOX_NAME" "$box"
-# A box re-added under the same name keeps libvirt's old copy of its image in the pool.
-virsh -c qemu:///system vol-list default 2>/dev/null | awk '/zcube-VAGRANTSLASH-bookworm-local/ {print $1}' |
-    while read -r vol; do virsh -c qemu:///system vol-delete --pool default "$vol" >/dev/null; done
+# The box is added again only when it was rebuilt; then libvirt's copy of the old one, in the
+# pool, is deleted (vagrant-libvirt uploads the new one under a new name).
+stamp="$CACHE/box-added.stamp"
+if [[ -f "$stamp" && "$stamp" -nt "$box" ]] && vagrant box list | grep -q "^$BOX_NAME "; then
+    log "box $BOX_NAME already added"
+else
+    virsh -c qemu:///system vol-list default 2>/dev/null |
+        awk '/zcube-VAGRANTSLASH-bookworm-local/ {print $1}' |
+        while read -r vol; do virsh -c qemu:///system vol-delete --pool default "$vol" >/dev/null; done
+    step box-add vagrant box add --force --name "$BOX_NAME" "$box"
+    touch "$stamp"
+fi
 
 vagrant_up() { vagrant up --provider=libvirt | "$ROOT/scripts/vm/stamp-lines.sh"; }
 step vagrant-up vagrant_up
