@@ -86,3 +86,22 @@ def test_vagrant_validate_with_domain_type(tmp_path: Path, domain_type: str) -> 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "validated successfully" in done.stdout
+
+
+def test_rsync_excludes_leave_no_package_out() -> None:
+    """An unanchored rsync exclude ("results/") matches at every depth: it left the package
+    emulator/results/ out of the VM's /vagrant on the first real boot."""
+    block = re.search(r"rsync__exclude: \[(.*?)\]", CODE)
+    assert block is not None
+    excludes = re.findall(r'"([^"]+)"', block.group(1))
+    assert "/results/" in excludes
+    for exclude in excludes:
+        if exclude.startswith("/"):
+            continue
+        name = exclude.rstrip("/")
+        packages = [
+            p.parent
+            for p in ROOT.rglob(f"{name}/__init__.py")
+            if ".venv" not in p.parts and ".git" not in p.parts
+        ]
+        assert not packages, f"rsync exclude {exclude!r} would leave out {packages}"
