@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lab VM for real (opt-in; not part of CI, it takes the better part of an hour under TCG):
+# The lab VM for real (opt-in; not part of CI: 14-22 min under TCG on the 2-core test host):
 # builds or reuses the Debian 12 box (scripts/vm/build-box.sh), adds it to Vagrant, boots our
 # Vagrantfile with `vagrant up --provider=libvirt` (provisioning included, Grafana left out),
 # runs `zcube-lab up` inside, measures the kernel datapath against the userspace one at the same
