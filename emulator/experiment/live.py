@@ -21,6 +21,8 @@ from emulator.experiment.plan import LOOPBACK, LocustWeb, RunConfig, plan_run
 from emulator.lab.system import LabError
 from zcube_lab.core.procs import wait_http
 
+LOCUST_UI_TIMEOUT_S = 120.0  # how long `up --serve` waits for Locust's web UI to answer
+
 
 class LiveLab:
     """A run's processes serving until interrupted, with Locust's web UI and a fixed
@@ -80,6 +82,8 @@ class LiveLab:
         c = self.config
         self.progress(f"load: {c.workload} open loop, Locust UI on {self.bind}:{self.locust_port}")
         launcher.popen_root("locust", argv)
-        url, timeout = f"http://{LOOPBACK}:{self.locust_port}/", 30
+        # Locust's imports take seconds here and over a minute in the lab VM under TCG
+        # (docs/SCALE.md); the wait ends as soon as it answers.
+        url, timeout = f"http://{LOOPBACK}:{self.locust_port}/", LOCUST_UI_TIMEOUT_S
         if wait_http([url], timeout, alive=launcher.check_alive):
             raise LabError(f"locust not answering at {url} after {timeout:.0f}s")
