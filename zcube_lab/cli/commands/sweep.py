@@ -7,13 +7,14 @@ results/sweep-<time>/: the runs' folders, sweep.json and sweep.png. Needs root.
 
 SLO: each target is a per-request threshold (ttft, tpot, e2e; s or ms); a point meets the SLO
 when, for every target, at least its _pNN share (or --attainment) of the requests held it,
-failed requests counting as misses. A fabric's ramp stops after a rate at which every repeat
+failed requests counting as misses.
+
 A repeat's ramp ends at its first missed or untrustworthy rate (no higher rate can change its
 capacity; --full-ladder runs them anyway, until a rate at which every repeat missed the SLO and
 achieved below 90% of the offered rate or observed above 4x a target). The defaults (rates
-1,2,4,8,16, 3 repeats of 30 s of arrivals and at most 30 s of drain) keep a two-fabric sweep
-within about 30 minutes on a 2-core machine; the start says how long it may take, and each run
-how much is left at most.
+1,2,4,8,16, 3 repeats of 30 s of arrivals and at most 30 s of drain) kept the default
+two-fabric coding-agent sweep to 19.5 minutes on a 2-core machine; the start says how long it
+may take, and each run how much is left at most.
 
 example: zcube-lab sweep --rates 2,4,8,12,16 --slo ttft_p99=2s,tpot=100ms --repeat 2
 """
