@@ -66,11 +66,23 @@ for tool in vagrant virsh qemu-system-x86_64; do
 done
 cd "$ROOT"
 
+# A daemon outlives this script: start it with no descriptor but 0-2, or it keeps whatever the
+# caller holds open (`flock LOCK scripts/vm/test-vm.sh`: the lock, for as long as it runs).
+detached() {
+    (
+        for fd in /proc/self/fd/*; do
+            n="${fd##*/}"
+            if ((n > 2)); then eval "exec $n>&-" 2>/dev/null || true; fi
+        done
+        exec "$@"
+    )
+}
+
 # libvirt's daemons; without systemd as init (a container) they are started by hand.
 if ! virsh -c qemu:///system version >/dev/null 2>&1; then
     log "starting virtlogd and libvirtd"
-    virtlogd -d
-    libvirtd -d
+    detached virtlogd -d
+    detached libvirtd -d
     for _ in $(seq 30); do
         virsh -c qemu:///system version >/dev/null 2>&1 && break
         sleep 1
