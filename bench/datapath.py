@@ -20,7 +20,6 @@ import datetime
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -89,27 +88,10 @@ def paced_iperf3(
 ) -> tuple[float, float, float]:
     """iperf3 paced at `mbps` in all (split over the flows): goodput in Mb/s and the machine's
     and ovs-vswitchd's CPU-seconds over the run."""
-    server = lab.net.get(lab.fabric.interfaces_by_ip[dst_ip].host).popen(
-        ["iperf3", "-s", "-1", "-B", dst_ip], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        time.sleep(1.0)  # the server listens
-        before = cpu_s()
-        out = lab.net.get(src).cmd(
-            f"iperf3 -c {dst_ip} -t {seconds} -P {parallel} -b {mbps / parallel:.3f}M -J"
-        )
-        after = cpu_s()
-        start = out.find("{")
-        if start < 0:
-            raise LabError(f"iperf3 {src} -> {dst_ip} printed no JSON: {out.strip()[:300]}")
-        result = json.loads(out[start:])
-        if "error" in result:
-            raise LabError(f"iperf3 {src} -> {dst_ip}: {result['error']}")
-        goodput = float(result["end"]["sum_received"]["bits_per_second"]) / 1e6
-        return goodput, after[0] - before[0], after[1] - before[1]
-    finally:
-        server.kill()
-        server.wait()
+    before = cpu_s()
+    goodput = iperf3(lab, src, dst_ip, seconds=seconds, parallel=parallel, mbps=mbps)
+    after = cpu_s()
+    return goodput, after[0] - before[0], after[1] - before[1]
 
 
 def measure_cpu(

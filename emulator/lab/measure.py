@@ -15,9 +15,17 @@ from emulator.lab.system import LabError
 
 
 def iperf3(
-    lab: Lab, src: str, dst_ip: str, seconds: float = 3.0, parallel: int = 1, port: int = 5201
+    lab: Lab,
+    src: str,
+    dst_ip: str,
+    seconds: float = 3.0,
+    parallel: int = 1,
+    port: int = 5201,
+    mbps: float | None = None,
 ) -> float:
-    """TCP goodput in Mb/s from host `src` to fabric address `dst_ip` (receiver's count)."""
+    """TCP goodput in Mb/s from host `src` to fabric address `dst_ip` (receiver's count);
+    `mbps` paces the load to that rate in all, split over the flows (default: unpaced)."""
+    pace = ["-b", f"{mbps / parallel:.3f}M"] if mbps is not None else []
     dst = lab.fabric.interfaces_by_ip[dst_ip].host
     server = lab.net.get(dst).popen(
         ["iperf3", "-s", "-1", "-p", str(port), "-B", dst_ip],
@@ -36,6 +44,7 @@ def iperf3(
                 str(seconds),
                 "-P",
                 str(parallel),
+                *pace,
                 "-J",
             )
             if "Connection refused" not in out and "unable to connect" not in out:
