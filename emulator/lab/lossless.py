@@ -18,7 +18,8 @@ pause or resume (host ports through a socket opened in the host's namespace). It
 (`AgentReport` as JSON) every second, at once on SIGUSR1, and when it ends; SIGTERM or SIGINT
 end it, first resuming every paused port. Its reaction time per congestion: from the start of
 the previous reading (the queue was below XOFF then) to the acknowledgement of the last pause
-it caused, an upper bound on "queue passes XOFF -> feeding port stopped".
+it caused, an upper bound on "queue passes XOFF -> feeding port stopped"; after a quiet
+reading, from the earliest instant the queue could have passed XOFF (`reaction_origin`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from zcube_lab.core.fabric.lossless import (
     feeders,
     idle_interval_s,
     port_thresholds,
+    reaction_origin,
 )
 from zcube_lab.core.fabric.queues import HTB_CLASS, LEAF_HANDLE
 
@@ -241,7 +243,8 @@ class Agent:
         for port in decision.resume:
             self._set(port, False)
         if decision.congested and decision.pause:
-            self.reactions.add(time.monotonic() - previous_start)
+            origin = reaction_origin(previous_start, self.quiet, self.plan.idle_poll_s)
+            self.reactions.add(max(0.0, time.monotonic() - origin))
         self.quiet = self.machine.quiet(backlogs)
         return start
 

@@ -39,7 +39,7 @@ issue 20:
   the requests: its greenlets woke late, so it also read answers late, and its TTFT and ITL
   carry its own lag.
 - The lossless agent (`--lossless`, docs/LOSSLESS.md): its reaction (queue past XOFF -> the
-  feeding ports paused, an upper bound) above `lossless_reaction_s` (5 ms) at p99. One watched
+  feeding ports paused, an upper bound without the idle interval's slack) above `lossless_reaction_s` (5 ms) at p99. One watched
   port reacted in 1.3 ms at p50 and 2.0 ms at p99 with its 1 ms poll (bench/
   lossless_reaction.py), 1-2 frame times of a 9,000-byte frame at 100 Mb/s; 5 ms is about 7
   frame times at 100 Mb/s (3.5 at a 50 Mb/s ZCube port): past it a queue overshoots XOFF by

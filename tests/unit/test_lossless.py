@@ -280,3 +280,18 @@ def test_quiet_only_when_nothing_is_paused_and_every_queue_is_below_half_xoff() 
     assert not m.quiet({"s1-eth1": 0})  # still congested until XON is seen
     m.observe(1.0, {"s1-eth1": 0})
     assert m.quiet({"s1-eth1": 0})
+
+
+def test_reaction_starts_where_the_queue_could_first_have_passed_xoff() -> None:
+    from zcube_lab.core.fabric.lossless import reaction_origin
+
+    # after a busy reading the queue may have passed XOFF right after it
+    assert reaction_origin(10.0, False, 0.008) == 10.0
+    # after a quiet one it cannot have reached XOFF within the idle interval
+    assert reaction_origin(10.0, True, 0.008) == pytest.approx(10.008)
+    # the same true reaction (XOFF passed at 10.009, paused at 10.010) measures the same on a
+    # fabric polling idly every 8 ms and on one polling every 1 ms: the bound no longer
+    # carries the fabric's idle interval as slack
+    slow = 10.010 - reaction_origin(10.000, True, 0.008)
+    fast = 10.010 - reaction_origin(10.007, True, 0.001)
+    assert slow == pytest.approx(0.002) and fast == pytest.approx(0.002)

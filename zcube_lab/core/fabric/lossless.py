@@ -189,6 +189,17 @@ def idle_interval_s(
     return max(poll_s, best)
 
 
+def reaction_origin(previous_start: float, previous_quiet: bool, idle_s: float) -> float:
+    """Where the agent's reaction time to a congestion starts: the earliest instant the queue
+    can have passed XOFF. After a busy reading that is the reading's start (the queue was below
+    XOFF then). After a quiet one (every watched queue below half XOFF, nothing paused) no queue
+    can reach XOFF within the idle interval `idle_s` (`idle_interval_s`), so it starts that much
+    later: without it the bound would carry the idle interval as slack, and that interval is
+    the fabric's (longer where ports fill slower), which would judge the agent on one fabric
+    harder than on another for the same reaction."""
+    return previous_start + idle_s if previous_quiet else previous_start
+
+
 @dataclass
 class Histogram:
     """Durations counted in `width_s` buckets (the last bucket takes everything beyond), with
