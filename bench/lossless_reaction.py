@@ -16,6 +16,10 @@ frame of burst, as a PFC pause lets the frame in transmission finish). The agent
 shaped ports it watches too, as a fabric's root namespace holds (a 16-GPU ZCube: 64 switch
 ports), to show what the dump costs per port; `--idle-poll-ms` the agent's poll interval while
 every queue is below half its XOFF (a lab's plan computes it: `lossless.idle_interval_s`).
+After a quiet reading the agent starts its reaction bound one idle interval later
+(`lossless.reaction_origin`), which holds where queues fill at their feeders' rates, as in a
+lab; a trial's 12 frames arrive at once, so with `--idle-poll-ms` above the poll the agent's
+figure can fall below the true one: the end-to-end column is the measurement.
 
 Needs root; about 10 s. Run under the lab's heavy lock on a shared machine:
 
