@@ -12,10 +12,11 @@ per fabric, so they merge; the ratio is taken against `--baseline`). Prints, and
   with every rate up to it met, the median with its spread, `>=` when censored) and the ratio
   to the baseline's (a bound unless both are exact);
 - at the *common rate* (`--rate`, else the highest rate at which every fabric ran every repeat
-  and every such run was trustworthy): TTFT p99 and p50 (client, modelled seconds), KV pull p50
-  and its share of TTFT p50, the busiest link's 1 s peak and which link it was most often,
-  switch queue drops and lossless pauses per run, TCP retransmission timeouts per run, with
-  medians and [min-max] over the repeats;
+  and every such run was trustworthy), from its trustworthy runs only (`repeats` says how
+  many; a run the verdict rejected gives no figure): TTFT p99 and p50 (client, modelled
+  seconds), KV pull p50 and its share of TTFT p50, the busiest link's 1 s peak and which link
+  it was most often, switch queue drops and lossless pauses per run, TCP retransmission
+  timeouts per run, with medians and [min-max] over the repeats;
 - every run's verdict: how many runs were trustworthy, and the reasons of those that were not.
 
 It runs nothing; a cell's figures come only from runs already judged.
@@ -96,7 +97,7 @@ def cell(runs: Sequence[RunPoint], summaries: dict[str, dict[str, Any]], rate: f
     out: dict[str, Any] = {"common_rate": rate, "fabrics": {}}
     for v in dict.fromkeys(r.variant for r in runs):
         mine = [r for r in runs if r.variant == v]
-        at = [summaries[r.run] for r in mine if r.rate == rate]
+        at = [summaries[r.run] for r in mine if r.rate == rate and r.trustworthy]
         figs = [figures(s) for s in at]
         rto = [
             float(sum(h.get("timeouts", 0) for h in (s["health"].get("tcp") or {}).values()))
@@ -127,8 +128,9 @@ def cell(runs: Sequence[RunPoint], summaries: dict[str, dict[str, Any]], rate: f
     return out
 
 
-HEAD = ["fabric", "capacity req/s", "vs baseline", "trusted", "TTFT p99 s", "TTFT p50 s",
-        "KV p50 ms", "KV share", "busiest link peak", "drops", "pauses", "RTO"]  # fmt: skip
+HEAD = ["fabric", "capacity req/s", "vs baseline", "trusted", "runs at the rate",
+        "TTFT p99 s", "TTFT p50 s", "KV p50 ms", "KV share", "busiest link peak", "drops",
+        "pauses", "RTO"]  # fmt: skip
 
 
 def rows(result: dict[str, Any]) -> list[list[str]]:
@@ -138,7 +140,7 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
         a = f["at_common_rate"]
         out.append([
             v, f["capacity"]["text"], f["ratio"], f"{f['trusted']}/{f['runs']}",
-            text(a["ttft_p99_s"], ".2f"), text(a["ttft_p50_s"], ".2f"),
+            str(a["repeats"]), text(a["ttft_p99_s"], ".2f"), text(a["ttft_p50_s"], ".2f"),
             text(a["kv_p50_ms"], ".0f"), text(a["kv_share_of_ttft_p50"], ".0%"),
             f"{text(a['peak_link_util'], '.0%')} ({a['peak_link']})",
             text(a["switch_drops"], ".0f"), text(a["pauses"], ".0f"), text(a["rto"], ".0f"),
