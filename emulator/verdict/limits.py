@@ -38,15 +38,15 @@ issue 20:
   `workloads.openloop`) above `send_lag_s` (20 ms) for more than `send_lag_fraction` (1%) of
   the requests: its greenlets woke late, so it also read answers late, and its TTFT and ITL
   carry its own lag.
-- The lossless agent (`--lossless`, docs/LOSSLESS.md): its reaction (queue past XOFF -> the
-  feeding ports paused, an upper bound without the idle interval's slack) above `lossless_reaction_s` (5 ms) at p99. One watched
-  port reacted in 1.3 ms at p50 and 2.0 ms at p99 with its 1 ms poll (bench/
-  lossless_reaction.py), 1-2 frame times of a 9,000-byte frame at 100 Mb/s; 5 ms is about 7
-  frame times at 100 Mb/s (3.5 at a 50 Mb/s ZCube port): past it a queue overshoots XOFF by
-  several frames more than PFC's headroom would hold, and the pauses the run reports are the
-  agent's slowness as much as the fabric's. Its pauses themselves are the fabric's: not judged.
-  In modelled seconds (the agent's wall reaction / k): at k=2 a frame takes twice as long in
-  wall time, so 7 frame times are 10 wall ms.
+- The lossless agent (`--lossless`, docs/LOSSLESS.md): its reaction (queue past XOFF -> the feeding
+  ports paused, an upper bound without the idle interval's slack) above `lossless_reaction_s` (5 ms)
+  at p99. One watched port reacted in 1.3 ms at p50 and 2.0 ms at p99 with its 1 ms poll
+  (bench/lossless_reaction.py), 1-2 frame times of a 9,000-byte frame at 100 Mb/s; 5 ms is about 7
+  frame times at 100 Mb/s (3.5 at a 50 Mb/s ZCube port): past it a queue overshoots XOFF by several
+  frames more than PFC's headroom would hold, and the pauses the run reports are the agent's
+  slowness as much as the fabric's. Its pauses themselves are the fabric's: not judged. In modelled
+  seconds (the agent's wall reaction / k): at k=2 a frame takes twice as long in wall time, so 7
+  frame times are 10 wall ms.
 - CPU rules are judged over the load window only (from the load's start to the load
   generator's exit), not from monitoring start to collection.
 - A source of evidence that did not answer (an engine's or the gateway's metrics, reads of the
