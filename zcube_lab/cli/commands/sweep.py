@@ -73,7 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="after the ladder, N more rates per fabric bisecting its knee (last met-first missed)",
+        help=(
+            "after the ladder, N more rates per fabric bisecting its knee (last met-first "
+            "missed); none for a fabric with an untrustworthy run at or below its first miss"
+        ),
     )
     s.add_argument(
         "--full-ladder",
