@@ -312,6 +312,14 @@ class DecodeConfig(EngineCommon):
         item=_prefill_kv_item,
     )
     kv_streams: int = option(2, help="TCP streams per KV address")
+    # KV connections opened to every --prefill-kv address before the engine answers its health
+    # check, kept for pulls (serving.kvwire.warm); 0: each opened by the first pull needing it.
+    kv_warm: int = option(
+        0,
+        help="open this many KV connections to every --prefill-kv address at start and keep "
+        "them for pulls, so no SYN crosses a loaded fabric (tcp only; 0: opened on demand)",
+        omit_default=True,
+    )
     # (cidr, local address): the source address for KV pulls from addresses in cidr.
     kv_source_map: tuple[tuple[str, str], ...] = option(
         (),
@@ -379,6 +387,13 @@ class DecodeConfig(EngineCommon):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(1 <= self.kv_streams <= 64, "kv_streams", self.kv_streams, "1..64")
+        _check(0 <= self.kv_warm <= 64, "kv_warm", self.kv_warm, "0..64")
+        _check(
+            self.kv_warm == 0 or self.kv_transport == "tcp",
+            "kv_warm",
+            self.kv_warm,
+            "0 with kv_transport mrc (its datagrams open no connection)",
+        )
         for cidr, local in self.kv_source_map:
             try:
                 ipaddress.ip_network(cidr, strict=False)

@@ -33,7 +33,7 @@ from serving import httpapi
 from serving.alltoall import engine_alltoall, exchange_log
 from serving.config import Address, DecodeConfig, parse_address
 from serving.decode_engine import DecodeEngine, DecodeSeq, KVHandle, kv_connections, path_health
-from serving.kvwire import KVTransferError
+from serving.kvwire import KVConnections, KVTransferError, pick_source, warm
 from serving.openai_api import (
     CHAT,
     COMPLETION,
@@ -51,6 +51,9 @@ from serving.vllm_metrics import EngineMetrics
 from zcube_lab.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+# How long (wall s) a decode engine waits at start for prefills to accept its warm connections.
+WARM_DEADLINE_S = 60.0
 
 
 def kv_handle(
@@ -183,8 +186,27 @@ async def _kv_log_ctx(app: web.Application) -> AsyncIterator[None]:
             engine.kv_log = None
 
 
+async def warm_kv(cfg: DecodeConfig, pool: KVConnections) -> None:
+    """Open `cfg.kv_warm` connections to every `--prefill-kv` address (from the local address a
+    pull would use), waiting at most `WARM_DEADLINE_S` for prefills still starting."""
+    targets = [
+        (addr, pick_source(addr.host, cfg.kv_source_map))
+        for _, addrs in cfg.prefill_kv
+        for addr in addrs
+    ]
+    if not cfg.kv_warm or not targets:
+        return
+    want = cfg.kv_warm * len(targets)
+    opened = await warm(pool, targets, cfg.kv_warm, WARM_DEADLINE_S)
+    level = logging.WARNING if opened < want else logging.INFO
+    log.log(level, "KV connections warmed: %d of %d (%d addresses)", opened, want, len(targets))
+
+
 async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     engine = app[ENGINE_KEY]
+    if engine.connections is not None:
+        # Before the app listens: the lab waits on /health, so no load meets a cold pool.
+        await warm_kv(app[CONFIG_KEY], engine.connections)
     task = asyncio.create_task(engine.run())
     try:
         with exchange_log(engine.a2a, app[CONFIG_KEY].ep_log):

@@ -366,5 +366,6 @@ def stall_wall_s(cfg: DecodeConfig) -> float | None:
 
 def kv_connections(cfg: DecodeConfig) -> KVConnections:
     """The engine's kept KV connections: idle ones for `IDLE_PULLS` pulls of `kv_streams`
-    lanes at once to each address (and a RELEASE), beyond that closed when given back."""
-    return KVConnections(max_idle=IDLE_PULLS * cfg.kv_streams + 1)
+    lanes at once to each address (and a RELEASE), or the `kv_warm` opened at start if more;
+    beyond that closed when given back."""
+    return KVConnections(max_idle=max(IDLE_PULLS * cfg.kv_streams + 1, cfg.kv_warm))

@@ -96,6 +96,7 @@ class RunConfig:
     faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.core.fault_schedule)
     layout: LayoutSpec = field(default_factory=LayoutSpec)
     kv_streams: int = 2
+    kv_warm: int = 0  # KV connections each decode opens to every prefill address at start
     kv_transport: str = "tcp"  # or "mrc": MRC-style datagrams over EVs (serving.kvwire.mrc)
     prefix_cache_hit_rate: float = 0.0
     kv_paths: str = "disjoint"  # ZCube: "disjoint" binds each KV lane to its own port
@@ -138,6 +139,10 @@ class RunConfig:
             raise ConfigError("kv_transport", "mrc", "tcp in a run over several machines")
         if not 1 <= self.kv_streams <= 16:
             raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
+        if not 0 <= self.kv_warm <= 16:
+            raise ConfigError("kv_warm", self.kv_warm, "between 0 and 16")
+        if self.kv_warm and self.kv_transport != "tcp":
+            raise ConfigError("kv_warm", self.kv_warm, "0 with --kv-transport mrc")
         if self.kv_paths not in ("disjoint", "shortest"):
             raise ConfigError("kv_paths", self.kv_paths, "disjoint or shortest")
         if self.decode_hotspot < 0:
@@ -466,6 +471,9 @@ class RunPlan:
             **common,
             port=DECODE_PORT,
             kv_streams=SPRAY_STREAMS if spray else c.kv_streams,
+            kv_warm=c.kv_warm,
+            # The same addresses prefill advertises, known at start so the warm-up can use them.
+            prefill_kv=self._prefill_kv() if c.kv_warm else (),
             kv_source_map=kv_source_map(self.fabric, h) if c.kv_paths == "disjoint" else (),
             kv_stall_timeout_s=SPRAY_STALL_S if spray else None,
             **({"kv_chunk_bytes": SPRAY_CHUNK_BYTES} if spray else {}),
@@ -481,6 +489,16 @@ class RunPlan:
         )
         url = f"http://{mgmt}:{DECODE_PORT}"
         return RoleLaunch(e.engine_id, e.host, tuple(decode_argv(decode)), f"{url}/health")
+
+    def _prefill_kv(self) -> tuple[tuple[str, tuple[Address, ...]], ...]:
+        """Every prefill engine's KV addresses, as its `kv_bind` (decode's `prefill_kv`)."""
+        return tuple(
+            (
+                p.engine_id,
+                tuple(Address(i.ip, KV_PORT) for i in self.fabric.host(p.host).interfaces),
+            )
+            for p in self.placement.role("prefill")
+        )
 
     def _gateway_launch(self, gateway_port: int, log_dir: Path) -> RoleLaunch:
         rail_groups = self.config.layout.layout == "rail-aligned"

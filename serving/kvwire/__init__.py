@@ -9,7 +9,7 @@ kept across pulls), `pull` (one pull: lanes, retirement, verification). The name
 use are importable from `serving.kvwire`.
 """
 
-from serving.kvwire.conns import IDLE_PULLS, KVConnection, KVConnections
+from serving.kvwire.conns import IDLE_PULLS, KVConnection, KVConnections, warm
 from serving.kvwire.paths import (
     CHUNKS_PER_LANE,
     MIN_CHUNK_BYTES,
@@ -49,4 +49,5 @@ __all__ = [
     "pull_kv",
     "release_kv",
     "start_kv_server",
+    "warm",
 ]

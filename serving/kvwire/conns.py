@@ -11,6 +11,12 @@ answer is replaced by the lane (`serving.kvwire.pull`).
 
 Replacement lanes of spraying do not take idle connections: they open a new one, so a new
 source port, so a new path id (docs/FAILURES.md).
+
+`warm` opens connections before any load, so pulls under load take kept ones instead of sending
+a SYN through loaded queues: in a dilated run the kernel's 1 s initial SYN timeout is not
+dilated, and a SYN that only waits behind a paused or full queue is retransmitted although
+nothing was lost (docs/DOMAIN.md §4). A transfer engine that sets its endpoints up front
+(RDMA queue pairs connected before the first transfer) never meets that timer either.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from serving.config import Address
@@ -27,6 +34,9 @@ READ_LIMIT = 2**20  # the StreamReader's buffer limit of a KV connection
 # Idle connections kept per (remote, local) pair: enough for this many pulls of `streams` lanes
 # each at once; a connection given back beyond that is closed.
 IDLE_PULLS = 4
+# `warm`: connections opened at once by one pool, and the wait before retrying a refused one.
+WARM_CONCURRENCY = 16
+WARM_RETRY_S = 0.25
 
 
 @dataclass(eq=False)
@@ -129,3 +139,34 @@ class KVConnections:
         conns = [c for q in self._idle.values() for c in q]
         self._idle.clear()
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+
+async def warm(
+    pool: KVConnections,
+    targets: Sequence[tuple[Address, str | None]],
+    per_target: int,
+    deadline_s: float,
+) -> int:
+    """Open `per_target` connections to each `(remote, local)` target and keep them idle in
+    `pool` (at most `pool.max_idle` per target stay); a refused or unanswered connection is
+    retried until `deadline_s` wall seconds from the call. Returns how many were opened: fewer
+    than asked when a target did not answer in time (its pulls then open their own)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    gate = asyncio.Semaphore(WARM_CONCURRENCY)
+
+    async def one(remote: Address, local: str | None) -> int:
+        async with gate:
+            while (left := end - loop.time()) > 0:
+                try:
+                    async with asyncio.timeout(left):
+                        conn = await pool.open(remote, local)
+                except (OSError, TimeoutError):
+                    await asyncio.sleep(min(WARM_RETRY_S, max(0.0, end - loop.time())))
+                    continue
+                pool.give_back(conn)
+                return 1
+            return 0
+
+    opened = await asyncio.gather(*(one(r, lo) for r, lo in targets for _ in range(per_target)))
+    return sum(opened)

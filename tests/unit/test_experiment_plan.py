@@ -431,3 +431,30 @@ def test_workload_hints_come_from_the_profile() -> None:
     assert layout_hint("chat") == "default"
     assert profile_hint("rail-aligned", "prefix_cache_hit_rate", 0.0) == 0.75
     assert profile_hint("chat", "no_such_option", "fallback") == "fallback"
+
+
+@pytest.mark.parametrize("spec", [ZCUBE, ROFT], ids=["zcube", "roft"])
+def test_kv_warm_gives_every_decode_every_prefill_kv_address(spec: FabricSpec) -> None:
+    plan = _plan(spec, kv_warm=2)
+    launches = _by_name(plan)
+    binds = {
+        e.engine_id: _config(launches[e.engine_id]).kv_bind  # type: ignore[attr-defined]
+        for e in plan.placement.role("prefill")
+    }
+    assert binds
+    for e in plan.placement.role("decode"):
+        cfg = _config(launches[e.engine_id])
+        assert cfg.kv_warm == 2  # type: ignore[attr-defined]
+        assert dict(cfg.prefill_kv) == binds  # type: ignore[attr-defined]
+    # off by default: no warm-up, and decode takes the addresses prefill advertises
+    cold = _config(_by_name(_plan(spec))["decode-4"])
+    assert cold.kv_warm == 0 and cold.prefill_kv == ()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("options", "allowed"),
+    [({"kv_warm": 17}, "between 0 and 16"), ({"kv_warm": 2, "kv_transport": "mrc"}, "mrc")],
+)
+def test_a_bad_kv_warm_is_named(options: dict[str, object], allowed: str) -> None:
+    with pytest.raises(ConfigError, match=f"kv_warm.*{allowed}"):
+        _plan(ZCUBE, **options)

@@ -1,6 +1,7 @@
 """KV connections kept across pulls (serving.kvwire.conns) on loopback: reuse, the idle cap,
 reconnecting a kept connection that broke while idle, RELEASE over a kept connection, and
-spraying's replacement lanes still opening new connections (new path ids)."""
+spraying's replacement lanes still opening new connections (new path ids), and warming a pool
+before any pull."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from serving.kvwire import (
     pull_kv,
     release_kv,
     start_kv_server,
+    warm,
 )
 from zcube_lab.core.ports import free_port
 
@@ -307,4 +309,49 @@ async def test_a_replacement_lane_never_takes_a_kept_connection() -> None:
     finally:
         await pool.aclose()
         await relay.close()
+        server.close()
+
+
+async def test_warm_opens_the_connections_before_any_pull_and_pulls_then_open_none() -> None:
+    data, _store, addr, server = await _served(400_000)
+    relay = _Relay(addr)
+    via = await relay.start()
+    pool = KVConnections(max_idle=4)
+    try:
+        assert await warm(pool, [(via, None)], 3, deadline_s=5) == 3
+        assert relay.connections == 3 == pool.opened and pool.idle(via) == 3
+        for _ in range(4):
+            buf, result = await pull_kv(
+                "req", [via], len(data), zlib.crc32(data), chunk_bytes=65536, streams=3,
+                timeout_s=5, connections=pool,
+            )  # fmt: skip
+            assert bytes(buf) == data and result.opened == 0
+        assert relay.connections == 3
+    finally:
+        await pool.aclose()
+        await relay.close()
+        server.close()
+
+
+async def test_warm_waits_for_a_server_still_starting_and_gives_up_on_a_dead_one() -> None:
+    store = KVStore(10**6)
+    late = Address("127.0.0.1", free_port())
+    dead = Address("127.0.0.1", free_port())
+    pool = KVConnections()
+
+    async def start_late() -> asyncio.Server:
+        await asyncio.sleep(0.6)  # refused until then: warm retries
+        return await start_kv_server(store.get_bytes, store.release, late)
+
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    opened, server = await asyncio.gather(
+        warm(pool, [(late, None), (dead, None)], 2, deadline_s=1.5), start_late()
+    )
+    try:
+        # both to the late server, none to the one never listening, and only until the deadline
+        assert opened == 2 and pool.idle(late) == 2 and pool.idle(dead) == 0
+        assert 1.4 <= loop.time() - t0 < 3.0
+    finally:
+        await pool.aclose()
         server.close()

@@ -63,6 +63,16 @@ def add_run_arguments(parser: argparse.ArgumentParser, rate: bool = True) -> Non
     )
     c.add_argument("--kv-streams", type=int, default=2, help="TCP streams per KV address")
     c.add_argument(
+        "--kv-warm",
+        type=int,
+        default=0,
+        metavar="N",
+        help="each decode opens N KV connections to every prefill address before the load and "
+        "keeps them for pulls, so no SYN crosses a loaded fabric: for dilated runs with deep "
+        "queues, where the kernel's undilated 1 s SYN timeout fires (docs/DOMAIN.md §4; tcp "
+        "only; default 0: opened by the pulls)",
+    )
+    c.add_argument(
         "--kv-paths",
         choices=["disjoint", "shortest"],
         default="disjoint",
@@ -173,6 +183,7 @@ def config_from_args(
         faults=tuple(args.fail),
         layout=layout,
         kv_streams=args.kv_streams,
+        kv_warm=args.kv_warm,
         kv_transport=args.kv_transport,
         kv_paths=args.kv_paths,
         prefix_cache_hit_rate=float(
