@@ -317,7 +317,8 @@ class DecodeConfig(EngineCommon):
     kv_warm: int = option(
         0,
         help="open this many KV connections to every --prefill-kv address at start and keep "
-        "them for pulls, so no SYN crosses a loaded fabric (tcp only; 0: opened on demand)",
+        "them for pulls, so no SYN crosses a loaded fabric (ignored with --kv-transport mrc, "
+        "which opens no connection; 0: opened on demand)",
         omit_default=True,
     )
     # (cidr, local address): the source address for KV pulls from addresses in cidr.
@@ -388,12 +389,6 @@ class DecodeConfig(EngineCommon):
         super().__post_init__()
         _check(1 <= self.kv_streams <= 64, "kv_streams", self.kv_streams, "1..64")
         _check(0 <= self.kv_warm <= 64, "kv_warm", self.kv_warm, "0..64")
-        _check(
-            self.kv_warm == 0 or self.kv_transport == "tcp",
-            "kv_warm",
-            self.kv_warm,
-            "0 with kv_transport mrc (its datagrams open no connection)",
-        )
         for cidr, local in self.kv_source_map:
             try:
                 ipaddress.ip_network(cidr, strict=False)

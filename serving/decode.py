@@ -196,6 +196,9 @@ async def warm_kv(cfg: DecodeConfig, pool: KVConnections) -> None:
     ]
     if not cfg.kv_warm or not targets:
         return
+    if cfg.kv_transport != "tcp":
+        log.warning("--kv-warm ignored: the %s transport opens no KV connection", cfg.kv_transport)
+        return
     want = cfg.kv_warm * len(targets)
     opened = await warm(pool, targets, cfg.kv_warm, WARM_DEADLINE_S)
     level = logging.WARNING if opened < want else logging.INFO

@@ -46,7 +46,6 @@ def test_decode_prefill_kv_table() -> None:
         (lambda: PrefillConfig(token_budget=0), "token_budget"),
         (lambda: DecodeConfig(kv_streams=0), "kv_streams"),
         (lambda: DecodeConfig(kv_warm=-1), "kv_warm"),
-        (lambda: DecodeConfig(kv_warm=2, kv_transport="mrc"), "kv_warm"),
         (lambda: DecodeConfig(eos_probability=2.0), "eos_probability"),
         (lambda: DecodeConfig(kv_stall_timeout_s=0.0), "kv_stall_timeout_s"),
         (lambda: DecodeConfig(kv_stall_timeout_s=-1.0), "kv_stall_timeout_s"),

@@ -44,7 +44,7 @@ PREFILL = PrefillConfig(
     kv_transport="mrc", kv_mrc_evs=8, kv_mrc_ev_base=0, kv_mrc_mtu=9000,
 )  # fmt: skip
 DECODE = DecodeConfig(
-    **COMMON, port=9200, prefill_kv=(("p0", (A, B)), ("p1", (C,))), kv_streams=4,
+    **COMMON, port=9200, prefill_kv=(("p0", (A, B)), ("p1", (C,))), kv_streams=4, kv_warm=3,
     kv_source_map=(("10.2.0.0/16", "10.1.0.1"), ("10.1.0.0/16", "10.2.0.1")),
     kv_chunk_bytes=65536, kv_chunks_per_lane=2, kv_retries=1, kv_timeout_s=4.0,
     kv_stall_timeout_s=0.25,
