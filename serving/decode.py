@@ -189,16 +189,16 @@ async def _kv_log_ctx(app: web.Application) -> AsyncIterator[None]:
 async def warm_kv(cfg: DecodeConfig, pool: KVConnections) -> None:
     """Open `cfg.kv_warm` connections to every `--prefill-kv` address (from the local address a
     pull would use), waiting at most `WARM_DEADLINE_S` for prefills still starting."""
+    if not cfg.kv_warm or not cfg.prefill_kv:
+        return
+    if cfg.kv_transport != "tcp":
+        log.warning("--kv-warm ignored: the %s transport opens no KV connection", cfg.kv_transport)
+        return
     targets = [
         (addr, pick_source(addr.host, cfg.kv_source_map))
         for _, addrs in cfg.prefill_kv
         for addr in addrs
     ]
-    if not cfg.kv_warm or not targets:
-        return
-    if cfg.kv_transport != "tcp":
-        log.warning("--kv-warm ignored: the %s transport opens no KV connection", cfg.kv_transport)
-        return
     want = cfg.kv_warm * len(targets)
     opened = await warm(pool, targets, cfg.kv_warm, WARM_DEADLINE_S)
     level = logging.WARNING if opened < want else logging.INFO

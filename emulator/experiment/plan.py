@@ -456,7 +456,7 @@ class RunPlan:
             prefill = PrefillConfig(
                 **common,
                 port=PREFILL_PORT,
-                kv_bind=tuple(Address(i.ip, KV_PORT) for i in h.interfaces),
+                kv_bind=self._kv_addresses(e.host),
                 engine_id=e.engine_id,
                 prefix_cache_hit_rate=c.prefix_cache_hit_rate,
                 **(
@@ -490,14 +490,14 @@ class RunPlan:
         url = f"http://{mgmt}:{DECODE_PORT}"
         return RoleLaunch(e.engine_id, e.host, tuple(decode_argv(decode)), f"{url}/health")
 
+    def _kv_addresses(self, host: str) -> tuple[Address, ...]:
+        """A prefill host's KV addresses, one per NIC port: its `kv_bind`, as it advertises."""
+        return tuple(Address(i.ip, KV_PORT) for i in self.fabric.host(host).interfaces)
+
     def _prefill_kv(self) -> tuple[tuple[str, tuple[Address, ...]], ...]:
-        """Every prefill engine's KV addresses, as its `kv_bind` (decode's `prefill_kv`)."""
+        """Every prefill engine's KV addresses (decode's `prefill_kv`)."""
         return tuple(
-            (
-                p.engine_id,
-                tuple(Address(i.ip, KV_PORT) for i in self.fabric.host(p.host).interfaces),
-            )
-            for p in self.placement.role("prefill")
+            (p.engine_id, self._kv_addresses(p.host)) for p in self.placement.role("prefill")
         )
 
     def _gateway_launch(self, gateway_port: int, log_dir: Path) -> RoleLaunch:
