@@ -166,7 +166,7 @@ FIELDS: tuple[Field, ...] = (
           f"empty or null only: {_NO_IDS}, so no bias could be applied"),
     Field("stop", BOTH,
           {"anyOf": [{"type": "string", "pattern": STOP_PATTERN},
-                     {"type": "array", "maxItems": 4,
+                     {"type": "array",
                       "items": {"type": "string", "pattern": STOP_PATTERN}},
                      NULL]},
           NARROWED,
