@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from serving import httpapi
 from serving.config import GatewayConfig
 from serving.openai_api import CHAT, COMPLETION, SSE_DONE, ApiError, parse_request, sse_error
+from serving.openapi import OPENAPI_PATH, document
 from serving.options import add_flags, from_args
 from serving.requestlog import RequestTiming, TokenCounter, completion_tokens, write_record
 from serving.routing import (
@@ -363,7 +364,8 @@ async def _loop_lag_ctx(app: web.Application) -> AsyncIterator[None]:
 def make_gateway_app(
     cfg: GatewayConfig, registry: CollectorRegistry | None = None
 ) -> web.Application:
-    """The gateway app: OpenAI routes running the PD flow, plus health, models and metrics."""
+    """The gateway app: OpenAI routes running the PD flow, plus health, models, metrics and
+    its OpenAPI document (`/openapi.json`)."""
     registry = registry if registry is not None else CollectorRegistry()
     app = httpapi.new_app(registry, cfg.model_name)
     app[STATE_KEY] = GatewayState(
@@ -381,6 +383,12 @@ def make_gateway_app(
     )
     app.router.add_post("/v1/completions", _handler(COMPLETION))
     app.router.add_post("/v1/chat/completions", _handler(CHAT))
+    api_doc = document(cfg.model_name, cfg.profile.context_length)
+
+    async def openapi_json(request: web.Request) -> web.Response:
+        return httpapi.json_response(api_doc)
+
+    app.router.add_get(OPENAPI_PATH, openapi_json)
     app.cleanup_ctx.append(_session_ctx)
     app.cleanup_ctx.append(_loop_lag_ctx)
     return app

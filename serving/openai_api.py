@@ -13,13 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from serving.jsonschema_lite import is_integer, json_type
 from serving.models import ModelProfile
+from serving.openai_fields import CHAT, CHAT_ROLES, COMPLETION, MAX_SEED, field_problem
 from serving.textgen import count_chat_tokens, count_prompt_tokens
 
-COMPLETION = "completion"
-CHAT = "chat"
-MAX_SEED = 2**63 - 1
-CHAT_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 SSE_DONE = b"data: [DONE]\n\n"
 
 
@@ -80,10 +78,8 @@ class ApiRequest:
     include_usage: bool
     seed: int | None
     kv_transfer_params: Mapping[str, Any] | None
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    echo: str | None = None  # the prompt text to echo before the completion (completions)
+    prompt_only: bool = False  # `max_tokens: 0` with `echo`: the prompt is the whole text
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -91,14 +87,15 @@ def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
 
 
 def _opt_int(body: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
+    """An optional integer field; whole floats (`2.0`) count, as JSON Schema counts them."""
     v = body.get(key)
     if v is None:
         return None
-    if not _is_int(v):
-        raise _bad(f"'{key}' must be an integer, got {type(v).__name__}", key)
+    if not is_integer(v):
+        raise _bad(f"'{key}' must be an integer, got {json_type(v)}", key)
     if not lo <= v <= hi:
         raise _bad(f"'{key}' must be between {lo} and {hi}, got {v}", key)
-    return v
+    return int(v)
 
 
 def _opt_bool(body: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -106,45 +103,33 @@ def _opt_bool(body: Mapping[str, Any], key: str, default: bool) -> bool:
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise _bad(f"'{key}' must be a boolean, got {type(v).__name__}", key)
+        raise _bad(f"'{key}' must be a boolean, got {json_type(v)}", key)
     return v
 
 
-def _opt_number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> None:
-    v = body.get(key)
-    if v is None:
-        return
-    if not isinstance(v, int | float) or isinstance(v, bool):
-        raise _bad(f"'{key}' must be a number, got {type(v).__name__}", key)
-    if not lo <= v <= hi:
-        raise _bad(f"'{key}' must be between {lo} and {hi}, got {v}", key)
-
-
-def _prompt_tokens(body: Mapping[str, Any]) -> int:
+def _prompt(body: Mapping[str, Any]) -> str | list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
-    token_ids = isinstance(prompt, list) and prompt and all(_is_int(t) and t >= 0 for t in prompt)
-    if isinstance(prompt, str) or token_ids:
-        n = count_prompt_tokens(prompt)
-    elif prompt is None:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and all(is_integer(t) and t >= 0 for t in prompt):
+        return [int(t) for t in prompt]
+    if prompt is None:
         raise _bad("'prompt' is required", "prompt")
-    else:
-        raise _bad(
-            "'prompt' must be a string, a one-string list, or a non-empty list of token ids",
-            "prompt",
-        )
-    if n == 0:
-        raise _bad("'prompt' must contain at least one token", "prompt")
-    return n
+    raise _bad(
+        "'prompt' must be a string, a one-string list, or a non-empty list of token ids",
+        "prompt",
+    )
 
 
 def _message_text(i: int, msg: object) -> str:
     if not isinstance(msg, dict):
         raise _bad(f"messages[{i}] must be an object", "messages")
     role = msg.get("role")
-    if role not in CHAT_ROLES:
-        raise _bad(f"messages[{i}].role must be one of {sorted(CHAT_ROLES)}", "messages")
+    # Type first: an unhashable role (an object, a list) cannot be looked up in a set.
+    if not isinstance(role, str) or role not in CHAT_ROLES:
+        raise _bad(f"messages[{i}].role must be one of {list(CHAT_ROLES)}", "messages")
     content = msg.get("content")
     if content is None and role == "assistant":
         return ""
@@ -171,10 +156,33 @@ def _chat_tokens(body: Mapping[str, Any]) -> int:
     return count_chat_tokens([_message_text(i, m) for i, m in enumerate(messages)])
 
 
+def _echo(body: Mapping[str, Any], kind: str, prompt: str | list[int] | None) -> str | None:
+    """The text to echo, or None; only completions with a text prompt can echo."""
+    if kind != COMPLETION or not _opt_bool(body, "echo", False):
+        return None
+    if not isinstance(prompt, str):
+        raise _bad("'echo' needs a text prompt: the mock has no detokenizer for token ids", "echo")
+    return prompt
+
+
+def _max_tokens(body: Mapping[str, Any], kind: str, ctx: int, echo: bool) -> int | None:
+    """`max_tokens` (chat: `max_completion_tokens` wins); 0 only with `echo`, as in vLLM."""
+    max_tokens = _opt_int(body, "max_tokens", 0, ctx)
+    key = "max_tokens"
+    if kind == CHAT:
+        mct = _opt_int(body, "max_completion_tokens", 0, ctx)
+        if mct is not None:
+            max_tokens, key = mct, "max_completion_tokens"
+    if max_tokens == 0 and not echo:
+        raise _bad(f"'{key}' must be at least 1, got 0 (0 is allowed only with 'echo')", key)
+    return max_tokens
+
+
 def parse_request(
     body: object, kind: str, profile: ModelProfile, served_model_name: str
 ) -> ApiRequest:
-    """Validate a decoded JSON body against the OpenAI schema subset and the profile."""
+    """Validate a decoded JSON body against the fields we serve (`serving.openai_fields`)
+    and the profile."""
     if not isinstance(body, dict):
         raise _bad("request body must be a JSON object", None)
     model = body.get("model")
@@ -187,7 +195,13 @@ def parse_request(
             param="model",
             code="model_not_found",
         )
-    prompt_tokens = _prompt_tokens(body) if kind == COMPLETION else _chat_tokens(body)
+    unsupported = field_problem(body, kind)
+    if unsupported is not None:
+        raise _bad(unsupported[1], unsupported[0])
+    prompt = _prompt(body) if kind == COMPLETION else None
+    prompt_tokens = _chat_tokens(body) if prompt is None else count_prompt_tokens(prompt)
+    if prompt_tokens == 0:
+        raise _bad("'prompt' must contain at least one token", "prompt")
     ctx = profile.context_length
     if prompt_tokens >= ctx:
         raise _bad(
@@ -196,12 +210,13 @@ def parse_request(
             "prompt" if kind == COMPLETION else "messages",
             "context_length_exceeded",
         )
-    max_tokens = _opt_int(body, "max_tokens", 1, ctx)
-    if kind == CHAT:
-        mct = _opt_int(body, "max_completion_tokens", 1, ctx)
-        max_tokens = mct if mct is not None else max_tokens
+    echo = _echo(body, kind, prompt)
+    max_tokens = _max_tokens(body, kind, ctx, echo is not None)
+    prompt_only = max_tokens == 0
     if max_tokens is None:
         max_tokens = ctx - prompt_tokens
+    # vLLM generates one token for an echo of the prompt alone, and counts it.
+    max_tokens = max(max_tokens, 1)
     if prompt_tokens + max_tokens > ctx:
         raise _bad(
             f"This model's maximum context length is {ctx} tokens; you requested "
@@ -215,8 +230,6 @@ def parse_request(
     if n not in (None, 1):
         raise _bad("only n=1 is supported", "n")
     seed = _opt_int(body, "seed", -MAX_SEED - 1, MAX_SEED)
-    _opt_number(body, "temperature", 0.0, 2.0)
-    _opt_number(body, "top_p", 0.0, 1.0)
     stream = _opt_bool(body, "stream", False)
     ignore_eos = _opt_bool(body, "ignore_eos", False)
     include_usage = False
@@ -227,6 +240,8 @@ def parse_request(
         if not stream:
             raise _bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
         include_usage = _opt_bool(opts, "include_usage", False)
+        if _opt_bool(opts, "continuous_usage_stats", False):
+            raise _bad("'stream_options.continuous_usage_stats' is not supported", "stream_options")
     kvp = body.get("kv_transfer_params")
     if kvp is not None and not isinstance(kvp, dict):
         raise _bad("'kv_transfer_params' must be an object", "kv_transfer_params")
@@ -241,6 +256,8 @@ def parse_request(
         include_usage=include_usage,
         seed=seed,
         kv_transfer_params=kvp,
+        echo=echo,
+        prompt_only=prompt_only,
     )
 
 
@@ -267,12 +284,14 @@ def full_response(
     completion_tokens: int,
     kv_transfer_params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A non-streaming response body."""
+    """A non-streaming response body (every field OpenAI's spec requires, as vLLM sends it)."""
     choice: dict[str, Any]
+    if req.echo is not None:
+        text = req.echo if req.prompt_only else req.echo + text
     if req.kind == CHAT:
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": text, "tool_calls": []},
+            "message": {"role": "assistant", "content": text, "refusal": None, "tool_calls": []},
             "logprobs": None,
             "finish_reason": finish_reason,
             "stop_reason": None,
@@ -313,12 +332,17 @@ class ChunkWriter:
         # The constant head is rendered once; each chunk only renders its choice.
         self._prefix = b"data: " + json.dumps(head, separators=(",", ":"))[:-1].encode()
         self._sent_role = False
+        self._echo = req.echo  # sent with the first token, then None
 
     def _line(self, rest: dict[str, Any]) -> bytes:
         return self._prefix + b"," + json.dumps(rest, separators=(",", ":"))[1:].encode() + b"\n\n"
 
     def token(self, text: str, finish_reason: str | None) -> bytes:
-        """One chunk carrying one token (and the finish reason on the last one)."""
+        """One chunk carrying one token (and the finish reason on the last one); with `echo`
+        the first chunk carries the prompt before it (only the prompt if `prompt_only`)."""
+        if self._echo is not None:
+            text = self._echo if self._req.prompt_only else self._echo + text
+            self._echo = None
         if self._chat:
             delta: dict[str, Any] = {"content": text}
             if not self._sent_role:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serving.models import get_profile
-from serving.openai_api import CHAT, COMPLETION, ApiError, ChunkWriter, parse_request
+from serving.openai_api import CHAT, COMPLETION, ApiError, ChunkWriter, full_response, parse_request
 
 TINY = get_profile("tiny")
 
@@ -121,3 +121,111 @@ def test_fuzz_parse_never_fails_otherwise(body: object, kind: str) -> None:
         assert 1 <= req.prompt_tokens < TINY.context_length
         assert req.prompt_tokens + req.max_tokens <= TINY.context_length
         assert 0 <= req.min_tokens <= req.max_tokens
+
+
+def test_an_unhashable_role_is_a_400_naming_messages() -> None:
+    for role in ({}, [], ["user"]):
+        with pytest.raises(ApiError) as exc:
+            _parse({"model": "tiny", "messages": [{"role": role, "content": "x"}]}, CHAT)
+        assert exc.value.status == 400 and exc.value.param == "messages"
+
+
+def test_whole_floats_are_integers_as_in_json_schema() -> None:
+    req = _parse(
+        {"model": "tiny", "prompt": [1.0, 2], "n": 1.0, "seed": 37208.0, "max_tokens": 3.0}
+    )
+    assert (req.prompt_tokens, req.max_tokens, req.seed) == (2, 3, 37208)
+    assert isinstance(req.seed, int) and isinstance(req.max_tokens, int)
+    with pytest.raises(ApiError) as exc:
+        _parse({"model": "tiny", "prompt": "x", "max_tokens": 2.5})
+    assert exc.value.param == "max_tokens"
+
+
+def test_max_tokens_zero_is_the_prompt_alone_with_echo_else_a_400_as_in_vllm() -> None:
+    req = _parse({"model": "tiny", "prompt": "a b", "max_tokens": 0, "echo": True})
+    assert req.prompt_only and req.max_tokens == 1 and req.echo == "a b"
+    assert full_response(req, "r", 0, " the", "length", 1)["choices"][0]["text"] == "a b"
+    w = ChunkWriter(req, "r", 0)
+    assert json.loads(w.token(" the", "length")[6:])["choices"][0]["text"] == "a b"
+    for body, kind, param in (
+        ({"model": "tiny", "prompt": "x", "max_tokens": 0}, COMPLETION, "max_tokens"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}],
+          "max_completion_tokens": 0}, CHAT, "max_completion_tokens"),
+    ):  # fmt: skip
+        with pytest.raises(ApiError) as exc:
+            _parse(body, kind)
+        assert exc.value.status == 400 and exc.value.param == param
+
+
+def test_echo_prepends_the_prompt_and_needs_text() -> None:
+    req = _parse({"model": "tiny", "prompt": "hi", "max_tokens": 2, "echo": True, "stream": True})
+    w = ChunkWriter(req, "r", 0)
+    texts = [json.loads(w.token(t, None)[6:])["choices"][0]["text"] for t in (" a", " b")]
+    assert texts == ["hi a", " b"]
+    with pytest.raises(ApiError) as exc:
+        _parse({"model": "tiny", "prompt": [5, 6], "echo": True})
+    assert exc.value.param == "echo"
+
+
+def test_chat_messages_carry_refusal_null() -> None:
+    req = _parse({"model": "tiny", "messages": [{"role": "user", "content": "x"}]}, CHAT)
+    msg = full_response(req, "r", 0, " a", "length", 1)["choices"][0]["message"]
+    assert msg["refusal"] is None and msg["content"] == " a" and msg["role"] == "assistant"
+
+
+CHAT_MSG = [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind", "param"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"},
+         CHAT, "tool_choice"),
+        ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, CHAT, "tool_choice"),
+        ({"logprobs": True, "top_logprobs": 2}, CHAT, "logprobs"),
+        ({"logprobs": 1}, COMPLETION, "logprobs"),
+        ({"echo": True}, CHAT, "echo"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, CHAT,
+         "response_format"),
+        ({"response_format": {"type": "json_object"}}, COMPLETION, "response_format"),
+        ({"stop": ["the"]}, COMPLETION, "stop"),
+        ({"stop": ""}, COMPLETION, "stop"),
+        ({"logit_bias": {"50256": -100}}, COMPLETION, "logit_bias"),
+        ({"suffix": "end"}, COMPLETION, "suffix"),
+        ({"best_of": 3}, COMPLETION, "best_of"),
+        ({"user": 5}, CHAT, "user"),
+        ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, CHAT,
+         "stream_options"),
+    ],
+)  # fmt: skip
+def test_fields_the_mock_cannot_honour_are_refused_by_name(extra, kind, param) -> None:
+    base = {"model": "tiny", "max_tokens": 2}
+    base.update({"messages": CHAT_MSG} if kind == CHAT else {"prompt": "x"})
+    with pytest.raises(ApiError) as exc:
+        _parse({**base, **extra}, kind)
+    assert exc.value.status == 400 and exc.value.param == param, exc.value.message
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
+        {"logprobs": False, "top_logprobs": 0},
+        {"response_format": {"type": "text"}},
+        {"stop": ["\n", "User:"]},
+        {"logit_bias": {}},
+        {"temperature": 0.0, "top_p": 1, "user": "u", "metadata": {"a": "b"}},
+    ],
+)
+def test_fields_the_mock_honours_or_that_change_nothing_are_accepted(extra) -> None:
+    _parse({"model": "tiny", "messages": CHAT_MSG, "max_tokens": 2, **extra}, CHAT)
+
+
+def test_every_field_has_a_row_in_serving_md() -> None:
+    from pathlib import Path
+
+    from serving.openai_fields import FIELDS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "SERVING.md").read_text()
+    missing = [f.name for f in FIELDS if f"| `{f.name}` |" not in doc]
+    assert not missing
