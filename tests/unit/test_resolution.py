@@ -41,3 +41,15 @@ def test_table_covers_every_combination() -> None:
 def test_refuses_nonsense(args: tuple) -> None:
     with pytest.raises(ValueError):
         resolution(*args)
+
+
+def test_the_bench_table_prints_the_hand_computed_rows() -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.time_resolution import lines
+
+    rows = "\n".join(lines())
+    assert "| 50 Mb/s | 9000 | 1 | 1.44 | 92.16 |" in rows
+    assert "Tomahawk 2 (42 MB, 6.4 Tb/s): 52.5 µs" in rows
