@@ -20,6 +20,8 @@ per fabric, so they merge; the ratio is taken against `--baseline`). Prints, and
 - every run's verdict: how many runs were trustworthy, and the reasons of those that were not.
 
 It runs nothing; a cell's figures come only from runs already judged.
+`bench/map_tables.py` turns the cells' JSON (with their sweeps' JSON) into docs/RESULTS.md's
+tables.
 """
 
 from __future__ import annotations

@@ -1,0 +1,325 @@
+"""Benchmark report: docs/RESULTS.md's map tables, regenerated from the committed JSON
+(issue 33 item 5).
+
+    .venv/bin/python bench/map_tables.py --table summary      # the first screen's table
+    .venv/bin/python bench/map_tables.py --table map          # the map's table
+    .venv/bin/python bench/map_tables.py --table kv-heavy     # one cell's table, per fabric
+    .venv/bin/python bench/map_tables.py --write              # rewrite every generated block
+
+Reads only `bench/results/map/`: each cell's `NAME-sweep.json` (every run point the sweep
+judged: the runs held and trusted, and the capacity, recomputed here by the sweep's rule,
+`emulator.results.capacity`) and `NAME.json` (what `bench/map_cell.py` took from the runs'
+summaries at the common rate: TTFT, KV pulls, the busiest link, drops, pauses, timeouts).
+A capacity the rule calls exact is printed with its interval per seed, `met-missed`: the last
+rate met and the first missed (`< r` when the lowest rate missed; `>= r` when censored).
+In docs/RESULTS.md every generated table sits between `<!-- generated: COMMAND -->` and
+`<!-- end generated -->`; tests/unit/test_map_tables.py regenerates each and compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.map_cell import rows as cell_rows  # noqa: E402
+from bench.map_cell import text  # noqa: E402
+from emulator.results.capacity import Capacity, RepeatCapacity, capacity  # noqa: E402
+from emulator.results.sweeppoints import RunPoint  # noqa: E402
+
+MAP = ROOT / "bench" / "results" / "map"
+RESULTS = ROOT / "docs" / "RESULTS.md"
+COMMAND = "python bench/map_tables.py --table"
+BEGIN = re.compile(r"<!-- generated: python bench/map_tables\.py --table (\S+) -->")
+END = "<!-- end generated -->"
+RUN_NAME = re.compile(r"\b\d{8}-\d{6}-[a-z0-9-]+-[0-9.]+rps-r\d+\b")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One fabric of a row: its label, the cell JSON it comes from, its variant there."""
+
+    label: str
+    cell: str | None  # None: not run
+    variant: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the summary and map tables."""
+
+    key: str
+    label: str
+    model: str
+    entries: tuple[Entry, ...]
+    command: str
+
+
+def _three(cell: str, zcube: str | None = None) -> tuple[Entry, ...]:
+    return (
+        Entry("ZCube", zcube or cell, "zcube"),
+        Entry("ROFT", cell, "roft"),
+        Entry("Clos", cell, "clos"),
+    )
+
+
+ROWS = (
+    Row("coding-agent", "coding-agent, 4 : 12 GPUs", "lossy, k=1", _three("coding-agent"),
+        "`$Z --fabrics zcube,roft --workload coding-agent $S`; `$Z --fabrics clos --baseline clos "
+        "--workload coding-agent $S`"),
+    Row("kv-heavy", "kv-heavy, 12 : 4 (ZCube from its re-run)", "lossless, k=2",
+        _three("kv-heavy", "kv-heavy-zcube-rerun"),
+        "`$Z --fabrics zcube,roft,clos --workload kv-heavy --rates 24,32,40,48 $L $S`"),
+    Row("hotspot", "hotspot, the shifting incast, 8 : 8", "lossless, k=2", _three("hotspot"),
+        "`$Z --fabrics zcube,roft,clos --workload hotspot --rates 12,16,20 $L $S`"),
+    Row("hotspot-22", "hotspot at 22 req/s, the knee's edge", "lossless, k=2",
+        _three("hotspot-22"), "`$Z --fabrics zcube,roft,clos --workload hotspot --rates 22 $L $S`"),
+    Row("hotspot-first", "hotspot's first ladder, 16 and 24 req/s", "lossless, k=2",
+        _three("hotspot-first"),
+        "`$Z --fabrics zcube,roft,clos --workload hotspot --rates 16,24,32 --refine 1 $L $S`"),
+    Row("roft-variants", "hotspot on ROFT 4:1 / 2:1 / 2-plane MRC-style / 1:1", "lossless, k=2",
+        (Entry("4:1", "roft-4to1", "roft"), Entry("2:1", "roft-2to1", "roft"),
+         Entry("2-plane", "roft-2planes", "roft-2planes"), Entry("1:1", "hotspot", "roft")),
+        "`$Z --fabrics roft --oversubscription 4 --spines 1 --workload hotspot --rates 12,16,20 "
+        "$L $S`; `--oversubscription 2`; `--planes 2 --kv-transport mrc`"),
+    Row("ep-decode", "expert-parallel across servers, rail-aligned", "lossy, k=1",
+        _three("ep-decode"),
+        "`$Z --fabrics zcube,roft,clos --workload rail-aligned --prefill-servers 2 --ep-servers 2 "
+        "--alltoall rail --rates 0.5,1,2 --repeat 2 $S`"),
+    Row("kv-heavy-64", "64 GPUs, kv-heavy 48 : 16", "lossless, k=16, `--kv-warm 4`",
+        (Entry("ZCube", "kv-heavy-64", "zcube"), Entry("ROFT", "kv-heavy-64", "roft"),
+         Entry("Clos", None)),
+        "`$Z --gpus 64 --fabrics zcube,roft --workload kv-heavy --prefill-servers 6 --rates "
+        "128,160 --repeat 2 --lossless --dilation 16 --kv-warm 4 $S`"),
+)  # fmt: skip
+
+
+def cell_names(folder: Path = MAP) -> list[str]:
+    """Every committed cell (a NAME.json beside its NAME-sweep.json)."""
+    return sorted(
+        p.stem
+        for p in folder.glob("*.json")
+        if not p.stem.endswith("-sweep") and (folder / f"{p.stem}-sweep.json").exists()
+    )
+
+
+def load_cell(name: str, folder: Path = MAP) -> dict[str, Any]:
+    """The cell's figures at its common rate (bench/map_cell.py's output)."""
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+def load_runs(name: str, folder: Path = MAP) -> list[RunPoint]:
+    """Every run point the cell's sweep judged."""
+    data = json.loads((folder / f"{name}-sweep.json").read_text())
+    return [RunPoint.from_dict(r) for r in data["runs"]]
+
+
+def knee(r: RepeatCapacity) -> str:
+    """One seed's interval: `32-40` (met 32, missed 40), `< 0.5`, `>= 20`."""
+    if r.stopped_at is None:
+        return f">= {r.rate:g}"
+    if r.censored is not None:
+        return f">= {r.rate:g}, {r.stopped_at:g} untrusted"
+    if r.rate == 0:
+        return f"< {r.stopped_at:g}"
+    return f"{r.rate:g}-{r.stopped_at:g}"
+
+
+def capacity_text(cap: Capacity) -> str:
+    """`32 (seeds 32-40; 32-40)`: the rule's figure, then each seed's interval."""
+    return f"{cap.text()} (seeds {'; '.join(knee(r) for r in cap.repeats)})"
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """One fabric's figures: from the sweep JSON (runs, capacity) and the cell JSON."""
+
+    label: str
+    runs: int
+    trusted: int
+    capacity: Capacity | None
+    figures: dict[str, Any] | None  # the cell JSON's `at_common_rate`
+    common_rate: float | None
+    data: dict[str, Any] | None  # the cell JSON's fabric entry
+
+
+def fabric(entry: Entry, folder: Path = MAP) -> Fabric:
+    """One entry's figures; a run the cell JSON counts that its sweep lacks fails here."""
+    if entry.cell is None:
+        return Fabric(entry.label, 0, 0, None, None, None, None)
+    runs = [r for r in load_runs(entry.cell, folder) if r.variant == entry.variant]
+    cell = load_cell(entry.cell, folder)
+    data = cell["fabrics"][entry.variant]
+    if data["runs"] != len(runs) or data["trusted"] != sum(r.trustworthy for r in runs):
+        raise ValueError(
+            f"{entry.cell} {entry.variant}: the cell JSON counts {data['trusted']} "
+            f"of {data['runs']}, its sweep holds {len(runs)}"
+        )
+    return Fabric(
+        entry.label,
+        len(runs),
+        sum(r.trustworthy for r in runs),
+        capacity(runs),
+        data["at_common_rate"],
+        cell["common_rate"],
+        data,
+    )
+
+
+def _join(fabrics: Sequence[Fabric], each: Any, sep: str = " / ") -> str:
+    return sep.join("not run" if f.capacity is None else each(f) for f in fabrics)
+
+
+def _counts(fabrics: Sequence[Fabric]) -> str:
+    return f"{sum(f.trusted for f in fabrics)} of {sum(f.runs for f in fabrics)}"
+
+
+def _rates(fabrics: Sequence[Fabric]) -> str:
+    rates = dict.fromkeys(f"{f.common_rate:g}" for f in fabrics if f.capacity is not None)
+    return " / ".join(rates)
+
+
+def _p99(f: Fabric) -> str:
+    return text(f.figures["ttft_p99_s"], ".2f") if f.figures else "-"
+
+
+def _labels(row: Row) -> str:
+    return " / ".join(e.label for e in row.entries)
+
+
+def summary_table(folder: Path = MAP) -> list[str]:
+    """The first screen's table: capacity with each seed's interval, runs, TTFT p99, command."""
+    out = [
+        "| cell (congestion model) | fabrics | capacity req/s, seeds' met-missed | runs "
+        "trusted of held | TTFT p99 s at the common rate (req/s) | command |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in ROWS:
+        fs = [fabric(e, folder) for e in row.entries]
+        out.append(
+            f"| {row.label} ({row.model}) | {_labels(row)} | "
+            f"{_join(fs, lambda f: capacity_text(f.capacity))} | {_counts(fs)} | "
+            f"{_join(fs, _p99)} ({_rates(fs)}) | {row.command} |"
+        )
+    return out
+
+
+def map_table(folder: Path = MAP) -> list[str]:
+    """The map's table: the summary's columns and the figures at the common rate."""
+    out = [
+        "| scenario | congestion model, k | fabrics | capacity req/s, seeds' met-missed | runs "
+        "trusted of held | common rate | TTFT p99 s | KV share of TTFT p50 | busiest link, "
+        "1 s peak | drops/pauses/RTOs a run, per fabric |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in ROWS:
+        fs = [fabric(e, folder) for e in row.entries]
+
+        def share(f: Fabric) -> str:
+            return text(f.figures["kv_share_of_ttft_p50"], ".0%") if f.figures else "-"
+
+        def peak(f: Fabric) -> str:
+            a = f.figures or {}
+            return f"{text(a.get('peak_link_util'), '.0%')} ({a.get('peak_link')})"
+
+        def losses(f: Fabric) -> str:
+            a = f.figures or {}
+            return "/".join(text(a.get(k), ",.0f") for k in ("switch_drops", "pauses", "rto"))
+
+        out.append(
+            f"| {row.label} | {row.model} | {_labels(row)} | "
+            f"{_join(fs, lambda f: capacity_text(f.capacity))} | {_counts(fs)} | "
+            f"{_rates(fs)} | {_join(fs, _p99)} | {_join(fs, share)} | {_join(fs, peak)} | "
+            f"{_join(fs, losses, '; ')} |"
+        )
+    return out
+
+
+def cell_table(name: str, folder: Path = MAP) -> list[str]:
+    """One cell's table per fabric (bench/map_cell.py's columns; runs and capacity from the
+    sweep JSON, the capacity with each seed's interval)."""
+    cell = load_cell(name, folder)
+    out = [
+        "| fabric | capacity req/s, seeds' met-missed | vs baseline | trusted of held | runs at "
+        "the rate | TTFT p99 s | TTFT p50 s | KV p50 ms | KV share | busiest link peak | drops "
+        "| pauses | RTO |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for variant, row in zip(cell["fabrics"], cell_rows(cell), strict=True):
+        f = fabric(Entry(variant, name, variant), folder)
+        row[1] = capacity_text(f.capacity) if f.capacity else "-"
+        row[3] = f"{f.trusted} of {f.runs}"
+        out.append("| " + " | ".join(row) + " |")
+    out.append("")
+    for r in load_runs(name, folder):
+        if not r.trustworthy:
+            why = f"{r.variant} at {r.rate:g} req/s, seed {r.repeat}: {r.reason}"
+            out.append(f"- not trusted: {why}")
+    out.append(
+        f"Common rate {cell['common_rate']:g} req/s, rates run "
+        f"{', '.join(f'{r:g}' for r in cell['rates'])}; "
+        f"`bench/results/map/{name}.json` and `{name}-sweep.json`."
+    )
+    return out
+
+
+def table(name: str, folder: Path = MAP) -> list[str]:
+    """The table `--table name` prints."""
+    if name == "summary":
+        return summary_table(folder)
+    if name == "map":
+        return map_table(folder)
+    if name in cell_names(folder):
+        return cell_table(name, folder)
+    raise ValueError(f"no table {name!r}: summary, map or one of {', '.join(cell_names(folder))}")
+
+
+def blocks(doc: str) -> list[tuple[str, str]]:
+    """Every generated block of `doc`: (table name, the text between the markers)."""
+    out = []
+    for m in BEGIN.finditer(doc):
+        end = doc.index(END, m.end())
+        out.append((m.group(1), doc[m.end() : end].strip("\n")))
+    return out
+
+
+def rewrite(doc: str, folder: Path = MAP) -> str:
+    """`doc` with every generated block replaced by its table."""
+    parts, pos = [], 0
+    for m in BEGIN.finditer(doc):
+        end = doc.index(END, m.end())
+        parts += [doc[pos : m.end()], "\n", "\n".join(table(m.group(1), folder)), "\n"]
+        pos = end
+    return "".join(parts) + doc[pos:]
+
+
+def missing_runs(doc: str, folder: Path = MAP) -> list[str]:
+    """Run names `doc` cites that no committed sweep JSON holds."""
+    held = {r.run for name in cell_names(folder) for r in load_runs(name, folder)}
+    return sorted({m.group(0) for m in RUN_NAME.finditer(doc)} - held)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", help="summary, map, or a cell's name")
+    parser.add_argument("--write", action="store_true", help="rewrite docs/RESULTS.md's blocks")
+    args = parser.parse_args(argv)
+    if args.write:
+        RESULTS.write_text(rewrite(RESULTS.read_text()))
+        return 0
+    if not args.table:
+        parser.error("--table or --write")
+    print("\n".join(table(args.table)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

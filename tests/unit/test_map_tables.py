@@ -1,0 +1,88 @@
+"""docs/RESULTS.md's map tables regenerate from the committed JSON (issue 33 item 5): every
+generated block equals what bench/map_tables.py prints, counts included, and every run the text
+names is in a committed sweep."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.map_tables import (
+    MAP,
+    RESULTS,
+    Entry,
+    blocks,
+    cell_names,
+    fabric,
+    knee,
+    missing_runs,
+    rewrite,
+    table,
+)
+from emulator.results.capacity import RepeatCapacity
+
+DOC = RESULTS.read_text()
+
+
+@pytest.mark.parametrize("name,text", blocks(DOC), ids=[n for n, _ in blocks(DOC)])
+def test_each_generated_block_regenerates(name: str, text: str) -> None:
+    assert text == "\n".join(table(name)), f"run: python bench/map_tables.py --write ({name})"
+
+
+def test_every_map_table_is_generated() -> None:
+    names = {n for n, _ in blocks(DOC)}
+    assert {"summary", "map", *cell_names()} <= names
+
+
+def test_rewrite_is_a_fixed_point() -> None:
+    assert rewrite(DOC) == DOC
+
+
+def test_counts_are_the_saved_runs() -> None:
+    ep = "\n".join(table("ep-decode"))
+    assert ep.count("2 of 2") == 1 and ep.count("3 of 3") == 2  # 8 runs, all trusted
+    summary = "\n".join(table("summary"))
+    assert "| 8 of 8 |" in summary and "| 7 of 11 |" in summary
+
+
+def test_every_run_named_in_results_is_committed() -> None:
+    assert missing_runs(DOC) == []
+
+
+def test_a_run_the_json_lacks_is_named() -> None:
+    doc = "as run 20261204-181352-zcube-rail-aligned-0.5rps-r1 and 20991231-000000-roft-x-1rps-r9"
+    assert missing_runs(doc) == ["20991231-000000-roft-x-1rps-r9"]
+
+
+def test_a_cell_json_that_disagrees_with_its_sweep_is_refused(tmp_path: Path) -> None:
+    for f in ("ep-decode.json", "ep-decode-sweep.json"):
+        shutil.copy(MAP / f, tmp_path / f)
+    data = json.loads((tmp_path / "ep-decode.json").read_text())
+    data["fabrics"]["roft"]["runs"] = 5
+    (tmp_path / "ep-decode.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="ep-decode roft"):
+        fabric(Entry("ROFT", "ep-decode", "roft"), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "rep,expected",
+    [
+        (RepeatCapacity(1, 32.0, None, 40.0), "32-40"),
+        (RepeatCapacity(1, 0.0, None, 0.5), "< 0.5"),
+        (RepeatCapacity(1, 20.0, "met at every rate tried (up to 20)", None), ">= 20"),
+        (RepeatCapacity(1, 16.0, "not trustworthy at 24 (missed)", 24.0), ">= 16, 24 untrusted"),
+    ],
+)
+def test_an_exact_capacity_is_an_interval(rep: RepeatCapacity, expected: str) -> None:
+    assert knee(rep) == expected
+
+
+def test_an_unknown_table_is_refused() -> None:
+    with pytest.raises(ValueError, match="no table"):
+        table("nonsense")
