@@ -25,7 +25,7 @@ from typing import Any
 
 from emulator.cluster.remote import Machine, argv_on, check_on, python_on, run_on, ship
 from emulator.cluster.tunnel import TunnelMeasure, check_plan, measure_tunnel, plan_demand
-from emulator.lab import links, ovs
+from emulator.lab import links, ovsbridges
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.state import LabState, write_state
 from emulator.lab.system import LabError
@@ -350,12 +350,12 @@ class ClusterLab(Lab):
 
     def installed_rules(self) -> dict[str, int]:
         """Flow entries each bridge holds now: `Lab`'s count here, the same asked elsewhere."""
-        counts = {b: ovs.flow_count(b) for b in self._bridges(self.machines[0])}
+        counts = {b: ovsbridges.flow_count(b) for b in self._bridges(self.machines[0])}
         for m in self._remotes():
             code = (
                 "import json\n"
-                "from emulator.lab import ovs\n"
-                f"print(json.dumps({{b: ovs.flow_count(b) for b in {list(self._bridges(m))!r}}}))\n"
+                "from emulator.lab.ovsbridges import flow_count\n"
+                f"print(json.dumps({{b: flow_count(b) for b in {list(self._bridges(m))!r}}}))\n"
             )
             counts.update(python_on(m, code))  # type: ignore[arg-type]
         return counts

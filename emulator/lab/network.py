@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.lab import links, ovs
+from emulator.lab import links, ovs, ovsbridges
 from emulator.lab.capacity import check_nic_rate, datapath_capacity
 from emulator.lab.hostnet import check_host_network
 from emulator.lab.lossless import POLL_S as LOSSLESS_POLL_S
@@ -739,7 +739,7 @@ class Lab:
 
     def installed_rules(self) -> dict[str, int]:
         """Flow entries each bridge holds now (from ovs-ofctl)."""
-        return {s.name: ovs.flow_count(s.name) for s in self.fabric.switches}
+        return {s.name: ovsbridges.flow_count(s.name) for s in self.fabric.switches}
 
     def wait_for_routes(self) -> None:
         """Block until every bridge holds exactly the rules the controller computed."""
