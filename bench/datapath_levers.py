@@ -57,7 +57,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator.lab import ovs, ovsbridges  # noqa: E402
-from emulator.lab.network import Lab, LabOptions  # noqa: E402
+from emulator.lab.network import Lab  # noqa: E402
+from emulator.lab.options import LabOptions  # noqa: E402
 from emulator.lab.system import LabError  # noqa: E402
 from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
 from zcube_lab.core.fabric.description import Fabric, FabricSpec  # noqa: E402

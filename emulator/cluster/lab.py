@@ -26,7 +26,8 @@ from typing import Any
 from emulator.cluster.remote import Machine, argv_on, check_on, python_on, run_on, ship
 from emulator.cluster.tunnel import TunnelMeasure, check_plan, measure_tunnel, plan_demand
 from emulator.lab import links, ovsbridges
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from emulator.lab.state import LabState, write_state
 from emulator.lab.system import LabError
 from zcube_lab.core.fabric.clusterplan import (
@@ -154,12 +155,12 @@ class ClusterLab(Lab):
 
     def _prepare_datapath(self) -> None:
         super()._prepare_datapath()
-        from emulator.lab.network import DATAPATH_RECV_BUFFER, DATAPATH_SEND_BUFFER
+        from emulator.lab.machineprep import DATAPATH_RECV_BUFFER, DATAPATH_SEND_BUFFER
 
         code = (
             "import json\n"
             "from emulator.lab import ovs\n"
-            "from emulator.lab.network import kernel_datapath_available\n"
+            "from emulator.lab.machineprep import kernel_datapath_available\n"
             "db, vs = ovs.db_status(), ovs.vswitchd_status()\n"
             "ok = db[0] == 0 and vs[0] == 0\n"
             f"send, recv = {DATAPATH_SEND_BUFFER}, {DATAPATH_RECV_BUFFER}\n"

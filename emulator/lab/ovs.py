@@ -279,6 +279,20 @@ def appctl(inst: Instance | None, *args: str, timeout: float = 10) -> str:
     return run([APPCTL, *target, *args], check=False, timeout=timeout)
 
 
+def instance_groups(switches: list[str], instances: int) -> list[list[str]]:
+    """`switches` dealt to `instances` daemons in contiguous runs of their order, as even as
+    can be (ZCube n=4 and 2 instances: the A group and the B group); never an empty run.
+    Pure."""
+    n = max(1, min(instances, len(switches)))
+    base, extra = divmod(len(switches), n)
+    groups, at = [], 0
+    for k in range(n):
+        size = base + (1 if k < extra else 0)
+        groups.append(switches[at : at + size])
+        at += size
+    return groups
+
+
 # ---- daemons --------------------------------------------------------------------------------
 
 

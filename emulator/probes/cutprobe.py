@@ -204,7 +204,8 @@ def probe_lab(
     ev_rules: bool = False,
 ) -> Lab:
     """A lab (not started) routed by the policy, on free controller and metrics ports."""
-    from emulator.lab.network import Lab, LabOptions
+    from emulator.lab.network import Lab
+    from emulator.lab.options import LabOptions
     from zcube_lab.core.fabric.scale import Scale
     from zcube_lab.core.ports import free_port
 

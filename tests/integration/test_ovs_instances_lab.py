@@ -14,7 +14,8 @@ import pytest
 from emulator.lab import ovs, ovsbridges
 from emulator.lab.health import HealthSampler
 from emulator.lab.measure import iperf3, port_tx_bytes
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from emulator.lab.state import remove_stale_state
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
