@@ -34,7 +34,8 @@ from emulator.probes.epprobe import (  # noqa: E402
     EP_GROUP,
     alltoall_fidelity,
 )
-from emulator.probes.kvprobe import Fidelity, fidelity_table, running_lab  # noqa: E402
+from emulator.probes.fidelity import Fidelity, fidelity_table  # noqa: E402
+from emulator.probes.hostprobe import running_lab  # noqa: E402
 from zcube_lab.core.fabric.builders import BUILDERS, build_fabric  # noqa: E402
 from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 

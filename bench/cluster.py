@@ -24,7 +24,8 @@ from typing import Any
 from emulator.cluster.lab import ClusterLab
 from emulator.cluster.remote import parse_machines
 from emulator.lab.measure import iperf3
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from zcube_lab.core.fabric.addressing import WIRE_HERE, WIRE_PEER
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec

@@ -33,7 +33,8 @@ from emulator.lab.capacity import (
 )
 from emulator.lab.health import parse_pid_stat, parse_proc_stat
 from emulator.lab.measure import iperf3
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from emulator.lab.system import LabError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

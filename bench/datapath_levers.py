@@ -31,7 +31,7 @@ Levers (`--levers`, in this order): `system` (today: every bridge in the system 
 `inst2` (two private ovs-vswitchd instances: the A group and the B group), `inst8` (one per
 switch); any `instN`; `+hash` after any of them (e.g. `system+hash`): every select group
 modified to `selection_method=hash,fields(ip_src,ip_dst,tcp_src,tcp_dst)` after the controller
-installed it (`emulator.lab.ovs.set_hash_selection`; OpenFlow 1.5 only, so a bench-side lever
+installed it (`emulator.lab.ovsbridges.set_hash_selection`; OpenFlow 1.5 only, so a bench-side lever
 for now). Medians over `--repeats` (the levers interleaved, so drift hits all of
 them alike). Writes JSON with every repeat when `--out` is given.
 """
@@ -56,8 +56,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator.lab import ovs  # noqa: E402
-from emulator.lab.network import Lab, LabOptions  # noqa: E402
+from emulator.lab import ovs, ovsbridges  # noqa: E402
+from emulator.lab.network import Lab  # noqa: E402
+from emulator.lab.options import LabOptions  # noqa: E402
 from emulator.lab.system import LabError  # noqa: E402
 from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
 from zcube_lab.core.fabric.description import Fabric, FabricSpec  # noqa: E402
@@ -344,15 +345,15 @@ def _iperf_load(
 
 
 def _hash_groups(lab: Lab) -> None:
-    """Every select group of the lab to `selection_method=hash` (`ovs.set_hash_selection`),
+    """Every select group of the lab to `selection_method=hash` (`ovsbridges.set_hash_selection`),
     once the controller has settled after the bridges' protocol change; checked."""
     names = [s.name for s in lab.fabric.switches]
     for name in names:
-        ovs.allow_openflow15(name)
+        ovsbridges.allow_openflow15(name)
     time.sleep(3)  # a protocol change may reconnect the controller, which reinstalls groups
     lab.wait_for_routes()
-    changed = sum(ovs.set_hash_selection(name) for name in names)
-    methods = {m for name in names for m in ovs.group_selection_methods(name)}
+    changed = sum(ovsbridges.set_hash_selection(name) for name in names)
+    methods = {m for name in names for m in ovsbridges.group_selection_methods(name)}
     log(f"  {changed} select groups now hash fields (methods seen: {sorted(methods)})")
     if methods != {"hash"}:
         raise LabError(f"select groups not all on selection_method=hash: {sorted(methods)}")

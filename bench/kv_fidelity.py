@@ -35,15 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator.experiment.comparison import fabric_specs  # noqa: E402
-from emulator.probes.kvprobe import (  # noqa: E402
-    KV_PAIRS,
-    KV_TOLERANCE,
-    PATH_MODES,
-    Fidelity,
-    fidelity_table,
-    kv_fidelity,
-    running_lab,
-)
+from emulator.probes.fidelity import Fidelity, fidelity_table  # noqa: E402
+from emulator.probes.hostprobe import running_lab  # noqa: E402
+from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, PATH_MODES, kv_fidelity  # noqa: E402
 from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
 from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 

@@ -4,7 +4,7 @@
 `group_lines` matches `dump-groups BRIDGE` without its header, once leading spaces are stripped
 and both sides sorted (the switch lists flows of equal priority in no fixed order);
 `line_differences` compares such dumps with the specs. Pure: running `ovs-ofctl` is
-`emulator.lab.ovs`'s job.
+`emulator.lab.ovsbridges`'s job.
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ from typing import Any
 
 from emulator.cluster.remote import Machine, argv_on, check_on, python_on, run_on, ship
 from emulator.cluster.tunnel import TunnelMeasure, check_plan, measure_tunnel, plan_demand
-from emulator.lab import links, ovs
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab import links, ovsbridges
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from emulator.lab.state import LabState, write_state
 from emulator.lab.system import LabError
 from zcube_lab.core.fabric.clusterplan import (
@@ -154,12 +155,12 @@ class ClusterLab(Lab):
 
     def _prepare_datapath(self) -> None:
         super()._prepare_datapath()
-        from emulator.lab.network import DATAPATH_RECV_BUFFER, DATAPATH_SEND_BUFFER
+        from emulator.lab.machineprep import DATAPATH_RECV_BUFFER, DATAPATH_SEND_BUFFER
 
         code = (
             "import json\n"
             "from emulator.lab import ovs\n"
-            "from emulator.lab.network import kernel_datapath_available\n"
+            "from emulator.lab.machineprep import kernel_datapath_available\n"
             "db, vs = ovs.db_status(), ovs.vswitchd_status()\n"
             "ok = db[0] == 0 and vs[0] == 0\n"
             f"send, recv = {DATAPATH_SEND_BUFFER}, {DATAPATH_RECV_BUFFER}\n"
@@ -350,12 +351,12 @@ class ClusterLab(Lab):
 
     def installed_rules(self) -> dict[str, int]:
         """Flow entries each bridge holds now: `Lab`'s count here, the same asked elsewhere."""
-        counts = {b: ovs.flow_count(b) for b in self._bridges(self.machines[0])}
+        counts = {b: ovsbridges.flow_count(b) for b in self._bridges(self.machines[0])}
         for m in self._remotes():
             code = (
                 "import json\n"
-                "from emulator.lab import ovs\n"
-                f"print(json.dumps({{b: ovs.flow_count(b) for b in {list(self._bridges(m))!r}}}))\n"
+                "from emulator.lab.ovsbridges import flow_count\n"
+                f"print(json.dumps({{b: flow_count(b) for b in {list(self._bridges(m))!r}}}))\n"
             )
             counts.update(python_on(m, code))  # type: ignore[arg-type]
         return counts

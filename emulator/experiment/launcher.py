@@ -37,7 +37,8 @@ from emulator.lab import ovs
 from emulator.lab.health import HealthSampler
 from emulator.lab.injector import FaultInjector
 from emulator.lab.netsampler import NetSampler
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from emulator.lab.procfaults import LabProcessFaults
 from emulator.lab.system import LabError
 from emulator.prometheus.server import PrometheusServer

@@ -1,5 +1,5 @@
 """Measurements inside a running lab: iperf3 throughput between hosts, and port and
-select-group bucket counters read from Open vSwitch (through `emulator.lab.ovs`). Needs a
+select-group bucket counters read from Open vSwitch (through `emulator.lab.ovsbridges`). Needs a
 started `Lab`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import subprocess
 import time
 
-from emulator.lab import ovs
+from emulator.lab import ovsbridges
 from emulator.lab.network import Lab
 from emulator.lab.system import LabError
 
@@ -64,13 +64,13 @@ def iperf3(
 
 def port_tx_bytes(switch: str, port: int) -> int:
     """Bytes a switch port has sent so far (`ovs-ofctl dump-ports`)."""
-    out = ovs.dump_ports(switch, port)
+    out = ovsbridges.dump_ports(switch, port)
     return int(out.split("tx pkts=", 1)[1].split("bytes=", 1)[1].split(",", 1)[0])
 
 
 def group_bucket_packets(switch: str) -> dict[int, list[int]]:
     """Packets counted by every bucket of every group on a bridge: group id -> per bucket."""
-    out = ovs.dump_group_stats(switch)
+    out = ovsbridges.dump_group_stats(switch)
     groups: dict[int, list[int]] = {}
     for line in out.splitlines():
         gid = re.search(r"group_id=(\d+)", line)

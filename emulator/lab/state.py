@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from emulator.lab import ovs
+from emulator.lab import ovs, ovsbridges
 from emulator.lab.system import LabError, run
 from zcube_lab.core.procs import kill_group, pid_alive
 
@@ -154,7 +154,7 @@ def sweep(state: LabState, grace: float = 1.0) -> list[str]:
 
 def delete_bridges(names: list[str]) -> list[str]:
     """Delete these bridges and the tap devices userspace bridges leave behind."""
-    gone = ovs.delete_bridges(names)
+    gone = ovsbridges.delete_bridges(names)
     for b in names:
         # A userspace bridge leaves its tap device behind.
         if Path(f"/sys/class/net/{b}").exists():
@@ -191,7 +191,7 @@ def remove_stale_state(state_dir: Path = STATE_DIR) -> list[str]:
     if ovs.installed():
         orphans = [
             name
-            for name, owner in ovs.marked_bridges(OWNER_KEY).items()
+            for name, owner in ovsbridges.marked_bridges(OWNER_KEY).items()
             if owner != me and not pid_alive(owner)
         ]
         removed += delete_bridges(orphans)

@@ -204,7 +204,8 @@ def probe_lab(
     ev_rules: bool = False,
 ) -> Lab:
     """A lab (not started) routed by the policy, on free controller and metrics ports."""
-    from emulator.lab.network import Lab, LabOptions
+    from emulator.lab.network import Lab
+    from emulator.lab.options import LabOptions
     from zcube_lab.core.fabric.scale import Scale
     from zcube_lab.core.ports import free_port
 
@@ -291,7 +292,7 @@ def switch_tx_bytes(dump_ports: str) -> dict[int, int]:
 def _port_counters(fabric: Fabric) -> dict[tuple[str, int], int]:
     """Bytes every switch-to-switch link end has sent so far: one `dump-ports` per switch (one
     per port took seconds on a big fabric, so a cut meant for 0.4 s into a pull came late)."""
-    from emulator.lab import ovs
+    from emulator.lab import ovsbridges
     from zcube_lab.core.fault_schedule import switch_links
 
     ends = {
@@ -299,7 +300,7 @@ def _port_counters(fabric: Fabric) -> dict[tuple[str, int], int]:
     }
     sent: dict[tuple[str, int], int] = {}
     for switch in sorted({sw for sw, _ in ends}):
-        for port, count in switch_tx_bytes(ovs.ofctl("dump-ports", switch)).items():
+        for port, count in switch_tx_bytes(ovsbridges.ofctl("dump-ports", switch)).items():
             if (switch, port) in ends:
                 sent[(switch, port)] = count
     return sent

@@ -7,7 +7,7 @@ reached at the address the engines use (`plan.peer_address`) through the leader 
 routes pick, so the busiest port, the leader's or a peer's, sets the ideal time
 (`alltoall_ideal_s`). The fixed software cost is the median of a tiny exchange on the same warm
 connections (engines keep their peer connections open); the verdict rows are
-`kvprobe.fidelity_row`'s, within `ALLTOALL_TOLERANCE`.
+`fidelity.fidelity_row`'s, within `ALLTOALL_TOLERANCE`.
 
 The module is also the probe run inside the hosts:
 
@@ -33,16 +33,8 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from emulator.probes.kvprobe import (
-    Fidelity,
-    fidelity_row,
-    ideal_seconds,
-    parse_addr,
-    parse_sizes,
-    port_mbps,
-    probes,
-    start_probe,
-)
+from emulator.probes.fidelity import Fidelity, fidelity_row, ideal_seconds, port_mbps
+from emulator.probes.hostprobe import parse_addr, parse_sizes, probes, start_probe
 
 if TYPE_CHECKING:
     from emulator.lab.network import Lab

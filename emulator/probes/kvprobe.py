@@ -1,6 +1,9 @@
 """KV transfer fidelity: uncontended KV pulls across a lab, timed exactly and set against
-bytes / path rate (issue 11, item 3); the rates, verdict rows and probe plumbing that
-`epprobe` (the all-to-all's) shares.
+bytes / path rate (issue 11, item 3). The ideal times and verdict rows are
+`emulator.probes.fidelity`'s, the probe plumbing (a lab for the probes, a probe started in a
+host and its lines read) `emulator.probes.hostprobe`'s; both are shared with `epprobe`. Names:
+`KV_*` and `kv_*` are the KV pull's (its server port, tolerance, host pairs, ports and rate,
+pulls, sockets and fidelity).
 
 A transfer that the fabric alone limits takes `ideal = bytes * 8 / rate` plus a fixed software
 cost (connect, framing, first byte), so the figure of merit is `ratio = (seconds - fixed) /
@@ -32,19 +35,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import json
-import queue
 import statistics
-import subprocess
 import sys
-import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from emulator.probes.fidelity import Fidelity, fidelity_row, ideal_seconds, port_mbps
+from emulator.probes.hostprobe import parse_addr, parse_sizes, probes, start_probe
 
 if TYPE_CHECKING:  # the probe runs inside hosts: it imports only what it uses, when it does
     from emulator.lab.network import Lab
@@ -61,15 +61,7 @@ PATH_MODES = ("disjoint", "shortest")  # ZCube's KV path modes (`run --kv-paths`
 KV_PAIRS = {"zcube": ("h0", "h4"), "roft": ("h0", "h5"), "clos": ("h0", "h12")}
 
 
-# -- pure: rates, ideals, verdicts -------------------------------------------------------------
-def port_mbps(fabric: Fabric, scale: Scale, host: str, index: int) -> float:
-    """Emulated rate of interface `index` of `host`: its link's full-scale rate, scaled."""
-    link = fabric.link_at(host, index)
-    if link is None:
-        raise ValueError(f"{host} interface {index} has no link")
-    return scale.link_mbps(fabric, link.gbps)
-
-
+# -- pure: the KV pull's rate ---------------------------------------------------------------
 def kv_ports(
     fabric: Fabric, server: str, puller: str, source_map: Sequence[tuple[str, str]]
 ) -> tuple[set[int], set[int]]:
@@ -107,74 +99,6 @@ def kv_path_mbps(
     return min(out, into)
 
 
-def ideal_seconds(num_bytes: float, mbps: float) -> float:
-    """Seconds `num_bytes` take at `mbps` (10^6 bits/s)."""
-    return num_bytes * 8 / (mbps * 1e6)
-
-
-@dataclass(frozen=True)
-class FidelityRow:
-    """One transfer size: the median of its times, the ideal, `ratio = (median - fixed) /
-    ideal`, and whether that is within `tolerance` of 1."""
-
-    size: int
-    seconds: float | None  # median of the completed transfers; None: none completed
-    runs: int
-    failed: int
-    ideal_s: float
-    ratio: float | None
-    within: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def fidelity_row(
-    size: int, times: Sequence[float], failed: int, fixed_s: float, ideal_s: float, tolerance: float
-) -> FidelityRow:
-    """The row of one size from its transfer times (seconds)."""
-    if not times:
-        return FidelityRow(size, None, 0, failed, ideal_s, None, False)
-    median = statistics.median(times)
-    ratio = (median - fixed_s) / ideal_s
-    ok = abs(ratio - 1) <= tolerance and failed == 0
-    return FidelityRow(size, median, len(times), failed, ideal_s, ratio, ok)
-
-
-@dataclass(frozen=True)
-class Fidelity:
-    """A fidelity measurement of one fabric (and path mode): the rate, the fixed cost and a
-    row per size."""
-
-    fabric: str
-    mode: str
-    route: str  # "h0->h4" (KV: server->puller; all-to-all: leader->peers)
-    mbps: float
-    fixed_s: float
-    rows: tuple[FidelityRow, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "rows"}
-        return out | {"rows": [r.to_dict() for r in self.rows]}
-
-
-def fidelity_table(results: Sequence[Fidelity], tolerance: float) -> list[str]:
-    """A markdown table of fidelity results, one row per size."""
-    heads = ["fabric", "mode", "route", "rate Mb/s", "fixed ms", "bytes", "median s", "ideal s"]
-    heads += ["ratio", f"within {tolerance:.0%}"]
-    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
-    for f in results:
-        for r in f.rows:
-            median = "-" if r.seconds is None else f"{r.seconds:.4f}"
-            ratio = "-" if r.ratio is None else f"{r.ratio:.3f}"
-            failed = f" ({r.failed} failed)" if r.failed else ""
-            cells = [f.fabric, f.mode, f.route, f"{f.mbps:g}", f"{f.fixed_s * 1e3:.1f}"]
-            cells += [f"{r.size:,}", median, f"{r.ideal_s:.4f}", ratio]
-            cells += [("yes" if r.within else "NO") + failed]
-            lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
 def decode_pull_defaults() -> tuple[int, int, int]:
     """A decode engine's default pull: lanes per address, largest chunk, chunks per lane."""
     import dataclasses
@@ -186,17 +110,6 @@ def decode_pull_defaults() -> tuple[int, int, int]:
 
 
 # -- the probe, inside a host ------------------------------------------------------------------
-def parse_addr(text: str) -> Any:
-    from serving.config import Address
-
-    host, _, port = text.rpartition(":")
-    return Address(host, int(port))
-
-
-def parse_sizes(text: str) -> list[int]:
-    return [int(float(s)) for s in text.split(",") if s]
-
-
 async def _pulls(args: argparse.Namespace) -> None:
     from emulator.probes.cutprobe import payload
     from serving.kvwire import IDLE_PULLS, KVConnections, KVTransferError, pull_kv
@@ -255,105 +168,6 @@ async def _pulls(args: argparse.Namespace) -> None:
 
 
 # -- the experiment, from the root namespace ---------------------------------------------------
-@contextlib.contextmanager
-def running_lab(fabric: Fabric, log_dir: Path, ev_rules: bool = False) -> Iterator[Lab]:
-    """A started lab for the probes (ecmp routing, with the EV rules if `ev_rules`, 100 Mb/s
-    NICs, free ports); stopped on leaving, on error and on Ctrl-C alike."""
-    from emulator.probes.cutprobe import probe_lab
-    from zcube_lab.core.policies import get_policy
-
-    lab = probe_lab(fabric, get_policy("ecmp"), log_dir, ev_rules=ev_rules)
-    try:
-        lab.start()
-        yield lab
-    finally:
-        lab.stop()
-
-
-@contextlib.contextmanager
-def probes() -> Iterator[list[subprocess.Popen[str]]]:
-    """A list the probes started go into; every one is killed on leaving."""
-    from emulator.probes.cutprobe import stop_probes
-
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        yield procs
-    finally:
-        stop_probes(procs)
-
-
-class ProbeOutput:
-    """A probe's output lines, read by a thread: several lines arriving in one read are all
-    seen at once (a `select` on the pipe would wait for more bytes while they sit buffered)."""
-
-    def __init__(self, proc: subprocess.Popen[str], host: str) -> None:
-        self.proc, self.host = proc, host
-        self.seen: collections.deque[str] = collections.deque(maxlen=20)
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line.strip())
-        self._lines.put(None)
-
-    def _failed(self, why: str) -> RuntimeError:
-        tail = "\n".join(self.seen)
-        return RuntimeError(f"probe in {self.host} {why}; its last lines:\n{tail}")
-
-    def line(self, timeout_s: float) -> str:
-        """The next line; RuntimeError if none comes within `timeout_s` or the probe ended."""
-        try:
-            line = self._lines.get(timeout=timeout_s)
-        except queue.Empty:
-            raise self._failed(f"printed nothing within {timeout_s:g} s") from None
-        if line is None:
-            self._lines.put(None)
-            raise self._failed(f"exited ({self.proc.wait()})")
-        self.seen.append(line)
-        return line
-
-    def until(self, expect: str, timeout_s: float) -> None:
-        """Skip lines (warnings) until `expect`, within `timeout_s` in all."""
-        deadline = time.monotonic() + timeout_s
-        while self.line(max(0.01, deadline - time.monotonic())) != expect:
-            if time.monotonic() > deadline:
-                raise self._failed(f"did not print {expect!r} within {timeout_s:g} s")
-
-    def records(self, line_timeout_s: float) -> Iterator[dict[str, Any]]:
-        """The JSON lines until "done" (other lines, e.g. warnings, skipped)."""
-        while (line := self.line(line_timeout_s)) != "done":
-            if line.startswith("{"):
-                yield json.loads(line)
-
-
-def start_probe(
-    lab: Lab,
-    host: str,
-    argv: list[str],
-    procs: list[subprocess.Popen[str]],
-    expect: str,
-    module: str = "emulator.probes.kvprobe",
-    stdin: bool = False,
-) -> ProbeOutput:
-    """Start `python -m module argv` in `host` (`stdin`: with a pipe to write to), add it to
-    `procs` and return its output once it printed `expect`."""
-    assert lab.net is not None
-    proc = lab.net.get(host).popen(
-        [sys.executable, "-m", module, *argv],
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    procs.append(proc)
-    lab.track_pid(proc.pid)
-    out = ProbeOutput(proc, host)
-    out.until(expect, 30)
-    return out
-
-
 def kv_pulls(
     lab: Lab,
     server: str,

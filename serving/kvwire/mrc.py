@@ -7,7 +7,7 @@ bits to a path, `zcube_lab.core.fabric.evpaths`). Decode (`pull_kv_mrc`) opens o
 per leg (per prefill KV address, from the source address `source_map` gives), sends a GET on
 every leg, places the DATA datagrams by offset, and acknowledges with SACK ranges and the EV
 echoed, each ACK on every leg (so a dead path in one plane does not silence the others). The
-sender's rules (window, pacing, loss, retirement, probes) are `serving.kvwire.mrcwire`'s
+sender's rules (window, pacing, loss, retirement, probes) are `serving.kvwire.mrcsender`'s
 `SenderState`; this module only moves datagrams and keeps time.
 
 The pull's result says what the transport did (`MrcPullResult`): distinct EVs seen, EVs the
@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 from serving.config import Address
 from serving.kvwire import mrcwire as w
+from serving.kvwire.mrcreceiver import ReceiverState
+from serving.kvwire.mrcsender import Send, SenderState
 from serving.kvwire.paths import pick_source
 from serving.kvwire.pull import KVTransferError, PullResult
 
@@ -94,7 +96,7 @@ class _Leg:
 class _Conn:
     conn_id: int
     data: bytes
-    state: w.SenderState
+    state: SenderState
     legs: dict[int, _Leg] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     last_heard: float = 0.0
@@ -127,7 +129,7 @@ class MrcServer:
         ev_ports: Sequence[int] = (),
         evs: int = DEFAULT_EVS_PER_ADDRESS,
         mtu: int = w.DEFAULT_MTU,
-        drop: Callable[[int, int, w.Send], bool] | None = None,
+        drop: Callable[[int, int, Send], bool] | None = None,
         time_scale: float = 1.0,
     ) -> None:
         self.lookup = lookup
@@ -213,7 +215,7 @@ class MrcServer:
                 self._controls[address].sendto(w.encode_not_found(cid, leg), src)
                 return
             window = max(self.mss, get.window)
-            state = w.SenderState(
+            state = SenderState(
                 len(data),
                 mss=self.mss,
                 window=window,
@@ -330,7 +332,7 @@ class MrcPullResult(PullResult):
 @dataclass
 class _Client:
     conn: int
-    recv: w.ReceiverState
+    recv: ReceiverState
     legs: list[asyncio.DatagramTransport] = field(default_factory=list)
     heard: set[int] = field(default_factory=set)  # legs data arrived on
     seen: set[tuple[int, int]] = field(default_factory=set)
@@ -406,7 +408,7 @@ async def pull_kv_mrc(
     k = time_scale
     if not addrs:
         raise KVTransferError("no KV address to pull from")
-    c = _Client(random.getrandbits(32), w.ReceiverState(num_bytes))
+    c = _Client(random.getrandbits(32), ReceiverState(num_bytes))
     get = w.Get(request_id, num_bytes, window, int(rate_bytes_s), len(addrs))
     try:
         for a in addrs:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.queues import HOST_QUEUE_PACKETS, QueueModel

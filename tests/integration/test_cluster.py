@@ -18,7 +18,7 @@ import pytest
 from emulator.cluster.lab import ClusterLab
 from emulator.cluster.remote import Machine, parse_machines, run_on
 from emulator.cluster.tunnel import TunnelMeasure, check_plan
-from emulator.lab.network import LabOptions
+from emulator.lab.options import LabOptions
 from emulator.probes.kvprobe import kv_fidelity
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.addressing import WIRE_HERE

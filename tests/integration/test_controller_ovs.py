@@ -26,7 +26,7 @@ import pytest
 
 from controller.ofctl import flow_lines, group_lines
 from controller.rules import compute_rules, port_peers
-from emulator.lab.ovs import dump_bridge, rule_differences
+from emulator.lab.ovsbridges import dump_bridge, rule_differences
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from emulator.lab.hostnet import conflicts, read_host_network
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from zcube_lab.core.fabric.addressing import MANAGEMENT_RANGE, MGMT_ROOT_IP, plan_networks
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -28,7 +29,8 @@ import os, signal, sys
 from pathlib import Path
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 lab = Lab(build_fabric(FabricSpec.of("zcube", n=2)), LabOptions(
     of_port=int(sys.argv[1]), metrics_port=int(sys.argv[2]), state_dir=Path(sys.argv[3]),
     management=True))

@@ -33,13 +33,8 @@ from conftest import run_trusted
 
 from emulator.experiment.comparison import fabric_specs
 from emulator.probes.epprobe import EP_GROUP, ep_steps
-from emulator.probes.kvprobe import (
-    KV_PAIRS,
-    KV_TOLERANCE,
-    kv_fidelity,
-    kv_socket_counts,
-    running_lab,
-)
+from emulator.probes.hostprobe import running_lab
+from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, kv_fidelity, kv_socket_counts
 from serving.vllm_metrics import ALLTOALL_TIME, EP_STEP_TIME
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric

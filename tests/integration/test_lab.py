@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from emulator.lab.measure import group_bucket_packets, iperf3, port_tx_bytes
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.linkplan import offload_settings

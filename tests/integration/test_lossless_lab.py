@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

@@ -11,7 +11,8 @@ import pytest
 
 from emulator.lab import hostnet
 from emulator.lab.hostnet import parse_resolvers, read_host_network
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from emulator.lab.system import LabError
 from zcube_lab.core.fabric.addressing import MGMT_PREFIX_LEN, MGMT_ROOT_IP
 from zcube_lab.core.fabric.builders import build_fabric

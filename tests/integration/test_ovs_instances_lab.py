@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import ovs
+from emulator.lab import ovs, ovsbridges
 from emulator.lab.health import HealthSampler
 from emulator.lab.measure import iperf3, port_tx_bytes
-from emulator.lab.network import Lab, LabOptions
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
 from emulator.lab.state import remove_stale_state
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -53,7 +54,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     names = {s.name for s in fabric.switches}
     assert [d for d in rundirs if d.exists()] == []
     assert [p for p in pids if not ovs.exited(p)] == []
-    assert not set(ovs.list_bridges()) & names
+    assert not set(ovsbridges.list_bridges()) & names
     # The dummy datapath makes no kernel taps: nothing named after a bridge is left.
     assert [n for n in names if Path(f"/sys/class/net/{n}").exists()] == []
 
@@ -66,7 +67,7 @@ def test_switches_live_in_their_instances_and_are_routed(lab: Lab) -> None:
     assert sizes == [3, 3, 2]
     names = {s.name for s in lab.fabric.switches}
     assert not _system_bridges() & names  # none in the system Open vSwitch
-    assert names <= set(ovs.list_bridges())
+    assert names <= set(ovsbridges.list_bridges())
     for s in lab.fabric.switches:
         assert ovs.instance_of(s.name) == lab.switch_instance[s.name]
         argv = [*ovs.vsctl_argv(lab.switch_instance[s.name]), "get-fail-mode", s.name]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import ovs
+from emulator.lab import ovs, ovsbridges
 from emulator.lab.procfaults import VSWITCHD_PID
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
@@ -266,7 +266,7 @@ def _assert_no_lab_left(runs: list[Path]) -> None:
     bridges = subprocess.run(
         ["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert not {"a0", "a1", "b0", "b1"} & {*bridges, *ovs.list_bridges()}
+    assert not {"a0", "a1", "b0", "b1"} & {*bridges, *ovsbridges.list_bridges()}
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "a0-eth" not in links and "b1-eth" not in links
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

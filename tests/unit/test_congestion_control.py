@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import network
-from emulator.lab.network import LabOptions, ensure_congestion_control
+from emulator.lab import machineprep
+from emulator.lab.machineprep import ensure_congestion_control
+from emulator.lab.options import LabOptions
 from emulator.lab.system import LabError
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_zcube
@@ -63,7 +64,7 @@ def test_a_missing_algorithm_is_loaded_or_refused(
         (proc / "tcp_available_congestion_control").write_text("reno cubic bbr\n")
         return 0, ""
 
-    monkeypatch.setattr(network, "attempt", loads)
+    monkeypatch.setattr(machineprep, "attempt", loads)
     assert ensure_congestion_control("bbr", proc) == [
         "loaded tcp_bbr",
         "added bbr to net.ipv4.tcp_allowed_congestion_control",
@@ -71,7 +72,7 @@ def test_a_missing_algorithm_is_loaded_or_refused(
     assert calls == [["modprobe", "-q", "tcp_bbr"]]
 
     proc = _proc(tmp_path, "reno cubic", "reno cubic")
-    monkeypatch.setattr(network, "attempt", lambda argv, timeout=10.0: (1, "not found"))
+    monkeypatch.setattr(machineprep, "attempt", lambda argv, timeout=10.0: (1, "not found"))
     with pytest.raises(LabError, match=r"'bbr' is not in this kernel.*choose one of cubic, reno"):
         ensure_congestion_control("bbr", proc)
 

@@ -124,7 +124,7 @@ def test_lever_names() -> None:
 
 
 def test_select_groups_rewritten_to_hash_fields() -> None:
-    from emulator.lab.ovs import hash_group_line
+    from emulator.lab.ovsbridges import hash_group_line
 
     line = (
         "group_id=7,type=select,selection_method=dp_hash,bucket=bucket_id:0,weight:100,"

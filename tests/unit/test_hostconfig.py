@@ -191,7 +191,7 @@ def test_state_file_round_trip_keeps_the_first_start_time(tmp_path) -> None:
 
 
 def test_bridge_marks_name_their_owner() -> None:
-    from emulator.lab.ovs import parse_marks
+    from emulator.lab.ovsbridges import parse_marks
 
     text = 'leaf0\n{zcube-lab="123"}\n\nspine0\n{other=x, zcube-lab=77}\n\nbr-ext\n{}\n'
     assert parse_marks(text, "zcube-lab") == {"leaf0": 123, "spine0": 77}

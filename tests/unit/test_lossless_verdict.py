@@ -94,7 +94,7 @@ def test_the_agents_times_are_reported_in_modelled_seconds() -> None:
 def test_lab_options_refuse_lossless_without_shaping() -> None:
     import pytest
 
-    from emulator.lab.network import LabOptions
+    from emulator.lab.options import LabOptions
     from zcube_lab.core.errors import ConfigError
 
     with pytest.raises(ConfigError):

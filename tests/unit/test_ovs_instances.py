@@ -12,7 +12,9 @@ import pytest
 
 from emulator.lab import ovs
 from emulator.lab.health import HealthSampler
-from emulator.lab.network import LabOptions, _by_instance, _vsctl_run, instance_groups
+from emulator.lab.nodes import _by_instance, _vsctl_run
+from emulator.lab.options import LabOptions
+from emulator.lab.ovs import instance_groups
 from zcube_lab.core.errors import ConfigError
 
 
@@ -158,7 +160,7 @@ def test_run_and_up_take_the_instance_count() -> None:
 
 
 def test_auto_takes_the_userspace_datapath_for_private_instances() -> None:
-    from emulator.lab.network import pick_datapath
+    from emulator.lab.machineprep import pick_datapath
 
     def kernel() -> bool:
         return True

@@ -18,7 +18,7 @@ from emulator.lab.capacity import (
     check_nic_rate,
     load_results,
 )
-from emulator.lab.network import LabOptions
+from emulator.lab.options import LabOptions
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

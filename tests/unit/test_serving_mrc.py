@@ -9,6 +9,7 @@ import zlib
 import pytest
 
 from serving.config import Address
+from serving.kvwire import mrcreceiver, mrcsender
 from serving.kvwire import mrcwire as w
 from serving.kvwire.mrc import MrcServer, pull_kv_mrc
 from serving.kvwire.pull import KVTransferError
@@ -51,7 +52,7 @@ def test_a_data_datagram_fits_the_path_mtu() -> None:
 
 
 def test_range_set_merges_and_reports_new_bytes_and_holes() -> None:
-    r = w.RangeSet()
+    r = mrcreceiver.RangeSet()
     assert r.add(10, 20) == 10
     assert r.add(30, 40) == 10
     assert r.add(15, 35) == 10  # only 20..30 is new; the three merge
@@ -66,7 +67,7 @@ def test_range_set_merges_and_reports_new_bytes_and_holes() -> None:
 
 # -- receiver ---------------------------------------------------------------------------------
 def test_the_receiver_places_by_offset_and_discards_duplicates() -> None:
-    rx = w.ReceiverState(30)
+    rx = mrcreceiver.ReceiverState(30)
     assert rx.on_data(w.Data(10, 2, 5, 0, b"b" * 10))
     ack = rx.ack(w.Data(10, 2, 5, 9, b""))
     assert (ack.cum, ack.ranges, ack.echo_seq, ack.echo_ev, ack.echo_us) == (
@@ -86,23 +87,25 @@ def test_the_receiver_places_by_offset_and_discards_duplicates() -> None:
 
 
 # -- sender -------------------------------------------------------------------------------------
-def _sender(num_bytes: int = 10 * 100, legs: int = 2, evs: int = 4, **kw: float) -> w.SenderState:
-    st = w.SenderState(num_bytes, mss=100, window=int(kw.get("window", 10_000)),
-                       rate=kw.get("rate", 0.0), now=0.0)  # fmt: skip
+def _sender(
+    num_bytes: int = 10 * 100, legs: int = 2, evs: int = 4, **kw: float
+) -> mrcsender.SenderState:
+    st = mrcsender.SenderState(num_bytes, mss=100, window=int(kw.get("window", 10_000)),
+                               rate=kw.get("rate", 0.0), now=0.0)  # fmt: skip
     for leg in range(legs):
         st.add_leg(leg, [1000 * (leg + 1) + k for k in range(evs)])
     return st
 
 
-def _drain(st: w.SenderState, now: float) -> list[w.Send]:
+def _drain(st: mrcsender.SenderState, now: float) -> list[mrcsender.Send]:
     out = []
     while (s := st.next_send(now)) is not None:
         out.append(s)
     return out
 
 
-def _ack_for(sends: list[w.Send], echo: w.Send, now_us: int = 0) -> w.Ack:
-    rx = w.RangeSet()
+def _ack_for(sends: list[mrcsender.Send], echo: mrcsender.Send, now_us: int = 0) -> w.Ack:
+    rx = mrcreceiver.RangeSet()
     for s in sends:
         rx.add(s.offset, s.offset + s.length)
     ranges = tuple(r for r in rx.ranges() if r[0] > 0)
@@ -197,7 +200,7 @@ def test_queue_delay_in_the_acks_marks_an_ev_slow_and_new_data_avoids_it() -> No
     st.on_ack(_ack_for([a, b], a), 0.001)  # a's path: 1 ms
     c, d = _drain(st, 0.001)
     slow = c if c.ev is a.ev else d
-    st.on_ack(_ack_for([a, b, c, d], slow), 0.001 + w.QUEUE_DELAY_S + 0.01)
+    st.on_ack(_ack_for([a, b, c, d], slow), 0.001 + mrcsender.QUEUE_DELAY_S + 0.01)
     assert slow.ev.slow_until > 0.05 and st.slowed == 1
     later = _drain(st, 0.04)
     assert later and all(s.ev is not slow.ev for s in later)
@@ -240,7 +243,7 @@ def test_a_lost_ev_is_retired_and_the_pull_still_completes_intact() -> None:
     data = random.Random(4).randbytes(400_000)
     dead: set[int] = set()
 
-    def drop(_conn: int, leg: int, send: w.Send) -> bool:
+    def drop(_conn: int, leg: int, send: mrcsender.Send) -> bool:
         if not dead:
             dead.add(send.ev.port)
         return send.ev.port in dead and leg == send.ev.leg
@@ -417,10 +420,12 @@ def test_a_queue_on_one_path_of_a_leg_is_reordering_not_loss() -> None:
 
 
 def test_under_dilation_the_sender_s_floors_and_queue_delay_threshold_are_k_times_longer() -> None:
-    plain = w.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0)
-    k4 = w.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0, time_scale=4.0)
+    plain = mrcsender.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0)
+    k4 = mrcsender.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0, time_scale=4.0)
     # Before any RTT is measured: the initial RTT (a modelled time, k times longer) and floors.
-    assert plain.loss_after == pytest.approx(max(w.MIN_LOSS_S, w.LOSS_RTTS * w.INITIAL_RTT_S))
+    assert plain.loss_after == pytest.approx(
+        max(mrcsender.MIN_LOSS_S, mrcsender.LOSS_RTTS * mrcsender.INITIAL_RTT_S)
+    )
     assert (k4.loss_after, k4.rto, k4.probe_interval) == pytest.approx(
         (4 * plain.loss_after, 4 * plain.rto, 4 * plain.probe_interval)
     )
@@ -431,7 +436,7 @@ def test_a_dilated_pull_with_a_lost_ev_completes_with_both_ends_at_the_same_k() 
     data = random.Random(5).randbytes(300_000)
     dead: set[int] = set()
 
-    def drop(_conn: int, _leg: int, send: w.Send) -> bool:
+    def drop(_conn: int, _leg: int, send: mrcsender.Send) -> bool:
         if not dead:
             dead.add(send.ev.port)
         return send.ev.port in dead

@@ -1,5 +1,6 @@
-"""The transfer-fidelity probes (emulator.probes.kvprobe, epprobe): the rates and ideal
-times from the fabric description, the verdict rows, and the probes themselves on localhost
+"""The transfer-fidelity probes (emulator.probes.kvprobe, epprobe, and the fidelity and
+hostprobe modules they share): the rates and ideal times from the fabric description, the
+verdict rows, and the probes themselves on localhost
 (no lab: a real KV server and real pulls, real EP peers and exchanges over loopback)."""
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ import pytest
 
 from emulator.probes.cutprobe import served_prefix
 from emulator.probes.epprobe import alltoall_ideal_s
-from emulator.probes.kvprobe import (
+from emulator.probes.fidelity import (
     Fidelity,
-    ProbeOutput,
     fidelity_row,
     fidelity_table,
     ideal_seconds,
-    kv_path_mbps,
     port_mbps,
 )
+from emulator.probes.hostprobe import ProbeOutput
+from emulator.probes.kvprobe import kv_path_mbps
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.hostplan import kv_source_map

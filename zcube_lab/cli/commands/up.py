@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     """Bring the lab up, check it, report, tear down (or serve until Ctrl-C with --serve)."""
     if args.serve:
         return serve(args)
-    from emulator.lab.network import Lab, LabOptions
+    from emulator.lab.network import Lab
+    from emulator.lab.options import LabOptions
     from emulator.lab.system import LabError
     from zcube_lab.core.errors import ConfigError
     from zcube_lab.core.fabric.builders import build_fabric

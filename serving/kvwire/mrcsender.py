@@ -1,0 +1,365 @@
+"""The MRC-style KV transport, pure: prefill's side of one pull (`SenderState`).
+
+No socket and no clock here (`serving.kvwire.mrc` does the I/O and passes `now`); the datagrams
+are `serving.kvwire.mrcwire`'s, the byte ranges `serving.kvwire.mrcreceiver`'s. Names: an `EV`
+is one entropy value (a UDP source port on one leg, hence one path), a `Sent` one datagram in
+flight, a `Send` what the sender wants sent next; the timer constants are `<WHAT>_RTTS`
+(multiples of the smoothed RTT) with a floor `MIN_<WHAT>_S` in seconds.
+
+The sender (`SenderState`) keeps a window in bytes, paced at a rate (token bucket), puts every
+datagram on the next live EV round-robin (over the legs and each leg's EVs), and learns from
+every ACK which datagrams arrived. Loss: a datagram not acknowledged while one sent after it on
+the same EV was, once `LOSS_RTTS` of its leg's smoothed RTTs have passed since it was sent
+(or, with no later one acked, after the leg's retransmission timeout) is lost: its EV is
+retired at once and its bytes are retransmitted on another EV (as are the EV's other datagrams
+in flight). A retired EV is probed every `PROBE_INTERVAL_RTTS` RTTs; a probe's ack restores it.
+Congestion: an ack whose RTT exceeds the EV's own minimum by more than `QUEUE_DELAY_S` marks
+that EV slow for `SLOW_HOLD_RTTS`; new datagrams go to the EVs that are not slow while there
+are any (the ECN-free stand-in for MRC's congestion-driven EV swap).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import deque
+from dataclasses import dataclass
+
+from serving.kvwire.mrcreceiver import RangeSet
+from serving.kvwire.mrcwire import Ack
+
+# Loss and congestion constants (in RTTs of the smoothed estimate, with floors in seconds so a
+# loopback RTT of microseconds does not turn scheduler jitter into losses).
+LOSS_RTTS = 3.0
+MIN_LOSS_S = 0.01
+RTO_RTTS = 6.0
+MIN_RTO_S = 0.05
+PROBE_INTERVAL_RTTS = 8.0
+MIN_PROBE_S = 0.02
+QUEUE_DELAY_S = 0.02
+SLOW_HOLD_RTTS = 16.0
+INITIAL_RTT_S = 0.01
+
+
+# -- the sender -----------------------------------------------------------------------------
+@dataclass
+class EV:
+    """One entropy value of a connection: a UDP source port on one leg, hence one path."""
+
+    leg: int
+    port: int
+    retired_at: float | None = None
+    probe_at: float = 0.0
+    probe_seq: int | None = None
+    min_rtt: float = float("inf")
+    slow_until: float = 0.0
+    sent: int = 0
+    retirements: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.retired_at is None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.leg, self.port)
+
+
+@dataclass
+class Sent:
+    seq: int
+    offset: int
+    length: int
+    ev: EV
+    at: float
+
+
+@dataclass(frozen=True)
+class Send:
+    """What the sender wants sent next: a datagram of `length` bytes at `offset` on `ev`."""
+
+    seq: int
+    offset: int
+    length: int
+    ev: EV
+    probe: bool = False
+
+
+class SenderState:
+    """Prefill's side of one pull: window, pacing, EV choice, loss, retirement and probes.
+
+    A leg and its EVs (UDP source ports) join when the receiver's GET for it arrives
+    (`add_leg`). `rate` is bytes per second per leg with a live EV (0: unpaced); `window` the
+    bytes in flight at most. Times are seconds on any monotonic clock."""
+
+    def __init__(
+        self,
+        num_bytes: int,
+        *,
+        mss: int,
+        window: int,
+        rate: float,
+        now: float,
+        time_scale: float = 1.0,
+    ) -> None:
+        if mss < 1 or window < mss:
+            raise ValueError(f"need mss >= 1 and window >= mss, not {mss}, {window}")
+        self.num_bytes = num_bytes
+        self.mss = mss
+        self.window = window
+        self.rate = rate
+        self.all_evs: dict[int, list[EV]] = {}
+        self.acked = RangeSet()
+        self.next_offset = 0
+        self.retx: deque[tuple[int, int]] = deque()
+        self.inflight: dict[int, Sent] = {}  # by seq, in send order
+        self._offsets: list[tuple[int, int]] = []  # (offset, seq) of the data in flight, sorted
+        self.inflight_bytes = 0
+        self.seq = 0
+        # Time dilation k (docs/DOMAIN.md section 4): the timers' floors and the queue-delay
+        # threshold are modelled times, so they are k times longer in wall time; the multiples
+        # of an RTT follow the (dilated) RTTs by themselves.
+        self.time_scale = time_scale
+        self.srtt = INITIAL_RTT_S * time_scale
+        # Per leg: the smoothed RTT. Per EV: the latest-sent datagram known to have arrived.
+        # Loss is judged within one EV only: an EV is one path, and a path is FIFO, so a later
+        # datagram of the same EV arriving first means this one was lost; EVs of one leg take
+        # different paths, and one path's longer queue is reordering, not loss (judged per
+        # leg, an incast on 2-plane ROFT retired 42 EVs with no packet dropped).
+        self.leg_srtt: dict[int, float] = {}
+        self.ev_acked_seq: dict[tuple[int, int], int] = {}
+        self.tokens = float(mss)
+        self.token_time = now
+        self.turn = 0
+        self.sent_datagrams = 0
+        self.retransmitted_bytes = 0
+        self.retired_log: list[tuple[int, int]] = []
+        self.restored = 0
+        self.slowed = 0
+        self.used: set[tuple[int, int]] = set()
+        self._evs: list[EV] = []
+
+    # -- legs and EVs -------------------------------------------------------------------------
+    def add_leg(self, leg: int, ports: list[int]) -> bool:
+        """Add a leg and its EVs; False if it was known already."""
+        if leg in self.all_evs or not ports:
+            return False
+        self.all_evs[leg] = [EV(leg, p) for p in ports]
+        columns = itertools.zip_longest(*(self.all_evs[lg] for lg in sorted(self.all_evs)))
+        self._evs = [ev for column in columns for ev in column if ev is not None]
+        return True
+
+    @property
+    def legs(self) -> list[int]:
+        return sorted(self.all_evs)
+
+    def evs(self) -> list[EV]:
+        """Every EV, leg by leg, interleaved so that round-robin alternates the legs."""
+        return self._evs
+
+    def _pick(self, now: float) -> EV | None:
+        evs = self.evs()
+        if not evs:
+            return None
+        live = [e for e in evs if e.live]
+        fast = [e for e in live if e.slow_until <= now]
+        pool = fast or live
+        if not pool:
+            # Every EV retired: keep going on the one retired longest ago (it is also probed).
+            return min(evs, key=lambda e: e.retired_at or 0.0)
+        self.turn += 1
+        return pool[self.turn % len(pool)]
+
+    def _retire(self, ev: EV, now: float) -> None:
+        if not ev.live:
+            return
+        ev.retired_at = now
+        ev.retirements += 1
+        ev.probe_at = now + self.probe_interval
+        ev.probe_seq = None
+        self.retired_log.append(ev.key)
+        # Its other datagrams in flight most likely went the same way: send them again now.
+        for s in [s for s in self.inflight.values() if s.ev is ev]:
+            self._lost(s)
+
+    def _forget(self, s: Sent) -> None:
+        """Take `s` out of flight."""
+        if self.inflight.pop(s.seq, None) is not None and s.length:
+            self.inflight_bytes -= s.length
+            i = bisect.bisect_left(self._offsets, (s.offset, s.seq))
+            if i < len(self._offsets) and self._offsets[i] == (s.offset, s.seq):
+                del self._offsets[i]
+
+    def _lost(self, s: Sent) -> None:
+        if s.seq in self.inflight and s.length:
+            self.retx.append((s.offset, s.offset + s.length))
+        self._forget(s)
+
+    @property
+    def probe_interval(self) -> float:
+        return max(MIN_PROBE_S * self.time_scale, PROBE_INTERVAL_RTTS * self.srtt)
+
+    @property
+    def loss_after(self) -> float:
+        return max(MIN_LOSS_S * self.time_scale, LOSS_RTTS * self.srtt)
+
+    @property
+    def rto(self) -> float:
+        return max(MIN_RTO_S * self.time_scale, RTO_RTTS * self.srtt)
+
+    def leg_limits(self, leg: int) -> tuple[float, float]:
+        """(loss after, retransmission timeout) of a datagram on `leg`, from its own RTT."""
+        srtt = self.leg_srtt.get(leg, self.srtt)
+        k = self.time_scale
+        return max(MIN_LOSS_S * k, LOSS_RTTS * srtt), max(MIN_RTO_S * k, RTO_RTTS * srtt)
+
+    @property
+    def done(self) -> bool:
+        return self.acked.prefix >= self.num_bytes
+
+    # -- sending ------------------------------------------------------------------------------
+    def _refill(self, now: float) -> None:
+        if self.rate <= 0:
+            return
+        live_legs = max(1, len({e.leg for e in self.evs() if e.live}))
+        rate = self.rate * live_legs
+        self.tokens = min(
+            self.tokens + (now - self.token_time) * rate, max(4 * self.mss, rate * 0.002)
+        )
+        self.token_time = now
+
+    def _next_range(self) -> tuple[int, int, bool] | None:
+        """(start, end, is a retransmission) of the next datagram's bytes."""
+        while self.retx:
+            start, end = self.retx.popleft()
+            holes = self.acked.missing(start, end)
+            if not holes:
+                continue
+            first_start, first_end = holes[0]
+            first_end = min(first_end, first_start + self.mss)
+            rest = [(first_end, end)] if first_end < end else []
+            self.retx.extendleft(reversed(rest))
+            return first_start, first_end, True
+        if self.next_offset < self.num_bytes:
+            start = self.next_offset
+            end = min(self.num_bytes, start + self.mss)
+            self.next_offset = end
+            return start, end, False
+        return None
+
+    def next_send(self, now: float) -> Send | None:
+        """The next datagram to send now, or None (window full, paced out, nothing to send
+        or no leg yet). A due probe of a retired EV goes first."""
+        for ev in self.evs():
+            if not ev.live and ev.probe_seq is None and now >= ev.probe_at:
+                self.seq += 1
+                ev.probe_seq = self.seq
+                ev.probe_at = now + self.probe_interval
+                self.inflight[self.seq] = Sent(self.seq, 0, 0, ev, now)
+                self.sent_datagrams += 1
+                return Send(self.seq, 0, 0, ev, probe=True)
+        if self.done or not self.legs:
+            return None
+        self._refill(now)
+        if self.inflight_bytes + self.mss > self.window:
+            return None
+        if self.rate > 0 and self.tokens < self.mss:
+            return None
+        ev = self._pick(now)
+        if ev is None:
+            return None
+        rng = self._next_range()
+        if rng is None:
+            return None
+        start, end, retransmit = rng
+        length = end - start
+        self.seq += 1
+        self.inflight[self.seq] = Sent(self.seq, start, length, ev, now)
+        bisect.insort(self._offsets, (start, self.seq))
+        self.inflight_bytes += length
+        if self.rate > 0:
+            self.tokens -= length
+        self.sent_datagrams += 1
+        ev.sent += 1
+        self.used.add(ev.key)
+        if retransmit:
+            self.retransmitted_bytes += length
+        return Send(self.seq, start, length, ev)
+
+    def wake_at(self, now: float) -> float:
+        """When `next_send` or `on_timer` may have something to do, at the latest."""
+        times = [now + self.loss_after]
+        for ev in self.evs():
+            if not ev.live and ev.probe_seq is None:
+                times.append(ev.probe_at)
+        if self.rate > 0 and self.tokens < self.mss:
+            live_legs = max(1, len({e.leg for e in self.evs() if e.live}))
+            times.append(now + (self.mss - self.tokens) / (self.rate * live_legs))
+        return max(now, min(times))
+
+    # -- acknowledgements and timers ------------------------------------------------------------
+    def on_ack(self, ack: Ack, now: float) -> None:
+        """Learn what arrived; restore a probed EV; update the RTT and the slow marks."""
+        spans = [(0, ack.cum), *ack.ranges]
+        echoed = self.inflight.get(ack.echo_seq)
+        if echoed is not None and echoed.ev.port == ack.echo_ev and echoed.length:
+            # The echo proves that datagram arrived, whatever the ranges could not say.
+            spans.append((echoed.offset, echoed.offset + echoed.length))
+        for s, e in spans:
+            e = min(e, self.num_bytes)
+            if not self.acked.covers(s, e):
+                self.acked.add(s, e)
+        if echoed is not None and echoed.ev.port == ack.echo_ev:
+            rtt = max(0.0, now - echoed.at)
+            ev = echoed.ev
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+            leg_srtt = self.leg_srtt.get(ev.leg, rtt)
+            self.leg_srtt[ev.leg] = 0.875 * leg_srtt + 0.125 * rtt
+            ev.min_rtt = min(ev.min_rtt, rtt)
+            if ev.probe_seq == ack.echo_seq:
+                ev.retired_at = None
+                ev.probe_seq = None
+                self.restored += 1
+            elif rtt - ev.min_rtt > QUEUE_DELAY_S * self.time_scale and ev.slow_until <= now:
+                ev.slow_until = now + SLOW_HOLD_RTTS * self.srtt
+                self.slowed += 1
+        if echoed is not None and not echoed.length:
+            self._forget(echoed)
+        for start, end in spans:
+            i = bisect.bisect_left(self._offsets, (start, -1))
+            j = bisect.bisect_left(self._offsets, (end, -1))
+            for _off, seq in self._offsets[i:j]:
+                sent = self.inflight[seq]
+                if self.acked.covers(sent.offset, sent.offset + sent.length):
+                    key = sent.ev.key
+                    self.ev_acked_seq[key] = max(self.ev_acked_seq.get(key, 0), seq)
+                    self._forget(sent)
+        self.on_timer(now)
+
+    def on_timer(self, now: float) -> None:
+        """Declare lost what SACKs left behind for `loss_after` (or the RTO): retire its EV at
+        once and queue its bytes again; a probe unanswered for a probe interval renews the
+        retirement."""
+        probe_interval = self.probe_interval
+        limits = {leg: self.leg_limits(leg) for leg in self.all_evs}
+        oldest_probe = min([probe_interval, *(lo for lo, _ in limits.values())])
+        for s in list(self.inflight.values()):
+            if s.seq not in self.inflight:
+                continue  # already requeued by a retirement earlier in this loop
+            age = now - s.at
+            if age <= oldest_probe:
+                break  # in send order: everything after is younger still
+            if not s.length:
+                if age > probe_interval:
+                    self._forget(s)
+                    if s.ev.probe_seq == s.seq:
+                        s.ev.probe_seq = None
+                        s.ev.probe_at = now
+                continue
+            loss_after, rto = limits[s.ev.leg]
+            overtaken = s.seq < self.ev_acked_seq.get(s.ev.key, 0)
+            if (overtaken and age > loss_after) or age > rto:
+                if s.ev.live:
+                    self._retire(s.ev, now)
+                else:
+                    self._lost(s)
