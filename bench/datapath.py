@@ -31,7 +31,7 @@ from emulator.lab.capacity import (
     cores,
     machine_id,
 )
-from emulator.lab.health import parse_pid_stat, parse_proc_stat
+from emulator.verdict.cpustats import parse_pid_stat, parse_proc_stat
 from emulator.lab.measure import iperf3
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.system import LabError

@@ -22,7 +22,7 @@ from bench.cpu_per_request import (
     rate_result,
 )
 from bench.procwatch import ProcSample
-from emulator.lab.health import CpuTimes
+from emulator.verdict.cpustats import CpuTimes
 from emulator.results.summary import RunSummary
 
 SUMMARY = RunSummary.from_dict(
