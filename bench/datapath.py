@@ -31,10 +31,10 @@ from emulator.lab.capacity import (
     cores,
     machine_id,
 )
-from emulator.verdict.cpustats import parse_pid_stat, parse_proc_stat
 from emulator.lab.measure import iperf3
 from emulator.lab.network import Lab, LabOptions
 from emulator.lab.system import LabError
+from emulator.verdict.cpustats import parse_pid_stat, parse_proc_stat
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.procs import raise_interrupt
