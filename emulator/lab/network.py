@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.lab import links, ovs
-from emulator.lab.capacity import check_nic_rate, datapath_capacity
+from emulator.lab.datapath_ceiling import check_nic_rate, datapath_ceiling
 from emulator.lab.hostnet import check_host_network
 from emulator.lab.lossless import POLL_S as LOSSLESS_POLL_S
 from emulator.lab.lossless import REPORT_FILE as LOSSLESS_REPORT
@@ -135,7 +135,7 @@ class LabOptions:
             raise ConfigError(
                 "ovs_instances", self.ovs_instances, "0 with the kernel datapath (userspace only)"
             )
-        check_nic_rate(self.scale.shaped_nic_mbps, datapath_capacity(self.mtu))
+        check_nic_rate(self.scale.shaped_nic_mbps, datapath_ceiling(self.mtu))
 
     def port_shapes(self, fabric: Fabric) -> dict[str, PortShape]:
         """Rate and queue limit of every shaped interface (none when unshaped)."""
