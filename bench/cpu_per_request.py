@@ -46,8 +46,8 @@ from rich.table import Table  # noqa: E402
 
 from bench.labrun import ZCUBE, LabRun, run_argv, run_options  # noqa: E402
 from bench.procwatch import CLK_TCK, LOCUST, RUN, ProcSample, scan  # noqa: E402
-from emulator.lab.health import CpuTimes, cpu_share, parse_proc_stat  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
+from emulator.verdict.cpustats import CpuTimes, cpu_share, parse_proc_stat  # noqa: E402
 from emulator.verdict.judge import DATAPATH  # noqa: E402
 from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 

@@ -1,16 +1,16 @@
-"""Capacity of the Open vSwitch datapath on this machine (issue 11): iperf3 goodput and
+"""The Open vSwitch datapath's ceiling on this machine (issue 11): iperf3 goodput and
 packets/s between two hosts on one bridge, unshaped, for each MTU and number of parallel flows.
 
-Writes bench/results/datapath.json (`emulator.lab.capacity.DatapathResults`): `zcube-lab
+Writes bench/results/datapath.json (`emulator.lab.datapath_ceiling.DatapathResults`): `zcube-lab
 doctor` shows it and the rate guard (`LabOptions`) uses the best total at the lab's MTU.
 Packets/s counts full-size segments (payload / (MTU - 52)). Needs root; about a minute.
 
     sudo .venv/bin/python bench/datapath.py
 
-With `--rate MBPS` it measures CPU at a fixed load instead of capacity: iperf3 paced at MBPS in
+With `--rate MBPS` it measures CPU at a fixed load instead of the ceiling: iperf3 paced at MBPS in
 all, the machine's busy CPU (/proc/stat) and ovs-vswitchd's over the run, less the same lab's
 idle CPU over as long, per Mb carried; written to bench/results/datapath_cpu.json (not the
-capacity file). Run it once per `--datapath` to compare the kernel and userspace datapaths.
+ceiling's file). Run it once per `--datapath` to compare the kernel and userspace datapaths.
 """
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ import sys
 import time
 from pathlib import Path
 
-from emulator.lab.capacity import (
+from emulator.lab.datapath_ceiling import (
     RESULTS_PATH,
     DatapathResults,
     Measurement,
     cores,
     machine_id,
 )
-from emulator.lab.health import parse_pid_stat, parse_proc_stat
 from emulator.lab.measure import iperf3
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
 from emulator.lab.system import LabError
+from emulator.verdict.cpustats import parse_pid_stat, parse_proc_stat
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.procs import raise_interrupt
@@ -154,7 +154,7 @@ def main() -> int:
         "--datapath", choices=["auto", "user", "kernel"], default="auto", help="OVS datapath"
     )
     parser.add_argument(
-        "--rate", type=float, help="CPU per Mb at this paced load (Mb/s in all), not capacity"
+        "--rate", type=float, help="CPU per Mb at this paced load (Mb/s in all), not the ceiling"
     )
     parser.add_argument("--out", type=Path, help="JSON file to write")
     args = parser.parse_args()
@@ -192,7 +192,7 @@ def main() -> int:
 
 
 def main_cpu(args: argparse.Namespace) -> int:
-    """`--rate`: CPU per Mb at a fixed load, written apart from the capacity file."""
+    """`--rate`: CPU per Mb at a fixed load, written apart from the ceiling's file."""
     out = args.out or CPU_RESULTS_PATH
     t0 = time.monotonic()
     rows: list[dict[str, float]] = []

@@ -56,6 +56,7 @@ from bench.labrun import LabRun  # noqa: E402
 from emulator.prometheus.config import scrape_config  # noqa: E402
 from emulator.prometheus.server import PrometheusServer  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
+from emulator.verdict.combine import Judged, all_trustworthy, over_runs  # noqa: E402
 from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "dilation_ladder.json"
@@ -194,7 +195,7 @@ def checks(rows: Sequence[Row], point: str) -> list[Check]:
             agree = agree and change is not None and abs(change) <= tolerance
             trend = [level(rows, point, j, field)[0] for j in ks if j >= k]
             steady = steady and monotone(trend, tolerance)
-        trusted = all(r.trustworthy for r in rows if r.point == point and r.k in (k, 2 * k))
+        trusted = all_trustworthy(r for r in rows if r.point == point and r.k in (k, 2 * k))
         out.append(Check(point, k, changes, trusted, steady, agree))
     return out
 
@@ -259,10 +260,11 @@ def report(rows: Sequence[Row]) -> list[str]:
                 mid, lo, hi = level(rows, point, k, field)
                 cells.append(f"{_ms(mid)} ({_ms(lo)}-{_ms(hi)})" if mid is not None else "-")
             cpu = median(r.machine_cpu_mean for r in runs)
-            trusted = sum(r.trustworthy for r in runs)
+            verdict = over_runs(Judged(r.run, r.trustworthy, r.reasons) for r in runs)
             lines.append(
                 f"  k={k:g}: " + " | ".join(cells)
-                + f" | CPU {'-' if cpu is None else f'{cpu:.0%}'}, {trusted}/{len(runs)} trusted"
+                + f" | CPU {'-' if cpu is None else f'{cpu:.0%}'},"
+                + f" {verdict.trusted}/{verdict.runs} trusted"
             )  # fmt: skip
         for c in checks(rows, point):
             moves = ", ".join(

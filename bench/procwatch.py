@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from emulator.lab.health import parse_pid_stat
 from emulator.prometheus.server import PROMETHEUS_BINARY
+from emulator.verdict.cpustats import parse_pid_stat
 from emulator.verdict.judge import DATAPATH
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -58,7 +58,7 @@ from controller.ofmsg import (
     stale_flows,
     stats_requests,
 )
-from controller.port_metrics import FabricCollector, FabricStats, PortCounters
+from controller.port_metrics import FabricCollector, FabricStats, OpenFlowPortStats
 from controller.rules import (
     RuleDiff,
     SwitchRules,
@@ -395,7 +395,7 @@ class ZCubeController(app_manager.OSKenApp):
         self.stats.ports(
             rules.name,
             {
-                s.port_no: PortCounters(
+                s.port_no: OpenFlowPortStats(
                     s.rx_bytes,
                     s.tx_bytes,
                     s.rx_packets,

@@ -54,7 +54,7 @@ ROUTE_RECOMPUTES = "zcube_route_recomputes_total"
 ROUTE_RECOMPUTE_SECONDS = "zcube_route_recompute_seconds"
 
 PORT_COUNTERS: tuple[tuple[str, str, str], ...] = (
-    # (PortCounters field, metric name, help)
+    # (OpenFlowPortStats field, metric name, help)
     ("rx_bytes", PORT_RX_BYTES, "Bytes received on a switch port."),
     ("tx_bytes", PORT_TX_BYTES, "Bytes sent from a switch port."),
     ("rx_packets", PORT_RX_PACKETS, "Packets received on a switch port."),
@@ -67,8 +67,9 @@ PORT_COUNTERS: tuple[tuple[str, str, str], ...] = (
 
 
 @dataclass(frozen=True)
-class PortCounters:
-    """One port's OpenFlow statistics."""
+class OpenFlowPortStats:
+    """One switch port's OpenFlow statistics as the switch last reported them (cumulative
+    counters of an OFPPortStats reply)."""
 
     rx_bytes: int = 0
     tx_bytes: int = 0
@@ -88,7 +89,7 @@ class _SwitchState:
     flows_reported: int | None = None
     errors: int = 0
     port_status_events: int = 0
-    ports: dict[int, PortCounters] = field(default_factory=dict)
+    ports: dict[int, OpenFlowPortStats] = field(default_factory=dict)
     # group id -> (packets, bytes) per bucket, in bucket order
     buckets: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
@@ -173,7 +174,7 @@ class FabricStats:
         with self._lock:
             self._state[switch].errors += 1
 
-    def ports(self, switch: str, counters: Mapping[int, PortCounters]) -> None:
+    def ports(self, switch: str, counters: Mapping[int, OpenFlowPortStats]) -> None:
         with self._lock:
             self._state[switch].ports.update(counters)
 

@@ -9,7 +9,8 @@ the other machines, the files that come back from them, and the verdict over all
   machine 0 already holds (a log its ssh pipe wrote, or everything when the folder is shared)
   is left alone.
 - **Verdict**: the run is trustworthy only when machine 0's verdict and every agent's are;
-  each agent's reasons join machine 0's, prefixed with the machine.
+  each agent's reasons join machine 0's, prefixed with the machine (the rule is
+  `emulator.verdict.combine.over_machines`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from emulator.cluster.lab import ClusterLab
 from emulator.cluster.remote import SSH_OPTIONS, Machine, argv_on, run_on
 from emulator.lab.system import LabError
+from emulator.verdict.combine import over_machines
 from emulator.verdict.judge import HealthVerdict
 from emulator.verdict.netstats import shaped_rates
 from zcube_lab.core.fabric.clusterplan import switch_ends
@@ -125,12 +127,9 @@ def stop_agents(agents: list[Agent]) -> None:
 def merge_verdicts(
     local: HealthVerdict, remote: list[tuple[Machine, HealthVerdict]]
 ) -> HealthVerdict:
-    """Machine 0's verdict, untrustworthy when any machine's is, with every machine's reasons."""
-    reasons = list(local.reasons)
-    for machine, verdict in remote:
-        reasons += [f"{machine.label}: {r}" for r in verdict.reasons]
-    trustworthy = local.trustworthy and all(v.trustworthy for _m, v in remote)
-    return replace(local, trustworthy=trustworthy, reasons=tuple(reasons))
+    """Machine 0's verdict, untrustworthy when any machine's is, with every machine's reasons
+    (`emulator.verdict.combine.over_machines`, under each machine's label)."""
+    return over_machines(local, [(machine.label, verdict) for machine, verdict in remote])
 
 
 def verdicts_json(remote: list[tuple[Machine, HealthVerdict]]) -> list[dict[str, Any]]:

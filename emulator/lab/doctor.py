@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.lab import ovs
-from emulator.lab.capacity import (
-    DEFAULT_CAPACITY_MBPS,
+from emulator.lab.datapath_ceiling import (
+    DEFAULT_CEILING_MBPS,
     DatapathResults,
     load_results,
     machine_id,
@@ -313,9 +313,10 @@ def _judge_qdisc(name: str, probe: Probe) -> Check:
     )
 
 
-def judge_capacity(results: DatapathResults | None, this_machine: str) -> Check:
-    """The datapath capacity the rate guard uses: measured here, or the stated default."""
-    default = f"the rate guard uses the default {DEFAULT_CAPACITY_MBPS:g} Mb/s"
+def judge_datapath_ceiling(results: DatapathResults | None, this_machine: str) -> Check:
+    """The datapath ceiling the rate guard uses (check `datapath-capacity`): measured here, or
+    the stated default."""
+    default = f"the rate guard uses the default {DEFAULT_CEILING_MBPS:g} Mb/s"
     if results is None or not results.points:
         return Check("datapath-capacity", "warn", f"not measured: {default}", BENCH_FIX)
     if results.machine_id != this_machine:
@@ -431,7 +432,7 @@ def judge(findings: Findings) -> list[Check]:
     for name, _args, missing_status, why in TOOLS:
         probe = findings.tools.get(name, Probe(None, f"{name}: not probed"))
         checks.append(judge_tool(name, probe, missing_status, why))
-    checks.append(judge_capacity(findings.datapath_results, findings.machine_id))
+    checks.append(judge_datapath_ceiling(findings.datapath_results, findings.machine_id))
     return checks
 
 

@@ -2,7 +2,7 @@
 
 Frozen and checked when made (`ConfigError` names the field, the value and what is allowed):
 the datapath, the MTU, private Open vSwitch instances, lossless pauses, TCP congestion control,
-and the NIC rate against what this machine's datapath can carry (`emulator.lab.capacity`).
+and the NIC rate against what this machine's datapath can carry (`emulator.lab.datapath_ceiling`).
 `LabOptions.port_shapes` gives the rate and queue limit of every shaped interface, and
 `LabOptions.summary` what a user reads of them after bring-up. Names: the allowed values of a
 field are a tuple in capitals (`DATAPATHS`), its bound `MAX_<FIELD>`.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.lab.capacity import check_nic_rate, datapath_capacity
+from emulator.lab.datapath_ceiling import check_nic_rate, datapath_ceiling
 from emulator.lab.lossless import POLL_S as LOSSLESS_POLL_S
 from emulator.lab.state import STATE_DIR
 from zcube_lab.core.errors import ConfigError
@@ -73,7 +73,7 @@ class LabOptions:
             raise ConfigError(
                 "ovs_instances", self.ovs_instances, "0 with the kernel datapath (userspace only)"
             )
-        check_nic_rate(self.scale.shaped_nic_mbps, datapath_capacity(self.mtu))
+        check_nic_rate(self.scale.shaped_nic_mbps, datapath_ceiling(self.mtu))
 
     def port_shapes(self, fabric: Fabric) -> dict[str, PortShape]:
         """Rate and queue limit of every shaped interface (none when unshaped)."""

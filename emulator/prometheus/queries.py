@@ -26,7 +26,7 @@ from itertools import pairwise
 from typing import Any, Protocol
 
 from controller import port_metrics as fabric_metrics
-from emulator.results.linkstats import PortCounters, PortKey, peak_rate
+from emulator.results.linkstats import PortKey, SwitchPortTraffic, peak_rate
 from emulator.results.summary import QUANTILES, ServerFigures, TransferFigures
 from serving import vllm_metrics as serving_metrics
 from workloads import client_metrics
@@ -157,12 +157,12 @@ def _peaks(samples: dict[PortKey, Samples]) -> dict[PortKey, float]:
     return {key: p for key, p in peaks.items() if p is not None}
 
 
-def port_counters(prom: PromQuery, t1: float, window_s: float) -> PortCounters:
+def port_counters(prom: PromQuery, t1: float, window_s: float) -> SwitchPortTraffic:
     """The switch ports' counters (the controller's port stats) over the run window."""
     dropped: Iterable[str] = (fabric_metrics.PORT_TX_DROPPED, fabric_metrics.PORT_RX_DROPPED)
     tx = port_samples(prom, fabric_metrics.PORT_TX_BYTES, t1, window_s)
     rx = port_samples(prom, fabric_metrics.PORT_RX_BYTES, t1, window_s)
-    return PortCounters(
+    return SwitchPortTraffic(
         tx_bytes=port_increase(prom, fabric_metrics.PORT_TX_BYTES, t1, window_s),
         rx_bytes=port_increase(prom, fabric_metrics.PORT_RX_BYTES, t1, window_s),
         drops=sum(sum(port_increase(prom, m, t1, window_s).values()) for m in dropped),

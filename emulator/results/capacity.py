@@ -25,7 +25,9 @@ Semantics (issue 22):
   (`>= 1.50x`, `<= 0.67x`, `1.50x-2.00x`) or `unknown`.
 
 Inputs are duck-typed trials (`Trial`: variant, repeat, rate, slo_met, trustworthy), so this module
-needs nothing of the sweep's types. Rates are requests/s.
+needs nothing of the sweep's types. Rates are requests/s. How the runs' verdicts combine (a walk
+up the ladder that an untrustworthy run stops and censors; every repeat at a rate trustworthy) is
+the verdict package's (`emulator.verdict.combine`); this module turns it into capacities.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from emulator.verdict.combine import all_trustworthy, walk_ladder
 
 CAPACITY_RULE = (
     "per repeat, the highest rate with every rate up to it met (at least that rate when the walk "
@@ -81,27 +85,25 @@ class RepeatCapacity:
 
 
 def repeat_capacity(repeat: int, trials: Iterable[Trial]) -> RepeatCapacity:
-    """Walk one repeat's trials up the ladder (they are sorted here) and stop as the module
-    docstring says."""
-    best = 0.0
-    for t in sorted(trials, key=lambda t: t.rate):
-        if not t.trustworthy:
-            verdict = "met" if t.slo_met else "missed"
-            return RepeatCapacity(repeat, best, f"not trustworthy at {_tag(t.rate)} ({verdict})",
-                                  t.rate)  # fmt: skip
-        if not t.slo_met:
-            return RepeatCapacity(repeat, best, None, t.rate)
-        best = t.rate
-    reason = f"met at every rate tried (up to {_tag(best)})" if best else "no rate was run"
-    return RepeatCapacity(repeat, best, reason, None)
+    """Walk one repeat's trials up the ladder (`emulator.verdict.combine.walk_ladder`: sorted
+    there) and stop as the module docstring says."""
+    walk = walk_ladder(trials)
+    best, stop = walk.reached, walk.stop
+    if stop is None:
+        reason = f"met at every rate tried (up to {_tag(best)})" if best else "no rate was run"
+        return RepeatCapacity(repeat, best, reason, None)
+    if walk.censored_by_verdict:
+        verdict = "met" if stop.slo_met else "missed"
+        return RepeatCapacity(repeat, best, f"not trustworthy at {_tag(stop.rate)} ({verdict})",
+                              stop.rate)  # fmt: skip
+    return RepeatCapacity(repeat, best, None, stop.rate)
 
 
 def walk_ended(trials: Iterable[Trial]) -> bool:
     """Whether one repeat's walk up the ladder has stopped (a trustworthy miss or an
     untrustworthy run): no higher rate can change that repeat's capacity, so a sweep may skip
     them."""
-    trials = list(trials)
-    return bool(trials) and repeat_capacity(0, trials).stopped_at is not None
+    return walk_ladder(trials).ended
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,7 @@ def refine_rate(trials: Iterable[Trial]) -> float | None:
     lo = 0.0
     for rate in sorted(by_rate):
         runs = by_rate[rate]
-        if not all(t.trustworthy for t in runs):
+        if not all_trustworthy(runs):
             return None
         if all(t.slo_met for t in runs):
             lo = rate

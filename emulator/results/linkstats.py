@@ -2,7 +2,7 @@
 mean utilization over the run window and the peak over one scrape interval, one naming of
 links, and the ranking that names the run's busiest link.
 
-Inputs are the switch ports' counters (`PortCounters`, read from Prometheus by
+Inputs are the switch ports' counters (`SwitchPortTraffic`, read from Prometheus by
 `emulator.prometheus.queries.port_counters`) and the fabric description; outputs are the link
 sections of `RunSummary` (`emulator.results.summary`): `Utilization` (switch ports by transmit
 counter, the hottest ports), `LinkLoad` per direction, and `DirectedUtilization` (the busiest
@@ -35,9 +35,9 @@ PortKey = tuple[str, int]
 
 
 @dataclass(frozen=True)
-class PortCounters:
-    """Per-port bytes over the run window, the peak rates (bytes/s over one scrape interval,
-    `peak_window_s`), and the packets every port dropped."""
+class SwitchPortTraffic:
+    """Every switch port's traffic over the run window: bytes per port, the peak rates (bytes/s
+    over one scrape interval, `peak_window_s`), and the packets every port dropped."""
 
     tx_bytes: dict[PortKey, float]
     rx_bytes: dict[PortKey, float]
@@ -149,7 +149,7 @@ def peak_rate(samples: Sequence[tuple[float, float]]) -> float | None:
 
 
 def link_loads(
-    fabric: Fabric, scale: Scale, ports: PortCounters, window_s: float
+    fabric: Fabric, scale: Scale, ports: SwitchPortTraffic, window_s: float
 ) -> dict[str, LinkLoad]:
     """Mean and peak utilization of every link in both directions, by link name."""
     out: dict[str, LinkLoad] = {}

@@ -37,6 +37,7 @@ from emulator.results.plots import (
 )
 from emulator.results.summary import LosslessFigures, RunSummary
 from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
+from emulator.verdict.combine import Judged, over_runs
 from zcube_lab.core.fabric.cost import compare
 from zcube_lab.core.fabric.pricing import CostInputs
 
@@ -78,25 +79,24 @@ def difference_pct(value: float | None, base: float | None) -> float | None:
     return 100.0 * (value - base) / base
 
 
+def judged(r: RunSummary) -> Judged:
+    """A run as the verdict's combination sees it: its folder's name, its outcome, its reasons."""
+    return Judged(_run_name(r), r.trustworthy, tuple(r.health.reasons))
+
+
 def trust(runs: Sequence[RunSummary]) -> dict[str, list[str]]:
     """variant -> the reasons any of its runs was not trustworthy (empty: all kept up)."""
-    out: dict[str, list[str]] = {}
+    by_variant: dict[str, list[RunSummary]] = {}
     for r in runs:
-        reasons = out.setdefault(r.variant, [])
-        if not r.trustworthy:
-            reasons += [f"{_run_name(r)}: {x}" for x in r.health.reasons or ("no reason given",)]
-    return out
+        by_variant.setdefault(r.variant, []).append(r)
+    return {v: list(over_runs(map(judged, rs)).reasons) for v, rs in by_variant.items()}
 
 
 def verdict_cells(runs: Sequence[RunSummary], variant: str) -> tuple[str, str]:
     """A variant's trustworthiness over its runs (`yes`, or `no (k of n)`) and the first reason
     one of them was not trustworthy (`-` when all were)."""
-    mine = [r for r in runs if r.variant == variant]
-    bad = [r for r in mine if not r.trustworthy]
-    if not bad:
-        return "yes", "-"
-    reasons = [x for r in bad for x in r.health.reasons]
-    return f"no ({len(bad)} of {len(mine)})", reasons[0] if reasons else "no reason given"
+    verdict = over_runs(judged(r) for r in runs if r.variant == variant)
+    return verdict.count_text(), verdict.first_reason or "-"
 
 
 def verdict_rows(
@@ -137,7 +137,7 @@ def verdict_paragraph(
         headlines.append(Headline(name, unit, m.lower_is_better, present))
     repeats = {f: sum(r.variant == f for r in trusted) for f in fabrics}
     excluded = [
-        Excluded(r.variant, _run_name(r), verdict_cells([r], r.variant)[1])
+        Excluded(r.variant, _run_name(r), over_runs([judged(r)]).first_reason or "-")
         for r in runs
         if not r.trustworthy
     ]

@@ -6,7 +6,10 @@
   `network`'s reasons;
 - `network`: evidence beyond CPU (losses, retransmission timeouts, shaping, engine lateness, KV
   pulls against their ideal, event-loop lag, missing evidence) judged against the limits;
-- `netstats`: the network counters as text, parsed and turned into per-window events.
+- `cpustats`: the CPU counters as /proc text, parsed and turned into `HealthSample`s;
+- `netstats`: the network counters as text, parsed and turned into per-window events;
+- `combine`: verdicts of parts into the verdict of a whole: the machines of a cluster run, the
+  runs of a variant or a sweep point, a repeat's walk up a ladder of rates.
 
 Nothing here reads /proc, runs a tool or reads the clock: the samplers that gather the evidence
 live in `emulator.lab` (`health`, `netsampler`) and hand it over as data.

@@ -20,7 +20,7 @@ from controller.ofmsg import (
     install_messages,
     stats_requests,
 )
-from controller.port_metrics import PortCounters
+from controller.port_metrics import OpenFlowPortStats
 from controller.rules import (
     COOKIE,
     Bucket,
@@ -225,7 +225,7 @@ def test_disconnect_drops_stale_counters() -> None:
     _fabric, rules = leaf0()
     dp = FakeDatapath(rules.dpid)
     app._on_features(event(dp))
-    app.stats.ports("leaf0", {1: PortCounters(rx_bytes=5)})
+    app.stats.ports("leaf0", {1: OpenFlowPortStats(rx_bytes=5)})
     app._on_dead(SimpleNamespace(datapath=dp))
     assert registry.get_sample_value(metrics.SWITCH_UP, {"switch": "leaf0"}) == 0
     assert (

@@ -22,8 +22,8 @@ from bench.cpu_per_request import (
     rate_result,
 )
 from bench.procwatch import ProcSample
-from emulator.lab.health import CpuTimes
 from emulator.results.summary import RunSummary
+from emulator.verdict.cpustats import CpuTimes
 
 SUMMARY = RunSummary.from_dict(
     json.loads((Path(__file__).parent / "data" / "summary-zcube.json").read_text())

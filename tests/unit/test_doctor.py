@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from emulator.lab import doctor
-from emulator.lab.capacity import DatapathResults, Measurement
+from emulator.lab.datapath_ceiling import DatapathResults, Measurement
 from emulator.lab.doctor import Check, Findings, Probe, exit_code, judge
 from zcube_lab.cli import main
 

@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from emulator.lab.health import (
-    CPU_METRIC,
-    PROCESS_METRIC,
+from emulator.lab.health import CPU_METRIC, PROCESS_METRIC, HealthSampler
+from emulator.verdict.cpustats import (
     CpuTimes,
-    HealthSampler,
     ProcessTimes,
     Reading,
     cpu_share,

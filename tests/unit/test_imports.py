@@ -20,6 +20,11 @@ line of the import.
 from __future__ import annotations
 
 import ast
+import json
+import os
+import pwd
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,6 +314,85 @@ def test_the_verdict_is_one_pure_package(edges: list[Edge]) -> None:
     assert not leaks, "the verdict imports outside its package:\n  " + "\n  ".join(map(str, leaks))
     made_up = [Edge(f"{VERDICT}.judge", "emulator.lab.health", "emulator/verdict/judge.py", 1)]
     assert verdict_leaks(made_up) == made_up
+
+
+# The pure floors of `emulator`: what judges a run and what reads its results. Neither may import
+# a package of ours that starts processes, touches the machine or runs the lab.
+PURE_PACKAGES = (VERDICT, "emulator.results")
+ADAPTERS = (
+    "emulator.lab", "emulator.experiment", "emulator.cluster", "emulator.probes",
+    "emulator.prometheus",
+)  # fmt: skip
+
+
+def _within(module: str, packages: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def adapter_imports(edges: Iterable[Edge]) -> list[Edge]:
+    """Imports of an adapter package (`ADAPTERS`) from a pure one (`PURE_PACKAGES`)."""
+    return [e for e in edges if _within(e.source, PURE_PACKAGES) and _within(e.target, ADAPTERS)]
+
+
+def test_the_verdict_and_the_results_import_no_adapter(edges: list[Edge]) -> None:
+    """Issue 35: `emulator.verdict` and `emulator.results` are pure (data in, data out), so
+    neither imports the lab, the experiments, the cluster, the probes or Prometheus's server."""
+    bad = adapter_imports(edges)
+    assert not bad, "pure packages importing adapters:\n  " + "\n  ".join(map(str, bad))
+    made_up = [
+        Edge("emulator.results.report", "emulator.lab.health", "emulator/results/report.py", 1),
+        Edge("emulator.verdict.combine", "emulator.cluster.remote", "emulator/verdict/c.py", 2),
+        Edge("emulator.experiment.clusterrun", "emulator.verdict.combine", "x.py", 3),
+        Edge("emulator.results.capacity", "emulator.verdict.combine", "y.py", 4),
+    ]
+    assert adapter_imports(made_up) == made_up[:2]
+
+
+# Run in a fresh interpreter by `test_the_pure_packages_import_without_root`: import every module
+# of the pure packages, then list what got loaded.
+_IMPORT_ALL = """
+import importlib, json, os, pkgutil, sys
+names = []
+for package in sys.argv[1:]:
+    pkg = importlib.import_module(package)
+    for info in pkgutil.iter_modules(pkg.__path__, package + "."):
+        importlib.import_module(info.name)
+        names.append(info.name)
+print(json.dumps({"uid": os.geteuid(), "imported": names, "loaded": sorted(sys.modules)}))
+"""
+# Adapters outside emulator/ that touch the machine: Mininet, the OpenFlow stack, process helpers.
+MACHINE_MODULES = ("mininet", "os_ken", "zcube_lab.core.procs", "zcube_lab.core.ports")
+
+
+def test_the_pure_packages_import_without_root(tmp_path: Path) -> None:
+    """Every module of `emulator.verdict` and `emulator.results` imports in a fresh interpreter,
+    as an unprivileged user when the tests run as root (so an import that needs root, /proc of
+    another user or a device fails here), and loads no adapter of ours."""
+    user = None
+    if os.geteuid() == 0:
+        try:
+            user = pwd.getpwnam("nobody").pw_name
+        except KeyError:
+            user = None
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALL, *PURE_PACKAGES],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path),
+             "PATH": os.defpath, "MPLBACKEND": "Agg"},
+        user=user,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert user is None or report["uid"] != 0
+    files = {module_name(p) for pkg in PURE_PACKAGES for p in
+             (REPO / pkg.replace(".", "/")).glob("*.py") if p.name != "__init__.py"}  # fmt: skip
+    assert set(report["imported"]) == files and f"{VERDICT}.combine" in files
+    loaded = [m for m in report["loaded"] if _within(m, (*ADAPTERS, *MACHINE_MODULES))]
+    assert not loaded, f"importing the pure packages loaded adapters: {loaded}"
 
 
 def test_every_test_file_has_its_own_name() -> None:

@@ -15,6 +15,7 @@ from emulator.results.report import (
     aggregate,
     busiest_link,
     headline_rows,
+    trust,
     verdict_checks,
     verdict_paragraph,
     verdict_rows,
@@ -61,6 +62,18 @@ def test_verdict_rows_say_yes_or_how_many_were_not_and_the_first_reason() -> Non
     head = headline_rows(aggregate(_runs()), ["zcube", "roft"], _runs())
     assert head[0][-2:] == ["no (1 of 2)", "retransmission timeouts on [h3] with no fault"]
     assert head[1][-2:] == ["yes", "-"]
+
+
+def test_trust_lists_every_reason_of_every_untrustworthy_run_by_variant() -> None:
+    runs = [*_runs(), _run("zcube", False, name="z3")]
+    assert trust(runs) == {
+        "zcube": [
+            "z2: retransmission timeouts on [h3] with no fault",
+            "z2: CPU above 90%",
+            "z3: no reason given",
+        ],
+        "roft": [],
+    }
 
 
 def test_checks_beyond_cpu_are_shown_without_knowing_their_names() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from emulator.results.figures import fabric_stats
 from emulator.results.linkstats import (
-    PortCounters,
+    SwitchPortTraffic,
     busiest,
     link_directions,
     link_loads,
@@ -48,7 +48,7 @@ def test_window_rates_merge_a_stale_scrape_but_not_an_idle_stretch() -> None:
 def test_link_loads_count_the_host_direction_and_name_the_busiest_link() -> None:
     fabric, scale = build_zcube(n=4), Scale(nic_mbps=100)  # every link 50 Mb/s
     window = 10.0
-    ports = PortCounters(
+    ports = SwitchPortTraffic(
         # a1:2 sent 6.25 MB to h5 (10%); h5 sent 25 MB into a1:2 (40%); a0:5 sent 12.5 MB (20%)
         tx_bytes={("a1", 2): 6.25e6, ("a0", 5): 12.5e6},
         rx_bytes={("a1", 2): 25e6},

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from emulator.experiment.launcher import Launcher
 from emulator.experiment.plan import RunConfig, plan_run
-from emulator.lab.health import parse_task_stat, thread_names
+from emulator.verdict.cpustats import parse_task_stat, thread_names
 from emulator.verdict.judge import (
     DATAPATH,
     FIDELITY_FIELDS,

@@ -1,10 +1,15 @@
-"""The userspace datapath's capacity on this machine: the one home of the figure that the rate
-guard (`LabOptions`), `doctor` and the docs use.
+"""The userspace datapath's ceiling on this machine: the most it carries in total, in Mb/s, the
+one home of the figure that the rate guard (`LabOptions`), `doctor` and the docs use.
+
+Named a *ceiling*, not a capacity: in this project "capacity" is only a fabric's capacity at an
+SLO (`emulator.results.capacity`, requests/s); this is an upper bound on link rates (Mb/s) that
+the lab refuses to exceed. `doctor` still calls its check `datapath-capacity` (a stable name that
+tests and `--json` consumers look up).
 
 `bench/datapath.py` measures it (iperf3 through one Open vSwitch bridge, unshaped, for a few
 MTUs and flow counts) and writes `bench/results/datapath.json` (`DatapathResults`). When that
 file exists and was measured on this machine, the guard uses the measured total at the lab's
-MTU; otherwise a stated conservative default (`DEFAULT_CAPACITY_MBPS`). Whatever the datapath
+MTU; otherwise a stated conservative default (`DEFAULT_CEILING_MBPS`). Whatever the datapath
 carries, Mininet shapes links only up to `MININET_MAX_MBPS` (`TCIntf.bwParamMax`: above it the
 link is left unshaped).
 """
@@ -21,7 +26,7 @@ from zcube_lab.core.errors import ConfigError
 RESULTS_PATH = Path(__file__).resolve().parents[2] / "bench" / "results" / "datapath.json"
 # The lowest of the figures seen by hand on these machines (docs/DOMAIN.md §5: ~0.5 Gb/s for
 # one flow at MTU 1500; ~0.9 Gb/s for 4 flows across 8 switches at MTU 9000).
-DEFAULT_CAPACITY_MBPS = 500.0
+DEFAULT_CEILING_MBPS = 500.0
 MININET_MAX_MBPS = 1000.0
 MACHINE_ID_PATH = Path("/etc/machine-id")
 
@@ -71,8 +76,8 @@ class DatapathResults:
 
 
 @dataclass(frozen=True)
-class Capacity:
-    """The datapath capacity the guard uses, and where it comes from."""
+class DatapathCeiling:
+    """The datapath ceiling the guard uses, and where it comes from."""
 
     mbps: float
     source: str
@@ -95,36 +100,36 @@ def load_results(path: Path | None = None) -> DatapathResults | None:
         return None
 
 
-def capacity_from(results: DatapathResults | None, mtu: int, this_machine: str) -> Capacity:
-    """The capacity at `mtu`: measured when `results` come from this machine, else the
+def ceiling_from(results: DatapathResults | None, mtu: int, this_machine: str) -> DatapathCeiling:
+    """The ceiling at `mtu`: measured when `results` come from this machine, else the
     conservative default, with a source that says which."""
     if results is None or not results.points:
-        return Capacity(DEFAULT_CAPACITY_MBPS, "default, not measured: run bench/datapath.py")
+        return DatapathCeiling(DEFAULT_CEILING_MBPS, "default, not measured: run bench/datapath.py")
     if results.machine_id != this_machine:
-        return Capacity(
-            DEFAULT_CAPACITY_MBPS,
+        return DatapathCeiling(
+            DEFAULT_CEILING_MBPS,
             "default: bench/results/datapath.json was measured on another machine",
         )
-    return Capacity(
+    return DatapathCeiling(
         results.total_mbps(mtu),
         f"measured {results.measured_at} by bench/datapath.py",
     )
 
 
-def datapath_capacity(mtu: int, path: Path | None = None) -> Capacity:
-    """The datapath capacity on this machine at `mtu` (from `RESULTS_PATH` by default)."""
-    return capacity_from(load_results(path or RESULTS_PATH), mtu, machine_id())
+def datapath_ceiling(mtu: int, path: Path | None = None) -> DatapathCeiling:
+    """The datapath ceiling on this machine at `mtu` (from `RESULTS_PATH` by default)."""
+    return ceiling_from(load_results(path or RESULTS_PATH), mtu, machine_id())
 
 
-def check_nic_rate(nic_mbps: float, capacity: Capacity) -> None:
+def check_nic_rate(nic_mbps: float, ceiling: DatapathCeiling) -> None:
     """Refuse an emulated NIC rate above what one datapath (or Mininet's shaping) carries."""
-    limit = min(capacity.mbps, MININET_MAX_MBPS)
+    limit = min(ceiling.mbps, MININET_MAX_MBPS)
     if not 0 < nic_mbps <= limit:
         raise ConfigError(
             "nic_mbps",
             nic_mbps,
             f"between 0 and {limit:g} Mb/s: the userspace datapath carries "
-            f"{capacity.mbps:g} Mb/s in total ({capacity.source}); Mininet shapes at most "
+            f"{ceiling.mbps:g} Mb/s in total ({ceiling.source}); Mininet shapes at most "
             f"{MININET_MAX_MBPS:g} Mb/s",
         )
 

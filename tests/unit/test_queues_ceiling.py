@@ -1,4 +1,4 @@
-"""The datapath capacity behind the rate guard (emulator.lab.capacity) and LabOptions' use of
+"""The datapath ceiling behind the rate guard (emulator.lab.datapath_ceiling) and LabOptions' use of
 it: measured figures when bench/datapath.py ran on this machine, else the stated default."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import capacity
-from emulator.lab.capacity import (
-    DEFAULT_CAPACITY_MBPS,
+from emulator.lab import datapath_ceiling
+from emulator.lab.datapath_ceiling import (
+    DEFAULT_CEILING_MBPS,
     MININET_MAX_MBPS,
-    Capacity,
+    DatapathCeiling,
     DatapathResults,
     Measurement,
-    capacity_from,
+    ceiling_from,
     check_nic_rate,
     load_results,
 )
@@ -61,36 +61,36 @@ def test_total_is_the_best_flow_count_at_the_largest_mtu_not_above() -> None:
     assert r.total_mbps(1280) == pytest.approx(620)  # below all: the smallest measured
 
 
-def test_capacity_is_measured_only_on_the_machine_that_measured_it() -> None:
-    measured = capacity_from(results("m1"), 9000, "m1")
+def test_the_ceiling_is_measured_only_on_the_machine_that_measured_it() -> None:
+    measured = ceiling_from(results("m1"), 9000, "m1")
     assert measured.mbps == pytest.approx(1900)
     assert "measured" in measured.source
-    other = capacity_from(results("m1"), 9000, "m2")
-    assert other.mbps == DEFAULT_CAPACITY_MBPS
+    other = ceiling_from(results("m1"), 9000, "m2")
+    assert other.mbps == DEFAULT_CEILING_MBPS
     assert "another machine" in other.source
-    none = capacity_from(None, 9000, "m1")
-    assert none.mbps == DEFAULT_CAPACITY_MBPS
+    none = ceiling_from(None, 9000, "m1")
+    assert none.mbps == DEFAULT_CEILING_MBPS
     assert "not measured" in none.source
 
 
 def test_guard_names_the_figure_and_its_source() -> None:
-    check_nic_rate(500, Capacity(500, "default"))
+    check_nic_rate(500, DatapathCeiling(500, "default"))
     with pytest.raises(ConfigError, match=r"carries 500 Mb/s in total \(default, not measured"):
-        check_nic_rate(501, Capacity(500, "default, not measured"))
+        check_nic_rate(501, DatapathCeiling(500, "default, not measured"))
     with pytest.raises(ConfigError):
-        check_nic_rate(0, Capacity(500, "default"))
+        check_nic_rate(0, DatapathCeiling(500, "default"))
     # A faster datapath still cannot shape above Mininet's limit.
-    check_nic_rate(MININET_MAX_MBPS, Capacity(1900, "measured"))
+    check_nic_rate(MININET_MAX_MBPS, DatapathCeiling(1900, "measured"))
     with pytest.raises(ConfigError, match="Mininet shapes at most 1000"):
-        check_nic_rate(1001, Capacity(1900, "measured"))
+        check_nic_rate(1001, DatapathCeiling(1900, "measured"))
 
 
 def test_lab_options_use_the_measured_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "datapath.json"
-    monkeypatch.setattr(capacity, "RESULTS_PATH", path)
-    monkeypatch.setattr(capacity, "machine_id", lambda: "m1")
+    monkeypatch.setattr(datapath_ceiling, "RESULTS_PATH", path)
+    monkeypatch.setattr(datapath_ceiling, "machine_id", lambda: "m1")
     with pytest.raises(ConfigError, match="not measured"):
         LabOptions(scale=Scale(nic_mbps=600))
     results("m1").write(path)
