@@ -49,6 +49,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.labrun import ZCUBE, LabRun, run_argv  # noqa: E402
+from zcube_lab.core.clock import Clock  # noqa: E402
 
 MODES = ("cubic", "bbr", "lossless")
 BUFFER_MODELS = ("port-floor", "shared", "bytes", "time")
@@ -134,8 +135,9 @@ def figures(s: dict[str, Any]) -> dict[str, float]:
         "kv_p99_ms": (tr.get("kv_xfer_p99_s") or 0.0) * 1e3,
         "ttft_p50_s": cl.get("ttft_p50_s") or 0.0,
         "ttft_p99_s": cl.get("ttft_p99_s") or 0.0,
-        "queue_ms": max((q.get("peak_delay_ms") or 0.0 for q in switch), default=0.0)
-        / s["dilation"],  # wall ms -> modelled
+        "queue_ms": Clock(s["dilation"]).modelled(  # wall ms -> modelled
+            max((q.get("peak_delay_ms") or 0.0 for q in switch), default=0.0)
+        ),
         "peak_link": fs.get("peak_link_util") or 0.0,
     }
 

@@ -145,7 +145,7 @@ def config_from_args(
     args: argparse.Namespace, fabric_spec: FabricSpec | None = None, tag: str = ""
 ) -> RunConfig:
     """The RunConfig the options describe."""
-    from emulator.experiment.plan import RunConfig, hotspot_hint, layout_hint, profile_hint
+    from emulator.experiment.runconfig import RunConfig, hotspot_hint, layout_hint, profile_hint
     from zcube_lab.core.fabric.placement import LayoutSpec
 
     layout = LayoutSpec(
