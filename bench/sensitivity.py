@@ -49,6 +49,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.labrun import ZCUBE, LabRun, run_argv  # noqa: E402
+from emulator.experiment.runconfig import run_argv_of  # noqa: E402
 from zcube_lab.core.clock import Clock  # noqa: E402
 
 MODES = ("cubic", "bbr", "lossless")
@@ -75,10 +76,11 @@ class Cell:
 
     def options(self) -> list[str]:
         """The `zcube-lab run` options this cell sets."""
-        mode = ["--lossless"] if self.mode == "lossless" else ["--cc", self.mode]
+        mode = {"lossless": True} if self.mode == "lossless" else {"congestion_control": self.mode}
         return [
-            "--fabric", self.fabric, "--workload", self.workload, "--rate", f"{self.rate:g}",
-            "--seed", str(self.seed), "--buffer-model", self.buffer_model, *mode,
+            "--fabric", self.fabric,
+            *run_argv_of(workload=self.workload, rate=self.rate, seed=self.seed,
+                         buffer_model=self.buffer_model, **mode),
         ]  # fmt: skip
 
 
@@ -105,8 +107,9 @@ def summary_of(out: Path, cell: Cell) -> dict[str, Any] | None:
 def run_cell(out: Path, cell: Cell, args: argparse.Namespace) -> int | None:
     """Run one cell (its progress on the terminal); the run's exit code."""
     options = [
-        *cell.options(), "--duration", f"{args.duration:g}", "--drain", f"{args.drain:g}",
-        "--dilation", f"{args.dilation:g}", "--results", str(out / "runs" / cell.key),
+        *cell.options(),
+        *run_argv_of(duration_s=args.duration, drain_s=args.drain, dilation=args.dilation,
+                     results_root=out / "runs" / cell.key),
     ]  # fmt: skip
     run = LabRun(run_argv(ZCUBE, options, args.extra)).start()
     try:
