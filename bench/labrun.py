@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.procwatch import LOCUST, ProcSample, scan
+from emulator.experiment.runconfig import run_argv_of
 from emulator.results.summary import RunSummary
 from zcube_lab.core.procs import signals_ignored
 
@@ -31,11 +32,9 @@ ZCUBE = Path(sys.executable).with_name("zcube-lab")
 
 
 def run_options(fabric: str, workload: str, rate: float, duration: float) -> list[str]:
-    """The `zcube-lab run` options a benchmark sets itself (the rest come from its user)."""
-    return [
-        "--fabric", fabric, "--workload", workload,
-        "--rate", f"{rate:g}", "--duration", f"{duration:g}",
-    ]  # fmt: skip
+    """The `zcube-lab run` options a benchmark sets itself (the rest come from its user); the
+    run's flags written from `RunConfig`'s fields."""
+    return ["--fabric", fabric, *run_argv_of(workload=workload, rate=rate, duration_s=duration)]
 
 
 def run_argv(zcube: Path | str, options: Sequence[str], extra: Sequence[str]) -> list[str]:

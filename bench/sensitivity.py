@@ -49,6 +49,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.labrun import ZCUBE, LabRun, run_argv  # noqa: E402
+from emulator.experiment.runconfig import run_argv_of  # noqa: E402
+from zcube_lab.core.clock import Clock  # noqa: E402
 
 MODES = ("cubic", "bbr", "lossless")
 BUFFER_MODELS = ("port-floor", "shared", "bytes", "time")
@@ -74,10 +76,11 @@ class Cell:
 
     def options(self) -> list[str]:
         """The `zcube-lab run` options this cell sets."""
-        mode = ["--lossless"] if self.mode == "lossless" else ["--cc", self.mode]
+        mode = {"lossless": True} if self.mode == "lossless" else {"congestion_control": self.mode}
         return [
-            "--fabric", self.fabric, "--workload", self.workload, "--rate", f"{self.rate:g}",
-            "--seed", str(self.seed), "--buffer-model", self.buffer_model, *mode,
+            "--fabric", self.fabric,
+            *run_argv_of(workload=self.workload, rate=self.rate, seed=self.seed,
+                         buffer_model=self.buffer_model, **mode),
         ]  # fmt: skip
 
 
@@ -104,8 +107,9 @@ def summary_of(out: Path, cell: Cell) -> dict[str, Any] | None:
 def run_cell(out: Path, cell: Cell, args: argparse.Namespace) -> int | None:
     """Run one cell (its progress on the terminal); the run's exit code."""
     options = [
-        *cell.options(), "--duration", f"{args.duration:g}", "--drain", f"{args.drain:g}",
-        "--dilation", f"{args.dilation:g}", "--results", str(out / "runs" / cell.key),
+        *cell.options(),
+        *run_argv_of(duration_s=args.duration, drain_s=args.drain, dilation=args.dilation,
+                     results_root=out / "runs" / cell.key),
     ]  # fmt: skip
     run = LabRun(run_argv(ZCUBE, options, args.extra)).start()
     try:
@@ -134,8 +138,9 @@ def figures(s: dict[str, Any]) -> dict[str, float]:
         "kv_p99_ms": (tr.get("kv_xfer_p99_s") or 0.0) * 1e3,
         "ttft_p50_s": cl.get("ttft_p50_s") or 0.0,
         "ttft_p99_s": cl.get("ttft_p99_s") or 0.0,
-        "queue_ms": max((q.get("peak_delay_ms") or 0.0 for q in switch), default=0.0)
-        / s["dilation"],  # wall ms -> modelled
+        "queue_ms": Clock(s["dilation"]).modelled(  # wall ms -> modelled
+            max((q.get("peak_delay_ms") or 0.0 for q in switch), default=0.0)
+        ),
         "peak_link": fs.get("peak_link_util") or 0.0,
     }
 

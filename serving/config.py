@@ -18,10 +18,9 @@ from typing import Any
 from serving.models import EP_EXPOSED_FRACTION, PROFILES, ModelProfile, get_profile
 from serving.options import option
 from serving.routing import BALANCERS
-from zcube_lab.core.clock import Clock
+from zcube_lab.core.clock import Clock, check_dilation
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.evpaths import EV_BASE, EV_SPAN, MAX_EVS
-from zcube_lab.core.fabric.scale import MAX_DILATION
 
 # The gateway's balancing policies (`--policy`): the registered balancers.
 BALANCING_POLICIES = tuple(BALANCERS)
@@ -143,12 +142,7 @@ class Dilated:
         return self.clock.wall(seconds)
 
     def _check_dilation(self) -> None:
-        _check(
-            1.0 <= self.time_dilation <= MAX_DILATION,
-            "time_dilation",
-            self.time_dilation,
-            f"1 (off) to {MAX_DILATION:g}",
-        )
+        check_dilation(self.time_dilation, "time_dilation")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ Two layers, so the measurement is testable without a network:
   FastHttpUser) that POSTs a planned request and feeds the meter. Under Locust many of them run
   concurrently as greenlets on one connection pool.
 
+Time dilation (docs/DOMAIN.md §4): the client holds the run's `Clock`; its timeout is in
+modelled seconds (lasting `clock.wall(timeout)`) and every result it returns is in modelled
+seconds (`RequestResult.modelled`), measured on the wall clock.
+
 Outcomes: `ok`, `http_error` (status >= 400), `stream_error` (an `error` event in the stream),
 `incomplete` (the stream ended without `[DONE]`), `connect_error`, `timeout`; the driver adds
 `cancelled` (still in flight when the run ended) and `overload` (refused by the driver's own
@@ -28,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from workloads.requests import PlannedRequest, encode_request
+from zcube_lab.core.clock import Clock
 
 OUTCOMES = (
     "ok",
@@ -66,15 +71,15 @@ class RequestResult:
             return None
         return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
-    def undilated(self, dilation: float) -> RequestResult:
-        """The result in modelled seconds of a run dilated by `dilation` (every time / k)."""
-        if dilation == 1:
+    def modelled(self, clock: Clock) -> RequestResult:
+        """This result, timed on the wall clock, in the modelled seconds of `clock`."""
+        if not clock.dilated:
             return self
         return replace(
             self,
-            e2e=self.e2e / dilation,
-            ttft=None if self.ttft is None else self.ttft / dilation,
-            itl=tuple(g / dilation for g in self.itl),
+            e2e=clock.modelled(self.e2e),
+            ttft=None if self.ttft is None else clock.modelled(self.ttft),
+            itl=tuple(clock.modelled(g) for g in self.itl),
         )
 
 
@@ -149,15 +154,17 @@ class StreamMeter:
 
 
 class OpenAIStreamClient:
-    """A gevent-friendly streaming client for one OpenAI-compatible base URL."""
+    """A gevent-friendly streaming client for one OpenAI-compatible base URL: `timeout` in
+    modelled seconds, results in modelled seconds (of `clock`); `now` times the stream."""
 
     def __init__(
         self,
         base_url: str,
         timeout: float = 600.0,
         max_connections: int = 1024,
-        clock: Callable[[], float] = time.perf_counter,
+        now: Callable[[], float] = time.perf_counter,
         api_key: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         # Imported here so the pure parts of this module load without gevent.
         from geventhttpclient import HTTPClient
@@ -167,7 +174,9 @@ class OpenAIStreamClient:
             raise ValueError(f"base URL must be http(s)://HOST[:PORT], got {base_url!r}")
         # Request paths carry `/v1`; accept an OpenAI-style base URL that already ends in it.
         self.prefix = parts.path.rstrip("/").removesuffix("/v1")
-        self.clock = clock
+        self.now = now
+        self.clock = clock or Clock()
+        wall_timeout = self.clock.wall(timeout)
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
@@ -178,8 +187,8 @@ class OpenAIStreamClient:
             parts.port or (443 if parts.scheme == "https" else 80),
             ssl=parts.scheme == "https",
             concurrency=max_connections,
-            connection_timeout=min(timeout, 30.0),
-            network_timeout=timeout,
+            connection_timeout=min(wall_timeout, 30.0),
+            network_timeout=wall_timeout,
         )
 
     def stream(self, req: PlannedRequest) -> RequestResult:
@@ -191,31 +200,35 @@ class OpenAIStreamClient:
         return self.stream_bytes(path, json.dumps(body, separators=(",", ":")).encode())
 
     def stream_bytes(self, path: str, data: bytes) -> RequestResult:
-        """POST the JSON `data` to `path` with streaming and measure the response."""
+        """POST the JSON `data` to `path` with streaming and measure the response (in modelled
+        seconds)."""
+        return self._measure(path, data).modelled(self.clock)
+
+    def _measure(self, path: str, data: bytes) -> RequestResult:
         from gevent import Timeout as GeventTimeout
 
-        meter = StreamMeter(self.clock())
+        meter = StreamMeter(self.now())
         resp = None
         try:
             resp = self.http.request("POST", self.prefix + path, body=data, headers=self.headers)
             status = resp.status_code
             if status >= 400:
                 text = resp.read().decode(errors="replace")
-                return meter.fail(self.clock(), "http_error", status, _error_message(text))
+                return meter.fail(self.now(), "http_error", status, _error_message(text))
             while True:
                 line = resp.readline(b"\n")
-                now = self.clock()
+                now = self.now()
                 if not line:
                     break
                 meter.feed_line(line, now)
-            return meter.finish(self.clock(), status)
+            return meter.finish(self.now(), status)
         except (TimeoutError, GeventTimeout) as exc:
-            return meter.fail(self.clock(), "timeout", 0, f"timeout: {exc}")
+            return meter.fail(self.now(), "timeout", 0, f"timeout: {exc}")
         except (OSError, ConnectionError) as exc:
-            return meter.fail(self.clock(), "connect_error", 0, f"{type(exc).__name__}: {exc}")
+            return meter.fail(self.now(), "connect_error", 0, f"{type(exc).__name__}: {exc}")
         except Exception as exc:
             # geventhttpclient's parse errors and anything else a broken peer can cause.
-            return meter.fail(self.clock(), "connect_error", 0, f"{type(exc).__name__}: {exc}")
+            return meter.fail(self.now(), "connect_error", 0, f"{type(exc).__name__}: {exc}")
         finally:
             if resp is not None:
                 _close_unfinished(resp)

@@ -1,7 +1,8 @@
 """The Locust extension: options, the run's state, and how results reach Locust and Prometheus.
 
-`add_arguments(parser)` adds our options to Locust's parser (each also settable through a
-`ZCUBE_*` environment variable); `register(environment)` hooks the run into Locust's events:
+`add_arguments(parser)` adds our options (`workloads.loadconfig.LoadConfig`, each also settable
+through a `ZCUBE_*` environment variable) to Locust's parser; `register(environment)` hooks the
+run into Locust's events:
 
 - `init`: load the profile, draw the plan (bad options fail here, before any user spawns) and
   start the Prometheus exporter on `--metrics-port` with its own registry;
@@ -17,21 +18,21 @@
 
 With `--plan-shard K/W` (Locust's distributed mode, `workloads.shards`) the plan is drawn whole
 and only the requests with index % W == K are sent, at their planned times; records and summary
-are the shard's (the summary says `shard: "K/W"`). The options are copied at `init`: a Locust
-master sends its own values of our options to every worker when it spawns users, and a worker
-keeps its own command line (its shard, output files, seed) instead.
+are the shard's (the summary says `shard: "K/W"`). The options are read into a `LoadConfig` at
+`init`: a Locust master sends its own values of our options to every worker when it spawns
+users, and a worker keeps its own command line (its shard, output files, seed) instead.
 
 With `--time-dilation K` (docs/DOMAIN.md §4) the plan is drawn as without it (same seed, same
 requests, `--duration` modelled seconds), sent K times slower (every gap x K, the per-request
 timeout x K), and everything reported is in modelled seconds again: records, Locust's stats,
-the `zcube_client_*` metrics and the summary (times / K; rates over the modelled duration).
+the `zcube_client_*` metrics and the summary (rates over the modelled duration). Every crossing
+goes through the run's `Clock` (`LoadConfig.clock`), given to the client and the driver.
 
 Nothing here runs at import time.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -43,16 +44,17 @@ from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from workloads.arrivals import PROCESSES, parse_stages, staged_duration
+from workloads.arrivals import parse_stages, staged_duration
 from workloads.client import OpenAIStreamClient
 from workloads.client_metrics import ClientMetrics
+from workloads.loadconfig import LoadConfig, add_load_flags, load_config
 from workloads.loadsummary import summarize
 from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests, resolve_arrival
 from workloads.shards import parse_shard, shard_label, shard_plan
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.fabric.scale import check_dilation
 
 log = logging.getLogger("zcube.workloads")
 
@@ -62,33 +64,8 @@ STREAM_NAMES = {"completions": "completion-stream", "chat": "chat-stream"}
 
 
 def add_arguments(parser: Any) -> None:
-    """Our options on Locust's (configargparse) parser."""
-    g = parser.add_argument_group("zcube-lab workload")
-
-    def opt(name: str, **kw: Any) -> None:
-        env = "ZCUBE_" + name.lstrip("-").replace("-", "_").upper()
-        g.add_argument(name, env_var=env, **kw)
-
-    opt("--workload", default="chat", help="profile name or path to a profile JSON file")
-    opt("--seed", type=int, default=0, help="seed of the request plan")
-    opt("--arrival", choices=PROCESSES, default=None, help="arrival process (default: profile's)")
-    opt("--rate", type=float, default=None, help="mean requests/s (default: profile's)")
-    opt("--burstiness", type=float, default=None, help="gamma shape k (1 = Poisson, <1 burstier)")
-    opt("--stages", default=None, help="staged load, DURATION:RATE[,DURATION:RATE...]")
-    opt("--model", default=None, help="served model name (default: profile's)")
-    opt("--trace", default=None, help="Mooncake JSONL trace for --workload trace")
-    opt("--length-scale", type=float, default=None, help="multiply all token lengths")
-    opt("--duration", type=float, default=None, help="plan length, s (default: --run-time)")
-    opt("--metrics-port", type=int, default=0, help="Prometheus exporter port (0: none)")
-    opt("--metrics-addr", default="127.0.0.1", help="Prometheus exporter address")
-    opt("--metrics-linger", type=float, default=0.0, help="keep the exporter up after the run, s")
-    opt("--requests-out", default=None, help="per-request JSONL output file")
-    opt("--summary-out", default=None, help="run summary JSON output file")
-    opt("--max-in-flight", type=int, default=4096, help="driver safety limit on open requests")
-    opt("--request-timeout", type=float, default=600.0, help="per-request network timeout, s")
-    opt("--keep-running", action="store_true", help="do not end the run when the plan is done")
-    opt("--time-dilation", type=float, default=1.0, help="send K times slower, report / K")
-    opt("--plan-shard", default=None, help="K/W: send only requests with index %% W == K")
+    """Our options (`LoadConfig`'s) on Locust's (configargparse) parser."""
+    add_load_flags(parser.add_argument_group("zcube-lab workload"))
 
 
 @dataclass
@@ -103,7 +80,7 @@ class WorkloadRun:
     metrics: ClientMetrics
     registry: CollectorRegistry
     host: str
-    options: Any
+    options: LoadConfig
     duration: float  # of the plan, modelled seconds
     # What was asked for (process, configured rate, burstiness): a Poisson plan's own rate
     # differs from the configured one by sampling, identically on every fabric.
@@ -119,16 +96,17 @@ class WorkloadRun:
     next_index: int = 0
     closed_t0: float | None = None
     closed_in_flight: int = 0
-    dilation: float = 1.0  # --time-dilation
+    clock: Clock = field(default_factory=Clock)  # --time-dilation
     shard: tuple[int, int] | None = None  # --plan-shard (K, W); None: the whole plan
 
     def _client(self) -> OpenAIStreamClient:
         o = self.options
         return OpenAIStreamClient(
             self.host,
-            timeout=o.request_timeout * self.dilation,
+            timeout=o.request_timeout,
             max_connections=o.max_in_flight,
             api_key=os.environ.get("OPENAI_API_KEY"),
+            clock=self.clock,
         )
 
     def drive(self) -> None:
@@ -144,7 +122,7 @@ class WorkloadRun:
             on_done=self.record,
             on_send=lambda req, lag: self.metrics.send_lag.observe(max(lag, 0.0)),
             max_in_flight=o.max_in_flight,
-            dilation=self.dilation,
+            clock=self.clock,
         )
         self.metrics.in_flight.set_function(lambda: self.driver.in_flight if self.driver else 0)
         log.info("open-loop replay of %d planned requests starts", len(self.plan))
@@ -162,10 +140,10 @@ class WorkloadRun:
             return False
         req = self.plan[self.next_index]
         self.next_index += 1
-        sent, wall = (time.perf_counter() - self.closed_t0) / self.dilation, time.time()
+        sent, wall = self.clock.modelled(time.perf_counter() - self.closed_t0), time.time()
         self.closed_in_flight += 1
         try:
-            result = self.client.stream(req).undilated(self.dilation)
+            result = self.client.stream(req)
         finally:
             self.closed_in_flight -= 1
         self.record(RequestRecord(req, sent, result, wall))
@@ -236,8 +214,8 @@ class WorkloadRun:
         summary.update(workload=self.name, model=self.model, seed=self.options.seed)
         summary["mode"] = "closed-loop" if self.closed_t0 is not None else "open-loop"
         summary["arrival"] = self.arrival
-        if self.dilation != 1:
-            summary["time_dilation"] = self.dilation
+        if self.clock.dilated:
+            summary["time_dilation"] = self.clock.dilation
         if self.shard is not None:
             summary["shard"] = shard_label(self.shard)
         log.info("workload summary: %s", json.dumps(summary))
@@ -246,7 +224,7 @@ class WorkloadRun:
 
     def _closed_elapsed(self) -> float:
         assert self.closed_t0 is not None
-        return (time.perf_counter() - self.closed_t0) / self.dilation
+        return self.clock.modelled(time.perf_counter() - self.closed_t0)
 
 
 def _summary_fields(row: dict[str, Any]) -> dict[str, Any]:
@@ -254,35 +232,26 @@ def _summary_fields(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in ("sent_s", "lag_s", "outcome", "ttft_s", "e2e_s", "output_tokens")}
 
 
-def plan_duration(options: Any) -> float | None:
-    """`--duration`, else `--run-time` (wall: / `--time-dilation`), else None."""
-    if options.duration:
-        return float(options.duration)
-    if getattr(options, "run_time", None):
-        return float(options.run_time) / time_dilation(options)
+def plan_duration(load: LoadConfig, run_time: float | None) -> float | None:
+    """`--duration`, else Locust's `--run-time` (wall seconds, in modelled ones), else None."""
+    if load.duration:
+        return float(load.duration)
+    if run_time:
+        return load.clock.modelled(float(run_time))
     return None
 
 
-def time_dilation(options: Any) -> float:
-    """`--time-dilation` (1 when the option is absent), checked: 1 <= k <= MAX_DILATION (16)."""
-    value = getattr(options, "time_dilation", None)
-    dilation = 1.0 if value is None else float(value)
-    check_dilation(dilation)
-    return dilation
-
-
 def build_run(environment: Any) -> WorkloadRun:
-    """Load the profile and draw the plan (the shard's, with `--plan-shard`) from a copy of the
-    parsed options (raises ConfigError)."""
-    o = copy.copy(environment.parsed_options)
-    dilation = time_dilation(o)
+    """Load the profile and draw the plan (the shard's, with `--plan-shard`) from the parsed
+    options, read into a `LoadConfig` (raises ConfigError)."""
+    o = load_config(environment.parsed_options)
     shard = parse_shard(getattr(o, "plan_shard", None))
     if not environment.host:
         raise ConfigError("host", environment.host, "the gateway base URL (--host http://H:P)")
     trace = Path(o.trace) if o.trace else None
     profile = load_profile(o.workload, length_scale=o.length_scale, model=o.model, trace=trace)
     stages = parse_stages(o.stages) if o.stages else ()
-    duration = plan_duration(o)
+    duration = plan_duration(o, getattr(environment.parsed_options, "run_time", None))
     if profile.trace is not None:
         plan = generate_requests(profile, o.arrival, duration or math.inf, o.rate, o.seed)
         arrival: dict[str, Any] = {"process": "trace", "rate": o.rate, "trace": str(profile.trace)}
@@ -313,7 +282,7 @@ def build_run(environment: Any) -> WorkloadRun:
         options=o,
         duration=duration,
         arrival=arrival,
-        dilation=dilation,
+        clock=o.clock,
         shard=shard,
     )
     if o.requests_out:

@@ -11,9 +11,10 @@ The driver knows nothing of Locust or Prometheus: it calls `send(req)` to do a r
 The `max_in_flight` limit protects the machine, not the model: a request refused by it is
 reported with outcome `overload` (and counts as a failure), never delayed.
 
-Time dilation (docs/DOMAIN.md §4): with `dilation` k the plan's times are modelled seconds,
-each request leaves at `t0 + k * t` on the clock, and every record is in modelled seconds
-again (send time and measured times / k); `wall_time` stays the host's clock.
+Time dilation (docs/DOMAIN.md §4): with the run's `Clock` (dilation k) the plan's times are
+modelled seconds, each request leaves at `t0 + clock.wall(t)` on the host's clock, and every
+record is in modelled seconds (the send time through `clock.modelled`; `send` returns results in
+modelled seconds already: `workloads.client`); `wall_time` stays the host's clock.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from workloads.client import RequestResult
 from workloads.requests import PlannedRequest
+from zcube_lab.core.clock import Clock
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,9 @@ class OpenLoopDriver:
         on_done: Callable[[RequestRecord], None],
         on_send: Callable[[PlannedRequest, float], None] | None = None,
         max_in_flight: int = 1024,
-        clock: Callable[[], float] = time.perf_counter,
+        now: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
-        dilation: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
         from gevent.pool import Group
 
@@ -91,9 +93,9 @@ class OpenLoopDriver:
         self.on_done = on_done
         self.on_send = on_send
         self.max_in_flight = max_in_flight
-        self.clock = clock
+        self.now = now
         self.wall_clock = wall_clock
-        self.dilation = dilation
+        self.clock = clock or Clock()
         self.group = Group()
         self.t0: float | None = None
         # Requests sent and not finished: index -> (request, sent time, wall time).
@@ -102,9 +104,9 @@ class OpenLoopDriver:
         self.dispatched = 0
 
     def _since_t0(self) -> float:
-        """Modelled seconds since the driver started (the clock's / the dilation)."""
+        """Modelled seconds since the driver started."""
         assert self.t0 is not None
-        return (self.clock() - self.t0) / self.dilation
+        return self.clock.modelled(self.now() - self.t0)
 
     @property
     def in_flight(self) -> int:
@@ -115,11 +117,11 @@ class OpenLoopDriver:
         """Send the whole plan at its planned times, then wait for the last answers."""
         import gevent
 
-        self.t0 = self.clock()
+        self.t0 = self.now()
         for req in self.plan:
             if self.stopped:
                 return
-            delay = self.t0 + req.t * self.dilation - self.clock()
+            delay = self.t0 + self.clock.wall(req.t) - self.now()
             if delay > 0:
                 gevent.sleep(delay)
             if self.stopped:
@@ -142,7 +144,7 @@ class OpenLoopDriver:
         self.pending[req.index] = (req, sent, wall)
         if self.on_send is not None:
             self.on_send(req, sent - req.t)
-        result = self.send(req).undilated(self.dilation)
+        result = self.send(req)
         if self.pending.pop(req.index, None) is not None:
             self.on_done(RequestRecord(req, sent, result, wall))
 

@@ -16,42 +16,28 @@ the fabric addresses.
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emulator.experiment.runconfig import RunConfig
 from emulator.prometheus.config import ScrapePlan, scrape_plan
 from serving.config import Address, DecodeConfig, EpWorkerConfig, GatewayConfig, PrefillConfig
 from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
-from serving.models import PROFILES
 from workloads import LOCUSTFILE
-from workloads.profiles import load_profile
+from workloads.loadconfig import LoadConfig, load_argv
 from workloads.shards import WORKERS_ENV, parse_shard, shard_files, shard_label
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.addressing import MGMT_ROOT_IP, management_address
 from zcube_lab.core.fabric.builders import build_fabric
-from zcube_lab.core.fabric.clusterplan import check_machine_list, mgmt_root_address
-from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.clusterplan import mgmt_root_address
+from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.evpaths import mrc_leg_mbps
-from zcube_lab.core.fabric.hostplan import (
-    DEFAULT_CONGESTION_CONTROL,
-    check_congestion_control,
-    kv_source_map,
-)
-from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement, place
-from zcube_lab.core.fabric.queues import (
-    DEFAULT_BUFFER_MODEL,
-    DEFAULT_CHIP,
-    HOST_QUEUE_PACKETS,
-    MAX_MTU,
-    MIN_MTU,
-    QueueModel,
-    fabric_mtu,
-)
-from zcube_lab.core.fabric.scale import Scale, check_dilation
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.placement import Engine, Placement, place
+from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.fault_schedule import Fault, parse_faults
 from zcube_lab.core.policies import (
     SPRAY_CHUNK_BYTES,
@@ -65,148 +51,6 @@ from zcube_lab.core.policies import (
 PREFILL_PORT, DECODE_PORT, KV_PORT, EP_PORT = 8100, 8200, 7100, 7300
 # Gateway, controller, load generator and health gauges share the root namespace: `Ports`.
 LOOPBACK = "127.0.0.1"
-
-
-HOTSPOT_PERIOD_S = 5.0  # seconds a hot decode set lasts unless the run or profile says
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything that defines a run; written to config.json."""
-
-    fabric: FabricSpec
-    workload: str = "coding-agent"
-    duration_s: float = 60.0
-    rate: float | None = None
-    arrival: str | None = None
-    burstiness: float | None = None
-    seed: int = 1
-    model: str = "glm-5.1"
-    length_scale: float | None = None
-    nic_mbps: float = 100.0
-    mtu: int | str = MAX_MTU  # or "auto": zcube_lab.core.fabric.queues.fabric_mtu
-    queue_packets: int | None = None  # every switch port's queue; None: the buffer model's
-    host_queue_packets: int = HOST_QUEUE_PACKETS
-    buffer_model: str = DEFAULT_BUFFER_MODEL  # zcube_lab.core.fabric.queues.BUFFER_MODELS
-    switch_chip: str = DEFAULT_CHIP  # the chip whose buffer the shared/bytes/time models share
-    congestion_control: str = DEFAULT_CONGESTION_CONTROL  # every host namespace's TCP (--cc)
-    ovs_instances: int = 0  # private ovs-vswitchd daemons (LabOptions.ovs_instances)
-    lossless: bool = False  # PFC-like pauses instead of drops (--lossless, emulator.lab.lossless)
-    policy: str = "ecmp"
-    faults: tuple[str, ...] = ()  # --fail specifications (zcube_lab.core.fault_schedule)
-    layout: LayoutSpec = field(default_factory=LayoutSpec)
-    kv_streams: int = 2
-    kv_warm: int = 0  # KV connections each decode opens to every prefill address at start
-    kv_transport: str = "tcp"  # or "mrc": MRC-style datagrams over EVs (serving.kvwire.mrc)
-    prefix_cache_hit_rate: float = 0.0
-    kv_paths: str = "disjoint"  # ZCube: "disjoint" binds each KV lane to its own port
-    decode_hotspot: int = 0  # decodes chosen among this many hot ones (serving.routing.HotSet)
-    hotspot_period_s: float = HOTSPOT_PERIOD_S  # how long a hot set lasts
-    scrape_interval_s: float = 1.0
-    drain_s: float = 60.0
-    # Time dilation k (docs/DOMAIN.md §4): modelled times, gaps and timeouts x k, link rates / k,
-    # reported times / k. duration_s and drain_s stay modelled seconds (k times longer in wall).
-    dilation: float = 1.0
-    results_root: Path = Path("results")
-    tag: str = ""
-    # Lab machines by wire address, this machine's first (emulator.cluster); () = this one only.
-    machines: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not 5 <= self.duration_s <= 3600:
-            raise ConfigError("duration", self.duration_s, "between 5 and 3600 seconds")
-        if self.model not in PROFILES:
-            raise ConfigError("model", self.model, f"one of {list(PROFILES)}")
-        if self.rate is not None and not 0 < self.rate <= 1000:
-            raise ConfigError("rate", self.rate, "between 0 and 1000 requests/s")
-        if not 0 < self.nic_mbps <= 1000:
-            raise ConfigError("nic_mbps", self.nic_mbps, "between 0 and 1000 Mb/s")
-        self.queue_model()  # names a bad queue option now, not when the lab starts
-        check_congestion_control(self.congestion_control)
-        if not 0 <= self.ovs_instances <= 64:
-            raise ConfigError("ovs_instances", self.ovs_instances, "between 0 and 64")
-        if self.mtu != "auto" and not (
-            isinstance(self.mtu, int) and MIN_MTU <= self.mtu <= MAX_MTU
-        ):
-            raise ConfigError("mtu", self.mtu, f"auto or an integer {MIN_MTU}-{MAX_MTU}")
-        if not 0 <= self.drain_s <= 3600:
-            raise ConfigError("drain", self.drain_s, "between 0 and 3600 seconds")
-        get_policy(self.policy)
-        if self.kv_transport not in ("tcp", "mrc"):
-            raise ConfigError("kv_transport", self.kv_transport, "tcp or mrc")
-        if self.kv_transport == "mrc" and self.machines:
-            # EV rules are checked on one machine's fabric only (tests/integration/test_mrc.py).
-            raise ConfigError("kv_transport", "mrc", "tcp in a run over several machines")
-        if not 1 <= self.kv_streams <= 16:
-            raise ConfigError("kv_streams", self.kv_streams, "between 1 and 16")
-        if not 0 <= self.kv_warm <= 16:
-            raise ConfigError("kv_warm", self.kv_warm, "between 0 and 16")
-        if self.kv_warm and self.kv_transport != "tcp":
-            raise ConfigError("kv_warm", self.kv_warm, "0 with --kv-transport mrc")
-        if self.kv_paths not in ("disjoint", "shortest"):
-            raise ConfigError("kv_paths", self.kv_paths, "disjoint or shortest")
-        if self.decode_hotspot < 0:
-            raise ConfigError("decode_hotspot", self.decode_hotspot, "0 (off) or a count >= 1")
-        if not 0 < self.hotspot_period_s <= 3600:
-            raise ConfigError("hotspot_period", self.hotspot_period_s, "0 < seconds <= 3600")
-        if not 0 <= self.prefix_cache_hit_rate < 1:
-            raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
-        check_dilation(self.dilation)
-        if self.dilation != 1 and self.faults:
-            # The fault schedule, the injector and the fault report run on wall time.
-            raise ConfigError("dilation", self.dilation, "1 (off) in a run with --fail")
-        if self.machines:
-            check_machine_list(self.machines)
-            if self.lossless:
-                # The lossless agent watches and pauses the ports of this machine only.
-                raise ConfigError("lossless", True, "off in a run over several machines")
-            if self.faults:
-                # The injector sets links down on this machine only.
-                raise ConfigError("fail", list(self.faults), "none in a run over several machines")
-
-    @property
-    def wall_s(self) -> float:
-        """Wall seconds the load may take: the arrivals and the drain, dilated."""
-        return (self.duration_s + self.drain_s) * self.dilation
-
-    def queue_model(self) -> QueueModel:
-        """The queue limits of every shaped port (zcube_lab.core.fabric.queues)."""
-        return QueueModel(
-            packets=self.queue_packets,
-            host_packets=self.host_queue_packets,
-            buffer_model=self.buffer_model,
-            chip=self.switch_chip,
-        )
-
-    def link_mtu(self, fabric: Fabric, scale: Scale) -> int:
-        """The MTU of every fabric interface: as given, or the rule's for `auto`."""
-        return fabric_mtu(fabric, scale) if self.mtu == "auto" else int(self.mtu)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["fabric"] = json.loads(self.fabric.to_json())
-        d["results_root"] = str(self.results_root)
-        return d
-
-
-def profile_hint(workload: str, name: str, default: object) -> object:
-    """A workload profile's value for a run option (`placement`, `prefix_cache_hit_rate`), or
-    `default` when the profile leaves it unset."""
-    value = getattr(load_profile(workload), name, None)
-    return default if value is None else value
-
-
-def hotspot_hint(workload: str) -> tuple[int, float]:
-    """A workload profile's hot decode set as (decodes, period_s); (0, the default period)
-    when the profile has none (every decode is a candidate)."""
-    hotspot = load_profile(workload).hotspot
-    return (hotspot.decodes, hotspot.period_s) if hotspot else (0, HOTSPOT_PERIOD_S)
-
-
-def layout_hint(workload: str) -> str:
-    """The placement layout a workload profile asks for: `rail-aligned` or `default`."""
-    placement = profile_hint(workload, "placement", "")
-    return "rail-aligned" if placement == "rail-aligned" else "default"
 
 
 @dataclass(frozen=True)
@@ -256,7 +100,7 @@ class RunPlan:
     @property
     def clock(self) -> Clock:
         """Modelled and wall seconds of this run (its time dilation)."""
-        return Clock(self.config.dilation)
+        return self.config.clock
 
     @property
     def label(self) -> str:
@@ -345,7 +189,7 @@ class RunPlan:
                 "--only-summary",
             ]  # fmt: skip
         argv += ["--loglevel", "WARNING"]
-        return argv + self._shape_flags()
+        return argv
 
     def locust_master_argv(
         self,
@@ -399,30 +243,23 @@ class RunPlan:
         argv += ["--metrics-addr", metrics_addr, "--metrics-port", str(metrics_port)]
         argv += ["--metrics-linger", "3", "--requests-out", str(requests)]
         argv += ["--summary-out", str(summary), "--loglevel", "WARNING"]
-        return argv + self._shape_flags()
+        return argv
 
     def _plan_flags(self) -> list[str]:
-        """The options that define the plan's requests and window (every load generator's)."""
-        c = self.config
-        return [
-            *("--workload", c.workload, "--seed", str(c.seed), "--model", c.model),
-            *("--duration", f"{c.duration_s:g}"),
-        ]
+        """The options that define the plan's requests, window and dilation (every load
+        generator's), from its `LoadConfig`."""
+        return load_argv(self.load_config())
 
-    def _shape_flags(self) -> list[str]:
-        """The arrival and size options the run sets; those it leaves unset are the profile's."""
+    def load_config(self, **outputs: object) -> LoadConfig:
+        """The load generator's options of this run: its requests, window and dilation (the
+        options it leaves unset are the profile's), plus `outputs` (files, metrics)."""
         c = self.config
-        argv: list[str] = []
-        for flag, value in (
-            ("--rate", c.rate),
-            ("--arrival", c.arrival),
-            ("--burstiness", c.burstiness),
-            ("--length-scale", c.length_scale),
-            ("--time-dilation", c.dilation if c.dilation != 1 else None),
-        ):
-            if value is not None:
-                argv += [flag, str(value)]
-        return argv
+        return LoadConfig(
+            workload=c.workload, seed=c.seed, model=c.model, duration=c.duration_s,
+            rate=c.rate, arrival=c.arrival, burstiness=c.burstiness,
+            length_scale=c.length_scale, time_dilation=c.dilation,
+            **outputs,  # type: ignore[arg-type]
+        )  # fmt: skip
 
     # -- the parts of role_launches --------------------------------------------------------
     def _ep_config(self, host: str) -> EpWorkerConfig:

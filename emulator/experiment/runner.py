@@ -87,6 +87,7 @@ from emulator.verdict.network import (
     step_overruns,
 )
 from serving.vllm_metrics import GATEWAY_LOOP_LAG, STEP_LATENESS, STEP_OVERRUN
+from zcube_lab.core.clock import Clock
 
 
 class Experiment:
@@ -201,7 +202,7 @@ class Experiment:
             if report is None:
                 missing["lossless agent"] = "it wrote no report, so its pauses are unchecked"
             else:
-                self._lossless = lossless_figures(report, self.plan.config.dilation)
+                self._lossless = lossless_figures(report, self.plan.clock)
                 lossless = LosslessEvidence(
                     reactions=report.reactions,
                     reaction_p99_s=self._lossless.reaction_p99_s,  # modelled, as the limit
@@ -247,7 +248,7 @@ class Experiment:
             if tick != last:
                 last = tick
                 done = sum(_count_lines(p) for p in self.dir.glob("requests*.jsonl"))
-                wall = self.config.duration_s * self.config.dilation
+                wall = self.plan.clock.wall(self.config.duration_s)
                 self.progress(f"  {elapsed:5.0f}s / {wall:g}s  {done} requests finished")
             time.sleep(0.5)
 
@@ -338,17 +339,18 @@ class Experiment:
         return analyze(events, records, kv_attempts, end_wall=t1, injected=injected)
 
 
-def lossless_figures(report: AgentReport, dilation: float = 1.0) -> LosslessFigures:
+def lossless_figures(report: AgentReport, clock: Clock | None = None) -> LosslessFigures:
     """The summary's lossless section from the agent's report, every time in modelled seconds
-    (the agent's wall seconds / the dilation k), as every time a run reports; its CPU in cores
-    of wall time."""
+    (the agent's wall seconds through the run's `clock`), as every time a run reports; its CPU
+    in cores of wall time."""
+    clock = clock or Clock()
 
     def modelled(wall: float | None) -> float | None:
-        return None if wall is None else wall / dilation
+        return None if wall is None else clock.modelled(wall)
 
     return LosslessFigures(
         ports={
-            port: PortPauses(int(p["pauses"]), float(p["paused_s"]) / dilation)
+            port: PortPauses(int(p["pauses"]), clock.modelled(float(p["paused_s"])))
             for port, p in sorted(report.ports.items())
         },
         reactions=report.reactions,

@@ -19,11 +19,10 @@ from emulator.experiment.plan import (
     RoleLaunch,
     RunConfig,
     RunPlan,
-    layout_hint,
     peer_address,
     plan_run,
-    profile_hint,
 )
+from emulator.experiment.runconfig import layout_hint, profile_hint
 from emulator.prometheus.config import COMPONENTS
 from serving import decode, gateway, prefill
 from serving.config import Address, EpWorkerConfig

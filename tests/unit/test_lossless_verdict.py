@@ -8,6 +8,7 @@ from emulator.results.summary import LosslessFigures, PortPauses
 from emulator.verdict.limits import Limits
 from emulator.verdict.netstats import QDISC_DROPS, STALLED, NetEvent
 from emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network
+from zcube_lab.core.clock import Clock
 
 
 def test_summary_lossless_section_round_trips_and_reads_as_a_line() -> None:
@@ -85,7 +86,7 @@ def test_the_agents_times_are_reported_in_modelled_seconds() -> None:
         ports={"b0-eth3": {"pauses": 3, "paused_s": 0.5}}, reactions=3,
         reaction_p50_s=0.001, reaction_p99_s=0.002, reaction_max_s=0.003,
     )  # fmt: skip
-    at_k2 = lossless_figures(report, dilation=2.0)
+    at_k2 = lossless_figures(report, Clock(2.0))
     assert at_k2.ports["b0-eth3"] == PortPauses(3, 0.25)
     assert (at_k2.reaction_p50_s, at_k2.reaction_p99_s) == (0.0005, 0.001)
     assert lossless_figures(report).ports["b0-eth3"] == PortPauses(3, 0.5)

@@ -16,6 +16,7 @@ from workloads.locust_ext import build_run, over_context
 from workloads.openloop import OpenLoopDriver, RequestRecord
 from workloads.profiles import load_profile
 from workloads.requests import PlannedRequest, generate_requests
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 
 
@@ -67,9 +68,10 @@ def test_dilated_sends_stretch_the_gaps_and_records_are_in_modelled_seconds() ->
 
     def send(req: PlannedRequest) -> RequestResult:
         gevent.sleep(0.1)  # a server answering in 0.1 s of wall time: 0.05 s modelled
-        return RequestResult("ok", 200, 0.1, 0.04, (0.02, 0.04), 3)
+        # as the client returns it: in modelled seconds
+        return RequestResult("ok", 200, 0.1, 0.04, (0.02, 0.04), 3).modelled(Clock(2.0))
 
-    driver = OpenLoopDriver(plan, send, records.append, dilation=2.0)
+    driver = OpenLoopDriver(plan, send, records.append, clock=Clock(2.0))
     start = time.perf_counter()
     driver.run()
     elapsed = time.perf_counter() - start
@@ -81,13 +83,13 @@ def test_dilated_sends_stretch_the_gaps_and_records_are_in_modelled_seconds() ->
         assert r.result.tpot == pytest.approx(0.015)
 
 
-def test_undilated_results_divide_every_time() -> None:
+def test_modelled_results_divide_every_time() -> None:
     r = RequestResult("ok", 200, 3.0, 1.0, (0.5, 1.5), 3, 7, "")
-    assert r.undilated(1.0) is r
-    half = r.undilated(2.0)
+    assert r.modelled(Clock(1.0)) is r
+    half = r.modelled(Clock(2.0))
     assert (half.e2e, half.ttft, half.itl, half.tpot) == (1.5, 0.5, (0.25, 0.75), 0.5)
     assert (half.outcome, half.output_tokens, half.prompt_tokens) == ("ok", 3, 7)
-    assert RequestResult("timeout", 0, 4.0).undilated(4.0).ttft is None
+    assert RequestResult("timeout", 0, 4.0).modelled(Clock(4.0)).ttft is None
 
 
 def test_in_flight_limit_refuses_instead_of_waiting() -> None:
@@ -184,7 +186,7 @@ def test_build_run_resolves_the_plan_window() -> None:
     assert staged.duration == 5.0 and staged.stream_name == "completion-stream"
     # Dilated: the plan is the same; --run-time is wall time, the plan's window modelled.
     dilated = build_run(_env(arrival="fixed", rate=4.0, duration=5.0, time_dilation=2.0))
-    assert (dilated.plan, dilated.duration, dilated.dilation) == (run.plan, 5.0, 2.0)
+    assert (dilated.plan, dilated.duration, dilated.clock) == (run.plan, 5.0, Clock(2.0))
     assert build_run(_env(arrival="fixed", rate=2.0, run_time=30, time_dilation=2)).duration == 15
     trace = build_run(_env(workload="trace", rate=100.0))
     assert len(trace.plan) == 240

@@ -11,16 +11,7 @@ from collections.abc import Mapping
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, PARAMETERS, build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
-from zcube_lab.core.fabric.hostplan import CONGESTION_CONTROLS, DEFAULT_CONGESTION_CONTROL
 from zcube_lab.core.fabric.queues import (
-    BUFFER_MODELS,
-    CHIPS,
-    DEFAULT_BUFFER_MODEL,
-    DEFAULT_CHIP,
-    HOST_QUEUE_PACKETS,
-    MAX_MTU,
-    MAX_QUEUE_PACKETS,
-    MIN_QUEUE_PACKETS,
     QueueModel,
     fabric_mtu,
 )
@@ -131,101 +122,40 @@ def spec_from_args(args: argparse.Namespace) -> FabricSpec:
     return FabricSpec.of(args.fabric, **size_params(args))
 
 
-def mtu_arg(text: str) -> int | str:
-    """--mtu: a number of bytes or `auto` (the MTU rule of zcube_lab.core.fabric.queues)."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'auto'") from None
+def _run_flags(group: argparse._ArgumentGroup, names: tuple[str, ...]) -> None:
+    """The flags of these `RunConfig` fields, declared there once."""
+    from emulator.experiment.runconfig import RunConfig
+    from zcube_lab.core.options import add_flags
+
+    add_flags(group, RunConfig, names)
 
 
 def add_link_arguments(group: argparse._ArgumentGroup) -> None:
     """--mtu, --buffer-model, --switch-chip, --queue-packets and --host-queue-packets: packet
     size and queue limits of every shaped link."""
-    group.add_argument(
-        "--mtu",
-        type=mtu_arg,
-        default=MAX_MTU,
-        help=f"MTU of every fabric interface (default {MAX_MTU}); auto: the largest whose "
-        "per-hop serialization on the slowest link stays within 2%% of a 50 ms transfer",
-    )
-    group.add_argument(
-        "--buffer-model",
-        choices=BUFFER_MODELS,
-        default=DEFAULT_BUFFER_MODEL,
-        help=f"switch buffer model sizing every switch port's queue (default "
-        f"{DEFAULT_BUFFER_MODEL}; docs/DOMAIN.md section 5, Switch buffer models)",
-    )
-    group.add_argument(
-        "--switch-chip",
-        choices=sorted(CHIPS),
-        default=DEFAULT_CHIP,
-        help=f"switch chip generation whose buffer the shared/bytes/time models share out "
-        f"(default {DEFAULT_CHIP}, the same chip for every fabric)",
-    )
-    group.add_argument(
-        "--queue-packets",
-        type=int,
-        help=f"queue limit of every switch port in packets ({MIN_QUEUE_PACKETS} to "
-        f"{MAX_QUEUE_PACKETS}; default: the buffer model of zcube_lab/core/fabric/queues.py)",
-    )
-    group.add_argument(
-        "--host-queue-packets",
-        type=int,
-        default=HOST_QUEUE_PACKETS,
-        help=f"queue limit of every host NIC port in packets (default {HOST_QUEUE_PACKETS}: "
-        "a NIC back-pressures its host instead of dropping)",
-    )
+    from emulator.experiment.runconfig import LINK_FIELDS
+
+    _run_flags(group, LINK_FIELDS)
 
 
 def add_datapath_arguments(group: argparse._ArgumentGroup) -> None:
     """--ovs-instances: how many ovs-vswitchd daemons of the lab's own carry the switches."""
-    group.add_argument(
-        "--ovs-instances",
-        type=int,
-        default=0,
-        metavar="N",
-        help="0 (default): every switch in the system Open vSwitch, whose one main thread "
-        "serves every port; N: N private ovs-vswitchd instances, the switches dealt among them "
-        "(userspace datapath; docs/BENCHMARKS.md, datapath levers)",
-    )
+    _run_flags(group, ("ovs_instances",))
 
 
 def add_lossless_argument(group: argparse._ArgumentGroup) -> None:
     """--lossless: PFC-like pauses instead of drops at switch ports."""
-    group.add_argument(
-        "--lossless",
-        action="store_true",
-        help="lossless switch ports (PFC-like): a queue past XOFF (the buffer model's limit) "
-        "pauses the ports feeding it until XON, hop by hop, instead of dropping; an agent "
-        "process does it (docs/LOSSLESS.md)",
-    )
+    _run_flags(group, ("lossless",))
 
 
 def add_transport_arguments(group: argparse._ArgumentGroup) -> None:
     """--cc: TCP congestion control of every host namespace."""
-    group.add_argument(
-        "--cc",
-        choices=CONGESTION_CONTROLS,
-        default=DEFAULT_CONGESTION_CONTROL,
-        help=f"TCP congestion control in every host namespace (default "
-        f"{DEFAULT_CONGESTION_CONTROL}: the kernel's own, which hosts inherited before; "
-        "docs/DOMAIN.md section 5)",
-    )
+    _run_flags(group, ("congestion_control",))
 
 
 def add_kv_transport_argument(group: argparse._ArgumentGroup) -> None:
     """--kv-transport: how decode pulls KV (TCP lanes, or the MRC-style datagrams)."""
-    group.add_argument(
-        "--kv-transport",
-        choices=("tcp", "mrc"),
-        default="tcp",
-        help="how decode pulls KV: tcp (lanes of TCP connections, the default) or mrc "
-        "(MRC-style UDP datagrams sprayed over entropy values that name their paths; the "
-        "controller installs the EV rules; docs/FAILURES.md)",
-    )
+    _run_flags(group, ("kv_transport",))
 
 
 def link_options_from_args(

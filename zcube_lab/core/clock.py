@@ -7,6 +7,11 @@ modelled world (a latency observed by a server or the load generator). A value c
 the two only through a clock, so which time a figure is in is decided where the clock is held,
 not by a name suffix.
 
+The dilation k is validated here and nowhere else (`check_dilation`: every config that holds a
+k, the run's, the load generator's, the serving roles', builds or checks it through this module).
+Rates cross too: a rate per modelled second is `wall_rate(...)` per wall second (a link shaped
+k times slower carries the same bytes in k times the time).
+
 Also here: what the kernel's TCP does on its own clock, and the per-route options
 (`ip route ... rto_min ... quickack 1`) that dilate what can be dilated (`tcp_route_options`).
 """
@@ -15,7 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zcube_lab.core.fabric.scale import check_dilation
+from zcube_lab.core.errors import ConfigError
+
+MAX_DILATION = 16.0
 
 # Linux's minimum retransmission timeout (TCP_RTO_MIN in include/net/tcp.h), settable per route
 # (`rto_min`). The delayed-ACK minimum (TCP_DELACK_MIN, 40 ms) has no route option that
@@ -24,6 +31,12 @@ from zcube_lab.core.fabric.scale import check_dilation
 # count is a sysctl) and the fixed parts of the tail-loss probe's timer (the rest is derived
 # from the RTT, which dilates).
 TCP_RTO_MIN_S = 0.2
+
+
+def check_dilation(dilation: float, field: str = "dilation") -> None:
+    """Refuse a time dilation outside 1 <= k <= MAX_DILATION (a ConfigError naming `field`)."""
+    if not 1.0 <= dilation <= MAX_DILATION:
+        raise ConfigError(field, dilation, f"between 1 (off) and {MAX_DILATION:g}")
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,10 @@ class Clock:
     def modelled(self, wall_s: float) -> float:
         """Modelled seconds a wall-clock measurement of `wall_s` seconds stands for."""
         return wall_s / self.dilation
+
+    def wall_rate(self, per_modelled_s: float) -> float:
+        """A rate per modelled second (a link's Mb/s) as a rate per wall second."""
+        return per_modelled_s / self.dilation
 
 
 def tcp_route_options(clock: Clock) -> str:

@@ -243,7 +243,7 @@ def _port(wanted: int, bind: str, what: str, console: Console) -> int:
 def serve_config(args: argparse.Namespace) -> RunConfig:
     """The serving plan of `up --serve`: the fabric and the workload profile's hints (prefill
     servers, placement, prefix-cache hit rate, hot decode set); ConfigError names a bad one."""
-    from emulator.experiment.plan import RunConfig, hotspot_hint, layout_hint, profile_hint
+    from emulator.experiment.runconfig import RunConfig, hotspot_hint, layout_hint, profile_hint
     from zcube_lab.core.fabric.placement import LayoutSpec
 
     hot_decodes, hot_period = hotspot_hint(args.workload)

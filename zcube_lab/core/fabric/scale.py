@@ -15,16 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.clock import Clock, check_dilation
 from zcube_lab.core.fabric.description import Fabric
-
-MAX_DILATION = 16.0
-
-
-def check_dilation(dilation: float) -> None:
-    """Refuse a time dilation outside 1 <= k <= MAX_DILATION."""
-    if not 1.0 <= dilation <= MAX_DILATION:
-        raise ConfigError("dilation", dilation, f"between 1 (off) and {MAX_DILATION:g}")
 
 
 @dataclass(frozen=True)
@@ -39,6 +31,11 @@ class Scale:
     def __post_init__(self) -> None:
         check_dilation(self.dilation)
 
+    @property
+    def clock(self) -> Clock:
+        """Modelled and wall time at this scale's dilation."""
+        return Clock(self.dilation)
+
     def bandwidth_scale(self, fabric: Fabric) -> float:
         """Real NIC rate over emulated NIC rate (e.g. 400 Gb/s / 100 Mb/s = 4000), whatever
         the dilation: payload bytes are divided by this."""
@@ -51,9 +48,9 @@ class Scale:
     def link_mbps(self, fabric: Fabric, gbps: float) -> float:
         """Emulated (shaped) rate of a link whose full-scale rate is `gbps`: the modelled rate
         divided by the dilation."""
-        return self.modelled_mbps(fabric, gbps) / self.dilation
+        return self.clock.wall_rate(self.modelled_mbps(fabric, gbps))
 
     @property
     def shaped_nic_mbps(self) -> float:
         """The rate a whole NIC is shaped at (what the datapath must carry per NIC)."""
-        return self.nic_mbps / self.dilation
+        return self.clock.wall_rate(self.nic_mbps)
