@@ -54,6 +54,7 @@ from emulator.lab.netsampler import buckets_of, metrics_texts
 from emulator.lab.system import LabError
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
+from emulator.results.bmwg import with_kpis
 from emulator.results.dilation import undilate
 from emulator.results.fault_report import analyze
 from emulator.results.figures import client_summary, fabric_stats, read_jsonl, throughput_series
@@ -326,6 +327,7 @@ class Experiment:
             dir=self.dir,
         )
         summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)
+        summary = with_kpis(summary, records, self.config.duration_s, self.plan.placement)
         summary.write(self.dir)
         return summary
 

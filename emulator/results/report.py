@@ -27,6 +27,7 @@ from typing import Any
 
 from emulator.results.compare_metrics import METRICS, Metric, figure, shown_metrics
 from emulator.results.figures import read_jsonl
+from emulator.results.kpitable import kpi_section
 from emulator.results.plots import (
     fault_spans,
     plot_fault_timeline,
@@ -370,6 +371,7 @@ def write_report(
         else:
             parts.append(f"<li class='ok'>{html.escape(f)}: the emulator kept up in every run</li>")
     parts += _results_table(agg, fabrics, baseline, runs)
+    parts += kpi_section(runs, fabrics)  # the IETF BMWG draft's KPIs by name
     parts += _cost_table()
     parts.append("</table><h2>Plots</h2>")
     for p in plots:

@@ -1,15 +1,15 @@
 """What one run measured, as typed data: `RunSummary` and its sections, read from and written
 to `summary.json` (pure, apart from `read`/`write`).
 
-The JSON is the file format users and scripts already read, so every class here writes exactly
-the keys, nesting and value types the runner has always written: a flat section is a dataclass
-whose field names are its keys, in the same order. Two sections are written flat but held
-nested, because part of them exists only sometimes: `FabricStats.utilization` (its keys lead the
-`fabric_stats` object), `FabricStats.directed` (per-direction keys after them, in runs since
-both directions were counted) and `FaultReport.recovery` (the per-phase and recovery keys,
-present only when a fault held). Sections that older runs lack (`label`, `policy`, `faults`,
-`link_util`, `transfers`) are None and stay absent when written again; a key missing inside a
-section reads as None.
+The JSON is the file format users and scripts already read, so every class writes exactly the
+keys, nesting and value types the runner has always written: a flat section is a dataclass
+whose field names are its keys, in the same order (`emulator.results.sections`). The client,
+server, transfer and lossless sections are here; the fabric's (`FabricStats`, `LinkLoad`) are in
+`emulator.results.fabricfigures`, the faults' (`FaultReport`) in
+`emulator.results.faultfigures`, and the IETF BMWG draft's KPIs (`DraftKpis`, key `bmwg`) in
+`emulator.results.kpis`; all are importable from here. Sections that older runs lack (`label`,
+`policy`, `faults`, `link_util`, `transfers`, `lossless`, `bmwg`) are None and stay absent when
+written again; a key missing inside a section reads as None.
 
 Links are named by direction: `a0:3->h5` (switch a0's port 3 transmitting to host h5),
 `h5->a0:3` (h5 transmitting into that port), `a0:6->b1:5` between switches.
@@ -26,34 +26,49 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from emulator.results.fabricfigures import (
+    DirectedUtilization,
+    FabricStats,
+    HotPort,
+    LinkLoad,
+    Utilization,
+)
+from emulator.results.faultfigures import FaultRecovery, FaultReport, InjectedFault
+from emulator.results.kpis import DraftKpis
+from emulator.results.sections import Span
+from emulator.results.sections import flat as _flat
+from emulator.results.sections import from_flat as _from_flat
+from emulator.results.sections import pairs as _pairs
 from emulator.verdict.judge import HealthVerdict
+
+# The sections that live in their own modules, importable from here as before.
+__all__ = [
+    "QUANTILES",
+    "SUMMARY_FILE",
+    "ClientFigures",
+    "DirectedUtilization",
+    "DraftKpis",
+    "FabricStats",
+    "FaultRecovery",
+    "FaultReport",
+    "HotPort",
+    "InjectedFault",
+    "LinkLoad",
+    "LosslessFigures",
+    "PortPauses",
+    "RunSummary",
+    "ServerFigures",
+    "Span",
+    "TransferFigures",
+    "Utilization",
+]
 
 SUMMARY_FILE = "summary.json"
 QUANTILES = (50, 90, 99)
-
-Span = tuple[float, float]
-_T = TypeVar("_T")
-
-
-def _flat(obj: Any) -> dict[str, Any]:
-    """A flat section's keys: its fields, in order."""
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
-
-
-def _from_flat(cls: type[_T], data: Mapping[str, Any], **nested: Any) -> _T:
-    """A flat section from its keys; a missing key reads as None (a run from an older version)."""
-    values = {f.name: data.get(f.name) for f in fields(cls)}  # type: ignore[arg-type]
-    values.update(nested)
-    return cls(**values)
-
-
-def _pairs(rows: Any) -> tuple[Span, ...]:
-    """JSON's lists of [a, b] as the tuples the producers build."""
-    return tuple((a, b) for a, b in rows or ())
 
 
 # --- client and server figures ---------------------------------------------------------------
@@ -158,186 +173,14 @@ class TransferFigures:
     alltoall_bytes_sent_p50: float | None  # bytes one engine sent in one exchange
     alltoall_bytes_received_p50: float | None
     alltoall_exchange_failures: int | None
-
-
-# --- the fabric ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HotPort:
-    """One of the busiest switch ports."""
-
-    switch: str
-    port: int
-    util: float
-
-
-@dataclass(frozen=True)
-class Utilization:
-    """Max and mean transmit utilization over all switch ports and over switch-to-switch
-    (trunk) ports, and the hottest ports."""
-
-    link_util_max: float
-    link_util_mean: float
-    trunk_util_max: float
-    trunk_util_mean: float
-    hottest_ports: tuple[HotPort, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**_flat(self), "hottest_ports": [_flat(p) for p in self.hottest_ports]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Utilization:
-        ports = tuple(HotPort(**p) for p in data.get("hottest_ports") or ())
-        return _from_flat(cls, data, hottest_ports=ports)
-
-
-@dataclass(frozen=True)
-class LinkLoad:
-    """One direction of one link: mean utilization over the run window and the peak over
-    windows of about one second (None when the counter had too few samples)."""
-
-    mean: float
-    peak: float | None
-
-
-@dataclass(frozen=True)
-class DirectedUtilization:
-    """Every link in both directions, host NIC links included: the busiest (highest mean), the
-    one with the highest peak, and the busiest host-to-switch and switch-to-host directions."""
-
-    busiest_link: str | None
-    busiest_link_util_mean: float | None
-    busiest_link_util_peak: float | None
-    peak_link: str | None
-    peak_link_util: float | None
-    host_uplink_util_max: float | None  # host -> switch, mean
-    host_downlink_util_max: float | None  # switch -> host, mean
-    directed_links: int
-    util_peak_window_s: float | None
-
-
-@dataclass(frozen=True)
-class FabricStats:
-    """What crossed the fabric, against what the servers say they sent."""
-
-    utilization: Utilization
-    drops: float
-    host_ingress_bytes: float
-    server_reported_bytes: float
-    overhead_ratio: float | None
-    switches: int
-    switching_capacity_gbps: float
-    directed: DirectedUtilization | None = None  # runs since both directions were counted
-
-    @property
-    def switching_capacity_tbps(self) -> float:
-        """The emulated fabric's switching capacity in Tb/s (the report's unit)."""
-        return self.switching_capacity_gbps / 1000
-
-    def to_dict(self) -> dict[str, Any]:
-        rest = {k: v for k, v in _flat(self).items() if k not in ("utilization", "directed")}
-        out = {**self.utilization.to_dict(), **rest}
-        if self.directed is not None:
-            out.update(_flat(self.directed))
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FabricStats:
-        directed = _from_flat(DirectedUtilization, data) if "directed_links" in data else None
-        return _from_flat(cls, data, utilization=Utilization.from_dict(data), directed=directed)
-
-
-# --- faults ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InjectedFault:
-    """An injected failure as scheduled (`zcube_lab.core.fault_schedule.Fault.to_dict`)."""
-
-    label: str
-    kind: str
-    at_s: float
-    for_s: float | None
-    links: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**_flat(self), "links": list(self.links)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> InjectedFault:
-        return _from_flat(cls, data, links=tuple(data.get("links") or ()))
-
-
-@dataclass(frozen=True)
-class FaultRecovery:
-    """The part of the fault report that exists only when a fault held: per phase (by send
-    time: before the first fault, during any, after the last) TTFT p99, requests and failures,
-    and how long the hit KV transfers and the throughput took to recover."""
-
-    ttft_p99_before_s: float | None
-    requests_before: int
-    failed_before: int
-    ttft_p99_during_s: float | None
-    requests_during: int
-    failed_during: int
-    ttft_p99_after_s: float | None
-    requests_after: int
-    failed_after: int
-    kv_hit_transfers: int
-    recovery_kv_first_s: float | None
-    recovery_kv_all_s: float | None
-    recovery_kv_first_after_restore: bool | None
-    recovery_throughput_s: float | None
-
-
-@dataclass(frozen=True)
-class FaultReport:
-    """What a run lost to its injected faults (`emulator.results.fault_report.analyze`); KV
-    integrity is counted in every run, faults or not."""
-
-    faults: int
-    failed_requests: int
-    errors: Mapping[str, int]  # the five most frequent client errors -> count
-    kv_transfers: int
-    kv_completed: int
-    kv_failed_attempts: int
-    kv_retried: int
-    kv_lanes_retired: int
-    kv_checksum_failures: int
-    kv_completed_unverified: int
-    kv_unfinished_transfers: int
-    kv_bytes_lost: int
-    recovery: FaultRecovery | None = None
-    injected: tuple[InjectedFault, ...] = ()
-    spans_s: tuple[Span, ...] = ()  # fault windows, seconds since the load generator's start
-    # The same windows in wall time: for the analysis, not written (the clock is the host's).
-    windows: tuple[Span, ...] = field(default=(), compare=False, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in _flat(self).items() if k not in _FAULT_SPECIAL}
-        out["errors"] = dict(self.errors)
-        if self.recovery is not None:
-            out.update(_flat(self.recovery))
-        out["injected"] = [f.to_dict() for f in self.injected]
-        out["spans_s"] = [list(s) for s in self.spans_s]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FaultReport:
-        recovery = _from_flat(FaultRecovery, data) if "requests_before" in data else None
-        return _from_flat(
-            cls,
-            data,
-            errors=dict(data.get("errors") or {}),
-            recovery=recovery,
-            injected=tuple(InjectedFault.from_dict(f) for f in data.get("injected") or ()),
-            spans_s=_pairs(data.get("spans_s")),
-            windows=(),
-        )
-
-
-_FAULT_SPECIAL = ("recovery", "injected", "spans_s", "windows")
+    # Newer, absent (None) in older runs: the totals behind the BMWG draft's bandwidths, and
+    # the fabric fraction: per request, its KV pull time over its TTFT at the gateway.
+    kv_bytes_total: float | None = None  # bytes of the completed pulls
+    kv_xfer_total_s: float | None = None  # their times, summed
+    alltoall_bytes_total: float | None = None  # bytes engines sent in clean exchanges
+    fabric_fraction_p50: float | None = None
+    fabric_fraction_p99: float | None = None
+    fabric_fraction_requests: int | None = None  # requests in both logs, with a TTFT
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -425,6 +268,7 @@ class RunSummary:
     trustworthy: bool
     dilation: float = 1.0  # time dilation k; written only when not 1
     lossless: LosslessFigures | None = None  # pauses and the agent, under --lossless only
+    bmwg: DraftKpis | None = None  # the IETF BMWG draft's KPIs by name (emulator.results.bmwg)
     # Where it was read from (not written): the report finds the run's other files there.
     dir: Path | None = field(default=None, compare=False, repr=False)
 
@@ -461,6 +305,8 @@ class RunSummary:
             out["transfers"] = _flat(self.transfers)
         if self.lossless is not None:
             out["lossless"] = self.lossless.to_dict()
+        if self.bmwg is not None:
+            out["bmwg"] = self.bmwg.to_dict()
         return out
 
     @classmethod
@@ -498,6 +344,7 @@ class RunSummary:
             lossless=(
                 LosslessFigures.from_dict(data["lossless"]) if data.get("lossless") else None
             ),
+            bmwg=DraftKpis.from_dict(data["bmwg"]) if data.get("bmwg") is not None else None,
             dir=dir,
         )
 

@@ -18,7 +18,9 @@ samples when one of its repeats has; its interval is the envelope of its repeats
 interval. sweep.json files written with the earlier bootstrap intervals read the same way.
 
 Interoperable figures per run: vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`) and the
-IETF BMWG draft's KPIs under their names (`emulator.results.bmwg`).
+IETF BMWG draft's KPIs under their names: the run summary's `bmwg` section, or for a run from
+before summaries carried it the same KPIs computed from its summary and records
+(`emulator.results.bmwg`); a point's capacity is the draft's Request_Rate.
 
 Stop rules: a repeat's ramp ends at the first rate where it missed the SLO or was not
 trustworthy (`capacity.walk_ended`): by the capacity rule no higher rate can change that
@@ -47,7 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from emulator.results import bmwg
+from emulator.results import bmwg, kpis
 from emulator.results.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
 from emulator.results.goodput import (
     Slo,
@@ -216,7 +218,7 @@ def run_point(
         intervals=sample_intervals(records) if few else None,
         vllm_goodput_per_s=v.request_goodput,
         vllm_duration_s=v.duration_s,
-        bmwg=bmwg.run_kpis(summary, records, slo, window_s),
+        bmwg=(summary.bmwg or bmwg.run_kpis(summary, records, window_s)).to_dict(),
     )
 
 
@@ -372,7 +374,7 @@ class SweepResult:
             "capacity_rule": CAPACITY_RULE,
             "samples_rule": SAMPLES_RULE,
             "vllm_goodput_arg": vllm_goodput_arg(self.slo),
-            "bmwg_draft": bmwg.DRAFT,
+            "bmwg_draft": kpis.DRAFT,
             "runs": [r.to_dict() for r in self.runs],
             "points": [p.to_dict() for p in self.points()],
             "max_rates": [m.to_dict() for m in self.max_rates()],

@@ -6,6 +6,12 @@ The logs, one JSON line per event, in the run's `logs/`:
   `end` wall-clock seconds, `ok`, `bytes`, and `engine_id`, the prefill engine pulled from.
 - `ep-<engine id>.jsonl`: every expert-parallel exchange: `start`, `end`, `seconds`,
   `bytes_sent`, `bytes_received`, `peers`, `failures`, `step`.
+- `requests-gateway.jsonl`: the gateway's record of every request (`serving.requestlog`), with
+  the `request_id` it passed to decode, which decode's KV log repeats, and its `ttft_s`.
+
+The fabric fraction (the BMWG draft's T_transfer / TTFT, its section 6.1) is per request: the
+time of all its pull attempts over its TTFT at the gateway, both on the wall clock (a ratio,
+the same at every dilation); its quantiles are over the requests in both logs with a TTFT.
 
 The Prometheus histograms of the same times stay for Grafana; their quantiles are exact only to
 their buckets (0.25-1 s and 1-5 s at the top), which hides the 1 s stalls the issue is about.
@@ -31,6 +37,7 @@ from zcube_lab.core.stats import quantile
 
 KV_LOG_PREFIX = "kv-"
 EP_LOG_PREFIX = "ep-"
+GATEWAY_LOG = "requests-gateway.jsonl"
 # A pull slower than this many times its ideal time, plus this slack (connect, framing, first
 # byte; modelled seconds, so x k on the logs' wall clock), is "stalled": a lost segment waiting
 # for a retransmission, or a deep queue.
@@ -131,6 +138,8 @@ def kv_figures(
         "kv_pulls_rated": len(ratios),
         "kv_pulls_stalled": len(stalled),
         "kv_stalled_max_s": max(stalled, default=None),
+        "kv_bytes_total": sum(sizes) if sizes else None,
+        "kv_xfer_total_s": sum(seconds) if seconds else None,
     }
 
 
@@ -166,6 +175,29 @@ def ep_figures(exchanges: Iterable[Row] | None) -> dict[str, Any]:
         "alltoall_exchange_failures": (
             sum(int(r.get("failures") or 0) for r in rows) if exchanges is not None else None
         ),
+        "alltoall_bytes_total": sum(sent) if exchanges is not None else None,
+    }
+
+
+def fabric_fraction(attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row]) -> dict[str, Any]:
+    """The fabric fraction's p50 and p99 and the requests they are over: per request that
+    decode pulled for and the gateway timed to a first token, the summed time of its pull
+    attempts over its TTFT (see the module docstring)."""
+    pulled: dict[str, float] = {}
+    for _, row in attempts:
+        took = _seconds(row)
+        rid = row.get("request_id")
+        if rid and took is not None:
+            pulled[rid] = pulled.get(rid, 0.0) + took
+    ratios = [
+        pulled[r["request_id"]] / float(r["ttft_s"])
+        for r in gateway
+        if r.get("request_id") in pulled and r.get("ttft_s")
+    ]
+    return {
+        "fabric_fraction_p50": quantile(ratios, 0.5),
+        "fabric_fraction_p99": quantile(ratios, 0.99),
+        "fabric_fraction_requests": len(ratios),
     }
 
 
@@ -204,4 +236,5 @@ def transfer_figures(
     return TransferFigures(
         **kv_figures(kv, engine_rates(fabric, scale, engine_hosts), Clock(scale.dilation)),
         **ep_figures(ep),
+        **fabric_fraction(kv, read_jsonl(log_dir / GATEWAY_LOG)),
     )

@@ -87,3 +87,24 @@ def test_transfer_figures_read_the_run_logs(tmp_path: Path) -> None:
     assert figs.alltoall_exchange_failures is None  # no exchange log: no figure
     _write(tmp_path / "ep-decode-5.jsonl", [{"seconds": 0.004, "bytes_sent": 10, "failures": 0}])
     assert transfer_figures(tmp_path, fabric, scale, hosts).alltoall_p50_s == 0.004
+
+
+def test_the_fabric_fraction_is_per_request_pull_time_over_gateway_ttft() -> None:
+    from emulator.results.transfers import fabric_fraction
+
+    pulls = [
+        ("decode-4", {"request_id": "a", "start": 0.0, "end": 0.1, "ok": False}),
+        ("decode-4", {"request_id": "a", "start": 0.2, "end": 0.3, "ok": True}),  # retried
+        ("decode-5", {"request_id": "b", "start": 0.0, "end": 0.4, "ok": True}),
+        ("decode-5", {"request_id": "c", "start": 0.0, "end": 0.4, "ok": True}),  # no TTFT
+    ]
+    gateway = [
+        {"request_id": "a", "ttft_s": 1.0},
+        {"request_id": "b", "ttft_s": 0.5},
+        {"request_id": "c", "ttft_s": None},
+        {"request_id": "d", "ttft_s": 0.5},  # no pull logged
+    ]
+    f = fabric_fraction(pulls, gateway)
+    assert f["fabric_fraction_requests"] == 2
+    assert f["fabric_fraction_p50"] == pytest.approx((0.2 + 0.8) / 2)
+    assert f["fabric_fraction_p99"] == pytest.approx(0.2 + 0.99 * 0.6)
