@@ -1,15 +1,12 @@
 """The structure table (a scaled fabric beside its full size) rendered for `report.html` and
-for the console; the rows come from `zcube_lab.core.fabric.structure.structure_rows` (pure)."""
+for the console; the rows come from `zcube_lab.core.fabric.fullsize.structure_rows` (pure)."""
 
 from __future__ import annotations
 
 import html
 
-from zcube_lab.core.fabric.structure import (
-    SHARE_GOAL_POINTS,
-    StructureComparison,
-    structure_rows,
-)
+from zcube_lab.core.fabric.fullsize import StructureComparison, structure_rows
+from zcube_lab.core.fabric.structure import SHARE_GOAL_POINTS
 
 HEADER = ("", "scaled", "full size", "difference")
 

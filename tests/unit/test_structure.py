@@ -8,16 +8,15 @@ from emulator.results.structuretable import structure_html, structure_text
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_roft, build_zcube
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fabric.placement import LayoutSpec
-from zcube_lab.core.fabric.structure import (
+from zcube_lab.core.fabric.fullsize import (
     StructureComparison,
-    _Graph,
     compare_structure,
-    fabric_structure,
     full_size_layout,
     full_size_spec,
     structure_rows,
 )
+from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.core.fabric.structure import _Graph, fabric_structure
 
 
 def _by_shared(stats):

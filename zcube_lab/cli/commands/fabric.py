@@ -24,11 +24,7 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.evpaths import MAX_EVS, ev_path, ev_ports
-from zcube_lab.core.fabric.placement import ALLTOALL, LAYOUTS, LayoutSpec
-from zcube_lab.core.fabric.queues import queue_summary
-from zcube_lab.core.fabric.scale import Scale
-from zcube_lab.core.fabric.split import RULE, Split, split_fabric
-from zcube_lab.core.fabric.structure import (
+from zcube_lab.core.fabric.fullsize import (
     FULL_GPUS,
     FULL_GPUS_PER_SERVER,
     FULL_SWITCH_PORTS,
@@ -36,6 +32,10 @@ from zcube_lab.core.fabric.structure import (
     compare_structure,
     structure_rows,
 )
+from zcube_lab.core.fabric.placement import ALLTOALL, LAYOUTS, LayoutSpec
+from zcube_lab.core.fabric.queues import queue_summary
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.fabric.split import RULE, Split, split_fabric
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
