@@ -1,7 +1,9 @@
 """Describe a fabric without building it: hosts, switches, links, ports, switching capacity,
 diameter, the shortest paths between two hosts (with --evs, the path each MRC entropy value
 takes), and (with --machines) how the fabric splits
-across several lab machines and which links become tunnels. Needs no root."""
+across several lab machines and which links become tunnels. With --vs-full-size: the structure
+table, where the scenario's pairs meet on this fabric and on the full-size one it stands for
+(docs/DOMAIN.md, Scale-downs that keep structure). Needs no root."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from emulator.results.structuretable import structure_title, structure_verdict
 from zcube_lab.cli.fabric_options import (
     add_fabric_arguments,
     add_link_arguments,
@@ -21,6 +24,15 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.evpaths import MAX_EVS, ev_path, ev_ports
+from zcube_lab.core.fabric.fullsize import (
+    FULL_GPUS,
+    FULL_GPUS_PER_SERVER,
+    FULL_SWITCH_PORTS,
+    StructureComparison,
+    compare_structure,
+    structure_rows,
+)
+from zcube_lab.core.fabric.placement import ALLTOALL, LAYOUTS, LayoutSpec
 from zcube_lab.core.fabric.queues import queue_summary
 from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.fabric.split import RULE, Split, split_fabric
@@ -48,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "GPU servers) and show each machine's share and the links that become tunnels",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_structure_arguments(parser)
     links = parser.add_argument_group("queues (what a lab of this fabric would set)")
     links.add_argument(
         "--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate (default 100)"
@@ -55,8 +68,109 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_link_arguments(links)
 
 
+def add_structure_arguments(parser: argparse.ArgumentParser) -> None:
+    """--vs-full-size, the full size it is set against, and the scenario whose pairs count."""
+    g = parser.add_argument_group("structure table (--vs-full-size)")
+    g.add_argument(
+        "--vs-full-size",
+        action="store_true",
+        help="print the structure table instead: shares of pairs at 1, 2 and 3 switch hops, "
+        "link-disjoint paths, NIC ports, servers per A segment or rail leaf, bisection and "
+        "oversubscription, for all pairs and the scenario's PD and EP pairs, on this fabric "
+        "and on the full-size one it stands for, with the difference in points",
+    )
+    g.add_argument("--full-gpus", type=int, default=FULL_GPUS, help="GPUs of the full-size fabric")
+    g.add_argument(
+        "--full-gpus-per-server",
+        type=int,
+        default=FULL_GPUS_PER_SERVER,
+        help="GPUs per server of the full-size fabric",
+    )
+    g.add_argument(
+        "--full-switch-ports",
+        type=int,
+        default=FULL_SWITCH_PORTS,
+        help="ports of a full-size ROFT/Clos leaf at the NIC rate (half down, half up)",
+    )
+    g.add_argument(
+        "--workload",
+        action="append",
+        metavar="W",
+        help="workload profile whose placement hints (layout, prefill servers) set the pairs; "
+        "repeatable, one table each (default coding-agent)",
+    )
+    g.add_argument(
+        "--prefill-servers", type=int, help="servers that prefill (default: the profile's, or 1)"
+    )
+    g.add_argument("--decode-servers", type=int, help="servers that decode (default: the rest)")
+    g.add_argument("--ep-servers", type=int, default=1, help="servers per EP instance")
+    g.add_argument("--alltoall", choices=ALLTOALL, default="rail", help="EP exchange: rail or all")
+    g.add_argument("--layout", choices=LAYOUTS, help="default: the workload profile's hint")
+
+
+def structure_comparisons(args: argparse.Namespace) -> list[StructureComparison]:
+    """One structure comparison per workload the options name."""
+    from workloads.profiles import load_profile
+
+    spec = spec_from_args(args)
+    out = []
+    for workload in args.workload or ["coding-agent"]:
+        profile = load_profile(workload)
+        prefill = args.prefill_servers or profile.prefill_servers or 1
+        hint = "rail-aligned" if profile.placement == "rail-aligned" else "default"
+        layout = LayoutSpec(
+            prefill_servers=prefill,
+            decode_servers=args.decode_servers,
+            ep_servers=args.ep_servers,
+            layout=args.layout or hint,
+            alltoall=args.alltoall,
+        )
+        out.append(
+            compare_structure(
+                spec,
+                layout,
+                workload,
+                args.full_gpus,
+                args.full_gpus_per_server,
+                args.full_switch_ports,
+            )
+        )
+    return out
+
+
+def _run_structure(args: argparse.Namespace) -> int:
+    comparisons = structure_comparisons(args)
+    if args.json:
+        print(json.dumps([c.to_dict() for c in comparisons], indent=2))
+        return 0
+    console = Console()
+    for cmp in comparisons:
+        table = Table(title=structure_title(cmp))
+        for column in ("", "scaled", "full size", "difference"):
+            table.add_column(column, justify="left" if not column else "right")
+        section = None
+        for row in structure_rows(cmp):
+            if row.section != section:
+                section = row.section
+                table.add_row(f"[bold]{section}[/bold]", "", "", "")
+            diff = f"[red]{row.diff}[/red]" if row.beyond_goal else row.diff
+            table.add_row(f"  {row.label}", row.scaled, row.full, diff)
+        console.print(table)
+        console.print(structure_verdict(cmp))
+        layout = cmp.full.layout
+        if layout:
+            console.print(
+                f"full-size placement: {layout['prefill_servers']} prefill servers, "
+                f"{layout['decode_servers'] or 'the rest'} decode, EP {layout['ep_servers']} "
+                f"server(s), {layout['layout']} layout, alltoall {layout['alltoall']}"
+            )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the fabric's summary (and paths or links when asked)."""
+    if args.vs_full_size:
+        return _run_structure(args)
     fabric = build_fabric(spec_from_args(args))
     summary = dict(fabric.summary())
     paths = []

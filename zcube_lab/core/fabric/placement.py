@@ -99,6 +99,13 @@ def place(fabric: Fabric, spec: LayoutSpec) -> Placement:
             f"with at least one of each",
         )
     for role, count in (("prefill", spec.prefill_servers), ("decode", decode_servers)):
+        if spec.ep_servers > count:
+            raise ConfigError(
+                "ep_servers",
+                spec.ep_servers,
+                f"an EP instance of {spec.ep_servers} servers is wider than the {count} {role} "
+                f"servers of a fabric with {len(servers)} servers",
+            )
         if count % spec.ep_servers:
             raise ConfigError(
                 "ep_servers",
