@@ -10,17 +10,38 @@ flags given on the command line win over the file.
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from serving.models import EP_EXPOSED_FRACTION, PROFILES, ModelProfile, get_profile
+from serving.addresses import (
+    Address,
+    addresses,
+    check_source_map,
+    parse_address,
+    parse_kv_sources,
+    parse_prefill_kv,
+    parse_urls,
+    prefill_kv_item,
+)
+from serving.epoptions import EpOptions
+from serving.eptraffic import EpTraffic
+from serving.models import PROFILES, ModelProfile, get_profile
 from serving.options import option
 from serving.routing import BALANCERS
 from zcube_lab.core.clock import Clock, check_dilation
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.evpaths import EV_BASE, EV_SPAN, MAX_EVS
+
+__all__ = [
+    "Address",
+    "DecodeConfig",
+    "EngineCommon",
+    "EpWorkerConfig",
+    "GatewayConfig",
+    "PrefillConfig",
+    "addresses",
+    "parse_address",
+]
 
 # The gateway's balancing policies (`--policy`): the registered balancers.
 BALANCING_POLICIES = tuple(BALANCERS)
@@ -37,70 +58,6 @@ def _check_transport(name: str) -> None:
         raise ConfigError("kv_transport", name, f"one of {list(KV_TRANSPORTS)}")
 
 
-@dataclass(frozen=True, order=True)
-class Address:
-    """A TCP endpoint, `host:port`."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def parse_address(text: str, field_name: str) -> Address:
-    """`host:port` to an Address, or a ConfigError."""
-    host, sep, port = str(text).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(field_name, text, "host:port with a port in 0..65535")
-    return Address(host, int(port))
-
-
-def addresses(values: Sequence[str] | str | None, field_name: str) -> tuple[Address, ...]:
-    """Repeatable / comma-separated `host:port` flags to Addresses."""
-    if values is None:
-        return ()
-    if isinstance(values, str):
-        values = [values]
-    out: list[Address] = []
-    for v in values:
-        out.extend(parse_address(p, field_name) for p in str(v).split(",") if p)
-    return tuple(out)
-
-
-def parse_urls(values: Sequence[str] | str | None, field_name: str = "") -> tuple[str, ...]:
-    """Repeatable / comma-separated URL flags to a tuple (checked by the config)."""
-    if values is None:
-        return ()
-    if isinstance(values, str):
-        values = [values]
-    return tuple(u for v in values for u in str(v).split(",") if u)
-
-
-def parse_kv_sources(values: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
-    """`CIDR=LOCAL` flags to the decode's KV source map."""
-    out = []
-    for v in values or ():
-        cidr, sep, local = str(v).partition("=")
-        if not sep or not cidr or not local:
-            raise ConfigError("kv_source", v, "CIDR=LOCAL_IP, e.g. 10.2.0.0/16=10.1.0.1")
-        out.append((cidr, local))
-    return tuple(out)
-
-
-def parse_prefill_kv(
-    values: Sequence[str] | None,
-) -> tuple[tuple[str, tuple[Address, ...]], ...]:
-    """`ENGINE_ID=host:port[,host:port]` entries to the decode's override table."""
-    out = []
-    for v in values or ():
-        engine_id, sep, addrs = str(v).partition("=")
-        if not sep or not engine_id:
-            raise ConfigError("prefill_kv", v, "ENGINE_ID=host:port[,host:port...]")
-        out.append((engine_id, addresses(addrs, "prefill_kv")))
-    return tuple(out)
-
-
 def _check(cond: bool, field_name: str, value: object, allowed: str) -> None:
     if not cond:
         raise ConfigError(field_name, value, allowed)
@@ -109,11 +66,6 @@ def _check(cond: bool, field_name: str, value: object, allowed: str) -> None:
 def _as_str(raw: object, field_name: str) -> str:
     # A JSON config file may give a number where the flag gives text.
     return str(raw)
-
-
-def _prefill_kv_item(entry: tuple[str, tuple[Address, ...]]) -> str:
-    engine_id, addrs = entry
-    return engine_id + "=" + ",".join(str(a) for a in addrs)
 
 
 def _time_dilation() -> Any:
@@ -146,7 +98,7 @@ class Dilated:
 
 
 @dataclass(frozen=True)
-class EngineCommon(Dilated):
+class EngineCommon(EpOptions, Dilated):
     """Settings every engine role shares; the option values are modelled seconds (see
     `Dilated`)."""
 
@@ -158,36 +110,6 @@ class EngineCommon(Dilated):
     seed: int = option(0)
     engine_index: str = option("0", help="value of the `engine` label", parse=_as_str)
     max_waiting: int = option(1024, help="queue limit (then 503)")
-    ep_peers: tuple[Address, ...] = option(
-        (),
-        help="host:port of an EP peer (repeat or comma-separate); none: EP size 1",
-        repeat=True,
-        parse=addresses,
-    )
-    # All-to-all: TCP subflows (source ports, hence ECMP hashes) per EP peer; retire a subflow
-    # that receives nothing for ep_stall_timeout_s (None: never); a peer not answered within
-    # ep_timeout_s fails for that step.
-    ep_subflows: int = option(1, help="all-to-all TCP subflows per EP peer", omit_default=True)
-    ep_stall_timeout_s: float | None = option(
-        None,
-        help="retire an all-to-all subflow that receives nothing for this long (default: never)",
-        type=float,
-        omit_default=True,
-    )
-    ep_timeout_s: float = option(
-        5.0, help="an EP peer not answered within this fails for that step", omit_default=True
-    )
-    # Share of each exchange that compute does not hide (serving.models.ep_step_seconds).
-    ep_exposed_fraction: float = option(
-        EP_EXPOSED_FRACTION,
-        help="share of each all-to-all not hidden behind compute: a step lasts "
-        f"max(exchange, compute + f x exchange) (default {EP_EXPOSED_FRACTION:g})",
-        omit_default=True,
-    )
-    # Append one JSON line per all-to-all exchange to this file ("": no log).
-    ep_log: str = option(
-        "", help="append one JSON line per all-to-all exchange to this file", omit_default=True
-    )
     time_dilation: float = _time_dilation()
 
     def __post_init__(self) -> None:
@@ -196,24 +118,7 @@ class EngineCommon(Dilated):
         _check(self.bandwidth_scale >= 1.0, "bandwidth_scale", self.bandwidth_scale, ">= 1")
         self._check_dilation()
         _check(self.max_waiting >= 1, "max_waiting", self.max_waiting, ">= 1")
-        if self.ep_peers and not get_profile(self.model).is_moe:
-            raise ConfigError("ep_peers", [str(a) for a in self.ep_peers], "empty: model is dense")
-        _check(1 <= self.ep_subflows <= 64, "ep_subflows", self.ep_subflows, "1..64")
-        _check(0 < self.ep_timeout_s <= 3600, "ep_timeout_s", self.ep_timeout_s, "0 < s <= 3600")
-        _check(
-            0.0 <= self.ep_exposed_fraction <= 1.0,
-            "ep_exposed_fraction",
-            self.ep_exposed_fraction,
-            "0..1",
-        )
-        _check("\n" not in self.ep_log, "ep_log", self.ep_log, "a file path")
-        if self.ep_stall_timeout_s is not None:
-            _check(
-                0 < self.ep_stall_timeout_s < self.ep_timeout_s,
-                "ep_stall_timeout_s",
-                self.ep_stall_timeout_s,
-                f"> 0 and < ep_timeout_s ({self.ep_timeout_s}), or unset (off)",
-            )
+        self._check_ep(self.profile)
 
     @property
     def profile(self) -> ModelProfile:
@@ -226,9 +131,9 @@ class EngineCommon(Dilated):
         return self.served_model_name or self.model
 
     @property
-    def ep_size(self) -> int:
-        """GPU hosts this instance spans: itself plus its EP peers."""
-        return 1 + len(self.ep_peers)
+    def ep_traffic(self) -> EpTraffic:
+        """This engine's all-to-all arithmetic (serving.eptraffic)."""
+        return self.ep_traffic_of(self.profile, self.bandwidth_scale)
 
 
 @dataclass(frozen=True)
@@ -303,7 +208,7 @@ class DecodeConfig(EngineCommon):
         help="ENGINE_ID=host:port[,host:port]: a prefill's KV (fabric) addresses; repeatable",
         repeat=True,
         parse=lambda raw, _: parse_prefill_kv(raw),
-        item=_prefill_kv_item,
+        item=prefill_kv_item,
     )
     kv_streams: int = option(2, help="TCP streams per KV address")
     # KV connections opened to every --prefill-kv address before the engine answers its health
@@ -383,17 +288,7 @@ class DecodeConfig(EngineCommon):
         super().__post_init__()
         _check(1 <= self.kv_streams <= 64, "kv_streams", self.kv_streams, "1..64")
         _check(0 <= self.kv_warm <= 64, "kv_warm", self.kv_warm, "0..64")
-        for cidr, local in self.kv_source_map:
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-                ipaddress.ip_address(local)
-            except ValueError:
-                _check(
-                    False,
-                    "kv_source",
-                    f"{cidr}={local}",
-                    "CIDR=LOCAL_IP, e.g. 10.2.0.0/16=10.1.0.1",
-                )
+        check_source_map(self.kv_source_map, "kv_source")
         _check(
             4096 <= self.kv_chunk_bytes <= 64 * 2**20,
             "kv_chunk_bytes",

@@ -35,7 +35,7 @@ from serving.kvwire import (
     release_kv,
 )
 from serving.kvwire.mrc import pull_kv_mrc
-from serving.models import alltoall_bytes_per_peer, decode_step_seconds
+from serving.models import decode_step_seconds
 from serving.openai_api import ApiError, ApiRequest
 from serving.textgen import OutputPlan, token_text
 from serving.vllm_metrics import EngineMetrics
@@ -162,10 +162,8 @@ class DecodeEngine:
             # Each sequence's new token attends its whole context: prompt and generated.
             attended = sum(s.kv_tokens for s in batch)
             compute_s = self.cfg.wall_s(decode_step_seconds(profile, len(batch), attended))
-            a2a = alltoall_bytes_per_peer(
-                profile, len(batch), self.cfg.ep_size, self.cfg.bandwidth_scale
-            )
-            await run_step(compute_s, self.a2a, a2a, self.metrics, self.cfg.ep_exposed_fraction)
+            exchange = self.cfg.ep_traffic.step(len(batch))
+            await run_step(compute_s, self.a2a, exchange, self.metrics)
             now = loop.time()
             emitted = 0
             for seq in batch:

@@ -1,54 +1,80 @@
-"""One engine step as both engines run it: the compute sleep and, with EP, the all-to-all.
+"""One engine step as both engines run it: the compute and, with EP, the all-to-all frames.
 
-The exchange runs beside the compute; the step ends when both are done and, after that, when
-the part of the exchange compute does not hide has passed (`models.ep_step_seconds`: the step
-lasts `max(exchange, compute + exposed_fraction * exchange)`, with the exchange as it really
-ran, so a congested peer slows the whole step). `zcube:ep_alltoall_seconds` observes the
-exchange alone (dispatch sent to the last combine received), `zcube:ep_step_seconds` the whole
-step. The compute sleep's overrun (how late the event loop woke up) is recorded in
-`zcube:engine_step_overrun_seconds`, and as a share of the step's modelled compute time in
-`zcube:engine_step_lateness_ratio`: when they grow, the machine running the lab cannot keep up
-and the run measures the emulator, not the fabric (docs/DOMAIN.md §4).
+A step's exchange is a sequence of frames (`serving.eptraffic.StepExchange`: groups of MoE
+layers). Without dual-batch overlap each frame's compute share runs, then its exchange (a layer
+waits for its combine before the next layer computes): the step lasts its compute plus every
+frame's exchange as it really ran, so a congested peer slows the whole step. With dual-batch
+overlap two micro-batches, each with half of every frame's bytes, take turns on the GPU (one
+computes while the other's exchange is in flight), so compute hides the exchange as far as it
+can. `zcube:ep_alltoall_seconds` observes the time any frame of the step was in flight,
+`zcube:ep_step_seconds` the whole step. The compute sleeps' overrun (how late the event loop
+woke up, summed over the step) is recorded in `zcube:engine_step_overrun_seconds`, and as a
+share of the step's modelled compute time in `zcube:engine_step_lateness_ratio`: when they grow,
+the machine running the lab cannot keep up and the run measures the emulator, not the fabric
+(docs/DOMAIN.md §4).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from serving.alltoall import AllToAll
-from serving.models import EP_EXPOSED_FRACTION, ep_step_seconds
+from serving.alltoall import AllToAll, Exchange, split_even
+from serving.eptraffic import StepExchange, busy_seconds
 from serving.vllm_metrics import EngineMetrics
 
 
+def _observe_overrun(metrics: EngineMetrics, overrun: float, compute_s: float) -> None:
+    metrics.step_overrun.observe(overrun)
+    if compute_s > 0:
+        metrics.step_lateness.observe(overrun / compute_s)
+
+
 async def run_step(
-    compute_s: float,
-    a2a: AllToAll,
-    a2a_bytes_per_peer: int,
-    metrics: EngineMetrics,
-    exposed_fraction: float = EP_EXPOSED_FRACTION,
+    compute_s: float, a2a: AllToAll, exchange: StepExchange, metrics: EngineMetrics
 ) -> float:
-    """Sleep `compute_s` real seconds alongside one all-to-all exchange (if any), then the
-    exchange's exposed part; return the step's seconds."""
+    """Run `compute_s` real seconds of compute with the step's all-to-all frames (if any), as
+    the module docstring says; return the step's seconds."""
     loop = asyncio.get_running_loop()
     start = loop.time()
-
-    async def compute() -> None:
+    if not exchange or not a2a.peers:
         await asyncio.sleep(compute_s)
-        overrun = max(0.0, loop.time() - start - compute_s)
-        metrics.step_overrun.observe(overrun)
-        if compute_s > 0:
-            metrics.step_lateness.observe(overrun / compute_s)
-
-    if a2a_bytes_per_peer <= 0 or not a2a.peers:
-        await compute()
+        _observe_overrun(metrics, max(0.0, loop.time() - start - compute_s), compute_s)
         return loop.time() - start
-    ex, _ = await asyncio.gather(a2a.timed_exchange(a2a_bytes_per_peer), compute())
-    exposed = start + ep_step_seconds(compute_s, ex.seconds, exposed_fraction) - loop.time()
-    if exposed > 0:
-        await asyncio.sleep(exposed)
+    step = a2a.next_step()
+    frames, batches = exchange.frames, exchange.micro_batches
+    slice_s = compute_s / (len(frames) * batches)
+    gpu = asyncio.Lock()  # one micro-batch computes at a time
+    overrun = [0.0]
+    done: list[tuple[float, Exchange]] = []
+
+    async def micro_batch(k: int) -> None:
+        for f in frames:
+            async with gpu:
+                t0 = loop.time()
+                await asyncio.sleep(slice_s)
+                overrun[0] += max(0.0, loop.time() - t0 - slice_s)
+            d, c = split_even(f.dispatch, batches)[k], split_even(f.combine, batches)[k]
+            if d or c:
+                t0 = loop.time()
+                done.append((t0, await a2a.timed_exchange(d, c, channel=k)))
+
+    await asyncio.gather(*(micro_batch(k) for k in range(batches)))
     step_s = loop.time() - start
-    metrics.a2a_bytes.inc(ex.moved)
-    metrics.a2a_time.observe(ex.seconds)
+    _observe_overrun(metrics, overrun[0], compute_s)
+    exs = [ex for _, ex in done]
+    whole = Exchange(
+        start=min(ex.start for ex in exs),
+        end=max(ex.end for ex in exs),
+        seconds=busy_seconds([(t0, t0 + ex.seconds) for t0, ex in done]),
+        bytes_sent=sum(ex.bytes_sent for ex in exs),
+        bytes_received=sum(ex.bytes_received for ex in exs),
+        peers=len(a2a.peers),
+        failures=sum(ex.failures for ex in exs),
+        step=step,
+        lanes=max(ex.lanes for ex in exs),
+    )
+    metrics.a2a_bytes.inc(whole.moved)
+    metrics.a2a_time.observe(whole.seconds)
     metrics.ep_step_time.observe(step_s)
-    a2a.log_exchange(ex, compute_s, step_s)
+    a2a.log_exchange(whole, compute_s, step_s, len(frames), batches)
     return step_s

@@ -24,8 +24,9 @@ The compute model (docs/DOMAIN.md "Compute model"); [S] = sourced, [A] = assumpt
   attention (each of the 8 GPUs holds its own sequences) an instance reads 8 x 3,000 GB/s
   [A: even spread over the GPUs]. `decode_step_base_s` and `decode_step_per_seq_s` stay
   the assumed per-step and per-sequence costs of everything else (experts, sampling).
-- expert-parallel step: the exchange runs beside the compute; `ep_step_seconds` says how
-  much of it shows (EP_EXPOSED_FRACTION, see there).
+- expert-parallel step: the all-to-all as DeepEP sends it (`ExpertWire`: FP8 dispatch with
+  per-block scales, BF16 combine, each token once per destination node, a node limit, dual-batch
+  overlap); `serving.eptraffic` turns it into bytes per layer, per frame and per step.
 """
 
 from __future__ import annotations
@@ -50,6 +51,26 @@ class Attention:
 
 
 @dataclass(frozen=True)
+class ExpertWire:
+    """How a MoE layer's all-to-all is sent, as DeepEP's normal kernels send it (docs/DOMAIN.md
+    "Expert-parallel traffic as DeepEP sends it"): the dispatch in FP8 (`dispatch_value_bytes`
+    per hidden value) plus one `scale_bytes` scale per `scale_block` values, the combine in BF16
+    (`combine_value_bytes`); with `per_node` each token crosses the network once per destination
+    node (then NVLink inside it), else once per routed expert; `node_limit` caps the nodes a
+    token is routed to (0: no cap); `dual_batch_overlap` runs two micro-batches so one's
+    exchange hides behind the other's compute."""
+
+    routed_experts: int = 256
+    dispatch_value_bytes: int = 1
+    scale_bytes: int = 4
+    scale_block: int = 128
+    combine_value_bytes: int = 2
+    per_node: bool = True
+    node_limit: int = 0
+    dual_batch_overlap: bool = False
+
+
+@dataclass(frozen=True)
 class ModelProfile:
     """Everything the mock engine needs to know about one served model."""
 
@@ -70,6 +91,8 @@ class ModelProfile:
     moe_layers: int = 0
     # KV-cache bytes per second one instance's decode attention reads (see the docstring).
     attention_bytes_per_s: float = 8 * 3.0e12
+    # How the all-to-all is sent (MoE only).
+    wire: ExpertWire = ExpertWire()
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -107,9 +130,11 @@ PROFILES: dict[str, ModelProfile] = {
             max_num_seqs=256,
             hidden_size=6144,
             experts_per_token=8,
-            # [A] the first 3 of 78 layers dense, as DeepSeek-V3 and GLM-4.5
-            # (first_k_dense_replace = 3)
+            # [S] 3 dense + 75 MoE layers (transformers' GlmMoeDsaConfig: mlp_layer_types)
             moe_layers=75,
+            # [S] 256 routed experts, n_group = topk_group = 1: no node limit in the router;
+            # [A] dual-batch overlap off (vLLM's default, --enable-dbo off)
+            wire=ExpertWire(routed_experts=256, node_limit=0, dual_batch_overlap=False),
         ),
         ModelProfile(
             name="deepseek-v3",
@@ -126,6 +151,9 @@ PROFILES: dict[str, ModelProfile] = {
             experts_per_token=8,
             # [S] config.json: num_hidden_layers 61, first_k_dense_replace 3
             moe_layers=58,
+            # [S] 256 routed experts; each token to at most 4 nodes (the V3 report; config.json
+            # n_group 8, topk_group 4); two micro-batches overlap (DeepSeek's inference system)
+            wire=ExpertWire(routed_experts=256, node_limit=4, dual_batch_overlap=True),
         ),
         ModelProfile(
             name="llama-3.1-70b",
@@ -167,6 +195,7 @@ PROFILES: dict[str, ModelProfile] = {
             experts_per_token=2,
             moe_layers=2,
             attention_bytes_per_s=1.0e12,
+            wire=ExpertWire(routed_experts=8),
         ),
     )
 }
@@ -183,10 +212,6 @@ def get_profile(name: str) -> ModelProfile:
 # Share of a full prefill token's cost that a prefix-cache hit still costs (the new tokens'
 # attention over it) [A]; see the module docstring.
 PREFILL_CACHED_TOKEN_COST = 0.1
-# Share of an expert-parallel exchange that compute does not hide [S/A]: 1.0 is vLLM's default
-# (`--enable-dbo` off: every MoE layer waits for its dispatch and combine); 0.0 is a perfect
-# two-micro-batch overlap (DeepSeek's and SGLang's decode, vLLM with dual-batch overlap).
-EP_EXPOSED_FRACTION = 1.0
 
 
 def prefill_step_seconds(profile: ModelProfile, tokens: int, cached_tokens: int = 0) -> float:
@@ -207,17 +232,6 @@ def decode_step_seconds(profile: ModelProfile, batch_size: int, context_tokens: 
     return profile.decode_step_base_s + profile.decode_step_per_seq_s * batch_size + attention
 
 
-def ep_step_seconds(
-    compute_s: float, exchange_s: float, exposed_fraction: float = EP_EXPOSED_FRACTION
-) -> float:
-    """How long an expert-parallel step lasts: `max(exchange, compute + f * exchange)`.
-
-    The exchange runs beside the compute; the share `f` of it that compute cannot hide adds to
-    the step, and a step never ends before its last combine arrives (lockstep: the slowest
-    peer sets the step). f = 1: compute + exchange; f = 0: max(compute, exchange)."""
-    return max(exchange_s, compute_s + exposed_fraction * exchange_s)
-
-
 def scaled_bytes(real_bytes: float, bandwidth_scale: float) -> int:
     """Bytes actually sent for a payload of `real_bytes` (at least 1 for any non-empty one)."""
     if real_bytes <= 0:
@@ -228,21 +242,3 @@ def scaled_bytes(real_bytes: float, bandwidth_scale: float) -> int:
 def kv_transfer_bytes(profile: ModelProfile, tokens: int, bandwidth_scale: float) -> int:
     """Bytes of KV cache that cross the fabric for a prompt of `tokens` tokens."""
     return scaled_bytes(profile.kv_bytes_per_token * tokens, bandwidth_scale)
-
-
-def alltoall_bytes_per_peer(
-    profile: ModelProfile, tokens: int, ep_size: int, bandwidth_scale: float
-) -> int:
-    """Bytes sent to each peer in one step's dispatch (and received back in its combine).
-
-    In each MoE layer, each token's hidden state (bf16) goes to `experts_per_token` experts
-    spread evenly over `ep_size` hosts, so one peer receives `tokens * k * hidden * 2 /
-    ep_size` bytes per layer and sends as many back. A step's `moe_layers` dispatches are
-    aggregated into one frame, and its combines into one answer (one round trip per step, not
-    one per layer: the per-layer latency of a real engine is not modelled).
-    """
-    if ep_size <= 1 or tokens <= 0 or not profile.is_moe:
-        return 0
-    layers = max(1, profile.moe_layers)
-    real = tokens * profile.experts_per_token * profile.hidden_size * 2 * layers / ep_size
-    return scaled_bytes(real, bandwidth_scale)

@@ -30,7 +30,7 @@ from serving.engine_step import run_step
 from serving.kvstore import HeldKV, KVStore, kv_buffer_and_checksum
 from serving.kvwire import start_kv_server
 from serving.kvwire.mrc import MrcServer, start_mrc_server
-from serving.models import alltoall_bytes_per_peer, kv_transfer_bytes, prefill_step_seconds
+from serving.models import kv_transfer_bytes, prefill_step_seconds
 from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
 from serving.options import add_flags, from_args
 from serving.textgen import plan_output, request_rng, token_text
@@ -141,15 +141,11 @@ class PrefillEngine:
                     cached += e.job.cached_tokens
                     # vLLM counts cached prompt tokens as prompt tokens too.
                     self.metrics.prompt_tokens.inc(e.job.cached_tokens)
-            a2a_bytes = alltoall_bytes_per_peer(
-                profile, tokens, self.cfg.ep_size, self.cfg.bandwidth_scale
-            )
             await run_step(
                 self.cfg.wall_s(prefill_step_seconds(profile, tokens, cached)),
                 self.a2a,
-                a2a_bytes,
+                self.cfg.ep_traffic.step(tokens),
                 self.metrics,
-                self.cfg.ep_exposed_fraction,
             )
             for job, n in plan:
                 job.done_tokens += n

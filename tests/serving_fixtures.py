@@ -168,20 +168,21 @@ def threaded_apps(*factories: Callable[[list[str]], web.Application]) -> Iterato
         loop.close()
 
 
-_EP_FRAME = struct.Struct("!Q")  # serving.alltoall's frame header: a u64 length
+_EP_FRAME = struct.Struct("!Q")  # serving.alltoall's answer header: a u64 length
+_EP_REQUEST = struct.Struct("!QQ")  # its request header: u64 length, u64 answer length
 
 
 async def delayed_ep_peer(delay_s: float) -> tuple[Address, asyncio.Server]:
-    """An EP peer on loopback that answers each dispatch with as many bytes after `delay_s`
-    (a slow or congested path). Close the server when done."""
+    """An EP peer on loopback that answers each dispatch with the bytes it asks for after
+    `delay_s` (a slow or congested path). Close the server when done."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                (n,) = _EP_FRAME.unpack(await reader.readexactly(_EP_FRAME.size))
+                n, back = _EP_REQUEST.unpack(await reader.readexactly(_EP_REQUEST.size))
                 await reader.readexactly(n)
                 await asyncio.sleep(delay_s)
-                writer.write(_EP_FRAME.pack(n) + bytes(n))
+                writer.write(_EP_FRAME.pack(back) + bytes(back))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass

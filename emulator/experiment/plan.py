@@ -271,7 +271,10 @@ class RunPlan:
         c = self.config
         h = self.fabric.host(e.host)
         mgmt = self.management_ip(e.host)
-        peers = tuple(Address(peer_address(self.fabric, e.host, p), EP_PORT) for p in e.ep_peers)
+        peers = tuple(
+            tuple(Address(ip, EP_PORT) for ip in peer_addresses(self.fabric, e.host, p))
+            for p in e.ep_peers
+        )
         common: dict[str, Any] = {
             "model": c.model,
             "host": mgmt,
@@ -279,6 +282,8 @@ class RunPlan:
             "seed": c.seed,
             "engine_index": str(h.gid),
             "ep_peers": peers,
+            # each path of an EP peer leaves its own port, as KV lanes do (serving.alltoall)
+            "ep_source_map": kv_source_map(self.fabric, h),
             # one JSON line per all-to-all exchange (serving.alltoall)
             "ep_log": str(log_dir / f"ep-{e.engine_id}.jsonl") if peers else "",
             "time_dilation": c.dilation,
@@ -402,9 +407,14 @@ def plan_run(config: RunConfig) -> RunPlan:
     )
 
 
-def peer_address(fabric: Fabric, src: str, dst: str) -> str:
-    """The fabric address of `dst` that `src` reaches on a shortest path (ZCube: of the two
-    2-hop options, alternate by host pair so both ports carry all-to-all)."""
+def peer_addresses(fabric: Fabric, src: str, dst: str) -> tuple[str, ...]:
+    """The fabric addresses of `dst` for `src`'s all-to-all, one per NIC port of `dst`: first
+    the one `src` reaches on a shortest path (ZCube: of the two 2-hop options, alternate by host
+    pair; what `--ep-ports one` uses), then the others. With the KV source map each is a path
+    of its own (ZCube's two link-disjoint paths, a multi-plane ROFT's planes); a one-port host
+    has one."""
     paths = fabric.shortest_paths(src, dst)
     choice = paths[(fabric.host(src).gid + fabric.host(dst).gid) % len(paths)]
-    return fabric.host(dst).interfaces[choice.dst_interface].ip
+    ports = fabric.host(dst).interfaces
+    first = ports[choice.dst_interface].ip
+    return (first, *(i.ip for i in ports if i.ip != first))

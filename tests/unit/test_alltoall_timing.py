@@ -1,6 +1,7 @@
 """The all-to-all's time on loopback: the histogram and the exchange log time the exchange
 (dispatch sent to the last combine received), not the engine step; the slowest peer sets the
-exchange (lockstep); the exposed share of the exchange adds to the step.
+exchange (lockstep); without dual-batch overlap every frame's exchange adds to the step, with
+it the other micro-batch's compute hides it.
 
 Peers here answer after a set delay, so an exchange and the step's compute differ ten-fold in
 either direction. Bounds are generous (a shared 2-core machine): lower bounds are the delays
@@ -22,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from serving.alltoall import AllToAll, exchange_log
 from serving.config import Address
 from serving.engine_step import run_step
-from serving.models import ep_step_seconds
+from serving.eptraffic import Frame, StepExchange, single_frame
 from serving.vllm_metrics import ALLTOALL_BUCKETS, EngineMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,7 +45,7 @@ async def _slow_peer(delay_s: float) -> AsyncIterator[Address]:
 
 
 async def _step(
-    compute_s: float, delays: list[float], tmp_path: Path, fraction: float = 1.0
+    compute_s: float, delays: list[float], tmp_path: Path, exchange: StepExchange | None = None
 ) -> tuple[float, dict, str]:
     """One engine step against peers with these answer delays: (step seconds, log line,
     metrics text)."""
@@ -56,7 +57,7 @@ async def _step(
         a2a = AllToAll(peers)
         try:
             with exchange_log(a2a, str(log)):
-                step_s = await run_step(compute_s, a2a, 4096, metrics, fraction)
+                step_s = await run_step(compute_s, a2a, exchange or single_frame(4096), metrics)
         finally:
             await a2a.close()
     (line,) = log.read_text().splitlines()
@@ -67,7 +68,7 @@ async def test_slow_exchange_short_compute_times_the_exchange(tmp_path: Path) ->
     step_s, rec, text = await _step(0.03, [0.3], tmp_path)
     assert 0.3 <= rec["seconds"] < 0.3 + SLACK
     assert rec["compute_s"] == 0.03
-    # nothing hides the exchange (fraction 1): the step is compute + exchange
+    # nothing hides the exchange (no overlap): the step is compute + exchange
     assert step_s >= 0.03 + rec["seconds"] - 0.002 and rec["step_s"] == step_s
     assert metric_sum(text, "zcube:ep_alltoall_seconds_sum") == rec["seconds"]
     assert metric_sum(text, "zcube:ep_step_seconds_sum") == step_s
@@ -94,24 +95,22 @@ async def test_the_slowest_peer_sets_the_exchange_and_the_step(tmp_path: Path) -
     assert step_s >= 0.27 - 0.002
 
 
-@pytest.mark.parametrize("fraction", [0.0, 1.0])
-async def test_the_exposed_fraction_of_the_exchange_adds_to_the_step(
-    tmp_path: Path, fraction: float
+@pytest.mark.parametrize("dbo", [False, True])
+async def test_dual_batch_overlap_hides_the_frames_behind_compute(
+    tmp_path: Path, dbo: bool
 ) -> None:
-    step_s, rec, _ = await _step(0.3, [0.1], tmp_path, fraction)
-    assert rec["seconds"] >= 0.1
-    if fraction == 0.0:
-        assert 0.3 <= step_s < 0.3 + 0.15  # max(compute, exchange): hidden by the compute
+    # Four frames, each answered after 0.05 s, beside 0.4 s of compute.
+    frames = StepExchange(tuple(Frame(1, 2048, 4096) for _ in range(4)), 2 if dbo else 1)
+    step_s, rec, _ = await _step(0.4, [0.05], tmp_path, frames)
+    assert rec["frames"] == 4 and rec["micro_batches"] == (2 if dbo else 1)
+    assert rec["bytes_sent"] == 4 * 2048 and rec["bytes_received"] == 4 * 4096
+    if dbo:
+        # the other micro-batch computes while one waits: only the last exchange shows
+        assert 0.45 - 0.002 <= step_s < 0.45 + 0.15
+        assert rec["seconds"] >= 0.2  # in flight a while, overlapping compute
     else:
-        assert step_s >= 0.3 + rec["seconds"] - 0.002  # compute + exchange
-
-
-def test_ep_step_seconds_formula() -> None:
-    assert ep_step_seconds(0.03, 0.3, 1.0) == pytest.approx(0.33)
-    assert ep_step_seconds(0.03, 0.3, 0.0) == pytest.approx(0.3)  # never before the combine
-    assert ep_step_seconds(0.3, 0.03, 0.0) == pytest.approx(0.3)
-    assert ep_step_seconds(0.3, 0.1, 0.5) == pytest.approx(0.35)
-    assert ep_step_seconds(0.0, 0.2, 0.5) == pytest.approx(0.2)
+        assert step_s >= 0.4 + 4 * 0.05 - 0.002  # compute + every frame's exchange
+        assert rec["seconds"] >= 4 * 0.05
 
 
 def test_alltoall_buckets_are_fine_and_span_sub_ms_to_seconds() -> None:

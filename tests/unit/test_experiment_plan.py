@@ -19,7 +19,7 @@ from emulator.experiment.plan import (
     RoleLaunch,
     RunConfig,
     RunPlan,
-    peer_address,
+    peer_addresses,
     plan_run,
 )
 from emulator.experiment.runconfig import layout_hint, profile_hint
@@ -220,13 +220,22 @@ def test_expert_parallel_peers_are_reached_on_their_fabric_addresses() -> None:
     assert list(ep.argv) == ep_worker_argv(
         EpWorkerConfig(bind=(Address("198.18.0.1", 7300), Address("198.18.128.1", 7300)))
     )
-    # h0 and h4 share rank 0 on servers 0 and 1: h4's port-2 address is one switch away.
+    # h0 and h4 share rank 0 on servers 0 and 1: h4's port-2 address is one switch away and
+    # comes first (the one `--ep-ports one` keeps); its port-1 address is the second path.
     by_name = {la.name: la for la in launches}
-    assert _values(by_name["prefill-0"].argv, "--ep-peers") == ["198.18.128.2:7300"]
-    assert _values(by_name["prefill-4"].argv, "--ep-peers") == ["198.18.128.1:7300"]
+    assert _values(by_name["prefill-0"].argv, "--ep-peers") == ["198.18.128.2:7300+198.18.1.1:7300"]
+    assert _values(by_name["prefill-4"].argv, "--ep-peers") == ["198.18.128.1:7300+198.18.0.1:7300"]
+    # each path leaves its own port: the KV pulls' source map
+    assert _values(by_name["prefill-0"].argv, "--ep-source") == [
+        "198.18.128.0/17=198.18.0.1",
+        "198.18.0.0/17=198.18.128.1",
+    ]
     for e in plan.placement.engines:
         peers = _values(by_name[e.engine_id].argv, "--ep-peers")
-        assert peers == [f"{peer_address(plan.fabric, e.host, p)}:7300" for p in e.ep_peers]
+        assert peers == [
+            "+".join(f"{ip}:7300" for ip in peer_addresses(plan.fabric, e.host, p))
+            for p in e.ep_peers
+        ]
     assert "--ep-subflows" not in by_name["decode-8"].argv
     # every engine of an EP instance logs its exchanges, one file per engine
     for e in plan.placement.engines:
@@ -240,12 +249,12 @@ def test_all_to_all_alternates_between_the_two_zcube_ports_of_a_peer() -> None:
     layout = LayoutSpec(prefill_servers=2, ep_servers=2, alltoall="all")
     launches = _by_name(_plan(ZCUBE, layout=layout))
     # h4 shares h0's rank (one hop, port 2); h5-h7 are two hops away over either port, and the
-    # choice alternates with the pair so both of h0's ports carry the exchange.
+    # first address (`--ep-ports one`'s) alternates with the pair; every peer has both.
     assert _values(launches["prefill-0"].argv, "--ep-peers") == [
-        "198.18.128.2:7300",
-        "198.18.1.2:7300",
-        "198.18.130.2:7300",
-        "198.18.1.4:7300",
+        "198.18.128.2:7300+198.18.1.1:7300",
+        "198.18.1.2:7300+198.18.129.2:7300",
+        "198.18.130.2:7300+198.18.1.3:7300",
+        "198.18.1.4:7300+198.18.131.2:7300",
     ]
 
 

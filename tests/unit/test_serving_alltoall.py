@@ -1,5 +1,6 @@
 """The expert-parallel all-to-all on loopback: per-exchange timeout, subflows (path ids) that split
-each peer's bytes, and retirement of a stalled subflow (issue 6, spraying)."""
+each peer's bytes, retirement of a stalled subflow (issue 6, spraying), and a peer reached over
+several addresses, one lane per path bound to its own source (issue 32)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from serving import decode, prefill
+from serving import alltoall, decode, prefill
 from serving.alltoall import AllToAll, split_bytes, start_ep_server
 from serving.config import Address, DecodeConfig, PrefillConfig
+from serving.vllm_metrics import EngineMetrics
 from zcube_lab.core.ports import free_port
 
 _LEN = struct.Struct("!Q")
+_REQ = struct.Struct("!QQ")
+
+
+def _metrics() -> EngineMetrics:
+    return EngineMetrics(CollectorRegistry(), "tiny", "0")
 
 
 class _Count:
@@ -36,17 +44,21 @@ class _Recorder:
     frames: list[tuple[int, int]] = field(default_factory=list)
     accepted: int = 0
     closed: int = 0
+    sources: list[str] = field(default_factory=list)  # each connection's source address
+    answered: int = 0  # combine bytes sent back
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
-        port = writer.get_extra_info("peername")[1]
+        host, port = writer.get_extra_info("peername")[:2]
+        self.sources.append(host)
         try:
             while True:
-                (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
+                n, back = _REQ.unpack(await reader.readexactly(_REQ.size))
                 await reader.readexactly(n)
                 self.frames.append((port, n))
                 if self.answer:
-                    writer.write(_LEN.pack(n) + bytes(n))
+                    self.answered += back
+                    writer.write(_LEN.pack(back) + bytes(back))
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -56,8 +68,8 @@ class _Recorder:
 
 
 @contextlib.asynccontextmanager
-async def _serve(handler) -> AsyncIterator[Address]:  # type: ignore[no-untyped-def]
-    addr = Address("127.0.0.1", free_port())
+async def _serve(handler, host: str = "127.0.0.1") -> AsyncIterator[Address]:  # type: ignore[no-untyped-def]
+    addr = Address(host, free_port())
     server = await asyncio.start_server(handler, addr.host, addr.port)
     try:
         yield addr
@@ -219,3 +231,39 @@ def test_engines_build_the_exchange_from_their_config() -> None:
         decode.ENGINE_KEY
     ].a2a
     assert (d.subflows, d.stall_timeout_s, d.timeout_s) == (1, None, 2.0)
+
+
+async def test_a_peer_with_two_addresses_gets_half_the_bytes_on_each_from_its_own_source() -> None:
+    recs = [_Recorder(), _Recorder()]
+    # Loopback answers every 127/8 address: the peer's two addresses and two local "ports".
+    async with _serve(recs[0].serve) as a, _serve(recs[1].serve, "127.0.0.4") as b:
+        smap = (("127.0.0.1/32", "127.0.0.2"), ("127.0.0.4/32", "127.0.0.3"))
+        a2a = AllToAll([(a, b)], source_map=smap)
+        ex = await a2a.timed_exchange(100_001, 200_000)
+        await a2a.close()
+    assert ex.lanes == 2 and ex.bytes_sent == 100_001 and ex.bytes_received == 200_000
+    assert [size for _, size in recs[0].frames] == [50_001]
+    assert [size for _, size in recs[1].frames] == [50_000]
+    assert recs[0].answered == recs[1].answered == 100_000  # the combine split the same way
+    assert recs[0].sources == ["127.0.0.2"] and recs[1].sources == ["127.0.0.3"]
+
+
+async def test_one_port_uses_a_peers_first_address_only() -> None:
+    recs = [_Recorder(), _Recorder()]
+    async with _serve(recs[0].serve) as a, _serve(recs[1].serve) as b:
+        cfg = PrefillConfig(model="tiny", ep_peers=((a, b),), ep_ports="one")
+        a2a = alltoall.engine_alltoall(cfg, _metrics())
+        assert a2a.peers == ((a,),) and a2a.lanes == (((a, None),),)
+        assert await a2a.exchange(1000) == 2000
+        await a2a.close()
+    assert recs[0].accepted == 1 and recs[1].accepted == 0
+
+
+def test_all_ports_binds_each_path_to_the_source_map_and_splits_subflows_per_path() -> None:
+    a, b = Address("198.18.128.2", 7300), Address("198.18.1.1", 7300)
+    smap = (("198.18.128.0/17", "198.18.0.1"), ("198.18.0.0/17", "198.18.128.1"))
+    cfg = DecodeConfig(ep_peers=((a, b),), ep_source_map=smap, ep_subflows=2)
+    lanes = alltoall.engine_alltoall(cfg, _metrics()).lanes
+    assert lanes == (((a, "198.18.0.1"),) * 2 + ((b, "198.18.128.1"),) * 2,)
+    assert alltoall.lane_parts(10, 21, 4) == [(0, 3, 6), (1, 3, 5), (2, 2, 5), (3, 2, 5)]
+    assert alltoall.lane_parts(1, 0, 4) == [(0, 1, 0)]  # lanes with nothing to carry idle

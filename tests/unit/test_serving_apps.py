@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -323,11 +324,14 @@ async def test_expert_parallel_all_to_all_moves_profile_sized_bytes_and_takes_ti
     finally:
         for _, srv in started:
             srv.close()
-    # per peer and step: tokens x k(2) x hidden(256) x 2 bytes x 2 MoE layers / ep_size(4),
-    # each way; 3 peers
-    per_token = 2 * 256 * 2 * 2 // 4
+    # per peer and step, as DeepEP sends it (serving.eptraffic): a token reaches a given one of
+    # the 4 nodes with probability 1 - (6/8)(5/7) = 13/28 (2 of 8 experts per node, top-2);
+    # dispatch 256 FP8 values + 2 scales of 4 bytes = 264 bytes, combine 256 x 2 = 512, over
+    # 2 MoE layers in one frame, rounded up; 3 peers
+    dispatch, combine = math.ceil(2 * 13 / 28 * 264), math.ceil(2 * 13 / 28 * 512)
+    assert (dispatch, combine) == (246, 476)
     d = registry_text(c.decode_registry)
-    assert metric_sum(d, "zcube:ep_alltoall_bytes_total") == steps * (2 * per_token * 3)
+    assert metric_sum(d, "zcube:ep_alltoall_bytes_total") == steps * 3 * (dispatch + combine)
     assert metric_sum(d, "zcube:ep_alltoall_seconds_count") == steps
     assert metric_sum(d, "zcube:engine_step_overrun_seconds_count") == steps  # one per step
     # time: every exchange waits for the peers, and the step waits for the exchange
@@ -340,11 +344,14 @@ async def test_expert_parallel_all_to_all_moves_profile_sized_bytes_and_takes_ti
     assert [r["step"] for r in lines] == list(range(steps))
     for r in lines:
         assert r["peers"] == 3 and r["failures"] == 0
-        assert r["bytes_sent"] == r["bytes_received"] == 3 * per_token
+        assert (r["bytes_sent"], r["bytes_received"]) == (3 * dispatch, 3 * combine)
+        assert r["frames"] == 1 and r["micro_batches"] == 1 and r["lanes"] == 3
         assert delay <= r["seconds"] <= r["end"] - r["start"] + 1e-6 < delay + 0.2
         assert r["step_s"] >= r["seconds"] + r["compute_s"] * 0.95
     p = registry_text(c.prefill_registry)
-    assert metric_sum(p, "zcube:ep_alltoall_bytes_total") == 2 * 100 * per_token * 3
+    # prefill's one step of 100 tokens, the same way
+    sent, back = math.ceil(200 * 13 / 28 * 264), math.ceil(200 * 13 / 28 * 512)
+    assert metric_sum(p, "zcube:ep_alltoall_bytes_total") == 3 * (sent + back)
     assert metric_sum(p, "zcube:ep_alltoall_seconds_sum") >= delay
 
 

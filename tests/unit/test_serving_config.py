@@ -60,6 +60,11 @@ def test_decode_prefill_kv_table() -> None:
         (lambda: PrefillConfig(ep_timeout_s=0.0), "ep_timeout_s"),
         (lambda: DecodeConfig(ep_stall_timeout_s=0.0), "ep_stall_timeout_s"),
         (lambda: PrefillConfig(ep_timeout_s=1.0, ep_stall_timeout_s=1.0), "ep_stall_timeout_s"),
+        (lambda: PrefillConfig(ep_ports="both"), "ep_ports"),
+        (lambda: PrefillConfig(ep_source_map=(("x", "10.0.0.1"),)), "ep_source"),
+        (lambda: DecodeConfig(ep_node_limit=-1), "ep_node_limit"),
+        (lambda: DecodeConfig(ep_frame_packets=0), "ep_frame_packets"),
+        (lambda: DecodeConfig(ep_peers=((),)), "ep_peers"),
         (lambda: PrefillConfig(time_dilation=0.5), "time_dilation"),
         (lambda: DecodeConfig(time_dilation=17.0), "time_dilation"),
         (lambda: GatewayConfig(), "prefill_urls"),
@@ -189,3 +194,25 @@ def test_time_dilation_stretches_the_timeouts_of_the_modelled_world() -> None:
     assert health is not None and health.hold_s == 2 * PATH_HOLD_STALLS * 0.5
     assert stall_wall_s(DecodeConfig()) is None
     assert "--time-dilation" not in decode_argv(DecodeConfig())  # off stays off the command line
+
+
+def test_ep_options_change_the_profiles_wire_for_the_exchange() -> None:
+    from serving.epoptions import _on_off
+
+    peer = (Address("10.1.0.2", 7300), Address("10.2.0.2", 7300))
+    cfg = DecodeConfig(model="deepseek-v3", ep_peers=(peer, Address("10.1.0.3", 7300)))
+    assert cfg.ep_peers == (peer, (Address("10.1.0.3", 7300),))  # bare address: one path
+    t = cfg.ep_traffic
+    assert (t.nodes, t.lanes, t.profile.wire.node_limit) == (3, 1, 4)  # the fewest paths
+    assert t.profile.wire.dual_batch_overlap  # the profile's
+    off = DecodeConfig(
+        model="deepseek-v3", ep_peers=(peer,), ep_dbo=False, ep_node_limit=0, ep_per_node=False
+    )
+    w = off.ep_traffic.profile.wire
+    assert (w.dual_batch_overlap, w.node_limit, w.per_node) == (False, 0, False)
+    assert off.ep_traffic.lanes == 2
+    one = DecodeConfig(model="deepseek-v3", ep_peers=(peer,), ep_ports="one")
+    assert one.ep_paths == ((peer[0],),) and one.ep_traffic.lanes == 1
+    assert _on_off("ON", "ep_dbo") is True and _on_off("off", "ep_dbo") is False
+    with pytest.raises(ConfigError, match="ep_dbo"):
+        _on_off("maybe", "ep_dbo")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from emulator.probes.cutprobe import served_prefix
-from emulator.probes.epprobe import alltoall_ideal_s
+from emulator.probes.epprobe import alltoall_ideal_s, lane_ports
 from emulator.probes.fidelity import (
     Fidelity,
     fidelity_row,
@@ -63,10 +63,16 @@ def test_roft_pull_runs_at_the_nic(roft) -> None:
 
 def test_alltoall_ideal_is_the_busiest_port(zcube, roft) -> None:
     mb = 1_000_000
-    # ZCube: h0's same-rail peers are all one hop away through its port 2 (50 Mb/s).
-    assert alltoall_ideal_s(zcube, SCALE, "h0", ["h4", "h8", "h12"], mb) == pytest.approx(
+    # ZCube, one port: h0's same-rail peers are all one hop away through its port 2 (50 Mb/s).
+    assert alltoall_ideal_s(zcube, SCALE, "h0", ["h4", "h8", "h12"], mb, "one") == pytest.approx(
         2 * ideal_seconds(3 * mb, 50.0)  # dispatch, then combine
     )
+    # Both ports (the default): half of every peer's bytes on each port, each path its own.
+    assert alltoall_ideal_s(zcube, SCALE, "h0", ["h4", "h8", "h12"], mb) == pytest.approx(
+        2 * ideal_seconds(3 * mb, 100.0)
+    )
+    assert lane_ports(zcube, "h0", "h4") == [(0, 1), (1, 0)]  # port 1 to port 2 and back
+    assert lane_ports(zcube, "h0", "h4", "one") == [(1, 1)]
     assert alltoall_ideal_s(roft, SCALE, "h0", ["h4", "h8", "h12"], mb) == pytest.approx(
         2 * ideal_seconds(3 * mb, 100.0)
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.queues import CHIPS, FLOOR_PACKETS, serialization_s
 
 # The port rates of the lab's default scale: a 100 Mb/s NIC stands for 400 Gb/s; a ZCube NIC
@@ -68,14 +69,15 @@ def resolution(mbps: float, mtu: int, dilation: float = 1.0,
     if mbps <= 0 or mtu <= 0 or packets <= 0 or dilation < 1:
         raise ValueError("rate, MTU and packets must be positive, dilation at least 1")
     frame = serialization_s(mtu, mbps)
+    clock = Clock(dilation)
     return Resolution(
         mbps=mbps,
         mtu=mtu,
         dilation=dilation,
         frame_s=frame,
         queue_s=packets * frame,
-        frame_wall_s=frame * dilation,
-        queue_wall_s=packets * frame * dilation,
+        frame_wall_s=clock.wall(frame),
+        queue_wall_s=clock.wall(packets * frame),
     )
 
 
