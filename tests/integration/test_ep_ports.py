@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from emulator.probes.epprobe import port_split
-from emulator.probes.kvprobe import running_lab
+from emulator.probes.hostprobe import running_lab
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 
