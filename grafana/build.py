@@ -1,5 +1,6 @@
 """Generates the lab's Grafana dashboards (`grafana/dashboards/*.json`) from panel definitions
-kept as plain data in this package. One dashboard per concern: `serving`, `fabric`, `kv-alltoall`.
+kept as plain data in this package. One dashboard per concern: `serving`, `fabric`,
+`kv-alltoall`, and `kpis` (the IETF BMWG draft's KPI names over the same series).
 
     python grafana/build.py           # rewrite the JSON files
     python grafana/build.py --check   # exit 1 if a committed file differs from this output
@@ -30,7 +31,12 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from grafana import fabric_dashboard, kv_alltoall_dashboard, serving_dashboard  # noqa: E402
+from grafana import (  # noqa: E402
+    fabric_dashboard,
+    kpi_dashboard,
+    kv_alltoall_dashboard,
+    serving_dashboard,
+)
 from grafana.panels import Dashboard  # noqa: E402
 from grafana.render import render  # noqa: E402
 
@@ -38,6 +44,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "serving": serving_dashboard.dashboard,
     "fabric": fabric_dashboard.dashboard,
     "kv-alltoall": kv_alltoall_dashboard.dashboard,
+    "kpis": kpi_dashboard.dashboard,
 }
 
 

@@ -20,7 +20,7 @@ import grafana_support as g
 from serving.vllm_metrics import LABELS
 
 SCHEMA = json.loads((g.GRAFANA / "dashboard.schema.json").read_text())
-NAMES = ("fabric", "kv-alltoall", "serving")
+NAMES = ("fabric", "kpis", "kv-alltoall", "serving")
 VALUES = {"run": "r", "fabric": "f", "model_name": "m", "link_mbps": "100"}
 
 
