@@ -32,7 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench.map_cell import rows as cell_rows  # noqa: E402
 from bench.map_cell import text  # noqa: E402
-from emulator.results.capacity import Capacity, RepeatCapacity, capacity  # noqa: E402
+from emulator.results.capacity import (  # noqa: E402
+    Capacity,
+    RepeatCapacity,
+    capacity,
+    fabric_capacities,
+)
 from emulator.results.sweeppoints import RunPoint  # noqa: E402
 
 MAP = ROOT / "bench" / "results" / "map"
@@ -253,9 +258,14 @@ def cell_table(name: str, folder: Path = MAP) -> list[str]:
         "| pauses | RTO |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    base = next((v for v, d in cell["fabrics"].items() if d["ratio"] == "baseline"), None)
+    ratios = {c.variant: c.ratio for c in fabric_capacities(load_runs(name, folder), base or "")}
     for variant, row in zip(cell["fabrics"], cell_rows(cell), strict=True):
         f = fabric(Entry(variant, name, variant), folder)
         row[1] = capacity_text(f.capacity) if f.capacity else "-"
+        # The ratio as the knee brackets allow it (emulator.results.capacity), not as stored.
+        mine = ratios.get(variant)
+        row[2] = "baseline" if variant == base else (mine.text() if mine else row[2])
         row[3] = f"{f.trusted} of {f.runs}"
         out.append("| " + " | ".join(row) + " |")
     out.append("")

@@ -20,9 +20,18 @@ Semantics (issue 22):
   the next rate to try is their midpoint, so N more rates, every repeat at each, halve that
   bracket N times. There is none to try when the bracket's top was not trustworthy (the
   result is censored there: refining cannot help) or when no rate was missed.
-- A *ratio* between two capacities is a number only when both are exact and the baseline's is
-  above 0; otherwise it is the interval the two capacities' intervals allow, written as a bound
-  (`>= 1.50x`, `<= 0.67x`, `1.50x-2.00x`) or `unknown`.
+- An exact capacity R is a rung, not a point: its repeats' knees lie in [R, the rate they
+  missed), the *knee bracket* (`Capacity.knee_top`, the median of the repeats' missed rates).
+- A *ratio* between two capacities is the interval their knee brackets allow: from the value's
+  lower end over the baseline's top to the value's top over the baseline's lower end (a censored
+  capacity's top is unbounded). It is written as a bound (`>= 1.50x`, `<= 0.67x`), an interval
+  that excludes 1 (`1.10x-1.50x`), `within X%` when it holds 1 (the fabrics tie to within the
+  ladder's resolution, the issue-33 rule: no ratio is printed that the rungs cannot resolve), or
+  `unknown`. It is one number only when both brackets are closed points, which a ladder of rungs
+  never gives.
+- *Resolution* (`sweep --resolution F`): a ladder resolves a knee to F when each rung's bracket,
+  after the `--refine` bisections, is at most F of its lower rate; `refines_needed` gives the
+  bisections that would do, and a sweep asked for F with fewer is refused naming them.
 
 Inputs are duck-typed trials (`Trial`: variant, repeat, rate, slo_met, trustworthy), so this module
 needs nothing of the sweep's types. Rates are requests/s. How the runs' verdicts combine (a walk
@@ -36,9 +45,11 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, Protocol
 
 from emulator.verdict.combine import all_trustworthy, walk_ladder
+from zcube_lab.core.errors import ConfigError
 
 CAPACITY_RULE = (
     "per repeat, the highest rate with every rate up to it met (at least that rate when the walk "
@@ -78,6 +89,13 @@ class RepeatCapacity:
     def upper(self) -> float:
         """The interval's upper end: the rate itself when exact, else unbounded."""
         return self.rate if self.censored is None else math.inf
+
+    @property
+    def knee_top(self) -> float:
+        """Where the knee bracket ends: the rate missed when exact, else unbounded."""
+        if self.censored is None and self.stopped_at is not None:
+            return self.stopped_at
+        return math.inf
 
     def text(self) -> str:
         """`8`, `>=8`."""
@@ -120,6 +138,13 @@ class Capacity:
     def censored(self) -> bool:
         """Only a lower bound (an untrustworthy run or the ladder's top in the way)."""
         return self.upper != self.rate
+
+    @property
+    def knee_top(self) -> float:
+        """The median of the repeats' knee tops: the knee lies in [rate, knee_top)."""
+        if not self.repeats:
+            return math.inf
+        return _median([r.knee_top for r in self.repeats])
 
     def text(self) -> str:
         """`8 [4-8]`, `>= 8`, `>= 4 (<= 8)`, `0 (below the ladder)`."""
@@ -184,10 +209,20 @@ class Ratio:
         """The ratio when it is one number, else None."""
         return self.low if self.low == self.high and math.isfinite(self.low) else None
 
+    @property
+    def within(self) -> float | None:
+        """When the interval holds 1 and is bounded: the largest departure from 1 it allows
+        (0.25: the fabrics tie to within 25%), else None."""
+        if self.exact is not None or not (0 < self.low <= 1 <= self.high < math.inf):
+            return None
+        return max(1 - self.low, self.high - 1)
+
     def text(self) -> str:
-        """`1.50x`, `>= 1.50x`, `<= 0.67x`, `1.50x-2.00x`, `unknown`."""
+        """`1.50x`, `>= 1.50x`, `<= 0.67x`, `1.10x-1.50x`, `within 25%`, `unknown`."""
         if self.exact is not None:
             return f"{self.exact:.2f}x"
+        if self.within is not None:
+            return f"within {self.within * 100:.0f}%"
         lo, hi = self.low > 0, math.isfinite(self.high)
         if lo and hi:
             return f"{self.low:.2f}x-{self.high:.2f}x"
@@ -199,12 +234,37 @@ class Ratio:
 
 
 def ratio(value: Capacity, base: Capacity) -> Ratio:
-    """`value` over `base` as an interval: exact when both are exact and the base above 0."""
+    """`value` over `base` as the interval their knee brackets allow (the module docstring)."""
     if base.upper == 0:  # the base met no rate: no ratio to speak of
         return Ratio(0.0, math.inf)
-    low = value.rate / base.upper  # 0 when the base is unbounded
-    high = value.upper / base.rate if base.rate > 0 else math.inf
+    low = value.rate / base.knee_top  # 0 when the base is unbounded
+    high = value.knee_top / base.rate if base.rate > 0 else math.inf
     return Ratio(low, high)
+
+
+def refines_needed(rates: Sequence[float], resolution: float) -> int:
+    """The `--refine` bisections after which every rung of the ladder `rates` (ascending)
+    brackets its knee to at most `resolution` of its lower rate; the bracket below the lowest
+    rate has no lower rate to be relative to and is left out."""
+    worst = max((b - a) / a for a, b in pairwise(rates))
+    return max(0, math.ceil(math.log2(worst / resolution) - 1e-9))
+
+
+def check_resolution(rates: Sequence[float], refine: int, resolution: float | None) -> None:
+    """Refuse a ladder and refine count that cannot resolve `resolution` (a ConfigError naming
+    `--refine` and the count that would do); None asks for nothing."""
+    if resolution is None or len(rates) < 2:
+        return
+    if not 0 < resolution < 1:
+        raise ConfigError("resolution", resolution, "a share between 0 and 1, e.g. 0.1 for 10%")
+    need = refines_needed(rates, resolution)
+    if refine < need:
+        raise ConfigError(
+            "refine",
+            refine,
+            f"at least {need} to resolve {resolution:.0%} on rates "
+            f"{','.join(_tag(r) for r in rates)} (each bisection halves a rung's bracket)",
+        )
 
 
 REFINE_DIGITS = 3  # a refined rate is rounded to this many decimals (run tags stay short)

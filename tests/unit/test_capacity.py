@@ -13,11 +13,14 @@ from emulator.results.capacity import (
     Capacity,
     Ratio,
     capacity,
+    check_resolution,
     fabric_capacities,
     ratio,
     refine_rate,
+    refines_needed,
     repeat_capacity,
 )
+from zcube_lab.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -91,28 +94,58 @@ def test_a_censored_repeat_censors_the_median_only_when_it_could_move_it() -> No
     assert one.text() == ">= 1" and one.upper == math.inf
 
 
-def _cap(rate: float, upper: float) -> Capacity:
-    return Capacity(rate, upper, rate, rate, ())
+def _cap(*steps: str) -> Capacity:
+    return capacity(ladder(*steps))
 
 
 @pytest.mark.parametrize(
     ("value", "base", "text"),
     [
-        (_cap(6, 6), _cap(4, 4), "1.50x"),
-        (_cap(6, math.inf), _cap(4, 4), ">= 1.50x"),  # the value censored
-        (_cap(2, 2), _cap(4, math.inf), "<= 0.50x"),  # the baseline censored
-        (_cap(4, 4), _cap(2, 8), "0.50x-2.00x"),  # the baseline's median in an interval
-        (_cap(4, math.inf), _cap(2, math.inf), "unknown"),  # both censored
-        (_cap(4, 4), _cap(0, 0), "unknown"),  # the baseline met no rate
-        (_cap(0, 0), _cap(4, 4), "0.00x"),
+        # 8-16 against 2-4: the knees' brackets allow 2x to 8x.
+        (_cap("m", "m", "m", "m", "x"), _cap("m", "m", "x"), "2.00x-8.00x"),
+        # The same rung on both, 4-8: a tie to within the rung (1/2x to 2x), never "1.00x".
+        (_cap("m", "m", "m", "x"), _cap("m", "m", "m", "x"), "within 100%"),
+        (_cap("m", "m", "m", "m"), _cap("m", "m", "x"), ">= 2.00x"),  # the value censored
+        (_cap("m", "m", "x"), _cap("m", "m", "m", "u"), "<= 1.00x"),  # the baseline censored
+        (_cap("m", "u"), _cap("m", "m", "u"), "unknown"),  # both censored
+        (_cap("m", "m", "x"), _cap("x"), "unknown"),  # the baseline met no rate
+        (_cap("x"), _cap("m", "m", "x"), "<= 0.50x"),  # the value met none: below 1/2
     ],
 )
-def test_a_ratio_is_a_number_only_when_neither_is_censored(
+def test_a_ratio_is_the_interval_the_knee_brackets_allow(
     value: Capacity, base: Capacity, text: str
 ) -> None:
     r = ratio(value, base)
     assert r.text() == text
-    assert (r.exact is not None) == (not value.censored and not base.censored and base.rate > 0)
+    assert r.exact is None  # a ladder of rungs never pins a ratio to one number
+
+
+def test_within_is_the_largest_departure_from_one_an_interval_allows() -> None:
+    assert Ratio(0.8, 1.25).within == pytest.approx(0.25)
+    assert Ratio(0.95, 1.02).text() == "within 5%"
+    assert Ratio(1.05, 1.3).within is None and Ratio(1.05, 1.3).text() == "1.05x-1.30x"
+    assert Ratio(0.0, 1.2).within is None  # unbounded below: a bound, not a tie
+    assert Ratio(2.0, 2.0).text() == "2.00x"  # a point stays a number
+
+
+def test_the_knee_bracket_is_the_median_of_the_repeats_missed_rates() -> None:
+    two = capacity([*ladder("m", "m", "x", repeat=1), *ladder("m", "m", "m", "x", repeat=2),
+                    *ladder("m", "m", "m", "x", repeat=3)])  # fmt: skip
+    assert (two.rate, two.knee_top) == (4.0, 8.0)
+    assert capacity(ladder("m", "u")).knee_top == math.inf
+
+
+def test_a_ladder_resolves_a_share_after_enough_bisections() -> None:
+    assert refines_needed([1, 2, 4, 8], 0.10) == 4  # a rung of +100%: 1/16 = 6.25% after 4
+    assert refines_needed([32, 40], 0.10) == 2  # +25%: 12.5% after 1, 6.25% after 2
+    assert refines_needed([100, 105], 0.10) == 0
+    assert refines_needed([10, 11], 0.10) == 0  # exactly 10% needs none
+    check_resolution([32, 40], 2, 0.10)
+    check_resolution([1, 2, 4], 0, None)  # nothing asked
+    with pytest.raises(ConfigError, match=r"refine.*at least 2 to resolve 10%"):
+        check_resolution([32, 40], 1, 0.10)
+    with pytest.raises(ConfigError, match="resolution"):
+        check_resolution([32, 40], 5, 1.5)
 
 
 def test_fabric_capacities_per_variant_with_ratios_stops_and_plain_json() -> None:
@@ -124,11 +157,13 @@ def test_fabric_capacities_per_variant_with_ratios_stops_and_plain_json() -> Non
     rows = fabric_capacities(trials, "roft", {"roft": 4.0})
     assert [r.variant for r in rows] == ["zcube", "roft", "clos"]
     z, r, c = rows
-    assert z.rate == 4.0 and z.ratio == Ratio(2.0, 2.0) and z.ratio.exact == 2.0
+    # zcube 4-8 against roft 2-4: between 1x and 4x.
+    assert z.rate == 4.0 and z.ratio == Ratio(1.0, 4.0) and z.ratio.exact is None
     assert r.ratio is None and r.stopped_after == 4.0 and z.stopped_after is None
-    assert c.ratio is not None and c.ratio.text() == ">= 0.50x"
+    assert c.ratio is not None and c.ratio.text() == ">= 0.25x"
     data = json.loads(json.dumps([x.to_dict() for x in rows], allow_nan=False))
-    assert data[0]["ratio"] == 2.0 and data[0]["ratio_text"] == "2.00x"
+    assert data[0]["ratio"] is None and data[0]["ratio_text"] == "within 300%"
+    assert (data[0]["ratio_low"], data[0]["ratio_high"]) == (1.0, 4.0)
     assert data[2]["ratio"] is None and data[2]["censored"] and data[2]["upper"] is None
     assert data[2]["per_repeat"]["1"]["censored"] == "not trustworthy at 2 (met)"
     assert data[1]["ratio_text"] == "baseline" and data[1]["text"] == "2"

@@ -51,8 +51,9 @@ def test_capacity_rows_mark_censored_repeats_and_bound_the_ratio() -> None:
     rows = {r[0]: r for r in max_rate_rows(_result())}
     assert all(len(r) == len(MAX_RATE_COLUMNS) for r in rows.values())
     # zcube: repeat 1 met both rates (at least 4), repeat 2 was not trustworthy at 4 (at least
-    # 1); the median of the lower ends is 2.5 and the ratio to roft's exact 1 only a bound.
-    assert rows["zcube"][1:4] == [">= 2.5 [1-4]", "r1 >=4, r2 >=1", ">= 2.50x"]
+    # 1); the median of the lower ends is 2.5, and roft's knee lies in [1, 4): the ratio is
+    # only a bound, 2.5 / 4.
+    assert rows["zcube"][1:4] == [">= 2.5 [1-4]", "r1 >=4, r2 >=1", ">= 0.62x"]
     assert "r2 not trustworthy at 4 (met)" in rows["zcube"][4]
     assert "r1 met at every rate tried (up to 4)" in rows["zcube"][4]
     assert rows["roft"][1:4] == ["1", "r1 1, r2 1", "baseline"]
@@ -86,7 +87,7 @@ def test_report_only_rerenders_a_sweep_folder_in_100_columns(
     assert cli.main(["sweep", "--report-only", str(tmp_path)]) == 0
     text = buffer.getvalue()
     assert (tmp_path / "sweep.png").is_file()
-    assert "capacity" in text and "past saturation at 4" in text and ">= 2.50x" in text
+    assert "capacity" in text and "past saturation at 4" in text and ">= 0.62x" in text
     assert max(len(line) for line in text.splitlines()) <= 100
     assert cli.main(["sweep", "--report-only", str(tmp_path / "missing")]) == 2
 
@@ -105,8 +106,14 @@ def test_the_sweep_is_planned_and_refused_before_any_run(tmp_path: Path) -> None
     assert empty.refine == 0
     refined = parser.parse_args(["sweep", "--slo", "ttft=1s", "--refine", "3"])
     assert sweep_command._plan(refined)[1].refine == 3
+    fine = parser.parse_args(["sweep", "--slo", "ttft=1s", "--rates", "32,40", "--refine", "2",
+                              "--resolution", "0.1"])  # fmt: skip
+    assert sweep_command._plan(fine)[1].refine == 2
     bad = (["--slo", "ttft=1s", "--rate", "4"], ["--rates", "1,2"],
-           ["--slo", "ttft=1s", "--refine", "11"])  # fmt: skip
+           ["--slo", "ttft=1s", "--refine", "11"],
+           # a +25% rung bisected once is 12.5%: too coarse for 10%, refused before any run
+           ["--slo", "ttft=1s", "--rates", "32,40", "--refine", "1",
+            "--resolution", "0.1"])  # fmt: skip
     for argv in bad:
         assert cli.main(["sweep", *argv, "--results", str(tmp_path)]) == 2
 

@@ -79,6 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     s.add_argument(
+        "--resolution",
+        type=float,
+        metavar="SHARE",
+        help="refuse a ladder and --refine that cannot bracket each knee to this share of its "
+        "rate (0.1: 10%%), naming the --refine that would; capacity ratios are printed only "
+        "as the brackets allow (`within X%%` when they hold 1)",
+    )
+    s.add_argument(
         "--full-ladder",
         action="store_true",
         help="run every rate of every repeat, past the rate where its capacity was settled "
@@ -130,6 +138,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
     """The planned runs and an empty result (its SLO, rates, baseline and folder): everything
     validated before the first run starts (fail in seconds)."""
     from emulator.experiment.sweep import parse_rates, plan_sweep
+    from emulator.results.capacity import check_resolution
     from emulator.results.goodput import parse_slo
     from emulator.results.sweeppoints import SweepResult
 
@@ -141,6 +150,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
     rates = parse_rates(args.rates)
     if not 0 <= args.refine <= 10:
         raise ConfigError("refine", args.refine, "0 (off) to 10 bisection rates")
+    check_resolution(rates, args.refine, args.resolution)
     out_dir = args.results.resolve() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     args.results = out_dir  # the runs' folders go inside the sweep's
     _kinds, _specs, variants, baseline = variants_from_args(args)
