@@ -36,8 +36,8 @@ from emulator.probes.epprobe import (  # noqa: E402
 )
 from emulator.probes.fidelity import Fidelity, fidelity_table  # noqa: E402
 from emulator.probes.hostprobe import running_lab  # noqa: E402
+from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 from zcube_lab.core.fabric.builders import BUILDERS, build_fabric  # noqa: E402
-from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 SIZES = "10e3,100e3,300e3,1e6,3e6"
 

@@ -49,7 +49,7 @@ from bench.procwatch import CLK_TCK, LOCUST, RUN, ProcSample, scan  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
 from emulator.verdict.cpustats import CpuTimes, cpu_share, parse_proc_stat  # noqa: E402
 from emulator.verdict.judge import DATAPATH  # noqa: E402
-from zcube_lab.core.procs import raise_interrupt  # noqa: E402
+from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "cpu_per_request.json"
 HELPERS = "run helpers"

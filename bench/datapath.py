@@ -36,9 +36,9 @@ from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
 from emulator.lab.system import LabError
 from emulator.verdict.cpustats import parse_pid_stat, parse_proc_stat
+from zcube_lab.adapters.procs import raise_interrupt
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.procs import raise_interrupt
 
 # Two hosts on one leaf (the idle spine is the builder's minimum): every packet crosses one
 # bridge, as on a same-rail or same-segment path.

@@ -60,11 +60,11 @@ from emulator.lab import ovs, ovsbridges  # noqa: E402
 from emulator.lab.network import Lab  # noqa: E402
 from emulator.lab.options import LabOptions  # noqa: E402
 from emulator.lab.system import LabError  # noqa: E402
+from zcube_lab.adapters.ports import free_port  # noqa: E402
+from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
 from zcube_lab.core.fabric.description import Fabric, FabricSpec  # noqa: E402
 from zcube_lab.core.fabric.scale import Scale  # noqa: E402
-from zcube_lab.core.ports import free_port  # noqa: E402
-from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ONE_BRIDGE = FabricSpec.of("clos", servers=2, gpus_per_server=1, spines=1)

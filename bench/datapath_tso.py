@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator.lab import ovs  # noqa: E402
-from zcube_lab.core.procs import raise_interrupt  # noqa: E402
+from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 
 MTU = 9000
 NS = ("zcl-tso-a", "zcl-tso-b")

@@ -57,7 +57,7 @@ from emulator.prometheus.config import scrape_config  # noqa: E402
 from emulator.prometheus.server import PrometheusServer  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
 from emulator.verdict.combine import Judged, all_trustworthy, over_runs  # noqa: E402
-from zcube_lab.core.procs import raise_interrupt  # noqa: E402
+from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "dilation_ladder.json"
 
@@ -362,7 +362,7 @@ def run_point(
     """One `zcube-lab run` of the point at dilation k; None when it produced no summary."""
     p = POINTS[point]
     argv = [
-        sys.executable, "-m", "zcube_lab.cli", "run", *p.fabric,
+        sys.executable, "-m", "zcube_cli", "run", *p.fabric,
         "--workload", p.workload, "--rate", f"{p.rate:g}", "--seed", str(seed),
         "--duration", f"{args.duration:g}", "--drain", f"{args.drain:g}",
         "--dilation", f"{k:g}", "--results", str(args.results), *p.options, *extra,

@@ -150,7 +150,7 @@ def lab_run(args: argparse.Namespace) -> None:
             "PYTHONPATH": os.pathsep.join([site, str(ROOT)]),
             "ZCUBE_GC_LOG": logs,
         }
-        argv = [sys.executable, "-m", "zcube_lab.cli", "run", *args.lab.split(),
+        argv = [sys.executable, "-m", "zcube_cli", "run", *args.lab.split(),
                 "--results", str(results)]  # fmt: skip
         subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
         pulls = [

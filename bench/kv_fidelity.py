@@ -38,8 +38,8 @@ from emulator.experiment.comparison import fabric_specs  # noqa: E402
 from emulator.probes.fidelity import Fidelity, fidelity_table  # noqa: E402
 from emulator.probes.hostprobe import running_lab  # noqa: E402
 from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, PATH_MODES, kv_fidelity  # noqa: E402
+from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.core.procs import raise_interrupt  # noqa: E402
 
 SIZES = "100e3,300e3,1e6,3e6,10e6,25e6"
 

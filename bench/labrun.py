@@ -26,7 +26,7 @@ from typing import Any
 from bench.procwatch import LOCUST, ProcSample, scan
 from emulator.experiment.runconfig import run_argv_of
 from emulator.results.summary import RunSummary
-from zcube_lab.core.procs import signals_ignored
+from zcube_lab.adapters.procs import signals_ignored
 
 ZCUBE = Path(sys.executable).with_name("zcube-lab")
 

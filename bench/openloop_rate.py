@@ -31,8 +31,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from zcube_lab.core.ports import free_port
-from zcube_lab.core.procs import stop_groups
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.adapters.procs import stop_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUST = Path(sys.executable).with_name("locust")

@@ -52,7 +52,7 @@ from rich.table import Table  # noqa: E402
 from bench.labrun import ZCUBE, LabRun, run_argv, run_options  # noqa: E402
 from bench.procwatch import ProcSample, display_order, scan  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
-from zcube_lab.core.procs import raise_interrupt  # noqa: E402
+from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "soak.json"
 Point = tuple[float, ProcSample]  # (seconds since the load start, one process read then)

@@ -40,10 +40,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from controller.app import ControllerConfig
 from controller.rules import ROUTING_ALIASES, ROUTING_POLICIES
+from zcube_lab.adapters.ports import port_free
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.ports import port_free
 
 LISTEN_HOST = "127.0.0.1"
 APP_MODULE = "controller.app"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from serving.config import Address, DecodeConfig, EpWorkerConfig, GatewayConfig, PrefillConfig
 from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.adapters.procs import stop_groups, wait_http
 from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.ports import free_port
-from zcube_lab.core.procs import stop_groups, wait_http
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.decode import make_decode_app
 from serving.gateway import make_gateway_app
 from serving.prefill import make_prefill_app
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 PATHS = ("/v1/completions", "/v1/chat/completions")
 ERROR_KEYS = {"message", "type", "param", "code"}

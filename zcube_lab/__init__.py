@@ -1,9 +1,11 @@
 """zcube-lab: a live emulator of LLM inference clusters on ZCube, ROFT and Clos fabrics.
 
-Two packages, one rule each: `zcube_lab.core` is the pure core that every other package may
-import and that imports nothing of ours outside itself; `zcube_lab.cli` is the command line,
-which imports the other packages and is imported by nothing. See docs/DESIGN.md for the package
-picture.
+Two floors, one rule each: `zcube_lab.core` is the pure core that every package of ours may
+import and that imports nothing of ours outside itself (no root, no processes, no clock);
+`zcube_lab.adapters` holds the small helpers over the machine (process groups, HTTP waits,
+signals, free ports) that the packages above the core share, and imports only the core. The
+command line is its own top package, `zcube_cli`, which nothing imports. See docs/DESIGN.md for
+the package picture.
 """
 
 __version__ = "0.1.0"

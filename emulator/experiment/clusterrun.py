@@ -167,8 +167,8 @@ def start_distributed_load(launcher: Any, run_dir: Path) -> subprocess.Popen[byt
     """Locust's master here and one worker per machine, worker K sending shard K of the plan
     (`workloads.shards`) to the gateway at machine 0's management address; the master's
     process (it exits when the run time is over, and the workers with it)."""
+    from zcube_lab.adapters.ports import free_port
     from zcube_lab.core.fabric.clusterplan import mgmt_root_address
-    from zcube_lab.core.ports import free_port
 
     lab: ClusterLab = launcher.lab
     plan = launcher.plan

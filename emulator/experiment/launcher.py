@@ -48,9 +48,9 @@ from emulator.verdict.network import (
     DATAPATH_RECEIVE_DROPS,
     DATAPATH_SEND_ERRORS,
 )
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.adapters.procs import signals_ignored, stop_groups, wait_http
 from zcube_lab.core.fabric.queues import queue_summary
-from zcube_lab.core.ports import free_port
-from zcube_lab.core.procs import signals_ignored, stop_groups, wait_http
 
 # The controller's port statistics and the health and network samplers read every modelled
 # second: at k, every k wall seconds (their cost per second / k, the same samples per run).

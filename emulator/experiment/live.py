@@ -19,7 +19,7 @@ from pathlib import Path
 from emulator.experiment.launcher import Launcher
 from emulator.experiment.plan import LOOPBACK, LocustWeb, RunConfig, plan_run
 from emulator.lab.system import LabError
-from zcube_lab.core.procs import wait_http
+from zcube_lab.adapters.procs import wait_http
 
 LOCUST_UI_TIMEOUT_S = 120.0  # how long `up --serve` waits for Locust's web UI to answer
 

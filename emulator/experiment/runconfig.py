@@ -82,7 +82,7 @@ LAYOUT_OPTIONS: tuple[tuple[str, Option], ...] = (
     ),
 )
 
-# The flags of each help group, in order (`zcube_lab.cli.commands.run`).
+# The flags of each help group, in order (`zcube_cli.commands.run`).
 WORKLOAD_FIELDS = (
     "workload", "duration_s", "rate", "arrival", "burstiness", "length_scale", "seed", "drain_s",
 )  # fmt: skip

@@ -31,8 +31,8 @@ from emulator.lab.datapath_ceiling import (
 )
 from emulator.lab.hostnet import HostEntry, conflicts, leftovers, read_host_network
 from emulator.lab.system import LabError, attempt
+from zcube_lab.adapters.procs import pid_alive
 from zcube_lab.core.fabric.addressing import plan_networks
-from zcube_lab.core.procs import pid_alive
 
 STATUSES = ("pass", "warn", "fail")
 MIN_PYTHON = (3, 11)

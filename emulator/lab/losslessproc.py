@@ -22,8 +22,8 @@ from pathlib import Path
 from emulator.lab.lossless import REPORT_FILE, agent_plan
 from emulator.lab.options import LabOptions
 from emulator.lab.system import LabError
+from zcube_lab.adapters.procs import kill_group
 from zcube_lab.core.fabric.description import Fabric
-from zcube_lab.core.procs import kill_group
 
 
 def report_path(run_dir: Path) -> Path:

@@ -51,12 +51,12 @@ from emulator.lab.state import (
     write_state,
 )
 from emulator.lab.system import LabError
+from zcube_lab.adapters.procs import kill_group, signals_ignored
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.addressing import fabric_networks
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
 from zcube_lab.core.fabric.linkplan import LinkSettings
-from zcube_lab.core.procs import kill_group, signals_ignored
 
 
 @dataclass

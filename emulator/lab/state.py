@@ -27,7 +27,7 @@ from pathlib import Path
 
 from emulator.lab import ovs, ovsbridges
 from emulator.lab.system import LabError, run
-from zcube_lab.core.procs import kill_group, pid_alive
+from zcube_lab.adapters.procs import kill_group, pid_alive
 
 STATE_DIR = Path(os.environ.get("ZCUBE_LAB_STATE", "/tmp/zcube-lab"))
 OWNER_KEY = "zcube-lab"

@@ -206,8 +206,8 @@ def probe_lab(
     """A lab (not started) routed by the policy, on free controller and metrics ports."""
     from emulator.lab.network import Lab
     from emulator.lab.options import LabOptions
+    from zcube_lab.adapters.ports import free_port
     from zcube_lab.core.fabric.scale import Scale
-    from zcube_lab.core.ports import free_port
 
     extra = {} if state_dir is None else {"state_dir": state_dir}
     return Lab(

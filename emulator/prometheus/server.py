@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 PROMETHEUS_BINARY = "/usr/bin/prometheus"
 

@@ -142,7 +142,7 @@ def test_a_short_run_over_two_machines(machines: list[Machine], tmp_path: Path) 
     addrs = ",".join(m.address for m in machines)
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "4",
+            sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "4",
             "--machines", addrs, "--workload", "coding-agent", "--rate", "3",
             "--duration", "20", "--drain", "25", "--results", str(tmp_path),
         ],

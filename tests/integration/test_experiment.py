@@ -26,7 +26,7 @@ def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "compare",
+            sys.executable, "-m", "zcube_cli", "compare",
             "--fabrics", "zcube,roft", "--repeat", "1",
             "--workload", "coding-agent", "--duration", "25", "--drain", "30",
             "--rate", "3", "--results", str(results),
@@ -173,7 +173,7 @@ def ep_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("ep-results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "run",
+            sys.executable, "-m", "zcube_cli", "run",
             "--fabric", "zcube", "--n", "4", "--gpus-per-server", "4",
             "--prefill-servers", "2", "--ep-servers", "2",
             "--workload", "coding-agent", "--duration", "15", "--drain", "20",

@@ -117,7 +117,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("fault-results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "run",
+            sys.executable, "-m", "zcube_cli", "run",
             "--fabric", "zcube", "--n", "4", "--gpus-per-server", "4",
             "--workload", "coding-agent", "--duration", "16", "--drain", "30", "--rate", "3",
             "--policy", "ff", "--fail", "link a0-b1 at 4s for 6s",

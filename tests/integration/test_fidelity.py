@@ -125,7 +125,7 @@ def test_a_kv_pull_on_roft_takes_bytes_over_the_path_rate(tmp_path: Path) -> Non
 def _run(results: Path, *extra: str) -> dict:
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "run",
+            sys.executable, "-m", "zcube_cli", "run",
             "--workload", "coding-agent", "--results", str(results), *extra,
         ],
         capture_output=True, text=True, timeout=300, check=False,

@@ -10,7 +10,7 @@ import pytest
 
 from emulator.prometheus.config import scrape_config
 from emulator.prometheus.server import PrometheusError, PrometheusServer
-from zcube_lab.core.ports import free_port, port_free
+from zcube_lab.adapters.ports import free_port, port_free
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ def _run(results: Path) -> dict:
         stale.rename(stale.with_name("summary.spoiled.json"))
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
+            sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "2",
             "--workload", "coding-agent", "--rate", "2", "--seed", "1", "--duration", "10",
             "--drain", "20", "--kv-warm", str(WARM), "--results", str(results),
         ],

@@ -29,7 +29,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "sweep",
+            sys.executable, "-m", "zcube_cli", "sweep",
             "--fabrics", "roft", "--rates", ",".join(f"{r:g}" for r in RATES), "--repeat", "1",
             "--workload", "coding-agent", "--length-scale", "0.5",
             "--duration", f"{DURATION_S:g}", "--drain", "30",

@@ -17,12 +17,12 @@ import pytest
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
 from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.adapters.procs import pid_alive
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.queues import QueueModel
 from zcube_lab.core.fabric.scale import Scale
-from zcube_lab.core.ports import free_port
-from zcube_lab.core.procs import pid_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

@@ -120,7 +120,7 @@ def _mrc_run(results: Path) -> dict:
     """
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
+            sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "2",
             "--workload", "coding-agent", "--rate", "1", "--duration", "15", "--drain", "20",
             "--kv-transport", "mrc", "--dilation", "2", "--results", str(results),
         ],

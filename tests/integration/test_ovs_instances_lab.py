@@ -17,10 +17,10 @@ from emulator.lab.measure import iperf3, port_tx_bytes
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
 from emulator.lab.state import remove_stale_state
+from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.scale import Scale
-from zcube_lab.core.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

@@ -50,7 +50,7 @@ def _run(
     t0 = time.monotonic()
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_lab.cli", "run",
+            sys.executable, "-m", "zcube_cli", "run",
             "--fabric", "zcube", "--n", "2",
             "--workload", workload, "--duration", "18", "--drain", "30", "--rate", "3",
             "--policy", policy, "--fail", fail, *extra,

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 
 from emulator.prometheus.config import scrape_config
 from emulator.prometheus.server import PROMETHEUS_BINARY, PrometheusError, PrometheusServer
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 pytestmark = [
     pytest.mark.integration,

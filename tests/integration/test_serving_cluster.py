@@ -24,7 +24,7 @@ import pytest
 
 from serving.cluster import ClusterSpec, LocalCluster
 from serving.models import get_profile, prefill_step_seconds
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import metric_sum
@@ -195,7 +195,7 @@ def test_prefill_gone_is_a_502_not_a_hang(tmp_path: Path) -> None:
 
 def test_zcube_lab_serve_local_runs_and_stops(tmp_path: Path) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "zcube_lab.cli", "serve", "--local", "--port", str(port)]
+    argv = [sys.executable, "-m", "zcube_cli", "serve", "--local", "--port", str(port)]
     argv += ["--log-dir", str(tmp_path)]
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True

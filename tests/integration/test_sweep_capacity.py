@@ -52,7 +52,7 @@ from emulator.results.sweeppoints import max_rates
 from emulator.verdict.judge import HealthVerdict
 from serving.cluster import ClusterSpec, LocalCluster
 from serving.models import get_profile, prefill_step_seconds
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,8 +25,8 @@ import pytest
 from emulator.experiment.plan import RunConfig, plan_run
 from serving.cluster import ClusterSpec, LocalCluster
 from workloads.shards import merge_shard_files, shard_files
+from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.ports import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

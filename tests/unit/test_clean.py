@@ -15,8 +15,8 @@ import pytest
 from emulator.lab import state
 from emulator.lab.state import LabState, netns_names, remove_stale_state, stale_namespaces
 from emulator.lab.system import LabError
-from zcube_lab.cli import main
-from zcube_lab.cli.commands import clean
+from zcube_cli import main
+from zcube_cli.commands import clean
 
 
 def _dead_pid() -> int:

@@ -31,8 +31,8 @@ from emulator.cluster.doctor import (
 from emulator.cluster.remote import Machine, run_on
 from emulator.cluster.tunnel import TunnelMeasure
 from emulator.lab.doctor import Check, Probe, exit_code
-from zcube_lab.cli import main
-from zcube_lab.cli.commands.doctor import print_checks
+from zcube_cli import main
+from zcube_cli.commands.doctor import print_checks
 
 HERE = Machine(0, "10.254.0.1")
 PEER = Machine(1, "10.254.0.2")

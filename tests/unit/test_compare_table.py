@@ -22,7 +22,7 @@ from emulator.results.report import (
 )
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
 from emulator.results.sweeppoints import sample_intervals
-from zcube_lab.cli.commands.compare import comparison_table
+from zcube_cli.commands.compare import comparison_table
 
 DATA = Path(__file__).parent / "data"
 REASON = "ovs-vswitchd thread handler12 above 0.85 core in 35% of samples"

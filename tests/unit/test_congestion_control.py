@@ -78,8 +78,8 @@ def test_a_missing_algorithm_is_loaded_or_refused(
 
 
 def test_run_options_record_the_congestion_control() -> None:
-    from zcube_lab.cli import build_parser
-    from zcube_lab.cli.commands.run import config_from_args
+    from zcube_cli import build_parser
+    from zcube_cli.commands.run import config_from_args
 
     config = config_from_args(build_parser().parse_args(["run", "--cc", "cubic"]))
     assert config.to_dict()["congestion_control"] == "cubic"

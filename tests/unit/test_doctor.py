@@ -12,7 +12,7 @@ import pytest
 from emulator.lab import doctor
 from emulator.lab.datapath_ceiling import DatapathResults, Measurement
 from emulator.lab.doctor import Check, Findings, Probe, exit_code, judge
-from zcube_lab.cli import main
+from zcube_cli import main
 
 OK = Probe(0, "")
 MEASURED = DatapathResults(

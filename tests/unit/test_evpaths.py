@@ -93,7 +93,7 @@ def test_a_cut_link_drops_only_the_evs_whose_path_crosses_it() -> None:
 def test_the_fabric_command_shows_which_ev_takes_which_path(capsys: pytest.CaptureFixture) -> None:
     import json
 
-    from zcube_lab.cli import main
+    from zcube_cli import main
 
     argv = ["fabric", "--fabric", "roft", "--planes", "2", "--paths", "h0", "h5", "--evs", "4"]
     assert main([*argv, "--json"]) == 0

@@ -7,9 +7,9 @@ import socket
 import pytest
 from rich.console import Console
 
-from zcube_lab.cli import main
-from zcube_lab.cli.commands.up import _port
-from zcube_lab.core.ports import port_free
+from zcube_cli import main
+from zcube_cli.commands.up import _port
+from zcube_lab.adapters.ports import port_free
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +53,7 @@ def test_serve_takes_the_profiles_hints_as_run_does() -> None:
     decode set and the prefix-cache hit rate, as `run` would."""
     import argparse
 
-    from zcube_lab.cli.commands.up import add_arguments, serve_config
+    from zcube_cli.commands.up import add_arguments, serve_config
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -1,13 +1,16 @@
-"""Imports run one way between our packages, nothing outside the CLI imports the CLI, and no
-modules import each other in a loop.
+"""Imports run one way between our packages, nothing imports the CLI, the pure core imports no
+machine, and no modules import each other in a loop.
 
 Every .py file of our packages is read with `ast` (nothing is imported), every import statement
 counts, at module level or inside a function (a late import is still a dependency), and each
 imported module is put in a layer:
 
-- `cli`: `zcube_lab.cli*` (the command line, with its `commands` and `fabric_options`);
+- `cli`: `zcube_cli*` (the command line, with its `commands` and `fabric_options`), the top
+  floor: it may import every other layer and none imports it;
+- `adapters`: `zcube_lab.adapters*` (the small helpers over the machine: process groups, HTTP
+  waits, signals, free ports), the I/O floor just above the core; imports only the core;
 - `core`: `zcube_lab.core*` and the `zcube_lab` package itself (pure; imports nothing of ours
-  outside the core);
+  outside the core, and no module of the standard library that reaches the machine);
 - the other top-level packages, each its own layer.
 
 `ALLOWED` lists the layers each layer may import (its own always); it is acyclic, so a cycle
@@ -25,6 +28,7 @@ import os
 import pwd
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,18 +36,22 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("zcube_lab", "controller", "emulator", "serving", "workloads", "grafana", "bench")
-CLI_MODULES = ("zcube_lab.cli",)
+PACKAGES = (
+    "zcube_lab", "controller", "emulator", "serving", "workloads", "grafana", "bench", "zcube_cli",
+)  # fmt: skip
+CLI_MODULES = ("zcube_cli",)
+ADAPTER_MODULES = ("zcube_lab.adapters",)
 
 _ALL_BUT_CLI = frozenset(
-    {"core", "controller", "serving", "workloads", "emulator", "grafana", "bench"}
+    {"core", "adapters", "controller", "serving", "workloads", "emulator", "grafana", "bench"}
 )
 ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset(),
-    "controller": frozenset({"core"}),
-    "serving": frozenset({"core"}),
-    "workloads": frozenset({"core", "serving"}),
-    "emulator": frozenset({"core", "controller", "serving", "workloads"}),
+    "adapters": frozenset({"core"}),
+    "controller": frozenset({"core", "adapters"}),
+    "serving": frozenset({"core", "adapters"}),
+    "workloads": frozenset({"core", "adapters", "serving"}),
+    "emulator": frozenset({"core", "adapters", "controller", "serving", "workloads"}),
     "grafana": _ALL_BUT_CLI,
     "bench": _ALL_BUT_CLI,
     "cli": _ALL_BUT_CLI,
@@ -70,6 +78,8 @@ def layer(module: str) -> str:
     """The layer a module of ours belongs to (see the module docstring)."""
     if any(module == m or module.startswith(m + ".") for m in CLI_MODULES):
         return "cli"
+    if any(module == m or module.startswith(m + ".") for m in ADAPTER_MODULES):
+        return "adapters"
     top = module.split(".", 1)[0]
     return "core" if top == "zcube_lab" else top
 
@@ -205,6 +215,8 @@ def edges() -> list[Edge]:
 def test_the_walk_sees_our_packages(edges: list[Edge]) -> None:
     layers = {layer(e.source) for e in edges}
     assert {"core", "controller", "emulator", "serving", "workloads", "cli"} <= layers
+    # The adapters import nothing of ours today; they are seen as what the floors above import.
+    assert "adapters" in {layer(e.target) for e in edges}
     # A late import (inside a function) counts: network.py imports the controller's rules there.
     assert any(e.source == "emulator.lab.network" and e.target == "controller.rules" for e in edges)
 
@@ -213,8 +225,9 @@ def test_imports_run_one_way_between_our_packages(edges: list[Edge]) -> None:
     bad = forbidden(edges)
     cycles = package_cycles(edges)
     assert not bad and not cycles, (
-        "imports against the allowed direction (core <- controller, serving <- workloads <- "
-        "emulator; grafana and bench import anything but the CLI):\n  "
+        "imports against the allowed direction (core <- adapters <- controller, serving <- "
+        "workloads <- emulator; grafana and bench import anything but the CLI; the CLI "
+        "imports anything):\n  "
         + "\n  ".join(map(str, bad))
         + "".join(f"\ncycle: {' -> '.join(c)}" for c in cycles)
     )
@@ -231,20 +244,67 @@ def test_no_modules_import_each_other_in_a_loop(edges: list[Edge]) -> None:
     assert not groups, "modules that import each other in a loop:\n  " + "\n  ".join(map(str, ties))
 
 
-def test_zcube_lab_is_the_core_and_the_cli() -> None:
-    """Every module of `zcube_lab` is in `zcube_lab.core` or `zcube_lab.cli`, so the folder says
-    which rule a file keeps; only the package itself (the version) stands beside them."""
+def test_zcube_lab_is_the_core_and_the_adapters() -> None:
+    """Every module of `zcube_lab` is in `zcube_lab.core` or `zcube_lab.adapters`, so the folder
+    says which rule a file keeps; only the package itself (the version) stands beside them. The
+    command line is not in it: it is the top package `zcube_cli`."""
     modules = {module_name(p) for p in (REPO / "zcube_lab").rglob("*.py")}
+    floors = ("zcube_lab.core", "zcube_lab.adapters")
     stray = sorted(
         m
         for m in modules
-        if m != "zcube_lab"
-        and not any(m == r or m.startswith(r + ".") for r in ("zcube_lab.core", "zcube_lab.cli"))
+        if m != "zcube_lab" and not any(m == r or m.startswith(r + ".") for r in floors)
     )
-    assert not stray, f"zcube_lab modules outside core/ and cli/: {stray}"
-    assert {"zcube_lab.core.fabric.description", "zcube_lab.cli.commands.run"} <= modules
+    assert not stray, f"zcube_lab modules outside core/ and adapters/: {stray}"
+    assert {"zcube_lab.core.fabric.description", "zcube_lab.adapters.procs"} <= modules
     assert layer("zcube_lab.core.stats") == "core" and layer("zcube_lab") == "core"
-    assert layer("zcube_lab.cli.fabric_options") == "cli"
+    assert layer("zcube_lab.adapters.ports") == "adapters"
+
+
+def test_the_cli_is_its_own_top_package() -> None:
+    """`zcube_cli` stands beside the library's packages, is what the `zcube-lab` console script
+    and `python -m zcube_cli` run, and is installed with them."""
+    modules = {module_name(p) for p in (REPO / "zcube_cli").rglob("*.py")}
+    assert {"zcube_cli", "zcube_cli.__main__", "zcube_cli.commands.run"} <= modules
+    assert layer("zcube_cli.fabric_options") == "cli"
+    assert not (REPO / "zcube_lab" / "cli").exists()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["zcube-lab"] == "zcube_cli:main"
+    assert "zcube_cli*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
+    tree = ast.parse((REPO / "zcube_cli" / "__init__.py").read_text())
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+
+
+# Standard-library modules that reach the machine (processes, signals, sockets, files, the clock):
+# the pure core imports none of them; their users live in `zcube_lab.adapters` and above.
+MACHINE_STDLIB = (
+    "asyncio", "ctypes", "fcntl", "http", "multiprocessing", "os", "select", "shutil", "signal",
+    "socket", "subprocess", "tempfile", "threading", "time", "urllib",
+)  # fmt: skip
+
+
+def machine_imports(files: Iterable[Path]) -> list[tuple[str, str, int]]:
+    """(module, machine module imported, line) for every import of `MACHINE_STDLIB` in `files`."""
+    found = []
+    for path in files:
+        module = module_name(path)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for target, line in imported_modules(tree, module, path.name == "__init__.py"):
+            if target.split(".", 1)[0] in MACHINE_STDLIB:
+                found.append((module, target, line))
+    return found
+
+
+def test_the_core_imports_no_machine() -> None:
+    """`zcube_lab.core` is pure: no module of it imports a standard-library module that starts a
+    process, sends a signal, opens a socket or reads the clock (those are the adapters')."""
+    core = sorted((REPO / "zcube_lab" / "core").rglob("*.py"))
+    bad = machine_imports(core)
+    assert not bad, "the core imports modules that reach the machine:\n  " + "\n  ".join(
+        f"{m} -> {t} at line {line}" for m, t, line in bad
+    )
+    adapters = sorted((REPO / "zcube_lab" / "adapters").rglob("*.py"))
+    assert {t for _m, t, _l in machine_imports(adapters)} >= {"os", "signal", "socket"}
 
 
 def test_the_module_cycle_check_catches_a_made_up_loop() -> None:
@@ -272,20 +332,36 @@ def test_the_checks_catch_a_cycle_and_a_cli_import() -> None:
             "zcube_lab.core.fabric.cost", "emulator.lab.network", "zcube_lab/core/fabric/cost.py", 1
         ),
         Edge("emulator.lab.network", "zcube_lab.core.fabric.description", "emulator/lab/x.py", 2),
-        Edge("bench.recovery", "zcube_lab.cli.commands.compare", "bench/recovery.py", 3),
-        Edge(
-            "zcube_lab.cli.commands.up", "emulator.lab.network", "zcube_lab/cli/commands/up.py", 4
-        ),
+        Edge("bench.recovery", "zcube_cli.commands.compare", "bench/recovery.py", 3),
+        Edge("zcube_cli.commands.up", "emulator.lab.network", "zcube_cli/commands/up.py", 4),
+        Edge("emulator.lab.state", "zcube_cli", "emulator/lab/state.py", 5),
     ]
-    assert forbidden(made_up) == [made_up[0], made_up[2]]
-    assert package_cycles(made_up) == [["core", "emulator", "core"]]
-    assert cli_imports(made_up) == [made_up[2]]
+    assert forbidden(made_up) == [made_up[0], made_up[2], made_up[4]]
+    assert package_cycles(made_up) == [["cli", "emulator", "cli"], ["core", "emulator", "core"]]
+    assert cli_imports(made_up) == [made_up[2], made_up[4]]
+
+
+def test_the_checks_keep_the_core_under_the_adapters() -> None:
+    made_up = [
+        Edge("zcube_lab.core.clock", "zcube_lab.adapters.procs", "zcube_lab/core/clock.py", 1),
+        Edge("zcube_lab.adapters.procs", "serving.cluster", "zcube_lab/adapters/procs.py", 2),
+        Edge("serving.cluster", "zcube_lab.adapters.procs", "serving/cluster.py", 3),
+        Edge("controller.app", "zcube_lab.adapters.ports", "controller/app.py", 4),
+        Edge("zcube_lab.adapters.ports", "zcube_lab.core.errors", "zcube_lab/adapters/ports.py", 5),
+    ]
+    assert forbidden(made_up) == made_up[:2]
+    assert package_cycles(made_up) == [
+        ["adapters", "core", "adapters"],
+        ["adapters", "serving", "adapters"],
+    ]
 
 
 def test_relative_and_from_imports_resolve_to_modules() -> None:
-    tree = ast.parse("from . import ovs\nfrom ..lab.state import sweep\nfrom zcube_lab import cli")
+    tree = ast.parse(
+        "from . import ovs\nfrom ..lab.state import sweep\nfrom zcube_lab.adapters import procs"
+    )
     found = [m for m, _line in imported_modules(tree, "emulator.lab.network", False)]
-    assert found == ["emulator.lab.ovs", "emulator.lab.state", "zcube_lab.cli"]
+    assert found == ["emulator.lab.ovs", "emulator.lab.state", "zcube_lab.adapters.procs"]
 
 
 VERDICT = "emulator.verdict"
@@ -360,8 +436,8 @@ for package in sys.argv[1:]:
         names.append(info.name)
 print(json.dumps({"uid": os.geteuid(), "imported": names, "loaded": sorted(sys.modules)}))
 """
-# Adapters outside emulator/ that touch the machine: Mininet, the OpenFlow stack, process helpers.
-MACHINE_MODULES = ("mininet", "os_ken", "zcube_lab.core.procs", "zcube_lab.core.ports")
+# Adapters outside emulator/ that touch the machine: Mininet, the OpenFlow stack, our I/O floor.
+MACHINE_MODULES = ("mininet", "os_ken", "zcube_lab.adapters")
 
 
 def test_the_pure_packages_import_without_root(tmp_path: Path) -> None:

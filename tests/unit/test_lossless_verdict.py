@@ -56,8 +56,8 @@ def test_verdict_judges_the_agent_not_the_pauses() -> None:
 
 def test_lossless_option_reaches_the_run_config_and_config_json() -> None:
     from emulator.experiment.plan import RunConfig
-    from zcube_lab.cli import build_parser
-    from zcube_lab.cli.commands.run import config_from_args
+    from zcube_cli import build_parser
+    from zcube_cli.commands.run import config_from_args
     from zcube_lab.core.errors import ConfigError
 
     parser = build_parser()

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from zcube_lab.cli.fabric_options import add_link_arguments, link_options_from_args
+from zcube_cli.fabric_options import add_link_arguments, link_options_from_args
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -49,7 +49,7 @@ def test_bad_values_are_refused() -> None:
 
 
 def test_up_refuses_link_options_with_serve(capsys: pytest.CaptureFixture[str]) -> None:
-    from zcube_lab.cli import main
+    from zcube_cli import main
 
     assert main(["up", "--serve", "--queue-packets", "32"]) == 2
     assert "do not go with --serve" in capsys.readouterr().err

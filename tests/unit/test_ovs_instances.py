@@ -147,8 +147,8 @@ def test_a_cluster_lab_refuses_private_instances() -> None:
 
 def test_run_and_up_take_the_instance_count() -> None:
     from emulator.experiment.plan import RunConfig
-    from zcube_lab.cli import build_parser
-    from zcube_lab.cli.commands.run import config_from_args
+    from zcube_cli import build_parser
+    from zcube_cli.commands.run import config_from_args
     from zcube_lab.core.fabric.description import FabricSpec
 
     config = config_from_args(build_parser().parse_args(["run", "--ovs-instances", "8"]))

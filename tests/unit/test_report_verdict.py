@@ -125,7 +125,7 @@ def test_the_verdict_paragraph_leaves_out_untrustworthy_runs_and_names_them() ->
 def test_compare_prints_the_verdict_per_variant(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from zcube_lab.cli.commands.compare import _print_table
+    from zcube_cli.commands.compare import _print_table
 
     monkeypatch.setenv("COLUMNS", "300")  # one table row per line, whatever the terminal
 

@@ -127,7 +127,7 @@ def test_compare_rejects_bad_options_before_any_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from emulator.experiment.runner import Experiment
-    from zcube_lab.cli import main
+    from zcube_cli import main
 
     def refuse(*_a: object, **_k: object) -> None:
         pytest.fail("a unit test tried to start a real run")

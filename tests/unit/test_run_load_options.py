@@ -14,7 +14,7 @@ import pytest
 from emulator.experiment.runconfig import RunConfig, run_argv_of
 from workloads import locust_ext
 from workloads.loadconfig import LoadConfig, load_argv, load_config
-from zcube_lab.cli.commands import run as run_command
+from zcube_cli.commands import run as run_command
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.fabric.queues import CHIPS, DEFAULT_CHIP

@@ -17,7 +17,7 @@ from serving import alltoall, decode, prefill
 from serving.alltoall import AllToAll, split_bytes, start_ep_server
 from serving.config import Address, DecodeConfig, PrefillConfig
 from serving.vllm_metrics import EngineMetrics
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 _LEN = struct.Struct("!Q")
 _REQ = struct.Struct("!QQ")

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from serving.config import Address, GatewayConfig
 from serving.gateway import make_gateway_app
 from serving.models import decode_step_seconds, get_profile, prefill_step_seconds
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import (

@@ -21,7 +21,7 @@ from serving.kvwire import (
     start_kv_server,
     warm,
 )
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 
 class _Relay:

@@ -28,7 +28,7 @@ from serving.kvwire import (
     release_kv,
     start_kv_server,
 )
-from zcube_lab.core.ports import free_port
+from zcube_lab.adapters.ports import free_port
 
 
 def test_plan_lanes_deals_chunks_over_addresses_and_streams() -> None:

@@ -63,7 +63,7 @@ async def test_gateway_sends_a_periods_decodes_to_its_hot_set(aiohttp_server) ->
     from serving.decode import make_decode_app
     from serving.gateway import make_gateway_app
     from serving.prefill import make_prefill_app
-    from zcube_lab.core.ports import free_port
+    from zcube_lab.adapters.ports import free_port
 
     pcfg = PrefillConfig(kv_bind=(Address("127.0.0.1", free_port("127.0.0.1")),))
     prefill = await aiohttp_server(make_prefill_app(pcfg, CollectorRegistry()))

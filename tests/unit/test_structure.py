@@ -136,7 +136,7 @@ def test_scenario_wider_than_fabric_is_refused():
 def test_cli_vs_full_size_json(capsys):
     import json
 
-    from zcube_lab.cli import main
+    from zcube_cli import main
 
     argv = ["fabric", "--vs-full-size", "--n", "4", "--gpus-per-server", "2", "--json"]
     assert main([*argv, "--workload", "kv-heavy", "--workload", "hotspot"]) == 0

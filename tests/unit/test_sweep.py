@@ -383,7 +383,7 @@ def test_a_sweep_json_with_the_earlier_bootstrap_intervals_still_reads(tmp_path:
 
 
 def test_the_sweeps_eta_counts_the_runs_left_at_the_mean_run_time() -> None:
-    from zcube_lab.cli.commands.sweep import _eta
+    from zcube_cli.commands.sweep import _eta
 
     specs = fabric_specs(["zcube", "roft"], 16, 2)
     variants = plan_variants(RunConfig(fabric=specs["zcube"], duration_s=10), specs, ["ecmp"])

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 from test_sweep import rp  # tests/unit is on the path (no __init__.py)
 
+import zcube_cli as cli
 from emulator.results.goodput import parse_slo
 from emulator.results.sweeppoints import SweepResult
 from emulator.results.sweepreport import (
@@ -20,8 +21,7 @@ from emulator.results.sweepreport import (
     plot_sweep,
     point_rows,
 )
-from zcube_lab import cli
-from zcube_lab.cli.commands import sweep as sweep_command
+from zcube_cli.commands import sweep as sweep_command
 
 
 def _result() -> SweepResult:

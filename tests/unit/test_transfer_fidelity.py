@@ -23,11 +23,11 @@ from emulator.probes.fidelity import (
 )
 from emulator.probes.hostprobe import ProbeOutput
 from emulator.probes.kvprobe import kv_path_mbps
+from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.hostplan import kv_source_map
 from zcube_lab.core.fabric.scale import Scale
-from zcube_lab.core.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = Scale(nic_mbps=100.0)

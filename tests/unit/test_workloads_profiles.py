@@ -195,7 +195,7 @@ def test_coding_agent_carries_its_prefix_cache_hit_rate() -> None:
 def test_kv_heavy_hints_three_prefill_servers_and_a_high_hit_rate() -> None:
     import argparse
 
-    from zcube_lab.cli.commands.run import add_arguments, config_from_args
+    from zcube_cli.commands.run import add_arguments, config_from_args
 
     kv = load_profile("kv-heavy")
     assert (kv.prefill_servers, kv.prefix_cache_hit_rate) == (3, 0.9)
@@ -223,7 +223,7 @@ def test_hotspot_profile_hints_reach_the_gateway_and_flags_win() -> None:
     import argparse
 
     from emulator.experiment.plan import plan_run
-    from zcube_lab.cli.commands.run import add_arguments, config_from_args
+    from zcube_cli.commands.run import add_arguments, config_from_args
 
     hot = load_profile("hotspot")
     assert (hot.hotspot.decodes, hot.hotspot.period_s, hot.prefill_servers) == (2, 5.0, 2)

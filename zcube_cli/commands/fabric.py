@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from emulator.results.structuretable import structure_title, structure_verdict
-from zcube_lab.cli.fabric_options import (
+from zcube_cli.fabric_options import (
     add_fabric_arguments,
     add_link_arguments,
     link_options_from_args,

@@ -16,11 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from zcube_lab.cli.commands.run import add_run_arguments, config_from_args
-from zcube_lab.cli.fabric_options import add_size_arguments, size_params, sized_specs
+from zcube_cli.commands.run import add_run_arguments, config_from_args
+from zcube_cli.fabric_options import add_size_arguments, size_params, sized_specs
+from zcube_lab.adapters.procs import raise_interrupt
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.comparison import PlannedRun, Variant

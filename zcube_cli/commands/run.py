@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from zcube_lab.cli.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_cli.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.adapters.procs import raise_interrupt
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.plan import RunConfig

@@ -32,10 +32,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from zcube_lab.cli.commands.compare import add_variant_arguments, variants_from_args
-from zcube_lab.cli.commands.run import add_run_arguments
+from zcube_cli.commands.compare import add_variant_arguments, variants_from_args
+from zcube_cli.commands.run import add_run_arguments
+from zcube_lab.adapters.procs import raise_interrupt
 from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.comparison import PlannedRun

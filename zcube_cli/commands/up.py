@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from zcube_lab.cli.fabric_options import (
+from zcube_cli.fabric_options import (
     add_datapath_arguments,
     add_fabric_arguments,
     add_link_arguments,
@@ -27,7 +27,7 @@ from zcube_lab.cli.fabric_options import (
     link_options_from_args,
     spec_from_args,
 )
-from zcube_lab.core.procs import raise_interrupt
+from zcube_lab.adapters.procs import raise_interrupt
 
 if TYPE_CHECKING:
     from emulator.experiment.plan import RunConfig
@@ -231,7 +231,7 @@ def _print_summary(summary: dict[str, object], failures: dict[str, list[str]]) -
 
 
 def _port(wanted: int, bind: str, what: str, console: Console) -> int:
-    from zcube_lab.core.ports import free_port, port_free
+    from zcube_lab.adapters.ports import free_port, port_free
 
     if port_free(wanted, bind):
         return wanted

@@ -1,5 +1,5 @@
 """The command line: the `zcube-lab` console command, one subcommand per module under
-`zcube_lab.cli.commands` (`python -m zcube_lab.cli` runs it too).
+`zcube_cli.commands` (`python -m zcube_cli` runs it too).
 
 Nothing imports this package; it may import any other package of ours.
 
@@ -20,24 +20,24 @@ from zcube_lab.core.errors import ConfigError
 # name -> (module, one-line help). Order is the order `--help` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": (
-        "zcube_lab.cli.commands.doctor",
+        "zcube_cli.commands.doctor",
         "check this machine (or a cluster's machines and tunnels) can run the lab, with fixes",
     ),
-    "fabric": ("zcube_lab.cli.commands.fabric", "describe a fabric: hosts, switches, links, paths"),
-    "cost": ("zcube_lab.cli.commands.cost", "price full-size ROFT, Clos and ZCube side by side"),
-    "up": ("zcube_lab.cli.commands.up", "build a fabric in Mininet, route it, check reachability"),
-    "serve": ("zcube_lab.cli.commands.serve", "run the mock PD-disaggregated inference cluster"),
-    "run": ("zcube_lab.cli.commands.run", "one experiment: fabric + serving + load + Prometheus"),
+    "fabric": ("zcube_cli.commands.fabric", "describe a fabric: hosts, switches, links, paths"),
+    "cost": ("zcube_cli.commands.cost", "price full-size ROFT, Clos and ZCube side by side"),
+    "up": ("zcube_cli.commands.up", "build a fabric in Mininet, route it, check reachability"),
+    "serve": ("zcube_cli.commands.serve", "run the mock PD-disaggregated inference cluster"),
+    "run": ("zcube_cli.commands.run", "one experiment: fabric + serving + load + Prometheus"),
     "compare": (
-        "zcube_lab.cli.commands.compare",
+        "zcube_cli.commands.compare",
         "fabrics side by side on one workload, report.html",
     ),
     "sweep": (
-        "zcube_lab.cli.commands.sweep",
+        "zcube_cli.commands.sweep",
         "load sweep to saturation: goodput, max rate under an SLO",
     ),
     "clean": (
-        "zcube_lab.cli.commands.clean",
+        "zcube_cli.commands.clean",
         "remove what a killed run left: processes, bridges, interfaces, namespaces",
     ),
 }

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def peer_running(pidfile: Path = PEER_PIDFILE) -> int | None:
     """The peer machine's pid when it runs, else None."""
-    from zcube_lab.core.procs import pid_alive
+    from zcube_lab.adapters.procs import pid_alive
 
     try:
         pid = int(pidfile.read_text().strip())
