@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Protocol
 
-from emulator.verdict.combine import all_trustworthy, walk_ladder
+from emulator.verdict.combine import Step, all_trustworthy, walk_ladder
 from zcube_lab.core.errors import ConfigError
 
 CAPACITY_RULE = (
@@ -57,19 +57,14 @@ CAPACITY_RULE = (
 )
 
 
-class Trial(Protocol):
-    """One run at one rate of the ladder (the sweep's `RunPoint` is one)."""
+class Trial(Step, Protocol):
+    """One run at one rate of the ladder (the sweep's `RunPoint` is one): a verdict `Step`
+    (rate, SLO met, trustworthy) of a variant's repeat."""
 
     @property
     def variant(self) -> str: ...
     @property
     def repeat(self) -> int: ...
-    @property
-    def rate(self) -> float: ...
-    @property
-    def slo_met(self) -> bool: ...
-    @property
-    def trustworthy(self) -> bool: ...
 
 
 def _tag(rate: float) -> str:
