@@ -148,7 +148,8 @@ def _link_utilization(summary: RunSummary) -> MeanPeak | None:
 def _drop_rate(summary: RunSummary) -> float | None:
     """Drops per million packets the hosts sent; None without qdisc or TCP readings."""
     queue = switch_queue_drops(summary)
-    sent = sum(c.out_segs + c.retrans_segs for c in summary.health.tcp.values())
+    tcp = summary.health.tcp or {}
+    sent = sum(c.out_segs + c.retrans_segs for c in tcp.values())
     if queue is None or sent <= 0:
         return None
     return (queue + summary.fabric_stats.drops) / sent * 1e6

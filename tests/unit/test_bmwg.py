@@ -115,3 +115,10 @@ def test_the_kpis_round_trip_through_summary_json_and_reach_the_report(tmp_path:
     html = "\n".join(kpi_section([run], [run.variant]))
     assert "draft-calabria-bmwg-ai-fabric-inference-bench-04" in html
     assert "ECN_marking_rate" in html
+
+
+def test_a_loopback_run_with_no_tcp_readings_has_no_drop_rate_and_does_not_fail() -> None:
+    s = _summary()
+    health = replace(s.health, tcp=None, qdisc={"a0-eth3": QueueFigures(drops=7)})
+    k = run_kpis(replace(s, health=health), _records(), window_s=10.0)
+    assert k.packet_drop_rate is None  # nothing to divide by: left out, not a crash
