@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from serving.epoptions import EP_PORTS, on_off, on_off_text
+from serving.eptraffic import FRAME_PACKETS
 from serving.models import PROFILES
 from workloads.profiles import load_profile
 from zcube_lab.core.clock import Clock, check_dilation
@@ -86,9 +88,11 @@ LAYOUT_OPTIONS: tuple[tuple[str, Option], ...] = (
 WORKLOAD_FIELDS = (
     "workload", "duration_s", "rate", "arrival", "burstiness", "length_scale", "seed", "drain_s",
 )  # fmt: skip
+# How the expert-parallel exchange is sent (serving.epoptions), with the cluster's flags.
+EP_FIELDS = ("ep_ports", "ep_per_node", "ep_node_limit", "ep_dbo", "ep_frame_packets")
 CLUSTER_FIELDS = (
     "model", "layout", "kv_streams", "kv_warm", "kv_paths", "prefix_cache_hit_rate",
-    "decode_hotspot", "hotspot_period_s",
+    "decode_hotspot", "hotspot_period_s", *EP_FIELDS,
 )  # fmt: skip
 LINK_FIELDS = ("mtu", "buffer_model", "switch_chip", "queue_packets", "host_queue_packets")
 LAB_FIELDS = (
@@ -231,6 +235,42 @@ class RunConfig:
         unset=True,
         help="seconds before the hot decode set moves (default: the profile's, or 5)",
     )
+    # -- expert-parallel traffic: the engines' EpOptions (serving.epoptions), modelling choices
+    # for the sensitivity table; None keeps the model profile's (serving.models.ExpertWire).
+    ep_ports: str = option(
+        "all",
+        help="EP exchange: all (default) uses every NIC port of each peer, one connection per "
+        "port and path, the bytes split evenly (ZCube's two ports, ROFT's planes); one: the "
+        "first address only, on the host's shortest routes (the lab's behaviour before)",
+    )
+    ep_per_node: bool | None = option(
+        None,
+        metavar="on|off",
+        parse=lambda raw: on_off(raw, "ep_per_node"),
+        item=on_off_text,
+        help="EP: on sends each token once per destination node (DeepEP's normal kernels), "
+        "off once per routed expert (default: the model profile's)",
+    )
+    ep_node_limit: int | None = option(
+        None,
+        type=int,
+        help="EP: route each token to at most this many nodes (0: no limit; default: the model "
+        "profile's)",
+    )
+    ep_dbo: bool | None = option(
+        None,
+        metavar="on|off",
+        parse=lambda raw: on_off(raw, "ep_dbo"),
+        item=on_off_text,
+        help="EP: dual-batch overlap on (two micro-batches hide each other's exchange behind "
+        "compute) or off (each frame's exchange follows its compute; default: the model "
+        "profile's)",
+    )
+    ep_frame_packets: int = option(
+        FRAME_PACKETS,
+        help=f"EP: group MoE layers into frames of at least this many 9,000-byte packets per "
+        f"connection (default {FRAME_PACKETS}; serving.eptraffic)",
+    )
     scrape_interval_s: float = 1.0
     drain_s: float = option(60.0, flag="--drain", help="max seconds to finish in-flight")
     # Time dilation k (docs/DOMAIN.md §4): modelled times, gaps and timeouts x k, link rates / k,
@@ -296,6 +336,7 @@ class RunConfig:
             raise ConfigError("hotspot_period", self.hotspot_period_s, "0 < seconds <= 3600")
         if not 0 <= self.prefix_cache_hit_rate < 1:
             raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
+        self._check_ep()
         check_dilation(self.dilation)
         if self.dilation != 1 and self.faults:
             # The fault schedule, the injector and the fault report run on wall time.
@@ -308,6 +349,33 @@ class RunConfig:
             if self.faults:
                 # The injector sets links down on this machine only.
                 raise ConfigError("fail", list(self.faults), "none in a run over several machines")
+
+    def _check_ep(self) -> None:
+        """The EP options, named by their flag with the values allowed."""
+        if self.ep_ports not in EP_PORTS:
+            raise ConfigError("ep_ports", self.ep_ports, " or ".join(EP_PORTS))
+        for name in ("ep_per_node", "ep_dbo"):
+            if getattr(self, name) not in (None, True, False):
+                raise ConfigError(name, getattr(self, name), "on or off")
+        if self.ep_node_limit is not None and (
+            isinstance(self.ep_node_limit, bool)
+            or not isinstance(self.ep_node_limit, int)
+            or self.ep_node_limit < 0
+        ):
+            raise ConfigError("ep_node_limit", self.ep_node_limit, "a whole number >= 0 (0: none)")
+        if not 1 <= self.ep_frame_packets <= 4096:
+            raise ConfigError("ep_frame_packets", self.ep_frame_packets, "1 to 4096")
+
+    def ep_options(self) -> dict[str, Any]:
+        """The engines' EP options these fields set (serving.epoptions; unset ones left out)."""
+        out: dict[str, Any] = {
+            "ep_ports": self.ep_ports,
+            "ep_frame_packets": self.ep_frame_packets,
+        }
+        for name in ("ep_per_node", "ep_node_limit", "ep_dbo"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     @property
     def clock(self) -> Clock:
