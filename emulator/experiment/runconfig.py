@@ -23,6 +23,7 @@ from serving.models import PROFILES
 from workloads.profiles import load_profile
 from zcube_lab.core.clock import Clock, check_dilation
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.clusterplan import check_machine_list
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.hostplan import (
@@ -49,6 +50,9 @@ from zcube_lab.core.options import Option, argv_of, option
 from zcube_lab.core.policies import get_policy
 
 HOTSPOT_PERIOD_S = 5.0  # seconds a hot decode set lasts unless the run or profile says
+# The servers a workload profile's counts are written for (`prefill_servers`: the 16-GPU
+# fabrics of 4 servers the profiles were made on); other fabrics keep the share.
+PROFILE_SERVERS = 4
 
 
 def mtu_arg(text: str) -> int | str:
@@ -433,12 +437,26 @@ def layout_hint(workload: str) -> str:
     return "rail-aligned" if placement == "rail-aligned" else "default"
 
 
-def profile_fallback(workload: str) -> dict[str, Any]:
+def prefill_servers_hint(workload: str, servers: int = PROFILE_SERVERS) -> int:
+    """The profile's prefill servers (1 unless it says) for a fabric of `servers` servers: its
+    count is for `PROFILE_SERVERS`, so the prefill share of the servers is kept (coding-agent's
+    1 of 4 is 2 of 8; kv-heavy's 3 of 4, 6 of 8), at least 1 and leaving a decode server."""
+    hint = int(profile_hint(workload, "prefill_servers", 1))  # type: ignore[call-overload]
+    if servers == PROFILE_SERVERS:
+        return hint
+    return min(max(1, round(hint * servers / PROFILE_SERVERS)), max(1, servers - 1))
+
+
+def profile_fallback(workload: str, fabric: FabricSpec | None = None) -> dict[str, Any]:
     """The values of the `unset` run flags (by their argparse name) a workload profile gives:
-    prefill servers, layout, prefix-cache hit rate and the hot decode set."""
+    prefill servers (kept as a share of `fabric`'s servers: `prefill_servers_hint`), layout,
+    prefix-cache hit rate and the hot decode set."""
     hot_decodes, hot_period = hotspot_hint(workload)
+    servers = PROFILE_SERVERS
+    if fabric is not None:
+        servers = len({h.server for h in build_fabric(fabric).hosts})
     return {
-        "prefill_servers": int(profile_hint(workload, "prefill_servers", 1)),  # type: ignore[call-overload]
+        "prefill_servers": prefill_servers_hint(workload, servers),
         "layout": layout_hint(workload),
         "prefix_cache_hit_rate": float(profile_hint(workload, "prefix_cache_hit_rate", 0.0)),  # type: ignore[arg-type]
         "decode_hotspot": hot_decodes,

@@ -115,3 +115,31 @@ def test_the_probes_pairs_keep_their_meaning_on_the_default_fabrics() -> None:
     leader, peers = EP_GROUP
     hosts = [roft.host(h) for h in (leader, *peers)]
     assert {h.rank for h in hosts} == {0} and len({h.server for h in hosts}) == 4
+
+
+def test_profiles_prefill_counts_keep_their_share_of_the_servers() -> None:
+    from emulator.experiment.runconfig import prefill_servers_hint, profile_fallback
+
+    # written for 4 servers: coding-agent 1 (1:3), kv-heavy 3 (3:1), hotspot 2 (1:1)
+    for workload, four, eight, thirty_two in (
+        ("coding-agent", 1, 2, 8),
+        ("kv-heavy", 3, 6, 24),
+        ("hotspot", 2, 4, 16),
+    ):
+        assert prefill_servers_hint(workload) == four
+        assert prefill_servers_hint(workload, 8) == eight
+        assert prefill_servers_hint(workload, 32) == thirty_two
+    assert prefill_servers_hint("kv-heavy", 2) == 1  # a decode server is left
+    spec = fabric_specs(["zcube"], 16, 2)["zcube"]
+    assert profile_fallback("coding-agent", spec)["prefill_servers"] == 2
+
+
+def test_compares_default_run_keeps_coding_agents_prefill_share() -> None:
+    import argparse
+
+    from zcube_lab.cli.commands import compare
+
+    parser = argparse.ArgumentParser()
+    compare.add_arguments(parser)
+    _kinds, _specs, variants, _base = compare.variants_from_args(parser.parse_args([]))
+    assert {v.config.layout.prefill_servers for v in variants} == {2}  # 4 of 16 GPUs, as before
