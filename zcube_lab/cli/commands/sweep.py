@@ -258,7 +258,7 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     for row in max_rate_rows(result):
         table.add_row(*(escape(c) for c in row))
     out.print(table)
-    out.print(escape(structure_report(result, out_dir)), soft_wrap=True)
+    out.print(escape(structure_report(result, out_dir)))
     console.print(f"sweep: {out_dir / 'sweep.json'}\nplot: {png}")
 
 
