@@ -6,8 +6,9 @@ per ROFT rail leaf) with the old one (GPUs per server = the square root, one lea
 each repeat brings up both, in alternating order, one right after the other, so load on the
 shared machine falls on both alike. Prints seconds to reachable (controller up, Mininet
 built, every rule installed, all-pairs ping answered) and teardown, the median over repeats
-and the paired ratio new / old. Needs root; each lab bring-up holds /tmp/zcube-heavy.lock (so
-other work can interleave between them), not the whole script.
+and the paired ratio new / old. Needs root; each fabric's paired bring-ups at one size hold
+/tmp/zcube-heavy.lock together (a minute or two; other work interleaves between them, and a
+pair is not split by another lab), not the whole script.
 
     .venv/bin/python bench/bringup_structure.py --repeat 3 --gpus 16 64 [--json out.json]
 """
@@ -15,11 +16,13 @@ other work can interleave between them), not the whole script.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -45,12 +48,13 @@ def pairs(gpus: int, kinds: list[str]) -> list[tuple[str, FabricSpec, FabricSpec
     return [(k, new[k], old[k]) for k in kinds]
 
 
-def locked_bring_up(spec: FabricSpec, nic_mbps: float) -> dict[str, float]:
-    """One bring-up (and teardown) under the shared lock; the wait for it not counted."""
+@contextlib.contextmanager
+def heavy_lock() -> Iterator[None]:
+    """The shared lab lock, held for the block."""
     with LOCK.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            return bring_up(spec, nic_mbps)
+            yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -79,12 +83,13 @@ def main() -> None:
     for gpus in args.gpus:
         for kind, new, old in pairs(gpus, kinds):
             runs: dict[str, list[dict[str, float]]] = {"new": [], "old": []}
-            for i in range(args.repeat):
-                order = ("new", "old") if i % 2 == 0 else ("old", "new")
-                for which in order:
-                    spec = new if which == "new" else old
-                    runs[which].append(locked_bring_up(spec, args.nic_mbps))
-                    time.sleep(1)  # let the other helpers' lock waiters in between
+            with heavy_lock():  # the wait for it is not counted
+                for i in range(args.repeat):
+                    order = ("new", "old") if i % 2 == 0 else ("old", "new")
+                    for which in order:
+                        spec = new if which == "new" else old
+                        runs[which].append(bring_up(spec, args.nic_mbps))
+            time.sleep(1)  # let the other lock waiters in
             ratios = [
                 n["reachable"] / o["reachable"]
                 for n, o in zip(runs["new"], runs["old"], strict=True)
