@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The README's main command: set up (idempotent), check the machine, then the default
-# comparison: ZCube vs ROFT (16 emulated GPUs each), the coding-agent workload, 3 interleaved
+# comparison: ZCube vs ROFT (16 emulated GPUs each, 8 servers of 2 GPUs: the scale-down that
+# keeps each fabric's structure, zcube_lab/core/fabric/scaledown.py; `--gpus-per-server 4
+# --servers-per-leaf 4` gives the old sizes), the coding-agent workload, 3 interleaved
 # repeats of 45 s. Prints the table and writes results/compare-<time>/report.html.
 # About 8-10 minutes on a 2-core machine. Extra arguments go to `zcube-lab compare`.
 set -euo pipefail

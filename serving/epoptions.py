@@ -38,7 +38,8 @@ def _check(cond: bool, field_name: str, value: object, allowed: str) -> None:
         raise ConfigError(field_name, value, allowed)
 
 
-def _on_off(raw: object, field_name: str) -> bool | None:
+def on_off(raw: object, field_name: str) -> bool | None:
+    """An on/off option's value: True, False, or None (unset); anything else names the field."""
     if raw is None or isinstance(raw, bool):
         return raw
     text = str(raw).lower()
@@ -47,7 +48,8 @@ def _on_off(raw: object, field_name: str) -> bool | None:
     return text == "on"
 
 
-def _on_off_item(value: bool) -> str:
+def on_off_text(value: bool) -> str:
+    """An on/off option's flag text."""
     return "on" if value else "off"
 
 
@@ -103,8 +105,8 @@ class EpOptions:
         None,
         help="on: each token sent once per destination node (DeepEP's normal kernels); off: once "
         "per routed expert (default: the profile's)",
-        parse=_on_off,
-        item=_on_off_item,
+        parse=on_off,
+        item=on_off_text,
         omit_default=True,
     )
     ep_node_limit: int | None = option(
@@ -117,8 +119,8 @@ class EpOptions:
         None,
         help="on: dual-batch overlap, two micro-batches hide each other's exchange behind "
         "compute; off: each frame's exchange follows its compute (default: the profile's)",
-        parse=_on_off,
-        item=_on_off_item,
+        parse=on_off,
+        item=on_off_text,
         omit_default=True,
     )
     ep_frame_packets: int = option(

@@ -48,24 +48,33 @@ def add_size_arguments(group: argparse._ArgumentGroup, from_gpus: bool = False) 
         help=f"zcube: switches per group (n*n GPUs; default {square if from_gpus else 4})",
     )
     group.add_argument("--m", type=int, help="zcube: parallel links per A-B pair (default 1)")
+    kept = "the scale-down that keeps the full size's structure (docs/DOMAIN.md)"
     group.add_argument(
-        "--servers", type=int, help=f"roft/clos: servers (default {square if from_gpus else 4})"
+        "--servers",
+        type=int,
+        help=f"roft/clos: servers (default {'--gpus / --gpus-per-server' if from_gpus else 4})",
     )
     group.add_argument(
         "--gpus-per-server",
         type=int,
-        help=f"GPUs per server (= rails on roft; default {square if from_gpus else 4})",
+        help="GPUs per server (= rails on roft; default "
+        + (f"{kept}: 2 at 16 and 64 GPUs; 4 at 16 is the old size" if from_gpus else "4")
+        + ")",
     )
     group.add_argument("--spines", type=int, help="roft/clos: spine switches (default 2)")
     group.add_argument(
         "--oversubscription", type=float, help="roft/clos: leaf down:up ratio (default 1)"
     )
-    clos_leaf = "2, or 1 when that square root is odd" if from_gpus else "2"
+    leaf = (
+        "roft: several, with several leaves per rail (2 at 16 GPUs, 4 at 64); clos: 2, or 1 "
+        "when the servers are odd"
+        if from_gpus
+        else "all on roft, 2 on clos"
+    )
     group.add_argument(
         "--servers-per-leaf",
         type=int,
-        help=f"servers under one roft rail leaf or clos leaf (default: all on roft, {clos_leaf} "
-        "on clos)",
+        help=f"servers under one roft rail leaf or clos leaf (default: {leaf})",
     )
     group.add_argument(
         "--nic-gbps", type=float, help="full-scale NIC bandwidth per GPU in Gb/s (default 400)"

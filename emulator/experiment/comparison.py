@@ -12,7 +12,6 @@ run); running needs root.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -24,40 +23,36 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.fabric.scaledown import scaled_sizes
 
 
 def fabric_specs(
-    kinds: Sequence[str], gpus: int, spines: int, planes: int = 1, oversubscription: float = 1
+    kinds: Sequence[str],
+    gpus: int,
+    spines: int,
+    planes: int = 1,
+    oversubscription: float = 1,
+    sizes: Mapping[str, object] | None = None,
 ) -> dict[str, FabricSpec]:
-    """Same-size fabrics: the same GPU hosts (gid -> server, rank) on each; ROFT and Clos
-    leaves `oversubscription`:1 (ZCube has no tier to oversubscribe)."""
+    """Same-size fabrics: the same GPU hosts (gid -> server, rank) on each, sized by the
+    scale-down rule (`zcube_lab.core.fabric.scaledown`: structure-keeping unless `sizes`, the
+    size options given, say otherwise); ROFT and Clos leaves `oversubscription`:1 (ZCube has
+    no tier to oversubscribe)."""
     over = int(oversubscription) if float(oversubscription).is_integer() else oversubscription
     over_kw = {"oversubscription": over} if oversubscription != 1 else {}
-    side = math.isqrt(gpus)
-    if side * side != gpus or side < 2:
-        raise ConfigError("gpus", gpus, "a square of at least 4 (16, 36, 64)")
     specs = {}
     for k in kinds:
         if k not in BUILDERS:
             raise ConfigError("fabrics", k, f"comma-separated from {list(BUILDERS)}")
+        size = scaled_sizes(k, gpus, sizes, spines, oversubscription)
         if k == "zcube":
-            specs[k] = FabricSpec.of("zcube", n=side, gpus_per_server=side)
-        elif k == "roft":
-            specs[k] = FabricSpec.of(
-                "roft",
-                servers=side,
-                gpus_per_server=side,
-                spines=spines,
-                planes=planes if planes != 1 else None,
-                **over_kw,
-            )
+            specs[k] = FabricSpec.of("zcube", **size)
         else:
             specs[k] = FabricSpec.of(
-                "clos",
-                servers=side,
-                gpus_per_server=side,
+                k,
+                **size,
                 spines=spines,
-                servers_per_leaf=2 if side % 2 == 0 else 1,
+                planes=planes if planes != 1 and k == "roft" else None,
                 **over_kw,
             )
     return specs

@@ -42,6 +42,7 @@ from emulator.lab.options import LabOptions
 from emulator.lab.procfaults import LabProcessFaults
 from emulator.lab.system import LabError
 from emulator.prometheus.server import PrometheusServer
+from emulator.results.structuresection import write_run_structure
 from emulator.results.summary import RunSummary
 from emulator.verdict.netstats import RateLimits, shaped_rates
 from emulator.verdict.network import (
@@ -116,6 +117,7 @@ class Launcher:
         cfg["queues"] = queue_summary(plan.fabric, plan.scale, mtu, plan.config.queue_model())
         cfg["placement"] = [asdict(e) for e in plan.placement.engines]
         (self.dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+        write_run_structure(self.dir, cfg)  # scaled vs full size, for this run's pairs
 
     def start(self) -> None:
         """The lab, then the serving roles (healthy), then the health sampler and Prometheus."""

@@ -287,6 +287,7 @@ class RunPlan:
             # one JSON line per all-to-all exchange (serving.alltoall)
             "ep_log": str(log_dir / f"ep-{e.engine_id}.jsonl") if peers else "",
             "time_dilation": c.dilation,
+            **(c.ep_options() if peers else {}),
         }
         spray = self.policy.spray
         mrc = c.kv_transport == "mrc"

@@ -17,10 +17,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from serving.epoptions import EP_PORTS, on_off, on_off_text
+from serving.eptraffic import FRAME_PACKETS
 from serving.models import PROFILES
 from workloads.profiles import load_profile
 from zcube_lab.core.clock import Clock, check_dilation
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.clusterplan import check_machine_list
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.hostplan import (
@@ -47,6 +50,9 @@ from zcube_lab.core.options import Option, argv_of, option
 from zcube_lab.core.policies import get_policy
 
 HOTSPOT_PERIOD_S = 5.0  # seconds a hot decode set lasts unless the run or profile says
+# The servers a workload profile's counts are written for (`prefill_servers`: the 16-GPU
+# fabrics of 4 servers the profiles were made on); other fabrics keep the share.
+PROFILE_SERVERS = 4
 
 
 def mtu_arg(text: str) -> int | str:
@@ -86,9 +92,11 @@ LAYOUT_OPTIONS: tuple[tuple[str, Option], ...] = (
 WORKLOAD_FIELDS = (
     "workload", "duration_s", "rate", "arrival", "burstiness", "length_scale", "seed", "drain_s",
 )  # fmt: skip
+# How the expert-parallel exchange is sent (serving.epoptions), with the cluster's flags.
+EP_FIELDS = ("ep_ports", "ep_per_node", "ep_node_limit", "ep_dbo", "ep_frame_packets")
 CLUSTER_FIELDS = (
     "model", "layout", "kv_streams", "kv_warm", "kv_paths", "prefix_cache_hit_rate",
-    "decode_hotspot", "hotspot_period_s",
+    "decode_hotspot", "hotspot_period_s", *EP_FIELDS,
 )  # fmt: skip
 LINK_FIELDS = ("mtu", "buffer_model", "switch_chip", "queue_packets", "host_queue_packets")
 LAB_FIELDS = (
@@ -231,6 +239,42 @@ class RunConfig:
         unset=True,
         help="seconds before the hot decode set moves (default: the profile's, or 5)",
     )
+    # -- expert-parallel traffic: the engines' EpOptions (serving.epoptions), modelling choices
+    # for the sensitivity table; None keeps the model profile's (serving.models.ExpertWire).
+    ep_ports: str = option(
+        "all",
+        help="EP exchange: all (default) uses every NIC port of each peer, one connection per "
+        "port and path, the bytes split evenly (ZCube's two ports, ROFT's planes); one: the "
+        "first address only, on the host's shortest routes (the lab's behaviour before)",
+    )
+    ep_per_node: bool | None = option(
+        None,
+        metavar="on|off",
+        parse=lambda raw: on_off(raw, "ep_per_node"),
+        item=on_off_text,
+        help="EP: on sends each token once per destination node (DeepEP's normal kernels), "
+        "off once per routed expert (default: the model profile's)",
+    )
+    ep_node_limit: int | None = option(
+        None,
+        type=int,
+        help="EP: route each token to at most this many nodes (0: no limit; default: the model "
+        "profile's)",
+    )
+    ep_dbo: bool | None = option(
+        None,
+        metavar="on|off",
+        parse=lambda raw: on_off(raw, "ep_dbo"),
+        item=on_off_text,
+        help="EP: dual-batch overlap on (two micro-batches hide each other's exchange behind "
+        "compute) or off (each frame's exchange follows its compute; default: the model "
+        "profile's)",
+    )
+    ep_frame_packets: int = option(
+        FRAME_PACKETS,
+        help=f"EP: group MoE layers into frames of at least this many 9,000-byte packets per "
+        f"connection (default {FRAME_PACKETS}; serving.eptraffic)",
+    )
     scrape_interval_s: float = 1.0
     drain_s: float = option(60.0, flag="--drain", help="max seconds to finish in-flight")
     # Time dilation k (docs/DOMAIN.md §4): modelled times, gaps and timeouts x k, link rates / k,
@@ -296,6 +340,7 @@ class RunConfig:
             raise ConfigError("hotspot_period", self.hotspot_period_s, "0 < seconds <= 3600")
         if not 0 <= self.prefix_cache_hit_rate < 1:
             raise ConfigError("prefix_cache_hit_rate", self.prefix_cache_hit_rate, "0 <= rate < 1")
+        self._check_ep()
         check_dilation(self.dilation)
         if self.dilation != 1 and self.faults:
             # The fault schedule, the injector and the fault report run on wall time.
@@ -308,6 +353,33 @@ class RunConfig:
             if self.faults:
                 # The injector sets links down on this machine only.
                 raise ConfigError("fail", list(self.faults), "none in a run over several machines")
+
+    def _check_ep(self) -> None:
+        """The EP options, named by their flag with the values allowed."""
+        if self.ep_ports not in EP_PORTS:
+            raise ConfigError("ep_ports", self.ep_ports, " or ".join(EP_PORTS))
+        for name in ("ep_per_node", "ep_dbo"):
+            if getattr(self, name) not in (None, True, False):
+                raise ConfigError(name, getattr(self, name), "on or off")
+        if self.ep_node_limit is not None and (
+            isinstance(self.ep_node_limit, bool)
+            or not isinstance(self.ep_node_limit, int)
+            or self.ep_node_limit < 0
+        ):
+            raise ConfigError("ep_node_limit", self.ep_node_limit, "a whole number >= 0 (0: none)")
+        if not 1 <= self.ep_frame_packets <= 4096:
+            raise ConfigError("ep_frame_packets", self.ep_frame_packets, "1 to 4096")
+
+    def ep_options(self) -> dict[str, Any]:
+        """The engines' EP options these fields set (serving.epoptions; unset ones left out)."""
+        out: dict[str, Any] = {
+            "ep_ports": self.ep_ports,
+            "ep_frame_packets": self.ep_frame_packets,
+        }
+        for name in ("ep_per_node", "ep_node_limit", "ep_dbo"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     @property
     def clock(self) -> Clock:
@@ -365,12 +437,26 @@ def layout_hint(workload: str) -> str:
     return "rail-aligned" if placement == "rail-aligned" else "default"
 
 
-def profile_fallback(workload: str) -> dict[str, Any]:
+def prefill_servers_hint(workload: str, servers: int = PROFILE_SERVERS) -> int:
+    """The profile's prefill servers (1 unless it says) for a fabric of `servers` servers: its
+    count is for `PROFILE_SERVERS`, so the prefill share of the servers is kept (coding-agent's
+    1 of 4 is 2 of 8; kv-heavy's 3 of 4, 6 of 8), at least 1 and leaving a decode server."""
+    hint = int(profile_hint(workload, "prefill_servers", 1))  # type: ignore[call-overload]
+    if servers == PROFILE_SERVERS:
+        return hint
+    return min(max(1, round(hint * servers / PROFILE_SERVERS)), max(1, servers - 1))
+
+
+def profile_fallback(workload: str, fabric: FabricSpec | None = None) -> dict[str, Any]:
     """The values of the `unset` run flags (by their argparse name) a workload profile gives:
-    prefill servers, layout, prefix-cache hit rate and the hot decode set."""
+    prefill servers (kept as a share of `fabric`'s servers: `prefill_servers_hint`), layout,
+    prefix-cache hit rate and the hot decode set."""
     hot_decodes, hot_period = hotspot_hint(workload)
+    servers = PROFILE_SERVERS
+    if fabric is not None:
+        servers = len({h.server for h in build_fabric(fabric).hosts})
     return {
-        "prefill_servers": int(profile_hint(workload, "prefill_servers", 1)),  # type: ignore[call-overload]
+        "prefill_servers": prefill_servers_hint(workload, servers),
         "layout": layout_hint(workload),
         "prefix_cache_hit_rate": float(profile_hint(workload, "prefix_cache_hit_rate", 0.0)),  # type: ignore[arg-type]
         "decode_hotspot": hot_decodes,

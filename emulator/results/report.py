@@ -36,6 +36,7 @@ from emulator.results.plots import (
     plot_ttft_cdf,
     run_dir,
 )
+from emulator.results.structuresection import structure_html_section
 from emulator.results.summary import LosslessFigures, RunSummary
 from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
 from emulator.verdict.combine import Judged, over_runs
@@ -372,6 +373,7 @@ def write_report(
             parts.append(f"<li class='ok'>{html.escape(f)}: the emulator kept up in every run</li>")
     parts += _results_table(agg, fabrics, baseline, runs)
     parts += kpi_section(runs, fabrics)  # the IETF BMWG draft's KPIs by name
+    parts += structure_html_section([(r.variant, run_dir(r)) for r in runs])  # scaled vs full
     parts += _cost_table()
     parts.append("</table><h2>Plots</h2>")
     for p in plots:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from emulator.results.structuresection import STRUCTURE_FILE, structure_text_section
 from emulator.results.sweeppoints import (
     MaxRate,
     Point,
@@ -237,3 +238,11 @@ def _series(ax: Any, xy: Sequence[tuple[Point, Spread, Spread]], color: str, lab
             )  # fmt: skip
         face = color if p.trustworthy else "none"
         ax.plot([x.median], [y.median], "o", color=color, mfc=face, ms=6, zorder=3)
+
+
+def structure_report(result: SweepResult, out_dir: Path) -> str:
+    """Each variant's structure table, scaled beside full size (from its first run's folder),
+    also written to the sweep's `structure.txt`."""
+    text = structure_text_section([(r.variant, out_dir / r.run) for r in result.runs])
+    (out_dir / STRUCTURE_FILE).write_text(text + "\n")
+    return text

@@ -110,8 +110,12 @@ def test_report_and_results_are_written(comparison: Path) -> None:
     for png in ("ttft_cdf.png", "throughput.png", "ports_zcube.png", "ports_roft.png"):
         assert png in page
         assert (reports[0].parent / png).stat().st_size > 5000
+    # the default sizes keep the structure, and the report says so beside the full size
+    assert page.count("Structure for coding-agent:") == 2
+    assert "zcube gpus_per_server=2" in page and "roft gpus_per_server=2" in page
     for run in comparison.glob("*-r1"):
-        for name in ("config.json", "locust_stats.csv", "requests.jsonl", "health.json"):
+        for name in ("config.json", "structure.txt", "locust_stats.csv", "requests.jsonl",
+                     "health.json"):  # fmt: skip
             assert (run / name).exists(), name
         assert any((run / "prometheus").rglob("snapshots/*"))
         # the verdict carries every source it judged, beside the limits it was judged by

@@ -50,6 +50,9 @@ def test_the_sweep_writes_every_point_its_curve_and_the_max_rate(sweep: Path) ->
         assert (sweep / r["run"] / "summary.json").exists()
         assert r["requests"] > 0 and r["achieved_per_s"] > 0
     assert (sweep / "sweep.png").stat().st_size > 10_000
+    # the structure table of the swept fabric, scaled beside full size
+    structure = (sweep / "structure.txt").read_text()
+    assert structure.startswith("roft\nStructure for coding-agent: roft")
     for r in runs:  # Poisson arrivals, a count fixed at round(rate x window)
         assert r["sent_per_s"] == pytest.approx(r["rate"], rel=0.02), r
     (best,) = data["max_rates"]

@@ -99,16 +99,33 @@ def _specs(*argv: str) -> dict[str, dict[str, object]]:
 
 
 def test_compare_sizes_apply_to_the_fabrics_that_take_them() -> None:
+    # the structure-keeping default: 2 GPUs per server, 2 servers per A switch and per rail leaf
     assert _specs("compare") == {
-        "zcube": {"n": 4, "gpus_per_server": 4},
-        "roft": {"servers": 4, "gpus_per_server": 4, "spines": 2},
+        "zcube": {"n": 4, "gpus_per_server": 2},
+        "roft": {"servers": 8, "gpus_per_server": 2, "servers_per_leaf": 2, "spines": 2},
     }
-    # 64 GPUs with 8 spines: one link per leaf-spine pair instead of 4
-    sized = _specs("compare", "--gpus", "64", "--spines", "8", "--m", "2")
-    assert sized["roft"]["spines"] == 8 and sized["zcube"] == {"n": 8, "gpus_per_server": 8, "m": 2}
-    assert _specs("sweep", "--fabrics", "roft,clos", "--servers", "2", "--gpus-per-server", "8")[
-        "clos"
-    ] == {"servers": 2, "gpus_per_server": 8, "spines": 2, "servers_per_leaf": 2}
+    # the old scale-down stays reachable: one server per A switch, one leaf per rail
+    old = _specs("compare", "--gpus-per-server", "4", "--servers-per-leaf", "4")
+    assert old == {
+        "zcube": {"n": 4, "gpus_per_server": 4},
+        "roft": {"servers": 4, "gpus_per_server": 4, "servers_per_leaf": 4, "spines": 2},
+    }
+    # 64 GPUs with 4 spines: one link per leaf-spine pair
+    sized = _specs("compare", "--gpus", "64", "--spines", "4", "--m", "2")
+    assert sized["roft"] == {
+        "servers": 32,
+        "gpus_per_server": 2,
+        "servers_per_leaf": 4,
+        "spines": 4,
+    }
+    assert sized["zcube"] == {"n": 8, "gpus_per_server": 2, "m": 2}
+    argv = ("--fabrics", "roft,clos", "--servers", "2", "--gpus-per-server", "8")
+    assert _specs("sweep", *argv, "--servers-per-leaf", "2")["clos"] == {
+        "servers": 2,
+        "gpus_per_server": 8,
+        "spines": 2,
+        "servers_per_leaf": 2,
+    }
 
 
 @pytest.mark.parametrize(
@@ -117,6 +134,15 @@ def test_compare_sizes_apply_to_the_fabrics_that_take_them() -> None:
         (("compare", "--n", "8"), "fabrics", "GPU hosts: zcube 64, roft 16"),
         (("sweep", "--fabrics", "roft,clos", "--m", "2"), "m", "a size option of zcube"),
         (("compare", "--fabrics", "zcube", "--planes", "2"), "planes", "of roft, none of them"),
+        # sizes that cannot keep the structure: named, with the sizes that fit
+        (("compare", "--gpus", "25"), "gpus", "one of [16, 36, 64, 81, 100, 144]"),
+        (("compare", "--gpus-per-server", "3"), "gpus_per_server", "one of [1, 2, 4, 8, 16]"),
+        (
+            ("sweep", "--fabrics", "roft", "--servers", "2", "--gpus-per-server", "8"),
+            "servers",
+            "--servers-per-leaf",
+        ),
+        (("compare", "--gpus", "64", "--spines", "8"), "spines", "one of [1, 2, 4]"),
     ],
 )
 def test_compare_refuses_sizes_that_fit_no_fabric_or_differ(

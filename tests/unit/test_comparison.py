@@ -95,11 +95,15 @@ def test_oversubscribed_leaves_have_fewer_uplinks_and_zcube_is_unchanged() -> No
         fabric = build_fabric(spec)
         return sum(1 for link in fabric.links if "spine" in link.node1 + link.node2)
 
+    # 2 servers per rail leaf: 2 uplinks at 1:1, 1 at 2:1 (one spine), none whole at 4:1
     flat = fabric_specs(["zcube", "roft"], 16, 2)
-    over = fabric_specs(["zcube", "roft"], 16, 2, oversubscription=2.0)
+    over = fabric_specs(["zcube", "roft"], 16, 1, oversubscription=2.0)
     assert over["zcube"] == flat["zcube"]
     assert uplinks(flat["roft"]) == 16 and uplinks(over["roft"]) == 8
     with pytest.raises(ConfigError, match="spines"):
-        build_fabric(
-            fabric_specs(["roft"], 16, 2, oversubscription=4)["roft"]
-        )  # 1 uplink, 2 spines
+        build_fabric(fabric_specs(["roft"], 16, 2, oversubscription=2)["roft"])  # 1 uplink
+    with pytest.raises(ConfigError, match="oversubscription"):
+        build_fabric(fabric_specs(["roft"], 16, 1, oversubscription=4)["roft"])
+    # the old sizes (4 servers per leaf) take 4:1 on one spine
+    old = {"gpus_per_server": 4, "servers_per_leaf": 4}
+    assert uplinks(fabric_specs(["roft"], 16, 1, oversubscription=4, sizes=old)["roft"]) == 4

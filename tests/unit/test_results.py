@@ -102,7 +102,7 @@ def test_aggregate_medians_spread_and_differences() -> None:
     ("argv", "field"),
     [
         (["--workload", "nonexist"], "workload"),
-        (["--ep-servers", "2"], "ep_servers"),
+        (["--ep-servers", "3"], "ep_servers"),  # 2 prefill servers of 8: not whole instances
         (["--gpus", "15"], "gpus"),
         (["--fabrics", "zcube,torus"], "fabrics"),
         (["--rate", "-1"], "rate"),

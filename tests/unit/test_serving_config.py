@@ -197,7 +197,7 @@ def test_time_dilation_stretches_the_timeouts_of_the_modelled_world() -> None:
 
 
 def test_ep_options_change_the_profiles_wire_for_the_exchange() -> None:
-    from serving.epoptions import _on_off
+    from serving.epoptions import on_off
 
     peer = (Address("10.1.0.2", 7300), Address("10.2.0.2", 7300))
     cfg = DecodeConfig(model="deepseek-v3", ep_peers=(peer, Address("10.1.0.3", 7300)))
@@ -213,6 +213,6 @@ def test_ep_options_change_the_profiles_wire_for_the_exchange() -> None:
     assert off.ep_traffic.lanes == 2
     one = DecodeConfig(model="deepseek-v3", ep_peers=(peer,), ep_ports="one")
     assert one.ep_paths == ((peer[0],),) and one.ep_traffic.lanes == 1
-    assert _on_off("ON", "ep_dbo") is True and _on_off("off", "ep_dbo") is False
+    assert on_off("ON", "ep_dbo") is True and on_off("off", "ep_dbo") is False
     with pytest.raises(ConfigError, match="ep_dbo"):
-        _on_off("maybe", "ep_dbo")
+        on_off("maybe", "ep_dbo")

@@ -50,9 +50,11 @@ def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
         "--gpus",
         type=int,
         default=16,
-        help="GPU hosts per fabric, a square: zcube n=sqrt; roft/clos sqrt servers x sqrt GPUs; "
-        "the size options below then change the fabrics that take each (`up`'s and `run`'s), "
-        "as long as every fabric keeps one number of GPU hosts",
+        help="GPU hosts per fabric, a square: zcube n=sqrt; every fabric the same servers, sized "
+        "to keep the full size's structure (zcube_lab/core/fabric/scaledown.py: at 16, 8 "
+        "servers of 2 GPUs, 2 per A switch and per roft rail leaf); the size options below then "
+        "change the fabrics that take each (`up`'s and `run`'s), as long as every fabric keeps "
+        "one number of GPU hosts",
     )
     add_size_arguments(g, from_gpus=True)
     g.add_argument(
@@ -115,7 +117,8 @@ def variants_from_args(
     )
 
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
-    specs = sized_specs(fabric_specs(kinds, args.gpus, spines=2), size_params(args))
+    sizes = size_params(args)
+    specs = sized_specs(fabric_specs(kinds, args.gpus, spines=2, sizes=sizes), sizes)
     policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")

@@ -110,13 +110,16 @@ def add_structure_arguments(parser: argparse.ArgumentParser) -> None:
 
 def structure_comparisons(args: argparse.Namespace) -> list[StructureComparison]:
     """One structure comparison per workload the options name."""
+    from emulator.experiment.runconfig import prefill_servers_hint
     from workloads.profiles import load_profile
 
     spec = spec_from_args(args)
+    servers = len({h.server for h in build_fabric(spec).hosts})
     out = []
     for workload in args.workload or ["coding-agent"]:
         profile = load_profile(workload)
-        prefill = args.prefill_servers or profile.prefill_servers or 1
+        # the profile's count is for 4 servers: its share kept, as a run keeps it
+        prefill = args.prefill_servers or prefill_servers_hint(workload, servers)
         hint = "rail-aligned" if profile.placement == "rail-aligned" else "default"
         layout = LayoutSpec(
             prefill_servers=prefill,

@@ -51,13 +51,8 @@ def config_from_args(
     from emulator.experiment.runconfig import RunConfig, profile_fallback
     from zcube_lab.core.options import from_args
 
-    return from_args(
-        RunConfig,
-        args,
-        profile_fallback(args.workload),
-        fabric=fabric_spec or spec_from_args(args),
-        tag=tag,
-    )
+    spec = fabric_spec or spec_from_args(args)
+    return from_args(RunConfig, args, profile_fallback(args.workload, spec), fabric=spec, tag=tag)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -235,6 +235,7 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
         max_rate_rows,
         plot_sweep,
         point_rows,
+        structure_report,
     )
 
     png = plot_sweep(result, out_dir / "sweep.png")
@@ -267,6 +268,7 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     for row in max_rate_rows(result):
         table.add_row(*(escape(c) for c in row))
     out.print(table)
+    out.print(escape(structure_report(result, out_dir)))
     console.print(f"sweep: {out_dir / 'sweep.json'}\nplot: {png}")
 
 

@@ -1,0 +1,129 @@
+"""The expert-parallel map cell on the structure-keeping fabrics, EP on both ports against one
+(issue 32 item 5): the same sweep as `zcube-lab sweep` (its plan, stop rule, SLO verdict and
+`sweep.json`), once with `--ep-ports all` and once with `--ep-ports one`, the two sweeps' runs
+interleaved, each run under /tmp/zcube-heavy.lock so other work can run between them.
+
+    .venv/bin/python bench/ep_ports_cell.py --fabrics zcube,roft --rates 0.5,1,2 --repeat 3 \\
+        --results results/ep-ports
+    .venv/bin/python bench/map_cell.py --name ep-ports-all results/ep-ports/sweep-all \\
+        --out bench/results/map/ep-ports-all.json    # and the same for sweep-one
+
+The scenario is the map's EP cell (`rail-aligned`, 2-server EP instances exchanging rank to
+rank, `--alltoall rail`, 30 s of arrivals, 30 s of drain, SLO ttft_p99=2s,tpot=50ms), its
+prefill servers scaled with the servers (2 of 4 then, 4 of 8 on the default 16-GPU fabrics of
+2 GPUs per server). Needs root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from itertools import zip_longest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from emulator.experiment.comparison import (  # noqa: E402
+    PlannedRun,
+    fabric_specs,
+    plan_variants,
+    run_planned,
+)
+from emulator.experiment.launcher import RunResult  # noqa: E402
+from emulator.experiment.runconfig import RunConfig, profile_fallback  # noqa: E402
+from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep  # noqa: E402
+from emulator.results.goodput import parse_slo  # noqa: E402
+from emulator.results.sweeppoints import RunPoint, SweepResult  # noqa: E402
+from zcube_lab.core.fabric.placement import LayoutSpec  # noqa: E402
+from zcube_lab.core.options import from_args  # noqa: E402
+
+LOCK = Path("/tmp/zcube-heavy.lock")
+WORKLOAD = "rail-aligned"
+SLO = "ttft_p99=2s,tpot=50ms"
+
+
+def locked_run(planned: PlannedRun) -> RunResult:
+    """One run of the sweep under the heavy lock (the wait for it not counted)."""
+    with LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            print(f"» {planned.config.tag} {planned.variant.label} ports "
+                  f"{planned.config.ep_ports}", flush=True)  # fmt: skip
+            return next(iter(run_planned([planned])))[1]
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def base_config(args: argparse.Namespace, ports: str, results: Path) -> RunConfig:
+    """The EP cell's run options, as `zcube-lab sweep` would parse them."""
+    fallback = profile_fallback(WORKLOAD)
+    layout = LayoutSpec(
+        prefill_servers=args.prefill_servers,
+        ep_servers=2,
+        alltoall="rail",
+        layout=fallback["layout"],
+    )
+    given = {
+        "workload": WORKLOAD,
+        "duration_s": 30.0,
+        "drain_s": 30.0,
+        "layout": layout,
+        "ep_ports": ports,
+        "results_root": results,
+        "seed": args.seed,
+    }
+    specs = fabric_specs(["zcube"], args.gpus, 2)
+    return from_args(RunConfig, argparse.Namespace(), fallback, fabric=specs["zcube"], **given)
+
+
+def sweep(args: argparse.Namespace, ports: str) -> tuple[SweepResult, Iterator[RunPoint]]:
+    """One port mode's empty result and the generator of its points."""
+    out = args.results / f"sweep-{ports}"
+    kinds = [k for k in args.fabrics.split(",") if k]
+    specs = fabric_specs(kinds, args.gpus, 2)
+    variants = plan_variants(base_config(args, ports, out), specs, ["ecmp"])
+    rates = parse_rates(args.rates)
+    plan = plan_sweep(variants, rates, args.repeat)
+    slo = parse_slo(SLO, 0.9)
+    labels = tuple(v.label for v in variants)
+    empty = SweepResult(WORKLOAD, slo, rates, args.repeat, "roft", labels, (), out)
+    return empty, run_sweep(plan, slo, execute=locked_run)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fabrics", default="zcube,roft")
+    parser.add_argument("--rates", default="0.5,1,2")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--gpus", type=int, default=16)
+    parser.add_argument("--prefill-servers", type=int, default=4)
+    parser.add_argument("--ports", default="all,one", help="the --ep-ports modes, interleaved")
+    parser.add_argument("--results", type=Path, default=Path("results/ep-ports"))
+    args = parser.parse_args()
+    results, gens = {}, []
+    for ports in args.ports.split(","):
+        results[ports], gen = sweep(args, ports)
+        results[ports].dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        gens.append((ports, gen))
+    # one run of each mode in turn, so machine load falls on both alike
+    for step in zip_longest(*(g for _, g in gens)):
+        for (ports, _), point in zip(gens, step, strict=True):
+            if point is None:
+                continue
+            res = results[ports]
+            results[ports] = replace(res, runs=(*res.runs, point))
+            results[ports].write(res.dir)  # type: ignore[arg-type]
+            print(f"  {ports}: {point.variant} at {point.rate} req/s seed-repeat {point.repeat}: "
+                  f"TTFT p99 {point.ttft_p99_s}, SLO {'met' if point.slo_met else 'missed'}, "
+                  f"trustworthy {point.trustworthy} -> {point.run}", flush=True)  # fmt: skip
+    for ports, res in results.items():
+        print(ports, [(m.variant, m.capacity.to_dict()) for m in res.max_rates()], flush=True)
+
+
+if __name__ == "__main__":
+    main()
