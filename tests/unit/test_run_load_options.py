@@ -35,6 +35,7 @@ RUNS = [
                           alltoall="all"),
         kv_streams=4, kv_warm=2, prefix_cache_hit_rate=0.5, kv_paths="shortest",
         decode_hotspot=2, hotspot_period_s=2.5, drain_s=12.0, results_root=Path("/tmp/r"),
+        kv_off=True,
     ),
     RunConfig(fabric=ZCUBE, dilation=2.0, kv_transport="mrc"),
     RunConfig(fabric=ZCUBE, machines=("198.19.254.1", "198.19.254.2")),

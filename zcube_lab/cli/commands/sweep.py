@@ -222,9 +222,11 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     from emulator.results.sweepreport import (
         MAX_RATE_COLUMNS,
         POINT_COLUMNS,
+        TOKENS_COLUMNS,
         max_rate_rows,
         plot_sweep,
         point_rows,
+        tokens_rows,
     )
 
     png = plot_sweep(result, out_dir / "sweep.png")
@@ -255,6 +257,12 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     for name in MAX_RATE_COLUMNS:
         table.add_column(name, no_wrap=name != "notes", overflow="ellipsis")
     for row in max_rate_rows(result):
+        table.add_row(*(escape(c) for c in row))
+    out.print(table)
+    table = Table(title="GPU throughput at capacity: tokens per GPU-second, median over repeats")
+    for name in TOKENS_COLUMNS:
+        table.add_column(name)
+    for row in tokens_rows(result):
         table.add_row(*(escape(c) for c in row))
     out.print(table)
     console.print(f"sweep: {out_dir / 'sweep.json'}\nplot: {png}")
