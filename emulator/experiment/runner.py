@@ -74,6 +74,7 @@ from emulator.results.transfers import (
     read_logs,
     transfer_figures,
 )
+from emulator.results.victimlogs import run_victims
 from emulator.verdict.judge import HealthVerdict
 from emulator.verdict.limits import Limits
 from emulator.verdict.network import (
@@ -328,6 +329,9 @@ class Experiment:
         )
         summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)
         summary = with_kpis(summary, records, self.config.duration_s, self.plan.placement)
+        if self.config.lossless:  # EP and KV behind pauses, when the agent recorded episodes
+            victims = run_victims(self.dir, self.plan.fabric, self.plan.placement, self.plan.clock)
+            summary = replace(summary, victims=victims)
         summary.write(self.dir)
         return summary
 

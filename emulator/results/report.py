@@ -38,6 +38,7 @@ from emulator.results.plots import (
 )
 from emulator.results.summary import LosslessFigures, RunSummary
 from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
+from emulator.results.victimtable import victim_section
 from emulator.verdict.combine import Judged, over_runs
 from zcube_lab.core.fabric.cost import compare
 from zcube_lab.core.fabric.pricing import CostInputs
@@ -372,6 +373,7 @@ def write_report(
             parts.append(f"<li class='ok'>{html.escape(f)}: the emulator kept up in every run</li>")
     parts += _results_table(agg, fabrics, baseline, runs)
     parts += kpi_section(runs, fabrics)  # the IETF BMWG draft's KPIs by name
+    parts += victim_section(runs, fabrics)  # EP and KV behind pauses, when recorded
     parts += _cost_table()
     parts.append("</table><h2>Plots</h2>")
     for p in plots:

@@ -14,6 +14,9 @@ Its time behind pauses is the union of those overlaps; its bytes behind pauses a
 times that share of its duration (a transfer taken to move at an even rate). An EP exchange is
 a *victim* when it is behind an episode raised by another class.
 
+`PauseEpisode`, `raiser` and `counter_deltas` are the core's
+(`zcube_lab.core.fabric.pauseepisodes`: what the lossless agent records), named here too.
+
 Names: a class is `ep` or `kv` (`serving.trafficclass`); ports are interface names
 `<node>-eth<port>`; times are seconds on one clock, passed in.
 """
@@ -27,19 +30,13 @@ from typing import Any
 from serving.trafficclass import EP
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.hostplan import egress_interface
+from zcube_lab.core.fabric.pauseepisodes import PauseEpisode, counter_deltas, raiser
 from zcube_lab.core.stats import quantile
 
-
-@dataclass(frozen=True)
-class PauseEpisode:
-    """One congestion of `congested` from `start` to `end`: the ports it paused and the class
-    that raised it (None: unknown, no counter moved)."""
-
-    congested: str
-    start: float
-    end: float
-    paused: frozenset[str]
-    raised_by: str | None
+__all__ = [
+    "ClassTally", "PauseEpisode", "Transfer", "VictimReport", "account", "counter_deltas",
+    "exchange_ports", "raiser", "route_ports", "union_seconds",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -95,26 +92,6 @@ class VictimReport:
         d = {k: v for k, v in data.items() if k != "victim_share"}
         d["classes"] = {k: ClassTally(**v) for k, v in d["classes"].items()}
         return cls(**d)
-
-
-def raiser(bytes_in: Mapping[str, int], least: int = 1) -> str | None:
-    """The class with the most bytes into a congested port over the interval before its onset
-    (per-class counter deltas); None when none moved `least` bytes. Ties go to the class named
-    first in sorted order, so the answer does not depend on the mapping's order."""
-    best = max(sorted(bytes_in), key=lambda c: bytes_in[c], default=None)
-    if best is None or bytes_in[best] < least:
-        return None
-    return best
-
-
-def counter_deltas(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
-    """Per class, bytes counted between two readings of a port's counters (a counter that went
-    back, as after a reset, counts from zero)."""
-    out = {}
-    for c, v in after.items():
-        was = before.get(c, 0)
-        out[c] = v - was if v >= was else v
-    return out
 
 
 def union_seconds(intervals: Iterable[tuple[float, float]]) -> float:
