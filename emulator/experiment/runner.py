@@ -109,6 +109,8 @@ class Experiment:
         self._remote_verdicts: list[tuple[Machine, HealthVerdict]] = []
         # The lossless agent's report at the load's end, in modelled seconds (`lossless_figures`)
         self._lossless: LosslessFigures | None = None
+        # EP and KV bytes into each switch port's queue at the load's end (`--lossless` only)
+        self._class_bytes: dict[str, dict[str, int]] | None = None
 
     @property
     def prometheus(self) -> PrometheusServer | None:
@@ -201,6 +203,7 @@ class Experiment:
         if lab is not None and self.config.lossless:
             alive = lab.lossless_alive()
             report = lab.lossless_report(fresh=True)
+            self._class_bytes = lab.class_counters() or None
             if report is None:
                 missing["lossless agent"] = "it wrote no report, so its pauses are unchecked"
             else:
@@ -325,6 +328,7 @@ class Experiment:
             link_util=links,
             transfers=transfers,
             lossless=self._lossless,
+            class_bytes=self._class_bytes,
             dir=self.dir,
         )
         summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)

@@ -9,8 +9,8 @@ server, transfer and lossless sections are here; the fabric's (`FabricStats`, `L
 `emulator.results.faultfigures`, and the IETF BMWG draft's KPIs (`DraftKpis`, key `bmwg`) in
 `emulator.results.kpis`; all are importable from here. Sections that older runs lack (`label`,
 `policy`, `faults`, `link_util`, `transfers`, `lossless`, `bmwg`, `victims`: the victim
-accounting of `emulator.results.victims`) are None and stay absent when
-written again; a key missing inside a section reads as None.
+accounting of `emulator.results.victims`, `class_bytes`: EP and KV bytes per switch port) are
+None and stay absent when written again; a key missing inside a section reads as None.
 
 Links are named by direction: `a0:3->h5` (switch a0's port 3 transmitting to host h5),
 `h5->a0:3` (h5 transmitting into that port), `a0:6->b1:5` between switches.
@@ -274,6 +274,9 @@ class RunSummary:
     # EP and KV behind pauses, per class (emulator.results.victims), when the agent's episodes
     # were recorded
     victims: VictimReport | None = None
+    # Per switch port, per traffic class (`ep`, `kv`: DSCP-marked), bytes into its queue
+    # (--lossless: emulator.lab.classcounterproc)
+    class_bytes: Mapping[str, Mapping[str, int]] | None = None
     # Where it was read from (not written): the report finds the run's other files there.
     dir: Path | None = field(default=None, compare=False, repr=False)
 
@@ -314,7 +317,20 @@ class RunSummary:
             out["bmwg"] = self.bmwg.to_dict()
         if self.victims is not None:
             out["victims"] = self.victims.to_dict()
+        if self.class_bytes is not None:
+            out["class_bytes"] = {p: dict(c) for p, c in self.class_bytes.items()}
         return out
+
+    def class_totals(self) -> dict[str, int] | None:
+        """Per traffic class, the bytes into every counted switch port together (a byte counts
+        once per switch port it crosses); None without the counters."""
+        if self.class_bytes is None:
+            return None
+        out: dict[str, int] = {}
+        for counts in self.class_bytes.values():
+            for c, n in counts.items():
+                out[c] = out.get(c, 0) + n
+        return dict(sorted(out.items()))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], dir: Path | None = None) -> RunSummary:
@@ -355,6 +371,7 @@ class RunSummary:
             victims=(
                 VictimReport.from_dict(data["victims"]) if data.get("victims") is not None else None
             ),
+            class_bytes=data.get("class_bytes"),
             dir=dir,
         )
 

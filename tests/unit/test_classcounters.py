@@ -40,3 +40,14 @@ def test_one_filter_per_class_under_the_htb_root() -> None:
 def test_counters_read_back_per_class() -> None:
     assert parse_counters(DATA.read_text(), DSCP) == {"ep": 3 * 1042, "kv": 2 * 542}
     assert parse_counters("", DSCP) == {"ep": 0, "kv": 0}
+
+
+def test_the_counted_ports_are_the_ones_the_agent_watches() -> None:
+    from emulator.lab.classcounterproc import counted_ports
+    from zcube_lab.core.fabric.builders import build_fabric
+    from zcube_lab.core.fabric.description import FabricSpec
+    from zcube_lab.core.fabric.lossless import feeders
+
+    fabric = build_fabric(FabricSpec.of("zcube", n=2))
+    ports = counted_ports(fabric)
+    assert ports == sorted(feeders(fabric)) and all(not p.startswith("h") for p in ports)

@@ -147,3 +147,14 @@ def test_the_victim_section_round_trips(tmp_path: Path) -> None:
     back = RunSummary.read(tmp_path)
     assert back.victims == report and back.victims.victim_share == 1.0
     assert "victims" not in _full().to_dict()
+
+
+def test_class_bytes_round_trip_and_total() -> None:
+    from dataclasses import replace
+
+    counts = {"a0-eth1": {"ep": 100, "kv": 900}, "b1-eth3": {"ep": 50, "kv": 0}}
+    summary = replace(_full(), class_bytes=counts)
+    back = RunSummary.from_dict(summary.to_dict())
+    assert back.class_bytes == counts
+    assert back.class_totals() == {"ep": 150, "kv": 900}
+    assert _full().class_totals() is None and "class_bytes" not in _full().to_dict()

@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         "congestion_control": exp.config.congestion_control,
         "buffer_model": exp.config.buffer_model,
         "lossless": s.lossless.brief() if s.lossless else None,
+        "class_bytes": s.class_totals(),  # EP and KV bytes into the switch ports (--lossless)
         "trustworthy": s.trustworthy,
         "reasons": list(s.health.reasons),
     }, indent=2))  # fmt: skip
