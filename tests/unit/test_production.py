@@ -116,3 +116,17 @@ def test_two_node_glm_all_to_all_by_hand() -> None:
     sd, sc = t.step_bytes(32)
     assert sd == pytest.approx(75 * d) and sc == pytest.approx(75 * c)
     assert sd == pytest.approx(15_153_331, rel=1e-6)
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_compare_and_sweep_take_the_profiles_hints(command: str) -> None:
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.compare import variants_from_args
+
+    argv = [command, "--workload", "production", "--fabrics", "zcube,roft"]
+    _kinds, _specs, variants, _baseline = variants_from_args(build_parser().parse_args(argv))
+    for v in variants:
+        assert v.config.lossless and v.config.layout.ep_servers == 2, v.label
+    lossy = [*argv, "--no-lossless"]
+    _kinds, _specs, variants, _baseline = variants_from_args(build_parser().parse_args(lossy))
+    assert not any(v.config.lossless for v in variants)
