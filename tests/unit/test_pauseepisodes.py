@@ -44,3 +44,18 @@ def test_only_a_recent_window_of_readings_is_kept() -> None:
 def test_round_trip() -> None:
     e = PauseEpisode("a0-eth1", 0.1, 0.2, frozenset({"x", "y"}), None)
     assert PauseEpisode.from_dict(e.to_dict()) == e
+
+
+def test_without_an_onset_reading_the_periodic_ones_attribute() -> None:
+    r = EpisodeRecorder(FEEDS, window_s=0.1)
+    r.reading(0.00, {"a0-eth1": {"ep": 0, "kv": 0}})
+    r.reading(0.05, {"a0-eth1": {"ep": 100, "kv": 200}})
+    r.reading(0.10, {"a0-eth1": {"ep": 4_000, "kv": 1_000}})
+    r.observe(0.12, {"a0-eth1"})  # the newest (0.10) against the one a window older (0.00)
+    r.reading(0.15, {"a1-eth1": {"ep": 0, "kv": 0}})
+    r.observe(0.16, {"a0-eth1", "a1-eth1"})  # a1 has one reading only: unattributed
+    r.close_all(0.2)
+    assert [(e.congested, e.raised_by) for e in r.episodes] == [
+        ("a0-eth1", "ep"),
+        ("a1-eth1", None),
+    ]

@@ -114,12 +114,21 @@ class EpisodeRecorder:
         self, now: float, congested: Iterable[str], onset: Mapping[str, ClassBytes] | None = None
     ) -> None:
         """The machine's congested ports after a reading at `now`; `onset`: the counters read
-        at the ports that just became congested (those without one are unattributed)."""
+        at the ports that just became congested. A port without one is attributed from its
+        periodic readings alone (the newest against the newest a window older than it), or
+        not at all when it has fewer than two."""
         current = set(congested)
         for port in sorted(current - set(self._open)):
             raised_by = None
-            before = self._baseline(port, now)
             at = (onset or {}).get(port)
+            kept = self._readings.get(port, [])
+            if at is None and len(kept) >= 2:
+                newest_t, at = kept[-1]
+                before = self._baseline(port, newest_t)
+                if before is at:  # nothing a window older: the oldest against the newest
+                    before = kept[0][1]
+            else:
+                before = self._baseline(port, now)
             if before is not None and at is not None:
                 raised_by = raiser(counter_deltas(before, at))
             self._open[port] = _Open(now, raised_by)
