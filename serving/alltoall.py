@@ -34,6 +34,7 @@ from typing import Protocol, TextIO
 from serving.addresses import Address, EpPeer, as_ep_peers
 from serving.config import EngineCommon
 from serving.kvwire.paths import pick_source
+from serving.trafficclass import EP, mark_stream
 from serving.vllm_metrics import EngineMetrics
 
 _LEN = struct.Struct("!Q")
@@ -57,6 +58,7 @@ class _ZeroPool:
 
 
 async def _serve_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    mark_stream(writer, EP)  # the combine leaves here: EP's class (serving.trafficclass)
     zeros = _ZeroPool()
     try:
         while True:
@@ -231,6 +233,7 @@ class AllToAll:
             conn = await asyncio.open_connection(
                 addr.host, addr.port, limit=_LIMIT, local_addr=(local, 0) if local else None
             )
+            mark_stream(conn[1], EP)
             self._conns[key] = conn
         return conn
 

@@ -169,9 +169,15 @@ class PrefillConfig(EngineCommon):
         omit_default=True,
     )
     kv_mrc_mtu: int = option(1500, help="mrc: the path MTU datagrams fit", omit_default=True)
+    # The KV-off control of the production cell (issue 33): 0 makes every request's KV one byte,
+    # so a pull is a round trip and the EP exchanges run without KV load beside them.
+    kv_share: float = option(
+        1.0, help="share of each request's KV bytes that crosses the fabric", omit_default=True
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check(0.0 <= self.kv_share <= 1.0, "kv_share", self.kv_share, "0 <= share <= 1")
         _check(
             0.0 <= self.prefix_cache_hit_rate < 1.0,
             "prefix_cache_hit_rate",

@@ -161,6 +161,8 @@ class PrefillEngine:
     async def _make_kv(self, job: PrefillJob) -> tuple[bytes, int]:
         """The request's KV buffer and its CRC-32."""
         nbytes = kv_transfer_bytes(self.cfg.profile, job.prompt_tokens, self.cfg.bandwidth_scale)
+        if self.cfg.kv_share < 1.0:  # the KV-off control: at least one byte still moves
+            nbytes = max(1, round(nbytes * self.cfg.kv_share))
         make = (job.request_id, self.cfg.seed, nbytes)
         if nbytes > _THREAD_BUFFER_BYTES:
             return await asyncio.to_thread(kv_buffer_and_checksum, *make)

@@ -22,7 +22,12 @@ A profile is a JSON file in `workloads/profiles/` (named by its file stem: `codi
   the run does not say (`--prefill-servers`); the rest decode;
 - `hotspot` (optional): `{"decodes": N, "period_s": S}`, the shifting incast: the gateway
   sends each request's decode to one of N hot decode instances, redrawn every S seconds
-  (`serving.routing.HotSet`), a hint the run passes on unless `--decode-hotspot` says otherwise.
+  (`serving.routing.HotSet`), a hint the run passes on unless `--decode-hotspot` says otherwise;
+- `expert_parallel` (optional): `{"servers": N, "alltoall": "rail"|"all"}`, each prefill and
+  decode instance spans N servers whose engines exchange every step (the placement's
+  `ep_servers` and `alltoall`), a hint unless `--ep-servers` / `--alltoall` say otherwise;
+- `lossless` (optional, default false): the run's lossless (PFC-like) switch ports, a hint
+  unless `--lossless` / `--no-lossless` say otherwise.
 
 Unknown keys and bad values raise `ConfigError(field, value, allowed)`.
 """
@@ -92,6 +97,15 @@ class HotspotSpec:
 
 
 @dataclass(frozen=True)
+class ExpertParallelSpec:
+    """Expert parallelism across servers: each instance spans `servers` whole servers, its
+    engines exchanging with the same-rank GPU (`rail`) or every GPU (`all`) of the others."""
+
+    servers: int
+    alltoall: str
+
+
+@dataclass(frozen=True)
 class Profile:
     """A validated workload profile (see the module docstring for the meaning of each key)."""
 
@@ -111,6 +125,8 @@ class Profile:
     prefix_cache_hit_rate: float = 0.0
     prefill_servers: int | None = None  # the orchestrator's hint; None: the run's default
     hotspot: HotspotSpec | None = None  # the gateway's hot decode set; None: every decode
+    expert_parallel: ExpertParallelSpec | None = None  # None: the run's default (no EP)
+    lossless: bool = False  # the run's lossless switch ports, unless the run says
 
     def scaled_prompt(self) -> LengthDist:
         """The prompt distribution after `length_scale` (not for trace profiles)."""
@@ -138,7 +154,10 @@ _TOP_KEYS = {
     "prefix_cache_hit_rate",
     "prefill_servers",
     "hotspot",
+    "expert_parallel",
+    "lossless",
 }
+ALLTOALLS = ("rail", "all")  # zcube_lab.core.fabric.placement.ALLTOALL's names
 
 
 def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Profile:
@@ -164,6 +183,14 @@ def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Prof
         raise ConfigError(f"{where}.prefill_servers", prefill_servers, "an integer >= 1")
     arrival = _arrival(data.get("arrival", {}), f"{where}.arrival")
     hotspot = _hotspot(data["hotspot"], f"{where}.hotspot") if "hotspot" in data else None
+    ep = (
+        _expert_parallel(data["expert_parallel"], f"{where}.expert_parallel")
+        if ("expert_parallel" in data)
+        else None
+    )
+    lossless = data.get("lossless", False)
+    if not isinstance(lossless, bool):
+        raise ConfigError(f"{where}.lossless", lossless, "true or false")
     trace = None
     prompt = output = None
     session = None
@@ -202,6 +229,8 @@ def parse_profile(data: Mapping[str, Any], base_dir: Path = PROFILE_DIR) -> Prof
         prefix_cache_hit_rate=hit,
         prefill_servers=prefill_servers,
         hotspot=hotspot,
+        expert_parallel=ep,
+        lossless=lossless,
     )
 
 
@@ -320,6 +349,15 @@ def _hotspot(obj: object, where: str) -> HotspotSpec:
     decodes = _int(obj.get("decodes", 1), f"{where}.decodes", 1)
     period = _number(obj.get("period_s", 5.0), f"{where}.period_s", positive=True)
     return HotspotSpec(decodes, period)
+
+
+def _expert_parallel(obj: object, where: str) -> ExpertParallelSpec:
+    if not isinstance(obj, Mapping):
+        raise ConfigError(where, obj, "an object with servers and alltoall")
+    _no_unknown(where, obj, {"servers", "alltoall"})
+    servers = _int(obj.get("servers", 1), f"{where}.servers", 1)
+    alltoall = _choice(obj.get("alltoall", "rail"), f"{where}.alltoall", ALLTOALLS)
+    return ExpertParallelSpec(servers, alltoall)
 
 
 def _arrival(obj: object, where: str) -> ArrivalSpec:

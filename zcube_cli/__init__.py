@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Emulate LLM inference fabrics (ZCube, ROFT, Clos) with real traffic.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"zcube-lab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=help_text,
             description=(module.__doc__ or help_text).strip(),
             formatter_class=HelpFormatter,
+            allow_abbrev=False,  # `run --gpus 16` must not be read as --gpus-per-server 16
         )
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run)

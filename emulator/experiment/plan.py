@@ -302,6 +302,7 @@ class RunPlan:
                 kv_bind=self._kv_addresses(e.host),
                 engine_id=e.engine_id,
                 prefix_cache_hit_rate=c.prefix_cache_hit_rate,
+                **({"kv_share": 0.0} if c.kv_off else {}),
                 **(
                     {"kv_transport": "mrc", "kv_mrc_mtu": c.link_mtu(self.fabric, self.scale)}
                     if mrc

@@ -80,8 +80,17 @@ LAYOUT_OPTIONS: tuple[tuple[str, Option], ...] = (
         ),
     ),
     ("decode_servers", Option(type=int, help="servers that decode (default: the rest)")),
-    ("ep_servers", Option(help="servers per EP instance")),
-    ("alltoall", Option(help="EP exchange: rail (same rank) or all")),
+    (
+        "ep_servers",
+        Option(type=int, unset=True, help="servers per EP instance (default: the profile's, or 1)"),
+    ),
+    (
+        "alltoall",
+        Option(
+            unset=True,
+            help="EP exchange: rail (same rank) or all (default: the profile's, or rail)",
+        ),
+    ),
     (
         "layout",
         Option(unset=True, help="default or rail-aligned (default: the workload profile's hint)"),
@@ -96,7 +105,7 @@ WORKLOAD_FIELDS = (
 EP_FIELDS = ("ep_ports", "ep_per_node", "ep_node_limit", "ep_dbo", "ep_frame_packets")
 CLUSTER_FIELDS = (
     "model", "layout", "kv_streams", "kv_warm", "kv_paths", "prefix_cache_hit_rate",
-    "decode_hotspot", "hotspot_period_s", *EP_FIELDS,
+    "decode_hotspot", "hotspot_period_s", "kv_off", *EP_FIELDS,
 )  # fmt: skip
 LINK_FIELDS = ("mtu", "buffer_model", "switch_chip", "queue_packets", "host_queue_packets")
 LAB_FIELDS = (
@@ -112,8 +121,8 @@ class RunConfig:
     fabric: FabricSpec
     workload: str = option(
         "coding-agent",
-        help="profile name (coding-agent, chat, kv-heavy, rail-aligned, trace) or a profile JSON "
-        "path",
+        help="profile name (coding-agent, chat, kv-heavy, hotspot, production, rail-aligned, "
+        "trace) or a profile JSON path",
     )
     duration_s: float = option(60.0, flag="--duration", help="seconds of arrivals")
     rate: float | None = option(None, type=float, help="mean requests/s (default: the profile's)")
@@ -177,9 +186,11 @@ class RunConfig:
     lossless: bool = option(
         False,
         switch=True,
+        unset=True,
         help="lossless switch ports (PFC-like): a queue past XOFF (the buffer model's limit) "
         "pauses the ports feeding it until XON, hop by hop, instead of dropping; an agent "
-        "process does it (docs/LOSSLESS.md)",
+        "process does it (docs/LOSSLESS.md; default: the workload profile's, the production "
+        "profile's on; --no-lossless: off)",
     )
     policy: str = option(
         "ecmp",
@@ -299,6 +310,15 @@ class RunConfig:
         help="spread the lab over machines: wire addresses, this machine's first (e.g. "
         "198.19.254.1,198.19.254.2; scripts/peer.sh makes a second one here; docs/SCALE.md). "
         "Locust runs a master here and a worker on every machine",
+    )
+
+    # -- the production cell (issue 33): the KV-off control ------------------------------------
+    kv_off: bool = option(
+        False,
+        switch=True,
+        help="the KV-off control: each pull moves one byte instead of the request's KV, so the "
+        "same seed's EP exchanges run without KV load beside them (docs/LOSSLESS.md, victim "
+        "accounting)",
     )
 
     def __post_init__(self) -> None:
@@ -450,12 +470,17 @@ def prefill_servers_hint(workload: str, servers: int = PROFILE_SERVERS) -> int:
 def profile_fallback(workload: str, fabric: FabricSpec | None = None) -> dict[str, Any]:
     """The values of the `unset` run flags (by their argparse name) a workload profile gives:
     prefill servers (kept as a share of `fabric`'s servers: `prefill_servers_hint`), layout,
-    prefix-cache hit rate and the hot decode set."""
+    prefix-cache hit rate, the hot decode set, expert parallelism and the lossless mode."""
     hot_decodes, hot_period = hotspot_hint(workload)
     servers = PROFILE_SERVERS
     if fabric is not None:
         servers = len({h.server for h in build_fabric(fabric).hosts})
+    profile = load_profile(workload)
+    ep = profile.expert_parallel
     return {
+        "ep_servers": ep.servers if ep else 1,
+        "alltoall": ep.alltoall if ep else "rail",
+        "lossless": profile.lossless,
         "prefill_servers": prefill_servers_hint(workload, servers),
         "layout": layout_hint(workload),
         "prefix_cache_hit_rate": float(profile_hint(workload, "prefix_cache_hit_rate", 0.0)),  # type: ignore[arg-type]

@@ -76,6 +76,7 @@ from emulator.results.transfers import (
     read_logs,
     transfer_figures,
 )
+from emulator.results.victimlogs import run_victims
 from emulator.verdict.judge import HealthVerdict
 from emulator.verdict.limits import Limits
 from emulator.verdict.network import (
@@ -110,6 +111,8 @@ class Experiment:
         self._remote_verdicts: list[tuple[Machine, HealthVerdict]] = []
         # The lossless agent's report at the load's end, in modelled seconds (`lossless_figures`)
         self._lossless: LosslessFigures | None = None
+        # EP and KV bytes into each switch port's queue at the load's end (`--lossless` only)
+        self._class_bytes: dict[str, dict[str, int]] | None = None
 
     @property
     def prometheus(self) -> PrometheusServer | None:
@@ -202,6 +205,7 @@ class Experiment:
         if lab is not None and self.config.lossless:
             alive = lab.lossless_alive()
             report = lab.lossless_report(fresh=True)
+            self._class_bytes = lab.class_counters() or None
             if report is None:
                 missing["lossless agent"] = "it wrote no report, so its pauses are unchecked"
             else:
@@ -326,10 +330,14 @@ class Experiment:
             link_util=links,
             transfers=transfers,
             lossless=self._lossless,
+            class_bytes=self._class_bytes,
             dir=self.dir,
         )
         summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)
         summary = with_kpis(summary, records, self.config.duration_s, self.plan.placement)
+        if self.config.lossless:  # EP and KV behind pauses, when the agent recorded episodes
+            victims = run_victims(self.dir, self.plan.fabric, self.plan.placement, self.plan.clock)
+            summary = replace(summary, victims=victims)
         summary.write(self.dir)
         return summary
 

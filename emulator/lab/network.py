@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.lab import links, losslessproc, ovs, ovsbridges
+from emulator.lab import classcounterproc, links, losslessproc, ovs, ovsbridges
 from emulator.lab.controlplane import controller_argv, wait_listening, wait_routed
 from emulator.lab.hostnet import check_host_network
 from emulator.lab.lossless import AgentReport, read_report
@@ -85,6 +85,7 @@ class Lab:
         self.net = None  # mininet.net.Mininet once built
         self.controller: subprocess.Popen[bytes] | None = None
         self.lossless_agent: subprocess.Popen[bytes] | None = None
+        self.class_ports: list[str] = []  # switch ports counting EP and KV bytes apart
         self.times = PhaseTimes()
         self.datapath = ""
         self.send_error_offset = 0  # ovs-vswitchd's log size at start (ovs.send_errors_since)
@@ -153,6 +154,8 @@ class Lab:
 
         if self.options.lossless:
             t0 = time.monotonic()
+            # EP and KV bytes counted apart on every switch port (docs/LOSSLESS.md)
+            self.class_ports = classcounterproc.install(self.fabric, self.run_dir)
             self._start_lossless()
             self.times.add("lossless", time.monotonic() - t0)
 
@@ -191,6 +194,9 @@ class Lab:
         if state is not None:
             sweep(state, grace=0.0)
         self._stop_ovs_instances()
+        if self.class_ports:
+            self.class_ports = []
+            classcounterproc.remove_sink()
         self.state_file.unlink(missing_ok=True)
 
     # -- phases ------------------------------------------------------------------------
@@ -303,6 +309,11 @@ class Lab:
             assert self.lossless_agent is not None
             losslessproc.refresh_report(self.lossless_agent, path)
         return read_report(path)
+
+    def class_counters(self) -> dict[str, dict[str, int]]:
+        """Per switch port, per traffic class (`ep`, `kv`), the bytes into its queue so far
+        (empty without `--lossless`)."""
+        return classcounterproc.read(self.class_ports)
 
     def _stop_lossless(self) -> None:
         """SIGTERM the agent (it resumes every port and writes its report), then its group."""

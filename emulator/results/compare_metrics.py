@@ -53,6 +53,13 @@ def directed_figure(get: Callable[[DirectedUtilization], Any]) -> Getter:
     return lambda s: get(s.fabric_stats.directed) if s.fabric_stats.directed else None
 
 
+def _tps(s: RunSummary, which: str) -> float | None:
+    """Tokens/s per GPU from the run's BMWG KPIs: `output` per decode GPU, `input` per prefill
+    GPU; None in runs without them."""
+    tps = s.bmwg.tps_per_gpu if s.bmwg is not None else None
+    return getattr(tps, which) if tps is not None else None
+
+
 HOST_INTERFACE = re.compile(r"h\d+-")  # a GPU host's NIC (h<N>-eth<M>); the rest are switches'
 
 
@@ -79,6 +86,9 @@ class Metric(NamedTuple):
 METRICS: tuple[Metric, ...] = (
     Metric("completed requests/s", lambda s: s.client.requests_per_s, False),
     Metric("output tokens/s", lambda s: s.client.output_tokens_per_s, False),
+    # production's GPU throughput (the BMWG draft's TPS_per_GPU)
+    Metric("decode tokens/s per GPU", lambda s: _tps(s, "output"), False),
+    Metric("prefill tokens/s per GPU", lambda s: _tps(s, "input"), False),
     Metric("failed requests", lambda s: s.client.failed, True),
     Metric("TTFT p50 client (s)", lambda s: s.client.ttft_p50_s, True),
     Metric("TTFT p90 client (s)", lambda s: s.client.ttft_p90_s, True),

@@ -37,8 +37,9 @@ from emulator.results.plots import (
     run_dir,
 )
 from emulator.results.structuresection import structure_html_section
-from emulator.results.summary import LosslessFigures, RunSummary
+from emulator.results.summary import RunSummary
 from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
+from emulator.results.victimtable import lossless_fact, victim_section
 from emulator.verdict.combine import Judged, over_runs
 from zcube_lab.core.fabric.cost import compare
 from zcube_lab.core.fabric.pricing import CostInputs
@@ -374,6 +375,7 @@ def write_report(
     parts += _results_table(agg, fabrics, baseline, runs)
     parts += kpi_section(runs, fabrics)  # the IETF BMWG draft's KPIs by name
     parts += structure_html_section([(r.variant, run_dir(r)) for r in runs])  # scaled vs full
+    parts += victim_section(runs, fabrics)  # EP and KV behind pauses, when recorded
     parts += _cost_table()
     parts.append("</table><h2>Plots</h2>")
     for p in plots:
@@ -470,21 +472,6 @@ def _run_items(runs: Sequence[RunSummary]) -> list[str]:
         )
     parts.append("</ul>")
     return parts
-
-
-def lossless_fact(figures: LosslessFigures) -> str:
-    """One line on a lossless run's pauses (the fabric's) and its agent (the emulator's)."""
-    if figures.ports:
-        top = max(figures.ports.items(), key=lambda kv: kv[1].paused_s)
-        most = f"; most paused {top[0]} ({top[1].pauses}x, {top[1].paused_s:.2f} s)"
-    else:
-        most = ""
-    p99 = "-" if figures.reaction_p99_s is None else f"{figures.reaction_p99_s * 1e3:.2f} ms"
-    return (
-        f"lossless: {figures.pauses} pauses on {len(figures.ports)} ports, "
-        f"{figures.paused_s:.2f} s paused in all{most}; agent reaction p99 {p99}, "
-        f"{figures.agent_cores:.2f} cores"
-    )
 
 
 def _cost_table() -> list[str]:

@@ -8,8 +8,9 @@ server, transfer and lossless sections are here; the fabric's (`FabricStats`, `L
 `emulator.results.fabricfigures`, the faults' (`FaultReport`) in
 `emulator.results.faultfigures`, and the IETF BMWG draft's KPIs (`DraftKpis`, key `bmwg`) in
 `emulator.results.kpis`; all are importable from here. Sections that older runs lack (`label`,
-`policy`, `faults`, `link_util`, `transfers`, `lossless`, `bmwg`) are None and stay absent when
-written again; a key missing inside a section reads as None.
+`policy`, `faults`, `link_util`, `transfers`, `lossless`, `bmwg`, `victims`: the victim
+accounting of `emulator.results.victims`, `class_bytes`: EP and KV bytes per switch port) are
+None and stay absent when written again; a key missing inside a section reads as None.
 
 Links are named by direction: `a0:3->h5` (switch a0's port 3 transmitting to host h5),
 `h5->a0:3` (h5 transmitting into that port), `a0:6->b1:5` between switches.
@@ -43,6 +44,7 @@ from emulator.results.sections import Span
 from emulator.results.sections import flat as _flat
 from emulator.results.sections import from_flat as _from_flat
 from emulator.results.sections import pairs as _pairs
+from emulator.results.victims import VictimReport
 from emulator.verdict.judge import HealthVerdict
 
 # The sections that live in their own modules, importable from here as before.
@@ -269,6 +271,12 @@ class RunSummary:
     dilation: float = 1.0  # time dilation k; written only when not 1
     lossless: LosslessFigures | None = None  # pauses and the agent, under --lossless only
     bmwg: DraftKpis | None = None  # the IETF BMWG draft's KPIs by name (emulator.results.bmwg)
+    # EP and KV behind pauses, per class (emulator.results.victims), when the agent's episodes
+    # were recorded
+    victims: VictimReport | None = None
+    # Per switch port, per traffic class (`ep`, `kv`: DSCP-marked), bytes into its queue
+    # (--lossless: emulator.lab.classcounterproc)
+    class_bytes: Mapping[str, Mapping[str, int]] | None = None
     # Where it was read from (not written): the report finds the run's other files there.
     dir: Path | None = field(default=None, compare=False, repr=False)
 
@@ -307,7 +315,22 @@ class RunSummary:
             out["lossless"] = self.lossless.to_dict()
         if self.bmwg is not None:
             out["bmwg"] = self.bmwg.to_dict()
+        if self.victims is not None:
+            out["victims"] = self.victims.to_dict()
+        if self.class_bytes is not None:
+            out["class_bytes"] = {p: dict(c) for p, c in self.class_bytes.items()}
         return out
+
+    def class_totals(self) -> dict[str, int] | None:
+        """Per traffic class, the bytes into every counted switch port together (a byte counts
+        once per switch port it crosses); None without the counters."""
+        if self.class_bytes is None:
+            return None
+        out: dict[str, int] = {}
+        for counts in self.class_bytes.values():
+            for c, n in counts.items():
+                out[c] = out.get(c, 0) + n
+        return dict(sorted(out.items()))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], dir: Path | None = None) -> RunSummary:
@@ -345,6 +368,10 @@ class RunSummary:
                 LosslessFigures.from_dict(data["lossless"]) if data.get("lossless") else None
             ),
             bmwg=DraftKpis.from_dict(data["bmwg"]) if data.get("bmwg") is not None else None,
+            victims=(
+                VictimReport.from_dict(data["victims"]) if data.get("victims") is not None else None
+            ),
+            class_bytes=data.get("class_bytes"),
             dir=dir,
         )
 

@@ -59,6 +59,7 @@ from emulator.results.goodput import (
     vllm_goodput,
     vllm_goodput_arg,
 )
+from emulator.results.gputhroughput import TokensPerGpu, at_capacity
 from emulator.results.summary import RunSummary
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.stats import CONFIDENCE, Interval, quantile_intervals
@@ -360,6 +361,10 @@ class SweepResult:
         """Each variant's capacity (the highest rate with every rate up to it met)."""
         return max_rates(self.runs, self.slo, self.baseline)
 
+    def tokens_per_gpu(self) -> list[TokensPerGpu]:
+        """Each variant's decode and prefill tokens per GPU-second at its capacity."""
+        return at_capacity(self.runs, self.max_rates())
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "workload": self.workload,
@@ -379,6 +384,7 @@ class SweepResult:
             "points": [p.to_dict() for p in self.points()],
             "max_rates": [m.to_dict() for m in self.max_rates()],
             "bmwg": {"Request_Rate": {m.variant: m.capacity.to_dict() for m in self.max_rates()}},
+            "tokens_per_gpu_at_capacity": [t.to_dict() for t in self.tokens_per_gpu()],
         }
 
     @classmethod

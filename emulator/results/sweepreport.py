@@ -12,6 +12,8 @@ A point with few samples (a repeat below 1,000 requests) shows its TTFT p99's 95
 order-statistic interval marked `few`, `[low, high] few (n)` with n the fewest requests of a
 repeat, an end the samples cannot bound written `unbounded` (`[1.62, unbounded) few (96)`: below
 368 requests a p99 has no upper end); `-` otherwise.
+The tokens table gives, beside each capacity, the decode and prefill tokens per GPU-second its
+runs delivered there (`emulator.results.gputhroughput`: production's GPU-throughput figure).
 `vLLM goodput` is vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`); `goodput` is ours,
 over the load window.
 """
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from emulator.results.gputhroughput import TokensPerGpu
 from emulator.results.structuresection import STRUCTURE_FILE, structure_text_section
 from emulator.results.sweeppoints import (
     MaxRate,
@@ -46,6 +49,7 @@ POINT_COLUMNS = (  # short enough for a 100-column terminal
     "trustworthy",
 )
 MAX_RATE_COLUMNS = ("fabric", "capacity req/s", "per repeat", "vs baseline", "notes")
+TOKENS_COLUMNS = ("fabric", "capacity req/s", "decode tok/s/GPU", "prefill tok/s/GPU", "repeats")
 SENT_TOLERANCE = 0.02  # a rate's runs sent within 2% of it: the rate says what was sent
 
 
@@ -142,6 +146,19 @@ def max_rate_rows(result: SweepResult) -> list[list[str]]:
     """One row per variant, `MAX_RATE_COLUMNS`: its maximum rate meeting the SLO, the maximum
     of each repeat, the ratio to the baseline, and what was excluded or skipped."""
     return [_max_rate_row(m, result.baseline) for m in result.max_rates()]
+
+
+def tokens_rows(result: SweepResult) -> list[list[str]]:
+    """One row per variant, `TOKENS_COLUMNS`: its capacity and the decode and prefill tokens
+    per GPU-second its runs delivered there (median over repeats; `>=` capacities are read at
+    their lower bound)."""
+    by_variant = {m.variant: m for m in result.max_rates()}
+    return [_tokens_row(t, by_variant[t.variant]) for t in result.tokens_per_gpu()]
+
+
+def _tokens_row(t: TokensPerGpu, m: MaxRate) -> list[str]:
+    read = f"{t.repeats}" + (f" ({t.censored} censored)" if t.censored else "")
+    return [t.variant, m.capacity.text(), fmt(t.decode), fmt(t.prefill), read]
 
 
 def _max_rate_row(m: MaxRate, baseline: str) -> list[str]:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from serving.config import Address
+from serving.trafficclass import KV, mark_stream
 
 READ_LIMIT = 2**20  # the StreamReader's buffer limit of a KV connection
 
@@ -113,6 +114,7 @@ class KVConnections:
             limit=READ_LIMIT,
             local_addr=(local, 0) if local else None,
         )
+        mark_stream(writer, KV)
         self.opened += 1
         port = int(writer.get_extra_info("sockname")[1])
         return KVConnection(reader, writer, remote, local, port)

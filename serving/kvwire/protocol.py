@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from serving.config import Address
 from serving.kvwire.conns import KVConnection, KVConnections
+from serving.trafficclass import KV, mark_stream
 
 OP_GET = 1
 OP_RELEASE = 2
@@ -82,6 +83,7 @@ async def start_kv_server(lookup: Lookup, release: Release, addr: Address) -> as
     """Listen on `addr` and answer GET/RELEASE frames from the given store callbacks."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mark_stream(writer, KV)  # the KV bytes leave here: KV's class (serving.trafficclass)
         await _serve_connection(lookup, release, reader, writer)
 
     return await asyncio.start_server(handle, addr.host, addr.port, limit=2**20)

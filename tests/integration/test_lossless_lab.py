@@ -3,7 +3,9 @@ Mininet, switch queues of 8 frames. Two senders (h2 through b0, h3 through b1) i
 port on a0 for a few seconds: without the mode a0's port to h0 drops; with it no port drops,
 the links into a0 (b0's and b1's ports) record pauses, and a victim flow from h2 to the idle
 h1 (through b0 -> a0, the link the incast shares) is slower than with the incast off: it waits
-behind the pauses (head-of-line blocking). The agent stops with the lab."""
+behind the pauses (head-of-line blocking). The incast is marked as KV and the victim as EP
+(DSCP), and the per-class counters show KV filled a0's congested port while both crossed the
+paused link into it. The agent stops with the lab."""
 
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ import pytest
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
 from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
+from serving.trafficclass import EP, KV, tos_byte
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.adapters.procs import pid_alive
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.pauseepisodes import raiser
 from zcube_lab.core.fabric.queues import QueueModel
 from zcube_lab.core.fabric.scale import Scale
 
@@ -56,8 +60,14 @@ def address(lab: Lab, host: str, interface: int) -> str:
     return lab.fabric.host(host).interfaces[interface].ip
 
 
-def flows(lab: Lab, pairs: list[tuple[str, str, int]], seconds: float = SECONDS) -> list[float]:
-    """TCP goodput in Mb/s of each (src, dst host, dst interface), all at once (iperf3)."""
+def flows(
+    lab: Lab,
+    pairs: list[tuple[str, str, int]],
+    seconds: float = SECONDS,
+    classes: list[str] | None = None,
+) -> list[float]:
+    """TCP goodput in Mb/s of each (src, dst host, dst interface), all at once (iperf3); with
+    `classes`, each flow's packets carry that traffic class's DSCP (serving.trafficclass)."""
     servers, clients = [], []
     for n, (_src, dst, i) in enumerate(pairs):
         argv = ["iperf3", "-s", "-1", "-p", str(5301 + n), "-B", address(lab, dst, i)]
@@ -66,6 +76,8 @@ def flows(lab: Lab, pairs: list[tuple[str, str, int]], seconds: float = SECONDS)
     try:
         for n, (src, dst, i) in enumerate(pairs):
             argv = ["iperf3", "-c", address(lab, dst, i), "-p", str(5301 + n), "-t", str(seconds)]
+            if classes is not None:
+                argv += ["-S", str(tos_byte(classes[n]))]
             clients.append(lab.net.get(src).popen([*argv, "-J"], stdout=subprocess.PIPE))
         out = []
         for c in clients:
@@ -106,8 +118,10 @@ def test_lossless_incast_drops_nothing_pauses_the_links_into_a0_and_blocks_a_vic
         assert lab.lossless_alive()
         alone = flows(lab, [VICTIM])[0]
         before = switch_drops(lab)
-        *incast, victim = flows(lab, [*INCAST, VICTIM])
+        # the incast as KV pulls, the victim as an EP exchange: counted apart at every port
+        *incast, victim = flows(lab, [*INCAST, VICTIM], classes=[KV, KV, EP])
         after = switch_drops(lab)
+        counted = lab.class_counters()
         report = lab.lossless_report(fresh=True)
         agent = lab.lossless_agent
         assert agent is not None
@@ -129,3 +143,8 @@ def test_lossless_incast_drops_nothing_pauses_the_links_into_a0_and_blocks_a_vic
     assert victim < 0.7 * alone, (victim, alone)
     assert report.reactions > 0 and report.reaction_p99_s is not None
     assert not pid_alive(agent.pid)  # stopped with the lab
+    # a0's port to h0, the congested one, queued KV bytes only: KV raised its pauses; the link
+    # into a0 that b0 paused carried both, so the EP victim waited behind a KV pause
+    assert counted["a0-eth1"]["kv"] > 1_000_000 and counted["a0-eth1"]["ep"] == 0, counted
+    assert raiser(counted["a0-eth1"]) == KV
+    assert counted["b0-eth3"]["kv"] > 0 and counted["b0-eth3"]["ep"] > 0, counted

@@ -153,3 +153,14 @@ def test_compare_refuses_sizes_that_fit_no_fabric_or_differ(
     with pytest.raises(ConfigError) as err:
         _specs(*argv)
     assert err.value.field == field and hint in str(err.value)
+
+
+def test_a_prefix_of_an_option_is_refused_not_read_as_the_longer_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = build_parser()
+    with pytest.raises(SystemExit) as e:  # run has no --gpus; it must not be --gpus-per-server
+        parser.parse_args(["run", "--fabric", "zcube", "--gpus", "16"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --gpus 16" in capsys.readouterr().err
+    assert parser.parse_args(["run", "--gpus-per-server", "2"]).gpus_per_server == 2

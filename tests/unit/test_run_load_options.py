@@ -36,6 +36,7 @@ RUNS = [
         kv_streams=4, kv_warm=2, prefix_cache_hit_rate=0.5, kv_paths="shortest",
         decode_hotspot=2, hotspot_period_s=2.5, drain_s=12.0, results_root=Path("/tmp/r"),
         ep_ports="one", ep_per_node=False, ep_node_limit=2, ep_dbo=True, ep_frame_packets=4,
+        kv_off=True,
     ),
     RunConfig(fabric=ZCUBE, dilation=2.0, kv_transport="mrc"),
     RunConfig(fabric=ZCUBE, machines=("198.19.254.1", "198.19.254.2")),

@@ -46,7 +46,7 @@ COMMON = {
 PREFILL = PrefillConfig(
     **COMMON, port=9100, kv_bind=(A, B), engine_id="prefill-3", token_budget=4096,
     kv_lease_s=12.5, prefix_cache_hit_rate=0.75,
-    kv_transport="mrc", kv_mrc_evs=8, kv_mrc_ev_base=0, kv_mrc_mtu=9000,
+    kv_transport="mrc", kv_mrc_evs=8, kv_mrc_ev_base=0, kv_mrc_mtu=9000, kv_share=0.0,
 )  # fmt: skip
 DECODE = DecodeConfig(
     **COMMON, port=9200, prefill_kv=(("p0", (A, B)), ("p1", (C,))), kv_streams=4, kv_warm=3,

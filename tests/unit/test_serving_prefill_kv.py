@@ -56,3 +56,18 @@ def test_the_store_keeps_a_given_checksum_and_computes_a_missing_one() -> None:
     store = KVStore(100)
     assert store.put("a", b"abc", 1, 0.0, 1.0, checksum=7).checksum == 7
     assert store.put("b", b"abc", 1, 0.0, 1.0).checksum == zlib.crc32(b"abc")
+
+
+async def test_the_kv_off_control_holds_one_byte_per_request() -> None:
+    cfg = PrefillConfig(kv_share=0.0)
+    engine = prefill.make_prefill_app(cfg, CollectorRegistry())[prefill.ENGINE_KEY]
+    run = asyncio.create_task(engine.run())
+    try:
+        held, _queue_s, _prefill_s = await engine.submit(
+            "r1", 2000, asyncio.get_running_loop().time()
+        )
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+    assert len(held.data) == 1 and held.checksum == zlib.crc32(held.data)

@@ -133,3 +133,28 @@ def test_the_report_units_are_properties() -> None:
     ]
     assert "switching_capacity_tbps" not in written["fabric_stats"]
     assert "windows" not in written["faults"] and "dir" not in written
+
+
+def test_the_victim_section_round_trips(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from emulator.results.victims import PauseEpisode, Transfer, account
+
+    episode = PauseEpisode("a0-eth1", 1.0, 1.2, frozenset({"h1-eth0"}), "kv")
+    report = account([Transfer("ep", 0.9, 1.1, 100, frozenset({"h1-eth0"}))], [episode])
+    summary = replace(_full(), victims=report)
+    summary.write(tmp_path)
+    back = RunSummary.read(tmp_path)
+    assert back.victims == report and back.victims.victim_share == 1.0
+    assert "victims" not in _full().to_dict()
+
+
+def test_class_bytes_round_trip_and_total() -> None:
+    from dataclasses import replace
+
+    counts = {"a0-eth1": {"ep": 100, "kv": 900}, "b1-eth3": {"ep": 50, "kv": 0}}
+    summary = replace(_full(), class_bytes=counts)
+    back = RunSummary.from_dict(summary.to_dict())
+    assert back.class_bytes == counts
+    assert back.class_totals() == {"ep": 150, "kv": 900}
+    assert _full().class_totals() is None and "class_bytes" not in _full().to_dict()

@@ -33,6 +33,7 @@ def test_shipped_profiles_load() -> None:
         "coding-agent",
         "hotspot",
         "kv-heavy",
+        "production",
         "rail-aligned",
         "trace",
     ]

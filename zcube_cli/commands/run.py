@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     s = result.summary
     c = s.client
+    tps = s.bmwg.tps_per_gpu if s.bmwg else None
     print(json.dumps({
         "results": str(result.path),
         "completed": c.completed,
@@ -85,12 +86,16 @@ def run(args: argparse.Namespace) -> int:
         "requests_per_s": c.requests_per_s,
         "ttft_p50_s": c.ttft_p50_s,
         "ttft_p99_s": c.ttft_p99_s,
+        # production's GPU throughput: tokens per GPU-second (the BMWG draft's TPS_per_GPU)
+        "decode_tokens_per_gpu_s": tps.output if tps else None,
+        "prefill_tokens_per_gpu_s": tps.input if tps else None,
         "kv_xfer_p99_s": s.transfers.kv_xfer_p99_s if s.transfers else None,
         "kv_pulls_stalled": s.transfers.kv_pulls_stalled if s.transfers else None,
         "busiest_link": busiest_link(s),
         "congestion_control": exp.config.congestion_control,
         "buffer_model": exp.config.buffer_model,
         "lossless": s.lossless.brief() if s.lossless else None,
+        "class_bytes": s.class_totals(),  # EP and KV bytes into the switch ports (--lossless)
         "trustworthy": s.trustworthy,
         "reasons": list(s.health.reasons),
     }, indent=2))  # fmt: skip

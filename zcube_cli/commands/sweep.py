@@ -232,10 +232,12 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     from emulator.results.sweepreport import (
         MAX_RATE_COLUMNS,
         POINT_COLUMNS,
+        TOKENS_COLUMNS,
         max_rate_rows,
         plot_sweep,
         point_rows,
         structure_report,
+        tokens_rows,
     )
 
     png = plot_sweep(result, out_dir / "sweep.png")
@@ -269,6 +271,12 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
         table.add_row(*(escape(c) for c in row))
     out.print(table)
     out.print(escape(structure_report(result, out_dir)))
+    table = Table(title="GPU throughput at capacity: tokens per GPU-second, median over repeats")
+    for name in TOKENS_COLUMNS:
+        table.add_column(name)
+    for row in tokens_rows(result):
+        table.add_row(*(escape(c) for c in row))
+    out.print(table)
     console.print(f"sweep: {out_dir / 'sweep.json'}\nplot: {png}")
 
 

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             mtu=mtu,
             queue=queue,
             congestion_control=args.cc,
-            lossless=args.lossless,
+            lossless=bool(args.lossless),
             datapath=args.datapath,
             ovs_instances=args.ovs_instances,
             policy=policy.routing,

@@ -31,7 +31,8 @@ _KEY = "zcube_lab.option"
 class Option:
     """How one config field appears on the command line.
 
-    `switch`: a flag without a value that sets the (bool) field True. `repeat`: the flag may be
+    `switch`: a flag without a value that sets the (bool) field True (with `unset` too, also
+    `--no-<flag>` that sets it False, and left out, the caller's value). `repeat`: the flag may be
     given several times, one item each (the field holds a tuple). `unset`: the flag's default
     is None, and the field's value then comes from the caller (`from_args`' `fallback`).
     `parse(raw)` turns the argparse value into the field value (default: as parsed); `item(v)`
@@ -80,7 +81,7 @@ class _Flag:
     @property
     def parser_default(self) -> Any:
         if self.option.switch:
-            return False
+            return None if self.option.unset else False
         if self.option.repeat:
             return []
         return None if self.option.unset else self.default
@@ -107,6 +108,8 @@ class _Flag:
         if value is None or value == () or (opt.omit_default and value == self.default):
             return []
         if opt.switch:
+            if opt.unset and not value:  # left out, the caller's value would apply
+                return ["--no-" + self.flag.removeprefix("--")]
             return [self.flag] if value else []
         out: list[str] = []
         for one in value if opt.repeat else (value,):
@@ -181,7 +184,13 @@ def add_flags(
                 "choices": fl.option.choices,
                 "type": fl.scalar_type(),
             }
-            if fl.option.switch:
+            if fl.option.switch and fl.option.unset:
+                kwargs = {
+                    "help": kwargs["help"],
+                    "action": argparse.BooleanOptionalAction,
+                    "default": None,
+                }
+            elif fl.option.switch:
                 kwargs = {"help": kwargs["help"], "action": "store_true"}
             elif fl.option.repeat:
                 kwargs["action"] = "append"
