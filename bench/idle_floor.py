@@ -1,0 +1,167 @@
+"""Benchmark: the CPU floor of an idle lab, per process (issue 34 item 3).
+
+    flock /tmp/zcube-heavy.lock .venv/bin/python bench/idle_floor.py --fabric zcube \\
+        [--lossless] [--dilation 16] [--window 30] [--repeat 3] [--ovs KEY=VALUE ...]
+
+Brings a lab up and serving as a run starts it (`emulator.experiment.launcher.Launcher`: the
+fabric, the controller, the lossless agent under `--lossless`, the serving roles, the health
+sampler and Prometheus), starts no load, lets it settle, then reads every lab process's CPU
+from /proc (`bench/procwatch.py`) at the start and the end of a window and prints each one's
+cores, their total, and the machine's busy cores over the same window (other work on the shared
+machine included: compare the two, and the load average printed beside them). 64 GPU hosts by
+default: ZCube n=8, ROFT 8 servers x 8 GPUs (8 rail leaves, 2 spines).
+
+`--ovs KEY=VALUE` sets `Open_vSwitch . other_config:KEY` of the system Open vSwitch for the
+measurement (e.g. `max-idle=10000`, `n-handler-threads=1`) and removes it afterwards, so a lever
+of ovs-vswitchd is measured on the same lab. One JSON line per repeat goes to `--out` (appended).
+Needs root; run it under the heavy lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.procwatch import CLK_TCK, ProcSample, scan  # noqa: E402
+from emulator.experiment.launcher import Launcher  # noqa: E402
+from emulator.experiment.plan import plan_run  # noqa: E402
+from emulator.experiment.runconfig import RunConfig  # noqa: E402
+from emulator.verdict.cpustats import cpu_share, parse_proc_stat  # noqa: E402
+from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
+
+FABRICS = {
+    "zcube": FabricSpec.of("zcube", n=8),
+    "roft": FabricSpec.of("roft", servers=8, gpus_per_server=8),
+}
+
+
+def cores_by_process(
+    before: Sequence[ProcSample], after: Sequence[ProcSample], seconds: float
+) -> dict[str, float]:
+    """Each process's cores over the window (processes present at both ends only; ticks of
+    children it reaped counted with it)."""
+    start = {s.key: s for s in before}
+    out = {}
+    for s in after:
+        b = start.get(s.key)
+        if b is not None:
+            ticks = s.ticks + s.child_ticks - b.ticks - b.child_ticks
+            out[s.name] = ticks / CLK_TCK / seconds
+    return out
+
+
+def by_role(cores: dict[str, float]) -> dict[str, float]:
+    """Cores summed per role (`decode/h12` counts under `decode`)."""
+    out: dict[str, float] = {}
+    for name, c in cores.items():
+        role = name.split("/", 1)[0].split("#", 1)[0]
+        out[role] = out.get(role, 0.0) + c
+    return out
+
+
+def _busy_cores(before: str, after: str) -> float:
+    a, b = parse_proc_stat(before)["cpu"], parse_proc_stat(after)["cpu"]
+    return cpu_share(a, b).busy * (os.cpu_count() or 1)
+
+
+def _ovs_set(settings: dict[str, str]) -> None:
+    for key, value in settings.items():
+        subprocess.run(
+            ["ovs-vsctl", "set", "Open_vSwitch", ".", f"other_config:{key}={value}"], check=True
+        )
+
+
+def _ovs_clear(settings: dict[str, str]) -> None:
+    for key in settings:
+        subprocess.run(
+            ["ovs-vsctl", "remove", "Open_vSwitch", ".", "other_config", key], check=False
+        )
+
+
+def measure(config: RunConfig, settle_s: float, window_s: float) -> dict[str, Any]:
+    """One lab up and serving, idle: per-process cores over `window_s`."""
+    launcher = Launcher(plan_run(config), lambda m: print(m, file=sys.stderr, flush=True))
+    launcher.prepare()
+    try:
+        launcher.start()
+        time.sleep(settle_s)
+        load = os.getloadavg()
+        stat0, t0 = Path("/proc/stat").read_text(), time.monotonic()
+        before = scan(os.getpid(), resources=False)
+        time.sleep(window_s)
+        after = scan(os.getpid(), resources=False)
+        stat1, t1 = Path("/proc/stat").read_text(), time.monotonic()
+        cores = cores_by_process(before, after, t1 - t0)
+        return {
+            "cores": {k: round(v, 4) for k, v in sorted(cores.items())},
+            "roles": {k: round(v, 4) for k, v in sorted(by_role(cores).items())},
+            "lab_cores": round(sum(cores.values()), 4),
+            "machine_busy_cores": round(_busy_cores(stat0, stat1), 4),
+            "loadavg_before": load,
+            "loadavg_after": os.getloadavg(),
+            "window_s": round(t1 - t0, 2),
+        }
+    finally:
+        launcher.stop()
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fabric", choices=sorted(FABRICS), default="zcube")
+    p.add_argument("--lossless", action="store_true")
+    p.add_argument("--dilation", type=float, default=16.0)
+    p.add_argument("--workload", default="kv-heavy")
+    p.add_argument("--settle", type=float, default=15.0, help="seconds after start")
+    p.add_argument("--window", type=float, default=30.0, help="seconds measured")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--ovs", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--tag", default="", help="a label written with each result")
+    p.add_argument("--out", type=Path, default=None, help="append one JSON line per repeat")
+    p.add_argument("--results", type=Path, default=Path("/tmp/zcube-idle-floor"))
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    ovs = dict(kv.split("=", 1) for kv in args.ovs)
+    config = RunConfig(
+        fabric=FABRICS[args.fabric],
+        workload=args.workload,
+        lossless=args.lossless,
+        dilation=args.dilation,
+        results_root=args.results,
+        tag="idle",
+    )
+    totals = []
+    _ovs_set(ovs)
+    try:
+        for i in range(args.repeat):
+            result = measure(config, args.settle, args.window)
+            result.update(
+                fabric=args.fabric, lossless=args.lossless, dilation=args.dilation, ovs=ovs,
+                tag=args.tag, repeat=i, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            )  # fmt: skip
+            totals.append(result["lab_cores"])
+            print(json.dumps(result), flush=True)
+            if args.out is not None:
+                with args.out.open("a") as f:
+                    f.write(json.dumps(result) + "\n")
+    finally:
+        _ovs_clear(ovs)
+    print(f"lab cores: median {statistics.median(totals):.3f} of {totals}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
