@@ -89,6 +89,9 @@ class AgentPlan:
     poll_s: float = POLL_S
     idle_poll_s: float = POLL_S  # while every queue is below half XOFF (`idle_interval_s`)
     tap: bool = True  # sleep on a packet tap while the fabric is still (losslesstap)
+    # How long no queue below half XOFF can take to reach XOFF (`idle_interval_s` without the
+    # poll's floor), where the reaction starts after a quiet reading; None: `idle_poll_s`.
+    quiet_s: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -105,6 +108,7 @@ class AgentPlan:
             poll_s=float(d["poll_s"]),
             idle_poll_s=float(d.get("idle_poll_s", d["poll_s"])),
             tap=bool(d.get("tap", True)),
+            quiet_s=None if d.get("quiet_s") is None else float(d["quiet_s"]),
         )
 
 
@@ -134,7 +138,8 @@ def agent_plan(
         if node in host_pids:
             namespaces[port] = f"/proc/{host_pids[node]}/ns/net"
     idle = idle_interval_s(limits, feeds, rates, poll_s)
-    return AgentPlan(limits, feeds, fifo, namespaces, mtu, poll_s, idle)
+    quiet = idle_interval_s(limits, feeds, rates, 0.0)
+    return AgentPlan(limits, feeds, fifo, namespaces, mtu, poll_s, idle, quiet_s=quiet)
 
 
 @dataclass
@@ -195,6 +200,7 @@ class Agent:
         self.quiet = False  # the last reading found every queue below half XOFF
         self.stopping = False
         self.dump_now = False  # SIGUSR1: write the report at the next poll
+        self.quiet_s = plan.idle_poll_s if plan.quiet_s is None else plan.quiet_s
         self.stillness = Stillness(STILL_S)
         self.sleepy = False  # the last readings were still for STILL_S: sleep on the tap
         self.wakeup_fd: int | None = None  # readable when a signal came (set_wakeup_fd)
@@ -271,7 +277,7 @@ class Agent:
         for port in decision.resume:
             self._set(port, False)
         if decision.congested and decision.pause:
-            origin = reaction_origin(previous_start, self.quiet, self.plan.idle_poll_s)
+            origin = reaction_origin(previous_start, self.quiet, self.quiet_s)
             self.reactions.add(max(0.0, time.monotonic() - origin))
         self.quiet = self.machine.quiet(backlogs)
         self.sleepy = self.stillness.observe(start, self.quiet, backlogs, sum(sent.values()))

@@ -3,7 +3,9 @@ Mininet, switch queues of 8 frames. Two senders (h2 through b0, h3 through b1) i
 port on a0 for a few seconds: without the mode a0's port to h0 drops; with it no port drops,
 the links into a0 (b0's and b1's ports) record pauses, and a victim flow from h2 to the idle
 h1 (through b0 -> a0, the link the incast shares) is slower than with the incast off: it waits
-behind the pauses (head-of-line blocking). The agent stops with the lab."""
+behind the pauses (head-of-line blocking). The agent slept on its tap while the fabric was
+still, woke on the flows' first packets, and reacted within the verdict's limit; an agent slowed
+on purpose (a 50 ms poll) is caught by the verdict. The agent stops with the lab."""
 
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from emulator.lab.lossless import AgentReport
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
+from emulator.verdict.limits import Limits
 from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
+from emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.queues import QueueModel
@@ -31,7 +36,9 @@ SECONDS = 4
 QUEUE = 8  # frames: a 2:1 incast of TCP overflows it within a round trip or two
 
 
-def make_lab(tmp_path_factory: pytest.TempPathFactory, lossless: bool) -> Lab:
+def make_lab(
+    tmp_path_factory: pytest.TempPathFactory, lossless: bool, poll_s: float = 0.001
+) -> Lab:
     options = LabOptions(
         scale=Scale(nic_mbps=100.0),
         of_port=free_port(),
@@ -39,6 +46,7 @@ def make_lab(tmp_path_factory: pytest.TempPathFactory, lossless: bool) -> Lab:
         state_dir=tmp_path_factory.mktemp("state"),
         queue=QueueModel(packets=QUEUE),
         lossless=lossless,
+        lossless_poll_s=poll_s,
     )
     return Lab(build_fabric(SPEC), options).start()
 
@@ -129,3 +137,36 @@ def test_lossless_incast_drops_nothing_pauses_the_links_into_a0_and_blocks_a_vic
     assert victim < 0.7 * alone, (victim, alone)
     assert report.reactions > 0 and report.reaction_p99_s is not None
     assert not pid_alive(agent.pid)  # stopped with the lab
+    # between the flows the fabric was still: it slept on its tap and the flows woke it
+    assert report.tap and report.wakes >= 2 and report.asleep_s > 0, report
+    # the bound the verdict judges (k = 1: wall is modelled) holds, and the verdict says so
+    assert report.reaction_p99_s <= Limits().lossless_reaction_s, report
+    assert lossless_reasons(report) == []
+
+
+def lossless_reasons(report: AgentReport) -> list[str]:
+    """What the verdict says of the agent (the runner's evidence from its report)."""
+    evidence = LosslessEvidence(
+        reactions=report.reactions,
+        reaction_p99_s=report.reaction_p99_s,
+        errors=report.errors,
+        alive=True,
+        paused_ports=frozenset(report.ports),
+        last_error=report.last_error,
+    )
+    reasons = judge_network(NetworkEvidence(lossless=evidence), Limits()).reasons
+    return [r for r in reasons if r.startswith("lossless agent")]
+
+
+def test_the_verdict_catches_an_agent_slowed_on_purpose(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    lab = make_lab(tmp_path_factory, lossless=True, poll_s=0.05)  # 50 ms between readings
+    try:
+        flows(lab, INCAST)
+        report = lab.lossless_report(fresh=True)
+    finally:
+        lab.stop()
+    assert report is not None and report.reactions > 0, report
+    reasons = lossless_reasons(report)
+    assert any("reaction p99" in r for r in reasons), (reasons, report)
