@@ -37,7 +37,12 @@ from bench.procwatch import CLK_TCK, ProcSample, scan  # noqa: E402
 from emulator.experiment.launcher import Launcher  # noqa: E402
 from emulator.experiment.plan import plan_run  # noqa: E402
 from emulator.experiment.runconfig import RunConfig  # noqa: E402
-from emulator.verdict.cpustats import cpu_share, parse_proc_stat  # noqa: E402
+from emulator.verdict.cpustats import (  # noqa: E402
+    cpu_share,
+    parse_proc_stat,
+    parse_task_stat,
+)
+from emulator.verdict.judge import DATAPATH  # noqa: E402
 from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
 
 FABRICS = {
@@ -70,6 +75,47 @@ def by_role(cores: dict[str, float]) -> dict[str, float]:
     return out
 
 
+OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+
+
+def _lab_processes() -> list[ProcSample]:
+    """This lab's processes and the system's ovs-vswitchd (not another one on the machine,
+    such as a peer machine's in its own root: `scripts/peer.sh`)."""
+    system = int(OVS_PIDFILE.read_text().strip())
+    samples = scan(os.getpid(), resources=False)
+    return [s for s in samples if s.role != DATAPATH or s.pid == system]
+
+
+def _threads(samples: Sequence[ProcSample]) -> dict[str, int]:
+    """ovs-vswitchd's threads' ticks by thread name (a kind of thread summed: `handler`,
+    `revalidator`, ...), read now."""
+    out: dict[str, int] = {}
+    for s in samples:
+        if s.role != DATAPATH:
+            continue
+        for task in Path(f"/proc/{s.pid}/task").iterdir():
+            try:
+                name, times = parse_task_stat((task / "stat").read_text())
+            except (OSError, ValueError):
+                continue
+            kind = name.rstrip("0123456789")
+            out[kind] = out.get(kind, 0) + times.ticks
+    return out
+
+
+def _coverage() -> dict[str, float]:
+    """ovs-vswitchd's event counters per second over its last 5 s (`coverage/show`)."""
+    text = subprocess.run(
+        ["ovs-appctl", "coverage/show"], capture_output=True, text=True, check=False
+    ).stdout
+    out = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) > 1 and parts[1].endswith("/sec"):
+            out[parts[0]] = float(parts[1].removesuffix("/sec"))
+    return out
+
+
 def _busy_cores(before: str, after: str) -> float:
     a, b = parse_proc_stat(before)["cpu"], parse_proc_stat(after)["cpu"]
     return cpu_share(a, b).busy * (os.cpu_count() or 1)
@@ -98,15 +144,24 @@ def measure(config: RunConfig, settle_s: float, window_s: float) -> dict[str, An
         time.sleep(settle_s)
         load = os.getloadavg()
         stat0, t0 = Path("/proc/stat").read_text(), time.monotonic()
-        before = scan(os.getpid(), resources=False)
+        before = _lab_processes()
+        threads0 = _threads(before)
         time.sleep(window_s)
-        after = scan(os.getpid(), resources=False)
+        after = _lab_processes()
+        threads1 = _threads(after)
         stat1, t1 = Path("/proc/stat").read_text(), time.monotonic()
         cores = cores_by_process(before, after, t1 - t0)
+        ovs_threads = {
+            k: round((threads1[k] - threads0.get(k, 0)) / CLK_TCK / (t1 - t0), 4)
+            for k in sorted(threads1)
+        }
+        coverage = _coverage()
         return {
             "cores": {k: round(v, 4) for k, v in sorted(cores.items())},
             "roles": {k: round(v, 4) for k, v in sorted(by_role(cores).items())},
             "lab_cores": round(sum(cores.values()), 4),
+            "ovs_threads": ovs_threads,
+            "ovs_events_per_s": {k: v for k, v in coverage.items() if v >= 1},
             "machine_busy_cores": round(_busy_cores(stat0, stat1), 4),
             "loadavg_before": load,
             "loadavg_after": os.getloadavg(),
