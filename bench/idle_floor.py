@@ -12,9 +12,13 @@ machine included: compare the two, and the load average printed beside them). 64
 default: ZCube n=8, ROFT 8 servers x 8 GPUs (8 rail leaves, 2 spines).
 
 `--ovs KEY=VALUE` sets `Open_vSwitch . other_config:KEY` of the system Open vSwitch for the
-measurement (e.g. `max-idle=10000`, `n-handler-threads=1`) and removes it afterwards, so a lever
-of ovs-vswitchd is measured on the same lab. One JSON line per repeat goes to `--out` (appended).
-Needs root; run it under the heavy lock.
+whole measurement (e.g. `max-idle=10000`) and removes it afterwards. `--lever K=V[,K=V]`
+(repeatable) measures a lever *in the same lab*: after the window with the defaults, one window
+with the lever set (other_config keys, or `probe=MS`, every controller connection's inactivity
+probe), reverted after, and a last window with the defaults again, so a lever is compared
+against the lab on either side of it. Each window also gives ovs-vswitchd's threads and its
+event counters per second (`ovs-appctl coverage/show`). One JSON line per window goes to `--out`
+(appended). Needs root; run it under the heavy lock.
 """
 
 from __future__ import annotations
@@ -135,38 +139,89 @@ def _ovs_clear(settings: dict[str, str]) -> None:
         )
 
 
-def measure(config: RunConfig, settle_s: float, window_s: float) -> dict[str, Any]:
-    """One lab up and serving, idle: per-process cores over `window_s`."""
+def _controllers() -> list[str]:
+    text = subprocess.run(
+        ["ovs-vsctl", "--bare", "--columns=_uuid", "find", "Controller"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return text.split()
+
+
+def apply_lever(lever: dict[str, str]) -> None:
+    """Set a lever: `other_config` keys of Open vSwitch, or `probe` (every controller
+    connection's inactivity probe, ms; 0 turns it off)."""
+    for key, value in lever.items():
+        if key == "probe":
+            for uuid in _controllers():
+                subprocess.run(
+                    ["ovs-vsctl", "set", "Controller", uuid, f"inactivity_probe={value}"],
+                    check=True,
+                )
+        else:
+            _ovs_set({key: value})
+
+
+def revert_lever(lever: dict[str, str]) -> None:
+    """Undo `apply_lever`: the defaults back."""
+    for key in lever:
+        if key == "probe":
+            for uuid in _controllers():
+                subprocess.run(["ovs-vsctl", "clear", "Controller", uuid, "inactivity_probe"])
+        else:
+            _ovs_clear({key: ""})
+
+
+def window(window_s: float) -> dict[str, Any]:
+    """Every lab process's cores over `window_s` from now."""
+    load = os.getloadavg()
+    stat0, t0 = Path("/proc/stat").read_text(), time.monotonic()
+    before = _lab_processes()
+    threads0 = _threads(before)
+    time.sleep(window_s)
+    after = _lab_processes()
+    threads1 = _threads(after)
+    stat1, t1 = Path("/proc/stat").read_text(), time.monotonic()
+    cores = cores_by_process(before, after, t1 - t0)
+    ovs_threads = {
+        k: round((threads1[k] - threads0.get(k, 0)) / CLK_TCK / (t1 - t0), 4)
+        for k in sorted(threads1)
+    }
+    coverage = _coverage()
+    return {
+        "cores": {k: round(v, 4) for k, v in sorted(cores.items())},
+        "roles": {k: round(v, 4) for k, v in sorted(by_role(cores).items())},
+        "lab_cores": round(sum(cores.values()), 4),
+        "ovs_threads": ovs_threads,
+        "ovs_events_per_s": {k: v for k, v in coverage.items() if v >= 1},
+        "machine_busy_cores": round(_busy_cores(stat0, stat1), 4),
+        "loadavg_before": load,
+        "loadavg_after": os.getloadavg(),
+        "window_s": round(t1 - t0, 2),
+    }
+
+
+def measure(
+    config: RunConfig, settle_s: float, window_s: float, levers: Sequence[dict[str, str]] = ()
+) -> list[dict[str, Any]]:
+    """One lab up and serving, idle: per-process cores over `window_s`; then, in the same lab,
+    over a window with each lever set (after `settle_s` / 3), and the defaults once more."""
     launcher = Launcher(plan_run(config), lambda m: print(m, file=sys.stderr, flush=True))
     launcher.prepare()
     try:
         launcher.start()
         time.sleep(settle_s)
-        load = os.getloadavg()
-        stat0, t0 = Path("/proc/stat").read_text(), time.monotonic()
-        before = _lab_processes()
-        threads0 = _threads(before)
-        time.sleep(window_s)
-        after = _lab_processes()
-        threads1 = _threads(after)
-        stat1, t1 = Path("/proc/stat").read_text(), time.monotonic()
-        cores = cores_by_process(before, after, t1 - t0)
-        ovs_threads = {
-            k: round((threads1[k] - threads0.get(k, 0)) / CLK_TCK / (t1 - t0), 4)
-            for k in sorted(threads1)
-        }
-        coverage = _coverage()
-        return {
-            "cores": {k: round(v, 4) for k, v in sorted(cores.items())},
-            "roles": {k: round(v, 4) for k, v in sorted(by_role(cores).items())},
-            "lab_cores": round(sum(cores.values()), 4),
-            "ovs_threads": ovs_threads,
-            "ovs_events_per_s": {k: v for k, v in coverage.items() if v >= 1},
-            "machine_busy_cores": round(_busy_cores(stat0, stat1), 4),
-            "loadavg_before": load,
-            "loadavg_after": os.getloadavg(),
-            "window_s": round(t1 - t0, 2),
-        }
+        results = [{"lever": {}, **window(window_s)}]
+        for lever in levers:
+            apply_lever(lever)
+            try:
+                time.sleep(settle_s / 3)
+                results.append({"lever": lever, **window(window_s)})
+            finally:
+                revert_lever(lever)
+        if levers:
+            time.sleep(settle_s / 3)
+            results.append({"lever": {}, **window(window_s)})
+        return results
     finally:
         launcher.stop()
 
@@ -181,6 +236,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--window", type=float, default=30.0, help="seconds measured")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--ovs", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--lever",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="measured in the same lab after the defaults: other_config keys, or probe=MS",
+    )
     p.add_argument("--tag", default="", help="a label written with each result")
     p.add_argument("--out", type=Path, default=None, help="append one JSON line per repeat")
     p.add_argument("--results", type=Path, default=Path("/tmp/zcube-idle-floor"))
@@ -190,6 +252,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     ovs = dict(kv.split("=", 1) for kv in args.ovs)
+    levers = [dict(kv.split("=", 1) for kv in spec.split(",")) for spec in args.lever]
     config = RunConfig(
         fabric=FABRICS[args.fabric],
         workload=args.workload,
@@ -202,16 +265,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     _ovs_set(ovs)
     try:
         for i in range(args.repeat):
-            result = measure(config, args.settle, args.window)
-            result.update(
-                fabric=args.fabric, lossless=args.lossless, dilation=args.dilation, ovs=ovs,
-                tag=args.tag, repeat=i, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            )  # fmt: skip
-            totals.append(result["lab_cores"])
-            print(json.dumps(result), flush=True)
-            if args.out is not None:
-                with args.out.open("a") as f:
-                    f.write(json.dumps(result) + "\n")
+            for result in measure(config, args.settle, args.window, levers):
+                result.update(
+                    fabric=args.fabric, lossless=args.lossless, dilation=args.dilation,
+                    ovs=ovs, tag=args.tag, repeat=i,
+                    at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                )  # fmt: skip
+                if not result["lever"]:
+                    totals.append(result["lab_cores"])
+                print(json.dumps(result), flush=True)
+                if args.out is not None:
+                    with args.out.open("a") as f:
+                        f.write(json.dumps(result) + "\n")
     finally:
         _ovs_clear(ovs)
     print(f"lab cores: median {statistics.median(totals):.3f} of {totals}", file=sys.stderr)
