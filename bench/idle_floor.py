@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ from bench.procwatch import CLK_TCK, ProcSample, scan  # noqa: E402
 from emulator.experiment.launcher import Launcher  # noqa: E402
 from emulator.experiment.plan import plan_run  # noqa: E402
 from emulator.experiment.runconfig import RunConfig  # noqa: E402
+from emulator.lab.lossless import AgentPlan  # noqa: E402
+from emulator.lab.losslessproc import stop_agent, wait_watching  # noqa: E402
+from emulator.lab.network import Lab  # noqa: E402
 from emulator.verdict.cpustats import (  # noqa: E402
     cpu_share,
     parse_proc_stat,
@@ -200,16 +204,50 @@ def window(window_s: float) -> dict[str, Any]:
     }
 
 
+def restart_agent(lab: Lab, tap: bool) -> None:
+    """Replace the lab's lossless agent by one with the same plan, its tap on or off (off: it
+    polls at idle as every agent did before issue 34)."""
+    assert lab.lossless_agent is not None
+    stop_agent(lab.lossless_agent)
+    plan = replace(AgentPlan.from_json((lab.run_dir / "lossless-plan.json").read_text()), tap=tap)
+    plan_file = lab.run_dir / f"lossless-plan-{'tap' if tap else 'poll'}.json"
+    plan_file.write_text(plan.to_json())
+    report = lab.lossless_report_path
+    report.unlink(missing_ok=True)
+    log = lab.run_dir / f"lossless-{'tap' if tap else 'poll'}.log"
+    with log.open("wb") as out:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "emulator.lab.lossless", str(plan_file), str(report)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    lab.lossless_agent = agent
+    lab.track_pid(agent.pid)
+    wait_watching(agent, report, log)
+
+
 def measure(
-    config: RunConfig, settle_s: float, window_s: float, levers: Sequence[dict[str, str]] = ()
+    config: RunConfig,
+    settle_s: float,
+    window_s: float,
+    levers: Sequence[dict[str, str]] = (),
+    agents: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """One lab up and serving, idle: per-process cores over `window_s`; then, in the same lab,
-    over a window with each lever set (after `settle_s` / 3), and the defaults once more."""
+    over a window with each lever set (after `settle_s` / 3), and the defaults once more; or,
+    with `agents` (`poll`, `tap`), one window per lossless agent mode, the agent restarted."""
     launcher = Launcher(plan_run(config), lambda m: print(m, file=sys.stderr, flush=True))
     launcher.prepare()
     try:
         launcher.start()
         time.sleep(settle_s)
+        if agents:
+            assert isinstance(launcher.lab, Lab)
+            results = []
+            for mode in agents:
+                restart_agent(launcher.lab, tap=mode == "tap")
+                time.sleep(settle_s / 3)
+                results.append({"lever": {}, "agent": mode, **window(window_s)})
+            return results
         results = [{"lever": {}, **window(window_s)}]
         for lever in levers:
             apply_lever(lever)
@@ -243,6 +281,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE[,KEY=VALUE]",
         help="measured in the same lab after the defaults: other_config keys, or probe=MS",
     )
+    p.add_argument(
+        "--agents",
+        default="",
+        help="comma-separated lossless agent modes measured in turn in one lab (poll, tap)",
+    )
     p.add_argument("--tag", default="", help="a label written with each result")
     p.add_argument("--out", type=Path, default=None, help="append one JSON line per repeat")
     p.add_argument("--results", type=Path, default=Path("/tmp/zcube-idle-floor"))
@@ -265,13 +308,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     _ovs_set(ovs)
     try:
         for i in range(args.repeat):
-            for result in measure(config, args.settle, args.window, levers):
+            agents = [m for m in args.agents.split(",") if m]
+            for result in measure(config, args.settle, args.window, levers, agents):
                 result.update(
                     fabric=args.fabric, lossless=args.lossless, dilation=args.dilation,
                     ovs=ovs, tag=args.tag, repeat=i,
                     at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 )  # fmt: skip
-                if not result["lever"]:
+                if not result["lever"] and not agents:
                     totals.append(result["lab_cores"])
                 print(json.dumps(result), flush=True)
                 if args.out is not None:
@@ -279,7 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f.write(json.dumps(result) + "\n")
     finally:
         _ovs_clear(ovs)
-    print(f"lab cores: median {statistics.median(totals):.3f} of {totals}", file=sys.stderr)
+    if totals:
+        print(f"lab cores: median {statistics.median(totals):.3f} of {totals}", file=sys.stderr)
     return 0
 
 
