@@ -109,6 +109,9 @@ def main() -> int:
             mtu=1500,
             poll_s=args.poll_ms / 1e3,
             idle_poll_s=(args.idle_poll_ms or args.poll_ms) / 1e3,
+            # Its frames enter the congested port from this bench, not through a switch port's
+            # receive side where the tap listens: the agent must poll throughout.
+            tap=False,
         )
         tmp = Path(tempfile.mkdtemp(prefix="zl-bench-"))
         (tmp / "plan.json").write_text(plan.to_json())

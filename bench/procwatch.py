@@ -45,6 +45,7 @@ MODULE_ROLES = {
     "serving.ep_worker": "ep",
     "locust": LOCUST,
     "controller": "controller",
+    "emulator.lab.lossless": "lossless",
 }
 ROLES = (*MODULE_ROLES.values(), PROMETHEUS, DATAPATH, RUN)  # display order
 TCP_LISTEN = "0A"  # the `st` column of /proc/net/tcp

@@ -24,6 +24,7 @@ reading, from the earliest instant the queue could have passed XOFF (`reaction_o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -35,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.lab.losslesstap import FabricTap
 from emulator.lab.qdisc_netlink import (
     NetlinkError,
     QdiscSocket,
@@ -51,6 +53,7 @@ from zcube_lab.core.fabric.lossless import (
     Histogram,
     PauseMachine,
     PortThresholds,
+    Stillness,
     feeders,
     idle_interval_s,
     port_thresholds,
@@ -62,6 +65,7 @@ PAUSE_RATE_BYTES = 1
 POLL_S = 0.001
 REPORT_FILE = "lossless.json"
 REPORT_EVERY_S = 1.0
+STILL_S = 0.05  # still readings over this long, and the agent sleeps on its tap
 KICK_FRAME = (
     bytes.fromhex("0180c2000001")  # the MAC-control (PFC) group address
     + bytes.fromhex("020000000001")
@@ -84,6 +88,10 @@ class AgentPlan:
     mtu: int
     poll_s: float = POLL_S
     idle_poll_s: float = POLL_S  # while every queue is below half XOFF (`idle_interval_s`)
+    tap: bool = True  # sleep on a packet tap while the fabric is still (losslesstap)
+    # How long no queue below half XOFF can take to reach XOFF (`idle_interval_s` without the
+    # poll's floor), where the reaction starts after a quiet reading; None: `idle_poll_s`.
+    quiet_s: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -99,6 +107,8 @@ class AgentPlan:
             mtu=int(d["mtu"]),
             poll_s=float(d["poll_s"]),
             idle_poll_s=float(d.get("idle_poll_s", d["poll_s"])),
+            tap=bool(d.get("tap", True)),
+            quiet_s=None if d.get("quiet_s") is None else float(d["quiet_s"]),
         )
 
 
@@ -128,7 +138,8 @@ def agent_plan(
         if node in host_pids:
             namespaces[port] = f"/proc/{host_pids[node]}/ns/net"
     idle = idle_interval_s(limits, feeds, rates, poll_s)
-    return AgentPlan(limits, feeds, fifo, namespaces, mtu, poll_s, idle)
+    quiet = idle_interval_s(limits, feeds, rates, 0.0)
+    return AgentPlan(limits, feeds, fifo, namespaces, mtu, poll_s, idle, quiet_s=quiet)
 
 
 @dataclass
@@ -149,6 +160,9 @@ class AgentReport:
     errors: int = 0
     last_error: str = ""
     running: bool = True
+    tap: bool = False  # it sleeps on a packet tap while the fabric is still (losslesstap)
+    wakes: int = 0  # packets that woke it
+    asleep_s: float = 0.0  # wall seconds it slept on the tap
 
     @property
     def cores(self) -> float:
@@ -186,6 +200,12 @@ class Agent:
         self.quiet = False  # the last reading found every queue below half XOFF
         self.stopping = False
         self.dump_now = False  # SIGUSR1: write the report at the next poll
+        self.quiet_s = plan.idle_poll_s if plan.quiet_s is None else plan.quiet_s
+        self.stillness = Stillness(STILL_S)
+        self.sleepy = False  # the last readings were still for STILL_S: sleep on the tap
+        self.wakeup_fd: int | None = None  # readable when a signal came (set_wakeup_fd)
+        self.wakes = 0
+        self.asleep_s = 0.0
         self._open()
         root = self.sockets[None]
         self.watched = {
@@ -194,6 +214,7 @@ class Agent:
             for sock, ifindex in [self.index[port]]
             if sock is root
         }
+        self.tap = self._open_tap(root) if plan.tap else None
 
     def _open(self) -> None:
         ports = set(self.plan.fifo_bytes) | set(self.plan.thresholds)
@@ -210,6 +231,17 @@ class Agent:
                     raise NetlinkError(f"no interface {name} in namespace {ns or 'root'}")
                 self.index[name] = (sock, indexes[name])
             self.kicks.update(kicks)
+
+    def _open_tap(self, root: QdiscSocket) -> FabricTap | None:
+        """The tap on every switch port (root namespace) a packet can arrive at: watched or
+        pausable; None, and polling only, where the kernel refuses it."""
+        ports = set(self.plan.thresholds) | set(self.plan.fifo_bytes)
+        indexes = [i for p in ports for sock, i in [self.index[p]] if sock is root]
+        try:
+            return FabricTap(indexes)
+        except OSError as exc:
+            print(f"lossless agent: no packet tap ({exc}); polling while idle", flush=True)
+            return None
 
     def _set(self, port: str, paused: bool) -> None:
         sock, ifindex = self.index[port]
@@ -230,12 +262,14 @@ class Agent:
         """One reading and its decision; returns when the reading started."""
         start = time.monotonic()
         root = self.sockets[None]
+        sent: dict[str, int] = {}
         try:
-            backlogs = root.leaf_backlogs(self.watched, self.leaf)
+            backlogs = root.leaf_backlogs(self.watched, self.leaf, sent)
         except OSError as exc:
             self.errors += 1
             self.last_error = f"dump: {exc}"
             self.quiet = False
+            self.sleepy = self.stillness.observe(start, False, {}, -1)
             return start
         decision = self.machine.observe(time.monotonic(), backlogs)
         for port in decision.pause:
@@ -243,34 +277,72 @@ class Agent:
         for port in decision.resume:
             self._set(port, False)
         if decision.congested and decision.pause:
-            origin = reaction_origin(previous_start, self.quiet, self.plan.idle_poll_s)
+            origin = reaction_origin(previous_start, self.quiet, self.quiet_s)
             self.reactions.add(max(0.0, time.monotonic() - origin))
         self.quiet = self.machine.quiet(backlogs)
+        self.sleepy = self.stillness.observe(start, self.quiet, backlogs, sum(sent.values()))
         return start
 
     def run(self, out: Path) -> None:
         """Poll until told to stop, writing the report every second and at the end."""
         previous = time.monotonic()
         next_report = previous + REPORT_EVERY_S
+        heartbeat = False  # the last wait on the tap ended without a packet
         while not self.stopping:
             start = self.step(previous)
-            if not self.first_poll:
+            if not self.first_poll and not heartbeat:
                 self.periods.add(start - previous)
-            self.first_poll = False
+            self.first_poll = heartbeat = False
             previous = start
             now = time.monotonic()
             if now >= next_report or self.dump_now:
                 self.dump_now = False
                 write_report(out, self.report(now))
                 next_report = now + REPORT_EVERY_S
+            tap = self.tap
+            if tap is not None and self.sleepy:
+                if not tap.armed:
+                    try:
+                        tap.arm()  # the next reading, at once, confirms the fabric still
+                    except OSError as exc:  # polling still watches every port: no error
+                        print(f"lossless agent: tap not armed ({exc}); polling", flush=True)
+                        self.tap = None
+                    continue
+                woke = self._sleep(tap, next_report)
+                if woke is None:  # the heartbeat (report) or a signal: read again
+                    heartbeat = True
+                    continue
+                # A packet entered the fabric at `woke`: the next reading is timed from there,
+                # as after a quiet reading (no queue can reach XOFF within the idle interval).
+                previous, self.quiet = woke, True
+                continue
+            if tap is not None and tap.armed:
+                tap.disarm()  # the confirming reading found traffic: poll
             interval = self.plan.idle_poll_s if self.quiet else self.plan.poll_s
             time.sleep(max(0.0, interval - (now - start)))
+        if self.tap is not None and self.tap.armed:
+            self.tap.disarm()
         now = time.monotonic()
         for port in self.machine.release_all(now):
             self._set(port, False)
         report = self.report(now)
         report.running = False
         write_report(out, report)
+
+    def _sleep(self, tap: FabricTap, until: float) -> float | None:
+        """Sleep on the armed tap until a packet (disarm; its arrival time) or `until` or a
+        signal (None; still armed)."""
+        t0 = time.monotonic()
+        woke = tap.wait(until - t0, self.wakeup_fd)
+        self.asleep_s += time.monotonic() - t0
+        if self.wakeup_fd is not None:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wakeup_fd, 64)
+        if woke is not None:
+            tap.disarm()
+            self.wakes += 1
+            self.stillness.woken()
+        return woke
 
     def report(self, now: float) -> AgentReport:
         reactions, periods = self.reactions, self.periods
@@ -290,6 +362,9 @@ class Agent:
             wall_s=now - self.started,
             errors=self.errors,
             last_error=self.last_error,
+            tap=self.tap is not None,
+            wakes=self.wakes,
+            asleep_s=round(self.asleep_s, 3),
         )
 
 
@@ -342,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGUSR1, dump)
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write)  # a signal ends a sleep on the tap at once
+    agent.wakeup_fd = wake_read
     write_report(out, agent.report(time.monotonic()))  # the lab waits for this: ready
     print(f"lossless agent ready: {len(plan.thresholds)} ports watched", flush=True)
     agent.run(out)

@@ -154,11 +154,17 @@ def parse_qdisc(body: bytes) -> QdiscBacklog:
 
 
 def scan_backlogs(
-    data: bytes, seq: int, wanted: Mapping[int, str], handle: int, out: dict[str, int]
+    data: bytes,
+    seq: int,
+    wanted: Mapping[int, str],
+    handle: int,
+    out: dict[str, int],
+    sent: dict[str, int] | None = None,
 ) -> bool:
     """The fast path of a dump: into `out`, the backlog in bytes of the qdisc `handle` on each
-    interface of `wanted` (ifindex -> name) in one datagram, read from the compat TCA_STATS
-    struct; every other qdisc is skipped at its header. True once the dump is done."""
+    interface of `wanted` (ifindex -> name) in one datagram, and into `sent` (when given) the
+    packets it has sent, read from the compat TCA_STATS struct; every other qdisc is skipped at
+    its header. True once the dump is done."""
     offset, size = 0, len(data)
     while offset + NLMSG_HDR.size <= size:
         length, kind, _flags, got, _pid = NLMSG_HDR.unpack_from(data, offset)
@@ -174,20 +180,24 @@ def scan_backlogs(
                 _fam, ifindex, qhandle, _parent, _info = TCMSG.unpack_from(data, body)
                 name = wanted.get(ifindex)
                 if name is not None and qhandle == handle:
-                    backlog = _compat_backlog(data, body + TCMSG.size, offset + length)
-                    if backlog is not None:
-                        out[name] = backlog
+                    stats = _compat_stats(data, body + TCMSG.size, offset + length)
+                    if stats is not None:
+                        out[name] = stats[1]
+                        if sent is not None:
+                            sent[name] = stats[0]
         offset += _align(length)
     return False
 
 
-def _compat_backlog(data: bytes, start: int, end: int) -> int | None:
+def _compat_stats(data: bytes, start: int, end: int) -> tuple[int, int] | None:
+    """(packets sent, backlog bytes) of the compat TCA_STATS struct among the attributes."""
     while start + NLA_HDR.size <= end:
         length, kind = NLA_HDR.unpack_from(data, start)
         if length < NLA_HDR.size:
             raise NetlinkError(f"netlink attribute of length {length}")
         if kind == TCA_STATS and length >= NLA_HDR.size + TC_STATS.size:
-            return TC_STATS.unpack_from(data, start + NLA_HDR.size)[-1]
+            stats = TC_STATS.unpack_from(data, start + NLA_HDR.size)
+            return stats[1], stats[-1]
         start += _align(length)
     return None
 
@@ -231,13 +241,15 @@ class QdiscSocket:
                 if kind == RTM_NEWQDISC:
                     out.append(parse_qdisc(body))
 
-    def leaf_backlogs(self, wanted: Mapping[int, str], handle: int) -> dict[str, int]:
+    def leaf_backlogs(
+        self, wanted: Mapping[int, str], handle: int, sent: dict[str, int] | None = None
+    ) -> dict[str, int]:
         """The backlog in bytes of qdisc `handle` on each interface of `wanted` (ifindex ->
-        name), from one dump (`scan_backlogs`)."""
+        name), and into `sent` its packets sent, from one dump (`scan_backlogs`)."""
         seq = self._next()
         self.sock.send(dump_request(seq))
         out: dict[str, int] = {}
-        while not scan_backlogs(self.sock.recv(1 << 16), seq, wanted, handle, out):
+        while not scan_backlogs(self.sock.recv(1 << 16), seq, wanted, handle, out, sent):
             pass
         return out
 

@@ -5,7 +5,9 @@ the links into a0 (b0's and b1's ports) record pauses, and a victim flow from h2
 h1 (through b0 -> a0, the link the incast shares) is slower than with the incast off: it waits
 behind the pauses (head-of-line blocking). The incast is marked as KV and the victim as EP
 (DSCP), and the per-class counters show KV filled a0's congested port while both crossed the
-paused link into it. The agent stops with the lab."""
+paused link into it. The agent slept on its tap while the fabric was still, woke on the flows'
+first packets, and reacted within the verdict's limit; an agent slowed on purpose (a 50 ms poll)
+is caught by the verdict. The agent stops with the lab."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from emulator.lab.lossless import AgentReport
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
+from emulator.verdict.limits import Limits
 from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
+from emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network
 from serving.trafficclass import EP, KV, tos_byte
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.adapters.procs import pid_alive
@@ -35,7 +40,9 @@ SECONDS = 4
 QUEUE = 8  # frames: a 2:1 incast of TCP overflows it within a round trip or two
 
 
-def make_lab(tmp_path_factory: pytest.TempPathFactory, lossless: bool) -> Lab:
+def make_lab(
+    tmp_path_factory: pytest.TempPathFactory, lossless: bool, poll_s: float = 0.001
+) -> Lab:
     options = LabOptions(
         scale=Scale(nic_mbps=100.0),
         of_port=free_port(),
@@ -43,6 +50,7 @@ def make_lab(tmp_path_factory: pytest.TempPathFactory, lossless: bool) -> Lab:
         state_dir=tmp_path_factory.mktemp("state"),
         queue=QueueModel(packets=QUEUE),
         lossless=lossless,
+        lossless_poll_s=poll_s,
     )
     return Lab(build_fabric(SPEC), options).start()
 
@@ -148,3 +156,36 @@ def test_lossless_incast_drops_nothing_pauses_the_links_into_a0_and_blocks_a_vic
     assert counted["a0-eth1"]["kv"] > 1_000_000 and counted["a0-eth1"]["ep"] == 0, counted
     assert raiser(counted["a0-eth1"]) == KV
     assert counted["b0-eth3"]["kv"] > 0 and counted["b0-eth3"]["ep"] > 0, counted
+    # between the flows the fabric was still: it slept on its tap and the flows woke it
+    assert report.tap and report.wakes >= 2 and report.asleep_s > 0, report
+    # the bound the verdict judges (k = 1: wall is modelled) holds, and the verdict says so
+    assert report.reaction_p99_s <= Limits().lossless_reaction_s, report
+    assert lossless_reasons(report) == []
+
+
+def lossless_reasons(report: AgentReport) -> list[str]:
+    """What the verdict says of the agent (the runner's evidence from its report)."""
+    evidence = LosslessEvidence(
+        reactions=report.reactions,
+        reaction_p99_s=report.reaction_p99_s,
+        errors=report.errors,
+        alive=True,
+        paused_ports=frozenset(report.ports),
+        last_error=report.last_error,
+    )
+    reasons = judge_network(NetworkEvidence(lossless=evidence), Limits()).reasons
+    return [r for r in reasons if r.startswith("lossless agent")]
+
+
+def test_the_verdict_catches_an_agent_slowed_on_purpose(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    lab = make_lab(tmp_path_factory, lossless=True, poll_s=0.05)  # 50 ms between readings
+    try:
+        flows(lab, INCAST)
+        report = lab.lossless_report(fresh=True)
+    finally:
+        lab.stop()
+    assert report is not None and report.reactions > 0, report
+    reasons = lossless_reasons(report)
+    assert any("reaction p99" in r for r in reasons), (reasons, report)

@@ -227,6 +227,21 @@ def test_agent_plan_watches_switch_ports_and_pauses_feeders_in_their_namespaces(
         agent_plan(ZCUBE, lossy, pids, 9000)
 
 
+def test_a_slow_poll_does_not_move_where_the_reaction_starts_after_a_quiet_reading() -> None:
+    from emulator.lab.lossless import agent_plan
+    from zcube_lab.core.fabric.linkplan import port_shapes
+    from zcube_lab.core.fabric.queues import QueueModel
+    from zcube_lab.core.fabric.scale import Scale
+
+    shapes = port_shapes(ZCUBE, Scale(), 9000, QueueModel(), lossless=True)
+    fast = agent_plan(ZCUBE, shapes, {}, 9000, poll_s=0.001)
+    slow = agent_plan(ZCUBE, shapes, {}, 9000, poll_s=0.05)
+    assert fast.quiet_s == slow.quiet_s == fast.idle_poll_s  # the fabric's bound, at most 10 ms
+    assert slow.idle_poll_s == 0.05  # it sleeps as long as it polls...
+    assert slow.quiet_s is not None and slow.quiet_s <= 0.01  # ...but is timed from the bound
+    assert AgentPlan.from_json(slow.to_json()) == slow
+
+
 def test_fifo_bytes_give_watched_ports_their_headroom() -> None:
     ports = {f"{n}-eth{p}" for lk in ZCUBE.links for n, p in ((lk.node1, lk.port1),
                                                               (lk.node2, lk.port2))}  # fmt: skip

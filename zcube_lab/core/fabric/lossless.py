@@ -201,6 +201,35 @@ def reaction_origin(previous_start: float, previous_quiet: bool, idle_s: float) 
 
 
 @dataclass
+class Stillness:
+    """Whether the fabric has been still long enough for the agent to sleep until a packet
+    wakes it (emulator.lab.losslesstap): a reading is *still* when it is quiet, every watched
+    queue is empty and the watched ports sent nothing since the reading before; `observe` says
+    yes once the readings have been still for `after_s`. Pure: times are passed in."""
+
+    after_s: float = 0.05
+    since: float | None = None  # the first of the current run of still readings
+    sent: int | None = None  # packets the watched ports had sent at the last reading
+
+    def observe(self, now: float, quiet: bool, backlogs: Mapping[str, int], sent: int) -> bool:
+        """Take one reading (`sent`: the watched ports' packet counters summed); True when
+        this reading is still and so were those of the last `after_s`."""
+        still = quiet and self.sent == sent and not any(backlogs.values())
+        self.sent = sent
+        if not still:
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = now
+        return now - self.since >= self.after_s
+
+    def woken(self) -> None:
+        """A packet entered the fabric: stillness starts over (`after_s` of still readings
+        again before the next sleep)."""
+        self.since = None
+
+
+@dataclass
 class Histogram:
     """Durations counted in `width_s` buckets (the last bucket takes everything beyond), with
     the largest seen: quantiles of an agent's millions of polls in constant memory."""

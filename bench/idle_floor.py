@@ -1,0 +1,332 @@
+"""Benchmark: the CPU floor of an idle lab, per process (issue 34 item 3).
+
+    flock /tmp/zcube-heavy.lock .venv/bin/python bench/idle_floor.py --fabric zcube \\
+        [--lossless] [--dilation 16] [--window 30] [--repeat 3] [--ovs KEY=VALUE ...]
+
+Brings a lab up and serving as a run starts it (`emulator.experiment.launcher.Launcher`: the
+fabric, the controller, the lossless agent under `--lossless`, the serving roles, the health
+sampler and Prometheus), starts no load, lets it settle, then reads every lab process's CPU
+from /proc (`bench/procwatch.py`) at the start and the end of a window and prints each one's
+cores, their total, and the machine's busy cores over the same window (other work on the shared
+machine included: compare the two, and the load average printed beside them). 64 GPU hosts by
+default: ZCube n=8, ROFT 8 servers x 8 GPUs (8 rail leaves, 2 spines).
+
+`--ovs KEY=VALUE` sets `Open_vSwitch . other_config:KEY` of the system Open vSwitch for the
+whole measurement (e.g. `max-idle=10000`) and removes it afterwards. `--lever K=V[,K=V]`
+(repeatable) measures a lever *in the same lab*: after the window with the defaults, one window
+with the lever set (other_config keys, or `probe=MS`, every controller connection's inactivity
+probe), reverted after, and a last window with the defaults again, so a lever is compared
+against the lab on either side of it. Each window also gives ovs-vswitchd's threads and its
+event counters per second (`ovs-appctl coverage/show`). One JSON line per window goes to `--out`
+(appended). Needs root; run it under the heavy lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.procwatch import CLK_TCK, ProcSample, scan  # noqa: E402
+from emulator.experiment.launcher import Launcher  # noqa: E402
+from emulator.experiment.plan import plan_run  # noqa: E402
+from emulator.experiment.runconfig import RunConfig  # noqa: E402
+from emulator.lab.lossless import AgentPlan  # noqa: E402
+from emulator.lab.losslessproc import stop_agent, wait_watching  # noqa: E402
+from emulator.lab.network import Lab  # noqa: E402
+from emulator.verdict.cpustats import (  # noqa: E402
+    cpu_share,
+    parse_proc_stat,
+    parse_task_stat,
+)
+from emulator.verdict.judge import DATAPATH  # noqa: E402
+from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
+
+FABRICS = {
+    "zcube": FabricSpec.of("zcube", n=8),
+    "roft": FabricSpec.of("roft", servers=8, gpus_per_server=8),
+}
+
+
+def cores_by_process(
+    before: Sequence[ProcSample], after: Sequence[ProcSample], seconds: float
+) -> dict[str, float]:
+    """Each process's cores over the window (processes present at both ends only; ticks of
+    children it reaped counted with it)."""
+    start = {s.key: s for s in before}
+    out = {}
+    for s in after:
+        b = start.get(s.key)
+        if b is not None:
+            ticks = s.ticks + s.child_ticks - b.ticks - b.child_ticks
+            out[s.name] = ticks / CLK_TCK / seconds
+    return out
+
+
+def by_role(cores: dict[str, float]) -> dict[str, float]:
+    """Cores summed per role (`decode/h12` counts under `decode`)."""
+    out: dict[str, float] = {}
+    for name, c in cores.items():
+        role = name.split("/", 1)[0].split("#", 1)[0]
+        out[role] = out.get(role, 0.0) + c
+    return out
+
+
+OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+
+
+def _lab_processes() -> list[ProcSample]:
+    """This lab's processes and the system's ovs-vswitchd (not another one on the machine,
+    such as a peer machine's in its own root: `scripts/peer.sh`)."""
+    system = int(OVS_PIDFILE.read_text().strip())
+    samples = scan(os.getpid(), resources=False)
+    return [s for s in samples if s.role != DATAPATH or s.pid == system]
+
+
+def _threads(samples: Sequence[ProcSample]) -> dict[str, int]:
+    """ovs-vswitchd's threads' ticks by thread name (a kind of thread summed: `handler`,
+    `revalidator`, ...), read now."""
+    out: dict[str, int] = {}
+    for s in samples:
+        if s.role != DATAPATH:
+            continue
+        for task in Path(f"/proc/{s.pid}/task").iterdir():
+            try:
+                name, times = parse_task_stat((task / "stat").read_text())
+            except (OSError, ValueError):
+                continue
+            kind = name.rstrip("0123456789")
+            out[kind] = out.get(kind, 0) + times.ticks
+    return out
+
+
+def _coverage() -> dict[str, float]:
+    """ovs-vswitchd's event counters per second over its last 5 s (`coverage/show`)."""
+    text = subprocess.run(
+        ["ovs-appctl", "coverage/show"], capture_output=True, text=True, check=False
+    ).stdout
+    out = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) > 1 and parts[1].endswith("/sec"):
+            out[parts[0]] = float(parts[1].removesuffix("/sec"))
+    return out
+
+
+def _busy_cores(before: str, after: str) -> float:
+    a, b = parse_proc_stat(before)["cpu"], parse_proc_stat(after)["cpu"]
+    return cpu_share(a, b).busy * (os.cpu_count() or 1)
+
+
+def _ovs_set(settings: dict[str, str]) -> None:
+    for key, value in settings.items():
+        subprocess.run(
+            ["ovs-vsctl", "set", "Open_vSwitch", ".", f"other_config:{key}={value}"], check=True
+        )
+
+
+def _ovs_clear(settings: dict[str, str]) -> None:
+    for key in settings:
+        subprocess.run(
+            ["ovs-vsctl", "remove", "Open_vSwitch", ".", "other_config", key], check=False
+        )
+
+
+def _controllers() -> list[str]:
+    text = subprocess.run(
+        ["ovs-vsctl", "--bare", "--columns=_uuid", "find", "Controller"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return text.split()
+
+
+def apply_lever(lever: dict[str, str]) -> None:
+    """Set a lever: `other_config` keys of Open vSwitch, or `probe` (every controller
+    connection's inactivity probe, ms; 0 turns it off)."""
+    for key, value in lever.items():
+        if key == "probe":
+            for uuid in _controllers():
+                subprocess.run(
+                    ["ovs-vsctl", "set", "Controller", uuid, f"inactivity_probe={value}"],
+                    check=True,
+                )
+        else:
+            _ovs_set({key: value})
+
+
+def revert_lever(lever: dict[str, str]) -> None:
+    """Undo `apply_lever`: the defaults back."""
+    for key in lever:
+        if key == "probe":
+            for uuid in _controllers():
+                subprocess.run(["ovs-vsctl", "clear", "Controller", uuid, "inactivity_probe"])
+        else:
+            _ovs_clear({key: ""})
+
+
+def window(window_s: float) -> dict[str, Any]:
+    """Every lab process's cores over `window_s` from now."""
+    load = os.getloadavg()
+    stat0, t0 = Path("/proc/stat").read_text(), time.monotonic()
+    before = _lab_processes()
+    threads0 = _threads(before)
+    time.sleep(window_s)
+    after = _lab_processes()
+    threads1 = _threads(after)
+    stat1, t1 = Path("/proc/stat").read_text(), time.monotonic()
+    cores = cores_by_process(before, after, t1 - t0)
+    ovs_threads = {
+        k: round((threads1[k] - threads0.get(k, 0)) / CLK_TCK / (t1 - t0), 4)
+        for k in sorted(threads1)
+    }
+    coverage = _coverage()
+    return {
+        "cores": {k: round(v, 4) for k, v in sorted(cores.items())},
+        "roles": {k: round(v, 4) for k, v in sorted(by_role(cores).items())},
+        "lab_cores": round(sum(cores.values()), 4),
+        "ovs_threads": ovs_threads,
+        "ovs_events_per_s": {k: v for k, v in coverage.items() if v >= 1},
+        "machine_busy_cores": round(_busy_cores(stat0, stat1), 4),
+        "loadavg_before": load,
+        "loadavg_after": os.getloadavg(),
+        "window_s": round(t1 - t0, 2),
+    }
+
+
+def restart_agent(lab: Lab, tap: bool) -> None:
+    """Replace the lab's lossless agent by one with the same plan, its tap on or off (off: it
+    polls at idle as every agent did before issue 34)."""
+    assert lab.lossless_agent is not None
+    stop_agent(lab.lossless_agent)
+    plan = replace(AgentPlan.from_json((lab.run_dir / "lossless-plan.json").read_text()), tap=tap)
+    plan_file = lab.run_dir / f"lossless-plan-{'tap' if tap else 'poll'}.json"
+    plan_file.write_text(plan.to_json())
+    report = lab.lossless_report_path
+    report.unlink(missing_ok=True)
+    log = lab.run_dir / f"lossless-{'tap' if tap else 'poll'}.log"
+    with log.open("wb") as out:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "emulator.lab.lossless", str(plan_file), str(report)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    lab.lossless_agent = agent
+    lab.track_pid(agent.pid)
+    wait_watching(agent, report, log)
+
+
+def measure(
+    config: RunConfig,
+    settle_s: float,
+    window_s: float,
+    levers: Sequence[dict[str, str]] = (),
+    agents: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """One lab up and serving, idle: per-process cores over `window_s`; then, in the same lab,
+    over a window with each lever set (after `settle_s` / 3), and the defaults once more; or,
+    with `agents` (`poll`, `tap`), one window per lossless agent mode, the agent restarted."""
+    launcher = Launcher(plan_run(config), lambda m: print(m, file=sys.stderr, flush=True))
+    launcher.prepare()
+    try:
+        launcher.start()
+        time.sleep(settle_s)
+        if agents:
+            assert isinstance(launcher.lab, Lab)
+            results = []
+            for mode in agents:
+                restart_agent(launcher.lab, tap=mode == "tap")
+                time.sleep(settle_s / 3)
+                results.append({"lever": {}, "agent": mode, **window(window_s)})
+            return results
+        results = [{"lever": {}, **window(window_s)}]
+        for lever in levers:
+            apply_lever(lever)
+            try:
+                time.sleep(settle_s / 3)
+                results.append({"lever": lever, **window(window_s)})
+            finally:
+                revert_lever(lever)
+        if levers:
+            time.sleep(settle_s / 3)
+            results.append({"lever": {}, **window(window_s)})
+        return results
+    finally:
+        launcher.stop()
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fabric", choices=sorted(FABRICS), default="zcube")
+    p.add_argument("--lossless", action="store_true")
+    p.add_argument("--dilation", type=float, default=16.0)
+    p.add_argument("--workload", default="kv-heavy")
+    p.add_argument("--settle", type=float, default=15.0, help="seconds after start")
+    p.add_argument("--window", type=float, default=30.0, help="seconds measured")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--ovs", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--lever",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="measured in the same lab after the defaults: other_config keys, or probe=MS",
+    )
+    p.add_argument(
+        "--agents",
+        default="",
+        help="comma-separated lossless agent modes measured in turn in one lab (poll, tap)",
+    )
+    p.add_argument("--tag", default="", help="a label written with each result")
+    p.add_argument("--out", type=Path, default=None, help="append one JSON line per repeat")
+    p.add_argument("--results", type=Path, default=Path("/tmp/zcube-idle-floor"))
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    ovs = dict(kv.split("=", 1) for kv in args.ovs)
+    levers = [dict(kv.split("=", 1) for kv in spec.split(",")) for spec in args.lever]
+    config = RunConfig(
+        fabric=FABRICS[args.fabric],
+        workload=args.workload,
+        lossless=args.lossless,
+        dilation=args.dilation,
+        results_root=args.results,
+        tag="idle",
+    )
+    totals = []
+    _ovs_set(ovs)
+    try:
+        for i in range(args.repeat):
+            agents = [m for m in args.agents.split(",") if m]
+            for result in measure(config, args.settle, args.window, levers, agents):
+                result.update(
+                    fabric=args.fabric, lossless=args.lossless, dilation=args.dilation,
+                    ovs=ovs, tag=args.tag, repeat=i,
+                    at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                )  # fmt: skip
+                if not result["lever"] and not agents:
+                    totals.append(result["lab_cores"])
+                print(json.dumps(result), flush=True)
+                if args.out is not None:
+                    with args.out.open("a") as f:
+                        f.write(json.dumps(result) + "\n")
+    finally:
+        _ovs_clear(ovs)
+    if totals:
+        print(f"lab cores: median {statistics.median(totals):.3f} of {totals}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
