@@ -20,6 +20,8 @@ reads, before and after:
   is one); and `ovs-appctl coverage/show`'s `poll_create_node` per `netdev_received` (port
   polls per received batch);
 - the main threads' minor page faults per second;
+- the daemons' cores over `--idle` seconds of the idle lab before the load (a PMD thread's
+  spinning core shows here);
 - then, on the idle lab, `bench/kv_fidelity.py`'s pulls (h0 -> h4, disjoint): the ratio
   (median - fixed) / ideal for each `--kv-sizes`.
 
@@ -150,6 +152,7 @@ class Window:
     busiest_main_cores: float  # the busiest daemon's main thread, in cores
     kv_ratios: Mapping[int, float | None]
     qdisc_share: float | None = None  # switch ports' sends their root qdisc saw (1.0: all)
+    idle_cores: float = 0.0  # the datapath daemons on the idle lab (a PMD's spinning core)
 
 
 def window(
@@ -158,6 +161,7 @@ def window(
     after: Counters,
     clk_tck: int,
     kv_ratios: Mapping[int, float | None] | None = None,
+    idle_cores: float = 0.0,
 ) -> Window:
     """The figures between two readings (pure)."""
     dt = after.t - before.t
@@ -186,6 +190,7 @@ def window(
         kv_ratios=dict(kv_ratios or {}),
         qdisc_share=qdisc_share(before.qdisc_sent, after.qdisc_sent, before.switch_tx,
                                 after.switch_tx),
+        idle_cores=round(idle_cores, 4),
     )  # fmt: skip
 
 
@@ -218,6 +223,7 @@ def median_window(windows: Sequence[Window]) -> Window:
         busiest_main_cores=med("busiest_main_cores"),
         kv_ratios=kv,
         qdisc_share=round(statistics.median(shares), 3) if shares else None,
+        idle_cores=med("idle_cores"),
     )
 
 
@@ -253,7 +259,7 @@ def verdicts(rows: Sequence[Window], base: str = "system") -> dict[str, str]:
 def table(rows: Sequence[Window], reference: Window | None) -> str:
     """The side-by-side table (markdown)."""
     sizes = sorted({s for w in rows for s in w.kv_ratios})
-    heads = ["lever", "daemons", "ingress Mb/s", "ovs cores", "CPU-ms/Mb"]
+    heads = ["lever", "daemons", "idle ovs cores", "ingress Mb/s", "ovs cores", "CPU-ms/Mb"]
     heads += ["x one-flow", "switch pkt/s", "wakeups/s", "pkts/wakeup", "polls/batch"]
     heads += ["main minflt/s", "busiest main", "qdisc share"]
     heads += [f"KV {s / 1e6:g} MB" for s in sizes]
@@ -262,7 +268,8 @@ def table(rows: Sequence[Window], reference: Window | None) -> str:
         ratio = "-"
         if reference is not None and reference.cpu_ms_per_mb > 0:
             ratio = f"{w.cpu_ms_per_mb / reference.cpu_ms_per_mb:.1f}"
-        cells = [w.lever, str(w.daemons), f"{w.ingress_mbps:.1f}", f"{w.ovs_cores:.3f}"]
+        cells = [w.lever, str(w.daemons), f"{w.idle_cores:.3f}", f"{w.ingress_mbps:.1f}"]
+        cells += [f"{w.ovs_cores:.3f}"]
         cells += [f"{w.cpu_ms_per_mb:.2f}", ratio, f"{w.switch_pps:.0f}", f"{w.wakeups_per_s:.0f}"]
         cells += [f"{w.packets_per_wakeup:.2f}"]
         cells += ["-" if w.polls_per_batch is None else f"{w.polls_per_batch:.1f}"]
@@ -401,6 +408,11 @@ def measure_lever(lever: str, args: argparse.Namespace, logs: Path) -> Window:
         if spec.hash:
             _hash_groups(lab)
         apply_port_type(lab, spec)
+        idle = [read_counters(fabric)]
+        time.sleep(args.idle)
+        idle.append(read_counters(fabric))
+        clk = os.sysconf("SC_CLK_TCK")
+        idle_cores = (idle[1].cpu_ticks - idle[0].cpu_ticks) / clk / (idle[1].t - idle[0].t)
         if reference:
             pairs = [("h0", "h1")]
             rate = ""
@@ -421,7 +433,7 @@ def measure_lever(lever: str, args: argparse.Namespace, logs: Path) -> Window:
             sizes = [int(float(s)) for s in args.kv_sizes.split(",")]
             fid = kv_fidelity(lab, *KV_PAIR, sizes, repeat=args.kv_repeat)
             ratios = {r.size: r.ratio for r in fid.rows}
-        return window(lever, before, after, os.sysconf("SC_CLK_TCK"), ratios)
+        return window(lever, before, after, clk, ratios, idle_cores)
 
 
 def main() -> int:
@@ -430,6 +442,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1, help="windows per lever (median)")
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--warmup", type=float, default=3.0, help="load before the window")
+    parser.add_argument("--idle", type=float, default=5.0, help="idle window before the load")
     parser.add_argument("--flows", type=int, default=8, help=f"paced flows (<= {len(SENDERS)})")
     parser.add_argument("--rate", default="6M", help="iperf3 -b per flow")
     parser.add_argument("--kv-sizes", default="1e6,3e6,10e6", help="KV pull bytes ('' = none)")
