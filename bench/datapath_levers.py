@@ -460,20 +460,25 @@ def main() -> int:
         levers.append(REFERENCE)
     signal.signal(signal.SIGTERM, raise_interrupt)
     windows: dict[str, list[Window]] = {lv: [] for lv in levers}
+    failed: dict[str, str] = {}  # a lever this machine cannot run: why (the others go on)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             for rep in range(args.repeats):
-                for lever in levers:
+                for lever in [lv for lv in levers if lv not in failed]:
                     log(f"» repeat {rep + 1}/{args.repeats}: {lever}")
-                    w = measure_lever(lever, args, Path(tmp) / f"{lever}-{rep}")
+                    try:
+                        w = measure_lever(lever, args, Path(tmp) / f"{lever}-{rep}")
+                    except (LabError, RuntimeError, subprocess.SubprocessError) as exc:
+                        failed[lever] = str(exc)
+                        log(f"  {lever} failed (torn down; not tried again): {exc}")
+                        continue
                     log(f"  {w}")
                     windows[lever].append(w)
         except KeyboardInterrupt:
             log("interrupted: labs torn down")
             return 130
-        except LabError as exc:
-            log(f"datapath levers: {exc}")
-            return 1
+    for lever, why in failed.items():
+        print(f"{lever}: could not run: {why}")
     rows = [median_window(ws) for ws in windows.values() if ws]
     ref = next((w for w in rows if w.lever == REFERENCE), None)
     print(table(rows, ref))
@@ -481,7 +486,8 @@ def main() -> int:
         print(f"{lever}: {verdict}")
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, median of {args.repeats} repeat(s)")
     if args.out:
-        data = {lv: [asdict(w) for w in ws] for lv, ws in windows.items()}
+        data: dict[str, object] = {lv: [asdict(w) for w in ws] for lv, ws in windows.items()}
+        data["failed"] = failed
         args.out.write_text(json.dumps(data, indent=2) + "\n")
     return 0
 
