@@ -64,7 +64,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.datapath_ports import (  # noqa: E402
+    DPDK_HUGEPAGES,
     apply_port_type,
+    hugepages,
     parse_lever,
     qdisc_share,
     switch_qdisc_sent,
@@ -404,7 +406,8 @@ def measure_lever(lever: str, args: argparse.Namespace, logs: Path) -> Window:
         shaped=not reference,
         ovs_instances=spec.instances,
     )
-    with Lab(fabric, options, progress=lambda msg: log(f"  {msg}")) as lab:
+    pages = DPDK_HUGEPAGES if spec.port_type == "dpdk" else 0
+    with hugepages(pages), Lab(fabric, options, progress=lambda msg: log(f"  {msg}")) as lab:
         if spec.hash:
             _hash_groups(lab)
         apply_port_type(lab, spec)

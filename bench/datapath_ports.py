@@ -17,12 +17,13 @@ its queue limits and the lossless agent's queue readings all live there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +42,8 @@ DPDK_ROOT = Path(os.environ.get("ZCUBE_DPDK_ROOT", "/tmp/zcl-dpdk"))
 DPDK_VSWITCHD = DPDK_ROOT / "usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 DPDK_LIBS = DPDK_ROOT / "usr/lib/x86_64-linux-gnu"
 DPDK_PMDS = DPDK_LIBS / "dpdk/pmds-23.0"
+HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
+DPDK_HUGEPAGES = 600  # 1.2 GiB: the 1 GiB the DPDK build asks for, and slack
 _QDISC = re.compile(r"^qdisc \S+ \S+ dev (\S+) root\b.*?\n\s*Sent (\d+) bytes (\d+) pkt", re.M)
 
 
@@ -183,12 +186,29 @@ def dpdk_available() -> str | None:
 
 def dpdk_config(socket_mem_mb: int = 1024) -> dict[str, str]:
     """The other_config keys a private database needs before the DPDK build starts on it: DPDK
-    on, no hugepages (the machine has none reserved), its drivers' folder, the PMD's core."""
+    on, its memory (hugepages: `--no-huge` implies `--legacy-mem`, which Open vSwitch's own
+    `--in-memory` refuses), its drivers' folder, the PMD's core."""
     return {
         "dpdk-init": "true",
-        "dpdk-extra": f"--no-huge -m {socket_mem_mb} --no-pci -d {DPDK_PMDS}",
+        "dpdk-socket-mem": str(socket_mem_mb),
+        "dpdk-socket-limit": str(socket_mem_mb),
+        "dpdk-extra": f"--no-pci -d {DPDK_PMDS}",
         "pmd-cpu-mask": f"{1 << PMD_CORE:#x}",
     }
+
+
+@contextlib.contextmanager
+def hugepages(pages: int) -> Iterator[None]:
+    """At least `pages` 2 MiB hugepages reserved while the block runs (the DPDK build's
+    memory); the machine's previous count is put back after."""
+    before = int(HUGEPAGES.read_text())
+    if before < pages:
+        HUGEPAGES.write_text(f"{pages}\n")
+    try:
+        yield
+    finally:
+        if before < pages:
+            HUGEPAGES.write_text(f"{before}\n")
 
 
 def swap_to_dpdk(inst: ovs.Instance, interfaces: Collection[str], lever: Lever) -> None:
