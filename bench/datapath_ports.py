@@ -7,7 +7,7 @@ A lever is named `<base>[+<extra>][@<mtu>]`:
   by the main thread), or `dpdk` (`instN` only: each private daemon is replaced by Debian's DPDK
   build on the same database, every switch port a DPDK `net_af_packet` port on the veth, polled
   by one PMD thread);
-- `@mtu` the lab's MTU (default 9000: the lab's). Open vSwitch's AF_XDP ports take frames of
+- `@mtu` the lab's MTU (default 9000: the lab's). Open vSwitch's AF_XDP ports carry frames of
   one 4 KiB umem chunk, so `afxdp*` needs an MTU of at most `AFXDP_MAX_MTU`.
 
 `qdisc_sent` reads how many packets each switch port's root qdisc sent, so the bench can say
@@ -36,9 +36,12 @@ if TYPE_CHECKING:
 PORT_TYPES = ("system", "afxdp", "afxdp-nonpmd", "dpdk")
 EXTRAS = ("hash", *PORT_TYPES[1:])
 DEFAULT_MTU = 9000
-AFXDP_MAX_MTU = 3498  # measured: 3498 attaches, 3500 is refused (BENCHMARKS.md)
+# Any MTU attaches without an error, but a frame longer than one 4 KiB umem chunk less its
+# headroom is lost without a count (measured: `ping -s 3500` passes an AF_XDP port, -s 4000 not)
+AFXDP_MAX_MTU = 3498
 PMD_CORE = 1  # the core the PMD thread is pinned to (pmd-cpu-mask), of this machine's 2
-DPDK_ROOT = Path(os.environ.get("ZCUBE_DPDK_ROOT", "/tmp/zcl-dpdk"))
+# not under /tmp: DPDK refuses to load drivers from a folder below a world-writable one
+DPDK_ROOT = Path(os.environ.get("ZCUBE_DPDK_ROOT", "/opt/zcl-dpdk"))
 DPDK_VSWITCHD = DPDK_ROOT / "usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 DPDK_LIBS = DPDK_ROOT / "usr/lib/x86_64-linux-gnu"
 DPDK_PMDS = DPDK_LIBS / "dpdk/pmds-23.0"
@@ -224,7 +227,12 @@ def swap_to_dpdk(inst: ovs.Instance, interfaces: Collection[str], lever: Lever) 
         _run([*vsctl, "--no-wait", "set", "Open_vSwitch", ".", f"other_config:{key}={value}"])
     _run([*vsctl, "--no-wait", *retype_argv(ofports, lever)])
     env = {"LD_LIBRARY_PATH": str(DPDK_LIBS)}
-    ovs.start_vswitchd(inst, timeout_s=60, binary=str(DPDK_VSWITCHD), env=env)
+    try:
+        ovs.start_vswitchd(inst, timeout_s=60, binary=str(DPDK_VSWITCHD), env=env)
+    except Exception:
+        # the lab's teardown deletes its bridges through a running daemon: give it one back
+        ovs.start_vswitchd(inst)
+        raise
     wait_ports(vsctl, set(ofports), "dpdk")
 
 
