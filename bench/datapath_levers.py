@@ -20,6 +20,8 @@ reads, before and after:
   is one); and `ovs-appctl coverage/show`'s `poll_create_node` per `netdev_received` (port
   polls per received batch);
 - the main threads' minor page faults per second;
+- the daemons' cores over `--idle` seconds of the idle lab before the load (a PMD thread's
+  spinning core shows here);
 - then, on the idle lab, `bench/kv_fidelity.py`'s pulls (h0 -> h4, disjoint): the ratio
   (median - fixed) / ideal for each `--kv-sizes`.
 
@@ -27,12 +29,17 @@ A reference row, `one-flow`, is `bench/datapath.py`'s fabric (two hosts on one b
 unshaped, system instance) with one unpaced iperf3 flow: what the datapath costs per Mb at its
 best on this machine. The goal of issue 20 is the hotspot row at most 3x that.
 
-Levers (`--levers`, in this order): `system` (today: every bridge in the system Open vSwitch),
-`inst2` (two private ovs-vswitchd instances: the A group and the B group), `inst8` (one per
-switch); any `instN`; `+hash` after any of them (e.g. `system+hash`): every select group
-modified to `selection_method=hash,fields(ip_src,ip_dst,tcp_src,tcp_dst)` after the controller
-installed it (`emulator.lab.ovsbridges.set_hash_selection`; OpenFlow 1.5 only, so a bench-side lever
-for now). Medians over `--repeats` (the levers interleaved, so drift hits all of
+Levers (`--levers`, in this order; the names are `bench/datapath_ports.py`'s): `system` (today:
+every bridge in the system Open vSwitch), `inst2` (two private ovs-vswitchd instances: the A
+group and the B group), `inst8` (one per switch); any `instN`; `+hash` after any of them (e.g.
+`system+hash`): every select group modified to `selection_method=hash,fields(ip_src,ip_dst,
+tcp_src,tcp_dst)` after the controller installed it (`emulator.lab.ovsbridges.set_hash_selection`;
+OpenFlow 1.5 only, so a bench-side lever for now); `instN+afxdp`, `instN+afxdp-nonpmd`,
+`instN+dpdk` (issue 34): the switch ports retyped after bring-up; `@MTU` after any (e.g.
+`inst1+afxdp-nonpmd@3000`: AF_XDP ports take at most 3498). One more column for these: the
+share of the switch ports' sent packets that their root qdisc (HTB) sent, `tc -s qdisc`: 1.0
+when shaping and the lossless agent's queues still see every packet, 0 when the port type
+bypasses them. Medians over `--repeats` (the levers interleaved, so drift hits all of
 them alike). Writes JSON with every repeat when `--out` is given.
 """
 
@@ -56,6 +63,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.datapath_ports import (  # noqa: E402
+    DPDK_HUGEPAGES,
+    apply_port_type,
+    hugepages,
+    parse_lever,
+    qdisc_share,
+    switch_qdisc_sent,
+)
 from emulator.lab import ovs, ovsbridges  # noqa: E402
 from emulator.lab.network import Lab  # noqa: E402
 from emulator.lab.options import LabOptions  # noqa: E402
@@ -117,6 +132,8 @@ class Counters:
     ingress_bytes: int  # switch ports facing hosts: received
     switch_packets: int  # every switch port: received
     coverage: Mapping[str, int]
+    switch_tx: int = 0  # every switch port: sent
+    qdisc_sent: int = 0  # every switch port's root qdisc: sent
 
 
 @dataclass(frozen=True)
@@ -136,6 +153,8 @@ class Window:
     main_faults_per_s: float
     busiest_main_cores: float  # the busiest daemon's main thread, in cores
     kv_ratios: Mapping[int, float | None]
+    qdisc_share: float | None = None  # switch ports' sends their root qdisc saw (1.0: all)
+    idle_cores: float = 0.0  # the datapath daemons on the idle lab (a PMD's spinning core)
 
 
 def window(
@@ -144,6 +163,7 @@ def window(
     after: Counters,
     clk_tck: int,
     kv_ratios: Mapping[int, float | None] | None = None,
+    idle_cores: float = 0.0,
 ) -> Window:
     """The figures between two readings (pure)."""
     dt = after.t - before.t
@@ -170,7 +190,10 @@ def window(
         main_faults_per_s=round((after.main_faults - before.main_faults) / dt, 2),
         busiest_main_cores=round(max(mains, default=0.0), 4),
         kv_ratios=dict(kv_ratios or {}),
-    )
+        qdisc_share=qdisc_share(before.qdisc_sent, after.qdisc_sent, before.switch_tx,
+                                after.switch_tx),
+        idle_cores=round(idle_cores, 4),
+    )  # fmt: skip
 
 
 def median_window(windows: Sequence[Window]) -> Window:
@@ -186,6 +209,7 @@ def median_window(windows: Sequence[Window]) -> Window:
         got = [r for w in windows if (r := w.kv_ratios.get(size)) is not None]
         kv[size] = round(statistics.median(got), 3) if got else None
     polls = [w.polls_per_batch for w in windows if w.polls_per_batch is not None]
+    shares = [w.qdisc_share for w in windows if w.qdisc_share is not None]
     return Window(
         lever=first.lever,
         seconds=med("seconds"),
@@ -200,12 +224,15 @@ def median_window(windows: Sequence[Window]) -> Window:
         main_faults_per_s=med("main_faults_per_s"),
         busiest_main_cores=med("busiest_main_cores"),
         kv_ratios=kv,
+        qdisc_share=round(statistics.median(shares), 3) if shares else None,
+        idle_cores=med("idle_cores"),
     )
 
 
 def verdicts(rows: Sequence[Window], base: str = "system") -> dict[str, str]:
     """Per lever: keep (CPU per Mb at least 20% below `base` with every KV ratio within 5% of
-    `base`'s), or why not (pure)."""
+    `base`'s and its switch ports' qdiscs still seeing at least 95% of their sends), or why not
+    (pure)."""
     by = {w.lever: w for w in rows}
     if base not in by:
         return {}
@@ -220,7 +247,9 @@ def verdicts(rows: Sequence[Window], base: str = "system") -> dict[str, str]:
             for s, r in w.kv_ratios.items()
             if r is None or (ref.kv_ratios.get(s) and abs(r / ref.kv_ratios[s] - 1) > 0.05)
         ]
-        if cut >= 0.20 and not worse:
+        if w.qdisc_share is not None and w.qdisc_share < 0.95:
+            out[w.lever] = f"drop: the qdiscs saw {w.qdisc_share:.0%} of the sends (shaping lost)"
+        elif cut >= 0.20 and not worse:
             out[w.lever] = f"keep: CPU/Mb -{cut:.0%}, KV within 5%"
         elif cut < 0.20:
             out[w.lever] = f"drop: CPU/Mb {-cut:+.0%} (needs -20%)"
@@ -232,36 +261,25 @@ def verdicts(rows: Sequence[Window], base: str = "system") -> dict[str, str]:
 def table(rows: Sequence[Window], reference: Window | None) -> str:
     """The side-by-side table (markdown)."""
     sizes = sorted({s for w in rows for s in w.kv_ratios})
-    heads = ["lever", "daemons", "ingress Mb/s", "ovs cores", "CPU-ms/Mb"]
+    heads = ["lever", "daemons", "idle ovs cores", "ingress Mb/s", "ovs cores", "CPU-ms/Mb"]
     heads += ["x one-flow", "switch pkt/s", "wakeups/s", "pkts/wakeup", "polls/batch"]
-    heads += ["main minflt/s", "busiest main"]
+    heads += ["main minflt/s", "busiest main", "qdisc share"]
     heads += [f"KV {s / 1e6:g} MB" for s in sizes]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for w in rows:
         ratio = "-"
         if reference is not None and reference.cpu_ms_per_mb > 0:
             ratio = f"{w.cpu_ms_per_mb / reference.cpu_ms_per_mb:.1f}"
-        cells = [w.lever, str(w.daemons), f"{w.ingress_mbps:.1f}", f"{w.ovs_cores:.3f}"]
+        cells = [w.lever, str(w.daemons), f"{w.idle_cores:.3f}", f"{w.ingress_mbps:.1f}"]
+        cells += [f"{w.ovs_cores:.3f}"]
         cells += [f"{w.cpu_ms_per_mb:.2f}", ratio, f"{w.switch_pps:.0f}", f"{w.wakeups_per_s:.0f}"]
         cells += [f"{w.packets_per_wakeup:.2f}"]
         cells += ["-" if w.polls_per_batch is None else f"{w.polls_per_batch:.1f}"]
         cells += [f"{w.main_faults_per_s:.1f}", f"{w.busiest_main_cores:.3f}"]
+        cells += ["-" if w.qdisc_share is None else f"{w.qdisc_share:.3f}"]
         cells += ["-" if (r := w.kv_ratios.get(s)) is None else f"{r:.3f}" for s in sizes]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def lever_config(lever: str) -> tuple[int, bool]:
-    """`system` -> (0, False), `instN` -> (N, False), either with `+hash` -> (.., True): the
-    private instances and whether select groups hash fields (raises ValueError; pure)."""
-    base, _, extra = lever.partition("+")
-    if extra not in ("", "hash"):
-        raise ValueError(f"unknown lever {lever!r}: system or instN, optionally +hash")
-    if base == "system":
-        return 0, extra == "hash"
-    if base.startswith("inst") and base[4:].isdigit() and int(base[4:]) > 0:
-        return int(base[4:]), extra == "hash"
-    raise ValueError(f"unknown lever {lever!r}: system or instN, optionally +hash")
 
 
 # --- adapters: /proc, /sys, the lab ----------------------------------------------------------
@@ -293,11 +311,12 @@ def read_counters(fabric: Fabric) -> Counters:
     for inst in [None, *ovs.running_instances()]:
         for k, v in parse_coverage(ovs.appctl(inst, "coverage/show")).items():
             coverage[k] = coverage.get(k, 0) + v
-    ingress = packets = 0
+    ingress = packets = sent = 0
     host_facing = set(fabric.switch_interfaces([lk for lk in fabric.links if _to_host(fabric, lk)]))
     for intf in fabric.switch_interfaces():
         stats = SYS_NET / intf / "statistics"
         packets += int((stats / "rx_packets").read_text())
+        sent += int((stats / "tx_packets").read_text())
         if intf in host_facing:
             ingress += int((stats / "rx_bytes").read_text())
     return Counters(
@@ -309,6 +328,8 @@ def read_counters(fabric: Fabric) -> Counters:
         ingress_bytes=ingress,
         switch_packets=packets,
         coverage=coverage,
+        switch_tx=sent,
+        qdisc_sent=switch_qdisc_sent(fabric.switch_interfaces()),
     )
 
 
@@ -372,8 +393,10 @@ def measure_lever(lever: str, args: argparse.Namespace, logs: Path) -> Window:
     from emulator.probes.kvprobe import kv_fidelity
 
     reference = lever == REFERENCE
+    spec = parse_lever("system" if reference else lever)
     fabric = build_fabric(ONE_BRIDGE if reference else ZCUBE)
     options = LabOptions(
+        mtu=spec.mtu,
         scale=Scale(nic_mbps=100.0),
         policy="ecmp",
         of_port=free_port(),
@@ -381,11 +404,18 @@ def measure_lever(lever: str, args: argparse.Namespace, logs: Path) -> Window:
         log_dir=logs,
         datapath="user",
         shaped=not reference,
-        ovs_instances=0 if reference else lever_config(lever)[0],
+        ovs_instances=spec.instances,
     )
-    with Lab(fabric, options, progress=lambda msg: log(f"  {msg}")) as lab:
-        if not reference and lever_config(lever)[1]:
+    pages = DPDK_HUGEPAGES if spec.port_type == "dpdk" else 0
+    with hugepages(pages), Lab(fabric, options, progress=lambda msg: log(f"  {msg}")) as lab:
+        if spec.hash:
             _hash_groups(lab)
+        apply_port_type(lab, spec)
+        idle = [read_counters(fabric)]
+        time.sleep(args.idle)
+        idle.append(read_counters(fabric))
+        clk = os.sysconf("SC_CLK_TCK")
+        idle_cores = (idle[1].cpu_ticks - idle[0].cpu_ticks) / clk / (idle[1].t - idle[0].t)
         if reference:
             pairs = [("h0", "h1")]
             rate = ""
@@ -406,7 +436,7 @@ def measure_lever(lever: str, args: argparse.Namespace, logs: Path) -> Window:
             sizes = [int(float(s)) for s in args.kv_sizes.split(",")]
             fid = kv_fidelity(lab, *KV_PAIR, sizes, repeat=args.kv_repeat)
             ratios = {r.size: r.ratio for r in fid.rows}
-        return window(lever, before, after, os.sysconf("SC_CLK_TCK"), ratios)
+        return window(lever, before, after, clk, ratios, idle_cores)
 
 
 def main() -> int:
@@ -415,6 +445,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1, help="windows per lever (median)")
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--warmup", type=float, default=3.0, help="load before the window")
+    parser.add_argument("--idle", type=float, default=5.0, help="idle window before the load")
     parser.add_argument("--flows", type=int, default=8, help=f"paced flows (<= {len(SENDERS)})")
     parser.add_argument("--rate", default="6M", help="iperf3 -b per flow")
     parser.add_argument("--kv-sizes", default="1e6,3e6,10e6", help="KV pull bytes ('' = none)")
@@ -425,27 +456,32 @@ def main() -> int:
     levers = [x for x in args.levers.split(",") if x]
     for lever in levers:
         try:
-            lever_config(lever)
+            parse_lever(lever)
         except ValueError as exc:
             parser.error(str(exc))
     if not args.no_reference:
         levers.append(REFERENCE)
     signal.signal(signal.SIGTERM, raise_interrupt)
     windows: dict[str, list[Window]] = {lv: [] for lv in levers}
+    failed: dict[str, str] = {}  # a lever this machine cannot run: why (the others go on)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             for rep in range(args.repeats):
-                for lever in levers:
+                for lever in [lv for lv in levers if lv not in failed]:
                     log(f"» repeat {rep + 1}/{args.repeats}: {lever}")
-                    w = measure_lever(lever, args, Path(tmp) / f"{lever}-{rep}")
+                    try:
+                        w = measure_lever(lever, args, Path(tmp) / f"{lever}-{rep}")
+                    except (LabError, RuntimeError, subprocess.SubprocessError) as exc:
+                        failed[lever] = str(exc)
+                        log(f"  {lever} failed (torn down; not tried again): {exc}")
+                        continue
                     log(f"  {w}")
                     windows[lever].append(w)
         except KeyboardInterrupt:
             log("interrupted: labs torn down")
             return 130
-        except LabError as exc:
-            log(f"datapath levers: {exc}")
-            return 1
+    for lever, why in failed.items():
+        print(f"{lever}: could not run: {why}")
     rows = [median_window(ws) for ws in windows.values() if ws]
     ref = next((w for w in rows if w.lever == REFERENCE), None)
     print(table(rows, ref))
@@ -453,7 +489,8 @@ def main() -> int:
         print(f"{lever}: {verdict}")
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, median of {args.repeats} repeat(s)")
     if args.out:
-        data = {lv: [asdict(w) for w in ws] for lv, ws in windows.items()}
+        data: dict[str, object] = {lv: [asdict(w) for w in ws] for lv, ws in windows.items()}
+        data["failed"] = failed
         args.out.write_text(json.dumps(data, indent=2) + "\n")
     return 0
 

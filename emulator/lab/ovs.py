@@ -162,16 +162,23 @@ def start_instance(
     return inst
 
 
-def start_vswitchd(inst: Instance, timeout_s: float = 20.0) -> None:
+def start_vswitchd(
+    inst: Instance,
+    timeout_s: float = 20.0,
+    binary: str = VSWITCHD,
+    env: dict[str, str] | None = None,
+) -> None:
     """Start a private instance's ovs-vswitchd on its database (its bridges come back from it)
-    and wait until it answers."""
+    and wait until it answers. `binary` and `env`: another build of it (the DPDK one of
+    bench/datapath_levers.py) and what it needs in its environment."""
     rundir = inst.rundir
     run(
         [
             "env",
             f"OVS_RUNDIR={rundir}",  # where its bridges' .mgmt sockets go
             f"GLIBC_TUNABLES={MALLOC_TUNABLES}",
-            VSWITCHD,
+            *(f"{k}={v}" for k, v in (env or {}).items()),
+            binary,
             inst.db,
             "--enable-dummy",
             "--mlockall",  # as ovs-ctl starts the system daemon

@@ -13,7 +13,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.datapath_levers import (
     Counters,
-    lever_config,
     median_window,
     parse_coverage,
     parse_thread_stat,
@@ -113,14 +112,15 @@ def test_medians_and_verdicts() -> None:
     assert "| system | 2 |" in text and "| 5.0 |" in text  # 10 / 2 = 5x the one-flow cost
 
 
-def test_lever_names() -> None:
-    assert lever_config("system") == (0, False)
-    assert lever_config("inst8") == (8, False)
-    assert lever_config("system+hash") == (0, True)
-    assert lever_config("inst2+hash") == (2, True)
-    for bad in ("inst0", "inst", "hash", "instx", "system+tso"):
-        with pytest.raises(ValueError):
-            lever_config(bad)
+def test_a_lever_that_bypasses_the_qdiscs_is_dropped_whatever_it_saves() -> None:
+    before = counters(0.0, switch_tx=1000, qdisc_sent=900)
+    after = counters(10.0, cpu_ticks=100, ingress_bytes=125_000_000, switch_tx=3000, qdisc_sent=920)
+    w = window("inst1+afxdp@3000", before, after, 100, {10: 1.0})
+    assert w.qdisc_share == 0.01  # 20 of 2000 sends went through a qdisc
+    system = replace(w, lever="system", cpu_ms_per_mb=10.0, qdisc_share=1.0)
+    got = verdicts([system, replace(w, cpu_ms_per_mb=1.0)])
+    assert got["inst1+afxdp@3000"].startswith("drop: the qdiscs saw 1%")
+    assert "| 0.010 |" in table([w], None)
 
 
 def test_select_groups_rewritten_to_hash_fields() -> None:
