@@ -2,15 +2,16 @@
 the wall clock; the episodes' logic is `zcube_lab.core.fabric.pauseepisodes`; docs/LOSSLESS.md,
 "Victim accounting").
 
-The agent (`emulator.lab.lossless`, another change's file today) would make one `EpisodeHook`
-from its plan when the lab counts classes, call `after_observe` after each
-`PauseMachine.observe` with the reading's backlogs and the machine's congested set, and `stop`
-when it ends. The hook never blocks the agent's loop on a counter: a thread reads the per-class
+The agent (`emulator.lab.lossless`) makes one `EpisodeHook` from its plan when the lab counts
+classes (its counting filters' batch file is beside the agent's report), calls `after_observe`
+after each `PauseMachine.observe` with the reading's backlogs and the machine's congested set,
+`write` with every report it writes (the runner reads both at the load's end), and `stop` when
+it ends. The hook never blocks the agent's loop on a counter: a thread reads the per-class
 counters (`tc -s -j filter show`, one process per port) of the *warm* ports only (backlog at
 least half XOFF: the ones that can become congested) every `period_s`, and an episode's raiser
 comes from those readings (the newest before the onset against one a window older). Times are
-the wall clock (`time.time()`), as the engines' logs, so the runner lines them up; `stop`
-writes `lossless-episodes.jsonl` (one `PauseEpisode` per line) where the runner reads it
+the wall clock (`time.time()`), as the engines' logs, so the runner lines them up; `write`
+and `stop` write `lossless-episodes.jsonl` (one `PauseEpisode` per line) where the runner reads it
 (`emulator.results.victimlogs`).
 """
 
@@ -24,9 +25,10 @@ from pathlib import Path
 
 from emulator.lab.classcounterproc import read
 from zcube_lab.core.fabric.lossless import WATCH_FRACTION, PortThresholds
-from zcube_lab.core.fabric.pauseepisodes import ClassBytes, EpisodeRecorder
+from zcube_lab.core.fabric.pauseepisodes import ClassBytes, EpisodeRecorder, PauseEpisode
 
 PERIOD_S = 0.05
+EPISODES_FILE = "lossless-episodes.jsonl"  # beside the agent's report, in the run folder
 Reader = Callable[[Iterable[str]], Mapping[str, ClassBytes]]
 
 
@@ -78,12 +80,26 @@ class EpisodeHook:
             with self._lock:
                 self.recorder.reading(now, counters)
 
+    def write(self) -> Path:
+        """Write the episodes so far, the open ones ending now (the runner reads the file while
+        the agent runs: at the load's end, with the agent's fresh report); their file."""
+        with self._lock:
+            episodes = self.recorder.snapshot(self.clock())
+        self._write(episodes)
+        return self.out
+
     def stop(self) -> Path:
         """End the thread and every open episode; write the episodes; their file."""
         self._stopping.set()
         self._thread.join(timeout=2)
         with self._lock:
             self.recorder.close_all(self.clock())
-            lines = [json.dumps(e.to_dict()) + "\n" for e in self.recorder.episodes]
-        self.out.write_text("".join(lines))
+            episodes = list(self.recorder.episodes)
+        self._write(episodes)
         return self.out
+
+    def _write(self, episodes: list[PauseEpisode]) -> None:
+        text = "".join(json.dumps(e.to_dict()) + "\n" for e in episodes)
+        part = self.out.with_name(self.out.name + ".part")
+        part.write_text(text)
+        part.replace(self.out)  # a reader never sees half a file

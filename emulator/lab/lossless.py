@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.lab import classcounterproc
+from emulator.lab.episodehook import EPISODES_FILE, EpisodeHook
 from emulator.lab.losslesstap import FabricTap
 from emulator.lab.qdisc_netlink import (
     NetlinkError,
@@ -206,6 +208,7 @@ class Agent:
         self.wakeup_fd: int | None = None  # readable when a signal came (set_wakeup_fd)
         self.wakes = 0
         self.asleep_s = 0.0
+        self.episodes: EpisodeHook | None = None  # set by `run` when the lab counts classes
         self._open()
         root = self.sockets[None]
         self.watched = {
@@ -276,6 +279,8 @@ class Agent:
             self._set(port, True)
         for port in decision.resume:
             self._set(port, False)
+        if self.episodes is not None:
+            self.episodes.after_observe(backlogs, self.machine.congested)
         if decision.congested and decision.pause:
             origin = reaction_origin(previous_start, self.quiet, self.quiet_s)
             self.reactions.add(max(0.0, time.monotonic() - origin))
@@ -284,7 +289,11 @@ class Agent:
         return start
 
     def run(self, out: Path) -> None:
-        """Poll until told to stop, writing the report every second and at the end."""
+        """Poll until told to stop, writing the report every second and at the end (and the
+        pause episodes beside it, when the lab counts classes)."""
+        if (out.parent / classcounterproc.BATCH_FILE).exists():
+            feeds = {p: frozenset(f) for p, f in self.plan.feeds.items()}
+            self.episodes = EpisodeHook(feeds, self.plan.thresholds, out.parent / EPISODES_FILE)
         previous = time.monotonic()
         next_report = previous + REPORT_EVERY_S
         heartbeat = False  # the last wait on the tap ended without a packet
@@ -298,6 +307,8 @@ class Agent:
             if now >= next_report or self.dump_now:
                 self.dump_now = False
                 write_report(out, self.report(now))
+                if self.episodes is not None:
+                    self.episodes.write()
                 next_report = now + REPORT_EVERY_S
             tap = self.tap
             if tap is not None and self.sleepy:
@@ -325,6 +336,8 @@ class Agent:
         now = time.monotonic()
         for port in self.machine.release_all(now):
             self._set(port, False)
+        if self.episodes is not None:
+            self.episodes.stop()
         report = self.report(now)
         report.running = False
         write_report(out, report)

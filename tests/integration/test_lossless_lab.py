@@ -5,9 +5,10 @@ the links into a0 (b0's and b1's ports) record pauses, and a victim flow from h2
 h1 (through b0 -> a0, the link the incast shares) is slower than with the incast off: it waits
 behind the pauses (head-of-line blocking). The incast is marked as KV and the victim as EP
 (DSCP), and the per-class counters show KV filled a0's congested port while both crossed the
-paused link into it. The agent slept on its tap while the fabric was still, woke on the flows'
-first packets, and reacted within the verdict's limit; an agent slowed on purpose (a 50 ms poll)
-is caught by the verdict. The agent stops with the lab."""
+paused link into it; the agent's episodes name KV as the raiser, and the victim accounting
+counts the EP flow as delayed by a pause KV raised. The agent slept on its tap while the fabric
+was still, woke on the flows' first packets, and reacted within the verdict's limit; an agent
+slowed on purpose (a 50 ms poll) is caught by the verdict. The agent stops with the lab."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from emulator.lab.episodehook import EPISODES_FILE
 from emulator.lab.lossless import AgentReport
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
+from emulator.results.victimlogs import read_episodes
+from emulator.results.victims import Transfer, account
 from emulator.verdict.limits import Limits
 from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
 from emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network
@@ -127,7 +131,9 @@ def test_lossless_incast_drops_nothing_pauses_the_links_into_a0_and_blocks_a_vic
         alone = flows(lab, [VICTIM])[0]
         before = switch_drops(lab)
         # the incast as KV pulls, the victim as an EP exchange: counted apart at every port
+        t0 = time.time()  # wall clock, as the agent's episodes
         *incast, victim = flows(lab, [*INCAST, VICTIM], classes=[KV, KV, EP])
+        t1 = time.time()
         after = switch_drops(lab)
         counted = lab.class_counters()
         report = lab.lossless_report(fresh=True)
@@ -156,6 +162,16 @@ def test_lossless_incast_drops_nothing_pauses_the_links_into_a0_and_blocks_a_vic
     assert counted["a0-eth1"]["kv"] > 1_000_000 and counted["a0-eth1"]["ep"] == 0, counted
     assert raiser(counted["a0-eth1"]) == KV
     assert counted["b0-eth3"]["kv"] > 0 and counted["b0-eth3"]["ep"] > 0, counted
+    # the agent recorded the pauses as episodes: a0's port to h0 congested, raised by KV, the
+    # links into a0 paused; the accounting names the EP victim, which crossed b0's paused link
+    episodes = read_episodes(lab.run_dir / EPISODES_FILE)
+    kv_raised = [e for e in episodes if e.congested == "a0-eth1" and e.raised_by == KV]
+    assert kv_raised and all({"b0-eth3", "b1-eth3"} <= e.paused for e in kv_raised), episodes
+    assert all(t0 - 1 < e.start <= e.end < t1 + 5 for e in kv_raised), (t0, t1, kv_raised)
+    ep = Transfer(EP, t0 + 0.5, t1, int(victim * 1e6 / 8 * SECONDS), frozenset({"b0-eth3"}))
+    accounted = account([ep], episodes)
+    assert (accounted.ep_exchanges, accounted.ep_victims) == (1, 1), accounted
+    assert accounted.classes[EP].seconds_behind > 0.1, accounted
     # between the flows the fabric was still: it slept on its tap and the flows woke it
     assert report.tap and report.wakes >= 2 and report.asleep_s > 0, report
     # the bound the verdict judges (k = 1: wall is modelled) holds, and the verdict says so

@@ -46,3 +46,17 @@ def test_a_kv_filled_port_is_recorded_and_attributed(tmp_path: Path) -> None:
     e = episodes[0]
     assert (e.congested, e.paused, e.raised_by) == ("a0-eth1", frozenset({"b0-eth3"}), "kv")
     assert 0 <= e.end - e.start < 1
+
+
+def test_a_write_while_paused_carries_the_open_episode_ending_now(tmp_path: Path) -> None:
+    now = [100.0]
+    hook = EpisodeHook(FEEDS, LIMITS, tmp_path / "e.jsonl", period_s=10, clock=lambda: now[0])
+    hook.after_observe({"a0-eth1": 80_000}, {"a0-eth1"})  # congested at 100
+    now[0] = 100.5
+    written = [PauseEpisode.from_dict(json.loads(x)) for x in hook.write().read_text().splitlines()]
+    assert [(e.congested, e.start, e.end) for e in written] == [("a0-eth1", 100.0, 100.5)]
+    now[0] = 101.0  # the write changed nothing: the episode is still open, and ends at stop
+    hook.after_observe({"a0-eth1": 10_000}, set())
+    stopped = [PauseEpisode.from_dict(json.loads(x)) for x in hook.stop().read_text().splitlines()]
+    assert [(e.start, e.end) for e in stopped] == [(100.0, 101.0)]
+    assert not (tmp_path / "e.jsonl.part").exists()

@@ -135,6 +135,15 @@ class EpisodeRecorder:
         for port in sorted(set(self._open) - current):
             self._close(port, now)
 
+    def snapshot(self, now: float) -> list[PauseEpisode]:
+        """The episodes so far, the open ones as if they ended at `now` (nothing changes)."""
+        open_now = [
+            PauseEpisode(port, ep.start, now, frozenset(self.feeds.get(port, frozenset())),
+                         ep.raised_by)
+            for port, ep in sorted(self._open.items())
+        ]  # fmt: skip
+        return [*self.episodes, *open_now]
+
     def close_all(self, now: float) -> None:
         """End every open episode (the agent stopping)."""
         for port in sorted(self._open):
