@@ -28,7 +28,6 @@ from zcube_lab.core.fabric.lossless import WATCH_FRACTION, PortThresholds
 from zcube_lab.core.fabric.pauseepisodes import ClassBytes, EpisodeRecorder, PauseEpisode
 
 PERIOD_S = 0.05
-EPISODES_FILE = "lossless-episodes.jsonl"  # beside the agent's report, in the run folder
 Reader = Callable[[Iterable[str]], Mapping[str, ClassBytes]]
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.lab import classcounterproc
-from emulator.lab.episodehook import EPISODES_FILE, EpisodeHook
+from emulator.lab.episodehook import EpisodeHook
 from emulator.lab.losslesstap import FabricTap
 from emulator.lab.qdisc_netlink import (
     NetlinkError,
@@ -61,6 +61,7 @@ from zcube_lab.core.fabric.lossless import (
     port_thresholds,
     reaction_origin,
 )
+from zcube_lab.core.fabric.pauseepisodes import EPISODES_FILE
 from zcube_lab.core.fabric.queues import HTB_CLASS, LEAF_HANDLE
 
 PAUSE_RATE_BYTES = 1

@@ -18,14 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from emulator.lab.episodehook import EPISODES_FILE
 from emulator.results.figures import read_jsonl
 from emulator.results.transfers import EP_LOG_PREFIX, KV_LOG_PREFIX, read_logs
 from emulator.results.victims import Transfer, VictimReport, account, exchange_ports
 from serving.trafficclass import EP, KV
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.description import Fabric
-from zcube_lab.core.fabric.pauseepisodes import PauseEpisode
+from zcube_lab.core.fabric.pauseepisodes import EPISODES_FILE, PauseEpisode
 from zcube_lab.core.fabric.placement import Placement
 
 

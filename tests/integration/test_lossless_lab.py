@@ -19,7 +19,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulator.lab.episodehook import EPISODES_FILE
 from emulator.lab.lossless import AgentReport
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
@@ -33,7 +32,7 @@ from zcube_lab.adapters.ports import free_port
 from zcube_lab.adapters.procs import pid_alive
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fabric.pauseepisodes import raiser
+from zcube_lab.core.fabric.pauseepisodes import EPISODES_FILE, raiser
 from zcube_lab.core.fabric.queues import QueueModel
 from zcube_lab.core.fabric.scale import Scale
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.victimlogs import EPISODES_FILE, run_victims
+from emulator.results.victimlogs import run_victims
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fabric.pauseepisodes import PauseEpisode
+from zcube_lab.core.fabric.pauseepisodes import EPISODES_FILE, PauseEpisode
 from zcube_lab.core.fabric.placement import LayoutSpec, place
 
 ROFT = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=2))

@@ -1,4 +1,4 @@
-"""Pause episodes and the class that raised each (pure): what the lossless agent would record
+"""Pause episodes and the class that raised each (pure): what the lossless agent records
 for victim accounting (docs/LOSSLESS.md, "Victim accounting"; `emulator.results.victims`
 accounts for them).
 
@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 WINDOW_S = 0.1  # counter readings this far apart bound the bytes that filled a queue
+EPISODES_FILE = "lossless-episodes.jsonl"  # the agent writes it beside its report
 ClassBytes = Mapping[str, int]
 
 
