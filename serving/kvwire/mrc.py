@@ -137,7 +137,6 @@ class MrcServer:
         spare_evs: int = 0,
     ) -> None:
         self.lookup = lookup
-        self.k = time_scale
         self.clock = Clock(time_scale)
         self.addrs = tuple(addrs)
         self.ev_ports = tuple(ev_ports)
@@ -229,7 +228,7 @@ class MrcServer:
                 window=window,
                 rate=get.rate,
                 now=time.monotonic(),
-                time_scale=self.k,
+                time_scale=self.clock.dilation,
                 delay_bound=get.delay_bound_us / 1e6,
                 active_per_leg=self.evs - self.spare_evs if self.spare_evs else 0,
             )
@@ -256,9 +255,8 @@ class MrcServer:
         c.state.on_ack(ack, now)
         if ack.done or c.state.done:
             st = c.state
-            figures = (st.sent_datagrams, st.retransmitted_bytes, len(st.used))
-            bad = tuple(st.retired_log)
-            stats = w.encode_stats(cid, w.Stats(*figures, bad, st.slowed, st.restored))
+            # The sender's times on the wall clock: the failover bench compares them with a cut's.
+            stats = w.encode_stats(cid, st.stats(time.time() - time.monotonic()))
             self.counters.finished += 1
             self._end(cid, stats)
             if ack.done:
@@ -331,6 +329,8 @@ class MrcPullResult(PullResult):
     retired_evs: tuple[tuple[int, int], ...] | None = None
     skipped: int | None = None
     restored: int | None = None
+    first_bad_wall: float | None = None  # time.time() of the first ASSUMED_BAD, of the last
+    last_retx_wall: float | None = None  # retransmission on a GOOD EV (sender's clock)
     retransmitted_bytes: int | None = None
     datagrams_sent: int | None = None
     datagrams_received: int = 0
@@ -414,9 +414,8 @@ async def pull_kv_mrc(
     """Pull one request's KV over MRC-style datagrams on every address (one leg each); verify
     bytes and checksum. `rate_bytes_s` paces the sender per leg (0: window-limited only);
     `time_scale`, the dilation k, lengthens the receiver's timers (GET resend, ack flush,
-    keepalive, the wait for the sender's statistics); `delay_bound_s` (modelled) is the
-    longest a datagram may wait in the paths' queues without being lost, sent to the sender
-    in the GET so that a pause is not taken for a loss."""
+    keepalive, the wait for the sender's statistics); `delay_bound_s` (modelled) goes to the
+    sender in the GET (`SenderState`'s delay bound: a pause is not a loss)."""
     clock = Clock(time_scale)
     if not addrs:
         raise KVTransferError("no KV address to pull from")
@@ -491,6 +490,8 @@ async def pull_kv_mrc(
         retired_evs=st.retired if st else None,
         skipped=st.skipped if st else None,
         restored=st.restored if st else None,
+        first_bad_wall=st.first_bad_us / 1e6 if st and st.first_bad_us else None,
+        last_retx_wall=st.last_retx_us / 1e6 if st and st.last_retx_us else None,
         retransmitted_bytes=st.retransmitted_bytes if st else None,
         datagrams_sent=st.sent if st else None,
         datagrams_received=c.recv.datagrams,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from serving.kvwire.evstate import USABLE, EvSet, EvState
 from serving.kvwire.mrcreceiver import RangeSet
-from serving.kvwire.mrcwire import Ack
+from serving.kvwire.mrcwire import Ack, Stats
 from zcube_lab.core.clock import Clock
 
 # Loss and congestion constants (in RTTs of the smoothed estimate, with floors in seconds so a
@@ -166,6 +166,10 @@ class SenderState:
         self.retired_log: list[tuple[int, int]] = []  # every GOOD/SKIP -> ASSUMED_BAD
         self.restored = 0
         self.slowed = 0  # CONGESTION events that skipped an EV
+        # Failover, as it happened: the first EV marked ASSUMED_BAD, the last retransmission
+        # sent on a GOOD EV (times as `now`; None: never).
+        self.first_bad_at: float | None = None
+        self.last_retx_at: float | None = None
         self.used: set[tuple[int, int]] = set()
         self._evs: list[EV] = []
         self._by_key: dict[tuple[int, int], EV] = {}
@@ -209,6 +213,8 @@ class SenderState:
             return False
         ev.retired_at = now
         ev.retirements += 1
+        if self.first_bad_at is None:
+            self.first_bad_at = now
         ev.probe_at = now + self.probe_interval
         ev.probe_seq = None
         self.retired_log.append(ev.key)
@@ -216,6 +222,16 @@ class SenderState:
         for s in [s for s in self.inflight.values() if s.ev is ev]:
             self._lost(s)
         return True
+
+    def stats(self, clock_offset: float = 0.0) -> Stats:
+        """What the sender did, for its STATS answer; `clock_offset` is added to its times
+        (to put them on another clock)."""
+        times = [
+            0 if t is None else round((t + clock_offset) * 1e6)
+            for t in (self.first_bad_at, self.last_retx_at)
+        ]
+        figures = (self.sent_datagrams, self.retransmitted_bytes, len(self.used))
+        return Stats(*figures, tuple(self.retired_log), self.slowed, self.restored, *times)
 
     def deny(self, leg: int, port: int) -> bool:
         """The controller forbids an EV (DENIED: never sent on, never probed)."""
@@ -330,6 +346,8 @@ class SenderState:
         self.used.add(ev.key)
         if retransmit:
             self.retransmitted_bytes += length
+            if ev.state is EvState.GOOD:
+                self.last_retx_at = now
         return Send(self.seq, start, length, ev)
 
     def wake_at(self, now: float) -> float:

@@ -28,8 +28,10 @@ computed with this field zero. A datagram whose magic, length or CRC is wrong is
   halves are unreported), range count u8, then up to `MAX_SACK_RANGES` SACK ranges (start u64,
   end u64) above the cumulative offset.
 - STATS (prefill -> decode, answering a DONE ack): datagrams sent u32, bytes retransmitted u64,
-  EVs used u16, SKIP transitions u32, PROBE_OK transitions u16, then the EVs marked
-  ASSUMED_BAD as (leg u8, EV u16) pairs, one per transition.
+  EVs used u16, SKIP transitions u32, PROBE_OK transitions u16, the sender's wall-clock time
+  (us since the epoch; 0: never) of its first ASSUMED_BAD and of its last retransmission on a
+  GOOD EV, u64 each, then the EVs marked ASSUMED_BAD as (leg u8, EV u16) pairs, one per
+  transition.
 - NOT_FOUND (prefill -> decode): the request id is not held, or num_bytes is wrong.
 """
 
@@ -49,7 +51,8 @@ GET_BODY = struct.Struct("!QIQIBH")  # num_bytes, window, rate, delay bound us, 
 DATA_HEAD = struct.Struct("!QIHQ")  # offset, seq, ev, send time us
 ACK_HEAD = struct.Struct("!QIHQBB")  # cum, echo seq, echo ev, echo ts us, flags, ranges
 RANGE = struct.Struct("!QQ")
-STATS_HEAD = struct.Struct("!IQHIHH")  # sent, rtx bytes, evs used, skips, restores, bad count
+# sent, rtx bytes, evs used, skips, restores, first bad us, last rtx us, bad count
+STATS_HEAD = struct.Struct("!IQHIHQQH")
 RETIRED_EV = struct.Struct("!BH")
 MAX_SACK_RANGES = 32
 IP_UDP_BYTES = 28  # IPv4 header 20 + UDP header 8
@@ -185,13 +188,16 @@ class Stats:
     retired: tuple[tuple[int, int], ...]  # (leg, ev): every GOOD/SKIP -> ASSUMED_BAD
     skipped: int = 0  # GOOD -> SKIP
     restored: int = 0  # ASSUMED_BAD -> GOOD
+    first_bad_us: int = 0  # wall clock, us since the epoch; 0: never
+    last_retx_us: int = 0
 
 
 def encode_stats(conn: int, s: Stats) -> bytes:
     retired = s.retired[:300]
     skipped, restored = min(s.skipped, 2**32 - 1), min(s.restored, 2**16 - 1)
+    times = (s.first_bad_us, s.last_retx_us)
     body = STATS_HEAD.pack(
-        s.sent, s.retransmitted_bytes, s.evs_used, skipped, restored, len(retired)
+        s.sent, s.retransmitted_bytes, s.evs_used, skipped, restored, *times, len(retired)
     )
     body += b"".join(RETIRED_EV.pack(leg, ev) for leg, ev in retired)
     return _seal(STATS, 0, conn, body)
@@ -200,13 +206,13 @@ def encode_stats(conn: int, s: Stats) -> bytes:
 def decode_stats(body: memoryview) -> Stats:
     if len(body) < STATS_HEAD.size:
         raise WireError("STATS cut short")
-    sent, rtx, used, skipped, restored, n = STATS_HEAD.unpack_from(body)
+    sent, rtx, used, skipped, restored, bad_us, rtx_us, n = STATS_HEAD.unpack_from(body)
     if len(body) < STATS_HEAD.size + n * RETIRED_EV.size:
         raise WireError("STATS cut short")
     retired = tuple(
         RETIRED_EV.unpack_from(body, STATS_HEAD.size + i * RETIRED_EV.size) for i in range(n)
     )
-    return Stats(sent, rtx, used, retired, skipped, restored)
+    return Stats(sent, rtx, used, retired, skipped, restored, bad_us, rtx_us)
 
 
 def encode_not_found(conn: int, leg: int) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import zlib
 
 import pytest
@@ -467,5 +468,36 @@ def test_a_dilated_pull_with_a_lost_ev_completes_with_both_ends_at_the_same_k() 
             server.close()
         assert bytes(buf) == data
         assert res.retired_evs and all(ev in dead for _leg, ev in res.retired_evs)
+
+    asyncio.run(go())
+
+
+def test_a_lost_ev_is_replaced_by_its_legs_spare_and_the_sender_says_when() -> None:
+    data = random.Random(6).randbytes(400_000)
+    dead: set[tuple[int, int]] = set()
+
+    def drop(_conn: int, leg: int, send: mrcsender.Send) -> bool:
+        if not dead:
+            dead.add((leg, send.ev.port))
+        return (leg, send.ev.port) in dead
+
+    async def go() -> None:
+        server, addrs = await _serve(data, drop=drop, spare_evs=1)
+        spares = {(i, server.ports(i)[-1]) for i in range(len(addrs))}
+        try:
+            t0 = time.time()
+            buf, res = await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=10)
+        finally:
+            server.close()
+        assert bytes(buf) == data
+        assert res.retired_evs is not None and set(res.retired_evs) == dead
+        (leg, _port) = next(iter(dead))
+        spare = next(s for s in spares if s[0] == leg)
+        assert spare[1] in res.source_ports  # the dead EV's own leg's spare took over
+        other = next(s for s in spares if s[0] != leg)
+        # 3 active EVs a leg: the dead one never arrived, its spare did; the other leg kept its 3
+        assert res.paths_used == 2 * 3 and other[1] not in res.source_ports
+        assert res.first_bad_wall is not None and res.last_retx_wall is not None
+        assert t0 < res.first_bad_wall <= res.last_retx_wall < time.time()
 
     asyncio.run(go())
