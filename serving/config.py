@@ -283,6 +283,12 @@ class DecodeConfig(EngineCommon):
     kv_mrc_rate_mbps: float = option(
         0.0, help="mrc: pace each leg at this rate, Mb/s (0: window-limited)", omit_default=True
     )
+    kv_mrc_delay_bound_ms: float = option(
+        0.0,
+        help="mrc: the longest modelled ms a datagram may wait in its paths' queues without "
+        "being lost (a pause is not a loss); 0: the sender's retransmission timeout only",
+        omit_default=True,
+    )
     # Append one JSON line per KV pull attempt to this file ("": no log).
     kv_log: str = option(
         "", help="append one JSON line per KV pull attempt to this file", omit_default=True
@@ -333,6 +339,8 @@ class DecodeConfig(EngineCommon):
         _check("\n" not in self.kv_log, "kv_log", self.kv_log, "a file path")
         _check_transport(self.kv_transport)
         _check(self.kv_mrc_rate_mbps >= 0, "kv_mrc_rate_mbps", self.kv_mrc_rate_mbps, ">= 0")
+        bound = self.kv_mrc_delay_bound_ms
+        _check(0 <= bound <= 60_000, "kv_mrc_delay_bound_ms", bound, "0..60000")
         _check(self.max_num_seqs >= 0, "max_num_seqs", self.max_num_seqs, ">= 0 (0: profile)")
         _check(
             0.0 <= self.eos_probability <= 1.0,

@@ -34,9 +34,10 @@ from zcube_lab.core.fabric.addressing import MGMT_ROOT_IP, management_address
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.clusterplan import mgmt_root_address
 from zcube_lab.core.fabric.description import Fabric
-from zcube_lab.core.fabric.evpaths import mrc_leg_mbps
+from zcube_lab.core.fabric.evpaths import mrc_delay_bound_s, mrc_leg_mbps
 from zcube_lab.core.fabric.hostplan import kv_source_map
 from zcube_lab.core.fabric.placement import Engine, Placement, place
+from zcube_lab.core.fabric.queues import port_queue_limits
 from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.fault_schedule import Fault, parse_faults
 from zcube_lab.core.policies import (
@@ -326,6 +327,7 @@ class RunPlan:
                 {
                     "kv_transport": "mrc",
                     "kv_mrc_rate_mbps": round(mrc_leg_mbps(self.fabric, self.scale, [e.host]), 3),
+                    "kv_mrc_delay_bound_ms": self._mrc_delay_bound_ms(e.host),
                 }
                 if mrc
                 else {}
@@ -333,6 +335,18 @@ class RunPlan:
         )
         url = f"http://{mgmt}:{DECODE_PORT}"
         return RoleLaunch(e.engine_id, e.host, tuple(decode_argv(decode)), f"{url}/health")
+
+    def _mrc_delay_bound_ms(self, host: str) -> float:
+        """The mrc sender's delay bound into decode host `host`, modelled ms: under the
+        lossless model the full paused queues of its paths (a pause is not a loss); lossy, 0
+        (the retransmission timeout alone, which finds a cut path sooner)."""
+        c = self.config
+        if not c.lossless:
+            return 0.0
+        mtu = c.link_mtu(self.fabric, self.scale)
+        queues = port_queue_limits(self.fabric, self.scale, mtu, c.queue_model())
+        bound = mrc_delay_bound_s(self.fabric, self.scale, mtu, queues, host, lossless=True)
+        return round(bound * 1000, 3)
 
     def _kv_addresses(self, host: str) -> tuple[Address, ...]:
         """A prefill host's KV addresses, one per NIC port: its `kv_bind`, as it advertises."""

@@ -15,7 +15,9 @@ The module is also the probe run inside the hosts:
         --rate-mbps R] ADDR:PORT...
         prints "started", then one JSON line: ok, bytes, checksum_ok, retired, seconds,
         cpu_s (the puller's CPU seconds during the pull), error; over mrc also retired_evs,
-        retransmitted_bytes, paths_used, source_ports, duplicates, corrupt.
+        retransmitted_bytes, paths_used, source_ports, duplicates, corrupt, skipped,
+        restored, first_bad_wall and last_retx_wall (the sender's first ASSUMED_BAD and last
+        retransmission on a GOOD EV, time.time()).
 
 `cut_during_pull(..., transport="mrc")` pulls over the MRC-style transport instead of TCP, on a
 lab whose controller also installs the EV rules (`--ev-rules`), paced at each leg's NIC rate.
@@ -95,7 +97,8 @@ async def _serve(args: argparse.Namespace) -> None:
 # What an mrc pull reports beyond a TCP pull's fields (`serving.kvwire.mrc.MrcPullResult`).
 MRC_FIELDS = (
     "retired_evs", "retransmitted_bytes", "datagrams_sent", "datagrams_received", "paths_used",
-    "source_ports", "duplicates", "corrupt",
+    "source_ports", "duplicates", "corrupt", "skipped", "restored", "first_bad_wall",
+    "last_retx_wall",
 )  # fmt: skip
 
 
@@ -169,6 +172,7 @@ class CutResult:
     cut_links: tuple[Link, ...] = ()
     # (switch, port) -> bytes it sent from the start of the pull to its end (switch links).
     port_bytes: dict[tuple[str, int], int] = field(default_factory=dict)
+    cut_wall: float | None = None  # time.time() the cut began (faults.jsonl)
 
 
 def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -333,6 +337,17 @@ def _link_to_cut(fabric: Fabric, moved: dict[Link, int], link: str | None) -> st
     return chosen
 
 
+def _cut_wall(log: Path) -> float | None:
+    """When the first link went down, from the injector's log (None: not logged)."""
+    if not log.exists():
+        return None
+    for line in log.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("action") == "down" and not rec.get("error"):
+            return float(rec["wall"])
+    return None
+
+
 def stop_probes(procs: list[subprocess.Popen[str]]) -> None:
     """Kill the probe processes and reap them."""
     for p in procs:
@@ -368,12 +383,15 @@ def cut_during_pull(
     state_dir: Path | None = None,
     transport: str = "tcp",
     mrc_evs: int = 16,
+    controller: bool = True,
 ) -> CutResult:
     """Host `dst` pulls `num_bytes` from a KV server on host `src`; after `sample_s` of transfer
     the link is cut (`"a0-b1"`; `"auto"`: the switch-to-switch link that carried most of it in
     that window; None: no cut, the reference). Brings its own lab up and down. With
     `transport="mrc"` the pull uses the MRC-style transport (`mrc_evs` EVs per address) and
-    the controller installs the EV rules besides the policy's."""
+    the controller installs the EV rules besides the policy's. `controller=False` stops the
+    controller once its rules are in (before the pull): what happens then is the switches'
+    and the end hosts' doing alone."""
     from emulator.lab.injector import FaultInjector
     from zcube_lab.core.fault_schedule import parse_faults
     from zcube_lab.core.policies import get_policy
@@ -386,6 +404,8 @@ def cut_during_pull(
     injector = None
     try:
         lab.start()
+        if not controller:
+            lab.stop_controller()
         before = _port_counters(fabric)
         client = _start_probes(
             lab, policy, (src, dst), num_bytes, timeout_s, procs, transport, mrc_evs
@@ -402,9 +422,10 @@ def cut_during_pull(
             injector.start(time.time())
         result = json.loads(_readline(client, timeout_s + 10))
         after = _port_counters(fabric)
-        recomputes = _recomputes(lab.options.metrics_port) if policy.recompute else 0
+        recomputes = _recomputes(lab.options.metrics_port) if policy.recompute and controller else 0
         port_bytes = {end: after[end] - before[end] for end in after}
-        return CutResult(result, chosen, carried, recomputes, cut_links, port_bytes)
+        cut_wall = _cut_wall(log_dir / "faults.jsonl") if chosen is not None else None
+        return CutResult(result, chosen, carried, recomputes, cut_links, port_bytes, cut_wall)
     finally:
         _stop(procs, injector, lab)
 

@@ -11,8 +11,9 @@ sender's rules (window, pacing, loss, retirement, probes) are `serving.kvwire.mr
 `SenderState`; this module only moves datagrams and keeps time.
 
 The pull's result says what the transport did (`MrcPullResult`): distinct EVs seen, EVs the
-sender retired (from its STATS answer to the final ACK), bytes retransmitted, and the corrupt
-and duplicate datagrams the receiver discarded.
+sender marked ASSUMED_BAD and how often it skipped one or a probe brought one back (from its
+STATS answer to the final ACK), bytes retransmitted, and the corrupt and duplicate datagrams
+the receiver discarded. Timers are modelled seconds, crossing to wall time through a `Clock`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from serving.kvwire.mrcreceiver import ReceiverState
 from serving.kvwire.mrcsender import Send, SenderState
 from serving.kvwire.paths import pick_source
 from serving.kvwire.pull import KVTransferError, PullResult
+from zcube_lab.core.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +119,10 @@ class MrcServer:
     """The prefill side: UDP at each KV address, `evs` EV sockets per address.
 
     `ev_ports`: the EV source ports of every address (the same list on each); an empty list
-    binds `evs` ephemeral ports (loopback tests: no fabric rules to match). `window` and `rate`
-    cap what a GET may ask for (0: no cap). `time_scale`: the run's time dilation k, by which
-    every timer (the sender's floors, idle drop, keeping finished answers) is longer."""
+    binds `evs` ephemeral ports (loopback tests: no fabric rules to match). Of each address's
+    EVs the last `spare_evs` are spares: out of the rotation until one of the same leg is
+    assumed bad and replaced. `time_scale`: the run's time dilation k, by which every timer
+    (the sender's floors, idle drop, keeping finished answers) is longer."""
 
     def __init__(
         self,
@@ -131,12 +134,16 @@ class MrcServer:
         mtu: int = w.DEFAULT_MTU,
         drop: Callable[[int, int, Send], bool] | None = None,
         time_scale: float = 1.0,
+        spare_evs: int = 0,
     ) -> None:
         self.lookup = lookup
-        self.k = time_scale  # dilation: every timer of the transport is k times longer
+        self.clock = Clock(time_scale)
         self.addrs = tuple(addrs)
         self.ev_ports = tuple(ev_ports)
         self.evs = len(self.ev_ports) or evs
+        if not 0 <= spare_evs < self.evs:
+            raise ValueError(f"spare_evs must be 0..{self.evs - 1}, not {spare_evs}")
+        self.spare_evs = spare_evs
         self.mss = w.payload_bytes(mtu)
         self.drop = drop  # tests: (connection, leg, send) -> lose it
         self.counters = ServerCounters()
@@ -181,10 +188,10 @@ class MrcServer:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             for cid, c in list(self._conns.items()):
-                if now - c.last_heard > IDLE_DROP_S * self.k:
+                if now - c.last_heard > self.clock.wall(IDLE_DROP_S):
                     self._end(cid)
             for cid, (at, _) in list(self._finished.items()):
-                if now - at > FINISHED_KEEP_S * self.k:
+                if now - at > self.clock.wall(FINISHED_KEEP_S):
                     del self._finished[cid]
 
     def _end(self, cid: int, stats: bytes | None = None) -> None:
@@ -221,7 +228,9 @@ class MrcServer:
                 window=window,
                 rate=get.rate,
                 now=time.monotonic(),
-                time_scale=self.k,
+                time_scale=self.clock.dilation,
+                delay_bound=get.delay_bound_us / 1e6,
+                active_per_leg=self.evs - self.spare_evs if self.spare_evs else 0,
             )
             c = _Conn(cid, data, state, last_heard=time.monotonic())
             self._conns[cid] = c
@@ -246,12 +255,8 @@ class MrcServer:
         c.state.on_ack(ack, now)
         if ack.done or c.state.done:
             st = c.state
-            stats = w.encode_stats(
-                cid,
-                w.Stats(
-                    st.sent_datagrams, st.retransmitted_bytes, len(st.used), tuple(st.retired_log)
-                ),
-            )
+            # The sender's times on the wall clock: the failover bench compares them with a cut's.
+            stats = w.encode_stats(cid, st.stats(time.time() - time.monotonic()))
             self.counters.finished += 1
             self._end(cid, stats)
             if ack.done:
@@ -266,7 +271,7 @@ class MrcServer:
         try:
             while not st.done:
                 now = time.monotonic()
-                if now - c.last_heard > IDLE_DROP_S * self.k:
+                if now - c.last_heard > self.clock.wall(IDLE_DROP_S):
                     # The receiver is gone (or every path to it is): stop, rather than resend.
                     log.info("mrc connection %d: receiver silent, dropped", c.conn_id)
                     self._conns.pop(c.conn_id, None)
@@ -317,11 +322,15 @@ async def start_mrc_server(
 @dataclass(frozen=True)
 class MrcPullResult(PullResult):
     """A `PullResult` (lanes = legs, paths_used = distinct (leg, EV) seen, source_ports = the
-    EVs seen) and what the transport did: the EVs the sender retired ((leg, EV) pairs, None
-    when its STATS answer never came), bytes it retransmitted, datagrams it sent, and what the
-    receiver discarded."""
+    EVs seen) and what the transport did: the EVs the sender marked ASSUMED_BAD ((leg, EV)
+    pairs, once per transition; None when its STATS answer never came), its SKIP and PROBE_OK
+    transitions, bytes it retransmitted, datagrams it sent, and what the receiver discarded."""
 
     retired_evs: tuple[tuple[int, int], ...] | None = None
+    skipped: int | None = None
+    restored: int | None = None
+    first_bad_wall: float | None = None  # time.time() of the first ASSUMED_BAD, of the last
+    last_retx_wall: float | None = None  # retransmission on a GOOD EV (sender's clock)
     retransmitted_bytes: int | None = None
     datagrams_sent: int | None = None
     datagrams_received: int = 0
@@ -400,16 +409,19 @@ async def pull_kv_mrc(
     window: int = DEFAULT_WINDOW,
     rate_bytes_s: float = 0.0,
     time_scale: float = 1.0,
+    delay_bound_s: float = 0.0,
 ) -> tuple[bytearray, MrcPullResult]:
     """Pull one request's KV over MRC-style datagrams on every address (one leg each); verify
     bytes and checksum. `rate_bytes_s` paces the sender per leg (0: window-limited only);
     `time_scale`, the dilation k, lengthens the receiver's timers (GET resend, ack flush,
-    keepalive, the wait for the sender's statistics)."""
-    k = time_scale
+    keepalive, the wait for the sender's statistics); `delay_bound_s` (modelled) goes to the
+    sender in the GET (`SenderState`'s delay bound: a pause is not a loss)."""
+    clock = Clock(time_scale)
     if not addrs:
         raise KVTransferError("no KV address to pull from")
     c = _Client(random.getrandbits(32), ReceiverState(num_bytes))
-    get = w.Get(request_id, num_bytes, window, int(rate_bytes_s), len(addrs))
+    bound_us = round(delay_bound_s * 1e6)
+    get = w.Get(request_id, num_bytes, window, int(rate_bytes_s), len(addrs), bound_us)
     try:
         for a in addrs:
             local = pick_source(a.host, source_map) or "0.0.0.0"
@@ -422,24 +434,25 @@ async def pull_kv_mrc(
                     for i, t in enumerate(c.legs):
                         if i not in c.heard:
                             t.sendto(w.encode_get(c.conn, i, get), (addrs[i].host, addrs[i].port))
-                    next_get = now + GET_RESEND_S * k
+                    next_get = now + clock.wall(GET_RESEND_S)
                 if c.not_found:
                     raise KVTransferError(
                         f"prefill at {addrs[0]} holds no KV of {num_bytes} bytes for {request_id}"
                     )
                 if c.unacked:
                     _send_ack(c, addrs, c.last)
-                elif c.heard and now - c.acked_at >= KEEPALIVE_S * k:
+                elif c.heard and now - c.acked_at >= clock.wall(KEEPALIVE_S):
                     _send_ack(c, addrs, None)  # echoes nothing: no stale RTT sample
                 c.changed.clear()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout((ACK_FLUSH_S if c.unacked else GET_RESEND_S) * k):
+                    wait = ACK_FLUSH_S if c.unacked else GET_RESEND_S
+                    async with asyncio.timeout(clock.wall(wait)):
                         await c.changed.wait()
             for _ in range(DONE_TRIES):
                 _send_ack(c, addrs, c.last)
                 c.changed.clear()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(DONE_WAIT_S * k):
+                    async with asyncio.timeout(clock.wall(DONE_WAIT_S)):
                         await c.changed.wait()
                 if c.stats is not None:
                     break
@@ -475,6 +488,10 @@ async def pull_kv_mrc(
         paths_used=len(c.seen),
         source_ports=tuple(sorted({ev for _, ev in c.seen})),
         retired_evs=st.retired if st else None,
+        skipped=st.skipped if st else None,
+        restored=st.restored if st else None,
+        first_bad_wall=st.first_bad_us / 1e6 if st and st.first_bad_us else None,
+        last_retx_wall=st.last_retx_us / 1e6 if st and st.last_retx_us else None,
         retransmitted_bytes=st.retransmitted_bytes if st else None,
         datagrams_sent=st.sent if st else None,
         datagrams_received=c.recv.datagrams,

@@ -122,12 +122,13 @@ class ReceiverState:
         """The ACK for what is held now, echoing `d` (the datagram that prompted it)."""
         cum = self.got.prefix
         above = [(s, e) for s, e in self.got.ranges() if s > 0]
-        if len(above) > MAX_SACK_RANGES:
+        partial = len(above) > MAX_SACK_RANGES
+        if partial:
             # The lowest ranges (the holes the sender must fill) and the highest (where new
             # data lands); the echoed datagram is acknowledged by its echo in any case.
             half = MAX_SACK_RANGES // 2
             above = above[:half] + above[-half:]
         ranges = tuple(above)
         if d is None:
-            return Ack(cum, 0, 0, 0, ranges, self.complete)
-        return Ack(cum, d.seq, d.ev, d.sent_us, ranges, self.complete)
+            return Ack(cum, 0, 0, 0, ranges, self.complete, partial)
+        return Ack(cum, d.seq, d.ev, d.sent_us, ranges, self.complete, partial)

@@ -7,15 +7,29 @@ flight, a `Send` what the sender wants sent next; the timer constants are `<WHAT
 (multiples of the smoothed RTT) with a floor `MIN_<WHAT>_S` in seconds.
 
 The sender (`SenderState`) keeps a window in bytes, paced at a rate (token bucket), puts every
-datagram on the next live EV round-robin (over the legs and each leg's EVs), and learns from
-every ACK which datagrams arrived. Loss: a datagram not acknowledged while one sent after it on
-the same EV was, once `LOSS_RTTS` of its leg's smoothed RTTs have passed since it was sent
-(or, with no later one acked, after the leg's retransmission timeout) is lost: its EV is
-retired at once and its bytes are retransmitted on another EV (as are the EV's other datagrams
-in flight). A retired EV is probed every `PROBE_INTERVAL_RTTS` RTTs; a probe's ack restores it.
-Congestion: an ack whose RTT exceeds the EV's own minimum by more than `QUEUE_DELAY_S` marks
-that EV slow for `SLOW_HOLD_RTTS`; new datagrams go to the EVs that are not slow while there
-are any (the ECN-free stand-in for MRC's congestion-driven EV swap).
+datagram on the next GOOD EV of the rotation (over the legs and each leg's active EVs), and
+learns from every ACK which datagrams arrived. The EVs' states are the spec's
+(`serving.kvwire.evstate`: GOOD, SKIP, ASSUMED_BAD, DENIED, the `ev_min_active` floor, spares
+of the same leg replacing a bad EV); this module says when their events happen.
+
+Loss, told from a pause. A path is FIFO, so a datagram not acknowledged while one sent after
+it on the same EV was is lost once `LOSS_RTTS` of its leg's smoothed RTTs have passed (unless
+the ack that said so left its offset unreported: `MAX_SACK_RANGES` cut the ranges). With no
+later datagram of its EV acknowledged, a datagram is lost only past the timeout: the leg's
+retransmission timeout, and at least the smoothed RTT plus `delay_bound`, the longest a
+datagram may wait in the path's queues without being dropped (the path's queue limits, and
+under the lossless model the full paused queues: a pause delays, it does not lose). A loss
+is a TIMEOUT event of its EV (ASSUMED_BAD unless the floor holds it GOOD; its datagrams in
+flight are sent again on other EVs). An ASSUMED_BAD EV is probed every `PROBE_INTERVAL_RTTS`
+RTTs; a probe's ack brings it back (PROBE_OK).
+
+Congestion: the lab's switch queues cannot mark ECN (docs/FAILURES.md) and cannot trim, so the
+signal is the queue delay in the echoed timestamps: an ack whose RTT exceeds its EV's own
+minimum by more than `QUEUE_DELAY_S` is a CONGESTION event (GOOD -> SKIP for one rotation).
+
+Times: `now` is wall seconds on any monotonic clock; the constants are modelled seconds (or
+multiples of measured, hence already dilated, RTTs) and cross to wall time through the run's
+`Clock`.
 """
 
 from __future__ import annotations
@@ -23,10 +37,12 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from serving.kvwire.evstate import USABLE, EvSet, EvState
 from serving.kvwire.mrcreceiver import RangeSet
-from serving.kvwire.mrcwire import Ack
+from serving.kvwire.mrcwire import Ack, Stats
+from zcube_lab.core.clock import Clock
 
 # Loss and congestion constants (in RTTs of the smoothed estimate, with floors in seconds so a
 # loopback RTT of microseconds does not turn scheduler jitter into losses).
@@ -37,28 +53,34 @@ MIN_RTO_S = 0.05
 PROBE_INTERVAL_RTTS = 8.0
 MIN_PROBE_S = 0.02
 QUEUE_DELAY_S = 0.02
-SLOW_HOLD_RTTS = 16.0
 INITIAL_RTT_S = 0.01
+# `ev_min_active` as a share of a connection's active EVs (the spec's examples use a quarter).
+MIN_ACTIVE_SHARE = 0.25
 
 
 # -- the sender -----------------------------------------------------------------------------
-@dataclass
+@dataclass(eq=False)
 class EV:
     """One entropy value of a connection: a UDP source port on one leg, hence one path."""
 
     leg: int
     port: int
-    retired_at: float | None = None
+    states: EvSet = field(repr=False)
+    retired_at: float | None = None  # when it last became ASSUMED_BAD
     probe_at: float = 0.0
     probe_seq: int | None = None
     min_rtt: float = float("inf")
-    slow_until: float = 0.0
     sent: int = 0
     retirements: int = 0
 
     @property
+    def state(self) -> EvState:
+        return self.states.state(self.key)
+
+    @property
     def live(self) -> bool:
-        return self.retired_at is None
+        """GOOD or SKIP: usable."""
+        return self.state in USABLE
 
     @property
     def key(self) -> tuple[int, int]:
@@ -90,7 +112,10 @@ class SenderState:
 
     A leg and its EVs (UDP source ports) join when the receiver's GET for it arrives
     (`add_leg`). `rate` is bytes per second per leg with a live EV (0: unpaced); `window` the
-    bytes in flight at most. Times are seconds on any monotonic clock."""
+    bytes in flight at most. Times are seconds on any monotonic clock. `time_scale`: the run's
+    dilation k (its `Clock`); `delay_bound`: the longest modelled time a datagram may spend in
+    its path's queues without being lost (0: no bound beyond the timeout's floor);
+    `active_per_leg`: EVs of a leg in the rotation at once, the rest spares (0: all)."""
 
     def __init__(
         self,
@@ -101,6 +126,8 @@ class SenderState:
         rate: float,
         now: float,
         time_scale: float = 1.0,
+        delay_bound: float = 0.0,
+        active_per_leg: int = 0,
     ) -> None:
         if mss < 1 or window < mss:
             raise ValueError(f"need mss >= 1 and window >= mss, not {mss}, {window}")
@@ -116,11 +143,15 @@ class SenderState:
         self._offsets: list[tuple[int, int]] = []  # (offset, seq) of the data in flight, sorted
         self.inflight_bytes = 0
         self.seq = 0
-        # Time dilation k (docs/DOMAIN.md section 4): the timers' floors and the queue-delay
-        # threshold are modelled times, so they are k times longer in wall time; the multiples
-        # of an RTT follow the (dilated) RTTs by themselves.
-        self.time_scale = time_scale
-        self.srtt = INITIAL_RTT_S * time_scale
+        # Time dilation k (docs/DOMAIN.md section 4): the timers' floors, the queue-delay
+        # threshold and the delay bound are modelled times, k times longer in wall time; the
+        # multiples of an RTT follow the (dilated) RTTs by themselves.
+        self.clock = Clock(time_scale)
+        self.delay_bound_wall = self.clock.wall(delay_bound)
+        self.srtt = self.clock.wall(INITIAL_RTT_S)
+        self.states = EvSet(min_active=1, active_per_leg=active_per_leg)
+        # The byte span the latest ack left unreported (its ranges cut to MAX_SACK_RANGES).
+        self.unreported: tuple[int, int] | None = None
         # Per leg: the smoothed RTT. Per EV: the latest-sent datagram known to have arrived.
         # Loss is judged within one EV only: an EV is one path, and a path is FIFO, so a later
         # datagram of the same EV arriving first means this one was lost; EVs of one leg take
@@ -130,21 +161,28 @@ class SenderState:
         self.ev_acked_seq: dict[tuple[int, int], int] = {}
         self.tokens = float(mss)
         self.token_time = now
-        self.turn = 0
         self.sent_datagrams = 0
         self.retransmitted_bytes = 0
-        self.retired_log: list[tuple[int, int]] = []
+        self.retired_log: list[tuple[int, int]] = []  # every GOOD/SKIP -> ASSUMED_BAD
         self.restored = 0
-        self.slowed = 0
+        self.slowed = 0  # CONGESTION events that skipped an EV
+        # Failover, as it happened: the first EV marked ASSUMED_BAD, the last retransmission
+        # sent on a GOOD EV (times as `now`; None: never).
+        self.first_bad_at: float | None = None
+        self.last_retx_at: float | None = None
         self.used: set[tuple[int, int]] = set()
         self._evs: list[EV] = []
+        self._by_key: dict[tuple[int, int], EV] = {}
 
     # -- legs and EVs -------------------------------------------------------------------------
     def add_leg(self, leg: int, ports: list[int]) -> bool:
         """Add a leg and its EVs; False if it was known already."""
         if leg in self.all_evs or not ports:
             return False
-        self.all_evs[leg] = [EV(leg, p) for p in ports]
+        self.all_evs[leg] = [EV(leg, p, self.states) for p in ports]
+        self._by_key.update((ev.key, ev) for ev in self.all_evs[leg])
+        self.states.add_leg(leg, list(ports))
+        self.states.min_active = max(1, int(MIN_ACTIVE_SHARE * len(self.states.rotation())))
         columns = itertools.zip_longest(*(self.all_evs[lg] for lg in sorted(self.all_evs)))
         self._evs = [ev for column in columns for ev in column if ev is not None]
         return True
@@ -154,33 +192,54 @@ class SenderState:
         return sorted(self.all_evs)
 
     def evs(self) -> list[EV]:
-        """Every EV, leg by leg, interleaved so that round-robin alternates the legs."""
+        """Every EV (spares too), leg by leg, interleaved so that the legs alternate."""
         return self._evs
 
-    def _pick(self, now: float) -> EV | None:
-        evs = self.evs()
-        if not evs:
-            return None
-        live = [e for e in evs if e.live]
-        fast = [e for e in live if e.slow_until <= now]
-        pool = fast or live
-        if not pool:
-            # Every EV retired: keep going on the one retired longest ago (it is also probed).
-            return min(evs, key=lambda e: e.retired_at or 0.0)
-        self.turn += 1
-        return pool[self.turn % len(pool)]
+    def _pick(self) -> EV | None:
+        key = self.states.pick()
+        if key is not None:
+            return self._by_key[key]
+        active = [self._by_key[k] for k in self.states.rotation()]
+        bad = [e for e in active if e.state is EvState.ASSUMED_BAD]
+        if not bad:
+            return None  # nothing active at all (every EV denied)
+        # Every active EV assumed bad (the floor counts usable ones only, and a probe may
+        # not have been answered yet): keep going on the one marked longest ago.
+        return min(bad, key=lambda e: e.retired_at or 0.0)
 
-    def _retire(self, ev: EV, now: float) -> None:
-        if not ev.live:
-            return
+    def _timeout(self, ev: EV, now: float) -> bool:
+        """A datagram of `ev` judged lost: its TIMEOUT event. True if it became ASSUMED_BAD."""
+        if self.states.timeout(ev.key) is False:
+            return False
         ev.retired_at = now
         ev.retirements += 1
+        if self.first_bad_at is None:
+            self.first_bad_at = now
         ev.probe_at = now + self.probe_interval
         ev.probe_seq = None
         self.retired_log.append(ev.key)
         # Its other datagrams in flight most likely went the same way: send them again now.
         for s in [s for s in self.inflight.values() if s.ev is ev]:
             self._lost(s)
+        return True
+
+    def stats(self, clock_offset: float = 0.0) -> Stats:
+        """What the sender did, for its STATS answer; `clock_offset` is added to its times
+        (to put them on another clock)."""
+        times = [
+            0 if t is None else round((t + clock_offset) * 1e6)
+            for t in (self.first_bad_at, self.last_retx_at)
+        ]
+        figures = (self.sent_datagrams, self.retransmitted_bytes, len(self.used))
+        return Stats(*figures, tuple(self.retired_log), self.slowed, self.restored, *times)
+
+    def deny(self, leg: int, port: int) -> bool:
+        """The controller forbids an EV (DENIED: never sent on, never probed)."""
+        return self.states.deny((leg, port))
+
+    def allow(self, leg: int, port: int) -> bool:
+        """The controller allows a denied EV again (GOOD)."""
+        return self.states.allow((leg, port))
 
     def _forget(self, s: Sent) -> None:
         """Take `s` out of flight."""
@@ -197,21 +256,24 @@ class SenderState:
 
     @property
     def probe_interval(self) -> float:
-        return max(MIN_PROBE_S * self.time_scale, PROBE_INTERVAL_RTTS * self.srtt)
+        return max(self.clock.wall(MIN_PROBE_S), PROBE_INTERVAL_RTTS * self.srtt)
 
     @property
     def loss_after(self) -> float:
-        return max(MIN_LOSS_S * self.time_scale, LOSS_RTTS * self.srtt)
+        return max(self.clock.wall(MIN_LOSS_S), LOSS_RTTS * self.srtt)
 
     @property
     def rto(self) -> float:
-        return max(MIN_RTO_S * self.time_scale, RTO_RTTS * self.srtt)
+        return max(self.clock.wall(MIN_RTO_S), RTO_RTTS * self.srtt)
 
     def leg_limits(self, leg: int) -> tuple[float, float]:
-        """(loss after, retransmission timeout) of a datagram on `leg`, from its own RTT."""
+        """(loss after, timeout) of a datagram on `leg`, wall seconds: the first when a later
+        datagram of its EV arrived, the second when none did (the retransmission timeout, and
+        at least the RTT plus the delay bound: a paused or full queue is not a loss)."""
         srtt = self.leg_srtt.get(leg, self.srtt)
-        k = self.time_scale
-        return max(MIN_LOSS_S * k, LOSS_RTTS * srtt), max(MIN_RTO_S * k, RTO_RTTS * srtt)
+        loss_after = max(self.clock.wall(MIN_LOSS_S), LOSS_RTTS * srtt)
+        rto = max(self.clock.wall(MIN_RTO_S), RTO_RTTS * srtt, srtt + self.delay_bound_wall)
+        return loss_after, rto
 
     @property
     def done(self) -> bool:
@@ -251,7 +313,7 @@ class SenderState:
         """The next datagram to send now, or None (window full, paced out, nothing to send
         or no leg yet). A due probe of a retired EV goes first."""
         for ev in self.evs():
-            if not ev.live and ev.probe_seq is None and now >= ev.probe_at:
+            if ev.state is EvState.ASSUMED_BAD and ev.probe_seq is None and now >= ev.probe_at:
                 self.seq += 1
                 ev.probe_seq = self.seq
                 ev.probe_at = now + self.probe_interval
@@ -265,7 +327,7 @@ class SenderState:
             return None
         if self.rate > 0 and self.tokens < self.mss:
             return None
-        ev = self._pick(now)
+        ev = self._pick()
         if ev is None:
             return None
         rng = self._next_range()
@@ -284,13 +346,15 @@ class SenderState:
         self.used.add(ev.key)
         if retransmit:
             self.retransmitted_bytes += length
+            if ev.state is EvState.GOOD:
+                self.last_retx_at = now
         return Send(self.seq, start, length, ev)
 
     def wake_at(self, now: float) -> float:
         """When `next_send` or `on_timer` may have something to do, at the latest."""
         times = [now + self.loss_after]
         for ev in self.evs():
-            if not ev.live and ev.probe_seq is None:
+            if ev.state is EvState.ASSUMED_BAD and ev.probe_seq is None:
                 times.append(ev.probe_at)
         if self.rate > 0 and self.tokens < self.mss:
             live_legs = max(1, len({e.leg for e in self.evs() if e.live}))
@@ -299,8 +363,9 @@ class SenderState:
 
     # -- acknowledgements and timers ------------------------------------------------------------
     def on_ack(self, ack: Ack, now: float) -> None:
-        """Learn what arrived; restore a probed EV; update the RTT and the slow marks."""
+        """Learn what arrived; a probe's answer (PROBE_OK); the RTT; queue delay (CONGESTION)."""
         spans = [(0, ack.cum), *ack.ranges]
+        self.unreported = ack.unreported()
         echoed = self.inflight.get(ack.echo_seq)
         if echoed is not None and echoed.ev.port == ack.echo_ev and echoed.length:
             # The echo proves that datagram arrived, whatever the ranges could not say.
@@ -317,11 +382,12 @@ class SenderState:
             self.leg_srtt[ev.leg] = 0.875 * leg_srtt + 0.125 * rtt
             ev.min_rtt = min(ev.min_rtt, rtt)
             if ev.probe_seq == ack.echo_seq:
-                ev.retired_at = None
                 ev.probe_seq = None
-                self.restored += 1
-            elif rtt - ev.min_rtt > QUEUE_DELAY_S * self.time_scale and ev.slow_until <= now:
-                ev.slow_until = now + SLOW_HOLD_RTTS * self.srtt
+                if self.states.probe_ok(ev.key):
+                    self.restored += 1
+            elif rtt - ev.min_rtt > self.clock.wall(QUEUE_DELAY_S) and self.states.congestion(
+                ev.key
+            ):
                 self.slowed += 1
         if echoed is not None and not echoed.length:
             self._forget(echoed)
@@ -337,9 +403,9 @@ class SenderState:
         self.on_timer(now)
 
     def on_timer(self, now: float) -> None:
-        """Declare lost what SACKs left behind for `loss_after` (or the RTO): retire its EV at
-        once and queue its bytes again; a probe unanswered for a probe interval renews the
-        retirement."""
+        """Declare lost what SACKs left behind for `loss_after` (or the timeout): its EV's
+        TIMEOUT event, its bytes queued again; a probe unanswered for a probe interval is
+        sent again later."""
         probe_interval = self.probe_interval
         limits = {leg: self.leg_limits(leg) for leg in self.all_evs}
         oldest_probe = min([probe_interval, *(lo for lo, _ in limits.values())])
@@ -357,9 +423,12 @@ class SenderState:
                         s.ev.probe_at = now
                 continue
             loss_after, rto = limits[s.ev.leg]
-            overtaken = s.seq < self.ev_acked_seq.get(s.ev.key, 0)
-            if (overtaken and age > loss_after) or age > rto:
-                if s.ev.live:
-                    self._retire(s.ev, now)
-                else:
-                    self._lost(s)
+            overtaken = s.seq < self.ev_acked_seq.get(s.ev.key, 0) and not self._unreported(s)
+            lost = (overtaken and age > loss_after) or age > rto
+            if lost and not self._timeout(s.ev, now):
+                self._lost(s)
+
+    def _unreported(self, s: Sent) -> bool:
+        """Whether the latest ack left `s`'s bytes out of its ranges (it may have arrived)."""
+        span = self.unreported
+        return span is not None and span[0] <= s.offset < span[1]

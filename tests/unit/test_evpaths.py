@@ -119,3 +119,20 @@ def test_one_dump_ports_gives_every_ports_tx_bytes() -> None:
            tx pkts=1, bytes=98, drop=0, errs=0, coll=0
 """
     assert switch_tx_bytes(text) == {5: 2875466, 12: 98}
+
+
+def test_the_mrc_delay_bound_is_the_path_s_full_queues_drained_and_longer_when_paused() -> None:
+    from zcube_lab.core.fabric.evpaths import mrc_delay_bound_s
+    from zcube_lab.core.fabric.queues import QueueModel, port_queue_limits
+    from zcube_lab.core.fabric.scale import Scale
+
+    scale, mtu = Scale(nic_mbps=100.0), 9000
+    queues = port_queue_limits(ROFT2, scale, mtu, QueueModel(packets=64))
+    lossy = mrc_delay_bound_s(ROFT2, scale, mtu, queues, "h5")
+    # Leaf up, spine down, leaf down: 3 switch queues of 64 x 9000 B at 50 Mb/s (a plane's).
+    assert lossy == pytest.approx(3 * 64 * 9000 * 8 / 50e6)
+    paused = mrc_delay_bound_s(ROFT2, scale, mtu, queues, "h5", lossless=True)
+    assert paused > lossy  # XOFF plus headroom per port
+    # Modelled time: a dilated lab shapes k times slower, the bound stays the same.
+    slow = Scale(nic_mbps=100.0, dilation=2.0)
+    assert mrc_delay_bound_s(ROFT2, slow, mtu, queues, "h5") == pytest.approx(lossy)

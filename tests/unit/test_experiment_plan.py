@@ -192,7 +192,14 @@ def test_the_mrc_transport_reaches_both_roles_and_paces_each_leg_under_its_nic_p
         assert cfg.kv_transport == "mrc"  # type: ignore[attr-defined]
         # ZCube's NIC is 2 ports of 50 Mb/s here: each leg uses one, paced at 95% of it.
         assert cfg.kv_mrc_rate_mbps == pytest.approx(47.5)  # type: ignore[attr-defined]
+        assert cfg.kv_mrc_delay_bound_ms == 0  # type: ignore[attr-defined]  # lossy: the RTO
         assert "--kv-transport" not in tcp[name].argv
+
+
+def test_under_the_lossless_model_mrc_s_delay_bound_is_the_full_paused_queues() -> None:
+    launches = _by_name(_plan(ZCUBE, kv_transport="mrc", nic_mbps=100.0, lossless=True))
+    bounds = {_config(v).kv_mrc_delay_bound_ms for n, v in launches.items() if "decode-" in n}  # type: ignore[attr-defined]
+    assert bounds and all(b > 100 for b in bounds)  # hundreds of modelled ms, not the 50 ms RTO
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import zlib
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from serving.config import Address
 from serving.kvwire import mrcreceiver, mrcsender
 from serving.kvwire import mrcwire as w
+from serving.kvwire.evstate import EvState
 from serving.kvwire.mrc import MrcServer, pull_kv_mrc
 from serving.kvwire.pull import KVTransferError
 
@@ -34,12 +36,12 @@ def test_a_datagram_round_trips_and_a_flipped_bit_fails_its_checksum() -> None:
 
 
 def test_get_ack_and_stats_round_trip() -> None:
-    get = w.Get("req-1", 10_000, 65536, 6_250_000, 2)
+    get = w.Get("req-1", 10_000, 65536, 6_250_000, 2, delay_bound_us=412_000)
     _, leg, conn, body = w.open_datagram(w.encode_get(9, 1, get))
     assert (leg, conn, w.decode_get(body)) == (1, 9, get)
-    ack = w.Ack(100, 3, 57345, 77, ((200, 300), (400, 500)), done=True)
+    ack = w.Ack(100, 3, 57345, 77, ((200, 300), (400, 500)), done=True, partial=True)
     assert w.decode_ack(w.open_datagram(w.encode_ack(9, 0, ack))[3]) == ack
-    stats = w.Stats(10, 2876, 16, ((0, 57344), (1, 57352)))
+    stats = w.Stats(10, 2876, 16, ((0, 57344), (1, 57352)), skipped=7, restored=1)
     assert w.decode_stats(w.open_datagram(w.encode_stats(9, stats))[3]) == stats
 
 
@@ -84,6 +86,17 @@ def test_the_receiver_places_by_offset_and_discards_duplicates() -> None:
     assert rx.complete and bytes(rx.buf) == b"a" * 10 + b"b" * 10 + b"c" * 10
     assert (rx.duplicates, rx.out_of_range, rx.placed_bytes) == (1, 1, 30)
     assert rx.ack(None).done
+
+
+def test_an_ack_with_more_ranges_than_fit_says_it_is_partial() -> None:
+    rx = mrcreceiver.ReceiverState(10_000)
+    for k in range(1, w.MAX_SACK_RANGES + 3):  # holes at every other 100 bytes
+        rx.on_data(w.Data(200 * k, k, 5, 0, b"x" * 100))
+    ack = rx.ack(None)
+    assert ack.partial and len(ack.ranges) == w.MAX_SACK_RANGES
+    lo, hi = ack.unreported() or (0, 0)
+    assert lo == 200 * (w.MAX_SACK_RANGES // 2) + 100 and hi > lo
+    assert not mrcreceiver.ReceiverState(100).ack(None).partial
 
 
 # -- sender -------------------------------------------------------------------------------------
@@ -183,27 +196,31 @@ def test_an_unanswered_probe_keeps_the_ev_retired() -> None:
     assert not ev.live and ev.probe_seq is None
 
 
-def test_without_any_ack_the_rto_declares_the_loss() -> None:
+def test_without_any_ack_the_rto_declares_the_loss_down_to_the_floor() -> None:
     st = _sender(num_bytes=200, legs=1, evs=2)
     sends = _drain(st, 0.0)
     st.on_timer(st.rto / 2)
     assert all(s.ev.live for s in sends)
     st.on_timer(st.rto + 0.001)
-    assert not any(s.ev.live for s in sends)
-    # Every EV retired: the sender still sends (on the EV retired longest ago).
-    assert len(_drain(st, st.rto + 0.002)) >= 1
+    # ev_min_active (at least 1) holds the last usable EV GOOD; both datagrams go out again.
+    assert [s.ev.live for s in sends] == [False, True] and st.states.held_by_floor == 1
+    again = _drain(st, st.rto + 0.002)
+    assert sorted(s.offset for s in again) == [0, 100]
+    assert all(s.ev is sends[1].ev for s in again)
 
 
-def test_queue_delay_in_the_acks_marks_an_ev_slow_and_new_data_avoids_it() -> None:
-    st = _sender(num_bytes=100 * 100, legs=1, evs=2, window=200)
-    a, b = _drain(st, 0.0)
-    st.on_ack(_ack_for([a, b], a), 0.001)  # a's path: 1 ms
-    c, d = _drain(st, 0.001)
-    slow = c if c.ev is a.ev else d
-    st.on_ack(_ack_for([a, b, c, d], slow), 0.001 + mrcsender.QUEUE_DELAY_S + 0.01)
-    assert slow.ev.slow_until > 0.05 and st.slowed == 1
-    later = _drain(st, 0.04)
-    assert later and all(s.ev is not slow.ev for s in later)
+def test_queue_delay_in_the_acks_skips_the_ev_for_one_rotation() -> None:
+    st = _sender(num_bytes=100 * 100, legs=1, evs=3, window=300)
+    a, b, c = _drain(st, 0.0)
+    st.on_ack(_ack_for([a, b, c], a), 0.001)  # a's path: 1 ms
+    d, e, f = _drain(st, 0.001)
+    slow = next(s for s in (d, e, f) if s.ev is a.ev)
+    st.on_ack(_ack_for([a, b, c, d, e, f], slow), 0.001 + mrcsender.QUEUE_DELAY_S + 0.01)
+    assert slow.ev.state is EvState.SKIP and st.slowed == 1
+    later = _drain(st, 0.04)  # three datagrams: the rotation passes the skipped EV once
+    assert len(later) == 3 and sum(s.ev is slow.ev for s in later) == 1
+    assert slow.ev.state is EvState.GOOD
+    assert later[-1].ev is slow.ev  # its turn came round again after the two others
 
 
 # -- loopback pulls -----------------------------------------------------------------------------
@@ -451,5 +468,36 @@ def test_a_dilated_pull_with_a_lost_ev_completes_with_both_ends_at_the_same_k() 
             server.close()
         assert bytes(buf) == data
         assert res.retired_evs and all(ev in dead for _leg, ev in res.retired_evs)
+
+    asyncio.run(go())
+
+
+def test_a_lost_ev_is_replaced_by_its_legs_spare_and_the_sender_says_when() -> None:
+    data = random.Random(6).randbytes(400_000)
+    dead: set[tuple[int, int]] = set()
+
+    def drop(_conn: int, leg: int, send: mrcsender.Send) -> bool:
+        if not dead:
+            dead.add((leg, send.ev.port))
+        return (leg, send.ev.port) in dead
+
+    async def go() -> None:
+        server, addrs = await _serve(data, drop=drop, spare_evs=1)
+        spares = {(i, server.ports(i)[-1]) for i in range(len(addrs))}
+        try:
+            t0 = time.time()
+            buf, res = await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=10)
+        finally:
+            server.close()
+        assert bytes(buf) == data
+        assert res.retired_evs is not None and set(res.retired_evs) == dead
+        (leg, _port) = next(iter(dead))
+        spare = next(s for s in spares if s[0] == leg)
+        assert spare[1] in res.source_ports  # the dead EV's own leg's spare took over
+        other = next(s for s in spares if s[0] != leg)
+        # 3 active EVs a leg: the dead one never arrived, its spare did; the other leg kept its 3
+        assert res.paths_used == 2 * 3 and other[1] not in res.source_ports
+        assert res.first_bad_wall is not None and res.last_retx_wall is not None
+        assert t0 < res.first_bad_wall <= res.last_retx_wall < time.time()
 
     asyncio.run(go())

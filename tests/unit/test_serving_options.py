@@ -54,6 +54,7 @@ DECODE = DecodeConfig(
     kv_chunk_bytes=65536, kv_chunks_per_lane=2, kv_retries=1, kv_timeout_s=4.0,
     kv_stall_timeout_s=0.25,
     kv_max_retired=0, kv_path_hold_s=7.5, kv_transport="mrc", kv_mrc_rate_mbps=47.5,
+    kv_mrc_delay_bound_ms=412.5,
     kv_log="/tmp/run/kv-d0.jsonl", max_num_seqs=16,
     eos_probability=0.0,
 )  # fmt: skip

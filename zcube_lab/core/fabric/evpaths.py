@@ -17,7 +17,7 @@ Pure: no switch, no socket.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.scale import Scale
@@ -136,3 +136,46 @@ def mrc_leg_mbps(fabric: Fabric, scale: Scale, hosts: Iterable[str]) -> float:
     if not rates:
         raise ValueError(f"no linked NIC port on {list(hosts)}")
     return MRC_PACE_SHARE * min(rates)
+
+
+def mrc_delay_bound_s(
+    fabric: Fabric,
+    scale: Scale,
+    mtu: int,
+    queue_packets: Mapping[str, int],
+    host: str,
+    *,
+    lossless: bool = False,
+) -> float:
+    """Modelled seconds a datagram into `host` may wait in its path's switch queues without
+    being dropped (the mrc sender's delay bound: past it, a datagram nothing overtook is lost):
+    the switch egress ports of the longest shortest path from any host, each counted as the
+    fullest port of the fabric drained at its rate. Lossy, a full port holds its queue limit
+    (`queue_packets`, by interface name); under the lossless model a paused port holds its
+    whole FIFO (XOFF plus headroom, `lossless.port_thresholds`), all of which drains before
+    a datagram behind it moves."""
+    from zcube_lab.core.fabric.lossless import port_thresholds
+
+    shaped = {}
+    modelled = {}
+    for lk in fabric.links:
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2)):
+            shaped[f"{node}-eth{port}"] = scale.link_mbps(fabric, lk.gbps)
+            modelled[f"{node}-eth{port}"] = scale.modelled_mbps(fabric, lk.gbps)
+    if lossless:
+        held = {p: t.limit for p, t in port_thresholds(fabric, queue_packets, shaped, mtu).items()}
+    else:
+        held = {p: n * mtu for p, n in queue_packets.items() if fabric.is_switch(p.split("-")[0])}
+    if not held:
+        return 0.0
+    drain = max(held[p] * 8 / (modelled[p] * 1e6) for p in held)
+    targets = {fabric.attachments[(host, i.index)].switch for i in fabric.host(host).interfaces}
+    hops = 0
+    for t in targets:
+        reach = fabric.switch_distances[t]
+        for h in fabric.hosts:
+            for i in h.interfaces:
+                first = fabric.attachments.get((h.name, i.index))
+                if first is not None and first.switch in reach:
+                    hops = max(hops, reach[first.switch] + 1)
+    return hops * drain
