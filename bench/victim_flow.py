@@ -35,12 +35,12 @@ from emulator.lab.network import Lab  # noqa: E402
 from emulator.lab.options import LabOptions  # noqa: E402
 from emulator.probes.cutprobe import PORT, _readline, mrc_rate_mbps, stop_probes  # noqa: E402
 from emulator.results.report import median_spread  # noqa: E402
+from zcube_lab.adapters.ports import free_port  # noqa: E402
 from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
 from zcube_lab.core.fabric.description import Fabric, FabricSpec  # noqa: E402
 from zcube_lab.core.fabric.hostplan import kv_source_map  # noqa: E402
 from zcube_lab.core.fabric.scale import Scale  # noqa: E402
 from zcube_lab.core.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy  # noqa: E402
-from zcube_lab.core.ports import free_port  # noqa: E402
 
 FABRICS = {
     "roft-2planes": FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2, planes=2),
