@@ -353,6 +353,21 @@ def _our_options(argv: list[str]) -> dict[str, object]:
     return vars(parser.parse_known_args(argv, env_vars={})[0])
 
 
+def test_the_default_comparisons_locust_draws_its_rate_times_the_window() -> None:
+    # `compare --workload coding-agent --duration 45` (seed 1): Locust, started with the plan's
+    # argv, draws the profile's 2 req/s for 45 s as round(2 x 45) = 90 arrivals inside the window
+    # (arrivals.counted), the same 90 on every fabric; an open-ended Poisson draw sent 100.
+    plan = _plan(workload="coding-agent", seed=1, duration_s=45)
+    argv = plan.locust_argv(GATEWAY_PORT, 19200, out_dir=Path("/results/run-1"))
+    options = argparse.Namespace(**_our_options(argv))
+    run = locust_ext.build_run(argparse.Namespace(parsed_options=options, host="http://h:1"))
+    times = [r.t for r in run.plan]
+    assert (run.duration, run.arrival["process"], run.arrival["rate"]) == (45.0, "poisson", 2.0)
+    assert len(times) == 90 and times[0] > 0 and times[-1] < 45
+    roft = _plan(FabricSpec.of("roft", servers=4), workload="coding-agent", seed=1, duration_s=45)
+    assert roft.locust_argv(GATEWAY_PORT, 19200, out_dir=Path("/results/run-1")) == argv
+
+
 def test_distributed_locust_master_runs_no_plan_and_expects_every_worker() -> None:
     plan = _plan(ROFT, workload="chat", seed=9, rate=2.5, duration_s=30, drain_s=20)
     out = Path("/results/run-1")
