@@ -125,9 +125,36 @@ def cell(runs: Sequence[RunPoint], summaries: dict[str, dict[str, Any]], rate: f
                 "switch_drops": spread([f["drops"] for f in figs]),
                 "pauses": spread([f["pauses"] for f in figs]),
                 "rto": spread(rto),
+                **production_figures(at),
             },
         }
     return out
+
+
+def _get(d: Any, *keys: str) -> float | None:
+    for k in keys:
+        if not isinstance(d, dict) or d.get(k) is None:
+            return None
+        d = d[k]
+    return float(d) if isinstance(d, int | float) else None
+
+
+def production_figures(at: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The production cell's figures where the runs have them (spreads, None without): decode
+    and prefill tokens per GPU-second (the BMWG TPS_per_GPU), the EP exchange's p50 and p99 in
+    ms (modelled), and the share of EP exchanges delayed by a pause another class raised."""
+
+    def each(*keys: str, scale: float = 1.0) -> dict[str, float] | None:
+        vals = [v * scale for s in at if (v := _get(s, *keys)) is not None]
+        return spread(vals)
+
+    return {
+        "decode_tps_per_gpu": each("bmwg", "TPS_per_GPU", "output"),
+        "prefill_tps_per_gpu": each("bmwg", "TPS_per_GPU", "input"),
+        "ep_p50_ms": each("transfers", "alltoall_p50_s", scale=1e3),
+        "ep_p99_ms": each("transfers", "alltoall_p99_s", scale=1e3),
+        "ep_victim_share": each("victims", "victim_share"),
+    }
 
 
 HEAD = ["fabric", "capacity req/s", "vs baseline", "trusted", "runs at the rate",

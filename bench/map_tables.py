@@ -1,6 +1,7 @@
 """Benchmark report: docs/RESULTS.md's map tables, regenerated from the committed JSON
 (issue 33 item 5).
 
+    .venv/bin/python bench/map_tables.py --table default      # the default comparison's table
     .venv/bin/python bench/map_tables.py --table summary      # the first screen's table
     .venv/bin/python bench/map_tables.py --table map          # the map's table
     .venv/bin/python bench/map_tables.py --table kv-heavy     # one cell's table, per fabric
@@ -30,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.default_table import default_table  # noqa: E402
 from bench.map_cell import rows as cell_rows  # noqa: E402
 from bench.map_cell import text  # noqa: E402
 from emulator.results.capacity import (  # noqa: E402
@@ -283,13 +285,17 @@ def cell_table(name: str, folder: Path = MAP) -> list[str]:
 
 def table(name: str, folder: Path = MAP) -> list[str]:
     """The table `--table name` prints."""
+    if name == "default":
+        return default_table()
     if name == "summary":
         return summary_table(folder)
     if name == "map":
         return map_table(folder)
     if name in cell_names(folder):
         return cell_table(name, folder)
-    raise ValueError(f"no table {name!r}: summary, map or one of {', '.join(cell_names(folder))}")
+    raise ValueError(
+        f"no table {name!r}: default, summary, map or one of {', '.join(cell_names(folder))}"
+    )
 
 
 def blocks(doc: str) -> list[tuple[str, str]]:
@@ -319,7 +325,7 @@ def missing_runs(doc: str, folder: Path = MAP) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--table", help="summary, map, or a cell's name")
+    parser.add_argument("--table", help="default, summary, map, or a cell's name")
     parser.add_argument("--write", action="store_true", help="rewrite docs/RESULTS.md's blocks")
     args = parser.parse_args(argv)
     if args.write:

@@ -37,7 +37,7 @@ def test_each_generated_block_regenerates(name: str, text: str) -> None:
 
 def test_every_map_table_is_generated() -> None:
     names = {n for n, _ in blocks(DOC)}
-    assert {"summary", "map", *cell_names()} <= names
+    assert {"default", "summary", "map", *cell_names()} <= names
 
 
 def test_rewrite_is_a_fixed_point() -> None:

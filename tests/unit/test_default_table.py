@@ -1,0 +1,43 @@
+"""The default comparison's table in RESULTS (bench/default_table.py): counts of runs trusted
+and requests, medians over trustworthy runs only, differences against the baseline."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.default_table import default_table, spread
+
+
+def _run(fabric: str, ttft: float, trusted: bool = True) -> dict:
+    return {"run": f"x-{fabric}", "fabric": fabric, "trustworthy": trusted, "reasons": [],
+            "requests": 90, "completed": 90,
+            "figures": {"TTFT p99 client (s)": ttft, "switch queue drops": 0.0}}  # fmt: skip
+
+
+def test_medians_of_trusted_runs_against_the_baseline(tmp_path: Path) -> None:
+    data = {
+        "baseline": "roft",
+        "labels": ["TTFT p99 client (s)", "switch queue drops", "KV pulls stalled"],
+        "runs": [_run("zcube", 1.1), _run("roft", 1.0), _run("zcube", 1.3), _run("roft", 1.0),
+                 _run("zcube", 9.0, trusted=False)],
+    }  # fmt: skip
+    path = tmp_path / "default.json"
+    path.write_text(json.dumps(data))
+    lines = default_table(path)
+    assert lines[0] == "| metric | ZCube | ROFT | ZCube vs ROFT |"
+    assert "| trustworthy runs | 2 of 3 | 2 of 2 | |" in lines
+    assert "| requests in each run | 90 sent, 90 completed | 90 sent, 90 completed | |" in lines
+    # the untrusted 9.0 is left out: median of 1.1 and 1.3
+    assert "| TTFT p99 client (s) | 1.2 [1.1-1.3] | 1 | +20.0% |" in lines
+    assert "| switch queue drops | 0 | 0 |  |" in lines
+    assert not any(line.startswith("| KV pulls stalled") for line in lines)  # no run has it
+
+
+def test_spread_folds_equal_values() -> None:
+    assert spread([2.0, 2.0]) == "2"
+    assert spread([14520.0, 14600.0, 14500.0]) == "14,520 [14,500-14,600]"
+    assert spread([]) == "-"
