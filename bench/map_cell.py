@@ -43,12 +43,26 @@ from emulator.results.capacity import fabric_capacities  # noqa: E402
 from emulator.results.sweeppoints import SWEEP_FILE, RunPoint  # noqa: E402
 
 
+def check_seeds(seeds: dict[int, dict[str, int]]) -> None:
+    """Refuse a cell whose fabrics ran a repeat with different seeds (their requests differ, so
+    their capacities are not comparable): `seeds` maps a repeat to {run: seed}."""
+    for repeat, runs in sorted(seeds.items()):
+        used: dict[int, list[str]] = {}
+        for run, seed in runs.items():
+            used.setdefault(seed, []).append(run)
+        if len(used) > 1:
+            which = "; ".join(f"seed {s}: {', '.join(sorted(r))}" for s, r in sorted(used.items()))
+            raise SystemExit(f"repeat {repeat} ran with different seeds across runs ({which}): "
+                             "a cell compares fabrics on the same requests")  # fmt: skip
+
+
 def load(folders: Sequence[Path]) -> tuple[list[RunPoint], dict[str, dict[str, Any]], dict]:
     """The run points of every sweep, each run's summary by run name, and the first sweep's
-    settings (workload, SLO, rates)."""
+    settings (workload, SLO, rates); runs of one repeat with different seeds are refused."""
     runs: list[RunPoint] = []
     summaries: dict[str, dict[str, Any]] = {}
     first: dict[str, Any] = {}
+    seeds: dict[int, dict[str, int]] = {}
     for folder in folders:
         data = json.loads((folder / SWEEP_FILE).read_text())
         first = first or data
@@ -59,6 +73,9 @@ def load(folders: Sequence[Path]) -> tuple[list[RunPoint], dict[str, dict[str, A
             config = json.loads((run / "config.json").read_text())
             summary = json.loads((run / "summary.json").read_text())
             summaries[point.run] = summary | {"dilation": config.get("dilation") or 1.0}
+            if config.get("seed") is not None:
+                seeds.setdefault(point.repeat, {})[point.run] = config["seed"]
+    check_seeds(seeds)
     return runs, summaries, first
 
 

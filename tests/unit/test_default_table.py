@@ -1,5 +1,6 @@
 """The default comparison's table in RESULTS (bench/default_table.py): counts of runs trusted
-and requests, medians over trustworthy runs only, differences against the baseline."""
+and requests, medians over trustworthy runs only, differences against the baseline; a map cell
+whose fabrics ran a repeat on different seeds is refused (bench/map_cell.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import pytest
 
 from bench.default_table import default_table, spread
 
@@ -41,3 +44,12 @@ def test_spread_folds_equal_values() -> None:
     assert spread([2.0, 2.0]) == "2"
     assert spread([14520.0, 14600.0, 14500.0]) == "14,520 [14,500-14,600]"
     assert spread([]) == "-"
+
+
+def test_a_cell_whose_fabrics_ran_a_repeat_on_different_seeds_is_refused() -> None:
+    from bench.map_cell import check_seeds
+
+    check_seeds({1: {"a-zcube-r1": 1, "a-roft-r1": 1}, 2: {"a-zcube-r2": 2, "a-roft-r2": 2}})
+    with pytest.raises(SystemExit) as e:
+        check_seeds({1: {"a-zcube-r1": 1, "b-roft-r1": 7}})
+    assert "repeat 1" in str(e.value) and "seed 7: b-roft-r1" in str(e.value)
