@@ -5,6 +5,7 @@
     .venv/bin/python bench/map_tables.py --table summary      # the first screen's table
     .venv/bin/python bench/map_tables.py --table map          # the map's table
     .venv/bin/python bench/map_tables.py --table kv-heavy     # one cell's table, per fabric
+    .venv/bin/python bench/map_tables.py --table gpu-production  # tokens per GPU, EP, victims
     .venv/bin/python bench/map_tables.py --write              # rewrite every generated block
 
 Reads only `bench/results/map/`: each cell's `NAME-sweep.json` (every run point the sweep
@@ -283,10 +284,42 @@ def cell_table(name: str, folder: Path = MAP) -> list[str]:
     return out
 
 
+def production_table(name: str, folder: Path = MAP) -> list[str]:
+    """A production cell's table: per fabric its capacity, runs, and at the common rate the
+    figures production's story is about: decode and prefill tokens per GPU-second, TTFT p99,
+    the EP exchange's p50/p99, the share of EP exchanges delayed by a pause KV raised, pauses."""
+    cell = load_cell(name, folder)
+    out = [
+        "| fabric | capacity req/s, seeds' met-missed | trusted of held | decode tokens/s per "
+        "GPU | prefill tokens/s per GPU | TTFT p99 s | EP exchange p50 / p99 ms | EP exchanges "
+        "behind a KV-raised pause | pauses a run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for variant in cell["fabrics"]:
+        f = fabric(Entry(variant, name, variant), folder)
+        a = f.figures or {}
+        out.append(
+            f"| {variant} | {capacity_text(f.capacity) if f.capacity else '-'} | "
+            f"{f.trusted} of {f.runs} | {text(a.get('decode_tps_per_gpu'), '.2f')} | "
+            f"{text(a.get('prefill_tps_per_gpu'), ',.0f')} | {text(a.get('ttft_p99_s'), '.2f')} | "
+            f"{text(a.get('ep_p50_ms'), '.1f')} / {text(a.get('ep_p99_ms'), '.1f')} | "
+            f"{text(a.get('ep_victim_share'), '.1%')} | {text(a.get('pauses'), ',.0f')} |"
+        )
+    out.append("")
+    out.append(
+        f"At the common rate {cell['common_rate']:g} req/s (trustworthy runs only); rates run "
+        f"{', '.join(f'{r:g}' for r in cell['rates'])}; `bench/results/map/{name}.json` and "
+        f"`{name}-sweep.json`."
+    )
+    return out
+
+
 def table(name: str, folder: Path = MAP) -> list[str]:
     """The table `--table name` prints."""
     if name == "default":
         return default_table()
+    if name.startswith("gpu-") and name[4:] in cell_names(folder):
+        return production_table(name[4:], folder)
     if name == "summary":
         return summary_table(folder)
     if name == "map":
