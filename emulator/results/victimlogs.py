@@ -5,7 +5,7 @@ exact logs as `victims.Transfer`s, pause episodes from the lossless agent's epis
 Files in the run's folder: `logs/ep-<engine id>.jsonl` (one line per engine step: `start`,
 `end` wall-clock seconds, `bytes_sent`, `bytes_received`), `logs/kv-<decode engine id>.jsonl`
 (one line per pull attempt: `start`, `end`, `bytes`, `ok`, `engine_id` the prefill engine), and
-`lossless-episodes.jsonl` (one `PauseEpisode` per line, wall-clock times: what the agent's hook
+`logs/lossless-episodes.jsonl` (one `PauseEpisode` per line, wall-clock times: what the agent's hook
 writes, docs/LOSSLESS.md). An exchange crosses the ports of every route between its engine's
 host and its EP peers, both ways; a pull those between the prefill's host and the decode's.
 The times the report gives are divided by the run's dilation (modelled seconds).
@@ -78,10 +78,10 @@ def run_victims(
 ) -> VictimReport | None:
     """The run's victim accounting, times in modelled seconds; None when it has no episode
     log (the agent did not record episodes, or the run was lossy)."""
-    episodes_file = run_dir / EPISODES_FILE
+    logs = run_dir / "logs"
+    episodes_file = logs / EPISODES_FILE  # the lab's folder of a run: beside the agent's report
     if not episodes_file.is_file():
         return None
-    logs = run_dir / "logs"
     transfers = ep_transfers(read_logs(logs, EP_LOG_PREFIX), fabric, placement)
     transfers += kv_transfers(read_logs(logs, KV_LOG_PREFIX), fabric, placement)
     report = account(transfers, read_episodes(episodes_file))

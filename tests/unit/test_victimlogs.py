@@ -42,7 +42,7 @@ def test_a_kv_raised_pause_delays_an_exchange_on_its_port(tmp_path: Path) -> Non
     # peer's NIC port, on the exchange's route back
     paused = frozenset({f"{peer}-eth0"})
     episode = PauseEpisode(f"leaf{decode.rail}-eth9", 10.1, 10.3, paused, "kv")
-    _write(tmp_path / EPISODES_FILE, [episode.to_dict()])
+    _write(tmp_path / "logs" / EPISODES_FILE, [episode.to_dict()])
     r = run_victims(tmp_path, ROFT, PLACE, Clock(2.0))
     assert r is not None
     assert (r.ep_exchanges, r.ep_victims) == (2, 1)
