@@ -90,9 +90,12 @@ def _result(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
 
 
 def one_lab(
-    fabric: Fabric, tname: str, lossless: bool, incast_bytes: int, victim_bytes: int, log_dir: Path
+    fabric: Fabric, tname: str, lossless: bool, incast_bytes: int, log_dir: Path
 ) -> dict[str, Any]:
-    """One lab: the victim alone, then the incast with the victim beside it."""
+    """One lab: the victim alone, then the incast with the victim beside it. The victim pulls
+    what its sender's server serves, the incast's size (a server serves one size: a pull of
+    another is refused as a size mismatch)."""
+    victim_bytes = incast_bytes
     policy, transport = TRANSPORTS[tname]
     mrc = transport == "mrc"
     lab = Lab(
@@ -177,8 +180,9 @@ def main() -> int:
     parser.add_argument("--transports", default=",".join(TRANSPORTS), help=f"of {TRANSPORTS}")
     parser.add_argument("--modes", default=",".join(MODES), help=f"of {MODES}")
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--incast-mib", type=float, default=3.0, help="each incast pull, MiB")
-    parser.add_argument("--victim-mib", type=float, default=4.0, help="the victim pull, MiB")
+    parser.add_argument(
+        "--incast-mib", type=float, default=3.0, help="each incast pull and the victim's, MiB"
+    )
     parser.add_argument("--out", type=Path, help="also write every lab's pulls as JSON here")
     args = parser.parse_args()
     fabrics = [f for f in args.fabrics.split(",") if f]
@@ -196,7 +200,7 @@ def main() -> int:
                     with tempfile.TemporaryDirectory() as tmp:
                         lab = one_lab(
                             fabric, tname, mode == "lossless", int(args.incast_mib * 2**20),
-                            int(args.victim_mib * 2**20), Path(tmp),
+                            Path(tmp),
                         )  # fmt: skip
                     results.setdefault((name, tname, mode), []).append(lab)
                     print(
