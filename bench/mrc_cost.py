@@ -20,12 +20,15 @@ Repeats alternate the transports (and the trees, with `--trees`: each a checkout
 is the median over the repeats with the lowest and highest beside it. Printed per tree,
 transport and size: CPU-seconds per GB moved (client, server, both), Gb/s (bytes over the
 pulls' wall time) and MRC's retransmitted share. Writes bench/results/mrc_cost.json.
+`--profile DIR` runs both ends under cProfile (DIR/TRANSPORT-ROLE.prof; the figures then
+include its overhead, so read only where the time goes).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
 import random
@@ -47,6 +50,7 @@ RESULTS = HERE / "bench" / "results" / "mrc_cost.json"
 HOSTS = ("127.0.0.1", "127.0.0.2")
 TRANSPORTS = ("mrc", "tcp")
 GB = 1e9
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Pull:
     client_cpu_s: float
     server_cpu_s: float
     retransmitted: int = 0
+    kernel_cpu_s: float = 0.0  # of both ends' CPU, in the kernel (10 ms ticks: read summed)
+    wakes: int = 0  # both ends' event loops' sleeps (voluntary context switches)
 
 
 def task_cpu_s(pid: int) -> float:
@@ -69,6 +75,20 @@ def task_cpu_s(pid: int) -> float:
         except (FileNotFoundError, ProcessLookupError):
             continue  # a thread that ended between the listing and the read
     return total / 1e9
+
+
+def kernel_s(pid: int) -> float:
+    """CPU seconds process `pid` has spent in the kernel (/proc/PID/stat's stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[12]) / CLK_TCK
+
+
+def sleeps(pid: int) -> int:
+    """Voluntary context switches of process `pid`'s main thread (its event loop's sleeps)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
 
 
 def kv_buffer(size: int) -> bytes:
@@ -146,10 +166,14 @@ async def pull(
     out = []
     for n in sizes:
         for _ in range(pulls):
+            k0 = kernel_s(os.getpid()) + kernel_s(server)
+            w0 = sleeps(os.getpid()) + sleeps(server)
             c0, s0, t0 = time.process_time(), task_cpu_s(server), time.perf_counter()
             resent = await one(n)
             t1, c1, s1 = time.perf_counter(), time.process_time(), task_cpu_s(server)
-            out.append(Pull(n, t1 - t0, c1 - c0, s1 - s0, resent))
+            k1 = kernel_s(os.getpid()) + kernel_s(server)
+            w1 = sleeps(os.getpid()) + sleeps(server)
+            out.append(Pull(n, t1 - t0, c1 - c0, s1 - s0, resent, k1 - k0, w1 - w0))
     return out
 
 
@@ -159,6 +183,9 @@ def run_once(tree: Path, transport: str, args: argparse.Namespace) -> list[Pull]
     env = {**os.environ, "MRC_COST_TREE": str(tree)}
     me = [sys.executable, str(Path(__file__).resolve())]
     common = ["--sizes", args.sizes, "--evs", str(args.evs)]
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        common += ["--profile", str(args.profile.resolve())]
     server = subprocess.Popen(
         [*me, "--serve", transport, *common], env=env, cwd=tree, text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -196,6 +223,8 @@ class Figures:
     server_s_per_gb: float
     gbps: float
     resent_share: float
+    kernel_share: float
+    wakes_per_mb: float
 
 
 def figures(pulls: list[Pull], size: int = 0) -> Figures:
@@ -206,7 +235,11 @@ def figures(pulls: list[Pull], size: int = 0) -> Figures:
     server = sum(p.server_cpu_s for p in chosen) / moved * GB
     wall = sum(p.wall_s for p in chosen)
     resent = sum(p.retransmitted for p in chosen) / moved
-    return Figures(size, client + server, client, server, moved * 8 / wall / GB, resent)
+    cpu = sum(p.client_cpu_s + p.server_cpu_s for p in chosen)
+    kernel = sum(p.kernel_cpu_s for p in chosen) / cpu if cpu else 0.0
+    wakes = sum(p.wakes for p in chosen) / moved * 1e6
+    gbps = moved * 8 / wall / GB
+    return Figures(size, client + server, client, server, gbps, resent, kernel, wakes)
 
 
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -221,7 +254,7 @@ def table(runs: dict[tuple[str, str], list[list[Pull]]], sizes: list[int]) -> li
     """One line per (tree, transport, size), the medians over the repeats."""
     lines = [
         f"{'tree':<8} {'kv':<4} {'size':>6}  {'CPU-s/GB both':<22} {'client':<8} "
-        f"{'server':<8} {'Gb/s':<20} resent"
+        f"{'server':<8} {'Gb/s':<20} {'resent':<7} {'kernel':<7} wakes/MB"
     ]
     for (tree, transport), reps in runs.items():
         for size in [*sizes, 0]:
@@ -233,7 +266,9 @@ def table(runs: dict[tuple[str, str], list[list[Pull]]], sizes: list[int]) -> li
                 f"{statistics.median(x.client_s_per_gb for x in f):<8.2f} "
                 f"{statistics.median(x.server_s_per_gb for x in f):<8.2f} "
                 f"{spread([x.gbps for x in f]):<20} "
-                f"{statistics.median(x.resent_share for x in f):.2%}"
+                f"{statistics.median(x.resent_share for x in f):<7.2%} "
+                f"{statistics.median(x.kernel_share for x in f):<7.0%} "
+                f"{statistics.median(x.wakes_per_mb for x in f):.0f}"
             )
     return lines
 
@@ -252,21 +287,29 @@ def main() -> int:
     p.add_argument("--evs", type=int, default=16, help="mrc: EVs per address (default 16)")
     p.add_argument("--trees", default="", help="NAME=DIR,... checkouts to pair (default: this)")
     p.add_argument("--json", type=Path, default=RESULTS, help="where the pulls go")
+    p.add_argument("--profile", type=Path, help="run both ends under cProfile, stats to DIR")
     p.add_argument("--serve", choices=TRANSPORTS, help=argparse.SUPPRESS)
     p.add_argument("--pull", choices=TRANSPORTS, help=argparse.SUPPRESS)
     p.add_argument("--addrs", help=argparse.SUPPRESS)
     p.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     sizes = _sizes(args.sizes)
-    if args.serve:
-        asyncio.run(serve(args.serve, sizes, args.evs))
-        return 0
-    if args.pull:
-        got = asyncio.run(
-            pull(args.pull, json.loads(args.addrs), sizes, args.pulls, args.server_pid,
-                 args.rate_mbps)
-        )  # fmt: skip
-        print(json.dumps([asdict(x) for x in got]))
+    if args.serve or args.pull:
+        profile = cProfile.Profile() if args.profile else None
+        if profile is not None:
+            profile.enable()
+        if args.serve:
+            asyncio.run(serve(args.serve, sizes, args.evs))
+        else:
+            got = asyncio.run(
+                pull(args.pull, json.loads(args.addrs), sizes, args.pulls, args.server_pid,
+                     args.rate_mbps)
+            )  # fmt: skip
+            print(json.dumps([asdict(x) for x in got]))
+        if profile is not None:
+            profile.disable()
+            role = "server" if args.serve else "client"
+            profile.dump_stats(str(args.profile / f"{args.serve or args.pull}-{role}.prof"))
         return 0
     trees = dict(t.split("=", 1) for t in args.trees.split(",") if t) or {"this": str(HERE)}
     transports = [t for t in args.transports.split(",") if t]
