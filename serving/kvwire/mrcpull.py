@@ -69,6 +69,7 @@ class _Client:
     corrupt: int = 0
     unacked: int = 0
     ack_due: bool = False  # send an ACK at the end of this batch of datagrams
+    ack_soon: bool = False  # that ACK is scheduled (after the other legs' batches)
     flush_s: float = ACK_FLUSH_S  # wall seconds an unacknowledged datagram waits at most
     flush: asyncio.TimerHandle | None = None
     acked_at: float = 0.0
@@ -102,13 +103,23 @@ def _send_ack(c: _Client, addrs: Sequence[Address], d: w.Data | None) -> None:
 
 
 def _on_client_batch(c: _Client, addrs: Sequence[Address]) -> None:
-    """A leg's waiting datagrams are read: the ACK they call for, once."""
+    """A leg's waiting datagrams are read: the ACK they call for, once, after the other legs'
+    sockets ready in this turn of the loop are read too (their datagrams fill the gaps the
+    legs' interleaving leaves, so the ACK says more and needs fewer echoes)."""
     if c.ack_due:
-        _send_ack(c, addrs, c.last)
+        if not c.ack_soon:
+            c.ack_soon = True
+            asyncio.get_running_loop().call_soon(_ack_soon, c, addrs)
     elif c.unacked and c.flush is None:
         c.flush = asyncio.get_running_loop().call_later(c.flush_s, _flush, c, addrs)
     if c.recv.complete:
         c.changed.set()
+
+
+def _ack_soon(c: _Client, addrs: Sequence[Address]) -> None:
+    c.ack_soon = False
+    if c.ack_due:
+        _send_ack(c, addrs, c.last)
 
 
 def _flush(c: _Client, addrs: Sequence[Address]) -> None:
