@@ -80,6 +80,9 @@ class EvSet:
     counts: Counter[tuple[EvState, EvState]] = field(default_factory=Counter)
     held_by_floor: int = 0
     replaced: int = 0
+    # Bumped by every change of a state or of the active sets: what a caller derived from
+    # them (the sender's live legs, whether any EV waits for a probe) is stale once it moves.
+    version: int = 0
     _order: list[Key] = field(default_factory=list)
     _turn: int = 0
 
@@ -97,6 +100,7 @@ class EvSet:
         self.active[leg], self.spares[leg] = keys[:n], keys[n:]
         for k in keys:
             self.states[k] = S.GOOD
+        self.version += 1
         self._reorder()
 
     def _reorder(self) -> None:
@@ -124,6 +128,7 @@ class EvSet:
             return False
         self.states[key] = after
         self.counts[(before, after)] += 1
+        self.version += 1
         return True
 
     def congestion(self, key: Key) -> bool:

@@ -68,6 +68,13 @@ class RangeSet:
             out.append((pos, end))
         return out
 
+    def span(self, pos: int) -> tuple[int, int] | None:
+        """The range that holds byte `pos`, or None."""
+        i = bisect.bisect_right(self._starts, pos) - 1
+        if i >= 0 and self._ends[i] > pos:
+            return self._starts[i], self._ends[i]
+        return None
+
     @property
     def prefix(self) -> int:
         """End of the range that starts at 0 (0 if none)."""

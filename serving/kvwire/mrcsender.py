@@ -173,6 +173,12 @@ class SenderState:
         self.used: set[tuple[int, int]] = set()
         self._evs: list[EV] = []
         self._by_key: dict[tuple[int, int], EV] = {}
+        # Derived from the EVs' states, recomputed when `states.version` moves (`_ev_summary`).
+        self._summary_version = -1
+        self._any_bad = False
+        self._live_legs = 1
+        # No datagram younger than this can be judged lost nor a probe given up (`on_timer`).
+        self._timer_floor = min(self.clock.wall(MIN_LOSS_S), self.clock.wall(MIN_PROBE_S))
 
     # -- legs and EVs -------------------------------------------------------------------------
     def add_leg(self, leg: int, ports: list[int]) -> bool:
@@ -194,6 +200,14 @@ class SenderState:
     def evs(self) -> list[EV]:
         """Every EV (spares too), leg by leg, interleaved so that the legs alternate."""
         return self._evs
+
+    def _ev_summary(self) -> tuple[bool, int]:
+        """(any EV ASSUMED_BAD, legs with a live EV (at least 1)), as the states are now."""
+        if self._summary_version != self.states.version:
+            self._summary_version = self.states.version
+            self._any_bad = any(s is EvState.ASSUMED_BAD for s in self.states.states.values())
+            self._live_legs = max(1, len({e.leg for e in self._evs if e.live}))
+        return self._any_bad, self._live_legs
 
     def _pick(self) -> EV | None:
         key = self.states.pick()
@@ -283,12 +297,13 @@ class SenderState:
     def _refill(self, now: float) -> None:
         if self.rate <= 0:
             return
-        live_legs = max(1, len({e.leg for e in self.evs() if e.live}))
-        rate = self.rate * live_legs
-        self.tokens = min(
-            self.tokens + (now - self.token_time) * rate, max(4 * self.mss, rate * 0.002)
-        )
+        rate = self.rate * self._ev_summary()[1]
+        self.tokens = min(self.tokens + (now - self.token_time) * rate, self._bucket(rate))
         self.token_time = now
+
+    def _bucket(self, rate: float) -> float:
+        """The most tokens (bytes) that build up while idle: a small burst."""
+        return max(4 * self.mss, rate * 0.002)
 
     def _next_range(self) -> tuple[int, int, bool] | None:
         """(start, end, is a retransmission) of the next datagram's bytes."""
@@ -312,7 +327,7 @@ class SenderState:
     def next_send(self, now: float) -> Send | None:
         """The next datagram to send now, or None (window full, paced out, nothing to send
         or no leg yet). A due probe of a retired EV goes first."""
-        for ev in self.evs():
+        for ev in self.evs() if self._ev_summary()[0] else ():
             if ev.state is EvState.ASSUMED_BAD and ev.probe_seq is None and now >= ev.probe_at:
                 self.seq += 1
                 ev.probe_seq = self.seq
@@ -350,15 +365,19 @@ class SenderState:
                 self.last_retx_at = now
         return Send(self.seq, start, length, ev)
 
-    def wake_at(self, now: float) -> float:
-        """When `next_send` or `on_timer` may have something to do, at the latest."""
+    def wake_at(self, now: float, batch: int = 1) -> float:
+        """When `next_send` or `on_timer` may have something to do, at the latest. Paced out,
+        when `batch` datagrams may go (at most what the bucket holds): a paced sender's I/O
+        then wakes once per `batch` datagrams, not once per datagram."""
         times = [now + self.loss_after]
-        for ev in self.evs():
+        any_bad, live_legs = self._ev_summary()
+        for ev in self.evs() if any_bad else ():
             if ev.state is EvState.ASSUMED_BAD and ev.probe_seq is None:
                 times.append(ev.probe_at)
         if self.rate > 0 and self.tokens < self.mss:
-            live_legs = max(1, len({e.leg for e in self.evs() if e.live}))
-            times.append(now + (self.mss - self.tokens) / (self.rate * live_legs))
+            rate = self.rate * live_legs
+            need = min(batch * self.mss, self._bucket(rate))
+            times.append(now + (need - self.tokens) / rate)
         return max(now, min(times))
 
     # -- acknowledgements and timers ------------------------------------------------------------
@@ -370,10 +389,12 @@ class SenderState:
         if echoed is not None and echoed.ev.port == ack.echo_ev and echoed.length:
             # The echo proves that datagram arrived, whatever the ranges could not say.
             spans.append((echoed.offset, echoed.offset + echoed.length))
+        grown = []
         for s, e in spans:
             e = min(e, self.num_bytes)
             if not self.acked.covers(s, e):
                 self.acked.add(s, e)
+                grown.append(s)
         if echoed is not None and echoed.ev.port == ack.echo_ev:
             rtt = max(0.0, now - echoed.at)
             ev = echoed.ev
@@ -391,7 +412,11 @@ class SenderState:
                 self.slowed += 1
         if echoed is not None and not echoed.length:
             self._forget(echoed)
-        for start, end in spans:
+        # Only where the acknowledged bytes grew can a datagram in flight have become covered,
+        # and all of it lies in the merged range that grew: look there (most of an ack's ranges
+        # were known already, and looking through them again was most of an ack's cost).
+        regions = {r for s in grown if (r := self.acked.span(s)) is not None}
+        for start, end in sorted(regions):
             i = bisect.bisect_left(self._offsets, (start, -1))
             j = bisect.bisect_left(self._offsets, (end, -1))
             for _off, seq in self._offsets[i:j]:
@@ -406,6 +431,9 @@ class SenderState:
         """Declare lost what SACKs left behind for `loss_after` (or the timeout): its EV's
         TIMEOUT event, its bytes queued again; a probe unanswered for a probe interval is
         sent again later."""
+        oldest = next(iter(self.inflight.values()), None)
+        if oldest is None or now - oldest.at <= self._timer_floor:
+            return  # every datagram in flight is younger than any limit (the loop's break)
         probe_interval = self.probe_interval
         limits = {leg: self.leg_limits(leg) for leg in self.all_evs}
         oldest_probe = min([probe_interval, *(lo for lo, _ in limits.values())])
