@@ -7,7 +7,8 @@ docs/RESULTS.md's table of it regenerates (`python bench/map_tables.py --table d
 Reads the comparison's `comparison.json` (its runs and baseline) and every run's `summary.json`
 and `config.json`, and writes, per run: its name, fabric, repeat, whether the verdict trusted it
 (and why not), the requests sent and completed, and every compared figure it has
-(`emulator.results.compare_metrics.METRICS`, the labels `compare` prints). Beside them: the
+(`emulator.results.compare_metrics.METRICS`, the labels `compare` prints; with the victim
+accounting, a lossless run's pauses and EP exchanges behind KV-raised pauses). Beside them: the
 scenario (workload, seed, duration, each fabric's size). It runs nothing.
 """
 
@@ -26,10 +27,20 @@ sys.path.insert(0, str(ROOT))
 from emulator.results.compare_metrics import figure, shown_metrics  # noqa: E402
 from emulator.results.summary import RunSummary  # noqa: E402
 
+VICTIM_LABELS = ("lossless pauses", "EP exchanges behind KV pauses")  # from `victims`
+
+
+def _victim_figures(summary: RunSummary) -> dict[str, float | None]:
+    """A lossless run's pauses and EP victims of KV-raised pauses (`emulator.results.victims`);
+    None in runs without the accounting."""
+    v = summary.victims
+    return dict(zip(VICTIM_LABELS, (v.pauses, v.ep_victims) if v else (None, None), strict=True))
+
 
 def run_entry(summary: RunSummary, labels: Sequence[str]) -> dict[str, Any]:
     """One run's verdict, request counts and compared figures (None where it has none)."""
     by_label = {m.label: m for m in shown_metrics([summary])}
+    victims = _victim_figures(summary)
     return {
         "run": summary.dir.name if summary.dir is not None else summary.run,
         "fabric": summary.variant,
@@ -38,7 +49,11 @@ def run_entry(summary: RunSummary, labels: Sequence[str]) -> dict[str, Any]:
         "requests": summary.client.requests,
         "completed": summary.client.completed,
         "figures": {
-            label: figure(summary, by_label[label].get) if label in by_label else None
+            label: victims[label]
+            if label in victims
+            else figure(summary, by_label[label].get)
+            if label in by_label
+            else None
             for label in labels
         },
     }
@@ -50,6 +65,8 @@ def cell(compare_dir: Path) -> dict[str, Any]:
     dirs = [Path(p) for p in comparison["runs"]]
     summaries = [RunSummary.read(d) for d in dirs]
     labels = [m.label for m in shown_metrics(summaries)]
+    if any(s.victims is not None for s in summaries):
+        labels += VICTIM_LABELS
     configs = [json.loads((d / "config.json").read_text()) for d in dirs]
     sizes = {s.variant: {"fabric": s.fabric, **s.fabric_params} for s in summaries}
     first = configs[0]

@@ -33,9 +33,13 @@ ROWS = (
     "KV transfer p99 (s)",
     "KV transfer / ideal p50",
     "KV pulls stalled",
+    "all-to-all p50 (s)",
+    "all-to-all p99 (s)",
     "busiest link util mean",
     "busiest link util peak",
     "switch queue drops",
+    "lossless pauses",
+    "EP exchanges behind KV pauses",
     "OpenFlow port drops",
     "emulated switches",
     "emulated switching Tb/s",
@@ -65,7 +69,8 @@ def difference(value: float | None, base: float | None) -> str:
 
 
 def default_table(path: Path = DEFAULT) -> list[str]:
-    """The default comparison's table in Markdown lines."""
+    """The default comparison's table in Markdown lines (or any comparison `bench/default_cell.py`
+    kept, `path`)."""
     data: dict[str, Any] = json.loads(path.read_text())
     base = data["baseline"]
     fabrics = [f for f in dict.fromkeys(r["fabric"] for r in data["runs"]) if f != base] + [base]

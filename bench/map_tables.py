@@ -6,12 +6,17 @@
     .venv/bin/python bench/map_tables.py --table map          # the map's table
     .venv/bin/python bench/map_tables.py --table kv-heavy     # one cell's table, per fabric
     .venv/bin/python bench/map_tables.py --table gpu-production  # tokens per GPU, EP, victims
+    .venv/bin/python bench/map_tables.py --table compare-NAME # bench/results/compare/NAME.json
+    .venv/bin/python bench/map_tables.py --table victim-flow  # issue 36's victim-flow bench
     .venv/bin/python bench/map_tables.py --write              # rewrite every generated block
 
-Reads only `bench/results/map/`: each cell's `NAME-sweep.json` (every run point the sweep
-judged: the runs held and trusted, and the capacity, recomputed here by the sweep's rule,
-`emulator.results.capacity`) and `NAME.json` (what `bench/map_cell.py` took from the runs'
-summaries at the common rate: TTFT, KV pulls, the busiest link, drops, pauses, timeouts).
+Reads `bench/results/victim-flow/victim-flow.json` (what `bench/victim_flow.py --out` wrote)
+for the victim-flow table, `bench/results/compare/NAME.json` (`bench/default_cell.py`) for a
+kept comparison's, and otherwise only `bench/results/map/`: each cell's `NAME-sweep.json`
+(every run point the sweep judged: the runs held and trusted, and the capacity, recomputed
+here by the sweep's rule, `emulator.results.capacity`) and `NAME.json` (what
+`bench/map_cell.py` took from the runs' summaries at the common rate: TTFT, KV pulls, the
+busiest link, drops, pauses, timeouts).
 A capacity the rule calls exact is printed with its interval per seed, `met-missed`: the last
 rate met and the first missed (`< r` when the lowest rate missed; `>= r` when censored).
 In docs/RESULTS.md every generated table sits between `<!-- generated: COMMAND -->` and
@@ -314,10 +319,25 @@ def production_table(name: str, folder: Path = MAP) -> list[str]:
     return out
 
 
+COMPARES = ROOT / "bench" / "results" / "compare"  # comparisons bench/default_cell.py kept
+VICTIM_FLOW = ROOT / "bench" / "results" / "victim-flow" / "victim-flow.json"
+
+
+def victim_flow_table(path: Path = VICTIM_FLOW) -> list[str]:
+    """The victim-flow bench's table, from the labs its `--out` saved."""
+    from bench.victim_flow import table_lines
+
+    return table_lines(json.loads(path.read_text()))
+
+
 def table(name: str, folder: Path = MAP) -> list[str]:
     """The table `--table name` prints."""
     if name == "default":
         return default_table()
+    if name == "victim-flow":
+        return victim_flow_table()
+    if name.startswith("compare-") and (COMPARES / f"{name[8:]}.json").exists():
+        return default_table(COMPARES / f"{name[8:]}.json")
     if name.startswith("gpu-") and name[4:] in cell_names(folder):
         return production_table(name[4:], folder)
     if name == "summary":
@@ -327,7 +347,8 @@ def table(name: str, folder: Path = MAP) -> list[str]:
     if name in cell_names(folder):
         return cell_table(name, folder)
     raise ValueError(
-        f"no table {name!r}: default, summary, map or one of {', '.join(cell_names(folder))}"
+        f"no table {name!r}: default, summary, map, victim-flow, compare-NAME or one of "
+        f"{', '.join(cell_names(folder))}"
     )
 
 
@@ -358,7 +379,10 @@ def missing_runs(doc: str, folder: Path = MAP) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--table", help="default, summary, map, or a cell's name")
+    parser.add_argument(
+        "--table",
+        help="default, summary, map, victim-flow, compare-NAME, a cell's name or gpu-CELL",
+    )
     parser.add_argument("--write", action="store_true", help="rewrite docs/RESULTS.md's blocks")
     args = parser.parse_args(argv)
     if args.write:

@@ -39,6 +39,11 @@ from zcube_lab.adapters.ports import free_port  # noqa: E402
 from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
 from zcube_lab.core.fabric.description import Fabric, FabricSpec  # noqa: E402
 from zcube_lab.core.fabric.hostplan import kv_source_map  # noqa: E402
+from zcube_lab.core.fabric.queues import (  # noqa: E402
+    BUFFER_MODELS,
+    DEFAULT_BUFFER_MODEL,
+    QueueModel,
+)
 from zcube_lab.core.fabric.scale import Scale  # noqa: E402
 from zcube_lab.core.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy  # noqa: E402
 
@@ -90,7 +95,12 @@ def _result(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
 
 
 def one_lab(
-    fabric: Fabric, tname: str, lossless: bool, incast_bytes: int, log_dir: Path
+    fabric: Fabric,
+    tname: str,
+    lossless: bool,
+    incast_bytes: int,
+    log_dir: Path,
+    buffer_model: str = DEFAULT_BUFFER_MODEL,
 ) -> dict[str, Any]:
     """One lab: the victim alone, then the incast with the victim beside it. The victim pulls
     what its sender's server serves, the incast's size (a server serves one size: a pull of
@@ -103,6 +113,7 @@ def one_lab(
         LabOptions(
             scale=Scale(nic_mbps=100.0), policy=get_policy(policy).routing, ev_rules=mrc,
             lossless=lossless, of_port=free_port(), metrics_port=free_port(), log_dir=log_dir,
+            queue=QueueModel(buffer_model=buffer_model),
         ),
     )  # fmt: skip
     procs: list[subprocess.Popen[str]] = []
@@ -174,6 +185,16 @@ HEADS = [
 ]  # fmt: skip
 
 
+def table_lines(raw: list[dict[str, Any]]) -> list[str]:
+    """The printed table from the labs as `--out` writes them (`[{"key": [fabric, transport,
+    mode], "labs": [...]}]`): what `bench/map_tables.py --table victim-flow` regenerates."""
+    return [
+        "| " + " | ".join(HEADS) + " |",
+        "|" + "---|" * len(HEADS),
+        *("| " + " | ".join(row(*e["key"], e["labs"])) + " |" for e in raw),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fabrics", default=",".join(FABRICS), help=f"of {list(FABRICS)}")
@@ -182,6 +203,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument(
         "--incast-mib", type=float, default=3.0, help="each incast pull and the victim's, MiB"
+    )
+    parser.add_argument(
+        "--buffer-model",
+        choices=BUFFER_MODELS,
+        default=DEFAULT_BUFFER_MODEL,
+        help="switch port queues (docs/DOMAIN.md, 'Switch buffer models')",
     )
     parser.add_argument("--out", type=Path, help="also write every lab's pulls as JSON here")
     args = parser.parse_args()
@@ -200,7 +227,7 @@ def main() -> int:
                     with tempfile.TemporaryDirectory() as tmp:
                         lab = one_lab(
                             fabric, tname, mode == "lossless", int(args.incast_mib * 2**20),
-                            Path(tmp),
+                            Path(tmp), args.buffer_model,
                         )  # fmt: skip
                     results.setdefault((name, tname, mode), []).append(lab)
                     print(
@@ -209,12 +236,9 @@ def main() -> int:
                         f"{[p.get('seconds') for p in lab['incast']]} s, pauses {lab['pauses']}",
                         flush=True,
                     )
-    print("\n| " + " | ".join(HEADS) + " |")
-    print("|" + "---|" * len(HEADS))
-    for (name, tname, mode), labs in results.items():
-        print("| " + " | ".join(row(name, tname, mode, labs)) + " |")
+    raw = [{"key": list(k), "labs": v} for k, v in results.items()]
+    print("\n" + "\n".join(table_lines(raw)))
     if args.out:
-        raw = [{"key": list(k), "labs": v} for k, v in results.items()]
         args.out.write_text(json.dumps(raw, indent=1) + "\n")
     return 0
 

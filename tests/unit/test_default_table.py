@@ -53,3 +53,28 @@ def test_a_cell_whose_fabrics_ran_a_repeat_on_different_seeds_is_refused() -> No
     with pytest.raises(SystemExit) as e:
         check_seeds({1: {"a-zcube-r1": 1, "b-roft-r1": 7}})
     assert "repeat 1" in str(e.value) and "seed 7: b-roft-r1" in str(e.value)
+
+
+def test_a_kept_comparison_carries_its_runs_pauses_and_ep_victims() -> None:
+    from types import SimpleNamespace
+
+    from bench.default_cell import VICTIM_LABELS, _victim_figures
+
+    lossless = SimpleNamespace(victims=SimpleNamespace(pauses=12, ep_victims=3))
+    assert _victim_figures(lossless) == dict(zip(VICTIM_LABELS, (12, 3), strict=True))
+    assert set(_victim_figures(SimpleNamespace(victims=None)).values()) == {None}
+
+
+def test_the_victim_flow_table_keeps_the_victims_share_of_its_solo_rate() -> None:
+    from bench.victim_flow import HEADS, table_lines
+
+    def pull(seconds: float) -> dict:
+        return {"ok": True, "bytes": 1_000_000, "seconds": seconds}
+
+    lab = {"solo": pull(0.1), "victim": pull(0.4), "incast": [pull(2.0), pull(3.0)], "pauses": 7}
+    lines = table_lines([{"key": ["zcube", "tcp-ecmp", "lossless"], "labs": [lab]}])
+    assert lines[0] == "| " + " | ".join(HEADS) + " |"
+    # 80 Mb/s alone, 20 during the incast: kept 0.25; the incast ends with its slowest pull
+    assert (
+        lines[2] == "| zcube | tcp-ecmp | lossless | 80.0 | 20.0 | 0.25 | 1/1 | 3.00 | 7 | - | - |"
+    )
