@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.map_tables import (
+    COMPARES,
     MAP,
     RESULTS,
     Entry,
@@ -37,7 +38,10 @@ def test_each_generated_block_regenerates(name: str, text: str) -> None:
 
 def test_every_map_table_is_generated() -> None:
     names = {n for n, _ in blocks(DOC)}
-    assert {"default", "summary", "map", *cell_names()} <= names
+    kept = {f"compare-{p.stem}" for p in COMPARES.glob("*.json")}
+    assert {"default", "summary", "map", "victim-flow", *kept} <= names
+    # every cell, by its table or its production table (tokens per GPU, EP exchange, victims)
+    assert [c for c in cell_names() if not {c, f"gpu-{c}"} & names] == []
 
 
 def test_rewrite_is_a_fixed_point() -> None:
