@@ -40,7 +40,11 @@ def _victim_figures(summary: RunSummary) -> dict[str, float | None]:
 def run_entry(summary: RunSummary, labels: Sequence[str]) -> dict[str, Any]:
     """One run's verdict, request counts and compared figures (None where it has none)."""
     by_label = {m.label: m for m in shown_metrics([summary])}
-    victims = _victim_figures(summary)
+    figures = {
+        label: figure(summary, by_label[label].get) if label in by_label else None
+        for label in labels
+    }
+    figures.update((k, v) for k, v in _victim_figures(summary).items() if k in figures)
     return {
         "run": summary.dir.name if summary.dir is not None else summary.run,
         "fabric": summary.variant,
@@ -48,14 +52,7 @@ def run_entry(summary: RunSummary, labels: Sequence[str]) -> dict[str, Any]:
         "reasons": list(summary.health.reasons) if not summary.trustworthy else [],
         "requests": summary.client.requests,
         "completed": summary.client.completed,
-        "figures": {
-            label: victims[label]
-            if label in victims
-            else figure(summary, by_label[label].get)
-            if label in by_label
-            else None
-            for label in labels
-        },
+        "figures": figures,
     }
 
 

@@ -334,10 +334,8 @@ def table(name: str, folder: Path = MAP) -> list[str]:
     """The table `--table name` prints."""
     if name == "default":
         return default_table()
-    if name == "victim-flow":
-        return victim_flow_table()
-    if name == "victim-flow-time":  # the same bench under --buffer-model time
-        return victim_flow_table(VICTIM_FLOW.with_name("victim-flow-time.json"))
+    if name.startswith("victim-flow") and (VICTIM_FLOW.parent / f"{name}.json").exists():
+        return victim_flow_table(VICTIM_FLOW.parent / f"{name}.json")  # -time: --buffer-model
     if name.startswith("compare-") and (COMPARES / f"{name[8:]}.json").exists():
         return default_table(COMPARES / f"{name[8:]}.json")
     if name.startswith("gpu-") and name[4:] in cell_names(folder):
