@@ -7,6 +7,11 @@ interleaved, each run under /tmp/zcube-heavy.lock so other work can run between 
         --results results/ep-ports
     .venv/bin/python bench/map_cell.py --name ep-ports-all results/ep-ports/sweep-all \\
         --out bench/results/map/ep-ports-all.json    # and the same for sweep-one
+    .venv/bin/python bench/ep_ports_cell.py --fabrics zcube,roft --modes all,all+dbo,all+nl1 \\
+        --results results/ep-wire      # the modelling choices of the wire, side by side
+
+A mode is the `--ep-ports` value, then `+dbo` (dual-batch overlap on) and `+nlN` (each token
+routed to at most N nodes) where wanted; a mode without them keeps the model profile's.
 
 The scenario is the map's EP cell (`rail-aligned`, 2-server EP instances exchanging rank to
 rank, `--alltoall rail`, 30 s of arrivals, 30 s of drain, SLO ttft_p99=2s,tpot=50ms), its
@@ -51,14 +56,30 @@ def locked_run(planned: PlannedRun) -> RunResult:
     with LOCK.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            print(f"» {planned.config.tag} {planned.variant.label} ports "
-                  f"{planned.config.ep_ports}", flush=True)  # fmt: skip
+            c = planned.config
+            print(f"» {c.tag} {planned.variant.label} ports {c.ep_ports} dbo {c.ep_dbo} "
+                  f"node limit {c.ep_node_limit}", flush=True)  # fmt: skip
             return next(iter(run_planned([planned])))[1]
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def base_config(args: argparse.Namespace, ports: str, results: Path) -> RunConfig:
+def parse_mode(mode: str) -> dict[str, object]:
+    """A mode's run options: `all`, `one`, each optionally followed by `+dbo` and `+nlN`."""
+    ports, *extras = mode.split("+")
+    given: dict[str, object] = {"ep_ports": ports}
+    for extra in extras:
+        if extra == "dbo":
+            given["ep_dbo"] = True
+        elif extra.startswith("nl") and extra[2:].isdigit():
+            given["ep_node_limit"] = int(extra[2:])
+        else:
+            raise SystemExit(f"--modes: {mode!r}: after the ports, +dbo or +nlN (N nodes), "
+                             f"not {extra!r}")  # fmt: skip
+    return given
+
+
+def base_config(args: argparse.Namespace, mode: str, results: Path) -> RunConfig:
     """The EP cell's run options, as `zcube-lab sweep` would parse them."""
     fallback = profile_fallback(WORKLOAD)
     layout = LayoutSpec(
@@ -72,7 +93,7 @@ def base_config(args: argparse.Namespace, ports: str, results: Path) -> RunConfi
         "duration_s": 30.0,
         "drain_s": 30.0,
         "layout": layout,
-        "ep_ports": ports,
+        **parse_mode(mode),
         "results_root": results,
         "seed": args.seed,
     }
@@ -80,12 +101,12 @@ def base_config(args: argparse.Namespace, ports: str, results: Path) -> RunConfi
     return from_args(RunConfig, argparse.Namespace(), fallback, fabric=specs["zcube"], **given)
 
 
-def sweep(args: argparse.Namespace, ports: str) -> tuple[SweepResult, Iterator[RunPoint]]:
-    """One port mode's empty result and the generator of its points."""
-    out = args.results / f"sweep-{ports}"
+def sweep(args: argparse.Namespace, mode: str) -> tuple[SweepResult, Iterator[RunPoint]]:
+    """One mode's empty result and the generator of its points."""
+    out = args.results / f"sweep-{mode.replace('+', '-')}"
     kinds = [k for k in args.fabrics.split(",") if k]
     specs = fabric_specs(kinds, args.gpus, 2)
-    variants = plan_variants(base_config(args, ports, out), specs, ["ecmp"])
+    variants = plan_variants(base_config(args, mode, out), specs, ["ecmp"])
     rates = parse_rates(args.rates)
     plan = plan_sweep(variants, rates, args.repeat)
     slo = parse_slo(SLO, 0.9)
@@ -102,11 +123,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--gpus", type=int, default=16)
     parser.add_argument("--prefill-servers", type=int, default=4)
-    parser.add_argument("--ports", default="all,one", help="the --ep-ports modes, interleaved")
+    parser.add_argument(
+        "--modes", "--ports", default="all,one",
+        help="the modes, interleaved: an --ep-ports value, then +dbo and +nlN where wanted",
+    )  # fmt: skip
     parser.add_argument("--results", type=Path, default=Path("results/ep-ports"))
     args = parser.parse_args()
     results, gens = {}, []
-    for ports in args.ports.split(","):
+    for ports in args.modes.split(","):
+        parse_mode(ports)  # a bad mode is refused before any run
         results[ports], gen = sweep(args, ports)
         results[ports].dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
         gens.append((ports, gen))
