@@ -281,8 +281,14 @@ def cell_table(name: str, folder: Path = MAP) -> list[str]:
         if not r.trustworthy:
             why = f"{r.variant} at {r.rate:g} req/s, seed {r.repeat}: {r.reason}"
             out.append(f"- not trusted: {why}")
+    common = cell["common_rate"]
     out.append(
-        f"Common rate {cell['common_rate']:g} req/s, rates run "
+        (
+            f"Common rate {common:g} req/s"
+            if common is not None
+            else "No common rate (no rate where every run of every fabric was trusted)"
+        )
+        + ", rates run "
         f"{', '.join(f'{r:g}' for r in cell['rates'])}; "
         f"`bench/results/map/{name}.json` and `{name}-sweep.json`."
     )

@@ -90,3 +90,17 @@ def test_an_exact_capacity_is_an_interval(rep: RepeatCapacity, expected: str) ->
 def test_an_unknown_table_is_refused() -> None:
     with pytest.raises(ValueError, match="no table"):
         table("nonsense")
+
+
+def test_a_cell_without_a_common_rate_says_so(tmp_path: Path) -> None:
+    """A cell none of whose rates was trusted on every run still prints, naming the lack."""
+    from bench.map_tables import cell_table
+
+    for suffix in ("", "-sweep"):
+        shutil.copy(MAP / f"mrc-2plane-k2{suffix}.json", tmp_path / f"cell{suffix}.json")
+    cell = json.loads((tmp_path / "cell.json").read_text())
+    cell["common_rate"] = None
+    (tmp_path / "cell.json").write_text(json.dumps(cell))
+    last = cell_table("cell", tmp_path)[-1]
+    assert last.startswith("No common rate")
+    assert "rates run 16, 20" in last
