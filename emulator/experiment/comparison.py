@@ -127,10 +127,14 @@ def interleave(
     return runs
 
 
-def resolve_baseline(baseline: str, labels: Sequence[str]) -> str:
+def resolve_baseline(baseline: str | None, labels: Sequence[str]) -> str:
     """The label the differences are taken against: `baseline` itself, or the first label of
     that fabric (`roft` -> `roft/ff` when only policies label the runs), or of that fabric kind
-    (`roft` -> `roft-2planes` when a size option labels it)."""
+    (`roft` -> `roft-2planes` when a size option labels it). None (not given): ROFT's when ROFT
+    is compared, else the first fabric's, so one fabric alone needs no --baseline."""
+    if baseline is None:
+        roft = [lb for lb in labels if lb.split("/")[0].split("-")[0] == "roft"]
+        return (roft or list(labels) or [resolve_baseline("roft", labels)])[0]
     if baseline in labels:
         return baseline
     matches = [lb for lb in labels if lb.split("/")[0] == baseline]

@@ -107,3 +107,12 @@ def test_oversubscribed_leaves_have_fewer_uplinks_and_zcube_is_unchanged() -> No
     # the old sizes (4 servers per leaf) take 4:1 on one spine
     old = {"gpus_per_server": 4, "servers_per_leaf": 4}
     assert uplinks(fabric_specs(["roft"], 16, 1, oversubscription=4, sizes=old)["roft"]) == 4
+
+
+def test_without_a_baseline_roft_is_taken_when_compared_else_the_first_fabric() -> None:
+    # `sweep --fabrics zcube` alone had failed on the default baseline `roft`.
+    assert resolve_baseline(None, ["zcube", "roft-2planes", "clos"]) == "roft-2planes"
+    assert resolve_baseline(None, ["zcube"]) == "zcube"
+    assert resolve_baseline(None, ["clos/ff", "zcube/ff"]) == "clos/ff"
+    with pytest.raises(ConfigError, match="baseline"):
+        resolve_baseline(None, [])

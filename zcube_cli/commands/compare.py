@@ -65,8 +65,9 @@ def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
     g.add_argument("--repeat", type=int, default=3, help=repeat_help)
     g.add_argument(
         "--baseline",
-        default="roft",
-        help="fabric (or fabric/policy label) the differences are taken against",
+        default=None,
+        help="fabric (or fabric/policy label) the differences are taken against (default: "
+        "roft when compared, else the first fabric)",
     )
 
 
