@@ -119,8 +119,13 @@ def test_a_lossless_run_pauses_and_marks_no_ev_bad(tmp_path: Path) -> None:
     from bench.mrc_retirements import figures
 
     extra = ["--planes", "2", "--workload", "hotspot", "--rate", "12", "--lossless"]
+    # The agent is a Python process beside the transport's: on a busy 2-core machine its
+    # reaction p99 can pass the verdict's 5 ms once (the full suite once saw 11.7 ms; alone the
+    # test passes); one more run, and a second such verdict fails the test. At 8 req/s no
+    # pause forms, so the rate stays 12.
     summary = run_trusted(
-        lambda: _mrc_run(Path(tempfile.mkdtemp(dir=tmp_path)), fabric="roft", extra=extra)
+        lambda: _mrc_run(Path(tempfile.mkdtemp(dir=tmp_path)), fabric="roft", extra=extra),
+        once_more=("lossless agent: reaction",),
     )
     assert summary["trustworthy"] is True, summary["health"]["reasons"]
     ports = (summary.get("lossless") or {}).get("ports") or {}
