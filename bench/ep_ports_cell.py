@@ -130,24 +130,24 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=Path("results/ep-ports"))
     args = parser.parse_args()
     results, gens = {}, []
-    for ports in args.modes.split(","):
-        parse_mode(ports)  # a bad mode is refused before any run
-        results[ports], gen = sweep(args, ports)
-        results[ports].dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        gens.append((ports, gen))
+    for mode in args.modes.split(","):
+        parse_mode(mode)  # a bad mode is refused before any run
+        results[mode], gen = sweep(args, mode)
+        results[mode].dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        gens.append((mode, gen))
     # one run of each mode in turn, so machine load falls on both alike
     for step in zip_longest(*(g for _, g in gens)):
-        for (ports, _), point in zip(gens, step, strict=True):
+        for (mode, _), point in zip(gens, step, strict=True):
             if point is None:
                 continue
-            res = results[ports]
-            results[ports] = replace(res, runs=(*res.runs, point))
-            results[ports].write(res.dir)  # type: ignore[arg-type]
-            print(f"  {ports}: {point.variant} at {point.rate} req/s seed-repeat {point.repeat}: "
+            res = results[mode]
+            results[mode] = replace(res, runs=(*res.runs, point))
+            results[mode].write(res.dir)  # type: ignore[arg-type]
+            print(f"  {mode}: {point.variant} at {point.rate} req/s seed-repeat {point.repeat}: "
                   f"TTFT p99 {point.ttft_p99_s}, SLO {'met' if point.slo_met else 'missed'}, "
                   f"trustworthy {point.trustworthy} -> {point.run}", flush=True)  # fmt: skip
-    for ports, res in results.items():
-        print(ports, [(m.variant, m.capacity.to_dict()) for m in res.max_rates()], flush=True)
+    for mode, res in results.items():
+        print(mode, [(m.variant, m.capacity.to_dict()) for m in res.max_rates()], flush=True)
 
 
 if __name__ == "__main__":

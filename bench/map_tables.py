@@ -281,18 +281,22 @@ def cell_table(name: str, folder: Path = MAP) -> list[str]:
         if not r.trustworthy:
             why = f"{r.variant} at {r.rate:g} req/s, seed {r.repeat}: {r.reason}"
             out.append(f"- not trusted: {why}")
-    common = cell["common_rate"]
-    out.append(
-        (
-            f"Common rate {common:g} req/s"
-            if common is not None
-            else "No common rate (no rate where every run of every fabric was trusted)"
-        )
-        + ", rates run "
-        f"{', '.join(f'{r:g}' for r in cell['rates'])}; "
-        f"`bench/results/map/{name}.json` and `{name}-sweep.json`."
-    )
+    out.append(f"{common_rate_text(cell, 'Common rate')}, {sources_text(name, cell)}")
     return out
+
+
+def common_rate_text(cell: dict[str, Any], lead: str) -> str:
+    """`<lead> 20 req/s`, or that the cell has none (no rate where every run was trusted)."""
+    rate = cell["common_rate"]
+    if rate is None:
+        return "No common rate (no rate where every run of every fabric was trusted)"
+    return f"{lead} {rate:g} req/s"
+
+
+def sources_text(name: str, cell: dict[str, Any]) -> str:
+    """The rates a cell ran and the committed files its table comes from."""
+    rates = ", ".join(f"{r:g}" for r in cell["rates"])
+    return f"rates run {rates}; `bench/results/map/{name}.json` and `{name}-sweep.json`."
 
 
 def production_table(name: str, folder: Path = MAP) -> list[str]:
@@ -317,11 +321,9 @@ def production_table(name: str, folder: Path = MAP) -> list[str]:
             f"{text(a.get('ep_victim_share'), '.1%')} | {text(a.get('pauses'), ',.0f')} |"
         )
     out.append("")
-    out.append(
-        f"At the common rate {cell['common_rate']:g} req/s (trustworthy runs only); rates run "
-        f"{', '.join(f'{r:g}' for r in cell['rates'])}; `bench/results/map/{name}.json` and "
-        f"`{name}-sweep.json`."
-    )
+    at = common_rate_text(cell, "At the common rate")
+    only = " (trustworthy runs only)" if cell["common_rate"] is not None else ""
+    out.append(f"{at}{only}; {sources_text(name, cell)}")
     return out
 
 

@@ -133,8 +133,8 @@ def resolve_baseline(baseline: str | None, labels: Sequence[str]) -> str:
     (`roft` -> `roft-2planes` when a size option labels it). None (not given): ROFT's when ROFT
     is compared, else the first fabric's, so one fabric alone needs no --baseline."""
     if baseline is None:
-        roft = [lb for lb in labels if lb.split("/")[0].split("-")[0] == "roft"]
-        return (roft or list(labels) or [resolve_baseline("roft", labels)])[0]
+        has_roft = any(lb.split("/")[0].split("-")[0] == "roft" for lb in labels)
+        baseline = "roft" if has_roft or not labels else labels[0]
     if baseline in labels:
         return baseline
     matches = [lb for lb in labels if lb.split("/")[0] == baseline]

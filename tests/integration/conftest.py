@@ -55,12 +55,12 @@ def run_trusted(
     """The summary of `run()`, run again when only the host made it untrustworthy; skips when
     every attempt was spoiled by the host alone. `once_more`: reasons (prefixes) a test may also
     run again for, whose last attempt is then returned as it is (a test fails on it)."""
-    for attempt in range(attempts):
+    again = MACHINE_ONLY_REASONS + once_more
+    for _ in range(attempts):
         summary = run()
         reasons = summary["health"]["reasons"]
-        if summary["trustworthy"]:
+        if summary["trustworthy"] or not all(r.startswith(again) for r in reasons):
             return summary
-        retry = [r for r in reasons if not r.startswith(MACHINE_ONLY_REASONS + once_more)]
-        if retry or (attempt == attempts - 1 and not machine_only(reasons)):
-            return summary
+    if not machine_only(reasons):
+        return summary
     pytest.skip(f"the host took CPU back in {attempts} runs: {summary['health']['reasons']}")

@@ -20,6 +20,7 @@ from bench.map_tables import (
     Entry,
     blocks,
     cell_names,
+    cell_table,
     fabric,
     knee,
     missing_runs,
@@ -94,8 +95,6 @@ def test_an_unknown_table_is_refused() -> None:
 
 def test_a_cell_without_a_common_rate_says_so(tmp_path: Path) -> None:
     """A cell none of whose rates was trusted on every run still prints, naming the lack."""
-    from bench.map_tables import cell_table
-
     for suffix in ("", "-sweep"):
         shutil.copy(MAP / f"mrc-2plane-k2{suffix}.json", tmp_path / f"cell{suffix}.json")
     cell = json.loads((tmp_path / "cell.json").read_text())
