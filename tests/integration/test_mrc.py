@@ -114,17 +114,20 @@ def test_a_healthy_pull_spreads_over_as_many_paths_as_it_has_evs_per_plane(
 # --- a whole run over mrc ------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(600)  # two runs of about 110 s at k=4, each up to 300
 def test_a_lossless_run_pauses_and_marks_no_ev_bad(tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from bench.mrc_retirements import figures
 
     extra = ["--planes", "2", "--workload", "hotspot", "--rate", "12", "--lossless"]
     # The agent is a Python process beside the transport's: on a busy 2-core machine its
-    # reaction p99 can pass the verdict's 5 ms once (the full suite once saw 11.7 ms; alone the
-    # test passes); one more run, and a second such verdict fails the test. At 8 req/s no
-    # pause forms, so the rate stays 12.
+    # reaction p99 (judged in wall time) passed the verdict's 5 ms at k=2 (11.7 ms once in the
+    # full suite, twice in a row once alone), so k=4 halves the load per wall second; one more
+    # run on that reason alone. At 8 req/s no pause forms, so the rate stays 12.
     summary = run_trusted(
-        lambda: _mrc_run(Path(tempfile.mkdtemp(dir=tmp_path)), fabric="roft", extra=extra),
+        lambda: _mrc_run(
+            Path(tempfile.mkdtemp(dir=tmp_path)), fabric="roft", extra=extra, dilation=4
+        ),
         once_more=("lossless agent: reaction",),
     )
     assert summary["trustworthy"] is True, summary["health"]["reasons"]
@@ -138,7 +141,9 @@ def test_a_lossless_run_pauses_and_marks_no_ev_bad(tmp_path: Path) -> None:
     assert got["evs_assumed_bad"] == 0, f"{got} with {pauses} pauses"
 
 
-def _mrc_run(results: Path, fabric: str = "zcube", extra: Sequence[str] = ()) -> dict:
+def _mrc_run(
+    results: Path, fabric: str = "zcube", extra: Sequence[str] = (), dilation: int = 2
+) -> dict:
     """A whole run over mrc at k=2. At k=1 this run sits at the verdict's edge on a 2-core
     machine: CI once saw 4 of 381 decode steps (1.05%, 1% allowed) wake more than a quarter of
     their step late, where this machine sees 1-2; each datagram is Python work on the decode's
@@ -150,7 +155,7 @@ def _mrc_run(results: Path, fabric: str = "zcube", extra: Sequence[str] = ()) ->
             sys.executable, "-m", "zcube_cli", "run", "--fabric", fabric,
             *(extra or ["--n", "2", "--workload", "coding-agent", "--rate", "1"]),
             "--duration", "15", "--drain", "20",
-            "--kv-transport", "mrc", "--dilation", "2", "--results", str(results),
+            "--kv-transport", "mrc", "--dilation", str(dilation), "--results", str(results),
         ],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
