@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 import zlib
+from collections.abc import Callable
 
 from serving.kvstore import KVStore, make_kv_buffer
 
@@ -39,14 +40,18 @@ def test_kv_buffers_are_cheap_and_no_two_chunks_alike() -> None:
     other bytes; making 8 MiB costs well under half of drawing every byte."""
     size, chunk = 8 * 2**20 + 5, 256 * 1024
     make_kv_buffer("warm", 3, 1)  # the seed's block, drawn once per process
-    start = time.perf_counter()
-    data = make_kv_buffer("req", 3, size)
-    took = time.perf_counter() - start
+    took = min(timed(lambda: make_kv_buffer("req", 3, size)) for _ in range(3))  # best of 3:
+    data = make_kv_buffer("req", 3, size)  # the machine's noise is one-sided
     assert len(data) == size and data == make_kv_buffer("req", 3, size)
     chunks = {data[i : i + chunk] for i in range(0, size - chunk, chunk)}
     assert len(chunks) == len(range(0, size - chunk, chunk))
     assert data[:4096] != make_kv_buffer("other", 3, 4096)
     assert make_kv_buffer("req", 4, 4096) != data[:4096]
-    drawn = time.perf_counter()
-    random.Random(0).randbytes(size)
-    assert took < (time.perf_counter() - drawn) / 2
+    drawing = min(timed(lambda: random.Random(0).randbytes(size)) for _ in range(3))
+    assert took < drawing / 2, (took, drawing)
+
+
+def timed(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
