@@ -13,8 +13,9 @@ The lab's time resolution: a frame of one MTU (`JUMBO_FRAME_BYTES`, 9,000 bytes)
 `packet_seconds(9000, 50)` = 1.44 ms on a 50 Mb/s port (a ZCube half-rate port at the default
 100 Mb/s NIC), against 0.18 us at 400 Gb/s. A step's layers are therefore grouped into frames
 (`layers_per_frame`): consecutive layers travel together until every lane's share of a frame
-holds at least `frame_packets` packets. Each frame is one round trip (dispatch out, combine
-back); a frame's successor waits for it, as layer l + 1 needs layer l's output.
+holds at least `frame_packets` packets (with dual-batch overlap, each micro-batch's half of
+it). Each frame is one round trip (dispatch out, combine back); a frame's successor waits for
+it, as layer l + 1 needs layer l's output.
 """
 
 from __future__ import annotations
@@ -162,12 +163,16 @@ class EpTraffic:
 
     def step(self, tokens: int) -> StepExchange:
         """The step's frames: layers grouped so that each lane's dispatch share of a frame holds
-        at least `frame_packets` MTU packets, bytes scaled (each frame rounded up)."""
+        at least `frame_packets` MTU packets, bytes scaled (each frame rounded up). With dual
+        batch overlap the rule holds for each micro-batch's half of a frame, which is what
+        crosses the wire at once: the same time resolution, and as many compute slices a step
+        as without overlap (half as many frames, each computed in two turns)."""
         d, c = self.layer_bytes(tokens)
         layers = max(1, self.profile.moe_layers)
         if d <= 0:
             return StepExchange()
-        per_lane = d / self.bandwidth_scale / max(1, self.lanes)
+        batches = 2 if self.profile.wire.dual_batch_overlap else 1
+        per_lane = d / self.bandwidth_scale / max(1, self.lanes) / batches
         per_frame = layers_per_frame(per_lane, layers, self.frame_packets * self.mtu)
         frames = tuple(
             Frame(
@@ -177,7 +182,7 @@ class EpTraffic:
             )
             for n in group_layers(layers, per_frame)
         )
-        return StepExchange(frames, 2 if self.profile.wire.dual_batch_overlap else 1)
+        return StepExchange(frames, batches)
 
 
 def with_wire(

@@ -131,6 +131,22 @@ def test_dual_batch_overlap_runs_two_micro_batches() -> None:
     assert EpTraffic(with_wire(DS, dual_batch_overlap=False), nodes=4).step(100).micro_batches == 1
 
 
+def test_with_overlap_each_micro_batchs_half_of_a_frame_keeps_the_packet_floor() -> None:
+    # the by-hand step above at one packet per lane: 1,584 bytes per lane and layer, 6 layers
+    # to 9,000 bytes, 13 frames; each micro-batch sends half a frame, so 12 layers make its
+    # 9,504 bytes: 7 frames evened out (11 x 5 + 10 x 2), 14 compute slices against 13 (before
+    # this rule: 13 frames in two turns, 26 slices half as long)
+    glm = with_wire(GLM, per_node=False)
+    off = EpTraffic(glm, nodes=4, bandwidth_scale=4000.0, lanes=2, frame_packets=1).step(1000)
+    on = dataclasses.replace(
+        EpTraffic(glm, nodes=4, bandwidth_scale=4000.0, lanes=2, frame_packets=1),
+        profile=with_wire(glm, dual_batch_overlap=True),
+    ).step(1000)
+    assert len(off.frames) == 13 and off.micro_batches == 1
+    assert [f.layers for f in on.frames] == [11] * 5 + [10] * 2 and on.micro_batches == 2
+    assert (on.dispatch, on.combine) == (off.dispatch, off.combine)  # the same bytes
+
+
 def test_single_frame_and_busy_seconds() -> None:
     assert single_frame(10) == StepExchange((Frame(1, 10, 10),))
     assert single_frame(10, 3).combine == 3 and not single_frame(0)
