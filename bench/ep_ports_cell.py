@@ -116,18 +116,25 @@ def sweep(args: argparse.Namespace, mode: str) -> tuple[SweepResult, Iterator[Ru
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fabrics", default="zcube,roft")
-    parser.add_argument("--rates", default="0.5,1,2")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--gpus", type=int, default=16)
-    parser.add_argument("--prefill-servers", type=int, default=4)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--fabrics", default="zcube,roft", help="fabrics, comma-separated")
+    parser.add_argument("--rates", default="0.5,1,2", help="offered requests/s, ascending")
+    parser.add_argument("--repeat", type=int, default=3, help="seeds per rate (seed, seed+1...)")
+    parser.add_argument("--seed", type=int, default=1, help="the first repeat's seed")
+    parser.add_argument("--gpus", type=int, default=16, help="GPUs of each fabric")
+    parser.add_argument(
+        "--prefill-servers", type=int, default=4, help="servers that prefill (the rest decode)"
+    )
     parser.add_argument(
         "--modes", "--ports", default="all,one",
         help="the modes, interleaved: an --ep-ports value, then +dbo and +nlN where wanted",
     )  # fmt: skip
-    parser.add_argument("--results", type=Path, default=Path("results/ep-ports"))
+    parser.add_argument(
+        "--results", type=Path, default=Path("results/ep-ports"), help="one sweep-MODE per mode"
+    )
     args = parser.parse_args()
     results, gens = {}, []
     for mode in args.modes.split(","):

@@ -8,6 +8,7 @@
     .venv/bin/python bench/map_tables.py --table gpu-production  # tokens per GPU, EP, victims
     .venv/bin/python bench/map_tables.py --table compare-NAME # bench/results/compare/NAME.json
     .venv/bin/python bench/map_tables.py --table victim-flow  # issue 36's victim-flow bench
+    .venv/bin/python bench/map_tables.py --table ep-choices   # the EP wire's modelling choices
     .venv/bin/python bench/map_tables.py --write              # rewrite every generated block
 
 Reads `bench/results/victim-flow/victim-flow.json` (what `bench/victim_flow.py --out` wrote)
@@ -327,6 +328,72 @@ def production_table(name: str, folder: Path = MAP) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Choice:
+    """One modelling choice of the EP wire, as a committed cell ran it (issue 32 item 3-4)."""
+
+    choice: str
+    setting: str
+    cell: str
+
+
+EP_CHOICES = (
+    Choice("NIC ports an EP exchange uses", "both (`--ep-ports all`, default)", "ep-ports-all"),
+    Choice("NIC ports an EP exchange uses", "one (`--ep-ports one`, the old lab)", "ep-ports-one"),
+    Choice("node-limited routing", "each token to 1 node (`--ep-node-limit 1`)", "ep-wire-nl1"),
+    Choice("dual-batch overlap", "on, slices half as long (`--ep-dbo on`)", "ep-wire-dbo"),
+)
+CHOICE_RATE = 0.5  # req/s: the rate every EP choice cell ran
+
+
+def _seeds(points: Sequence[RunPoint], variant: str) -> dict[int, RunPoint]:
+    return {p.repeat: p for p in points if p.variant == variant and p.rate == CHOICE_RATE}
+
+
+def choices_table(folder: Path = MAP) -> list[str]:
+    """The EP wire's modelling choices side by side: per seed, ZCube's and ROFT's TTFT p99 at
+    0.5 req/s and ZCube against ROFT in the same seed (`*`: a run the verdict did not trust,
+    shown, not counted as a result)."""
+    out = [
+        "| modelling choice | setting | ZCube TTFT p99 s, seeds 1-3 | ROFT TTFT p99 s | ZCube vs "
+        "ROFT, per seed | trusted (ZCube, ROFT) | cell |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def p99(p: RunPoint | None) -> str:
+        if p is None or p.ttft_p99_s is None:
+            return "-"
+        return f"{p.ttft_p99_s:.2f}{'' if p.trustworthy else '*'}"
+
+    for c in EP_CHOICES:
+        points = load_runs(c.cell, folder)
+        z, r = _seeds(points, "zcube"), _seeds(points, "roft")
+        seeds = sorted(set(z) | set(r))
+        ratios = []
+        for s in seeds:
+            a, b = z.get(s), r.get(s)
+            if a is None or b is None or not a.ttft_p99_s or not b.ttft_p99_s:
+                ratios.append("-")
+                continue
+            mark = "" if a.trustworthy and b.trustworthy else "*"
+            ratios.append(f"{a.ttft_p99_s / b.ttft_p99_s - 1:+.0%}{mark}")
+        trusted = (
+            f"{sum(p.trustworthy for p in z.values())} of {len(z)}, "
+            f"{sum(p.trustworthy for p in r.values())} of {len(r)}"
+        )
+        out.append(
+            f"| {c.choice} | {c.setting} | {', '.join(p99(z.get(s)) for s in seeds)} | "
+            f"{', '.join(p99(r.get(s)) for s in seeds)} | {', '.join(ratios)} | {trusted} | "
+            f"`{c.cell}` |"
+        )
+    out.append("")
+    out.append(
+        f"At {CHOICE_RATE:g} req/s, seeds 1-3 (the same requests on both fabrics); `*`: not "
+        "trusted by the verdict; from `bench/results/map/<cell>-sweep.json`."
+    )
+    return out
+
+
 COMPARES = ROOT / "bench" / "results" / "compare"  # comparisons bench/default_cell.py kept
 VICTIM_FLOW = ROOT / "bench" / "results" / "victim-flow" / "victim-flow.json"
 
@@ -350,12 +417,15 @@ def table(name: str, folder: Path = MAP) -> list[str]:
         return production_table(name[4:], folder)
     if name == "summary":
         return summary_table(folder)
+    if name == "ep-choices":
+        return choices_table(folder)
     if name == "map":
         return map_table(folder)
     if name in cell_names(folder):
         return cell_table(name, folder)
     raise ValueError(
-        f"no table {name!r}: default, summary, map, victim-flow, compare-NAME or one of "
+        f"no table {name!r}: default, summary, map, ep-choices, victim-flow, compare-NAME or "
+        f"one of "
         f"{', '.join(cell_names(folder))}"
     )
 

@@ -103,3 +103,16 @@ def test_a_cell_without_a_common_rate_says_so(tmp_path: Path) -> None:
     last = cell_table("cell", tmp_path)[-1]
     assert last.startswith("No common rate")
     assert "rates run 16, 20" in last
+
+
+def test_the_ep_choices_pair_each_seed_and_mark_what_the_verdict_rejected() -> None:
+    """The choices table pairs ZCube and ROFT by seed: ep-ports-one's seed 1 is 2.36 s against
+    1.91 s (+24%); every dual-batch-overlap run of its first cell was rejected, so every figure
+    of that row carries the mark, and ep-ports-all's seed-2 ROFT run too."""
+    rows = {line.split(" | ")[-1]: line for line in table("ep-choices") if "`ep-" in line}
+    one = rows["`ep-ports-one` |"].split(" | ")
+    assert one[2].startswith("2.36, ") and one[3].startswith("1.91, ") and one[4].startswith("+24%")
+    dbo = rows["`ep-wire-dbo` |"].split(" | ")
+    assert all(v.endswith("*") for v in dbo[2].split(", ") + dbo[4].split(", "))
+    assert dbo[5] == "0 of 3, 0 of 3"
+    assert rows["`ep-ports-all` |"].split(" | ")[3] == "1.91, 0.82*, 1.25"
