@@ -9,6 +9,7 @@
     .venv/bin/python bench/map_tables.py --table compare-NAME # bench/results/compare/NAME.json
     .venv/bin/python bench/map_tables.py --table victim-flow  # issue 36's victim-flow bench
     .venv/bin/python bench/map_tables.py --table ep-choices   # the EP wire's modelling choices
+    .venv/bin/python bench/map_tables.py --table kv-seen      # the KV-pull rule re-read
     .venv/bin/python bench/map_tables.py --write              # rewrite every generated block
 
 Reads `bench/results/victim-flow/victim-flow.json` (what `bench/victim_flow.py --out` wrote)
@@ -396,6 +397,7 @@ def choices_table(folder: Path = MAP) -> list[str]:
 
 COMPARES = ROOT / "bench" / "results" / "compare"  # comparisons bench/default_cell.py kept
 VICTIM_FLOW = ROOT / "bench" / "results" / "victim-flow" / "victim-flow.json"
+KV_SEEN = ROOT / "bench" / "results" / "kv-seen.json"  # bench/kv_seen.py --out
 
 
 def victim_flow_table(path: Path = VICTIM_FLOW) -> list[str]:
@@ -419,14 +421,17 @@ def table(name: str, folder: Path = MAP) -> list[str]:
         return summary_table(folder)
     if name == "ep-choices":
         return choices_table(folder)
+    if name == "kv-seen":
+        from bench.kv_seen import table_lines
+
+        return table_lines(json.loads(KV_SEEN.read_text()))
     if name == "map":
         return map_table(folder)
     if name in cell_names(folder):
         return cell_table(name, folder)
     raise ValueError(
-        f"no table {name!r}: default, summary, map, ep-choices, victim-flow, compare-NAME or "
-        f"one of "
-        f"{', '.join(cell_names(folder))}"
+        f"no table {name!r}: default, summary, map, ep-choices, kv-seen, victim-flow, "
+        f"compare-NAME or one of {', '.join(cell_names(folder))}"
     )
 
 

@@ -60,7 +60,12 @@ from emulator.results.bmwg import with_kpis
 from emulator.results.dilation import undilate
 from emulator.results.fault_report import analyze
 from emulator.results.figures import client_summary, fabric_stats, read_jsonl, throughput_series
-from emulator.results.linkstats import link_loads, link_utilization, verdict_busiest_link
+from emulator.results.linkstats import (
+    link_loads,
+    link_utilization,
+    port_capacity_bps,
+    verdict_busiest_link,
+)
 from emulator.results.summary import (
     FaultReport,
     InjectedFault,
@@ -73,6 +78,8 @@ from emulator.results.transfers import (
     engine_rates,
     kv_path_busy,
     kv_ratio_p50,
+    kv_seen_busy,
+    pull_links,
     read_logs,
     transfer_figures,
 )
@@ -278,7 +285,14 @@ class Experiment:
         rates = engine_rates(self.plan.fabric, self.plan.scale, hosts)
         pulls = read_logs(self.dir / "logs", KV_LOG_PREFIX)
         rated, ratio = kv_ratio_p50(pulls, rates, self.limits.kv_fixed_s)
-        kv = KvPulls(rated, ratio, busy, self.limits.kv_fixed_s)
+        seen = kv_seen_busy(  # widened by a scrape interval each side: see its docstring
+            pulls,
+            pull_links(self.plan.fabric, hosts),
+            ports.samples,
+            port_capacity_bps(self.plan.fabric, self.plan.scale),
+            margin_s=ports.peak_window_s or 0.0,
+        )
+        kv = KvPulls(rated, ratio, busy, self.limits.kv_fixed_s, seen_busy=seen)
         verdict = replace(  # the verdict names the summary's busiest link
             self.health.verdict(
                 self.limits,

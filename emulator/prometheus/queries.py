@@ -169,4 +169,5 @@ def port_counters(prom: PromQuery, t1: float, window_s: float) -> SwitchPortTraf
         tx_peak_bytes_per_s=_peaks(tx),
         rx_peak_bytes_per_s=_peaks(rx),
         peak_window_s=sample_interval(tx, rx),
+        samples={"tx": tx, "rx": rx},
     )

@@ -37,7 +37,8 @@ PortKey = tuple[str, int]
 @dataclass(frozen=True)
 class SwitchPortTraffic:
     """Every switch port's traffic over the run window: bytes per port, the peak rates (bytes/s
-    over one scrape interval, `peak_window_s`), and the packets every port dropped."""
+    over one scrape interval, `peak_window_s`), the packets every port dropped, and the byte
+    counters' samples (for the load KV pulls met as they ran, `transfers.kv_seen_busy`)."""
 
     tx_bytes: dict[PortKey, float]
     rx_bytes: dict[PortKey, float]
@@ -45,6 +46,8 @@ class SwitchPortTraffic:
     tx_peak_bytes_per_s: dict[PortKey, float] = field(default_factory=dict)
     rx_peak_bytes_per_s: dict[PortKey, float] = field(default_factory=dict)
     peak_window_s: float | None = None
+    # the byte counters' raw (time, value) samples, by direction ("tx", "rx") and port
+    samples: dict[str, dict[PortKey, list[tuple[float, float]]]] = field(default_factory=dict)
 
 
 def port_capacity_bps(fabric: Fabric, scale: Scale) -> dict[tuple[str, int], float]:

@@ -24,6 +24,7 @@ bounded by the NICs, not by the trunks. Its ideal time is `bytes * 8 / rate`.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,81 @@ def kv_path_busy(
     loads = [v for k, v in sent.items() if k in nic or k in trunk]
     loads += [v for k, v in received.items() if k in nic]
     return max(loads, default=None)
+
+
+Samples = list[tuple[float, float]]  # (time, counter value), ascending
+PortKey = tuple[str, int]  # (switch, port)
+Direction = str  # "tx": the switch port sent it (toward a host); "rx": it received it
+
+
+def span_rate(samples: Samples, t0: float, t1: float) -> float | None:
+    """A counter's mean rate (units/s) over the shortest span of its samples that covers
+    [t0, t1]: from the last sample at or before t0 to the first at or after t1; None when the
+    samples do not cover it."""
+    times = [t for t, _ in samples]
+    i, j = bisect.bisect_right(times, t0) - 1, bisect.bisect_left(times, t1)
+    if i < 0 or j >= len(samples) or samples[j][0] <= samples[i][0]:
+        return None
+    (a, va), (b, vb) = samples[i], samples[j]
+    return max(0.0, vb - va) / (b - a)
+
+
+def pull_links(
+    fabric: Fabric, engine_hosts: Mapping[str, str]
+) -> Callable[[str, str], list[tuple[Direction, PortKey]]]:
+    """The links a KV pull from a prefill engine to a decode engine loads, as switch ports: the
+    decode host's NIC links toward it (`tx`), the prefill host's from it (`rx`), and every
+    switch-to-switch port (`tx`; which trunk a lane took is not logged). Unknown engines: the
+    trunks alone."""
+    trunk = [
+        ("tx", (node, port))
+        for lk in fabric.links
+        if fabric.is_switch(lk.node1) and fabric.is_switch(lk.node2)
+        for node, port in ((lk.node1, lk.port1), (lk.node2, lk.port2))
+    ]
+
+    def nic(host: str | None, direction: Direction) -> list[tuple[Direction, PortKey]]:
+        return [
+            (direction, (a.switch, a.port)) for (h, _), a in fabric.attachments.items() if h == host
+        ]
+
+    def links(prefill: str, decode: str) -> list[tuple[Direction, PortKey]]:
+        return [
+            *nic(engine_hosts.get(decode), "tx"),
+            *nic(engine_hosts.get(prefill), "rx"),
+            *trunk,
+        ]
+
+    return links
+
+
+def kv_seen_busy(
+    attempts: Iterable[tuple[str, Row]],
+    links_of: Callable[[str, str], list[tuple[Direction, PortKey]]],
+    samples: Mapping[Direction, Mapping[PortKey, Samples]],
+    capacity_bps: Mapping[PortKey, float],
+    margin_s: float = 0.0,
+) -> float | None:
+    """The load the pulls saw: per successful pull, the busiest of its links (`links_of`, by
+    prefill and decode engine) over the pull's time widened by `margin_s` each side (the
+    counters move once per stats poll, so a span of one poll would read 0 or 2 of them), each a
+    byte counter's rate (`samples`, by direction and port) over the port's `capacity_bps`; the
+    p50 over the pulls, None when no pull's links were counted. A hotspot loads a decode NIC
+    for seconds and then leaves it: its mean over the load is a fraction of what the pulls
+    crossing it met."""
+    seen = []
+    for decode, row in attempts:
+        if not row.get("ok") or row.get("start") is None or row.get("end") is None:
+            continue
+        t0, t1 = float(row["start"]) - margin_s, float(row["end"]) + margin_s
+        loads = []
+        for direction, port in links_of(str(row.get("engine_id", "")), decode):
+            rate = span_rate(samples.get(direction, {}).get(port, []), t0, t1)
+            if rate is not None and capacity_bps.get(port):
+                loads.append(rate * 8 / capacity_bps[port])
+        if loads:
+            seen.append(max(loads))
+    return quantile(seen, 0.5)
 
 
 def transfer_figures(

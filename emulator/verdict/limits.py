@@ -22,7 +22,13 @@ issue 20:
   on 2%-busy links, 1.05x at k=4) and the report must say that KV figures at k=1 may carry up to
   that inflation (docs/EXPERIMENTS.md). On by default since 2026-12-04 (`judge_kv_pulls`).
   Fewer than `kv_min_pulls` rated pulls are not judged (a median of a handful of pulls says
-  little).
+  little). The load judged, since 2026-12-06, is the one the pulls met as they ran
+  (`transfers.kv_seen_busy`: per pull the busiest of its own NIC links and the trunks over its
+  time, widened by a scrape interval each side; the p50 over the pulls), where it had been the
+  busiest link's mean over the whole load: a hotspot loads a decode NIC for a few seconds and
+  moves on, so that mean was 19-21% while the median pull met 48-53% (`bench/kv_seen.py`,
+  docs/RESULTS.md), and three runs whose pulls were slowed by the hotspot itself were rejected
+  as an end-host artifact.
 - Engine lateness relative to the modelled step: a step whose compute sleep woke more than
   `late_share` (25%) of its modelled step time late stretches that step, and every token of it,
   by as much; more than `late_fraction` (1%) of all engine steps so late reaches the p99 (over

@@ -20,7 +20,13 @@ from emulator.experiment.plan import RunConfig
 from emulator.experiment.runner import Experiment
 from emulator.lab.health import HealthSampler
 from emulator.lab.netsampler import NetSampler
-from emulator.results.transfers import kv_path_busy, kv_ratio_p50
+from emulator.results.transfers import (
+    kv_path_busy,
+    kv_ratio_p50,
+    kv_seen_busy,
+    pull_links,
+    span_rate,
+)
 from emulator.verdict.judge import DATAPATH, FIDELITY_FIELDS, HealthSample, HealthVerdict, judge
 from emulator.verdict.limits import Limits
 from emulator.verdict.network import (
@@ -130,6 +136,62 @@ def test_the_kv_path_load_is_the_busiest_link_a_pull_can_cross() -> None:
     assert kv_path_busy(fabric, sent, received, [h0]) == pytest.approx(0.12)
     assert kv_path_busy(fabric, sent, received, [h0, h1]) == pytest.approx(0.3)
     assert kv_path_busy(fabric, {}, {}, [h0]) is None
+
+
+def test_a_counters_rate_over_the_samples_that_cover_a_span() -> None:
+    samples = [(0.0, 0.0), (4.0, 400.0), (8.0, 400.0), (12.0, 1600.0)]
+    assert span_rate(samples, 1.0, 3.0) == pytest.approx(100.0)  # (0, 4)
+    assert span_rate(samples, 4.0, 8.0) == pytest.approx(0.0)  # on the samples themselves
+    assert span_rate(samples, 3.0, 9.0) == pytest.approx(1600 / 12)  # (0, 12)
+    assert span_rate(samples, -1.0, 3.0) is None and span_rate(samples, 11.0, 13.0) is None
+    assert span_rate([], 1.0, 2.0) is None
+    assert span_rate([(0.0, 50.0), (4.0, 10.0)], 1.0, 2.0) == 0.0  # a reset counts no bytes
+
+
+def test_the_load_pulls_met_is_their_own_links_as_they_ran() -> None:
+    """A hot decode: its NIC link is 80% busy for 4 s and idle for the next 12; the pulls to
+    it all ran in the hot 4 s, so they met 80% where the link's mean over 16 s is 20%. A pull to
+    another decode, on idle links, met 0; the median pull met 80%."""
+    fabric = build_fabric(fabric_specs(["roft"], 16, 2)["roft"])
+    hosts = {"prefill-0": "h0", "decode-8": "h8", "decode-9": "h9"}
+    links = pull_links(fabric, hosts)
+    toward_h8 = [p for d, p in links("prefill-0", "decode-8") if d == "tx"]
+    from_h0 = [p for d, p in links("prefill-0", "decode-8") if d == "rx"]
+    caps = {(a.switch, a.port): 50e6 for a in fabric.attachments.values()}
+    assert len(from_h0) == 1 and len(toward_h8) > 1  # h0's port; h8's, then the trunks
+    hot = toward_h8[0]
+    full = 50e6 / 8  # bytes/s of one port
+    toward_h9 = next(p for d, p in links("prefill-0", "decode-9") if d == "tx")
+    samples = {
+        "tx": {
+            hot: [(0.0, 0.0), (4.0, 0.8 * full * 4), (16.0, 0.8 * full * 4)],
+            toward_h9: [(0.0, 0.0), (16.0, 0.0)],
+        }
+    }
+    assert samples["tx"][hot][-1][1] / 16 / full == pytest.approx(0.2)  # its mean over 16 s
+
+    def pull(decode: str, t: float) -> tuple[str, dict[str, object]]:
+        return decode, {"engine_id": "prefill-0", "start": t, "end": t + 0.3, "ok": True}
+
+    pulls = [pull("decode-8", 1.0), pull("decode-8", 2.0), pull("decode-9", 6.0)]
+    assert kv_seen_busy(pulls, links, samples, caps) == pytest.approx(0.8)
+    assert kv_seen_busy(pulls[2:], links, samples, caps) == pytest.approx(0.0)
+    # widened by a scrape interval each side, a pull at 4.2 s spans (0, 16): the mean again
+    late = [pull("decode-8", 4.2)]
+    assert kv_seen_busy(late, links, samples, caps, margin_s=4.0) == pytest.approx(0.2)
+    failed = [("decode-8", {"engine_id": "prefill-0", "start": 1.0, "end": 2.0, "ok": False})]
+    assert kv_seen_busy(failed, links, samples, caps) is None
+    assert kv_seen_busy(pulls, links, {}, caps) is None
+
+
+def test_slow_pulls_on_links_busy_as_they_ran_are_the_fabric() -> None:
+    """The rule judges the load the pulls met when it was counted: a hotspot's 20% mean with
+    its pulls meeting 50% passes; 3% met fails, saying so."""
+    hot = KvPulls(720, 2.4, 0.20 - 0.01, 0.005, seen_busy=0.5)
+    assert _judge(NetworkEvidence(kv=hot), KV_JUDGED).trustworthy
+    idle = _judge(NetworkEvidence(kv=KvPulls(720, 2.4, 0.4, 0.005, seen_busy=0.03)), KV_JUDGED)
+    assert not idle.trustworthy
+    assert "the median pull's busiest link was 3% busy as it ran" in idle.reasons[0]
 
 
 # --- engine lateness relative to the modelled step ---------------------------------------------
