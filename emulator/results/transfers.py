@@ -25,7 +25,8 @@ bounded by the NICs, not by the trunks. Its ideal time is `bytes * 8 / rate`.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,11 +232,13 @@ PortKey = tuple[str, int]  # (switch, port)
 Direction = str  # "tx": the switch port sent it (toward a host); "rx": it received it
 
 
-def span_rate(samples: Samples, t0: float, t1: float) -> float | None:
+def span_rate(
+    samples: Samples, t0: float, t1: float, times: Sequence[float] | None = None
+) -> float | None:
     """A counter's mean rate (units/s) over the shortest span of its samples that covers
     [t0, t1]: from the last sample at or before t0 to the first at or after t1; None when the
-    samples do not cover it."""
-    times = [t for t, _ in samples]
+    samples do not cover it. `times`: the samples' times, when the caller keeps them."""
+    times = [t for t, _ in samples] if times is None else times
     i, j = bisect.bisect_right(times, t0) - 1, bisect.bisect_left(times, t1)
     if i < 0 or j >= len(samples) or samples[j][0] <= samples[i][0]:
         return None
@@ -262,6 +265,7 @@ def pull_links(
             (direction, (a.switch, a.port)) for (h, _), a in fabric.attachments.items() if h == host
         ]
 
+    @functools.cache
     def links(prefill: str, decode: str) -> list[tuple[Direction, PortKey]]:
         return [
             *nic(engine_hosts.get(decode), "tx"),
@@ -287,14 +291,22 @@ def kv_seen_busy(
     for seconds and then leaves it: its mean over the load is a fraction of what the pulls
     crossing it met."""
     seen = []
+    times = {
+        (direction, port): [t for t, _ in values]
+        for direction, by_port in samples.items()
+        for port, values in by_port.items()
+    }
     for decode, row in attempts:
         if not row.get("ok") or row.get("start") is None or row.get("end") is None:
             continue
         t0, t1 = float(row["start"]) - margin_s, float(row["end"]) + margin_s
         loads = []
         for direction, port in links_of(str(row.get("engine_id", "")), decode):
-            rate = span_rate(samples.get(direction, {}).get(port, []), t0, t1)
-            if rate is not None and capacity_bps.get(port):
+            if (direction, port) not in times or not capacity_bps.get(port):
+                continue
+            values = samples[direction][port]
+            rate = span_rate(values, t0, t1, times[(direction, port)])
+            if rate is not None:
                 loads.append(rate * 8 / capacity_bps[port])
         if loads:
             seen.append(max(loads))
