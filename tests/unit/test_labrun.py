@@ -1,6 +1,8 @@
 """bench/labrun.py and the soak's sampling on real processes: a stand-in for `zcube-lab run` (a
 real run needs root and a lab) that starts a stand-in Locust (`python -m locust`, found first on
-its path), prints its result last, and on SIGINT stops its child and exits 130 as the run does."""
+its path), prints its result last, and on SIGINT stops its child and exits 130 as the run does
+(SIGINT handled even when this test runs in a background job that ignores it, as the run's own
+`interrupt_on_stop_signals` does)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from bench.labrun import LabRun
 from bench.soak import Point, sample_load
 
 FAKE_RUN = """\
-import json, subprocess, sys, time
+import json, signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as the run does, even if inherited off
 locust = subprocess.Popen([sys.executable, "-m", "locust"])
 try:
     time.sleep(float(sys.argv[1]))

@@ -6,7 +6,6 @@ heatmaps) to results/compare-<time>/. Needs root."""
 from __future__ import annotations
 
 import argparse
-import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ from rich.text import Text
 
 from zcube_cli.commands.run import add_run_arguments, config_from_args
 from zcube_cli.fabric_options import add_size_arguments, size_params, sized_specs
-from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.adapters.procs import interrupt_on_stop_signals
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
 
@@ -159,7 +158,7 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
     def starting(p: PlannedRun) -> None:
         console.rule(f"run {p.number}/{p.total}: {p.variant.label}, repeat {p.repeat}/{p.repeats}")
 
-    signal.signal(signal.SIGTERM, raise_interrupt)
+    interrupt_on_stop_signals()
     runs: list[RunSummary] = []
     try:
         for planned, result in run_planned(plan, progress=progress, starting=starting):

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from zcube_cli.fabric_options import add_fabric_arguments, spec_from_args
-from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.adapters.procs import interrupt_on_stop_signals
 from zcube_lab.core.fabric.description import FabricSpec
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from emulator.results.report import busiest_link
 
     console = Console(stderr=True)
-    signal.signal(signal.SIGTERM, raise_interrupt)
+    interrupt_on_stop_signals()
     exp = Experiment(config_from_args(args), progress=lambda m: console.print(f"[dim]»[/dim] {m}"))
     if args.dilation != 1:  # docs/DOMAIN.md §4: a dilated figure is as good as its validation
         console.print(f"[yellow]{ladder_note(args.dilation, read_ladder())}[/yellow]")

@@ -22,7 +22,6 @@ example: zcube-lab sweep --rates 2,4,8,12,16 --slo ttft_p99=2s,tpot=100ms --repe
 from __future__ import annotations
 
 import argparse
-import signal
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -34,7 +33,7 @@ from rich.table import Table
 
 from zcube_cli.commands.compare import add_variant_arguments, variants_from_args
 from zcube_cli.commands.run import add_run_arguments
-from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.adapters.procs import interrupt_on_stop_signals
 from zcube_lab.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -192,7 +191,7 @@ def _run_all(
             f"below: a miss or an untrustworthy run)[/dim]"
         )
 
-    signal.signal(signal.SIGTERM, raise_interrupt)
+    interrupt_on_stop_signals()
     assert result.dir is not None
     try:
         ramp = run_sweep(plan, result.slo, progress, starting, skipped, refine=result.refine,

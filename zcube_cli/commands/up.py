@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +26,7 @@ from zcube_cli.fabric_options import (
     link_options_from_args,
     spec_from_args,
 )
-from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.adapters.procs import interrupt_on_stop_signals
 
 if TYPE_CHECKING:
     from emulator.experiment.plan import RunConfig
@@ -153,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         console.print(f"[red]zcube-lab up: {exc}[/red]")
         return 2
-    signal.signal(signal.SIGTERM, raise_interrupt)
+    interrupt_on_stop_signals()
 
     def progress(msg: str) -> None:
         console.print(f"[dim]»[/dim] {msg}")
@@ -319,10 +318,7 @@ def serve(args: argparse.Namespace) -> int:
         Console().print(table)
         console.print("serving; Ctrl-C tears everything down")
 
-    # Ctrl-C, SIGTERM and a closed ssh session all tear down. SIGINT explicitly too: a process
-    # started in the background by a non-interactive shell inherits it ignored.
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, raise_interrupt)
+    interrupt_on_stop_signals()  # Ctrl-C, SIGTERM and a closed ssh session all tear down
     try:
         live.serve(ready)
     except (LabError, PrometheusError) as exc:

@@ -95,6 +95,18 @@ def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def interrupt_on_stop_signals() -> None:
+    """Ctrl-C, SIGTERM and a closed terminal all raise KeyboardInterrupt, so one teardown path
+    handles each. SIGINT explicitly too: a process started in the background by a
+    non-interactive shell inherits SIGINT ignored, and Python then never installs its own
+    handler (a Ctrl-C sent to such a `zcube-lab up` was lost and the bring-up ran on)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, raise_interrupt)
+
+
 @contextlib.contextmanager
 def signals_ignored() -> Iterator[None]:
     """Ignore SIGINT and SIGTERM for the duration (main thread only; elsewhere a no-op)."""
