@@ -342,7 +342,8 @@ EP_CHOICES = (
     Choice("NIC ports an EP exchange uses", "both (`--ep-ports all`, default)", "ep-ports-all"),
     Choice("NIC ports an EP exchange uses", "one (`--ep-ports one`, the old lab)", "ep-ports-one"),
     Choice("node-limited routing", "each token to 1 node (`--ep-node-limit 1`)", "ep-wire-nl1"),
-    Choice("dual-batch overlap", "on, slices half as long (`--ep-dbo on`)", "ep-wire-dbo"),
+    Choice("dual-batch overlap", "on, before the frame rule held per micro-batch", "ep-wire-dbo"),
+    Choice("dual-batch overlap", "on (`--ep-dbo on`)", "ep-wire-dbo-frames"),
 )
 CHOICE_RATE = 0.5  # req/s: the rate every EP choice cell ran
 
