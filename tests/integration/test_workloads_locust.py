@@ -61,6 +61,16 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _why(out: Path) -> str:
+    """The end of Locust's log and the first failed requests' status and error, for a failure."""
+    text = (out / "locust.log").read_text()[-3000:]
+    rows = out / "requests.jsonl"
+    if rows.exists():
+        failed = [r for r in map(json.loads, rows.read_text().splitlines()) if r["outcome"] != "ok"]
+        text += "\nfirst failed requests: " + json.dumps(failed[:3])
+    return text
+
+
 def test_locust_headless_open_loop_against_the_gateway(gateway: str, tmp_path: Path) -> None:
     metrics_port = free_port()
     out = tmp_path / "run"
@@ -116,7 +126,7 @@ def test_locust_headless_open_loop_against_the_gateway(gateway: str, tmp_path: P
             if "zcube_client_ttft_seconds_count" in text and 'outcome="ok"' in text:
                 scraped = text
             time.sleep(0.5)
-        assert proc.poll() == 0, (out / "locust.log").read_text()[-3000:]
+        assert proc.poll() == 0, _why(out)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
