@@ -3,9 +3,10 @@
 Which: every lab process but Open vSwitch's is a descendant of the run (the serving roles in
 Mininet hosts too: `mnexec` attaches to the host's namespaces and execs in place), so only the
 run's process tree is looked at and a second lab on the machine is never counted. ovs-vswitchd
-is the system's daemon, found by its name; its `--monitor` watchdog rewrites its command line
-and is left out. A process is named `<role>` or `<role>/<instance>` (`decode/h12`,
-`ep/198.18.0.1`) from its command line (`classify`); the run itself is `run`.
+is the system's daemon, found by its name (in the run's mount namespace: a peer machine's
+is not counted); its `--monitor` watchdog rewrites its command line and is left out. A
+process is named `<role>` or `<role>/<instance>` (`decode/h12`, `ep/198.18.0.1`) from its
+command line (`classify`); the run itself is `run`.
 
 What, per process (`ProcSample`):
 - CPU: utime + stime of all its threads, and (`child_ticks`) cutime + cstime, the CPU of the
@@ -229,7 +230,12 @@ def scan(root: int, *, resources: bool = True, proc: Path = Path("/proc")) -> li
             except (OSError, ValueError, IndexError):
                 continue  # gone between listing and reading
     tree = descendants({pid: s.ppid for pid, s in stats.items()}, root) & stats.keys()
-    candidates = tree | {pid for pid, s in stats.items() if s.comm == DATAPATH}
+    own = _mount_ns(proc, root)
+    candidates = tree | {
+        pid
+        for pid, s in stats.items()
+        if s.comm == DATAPATH and _mount_ns(proc, pid) in (own, None)
+    }
     found: list[tuple[int, str, str]] = []
     for pid in sorted(candidates):
         if pid == root:
@@ -255,6 +261,16 @@ def scan(root: int, *, resources: bool = True, proc: Path = Path("/proc")) -> li
             sample = replace(sample, rss_kb=rss, fds=fds, tcp=tcp)
         samples.append(sample)
     return samples
+
+
+def _mount_ns(proc: Path, pid: int) -> str | None:
+    """The mount namespace of `pid` (`mnt:[inode]`), None when it cannot be read. A peer
+    machine of `scripts/peer.sh` runs its own ovs-vswitchd in its own mount namespace (and
+    chroot): that datapath is not this lab's."""
+    try:
+        return os.readlink(proc / str(pid) / "ns" / "mnt")
+    except OSError:
+        return None
 
 
 def _resources(pdir: Path, tables: dict[str, dict[int, str]]) -> tuple[int | None, int, int]:

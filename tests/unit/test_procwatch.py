@@ -174,7 +174,14 @@ def test_display_order_follows_the_roles_then_numbers_as_numbers() -> None:
 
 
 def fake_process(
-    proc: Path, pid: int, ppid: int, argv: list[str], *, comm: str = "python", netns: str = "1"
+    proc: Path,
+    pid: int,
+    ppid: int,
+    argv: list[str],
+    *,
+    comm: str = "python",
+    netns: str = "1",
+    mntns: str = "1",
 ) -> Path:
     """/proc/PID with stat, cmdline, status, two fds (one held TCP socket) and a namespace."""
     d = proc / str(pid)
@@ -187,6 +194,7 @@ def fake_process(
     os.symlink("socket:[1002]", d / "fd" / "3")  # targets need not exist: only read as text
     os.symlink("/dev/null", d / "fd" / "0")
     os.symlink(f"net:[{netns}]", d / "ns" / "net")
+    os.symlink(f"mnt:[{mntns}]", d / "ns" / "mnt")
     (d / "net" / "tcp").write_text(TCP if netns == "1" else TCP.replace(" 1002 ", " 9002 "))
     return d
 
@@ -200,10 +208,13 @@ def test_scan_finds_the_runs_tree_and_the_datapath(tmp_path: Path) -> None:
     fake_process(proc, 200, 1, [PY, "-m", "serving.decode", "--engine-index", "3"])  # another lab
     fake_process(proc, 299, 1, ["ovs-vswitchd: monitoring pid 300 (healthy)"], comm="monitor")
     fake_process(proc, 300, 299, ["ovs-vswitchd", "unix:/db.sock"], comm="ovs-vswitchd")
+    peer = ["ovs-vswitchd", "unix:/db.sock"]  # a peer machine's, in its own mount namespace
+    fake_process(proc, 400, 1, peer, comm="ovs-vswitchd", mntns="2")
     gone = fake_process(proc, 104, 100, [PY, "-m", "serving.prefill", "--engine-index", "0"])
     (gone / "cmdline").unlink()  # exited between the stat and the cmdline reads
     samples = {s.name: s for s in scan(100, proc=proc)}
     assert sorted(samples) == ["decode/h12", "locust", "ovs-vswitchd", "run"]
+    assert samples["ovs-vswitchd"].pid == 300
     decode = samples["decode/h12"]
     assert (decode.role, decode.pid, decode.rss_kb, decode.fds) == ("decode", 101, 1010, 2)
     assert decode.tcp == 0  # its namespace's table has another inode: not its socket
