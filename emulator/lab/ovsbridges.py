@@ -20,7 +20,14 @@ import re
 
 from controller.ofctl import dump_lines, line_differences
 from controller.rules import SwitchRules
-from emulator.lab.ovs import Instance, instance_of, running_instances, vsctl_argv
+from emulator.lab.ovs import (
+    VSWITCHD,
+    Instance,
+    exited,
+    instance_of,
+    running_instances,
+    vsctl_argv,
+)
 from emulator.lab.system import run
 
 OFCTL = "ovs-ofctl"
@@ -87,6 +94,26 @@ def parse_marks(text: str, key: str) -> dict[str, int]:
     return marks
 
 
+def _vswitchd_alive(inst: Instance | None) -> bool:
+    """Whether `inst`'s ovs-vswitchd runs (the system one is taken to)."""
+    if inst is None:
+        return True
+    pid = inst.pids().get(VSWITCHD)
+    return pid is not None and not exited(pid)  # a zombie nobody reaped is no vswitchd
+
+
+def del_br_argv(inst: Instance | None, bridges: list[str], vswitchd_alive: bool) -> list[str]:
+    """One `ovs-vsctl` transaction deleting `bridges`. Without a running ovs-vswitchd nothing
+    would ever acknowledge the change, and ovs-vsctl would wait out its timeout: the database
+    row is all there is to delete then (`--no-wait`)."""
+    argv = [*vsctl_argv(inst), "--timeout=20"]
+    if not vswitchd_alive:
+        argv.append("--no-wait")
+    for b in bridges:
+        argv += ["--", "--if-exists", "del-br", b]
+    return argv
+
+
 def delete_bridges(names: list[str]) -> list[str]:
     """Delete those of `names` that exist, in one transaction; returns the ones deleted."""
     if not names:
@@ -96,10 +123,7 @@ def delete_bridges(names: list[str]) -> list[str]:
         existing = set(_bridges_in(inst))
         gone = [b for b in names if b in existing]
         if gone:
-            argv = [*vsctl_argv(inst), "--timeout=20"]
-            for b in gone:
-                argv += ["--", "--if-exists", "del-br", b]
-            run(argv, check=False)
+            run(del_br_argv(inst, gone, _vswitchd_alive(inst)), check=False)
         gone_all += gone
     return gone_all
 

@@ -5,7 +5,9 @@ tool addressing the instance that holds each bridge, a vswitchd fault on them, a
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,3 +133,24 @@ def test_a_dead_labs_instance_is_swept(tmp_path: Path) -> None:
     assert f"ovs instance {dead_owner}-0" in removed
     assert not inst.rundir.exists()
     assert [p for p in pids if not ovs.exited(p)] == []
+
+
+def test_bridges_of_an_instance_whose_vswitchd_died_are_deleted_without_waiting() -> None:
+    # ovs-vsctl waits for ovs-vswitchd to acknowledge a change: with it dead, a plain del-br
+    # waits out its whole --timeout (20 s) on every instance. The database row is what is left.
+    inst = ovs.start_instance(ovs.INSTANCE_ROOT / f"{os.getpid()}-99")  # ours: never swept
+    try:
+        argv = [*ovs.vsctl_argv(inst), "add-br", "zdead0", "--", "set", "bridge", "zdead0"]
+        subprocess.run([*argv, "datapath_type=netdev"], check=True, timeout=30)
+        vswitchd = inst.pids()[ovs.VSWITCHD]
+        subprocess.run(["kill", "-9", str(vswitchd)], check=True)
+        while not ovs.exited(vswitchd):
+            time.sleep(0.05)
+        began = time.monotonic()
+        assert ovsbridges.delete_bridges(["zdead0"]) == ["zdead0"]
+        took = time.monotonic() - began
+        assert "zdead0" not in ovsbridges.list_bridges()
+        assert took < 10, f"delete_bridges waited {took:.1f} s for a dead ovs-vswitchd"
+    finally:
+        ovs.stop_instance(inst)
+    assert not inst.rundir.exists()

@@ -6,6 +6,7 @@ sampler counts every instance's daemon."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,23 @@ def test_auto_takes_the_userspace_datapath_for_private_instances() -> None:
     assert pick_datapath("auto", 4, asked) == "user"  # the kernel module is there, yet user
     assert pick_datapath("kernel", 0, asked) == "kernel"
     assert pick_datapath("user", 0, asked) == "user"
+
+
+def test_deleting_bridges_of_a_dead_vswitchd_does_not_wait_for_it(tmp_path: Path) -> None:
+    from emulator.lab.ovsbridges import _vswitchd_alive, del_br_argv
+
+    inst = ovs.Instance(tmp_path / "9-0")
+    inst.rundir.mkdir()
+    assert not _vswitchd_alive(inst)  # no pidfile
+    (inst.rundir / "ovs-vswitchd.pid").write_text(f"{os.getpid()}\n")
+    assert _vswitchd_alive(inst)
+    child = subprocess.Popen(["true"])
+    child.wait()  # exited and reaped: its pid names nothing
+    (inst.rundir / "ovs-vswitchd.pid").write_text(f"{child.pid}\n")
+    assert not _vswitchd_alive(inst)  # the pid is gone
+    assert _vswitchd_alive(None)
+
+    dead = del_br_argv(inst, ["A0", "B0"], vswitchd_alive=False)
+    assert dead[:4] == ["ovs-vsctl", f"--db={inst.db}", "--timeout=20", "--no-wait"]
+    assert dead[4:] == ["--", "--if-exists", "del-br", "A0", "--", "--if-exists", "del-br", "B0"]
+    assert "--no-wait" not in del_br_argv(None, ["A0"], vswitchd_alive=True)
