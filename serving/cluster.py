@@ -134,10 +134,6 @@ class LocalCluster:
                 time.sleep(0.05)
         if failing:
             raise TimeoutError(f"not healthy after {timeout_s}s: {failing}")
-        # A server that lost its port to another answers nothing, but the winner answers its
-        # /health: every process must still be running once all have answered.
-        time.sleep(0.2)
-        self._check_alive()
 
     def _check_alive(self) -> None:
         for rp in self.processes:

@@ -11,15 +11,7 @@ from collections import deque
 # here, 11 of 20,000 calls repeated one of the 6 before. Two servers of one cluster then race
 # for one port, and the loser's /health is answered by the winner.
 _RECENT: deque[int] = deque(maxlen=4096)
-_RECENT_SET: set[int] = set()
 _LOCK = threading.Lock()
-
-
-def _remember(port: int) -> None:
-    if len(_RECENT) == _RECENT.maxlen:
-        _RECENT_SET.discard(_RECENT[0])
-    _RECENT.append(port)
-    _RECENT_SET.add(port)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -31,8 +23,8 @@ def free_port(host: str = "127.0.0.1") -> int:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.bind((host, 0))
                 port = int(sock.getsockname()[1])
-            if port != 9090 and port not in _RECENT_SET:
-                _remember(port)
+            if port != 9090 and port not in _RECENT:
+                _RECENT.append(port)
                 return port
 
 
