@@ -428,6 +428,10 @@ def table(name: str, folder: Path = MAP) -> list[str]:
         return table_lines(json.loads(KV_SEEN.read_text()))
     if name == "map":
         return map_table(folder)
+    if name == "answer" or name.startswith("status-"):
+        from bench.answer_tables import answer, status
+
+        return answer(folder) if name == "answer" else status(name[7:], folder)
     if name in cell_names(folder):
         return cell_table(name, folder)
     raise ValueError(
@@ -461,6 +465,13 @@ def missing_runs(doc: str, folder: Path = MAP) -> list[str]:
     return sorted({m.group(0) for m in RUN_NAME.finditer(doc)} - held)
 
 
+def generated_pages() -> list[Path]:
+    """RESULTS.md and every page under docs/results/ and docs/history/ with a generated block."""
+    files = [RESULTS, *sorted((ROOT / "docs" / "results").glob("*.md"))]
+    files += sorted((ROOT / "docs" / "history").glob("*.md"))
+    return [f for f in files if BEGIN.search(f.read_text())]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -470,7 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite docs/RESULTS.md's blocks")
     args = parser.parse_args(argv)
     if args.write:
-        RESULTS.write_text(rewrite(RESULTS.read_text()))
+        for page in generated_pages():
+            page.write_text(rewrite(page.read_text()))
         return 0
     if not args.table:
         parser.error("--table or --write")
