@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.map_tables import COMPARES, MAP, VICTIM_FLOW, capacity_text, knee, load_cell, load_runs
+from bench.map_data import COMPARES, MAP, VICTIM_FLOW, capacity_text, knee, load_cell, load_runs
 from bench.victim_flow import mbps
 from emulator.results.capacity import Capacity, capacity
 from emulator.results.sweeppoints import RunPoint

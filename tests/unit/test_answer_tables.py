@@ -38,7 +38,8 @@ from bench.answer_tables import (  # noqa: E402
     odd_seeds,
     word,
 )
-from bench.map_tables import MAP, RESULTS, blocks  # noqa: E402
+from bench.map_data import MAP  # noqa: E402
+from bench.map_tables import RESULTS, blocks  # noqa: E402
 from emulator.results.capacity import capacity  # noqa: E402
 from emulator.results.sweeppoints import RunPoint  # noqa: E402
 

@@ -14,17 +14,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.map_data import COMPARES, MAP, cell_names, knee
 from bench.map_tables import (
-    COMPARES,
-    MAP,
     RESULTS,
     Entry,
     blocks,
-    cell_names,
     cell_table,
     fabric,
     generated_pages,
-    knee,
     missing_runs,
     rewrite,
     table,
