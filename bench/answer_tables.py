@@ -186,6 +186,19 @@ def odd_seeds(caps: dict[str, Capacity]) -> list[str]:
     return out
 
 
+def ahead(caps: dict[str, Capacity]) -> list[str]:
+    """The fabrics whose capacity is above every other fabric's in every seed."""
+    seeds = [{r.repeat: r.rate for r in c.repeats} for c in caps.values()]
+    out = []
+    for i, v in enumerate(caps):
+        others = [s for j, s in enumerate(seeds) if j != i]
+        if seeds[i] and all(
+            all(rate > o.get(seed, float("inf")) for o in others) for seed, rate in seeds[i].items()
+        ):
+            out.append(LABEL.get(v, v))
+    return out
+
+
 def steps(row: AnswerRow, folder: Path = MAP) -> float:
     """The ladder's largest step between consecutive rates of the row's sweeps (a share)."""
     rates = sorted({r.rate for r in row.runs(folder)})
@@ -295,6 +308,7 @@ def figures(folder: Path = MAP) -> dict[str, str]:
         "reach": OUT_OF_REACH,
     }
     rows = {r.key: r for r in ANSWER_ROWS}
+    leaders: list[str] = []
     f["same_within"] = f"{SAME_WITHIN:.0%}"
     latency = []
     for row in ANSWER_ROWS[:3]:
@@ -315,11 +329,17 @@ def figures(folder: Path = MAP) -> dict[str, str]:
         f[f"{k}_cap"] = dash([c.rate for c in caps.values()], num)
         odd = odd_seeds(caps)
         f[f"{k}_odd"] = "; ".join(odd) if odd else "none"
+        leaders += ahead(caps)
         f[f"{k}_pairs"] = f"{sum(len(c.repeats) for c in caps.values()) - len(odd)}"
         f[f"{k}_all"] = f"{sum(len(c.repeats) for c in caps.values())}"
         gaps = seed_gaps(row, folder)
         f[f"{k}_gap"] = f"{max(gaps):.0%}"
         f[f"{k}_rate"] = num(row.rate)
+    f["ahead"] = (
+        f"{' and '.join(leaders)} a step ahead in every seed"
+        if leaders
+        else "No fabric is a step ahead in every seed"
+    )
     # production: seed 1 bounded, the others censored at the ladder's top
     prod = capacities(rows["production"], folder)
     z = prod["zcube"]
@@ -345,6 +365,7 @@ def figures(folder: Path = MAP) -> dict[str, str]:
     count, pauses, peaks = production_pauses(folder)
     f["prod_runs"] = f"{count}"
     f["prod_pauses"] = f"{pauses:,.0f}"
+    f["formed"] = "did not form" if pauses == 0 else "formed"
     f["prod_peak"] = f"{max(peaks):.0%}"
     # expert parallelism: both ports against one
     both, left = pair_ratios("ep-ports-all", folder)
@@ -363,6 +384,8 @@ def figures(folder: Path = MAP) -> dict[str, str]:
     f["roft2"] = LABEL["roft-2planes"]
     f["victim_zcube"] = dash(kept["zcube"], lambda x: f"{x:.2f}")
     f["victim_roft"] = dash(kept["roft-2planes"], lambda x: f"{x:.2f}")
+    worse = max(kept["zcube"]) < min(kept["roft-2planes"])
+    f["way"] = "the other way" if worse else "no one way"
     # the time scale: one lab frame at a NIC's rate against a real chip's buffer share
     frames = [resolution(NIC_MBPS, mtu).frame_s * 1e6 for mtu in MTUS]
     f["frame_us"] = dash(frames, lambda x: f"{x:.0f}")
@@ -413,8 +436,7 @@ defined once in [the glossary]({glossary}).
   kv-heavy, in steps of at most {kv_heavy_step}: capacity {kv_heavy_cap} req/s on every fabric,
   {kv_heavy_pairs} of {kv_heavy_all} seed-fabric knees in the same interval (the exception:
   {kv_heavy_odd}). Hotspot, in steps of at most {hotspot_step}: {hotspot_cap} req/s on every
-  fabric, {hotspot_pairs} of {hotspot_all} alike (the exception: {hotspot_odd}). No fabric is a
-  step ahead in every seed.
+  fabric, {hotspot_pairs} of {hotspot_all} alike (the exception: {hotspot_odd}). {ahead}.
 - **Production's own cell is {censored}.** Seed {prod_bounded}'s knee is in {prod_bounded_knee}
   req/s, {prod_same}; seeds {prod_censored} met every rate to {prod_top} req/s, the ladder's
   top, so only one seed of the ladder could show a capacity difference. Tokens per GPU-second do
@@ -430,9 +452,9 @@ defined once in [the glossary]({glossary}).
   {ep_both} in the {ep_both_seeds} seeds with both runs trusted ({ep_both_left} left out,
   {untrusted}), a {ep_both_word}; pinned to one port, the lab's old wire, by {ep_one} in the
   {ep_one_seeds} seeds, a {ep_one_word} of the lab's own making.
-- **Production's mechanism, a pause raised by KV that stalls EP, did not form**: {prod_pauses}
+- **Production's mechanism, a pause raised by KV that stalls EP, {formed}**: {prod_pauses}
   pauses in the {prod_runs} lossless runs of the production cell, no link above {prod_peak}
-  busy for a second. Where a pause forms (a {incast} incast) it goes the other way: a victim
+  busy for a second. Where a pause forms (a {incast} incast) it goes {way}: a victim
   flow keeps {victim_zcube} of its rate on lossless ZCube against {victim_roft} on {roft2}, a {diff}
   that the buffer model moves. The microsecond form of the mechanism is {reach}: one lab frame
   lasts {frame_us} µs of modelled time, a real switch's buffer share drains in {share_us} µs.

@@ -31,6 +31,7 @@ from bench.answer_tables import (  # noqa: E402
     TIE,
     UNTRUSTED,
     WORDS,
+    ahead,
     answer,
     capacities,
     figures,
@@ -138,3 +139,27 @@ def test_each_page_exists_and_its_links_resolve(page: str) -> None:
     path = DOCS / page
     assert path.exists()
     assert broken_links(path) == []
+
+
+def test_a_fabric_ahead_in_every_seed_is_named() -> None:
+    """The sentence "no fabric is a step ahead" is data too: a fabric whose knee is a step above
+    the others' in every seed is named; one that is ahead in one seed only is not."""
+
+    def walk(v: str, knees: dict[int, int]) -> list[RunPoint]:
+        """Seed s meets 1, 2, 4 ... up to its knee and misses the next rate."""
+        points = []
+        for seed, top in knees.items():
+            rate = 1
+            while rate <= top:
+                points.append((v, rate, seed, True, True))
+                rate *= 2
+            points.append((v, rate, seed, False, True))
+        return _runs(*points)
+
+    low = capacity(walk("z", {1: 1, 2: 1}))
+    high = capacity(walk("r", {1: 2, 2: 2}))
+    mixed = capacity(walk("c", {1: 2, 2: 1}))
+    assert ahead({"zcube": low, "roft": high}) == ["ROFT"]
+    assert ahead({"zcube": low, "clos": mixed}) == []
+    row = next(r for r in ANSWER_ROWS if r.key == "hotspot")
+    assert ahead(capacities(row)) == []
