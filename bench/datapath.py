@@ -5,7 +5,7 @@ Writes bench/results/datapath.json (`emulator.lab.datapath_ceiling.DatapathResul
 doctor` shows it and the rate guard (`LabOptions`) uses the best total at the lab's MTU.
 Packets/s counts full-size segments (payload / (MTU - 52)). Needs root; about a minute.
 
-    sudo .venv/bin/python bench/datapath.py
+    sudo .venv/bin/python -m bench.datapath
 
 With `--rate MBPS` it measures CPU at a fixed load instead of the ceiling: iperf3 paced at MBPS in
 all, the machine's busy CPU (/proc/stat) and ovs-vswitchd's over the run, less the same lab's

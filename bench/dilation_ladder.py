@@ -27,9 +27,9 @@ The wall time of a run grows with k, so the default points are small: ZCube n=2 
 `--out` by (point, k, seed), so the ladder can be run in pieces (e.g. `--ks 1,2` then `--ks 4`)
 and `--report` prints the table from what was saved.
 
-    sudo .venv/bin/python bench/dilation_ladder.py --points light --ks 1,2,4 --seeds 1,2
-    sudo .venv/bin/python bench/dilation_ladder.py --points heavy --ks 1,2,4 --seeds 1,2
-    .venv/bin/python bench/dilation_ladder.py --report
+    sudo .venv/bin/python -m bench.dilation_ladder --points light --ks 1,2,4 --seeds 1,2
+    sudo .venv/bin/python -m bench.dilation_ladder --points heavy --ks 1,2,4 --seeds 1,2
+    .venv/bin/python -m bench.dilation_ladder --report
 """
 
 from __future__ import annotations
@@ -49,15 +49,14 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.labrun import LabRun
+from emulator.prometheus.config import scrape_config
+from emulator.prometheus.server import PrometheusServer
+from emulator.results.summary import RunSummary
+from emulator.verdict.combine import Judged, all_trustworthy, over_runs
+from zcube_lab.adapters.procs import raise_interrupt
 
-from bench.labrun import LabRun  # noqa: E402
-from emulator.prometheus.config import scrape_config  # noqa: E402
-from emulator.prometheus.server import PrometheusServer  # noqa: E402
-from emulator.results.summary import RunSummary  # noqa: E402
-from emulator.verdict.combine import Judged, all_trustworthy, over_runs  # noqa: E402
-from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "bench" / "results" / "dilation_ladder.json"
 
@@ -329,7 +328,12 @@ def _row(point: str, k: float, seed: int, summary: RunSummary, duration: float, 
     t = summary.transfers
     c = summary.client
     records = [json.loads(x) for x in (summary.dir / "requests.jsonl").read_text().splitlines()]
-    ends = [r["wall_time"] + (r.get("e2e_s") or 0) * k for r in records if r.get("wall_time")]
+    # A record's e2e is modelled (the load generator's); it ended that long later on the wall.
+    ends = [
+        r["wall_time"] + summary.clock.wall(r.get("e2e_s") or 0)
+        for r in records
+        if r.get("wall_time")
+    ]
     queue, compute = prefill_means(summary.dir, max(ends, default=time.time()) + 5)
     prefills = len(list((summary.dir / "logs").glob("prefill-*.log")))
     return Row(
