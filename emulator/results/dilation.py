@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import fields, replace
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any, TypeVar
 
 from emulator.results.summary import RunSummary, ServerFigures, TransferFigures
@@ -69,10 +70,12 @@ def undilate(summary: RunSummary, clock: Clock) -> RunSummary:
 
 
 # What `bench/dilation_ladder.py` saved: its points and the smallest k it accepted for each.
-LADDER_FILE = Path(__file__).resolve().parents[2] / "bench" / "results" / "dilation_ladder.json"
+# Package data (pyproject's package-data), so an installed copy quotes it too; the runs behind
+# it stay in bench/results/dilation_ladder.json.
+LADDER_FILE: Traversable = files("zcube_lab").joinpath("data", "dilation_ladder.json")
 
 
-def read_ladder(path: Path = LADDER_FILE) -> dict[str, Any] | None:
+def read_ladder(path: Traversable = LADDER_FILE) -> dict[str, Any] | None:
     """The saved dilation ladder, or None when there is none (or it does not parse)."""
     try:
         data = json.loads(path.read_text())
