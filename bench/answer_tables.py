@@ -1,8 +1,8 @@
 """docs/RESULTS.md's current answer, generated from the committed JSON (issue 44 item 7).
 
-    .venv/bin/python bench/map_tables.py --table answer          # the answer (prose and table)
-    .venv/bin/python bench/map_tables.py --table status-ROW      # a cell page's status block
-    .venv/bin/python bench/map_tables.py --write                 # rewrite every generated block
+    .venv/bin/python -m bench.map_tables --table answer          # the answer (prose and table)
+    .venv/bin/python -m bench.map_tables --table status-ROW      # a cell page's status block
+    .venv/bin/python -m bench.map_tables --write                 # rewrite every generated block
 
 The answer is prose written as templates (`ANSWER`): every figure in it is a `{field}` that
 `figures()` fills from `bench/results/` (the map's sweep and cell JSON, the kept comparisons,

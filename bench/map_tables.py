@@ -1,18 +1,18 @@
 """Benchmark report: docs/RESULTS.md's map tables, regenerated from the committed JSON
 (issue 33 item 5).
 
-    .venv/bin/python bench/map_tables.py --table answer       # RESULTS.md's current answer
-    .venv/bin/python bench/map_tables.py --table status-ROW   # a cell page's status row
-    .venv/bin/python bench/map_tables.py --table default      # the default comparison's table
-    .venv/bin/python bench/map_tables.py --table summary      # the old map's summary table
-    .venv/bin/python bench/map_tables.py --table map          # the old map's table
-    .venv/bin/python bench/map_tables.py --table kv-heavy     # one cell's table, per fabric
-    .venv/bin/python bench/map_tables.py --table gpu-production  # tokens per GPU, EP, victims
-    .venv/bin/python bench/map_tables.py --table compare-NAME # bench/results/compare/NAME.json
-    .venv/bin/python bench/map_tables.py --table victim-flow  # issue 36's victim-flow bench
-    .venv/bin/python bench/map_tables.py --table ep-choices   # the EP wire's modelling choices
-    .venv/bin/python bench/map_tables.py --table kv-seen      # the KV-pull rule re-read
-    .venv/bin/python bench/map_tables.py --write              # rewrite every generated block
+    .venv/bin/python -m bench.map_tables --table answer       # RESULTS.md's current answer
+    .venv/bin/python -m bench.map_tables --table status-ROW   # a cell page's status row
+    .venv/bin/python -m bench.map_tables --table default      # the default comparison's table
+    .venv/bin/python -m bench.map_tables --table summary      # the old map's summary table
+    .venv/bin/python -m bench.map_tables --table map          # the old map's table
+    .venv/bin/python -m bench.map_tables --table kv-heavy     # one cell's table, per fabric
+    .venv/bin/python -m bench.map_tables --table gpu-production  # tokens per GPU, EP, victims
+    .venv/bin/python -m bench.map_tables --table compare-NAME # bench/results/compare/NAME.json
+    .venv/bin/python -m bench.map_tables --table victim-flow  # issue 36's victim-flow bench
+    .venv/bin/python -m bench.map_tables --table ep-choices   # the EP wire's modelling choices
+    .venv/bin/python -m bench.map_tables --table kv-seen      # the KV-pull rule re-read
+    .venv/bin/python -m bench.map_tables --write              # rewrite every generated block
                                   # of RESULTS.md, docs/results/*.md and docs/history/*.md
 
 Reads `bench/results/victim-flow/victim-flow.json` (what `bench/victim_flow.py --out` wrote)
@@ -63,8 +63,8 @@ from emulator.results.capacity import (  # noqa: E402
 from emulator.results.sweeppoints import RunPoint  # noqa: E402
 
 RESULTS = ROOT / "docs" / "RESULTS.md"
-COMMAND = "python bench/map_tables.py --table"
-BEGIN = re.compile(r"<!-- generated: python bench/map_tables\.py --table (\S+) -->")
+COMMAND = "python -m bench.map_tables --table"
+BEGIN = re.compile(r"<!-- generated: python -m bench\.map_tables --table (\S+) -->")
 END = "<!-- end generated -->"
 RUN_NAME = re.compile(r"\b\d{8}-\d{6}-[a-z0-9-]+-[0-9.]+rps-r\d+\b")
 

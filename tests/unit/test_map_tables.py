@@ -35,7 +35,7 @@ BLOCKS = [(page, name, text) for page, doc in PAGES.items() for name, text in bl
 
 @pytest.mark.parametrize("page,name,text", BLOCKS, ids=[f"{p}:{n}" for p, n, _ in BLOCKS])
 def test_each_generated_block_regenerates(page: str, name: str, text: str) -> None:
-    assert text == "\n".join(table(name)), f"run: python bench/map_tables.py --write ({name})"
+    assert text == "\n".join(table(name)), f"run: python -m bench.map_tables --write ({name})"
 
 
 def test_the_pages_with_blocks_are_found() -> None:
