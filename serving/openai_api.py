@@ -80,6 +80,8 @@ class ApiRequest:
     kv_transfer_params: Mapping[str, Any] | None
     echo: str | None = None  # the prompt text to echo before the completion (completions)
     prompt_only: bool = False  # `max_tokens: 0` with `echo`: the prompt is the whole text
+    stop: tuple[str, ...] = ()  # stop strings (`serving.textgen.StopStrings`)
+    include_stop_str_in_output: bool = False
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -163,6 +165,18 @@ def _echo(body: Mapping[str, Any], kind: str, prompt: str | list[int] | None) ->
     if not isinstance(prompt, str):
         raise _bad("'echo' needs a text prompt: the mock has no detokenizer for token ids", "echo")
     return prompt
+
+
+def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """`stop` as a tuple of distinct strings, in order (its schema has checked the type)."""
+    v = body.get("stop")
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
+        raise _bad("'stop' must be a non-empty string or a list of them", "stop")
+    return tuple(dict.fromkeys(v))
 
 
 def _max_tokens(body: Mapping[str, Any], kind: str, ctx: int, echo: bool) -> int | None:
@@ -258,6 +272,8 @@ def parse_request(
         kv_transfer_params=kvp,
         echo=echo,
         prompt_only=prompt_only,
+        stop=_stop(body),
+        include_stop_str_in_output=_opt_bool(body, "include_stop_str_in_output", False),
     )
 
 
@@ -283,8 +299,10 @@ def full_response(
     finish_reason: str,
     completion_tokens: int,
     kv_transfer_params: Mapping[str, Any] | None = None,
+    stop_reason: str | None = None,
 ) -> dict[str, Any]:
-    """A non-streaming response body (every field OpenAI's spec requires, as vLLM sends it)."""
+    """A non-streaming response body (every field OpenAI's spec requires, as vLLM sends it);
+    `stop_reason` is the stop string that ended the text (None: EOS or the length)."""
     choice: dict[str, Any]
     if req.echo is not None:
         text = req.echo if req.prompt_only else req.echo + text
@@ -294,7 +312,7 @@ def full_response(
             "message": {"role": "assistant", "content": text, "refusal": None, "tool_calls": []},
             "logprobs": None,
             "finish_reason": finish_reason,
-            "stop_reason": None,
+            "stop_reason": stop_reason,
         }
         obj = "chat.completion"
     else:
@@ -303,7 +321,7 @@ def full_response(
             "text": text,
             "logprobs": None,
             "finish_reason": finish_reason,
-            "stop_reason": None,
+            "stop_reason": stop_reason,
         }
         obj = "text_completion"
     return {
@@ -337,9 +355,12 @@ class ChunkWriter:
     def _line(self, rest: dict[str, Any]) -> bytes:
         return self._prefix + b"," + json.dumps(rest, separators=(",", ":"))[1:].encode() + b"\n\n"
 
-    def token(self, text: str, finish_reason: str | None) -> bytes:
-        """One chunk carrying one token (and the finish reason on the last one); with `echo`
-        the first chunk carries the prompt before it (only the prompt if `prompt_only`)."""
+    def token(self, text: str, finish_reason: str | None, stop_reason: str | None = None) -> bytes:
+        """One chunk carrying one token (and the finish and stop reasons on the last one); with
+        `echo` the first chunk carries the prompt before it (only the prompt if `prompt_only`).
+        A token whose text is held back (it may start a stop string) is a chunk with empty
+        text, as vLLM sends it. Chat chunks carry `stop_reason` on the last one only (vLLM
+        leaves it unset before)."""
         if self._echo is not None:
             text = self._echo if self._req.prompt_only else self._echo + text
             self._echo = None
@@ -354,13 +375,15 @@ class ChunkWriter:
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
+            if finish_reason is not None:
+                choice["stop_reason"] = stop_reason
         else:
             choice = {
                 "index": 0,
                 "text": text,
                 "logprobs": None,
                 "finish_reason": finish_reason,
-                "stop_reason": None,
+                "stop_reason": stop_reason,
             }
         return self._line({"choices": [choice]})
 
