@@ -73,7 +73,6 @@ class DecodeSeq:
     last_token_at: float | None = None
     finished: bool = False
     stops: StopStrings | None = None  # the request's stop strings, if any
-    finish_reason: str | None = None  # how it ended (`stop` also for a stop string)
     stop_reason: str | None = None  # the stop string that ended it
 
     @property
@@ -197,7 +196,6 @@ class DecodeEngine:
         seq.out.put_nowait((text, finish))
         if done:
             seq.finished = True
-            seq.finish_reason = finish
             seq.kv = None
             self.running.remove(seq)
             m.request_success[finish].inc()

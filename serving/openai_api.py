@@ -3,7 +3,8 @@
 `parse_request(body, kind, profile, served_model_name)` turns a decoded JSON body into a frozen
 `ApiRequest` or raises `ApiError` (status 4xx, OpenAI's `{"error": {message, type, param,
 code}}`). Shapes follow vLLM's OpenAI server: one token per SSE chunk, a usage-only final chunk
-when `stream_options.include_usage`, then `data: [DONE]`.
+when `stream_options.include_usage` (and the usage so far on every chunk when also
+`continuous_usage_stats`), then `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class ApiRequest:
     prompt_only: bool = False  # `max_tokens: 0` with `echo`: the prompt is the whole text
     stop: tuple[str, ...] = ()  # stop strings (`serving.textgen.StopStrings`)
     include_stop_str_in_output: bool = False
+    continuous_usage: bool = False  # vLLM's `continuous_usage_stats`: usage on every chunk
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -100,12 +102,14 @@ def _opt_int(body: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
     return int(v)
 
 
-def _opt_bool(body: Mapping[str, Any], key: str, default: bool) -> bool:
+def _opt_bool(body: Mapping[str, Any], key: str, default: bool, within: str = "") -> bool:
+    """An optional boolean; `within` names the object holding it (the error's `param`)."""
     v = body.get(key, default)
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise _bad(f"'{key}' must be a boolean, got {json_type(v)}", key)
+        name = f"{within}.{key}" if within else key
+        raise _bad(f"'{name}' must be a boolean, got {json_type(v)}", within or key)
     return v
 
 
@@ -246,16 +250,17 @@ def parse_request(
     seed = _opt_int(body, "seed", -MAX_SEED - 1, MAX_SEED)
     stream = _opt_bool(body, "stream", False)
     ignore_eos = _opt_bool(body, "ignore_eos", False)
-    include_usage = False
+    include_usage = continuous_usage = False
     opts = body.get("stream_options")
     if opts is not None:
         if not isinstance(opts, dict):
             raise _bad("'stream_options' must be an object", "stream_options")
         if not stream:
             raise _bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
-        include_usage = _opt_bool(opts, "include_usage", False)
-        if _opt_bool(opts, "continuous_usage_stats", False):
-            raise _bad("'stream_options.continuous_usage_stats' is not supported", "stream_options")
+        include_usage = _opt_bool(opts, "include_usage", False, "stream_options")
+        # As vLLM: usage on every chunk only when the final usage chunk is asked for too.
+        continuous = _opt_bool(opts, "continuous_usage_stats", False, "stream_options")
+        continuous_usage = include_usage and continuous
     kvp = body.get("kv_transfer_params")
     if kvp is not None and not isinstance(kvp, dict):
         raise _bad("'kv_transfer_params' must be an object", "kv_transfer_params")
@@ -274,6 +279,7 @@ def parse_request(
         prompt_only=prompt_only,
         stop=_stop(body),
         include_stop_str_in_output=_opt_bool(body, "include_stop_str_in_output", False),
+        continuous_usage=continuous_usage,
     )
 
 
@@ -351,6 +357,7 @@ class ChunkWriter:
         self._prefix = b"data: " + json.dumps(head, separators=(",", ":"))[:-1].encode()
         self._sent_role = False
         self._echo = req.echo  # sent with the first token, then None
+        self._tokens = 0  # tokens sent so far (for `continuous_usage`)
 
     def _line(self, rest: dict[str, Any]) -> bytes:
         return self._prefix + b"," + json.dumps(rest, separators=(",", ":"))[1:].encode() + b"\n\n"
@@ -360,7 +367,8 @@ class ChunkWriter:
         `echo` the first chunk carries the prompt before it (only the prompt if `prompt_only`).
         A token whose text is held back (it may start a stop string) is a chunk with empty
         text, as vLLM sends it. Chat chunks carry `stop_reason` on the last one only (vLLM
-        leaves it unset before)."""
+        leaves it unset before). With `continuous_usage` every chunk carries the usage so far."""
+        self._tokens += 1
         if self._echo is not None:
             text = self._echo if self._req.prompt_only else self._echo + text
             self._echo = None
@@ -385,6 +393,10 @@ class ChunkWriter:
                 "finish_reason": finish_reason,
                 "stop_reason": stop_reason,
             }
+        if self._req.continuous_usage:
+            return self._line(
+                {"choices": [choice], "usage": usage(self._req.prompt_tokens, self._tokens)}
+            )
         return self._line({"choices": [choice]})
 
     def usage(self, completion_tokens: int) -> bytes:

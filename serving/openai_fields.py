@@ -98,7 +98,7 @@ STREAM_OPTIONS = {
     "type": ["object", "null"],
     "properties": {
         "include_usage": {"type": ["boolean", "null"]},
-        "continuous_usage_stats": {"enum": [False, None]},
+        "continuous_usage_stats": {"type": ["boolean", "null"]},
     },
 }
 TOOL = {
@@ -139,7 +139,7 @@ FIELDS: tuple[Field, ...] = (
     Field("stream", BOTH, _opt({"type": "boolean"}), HONOURED, "SSE, one token per chunk", True),
     Field("stream_options", BOTH, STREAM_OPTIONS, HONOURED,
           "`include_usage` honoured (only with `stream`); vLLM's `continuous_usage_stats` "
-          "refused", True),
+          "too (with `include_usage`: every chunk carries the usage so far)", True),
     Field("seed", BOTH, _opt({"type": "integer", "minimum": -MAX_SEED - 1, "maximum": MAX_SEED}),
           HONOURED, "same seed, same text", True),
     Field("n", BOTH, _opt({"type": "integer", "minimum": 1, "maximum": 1}), NARROWED,

@@ -497,6 +497,18 @@ async def test_include_stop_str_in_output_keeps_the_stop_string(aiohttp_server, 
     assert (finish, stop_reason, tokens) == ("stop", stop, want_tokens)
 
 
+async def test_guidellm_s_stream_options_get_the_usage_on_every_chunk(aiohttp_server) -> None:
+    """GuideLLM 0.8.1 sends these stream options on every streamed request (a 400 before)."""
+    c = await start_inprocess_cluster(aiohttp_server)
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    async with aiohttp.ClientSession() as s:
+        status, events, _ = await _stream(s, c.gateway_url, _body(5, 4, stream_options=opts))
+    assert status == 200 and events[-1] == "[DONE]"
+    tokens = [e for e in events[:-1] if e["choices"]]
+    assert [e["usage"]["completion_tokens"] for e in tokens] == [1, 2, 3, 4]
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["total_tokens"] == 5 + 4
+
+
 async def test_invalid_stop_values_are_openai_style_400s(aiohttp_server) -> None:
     c = await start_inprocess_cluster(aiohttp_server)
     async with aiohttp.ClientSession() as s:

@@ -199,7 +199,7 @@ CHAT_MSG = [{"role": "user", "content": "x"}]
         ({"suffix": "end"}, COMPLETION, "suffix"),
         ({"best_of": 3}, COMPLETION, "best_of"),
         ({"user": 5}, CHAT, "user"),
-        ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, CHAT,
+        ({"stream": True, "stream_options": {"continuous_usage_stats": 1}}, CHAT,
          "stream_options"),
     ],
 )  # fmt: skip
@@ -264,3 +264,20 @@ def test_stop_reason_is_on_the_last_chunk_and_in_the_full_response() -> None:
     w.token(" a", None)
     assert "stop_reason" not in json.loads(w.token(" b", None)[6:])["choices"][0]
     assert json.loads(w.token(" c", "length")[6:])["choices"][0]["stop_reason"] is None
+
+
+def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk_as_vllm() -> None:
+    """GuideLLM sends `{"include_usage": true, "continuous_usage_stats": true}` on every
+    streamed request; vLLM then adds the usage so far to every chunk."""
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    req = _parse({"model": "tiny", "prompt": "a b", "stream": True, "stream_options": opts})
+    assert req.continuous_usage and req.include_usage
+    w = ChunkWriter(req, "r", 0)
+    chunks = [json.loads(w.token(t, f)[6:]) for t, f in ((" x", None), (" y", "length"))]
+    assert [c["usage"]["completion_tokens"] for c in chunks] == [1, 2]
+    assert chunks[1]["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    # Only with `include_usage` (vLLM's rule): alone it changes nothing.
+    alone = {"stream": True, "stream_options": {"continuous_usage_stats": True}}
+    req = _parse({"model": "tiny", "prompt": "a b", **alone})
+    assert not req.continuous_usage
+    assert "usage" not in json.loads(ChunkWriter(req, "r", 0).token(" x", None)[6:])
