@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
-from emulator.experiment.runner import Experiment
+from emulator.experiment.runloop import DEFAULT_RETRIES, Execute, LoopConfig, RunLoop
 from emulator.results.linkstats import port_capacity_bps
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
@@ -148,13 +148,15 @@ def run_planned(
     plan: Sequence[PlannedRun],
     progress: Callable[[str], None] | None = None,
     starting: Callable[[PlannedRun], None] | None = None,
+    retries: int | str = DEFAULT_RETRIES,
+    execute: Execute | None = None,
 ) -> Iterator[tuple[PlannedRun, RunResult]]:
-    """Run the plan in order, yielding each run's result as it completes (a caller that stops
-    on an error keeps the results before it). Every run tears itself down."""
-    for planned in plan:
-        if starting is not None:
-            starting(planned)
-        yield planned, Experiment(planned.config, progress=progress).run()
+    """Run the plan in order through the shared run loop (`emulator.experiment.runloop`: a run
+    the machine alone spoiled runs again, up to `retries` times), yielding each run's last
+    attempt as it completes (a caller that stops on an error keeps the results before it).
+    Every run tears itself down. `retries` is checked before the first run."""
+    loop = RunLoop(execute, config=LoopConfig(retries), progress=progress, starting=starting)
+    return ((o.planned, o.result) for o in loop.over(plan))
 
 
 def port_capacities(
