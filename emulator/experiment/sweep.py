@@ -30,7 +30,6 @@ from emulator.results.capacity import refine_rate, walk_ended
 from emulator.results.figures import read_jsonl
 from emulator.results.goodput import Slo
 from emulator.results.sweeppoints import RunPoint, past_saturation, points, rate_tag, run_point
-from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 
 MAX_RATE = 1000.0  # RunConfig's bound
@@ -72,13 +71,12 @@ RUN_OVERHEAD_S = 20.0
 
 def wall_time_estimate(plan: Sequence[PlannedRun]) -> tuple[float, float]:
     """(least, most) wall seconds the planned runs take: each run's overhead and its arrivals,
-    plus at most its whole drain, all in wall time (dilation k stretches them k times). A ramp
-    that stops early takes less than the least."""
+    plus at most its whole drain, each crossed into wall time by the run's clock. A ramp that
+    stops early takes less than the least."""
     least = most = 0.0
     for p in plan:
-        clock = Clock(p.config.dilation)
-        least += RUN_OVERHEAD_S + clock.wall(p.config.duration_s)
-        most += RUN_OVERHEAD_S + clock.wall(p.config.duration_s + p.config.drain_s)
+        least += RUN_OVERHEAD_S + p.config.clock.wall(p.config.duration_s)
+        most += RUN_OVERHEAD_S + p.config.wall_s
     return least, most
 
 
