@@ -7,9 +7,9 @@ processes' load, late wake-ups with the machine busy from outside), runs it agai
 config and seed, up to `retries` times. A retry's run folder is the planned one's tagged
 `-retry<N>`; the rejected runs' folders stay where they are, and the last attempt's folder gets
 `retry.json` naming each earlier attempt, its reasons and why it was run again (`RETRY_FILE`,
-read back by `read_retries`), so a report rebuilt from the folders still lists both. A retry
-rejected again is kept with its own reasons beside the first's; a fabric's fault is never run
-again.
+read back by `emulator.results.report`), so a report rebuilt from the folders still lists
+both. A retry rejected again is kept with its own reasons beside the first's; a fabric's fault
+is never run again.
 
 Why the same dilation k, not a higher one: a comparison's medians and a sweep's capacities
 compare the repeats of every variant at one k; a retry at another k would mix two
@@ -28,36 +28,60 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from emulator.verdict.retry import RetryDecision, retry_decision
+from emulator.experiment.plan import RunConfig
+from emulator.verdict.retry import (
+    RETRY_FILE,
+    Rejected,
+    RetryDecision,
+    retries_json,
+    retry_decision,
+)
 from zcube_lab.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from emulator.experiment.comparison import PlannedRun
     from emulator.experiment.launcher import RunResult
 
 DEFAULT_RETRIES = 2
 MAX_RETRIES = 10
-RETRY_FILE = "retry.json"
 
-Execute = Callable[["PlannedRun"], "RunResult"]
+Execute = Callable[["PlannedRun"], "RunResult"]  # one planned run on the lab (or a fake)
 
 
 def check_retries(value: object) -> int:
     """`--retries` as an integer from 0 to `MAX_RETRIES` (text as the command line gives it, or
     an int); a ConfigError otherwise."""
     allowed = f"a whole number of retries from 0 (none) to {MAX_RETRIES}"
-    if isinstance(value, bool):
+    number = value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        number = int(value)
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= MAX_RETRIES:
         raise ConfigError("retries", value, allowed)
-    if isinstance(value, str):
-        text = value.strip()
-        if not text.lstrip("+-").isdigit():
-            raise ConfigError("retries", value, allowed)
-        value = int(text)
-    if not isinstance(value, int) or not 0 <= value <= MAX_RETRIES:
-        raise ConfigError("retries", value, allowed)
-    return value
+    return number
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One fabric with one run policy; `config` is its untagged run configuration."""
+
+    kind: str
+    policy: str
+    label: str
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One repeat of one variant: run `number` of `total`, repeat `repeat` of `repeats` (all
+    counted from 1)."""
+
+    number: int
+    total: int
+    repeat: int
+    repeats: int
+    variant: Variant
+    config: RunConfig
 
 
 @dataclass(frozen=True)
@@ -68,23 +92,6 @@ class LoopConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "retries", check_retries(self.retries))
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """An earlier attempt of a run, rejected for the machine and run again: its folder, its
-    reasons and why it was retried."""
-
-    run: str
-    reasons: tuple[str, ...]
-    why: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "reasons": list(self.reasons), "why": self.why}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Rejected:
-        return cls(str(data["run"]), tuple(data.get("reasons") or ()), str(data.get("why", "")))
 
 
 @dataclass(frozen=True)
@@ -111,16 +118,7 @@ def retry_plan(planned: PlannedRun, attempt: int) -> PlannedRun:
 
 def write_retries(folder: Path, rejected: Iterable[Rejected]) -> None:
     """`retry.json` in the last attempt's folder: the earlier attempts, oldest first."""
-    data = {"earlier": [r.to_dict() for r in rejected]}
-    (folder / RETRY_FILE).write_text(json.dumps(data, indent=2) + "\n")
-
-
-def read_retries(folder: Path | None) -> tuple[Rejected, ...]:
-    """The earlier attempts a run folder's `retry.json` names (none without one)."""
-    if folder is None or not (folder / RETRY_FILE).is_file():
-        return ()
-    data = json.loads((folder / RETRY_FILE).read_text())
-    return tuple(Rejected.from_dict(d) for d in data.get("earlier") or ())
+    (folder / RETRY_FILE).write_text(json.dumps(retries_json(rejected), indent=2) + "\n")
 
 
 class RunLoop:

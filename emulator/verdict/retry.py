@@ -29,8 +29,10 @@ since the verdict keeps only machine 0's figures.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from emulator.verdict.judge import HealthVerdict
 from emulator.verdict.limits import Limits
@@ -39,6 +41,8 @@ from emulator.verdict.limits import Limits
 # leaves a little of its own load unregistered (Prometheus: 0.14 core idle, more under load;
 # the emulated hosts' shells; the sampler itself), so below half a core it is not told apart.
 OTHER_LOAD_CORES = 0.5
+# The file in a retried run's folder that names its earlier attempts (`retries_json`).
+RETRY_FILE = "retry.json"
 
 
 class Cause(Enum):
@@ -127,3 +131,30 @@ def retry_decision(verdict: HealthVerdict, limits: Limits | None = None) -> Retr
 
 def _machines(cause: Cause, outside: str | None) -> bool:
     return cause is Cause.MACHINE or (cause in (Cause.BUSY, Cause.LATE) and outside is not None)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An earlier attempt of a run, rejected for the machine and run again: its folder, its
+    reasons and why it was retried."""
+
+    run: str
+    reasons: tuple[str, ...]
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "reasons": list(self.reasons), "why": self.why}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Rejected:
+        return cls(str(data["run"]), tuple(data.get("reasons") or ()), str(data.get("why", "")))
+
+
+def retries_json(rejected: Iterable[Rejected]) -> dict[str, Any]:
+    """What `RETRY_FILE` holds: the earlier attempts, oldest first."""
+    return {"earlier": [r.to_dict() for r in rejected]}
+
+
+def retries_from_json(data: Mapping[str, Any]) -> tuple[Rejected, ...]:
+    """The earlier attempts `retries_json` wrote."""
+    return tuple(Rejected.from_dict(d) for d in data.get("earlier") or ())

@@ -19,17 +19,13 @@ from emulator.experiment.comparison import (
 )
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
-from emulator.experiment.runloop import (
-    RETRY_FILE,
-    LoopConfig,
-    RunLoop,
-    check_retries,
-    read_retries,
-)
+from emulator.experiment.runloop import LoopConfig, RunLoop, check_retries
 from emulator.experiment.sweep import plan_sweep, run_sweep
 from emulator.results.goodput import parse_slo
+from emulator.results.report import read_retries
 from emulator.results.summary import RunSummary
 from emulator.verdict.judge import HealthVerdict
+from emulator.verdict.retry import RETRY_FILE
 from zcube_lab.core.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
@@ -138,3 +134,18 @@ def test_the_sweep_runs_through_the_same_loop(tmp_path: Path) -> None:
     assert got[0].trustworthy  # the point is the retry's
     with pytest.raises(ConfigError):
         run_sweep(plan, parse_slo("ttft_p99=2s"), execute=lab, retries="-2")
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_compare_and_sweep_take_retries_and_refuse_a_bad_one_before_running(command: str) -> None:
+    from zcube_cli import build_parser
+    from zcube_cli.commands.compare import variants_from_args
+
+    args = build_parser().parse_args([command])
+    assert args.retries == "2"  # the default, checked with the variants
+    variants_from_args(args)
+    assert args.retries == 2
+    for bad in ("-1", "1.5"):
+        args = build_parser().parse_args([command, "--retries", bad])
+        with pytest.raises(ConfigError, match=r"retries='.*' is not valid: a whole number"):
+            variants_from_args(args)
