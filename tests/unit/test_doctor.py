@@ -80,6 +80,7 @@ def test_steal_is_measured_over_a_window_and_said_what_it_means() -> None:
     assert near.status == "warn" and "close to the limit" in near.detail
     busy = doctor.judge_steal(_stat(0, 0, 0), _stat(80, 20, 0))  # 80% busy with others' work
     assert busy.status == "warn" and "other processes hold the CPUs" in busy.detail
+    assert "--retries" in busy.fix
 
 
 def test_an_unreadable_proc_stat_warns_that_steal_is_unknown() -> None:
