@@ -402,6 +402,12 @@ def write_report(
         "runs": [str(run_dir(r)) for r in runs],
         "medians": {f: {k: c.median for k, c in agg[f].items()} for f in fabrics},
         "untrustworthy": bad,
+        # runs the loop rejected for the machine and ran again: the retry -> those attempts
+        "retried": {
+            str(run_dir(r)): [e.to_dict() for e in read_retries(r.dir)]
+            for r in runs
+            if read_retries(r.dir)
+        },
     }
     (out_dir / "comparison.json").write_text(json.dumps(comparison, indent=2) + "\n")
     return page

@@ -141,6 +141,8 @@ def test_the_health_section_lists_a_retried_run_and_its_rejected_attempt(tmp_pat
     )
     assert first < health.index("<td>zcube</td><td>z1</td><td class='ok'>trusted (retry 1)</td>")
     assert "1 rejected for the machine was run again (1 trusted on a retry)" in health
+    data = json.loads((tmp_path / "report" / "comparison.json").read_text())
+    assert data["retried"] == {str(tmp_path / "z1"): [earlier.to_dict()]}
 
 
 def test_the_verdict_paragraph_leaves_out_untrustworthy_runs_and_names_them() -> None:
