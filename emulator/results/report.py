@@ -106,8 +106,8 @@ def trust(runs: Sequence[RunSummary]) -> dict[str, list[str]]:
 
 
 def verdict_cells(runs: Sequence[RunSummary], variant: str) -> tuple[str, str]:
-    """A variant's trustworthiness over its runs (`yes`, or `no (k of n)`) and the first reason
-    one of them was not trustworthy (`-` when all were)."""
+    """A variant's trustworthiness over its runs (`yes`, or `no (k of n trusted)`) and the
+    first reason one of them was not trustworthy (`-` when all were)."""
     verdict = over_runs(judged(r) for r in runs if r.variant == variant)
     return verdict.count_text(), verdict.first_reason or "-"
 

@@ -211,8 +211,8 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
     fault, no all-to-all rows without EP, no row empty in every run) and a column per variant
     and per difference for up to 3 variants, else a row per variant with the headline figures.
     With 2 variants it fits 100 columns: a cell wraps only at its space (before `[min-max]`) and
-    a first reason too long for its column ends in an ellipsis (`compare` prints every reason
-    after the table); a table that cannot fit folds its numbers rather than cut them."""
+    a first reason too long for its column ends in an ellipsis (`compare` prints a health row
+    per run after the table); a table that cannot fit folds its numbers rather than cut them."""
     from emulator.results.compare_metrics import shown_metrics
     from emulator.results.report import (
         aggregate,
@@ -243,8 +243,8 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
 
 
 def _headline_table(runs: list[RunSummary], fabrics: list[str], title: str) -> Table:
-    """Many variants: a row each with its verdict, `yes` or `no (k of n)` (the reasons follow
-    the table), and the headline medians (all figures are in report.html)."""
+    """Many variants: a row each with its verdict, `yes` or `no (k of n trusted)` (the runs'
+    health follows the table), and the headline medians (all figures are in report.html)."""
     from emulator.results.report import HEADLINE, aggregate, headline_columns, headline_rows
 
     agg = aggregate(runs)
