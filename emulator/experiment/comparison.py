@@ -24,6 +24,7 @@ from emulator.experiment.runloop import (
     PlannedRun,
     RunLoop,
     Variant,
+    check_retries,
 )
 from emulator.results.linkstats import port_capacity_bps
 from zcube_lab.core.errors import ConfigError
@@ -139,7 +140,9 @@ def run_planned(
     the machine alone spoiled runs again, up to `retries` times), yielding each run's last
     attempt as it completes (a caller that stops on an error keeps the results before it).
     Every run tears itself down. `retries` is checked before the first run."""
-    loop = RunLoop(execute, config=LoopConfig(retries), progress=progress, starting=starting)
+    loop = RunLoop(
+        execute, config=LoopConfig(check_retries(retries)), progress=progress, starting=starting
+    )
     return ((o.planned, o.result) for o in loop.over(plan))
 
 

@@ -88,10 +88,10 @@ class PlannedRun:
 class LoopConfig:
     """What the run loop reads: how many times a run the machine spoiled is run again."""
 
-    retries: int = DEFAULT_RETRIES
+    retries: int = DEFAULT_RETRIES  # `check_retries` reads it from the command line's text
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "retries", check_retries(self.retries))
+        check_retries(self.retries)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from emulator.experiment.comparison import PlannedRun, Variant
-from emulator.experiment.runloop import DEFAULT_RETRIES, Execute, LoopConfig, Outcome, RunLoop
+from emulator.experiment.runloop import (
+    DEFAULT_RETRIES,
+    Execute,
+    LoopConfig,
+    Outcome,
+    RunLoop,
+    check_retries,
+)
 from emulator.results.capacity import refine_rate, walk_ended
 from emulator.results.figures import read_jsonl
 from emulator.results.goodput import Slo
@@ -119,7 +126,9 @@ def run_sweep(
     (`emulator.experiment.runloop`: a run the machine alone spoiled runs again, up to
     `retries` times, and its point is the last attempt's); `execute` runs one planned run
     (default: the lab, which needs root)."""
-    loop = RunLoop(execute, config=LoopConfig(retries), progress=progress, starting=starting)
+    loop = RunLoop(
+        execute, config=LoopConfig(check_retries(retries)), progress=progress, starting=starting
+    )
     return _ramp(plan, slo, loop, skipped, refine, full_ladder)
 
 
