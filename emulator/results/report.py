@@ -50,7 +50,7 @@ from emulator.results.verdicttext import (
 )
 from emulator.results.victimtable import lossless_fact, victim_section
 from emulator.verdict.combine import Judged, over_runs
-from emulator.verdict.retry import RETRY_FILE, Rejected, retries_from_json
+from emulator.verdict.retry import RETRY_FILE, Rejected, retries_from_json, retry_decision
 from zcube_lab.core.fabric.cost import compare
 from zcube_lab.core.fabric.pricing import CostInputs
 
@@ -505,7 +505,11 @@ def run_health(r: RunSummary) -> tuple[str, Attempt, tuple[Attempt, ...]]:
         Attempt(Path(e.run).name, False, e.reasons, retried=True, why=e.why)
         for e in read_retries(r.dir)
     )
-    return r.variant, Attempt(_run_name(r), r.trustworthy, tuple(r.health.reasons)), earlier
+    decision = retry_decision(r.health)
+    last = Attempt(
+        _run_name(r), r.trustworthy, tuple(r.health.reasons), machine=decision.retry, why=""
+    )
+    return r.variant, last, earlier
 
 
 def health_rows_of(runs: Sequence[RunSummary], fabrics: Sequence[str]) -> list[HealthRow]:
@@ -528,11 +532,11 @@ def health_section(runs: Sequence[RunSummary], fabrics: Sequence[str]) -> list[s
         tds = [f"<td>{html.escape(c)}</td>" for c in cells]
         tds[2] = f"<td{mark}>{html.escape(cells[2])}</td>"
         parts.append("<tr>" + "".join(tds) + "</tr>")
-        if row.attempt.reasons:
-            lines = list(row.attempt.reasons)
-            if row.attempt.why:
-                lines.append(f"run again: {row.attempt.why}")
-            folds.append(_fold(f"{row.attempt.run}: every reason ({len(lines)})", lines))
+        if reasons := row.attempt.reasons:
+            why = [f"run again: {row.attempt.why}"] if row.attempt.why else []
+            folds.append(
+                _fold(f"{row.attempt.run}: every reason ({len(reasons)})", [*reasons, *why])
+            )
     return [*parts, "</table>", *folds]
 
 

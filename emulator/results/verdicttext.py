@@ -162,6 +162,7 @@ class Attempt:
     reasons: tuple[str, ...] = ()
     retried: bool = False
     why: str = ""
+    machine: bool = False  # rejected for the machine's reasons only (`emulator.verdict.retry`)
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ class HealthRow:
         if self.attempt.retried:
             return "rejected (machine), run again"
         text = "trusted" if self.attempt.trusted else "not trusted"
+        text += " (machine)" if self.attempt.machine else ""
         return f"{text} (retry {self.retry})" if self.retry else text
 
     @property
@@ -227,11 +229,10 @@ def health_summary(rows: Sequence[HealthRow]) -> str:
             f"; {len(retried)} rejected for the machine {'was' if len(retried) == 1 else 'were'} "
             f"run again ({ok} trusted on a retry)"
         )
-        still = [r for r in retried if not r.attempt.trusted]
-        if still:
-            text += (
-                f"; {len(still)} still rejected: if the reason is the machine's (steal, other "
-                "processes), the machine is too noisy now: run later, or with a higher "
-                "--dilation"
-            )
+    still = [r for r in last if r.attempt.machine]
+    if still:
+        text += (
+            f"; {len(still)} rejected for the machine alone (steal, other processes' load): "
+            "the machine is too noisy now: run later, or with a higher --dilation"
+        )
     return text + "."

@@ -15,6 +15,8 @@ from emulator.results.report import (
     aggregate,
     busiest_link,
     headline_rows,
+    health_rows_of,
+    run_health,
     trust,
     verdict_checks,
     verdict_paragraph,
@@ -180,3 +182,13 @@ def test_compare_prints_the_verdict_per_variant(
     (z2,) = [line for line in out.err.splitlines() if " z2 " in line]
     assert "not trusted" in z2 and "retransmission timeouts on [h3] with no fault" in z2
     assert "+1 more" in z2
+
+
+def test_a_run_rejected_for_the_machine_alone_says_so() -> None:
+    steal = _run("zcube", False, ("CPU steal averaged 23% (allowed 5%)",), name="z4")
+    _variant, last, earlier = run_health(steal)
+    assert last.machine and earlier == ()
+    (row,) = health_rows_of([steal], ["zcube"])
+    assert row.verdict == "not trusted (machine)"
+    _variant, fabric, _ = run_health(_runs()[1])  # TCP timeouts: the fabric's
+    assert not fabric.machine

@@ -108,7 +108,7 @@ def test_health_rows_put_a_rejected_attempt_before_the_run_that_replaced_it() ->
         [
             ("zcube", Attempt("z1-retry1", True), [Attempt("z1", False, steal, retried=True)]),
             ("zcube", Attempt("z2", False, ("h3: 2 TCP retransmission timeouts",)), []),
-            ("roft", Attempt("r1-retry2", False, steal[:1]), [
+            ("roft", Attempt("r1-retry2", False, steal[:1], machine=True), [
                 Attempt("r1", False, steal, retried=True),
                 Attempt("r1-retry1", False, steal[:1], retried=True),
             ]),
@@ -120,12 +120,12 @@ def test_health_rows_put_a_rejected_attempt_before_the_run_that_replaced_it() ->
         ["zcube", "z2", "not trusted", "h3: 2 TCP retransmission timeouts", ""],
         ["roft", "r1", "rejected (machine), run again", steal[0], "+1 more"],
         ["roft", "r1-retry1", "rejected (machine), run again", steal[0], ""],
-        ["roft", "r1-retry2", "not trusted (retry 2)", steal[0], ""],
+        ["roft", "r1-retry2", "not trusted (machine) (retry 2)", steal[0], ""],
     ]
     assert health_summary(rows) == (
         "1 of 3 runs trusted; 2 rejected for the machine were run again (1 trusted on a "
-        "retry); 1 still rejected: if the reason is the machine's (steal, other processes), "
-        "the machine is too noisy now: run later, or with a higher --dilation."
+        "retry); 1 rejected for the machine alone (steal, other processes' load): the machine "
+        "is too noisy now: run later, or with a higher --dilation."
     )
     assert health_summary(rows[1:3]) == (
         "1 of 2 runs trusted; 1 rejected for the machine was run again (1 trusted on a retry)."
