@@ -18,7 +18,6 @@ from dataclasses import replace
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.experiment.runloop import (
-    DEFAULT_RETRIES,
     Execute,
     LoopConfig,
     PlannedRun,
@@ -133,13 +132,14 @@ def run_planned(
     plan: Sequence[PlannedRun],
     progress: Callable[[str], None] | None = None,
     starting: Callable[[PlannedRun], None] | None = None,
-    retries: int | str = DEFAULT_RETRIES,
+    retries: int | str = 0,
     execute: Execute | None = None,
 ) -> Iterator[tuple[PlannedRun, RunResult]]:
     """Run the plan in order through the shared run loop (`emulator.experiment.runloop`: a run
     the machine alone spoiled runs again, up to `retries` times), yielding each run's last
     attempt as it completes (a caller that stops on an error keeps the results before it).
-    Every run tears itself down. `retries` is checked before the first run."""
+    Every run tears itself down. `retries` is checked before the first run; `compare` passes
+    its --retries (default 2), a benchmark that passes none keeps each run as it ran."""
     loop = RunLoop(
         execute, config=LoopConfig(check_retries(retries)), progress=progress, starting=starting
     )

@@ -26,7 +26,6 @@ from dataclasses import replace
 
 from emulator.experiment.comparison import PlannedRun, Variant
 from emulator.experiment.runloop import (
-    DEFAULT_RETRIES,
     Execute,
     LoopConfig,
     Outcome,
@@ -117,15 +116,16 @@ def run_sweep(
     execute: Execute | None = None,
     refine: int = 0,
     full_ladder: bool = False,
-    retries: int | str = DEFAULT_RETRIES,
+    retries: int | str = 0,
 ) -> Iterator[RunPoint]:
     """Run the plan in order, yielding each run's point as it completes. A repeat whose walk
     has ended skips its higher rates (unless `full_ladder`), and once a rate's repeats are
     done, a variant past saturation skips its higher rates (`skipped` is told of each); then
     `refine` bisection rates per variant. Each run goes through the shared run loop
     (`emulator.experiment.runloop`: a run the machine alone spoiled runs again, up to
-    `retries` times, and its point is the last attempt's); `execute` runs one planned run
-    (default: the lab, which needs root)."""
+    `retries` times, and its point is the last attempt's: `sweep` passes its --retries,
+    default 2; none by default here, so a benchmark's runs stay as they ran); `execute` runs one
+    planned run (default: the lab, which needs root)."""
     loop = RunLoop(
         execute, config=LoopConfig(check_retries(retries)), progress=progress, starting=starting
     )

@@ -69,7 +69,7 @@ class FakeLab:
 def test_a_run_the_machine_spoiled_runs_again_with_the_same_seed(tmp_path: Path) -> None:
     lab = FakeLab(tmp_path, {"r1": [(STEAL,)]})
     said: list[str] = []
-    got = list(run_planned(_plan(), progress=said.append, execute=lab))
+    got = list(run_planned(_plan(), progress=said.append, execute=lab, retries=2))
     assert [c.tag for c in lab.ran] == ["r1", "r1-retry1", "r2"]
     assert lab.ran[0].seed == lab.ran[1].seed
     assert [r.summary.trustworthy for _p, r in got] == [True, True]
@@ -84,7 +84,7 @@ def test_a_run_the_machine_spoiled_runs_again_with_the_same_seed(tmp_path: Path)
 
 def test_a_fabrics_fault_is_never_run_again(tmp_path: Path) -> None:
     lab = FakeLab(tmp_path, {"r1": [(STEAL, DROPS)]})
-    got = list(run_planned(_plan(1), execute=lab))
+    got = list(run_planned(_plan(1), execute=lab, retries=2))
     assert [c.tag for c in lab.ran] == ["r1"]
     assert not got[0][1].summary.trustworthy
     assert not (got[0][1].path / RETRY_FILE).exists()
@@ -108,9 +108,11 @@ def test_a_retry_rejected_again_keeps_both_reasons_and_the_retries_end(tmp_path:
 
 
 def test_no_retries_when_asked_for_none(tmp_path: Path) -> None:
-    lab = FakeLab(tmp_path, {"r1": [(STEAL,)]})
+    lab = FakeLab(tmp_path, {"r1": [(STEAL,), (STEAL,)]})
     list(run_planned(_plan(1), execute=lab, retries=0))
     assert [c.tag for c in lab.ran] == ["r1"]
+    list(run_planned(_plan(1), execute=lab))  # a library caller (a benchmark) opts in
+    assert [c.tag for c in lab.ran] == ["r1", "r1"]
 
 
 @pytest.mark.parametrize("bad", ["-1", "1.5", "two", "", -1, 2.0, True, 11])
@@ -128,7 +130,9 @@ def test_the_sweep_runs_through_the_same_loop(tmp_path: Path) -> None:
     plan = plan_sweep(variants, [1.0], repeat=1)
     lab = FakeLab(tmp_path, {"1rps-r1": [(STEAL,)]})
     started: list[PlannedRun] = []
-    got = list(run_sweep(plan, parse_slo("ttft_p99=2s"), starting=started.append, execute=lab))
+    got = list(
+        run_sweep(plan, parse_slo("ttft_p99=2s"), starting=started.append, execute=lab, retries=1)
+    )
     assert [c.tag for c in lab.ran] == ["1rps-r1", "1rps-r1-retry1"]
     assert len(started) == 1  # a retry is not a new run of the plan
     assert got[0].trustworthy  # the point is the retry's
