@@ -63,6 +63,12 @@ def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
     )
     g.add_argument("--repeat", type=int, default=3, help=repeat_help)
     g.add_argument(
+        "--retries",
+        default="2",
+        help="run a repeat again (same seed) when only the machine spoiled it (steal, other "
+        "processes' load), up to this many times; a fabric's fault never (0: off)",
+    )
+    g.add_argument(
         "--baseline",
         default=None,
         help="fabric (or fabric/policy label) the differences are taken against (default: "
@@ -82,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report_only is not None:
         runs = _report_only(args, kinds)
     else:
-        runs, status = _run_all(plan, console)
+        runs, status = _run_all(plan, console, args.retries)
         if not runs:
             return status
     capacities = port_capacities(specs, args.nic_mbps, args.dilation)
@@ -115,6 +121,7 @@ def variants_from_args(
         plan_variants,
         resolve_baseline,
     )
+    from emulator.experiment.runloop import check_retries
 
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
     sizes = size_params(args)
@@ -122,6 +129,7 @@ def variants_from_args(
     policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")
+    args.retries = check_retries(args.retries)  # before the first run starts
     check_fault_prefixes(args.fail, kinds)
     if policies:  # the base config carries a policy the variants then replace
         args.policy = policies[0]
@@ -145,7 +153,9 @@ def _report_only(args: argparse.Namespace, kinds: list[str]) -> list[RunSummary]
     return runs
 
 
-def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary], int]:
+def _run_all(
+    plan: list[PlannedRun], console: Console, retries: int | str = 2
+) -> tuple[list[RunSummary], int]:
     """Run the plan: the summaries of the runs that completed, and 0, 1 if a run failed (the
     runs before it are kept) or 130 if interrupted."""
     from emulator.experiment.comparison import run_planned
@@ -161,7 +171,7 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
     interrupt_on_stop_signals()
     runs: list[RunSummary] = []
     try:
-        for planned, result in run_planned(plan, progress=progress, starting=starting):
+        for planned, result in run_planned(plan, progress, starting, retries):
             runs.append(result.summary)
             c = result.summary.client
             console.print(
@@ -178,14 +188,20 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
 
 
 def _print_table(runs: list[RunSummary], baseline: str, args: argparse.Namespace) -> None:
-    """The medians in the terminal, and the runs the emulator could not keep up with."""
-    from emulator.results.report import busiest_link, trust
+    """The medians in the terminal, and the health of each run (every reason: report.html)."""
+    from emulator.results.report import busiest_link, health_rows_of, variants
+    from emulator.results.verdicttext import HEALTH_COLUMNS, health_summary
 
     Console().print(comparison_table(runs, baseline, args.workload, args.repeat))
     console = Console(stderr=True)
-    for f, reasons in trust(runs).items():
-        if reasons:
-            console.print(f"[red]{f}: NOT TRUSTWORTHY[/red]: " + escape("; ".join(reasons)))
+    rows = health_rows_of(runs, variants(runs, baseline))
+    table = Table(title=escape(f"emulator health: {health_summary(rows)}"), title_justify="left")
+    for name in HEALTH_COLUMNS:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*(_red_no(c) for c in row.cells()))
+    console.print(table)
+    console.print("[dim]every reason of every run: report.html, Emulator health[/dim]")
     for r in runs:
         console.print(f"[dim]{r.variant} {r.run}: busiest link {busiest_link(r)}[/dim]")
 
@@ -195,8 +211,8 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
     fault, no all-to-all rows without EP, no row empty in every run) and a column per variant
     and per difference for up to 3 variants, else a row per variant with the headline figures.
     With 2 variants it fits 100 columns: a cell wraps only at its space (before `[min-max]`) and
-    a first reason too long for its column ends in an ellipsis (`compare` prints every reason
-    after the table); a table that cannot fit folds its numbers rather than cut them."""
+    a first reason too long for its column ends in an ellipsis (`compare` prints a health row
+    per run after the table); a table that cannot fit folds its numbers rather than cut them."""
     from emulator.results.compare_metrics import shown_metrics
     from emulator.results.report import (
         aggregate,
@@ -227,8 +243,8 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
 
 
 def _headline_table(runs: list[RunSummary], fabrics: list[str], title: str) -> Table:
-    """Many variants: a row each with its verdict, `yes` or `no (k of n)` (the reasons follow
-    the table), and the headline medians (all figures are in report.html)."""
+    """Many variants: a row each with its verdict, `yes` or `no (k of n trusted)` (the runs'
+    health follows the table), and the headline medians (all figures are in report.html)."""
     from emulator.results.report import HEADLINE, aggregate, headline_columns, headline_rows
 
     agg = aggregate(runs)
@@ -252,4 +268,5 @@ def _one_line(markup: str) -> Text:
 
 def _red_no(cell: str) -> str:
     """A verdict cell as console markup (a reason may hold brackets), red when it says no."""
-    return f"[red]{escape(cell)}[/red]" if cell.startswith("no (") else escape(cell)
+    bad = cell.startswith(("no (", "not ", "rejected"))
+    return f"[red]{escape(cell)}[/red]" if bad else escape(cell)
