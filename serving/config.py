@@ -2,7 +2,7 @@
 
 Each role has one dataclass (`GatewayConfig`, `PrefillConfig`, `DecodeConfig`,
 `EpWorkerConfig`); `__post_init__` validates and raises `ConfigError` naming the field, the
-value and what is allowed. Each field is declared once, with its flag (`serving.options`):
+value and what is allowed. Each field is declared once, with its flag (`zcube_lab.core.options`):
 the dataclass drives the role's parser and the command line the lab starts it with. A JSON
 config file uses the flag names with `_` for `-` as keys (`{"kv_bind": ["10.1.0.1:7100"]}`);
 flags given on the command line win over the file.
@@ -26,11 +26,11 @@ from serving.addresses import (
 from serving.epoptions import EpOptions
 from serving.eptraffic import EpTraffic
 from serving.models import PROFILES, ModelProfile, get_profile
-from serving.options import option
 from serving.routing import BALANCERS
 from zcube_lab.core.clock import Clock, check_dilation
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.evpaths import EV_BASE, EV_SPAN, MAX_EVS
+from zcube_lab.core.options import option
 
 __all__ = [
     "Address",

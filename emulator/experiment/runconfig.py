@@ -65,7 +65,7 @@ def mtu_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'auto'") from None
 
 
-def _machine_list(raw: str | None) -> tuple[str, ...]:
+def _machine_list(raw: str | None, field_name: str = "machines") -> tuple[str, ...]:
     return tuple(a.strip() for a in (raw or "").split(",") if a.strip())
 
 
@@ -261,7 +261,7 @@ class RunConfig:
     ep_per_node: bool | None = option(
         None,
         metavar="on|off",
-        parse=lambda raw: on_off(raw, "ep_per_node"),
+        parse=on_off,
         item=on_off_text,
         help="EP: on sends each token once per destination node (DeepEP's normal kernels), "
         "off once per routed expert (default: the model profile's)",
@@ -275,7 +275,7 @@ class RunConfig:
     ep_dbo: bool | None = option(
         None,
         metavar="on|off",
-        parse=lambda raw: on_off(raw, "ep_dbo"),
+        parse=on_off,
         item=on_off_text,
         help="EP: dual-batch overlap on (two micro-batches hide each other's exchange behind "
         "compute) or off (each frame's exchange follows its compute; default: the model "

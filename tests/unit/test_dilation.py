@@ -15,13 +15,13 @@ from emulator.experiment.plan import RunConfig, RunPlan, plan_run
 from emulator.results.dilation import SERVER_WALL_TIMES, TRANSFER_TIMES, undilate
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
 from serving import decode, gateway, prefill
-from serving.options import parse_with_file
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.linkplan import port_rates
 from zcube_lab.core.fabric.queues import QueueModel, fabric_mtu, port_queue_limits
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.options import parse_with_file
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4, planes=2)

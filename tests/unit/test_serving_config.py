@@ -13,8 +13,8 @@ from serving import decode, gateway, prefill
 from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.decode_engine import path_health, stall_wall_s
 from serving.launch import decode_argv
-from serving.options import parse_with_file
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import parse_with_file
 
 
 def _parse(mod: object, argv: list[str]) -> object:

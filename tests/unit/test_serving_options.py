@@ -19,7 +19,7 @@ from serving.config import (
     PrefillConfig,
 )
 from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
-from serving.options import parse_with_file, to_argv
+from zcube_lab.core.options import parse_with_file, to_argv
 
 A, B, C = Address("10.1.0.1", 7100), Address("10.2.0.1", 7100), Address("10.1.0.9", 7101)
 COMMON = {
