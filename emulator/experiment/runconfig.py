@@ -194,7 +194,8 @@ class RunConfig:
     )
     policy: str = option(
         "ecmp",
-        help="what reacts to failures: static, ecmp, ff, recompute or spray (docs/FAILURES.md)",
+        help="routing policy, what reacts to failures: static, ecmp, ff, recompute or spray "
+        "(docs/FAILURES.md)",
     )
     faults: tuple[str, ...] = option(  # zcube_lab.core.fault_schedule's grammar
         (),
