@@ -131,7 +131,7 @@ def spec_from_args(args: argparse.Namespace) -> FabricSpec:
     return FabricSpec.of(args.fabric, **size_params(args))
 
 
-def _run_flags(group: argparse._ArgumentGroup, names: tuple[str, ...]) -> None:
+def add_run_flags(group: argparse._ArgumentGroup, names: tuple[str, ...]) -> None:
     """The flags of these `RunConfig` fields, declared there once."""
     from emulator.experiment.runconfig import RunConfig
     from zcube_lab.core.options import add_flags
@@ -144,27 +144,27 @@ def add_link_arguments(group: argparse._ArgumentGroup) -> None:
     size and queue limits of every shaped link."""
     from emulator.experiment.runconfig import LINK_FIELDS
 
-    _run_flags(group, LINK_FIELDS)
+    add_run_flags(group, LINK_FIELDS)
 
 
 def add_datapath_arguments(group: argparse._ArgumentGroup) -> None:
     """--ovs-instances: how many ovs-vswitchd daemons of the lab's own carry the switches."""
-    _run_flags(group, ("ovs_instances",))
+    add_run_flags(group, ("ovs_instances",))
 
 
 def add_lossless_argument(group: argparse._ArgumentGroup) -> None:
     """--lossless: PFC-like pauses instead of drops at switch ports."""
-    _run_flags(group, ("lossless",))
+    add_run_flags(group, ("lossless",))
 
 
 def add_transport_arguments(group: argparse._ArgumentGroup) -> None:
     """--cc: TCP congestion control of every host namespace."""
-    _run_flags(group, ("congestion_control",))
+    add_run_flags(group, ("congestion_control",))
 
 
 def add_kv_transport_argument(group: argparse._ArgumentGroup) -> None:
     """--kv-transport: how decode pulls KV (TCP lanes, or the MRC-style datagrams)."""
-    _run_flags(group, ("kv_transport",))
+    add_run_flags(group, ("kv_transport",))
 
 
 def link_options_from_args(
