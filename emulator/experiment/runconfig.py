@@ -31,7 +31,7 @@ from zcube_lab.core.fabric.hostplan import (
     DEFAULT_CONGESTION_CONTROL,
     check_congestion_control,
 )
-from zcube_lab.core.fabric.placement import ALLTOALL, LAYOUTS, LayoutSpec
+from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.fabric.queues import (
     BUFFER_MODELS,
     CHIPS,
@@ -88,7 +88,6 @@ LAYOUT_OPTIONS: tuple[tuple[str, Option], ...] = (
         "alltoall",
         Option(
             unset=True,
-            choices=ALLTOALL,
             help="EP exchange: rail (same rank) or all (default: the profile's, or rail)",
         ),
     ),
@@ -96,7 +95,6 @@ LAYOUT_OPTIONS: tuple[tuple[str, Option], ...] = (
         "layout",
         Option(
             unset=True,
-            choices=LAYOUTS,
             help="default or rail-aligned (default: the workload profile's hint)",
         ),
     ),

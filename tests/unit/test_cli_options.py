@@ -81,3 +81,31 @@ def test_fabric_structure_table_takes_the_profiles_expert_parallelism(capsys) ->
 def test_every_run_building_command_takes_dilation_and_the_profiles_options(command) -> None:
     flags = {s for a in _sub(command)._actions for s in a.option_strings}
     assert {"--dilation", "--lossless", "--no-lossless", "--workload", "--ep-servers"} <= flags
+
+
+@pytest.mark.parametrize("command", ["run", "up", "fabric"])
+def test_one_fabric_commands_take_the_size_compare_takes(command: str) -> None:
+    """`--gpus N` on every command that builds a fabric, sized by the structure-keeping rule by
+    default as `compare` sizes it (run, up and fabric built 4 GPUs a server at n=4 before); the
+    old sizes by explicit options."""
+    from zcube_cli.commands.compare import variants_from_args
+    from zcube_cli.fabric_options import spec_from_args
+    from zcube_lab.core.errors import ConfigError
+
+    parser = _sub(command)
+    base = ["--serve"] if command == "up" else []
+
+    def spec(*argv: str) -> dict[str, object]:
+        return dict(spec_from_args(parser.parse_args([*base, *argv])).params)
+
+    _k, compared, _v, _b = variants_from_args(build_parser().parse_args(["compare"]))
+    assert spec() == dict(compared["zcube"].params) == {"n": 4, "gpus_per_server": 2}
+    assert {**spec("--fabric", "roft"), "spines": 2} == dict(compared["roft"].params)
+    assert spec("--gpus", "64") == {"n": 8, "gpus_per_server": 2}
+    assert spec("--n", "8") == spec("--gpus", "64")  # --n fixes the GPU count
+    old = spec("--fabric", "roft", "--gpus-per-server", "4", "--servers-per-leaf", "4")
+    assert (old["servers"], old["gpus_per_server"], old["servers_per_leaf"]) == (4, 4, 4)
+    assert spec("--gpus-per-server", "4") == {"n": 4, "gpus_per_server": 4}
+    with pytest.raises(ConfigError) as err:
+        spec("--gpus", "16", "--n", "8")  # 64 GPU hosts, not 16
+    assert err.value.field == "gpus"

@@ -58,11 +58,16 @@ def test_serve_takes_the_profiles_hints_as_run_does() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     config = serve_config(parser.parse_args(["--serve", "--workload", "hotspot"]))
-    assert config.layout.prefill_servers == 2
+    # hotspot's 2 prefill servers of 4, kept as a share of the default fabric's 8
+    assert config.layout.prefill_servers == 4
     assert (config.decode_hotspot, config.hotspot_period_s) == (2, 5.0)
     assert config.prefix_cache_hit_rate == 0.9
     plain = serve_config(parser.parse_args(["--serve"]))
-    assert (plain.layout.prefill_servers, plain.decode_hotspot) == (1, 0)
+    assert (plain.layout.prefill_servers, plain.decode_hotspot) == (2, 0)  # 1 of 4, 2 of 8
+    old = serve_config(
+        parser.parse_args(["--serve", "--workload", "hotspot", "--gpus-per-server", "4"])
+    )
+    assert old.layout.prefill_servers == 2
 
 
 def test_serve_keeps_the_profiles_expert_parallelism_and_lossless_mode() -> None:

@@ -20,7 +20,7 @@ from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.fabric.queues import CHIPS, DEFAULT_CHIP
 from zcube_lab.core.options import flag_names
 
-ZCUBE = FabricSpec.of("zcube")
+ZCUBE = FabricSpec.of("zcube", n=4, gpus_per_server=2)  # the default size (structure-keeping)
 # Three runs that together move every flagged field off its default (some exclude others:
 # faults need k = 1, machines refuse faults, lossless and mrc; kv_warm refuses mrc).
 RUNS = [
