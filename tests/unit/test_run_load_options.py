@@ -82,7 +82,7 @@ LOAD = LoadConfig(
     stages="2:5,3:10", model="glm", trace="/t.jsonl", length_scale=0.1, duration=12.5,
     metrics_port=9400, metrics_addr="0.0.0.0", metrics_linger=3.0, requests_out="/r.jsonl",
     summary_out="/s.json", max_in_flight=64, request_timeout=30.0, keep_running=True,
-    time_dilation=2.0, plan_shard="1/2",
+    dilation=2.0, plan_shard="1/2",
 )  # fmt: skip
 
 
