@@ -138,7 +138,11 @@ class RunConfig:
     seed: int = option(1, help="same seed, same requests on every fabric")
     model: str = option("glm-5.1", help="model profile of the serving engines")
     length_scale: float | None = option(None, type=float, help="multiply every token length")
-    nic_mbps: float = option(100.0, help="emulated GPU NIC rate")
+    nic_mbps: float = option(
+        100.0,
+        help="emulated rate of one GPU NIC in Mb/s (ZCube ports get half each); "
+        "bandwidth_scale = full-scale NIC rate / this",
+    )
     # or "auto": zcube_lab.core.fabric.queues.fabric_mtu
     mtu: int | str = option(
         MAX_MTU,

@@ -94,7 +94,8 @@ def add_structure_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload",
         action="append",
         metavar="W",
-        help="workload profile whose placement hints (layout, prefill servers) set the pairs; "
+        help="workload profile whose placement hints (layout, prefill servers, expert "
+        "parallelism) set the pairs; "
         "repeatable, one table each (default coding-agent)",
     )
     add_run_flags(g, ("layout",))  # the run's placement flags (RunConfig's, declared there)
