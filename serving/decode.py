@@ -45,10 +45,10 @@ from serving.openai_api import (
     parse_request,
     sse_error,
 )
-from serving.options import add_flags, from_args
 from serving.textgen import StopStrings, plan_output, request_rng
 from serving.vllm_metrics import EngineMetrics
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import add_flags, from_args
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ def make_decode_app(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Decode flags (declared on `DecodeConfig`)."""
-    add_flags(parser, DecodeConfig)
+    add_flags(parser, DecodeConfig, config_file=True)
 
 
 def config_from_args(args: argparse.Namespace) -> DecodeConfig:

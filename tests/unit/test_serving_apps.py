@@ -553,12 +553,12 @@ async def test_prefix_cache_hits_skip_compute_but_not_kv_bytes(aiohttp_server) -
     assert cached[2] == full[2] == words
 
 
-async def test_time_dilation_stretches_every_modelled_compute_time(aiohttp_server) -> None:
+async def test_dilation_stretches_every_modelled_compute_time(aiohttp_server) -> None:
     # k = 2 on both engines: a prefill step and each decode step last twice the model's time on
     # the wall clock, and the engines' histograms report the model's time (wall / k).
     k, words, tokens = 2.0, 8000, 20
     c = await start_inprocess_cluster(
-        aiohttp_server, prefill={"time_dilation": k}, decode={"time_dilation": k}
+        aiohttp_server, prefill={"dilation": k}, decode={"dilation": k}
     )
     async with aiohttp.ClientSession() as s:
         t0 = time.monotonic()

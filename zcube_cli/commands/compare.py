@@ -16,7 +16,13 @@ from rich.table import Table
 from rich.text import Text
 
 from zcube_cli.commands.run import add_run_arguments, config_from_args
-from zcube_cli.fabric_options import add_size_arguments, size_params, sized_specs
+from zcube_cli.fabric_options import (
+    DEFAULT_GPUS,
+    add_size_arguments,
+    gpus_of,
+    size_params,
+    sized_specs,
+)
 from zcube_lab.adapters.procs import interrupt_on_stop_signals
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
@@ -45,17 +51,7 @@ def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
     """The variants side by side (fabrics, size, policies, repeats, baseline): `compare`'s and
     `sweep`'s."""
     g.add_argument("--fabrics", default="zcube,roft", help="comma-separated fabric kinds")
-    g.add_argument(
-        "--gpus",
-        type=int,
-        default=16,
-        help="GPU hosts per fabric, a square: zcube n=sqrt; every fabric the same servers, sized "
-        "to keep the full size's structure (zcube_lab/core/fabric/scaledown.py: at 16, 8 "
-        "servers of 2 GPUs, 2 per A switch and per roft rail leaf); the size options below then "
-        "change the fabrics that take each (`up`'s and `run`'s), as long as every fabric keeps "
-        "one number of GPU hosts",
-    )
-    add_size_arguments(g, from_gpus=True)
+    add_size_arguments(g, compared=True)
     g.add_argument(
         "--policies",
         help="comma-separated policies to run on every fabric (static, ecmp, ff, recompute, "
@@ -125,7 +121,8 @@ def variants_from_args(
 
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
     sizes = size_params(args)
-    specs = sized_specs(fabric_specs(kinds, args.gpus, spines=2, sizes=sizes), sizes)
+    gpus = args.gpus or next(filter(None, (gpus_of(k, sizes) for k in kinds)), DEFAULT_GPUS)
+    specs = sized_specs(fabric_specs(kinds, gpus, spines=2, sizes=sizes), sizes)
     policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")
