@@ -15,8 +15,8 @@ engine's steps and how many woke more than a quarter of their modelled step late
 `sitecustomize` first on the roles' PYTHONPATH makes `gc.freeze` do nothing. Figures are medians
 over the repeats with the lowest and highest. Writes bench/results/gc_pauses.json.
 
-    .venv/bin/python -m bench.gc_pauses --lab "--fabric zcube --n 2 --workload coding-agent \
-        --rate 1 --duration 15 --drain 20 --kv-transport mrc"
+    .venv/bin/python -m bench.gc_pauses --lab "--fabric zcube --n 2 --gpus-per-server 2 \
+        --workload coding-agent --rate 1 --duration 15 --drain 20 --kv-transport mrc"
 
 instead runs one lab run (root) with every process recording its collections, and prints for
 each process those over 1 ms, and which of them fell inside the load window.

@@ -140,7 +140,7 @@ def test_clean_removes_what_a_sigkilled_run_left_and_then_finds_nothing(tmp_path
     env = {**os.environ, "ZCUBE_LAB_STATE": str(state_dir)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "2",
-         "--workload", "coding-agent", "--rate", "2", "--duration", "60",
+         "--gpus-per-server", "2", "--workload", "coding-agent", "--rate", "2", "--duration", "60",
          "--results", str(results)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip

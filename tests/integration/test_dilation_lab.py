@@ -31,7 +31,7 @@ def _run(results: Path, k: int) -> dict:
     done = subprocess.run(
         [
             sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "2",
-            "--workload", "coding-agent", "--rate", "1", "--seed", "1",
+            "--gpus-per-server", "2", "--workload", "coding-agent", "--rate", "1", "--seed", "1",
             "--duration", "15", "--drain", "20", "--dilation", str(k), "--results", str(out),
         ],
         capture_output=True, text=True, timeout=600, check=False,

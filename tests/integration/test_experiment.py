@@ -29,7 +29,7 @@ def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
             sys.executable, "-m", "zcube_cli", "compare",
             "--fabrics", "zcube,roft", "--repeat", "1",
             "--workload", "coding-agent", "--duration", "25", "--drain", "30",
-            "--rate", "3", "--results", str(results),
+            "--rate", "3", "--retries", "0", "--results", str(results),
         ],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip

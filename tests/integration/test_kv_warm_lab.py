@@ -26,7 +26,8 @@ def _run(results: Path) -> dict:
     done = subprocess.run(
         [
             sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "2",
-            "--workload", "coding-agent", "--rate", "2", "--seed", "1", "--duration", "10",
+            "--gpus-per-server", "2", "--workload", "coding-agent", "--rate", "2", "--seed", "1",
+            "--duration", "10",
             "--drain", "20", "--kv-warm", str(WARM), "--results", str(results),
         ],
         capture_output=True, text=True, timeout=600, check=False,

@@ -33,7 +33,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--fabrics", "roft", "--rates", ",".join(f"{r:g}" for r in RATES), "--repeat", "1",
             "--workload", "coding-agent", "--length-scale", "0.5",
             "--duration", f"{DURATION_S:g}", "--drain", "30",
-            "--slo", "ttft_p90=3s", "--results", str(results), "--full-ladder",
+            "--slo", "ttft_p90=3s", "--results", str(results), "--full-ladder", "--retries", "0",
         ],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip

@@ -153,7 +153,8 @@ def _mrc_run(
     done = subprocess.run(
         [
             sys.executable, "-m", "zcube_cli", "run", "--fabric", fabric,
-            *(extra or ["--n", "2", "--workload", "coding-agent", "--rate", "1"]),
+            *(extra or ["--n", "2", "--gpus-per-server", "2", "--workload", "coding-agent",
+                        "--rate", "1"]),
             "--duration", "15", "--drain", "20",
             "--kv-transport", "mrc", "--dilation", str(dilation), "--results", str(results),
         ],

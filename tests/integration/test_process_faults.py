@@ -51,7 +51,7 @@ def _run(
     done = subprocess.run(
         [
             sys.executable, "-m", "zcube_cli", "run",
-            "--fabric", "zcube", "--n", "2",
+            "--fabric", "zcube", "--n", "2", "--gpus-per-server", "2",
             "--workload", workload, "--duration", "18", "--drain", "30", "--rate", "3",
             "--policy", policy, "--fail", fail, *extra,
             "--results", str(results),
