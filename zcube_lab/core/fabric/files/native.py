@@ -23,8 +23,6 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from zcube_lab.core.fabric.addressing import (
     FABRIC_RANGE,
     MAX_COLUMNS,
@@ -177,6 +175,8 @@ def check_schema(doc: Any, source: str) -> None:
             f"format {doc.get('format')!r} is not supported: a native file says "
             f"'format: {FORMAT}' (other formats: docs/FABRIC_FILES.md)",
         )
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(
         schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
     )
