@@ -64,10 +64,13 @@ def test_the_good_file_loads_with_the_ports_and_addresses_assigned(tmp_path: Pat
 
 # rule -> (a text of GOOD, what replaces it everywhere, the element the error line names)
 BROKEN: dict[str, tuple[str, str, str]] = {
-    "unknown-node": ('b: spine0, gbps', "b: spine9, gbps", "link leaf0-spine9"),
+    "unknown-node": ("b: spine0, gbps", "b: spine9, gbps", "link leaf0-spine9"),
     "host-without-link": ('ports: ["leaf{server}"]', "ports: []", "host h0"),
-    "radix": ("{name: spine0, tier: spine, radix: 4}", "{name: spine0, tier: spine, radix: 3}",
-              "switch spine0"),
+    "radix": (
+        "{name: spine0, tier: spine, radix: 4}",
+        "{name: spine0, tier: spine, radix: 3}",
+        "switch spine0",
+    ),
     "duplicate-link": (
         "count: 2}\n",
         "count: 2}\n  - {a: leaf1, b: spine0}\n",
@@ -96,8 +99,11 @@ BROKEN: dict[str, tuple[str, str, str]] = {
         "radix: 4}\n  - {name: spine1}\nservers",
         "switch spine1",
     ),
-    "roles": ("nic_gbps: 400", "nic_gbps: 400\nroles: {prefill_servers: 2, decode_servers: 1}",
-              "roles"),
+    "roles": (
+        "nic_gbps: 400",
+        "nic_gbps: 400\nroles: {prefill_servers: 2, decode_servers: 1}",
+        "roles",
+    ),
     "address": (
         'ports: ["leaf{server}"]',
         'ports: [{switch: "leaf{server}", ip: 198.18.9.9}]',

@@ -67,15 +67,27 @@ def _hops(fabric: Fabric, a: tuple[str, ...], b: tuple[str, ...]) -> int | None:
     return min(dists) if dists else None
 
 
-def _graph(fabric: Fabric) -> nx.DiGraph:
-    """Every link as a pair of arcs of capacity 1 (parallel links add up)."""
+def _graph(fabric: Fabric, capacity: str = "links") -> nx.DiGraph:
+    """The fabric as a flow network: switch links both ways; a GPU as two nodes, `("out", h)`
+    that only sends and `("in", h)` that only receives, so no path crosses a GPU. Capacity per
+    arc: the number of parallel links (`links`) or their Gb/s (`gbps`)."""
     import networkx as nx
 
     g = nx.DiGraph()
+
+    def add(u: Any, v: Any, cap: float) -> None:
+        g.add_edge(u, v, capacity=g[u][v]["capacity"] + cap if g.has_edge(u, v) else cap)
+
     for lk in fabric.links:
-        for u, v in ((lk.node1, lk.node2), (lk.node2, lk.node1)):
-            cap = g[u][v]["capacity"] + 1 if g.has_edge(u, v) else 1
-            g.add_edge(u, v, capacity=cap)
+        cap = 1 if capacity == "links" else lk.gbps
+        a, b = lk.node1, lk.node2
+        if fabric.is_switch(a) and fabric.is_switch(b):
+            add(a, b, cap)
+            add(b, a, cap)
+            continue
+        host, switch = (a, b) if fabric.is_switch(b) else (b, a)
+        add(("out", host), switch, cap)
+        add(switch, ("in", host), cap)
     return g
 
 
@@ -107,7 +119,11 @@ def pair_figures(
         cutoff = min(len(fabric.host(a).interfaces), len(fabric.host(b).interfaces))
         flow = 0
         if h is not None:
-            flow = int(nx.maximum_flow_value(g, a, b, flow_func=edmonds_karp, cutoff=cutoff))
+            flow = int(
+                nx.maximum_flow_value(
+                    g, ("out", a), ("in", b), flow_func=edmonds_karp, cutoff=cutoff
+                )
+            )
         disjoint[flow] += len(members)
     note = None
     if step > 1:
@@ -123,18 +139,32 @@ def bisection_per_gpu(fabric: Fabric) -> float | None:
     if len(servers) < 2:
         return None
     first = set(servers[: len(servers) // 2])
-    g = nx.DiGraph()
-    for lk in fabric.links:
-        for u, v in ((lk.node1, lk.node2), (lk.node2, lk.node1)):
-            cap = g[u][v]["capacity"] + lk.gbps if g.has_edge(u, v) else lk.gbps
-            g.add_edge(u, v, capacity=cap)
+    g = _graph(fabric, "gbps")
     side = [h for h in fabric.hosts if h.server in first]
     for h in fabric.hosts:
         if h.server in first:
-            g.add_edge("_src", h.name, capacity=float("inf"))
+            g.add_edge("_src", ("out", h.name), capacity=float("inf"))
         else:
-            g.add_edge(h.name, "_dst", capacity=float("inf"))
+            g.add_edge(("in", h.name), "_dst", capacity=float("inf"))
     return nx.maximum_flow_value(g, "_src", "_dst") / len(side)
+
+
+def role_hosts(loaded: LoadedFabric) -> tuple[list[str], list[str]]:
+    """The prefill and decode GPUs the file's roles place: its host lists, else the first
+    `prefill_servers` servers prefill and the next `decode_servers` (default: the rest) decode."""
+    roles = loaded.roles
+    if roles is None:
+        return [], []
+    if roles.prefill or roles.decode:
+        return list(roles.prefill), list(roles.decode)
+    if roles.prefill_servers is None:
+        return [], []
+    servers = sorted({h.server for h in loaded.fabric.hosts})
+    pre = set(servers[: roles.prefill_servers])
+    rest = servers[roles.prefill_servers :]
+    dec = set(rest if roles.decode_servers is None else rest[: roles.decode_servers])
+    hosts = loaded.fabric.hosts
+    return [h.name for h in hosts if h.server in pre], [h.name for h in hosts if h.server in dec]
 
 
 def file_summary(loaded: LoadedFabric) -> dict[str, Any]:
@@ -165,8 +195,9 @@ def file_summary(loaded: LoadedFabric) -> dict[str, Any]:
         "bisection_gbps_per_gpu": bisection_per_gpu(f),
         "nvlink_forwarding": loaded.nvlink_forwarding,
     }
-    if loaded.roles and loaded.roles.prefill and loaded.roles.decode:
-        pd = [(a, b) for a in loaded.roles.prefill for b in loaded.roles.decode]
+    prefill, decode = role_hosts(loaded)
+    if prefill and decode:
+        pd = [(a, b) for a in prefill for b in decode]
         pd_hops, pd_disjoint, _ = pair_figures(f, pd)
         out["pd_pulls_by_hops"] = dict(sorted(pd_hops.items()))
         out["pd_pulls_by_disjoint_paths"] = {str(k): v for k, v in sorted(pd_disjoint.items())}
@@ -199,7 +230,7 @@ def run_fabric_file(args: argparse.Namespace) -> int:
         return 0
     width = max(len(k) for k in summary)
     for key, value in summary.items():
-        if key in ("assumptions", "source"):
+        if key in ("assumptions", "source") or value is None:
             continue
         if key == "switching_capacity_gbps":
             value = f"{value / 1000:g} Tb/s (full scale)"
