@@ -188,15 +188,9 @@ def load_simai(path: str | Path) -> LoadedFabric:
             "nvswitches switches links gpu_type`",
         ) from None
     if len(head) >= 5:
+        # SimAI: the 4th field counts the network switches; line 2 lists NVSwitches first
         nodes, gps, nvswitches, nswitches, nlinks = numbers[:5]
-        if nvswitches > nswitches:
-            raise FabricFileError(
-                path,
-                hline,
-                "header",
-                "syntax",
-                f"{nvswitches} NVSwitches but only {nswitches} switches in all",
-            )
+        nswitches += nvswitches
     elif len(head) == 3:
         nodes, nswitches, nlinks = numbers[:3]
         gps, nvswitches = None, 0
@@ -402,10 +396,13 @@ def load_graph(path: str | Path, fmt: str) -> LoadedFabric:
             f"{DEFAULT_NIC_GBPS:g} Gb/s"
         )
     gpus = []
+    next_rank: dict[int, int] = {}
     for n in gpu_nodes:
         data = graph.nodes[n]
         server = int(data.get("server", len(gpus)))
-        gpus.append((gpu_name[n], server, int(data.get("rank", 0)) if "server" in data else 0, 0))
+        rank = int(data.get("rank", next_rank.get(server, 0)))
+        next_rank[server] = max(next_rank.get(server, 0), rank + 1)
+        gpus.append((gpu_name[n], server, rank, 0))
     if gpu_nodes and not any("server" in graph.nodes[n] for n in gpu_nodes):
         assumptions.append("no node says server: every GPU is its own server")
     for i, n in enumerate(attach):
@@ -486,6 +483,7 @@ def load_clab(path: str | Path, doc: Any) -> LoadedFabric:
             continue
         sw_edges.append((rename[a], rename[b], _port_number(ia), _port_number(ib), line))
     hosts = []
+    next_rank: dict[int, int] = {}
     for i, g in enumerate(gpu_nodes):
         plist = sorted(ports[g], key=lambda p: (_port_number(p[0]) or 0, p[0]))
         entries = LineList()
@@ -496,7 +494,8 @@ def load_clab(path: str | Path, doc: Any) -> LoadedFabric:
             entries.append(at_line(entry, line))
         spec = nodes[g] or {}
         server = int((spec.get("labels") or {}).get("server", i))
-        rank = int((spec.get("labels") or {}).get("rank", 0))
+        rank = int((spec.get("labels") or {}).get("rank", next_rank.get(server, 0)))
+        next_rank[server] = max(next_rank.get(server, 0), rank + 1)
         hosts.append(
             at_line(
                 {"label": g, "server": server, "rank": rank, "ports": entries},
