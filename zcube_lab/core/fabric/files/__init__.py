@@ -7,8 +7,11 @@ SimAI/HPCC ns-3 text, GraphML/GML (NetworkX) and containerlab YAML, and export o
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.files.errors import RULES, FabricFileError
 from zcube_lab.core.fabric.files.export import fabric_document, write_fabric
 from zcube_lab.core.fabric.files.native import FORMAT, KIND, LoadedFabric, Roles, load_document
@@ -32,6 +35,8 @@ __all__ = [
     "Roles",
     "detect_format",
     "fabric_document",
+    "fabric_from_path",
+    "file_spec",
     "load_fabric",
     "write_fabric",
 ]
@@ -83,3 +88,37 @@ def load_fabric(path: str | Path, fmt: str | None = None) -> LoadedFabric:
     if fmt == "simai":
         return importers.load_simai(path)
     return importers.load_graph(path, fmt)
+
+
+def file_spec(path: str | Path, gpus: int | None = None) -> FabricSpec:
+    """The spec of a file fabric (`file` with the file's absolute path), loaded once to check
+    it; with `gpus`, refused unless it holds that many GPU hosts (compared fabrics hold the
+    same GPUs)."""
+    spec = FabricSpec.of(KIND, path=str(Path(path).resolve()))
+    fabric = fabric_from_path(dict(spec.params)["path"])
+    if gpus is not None and len(fabric.hosts) != gpus:
+        raise ConfigError(
+            "fabrics",
+            f"file:{path}",
+            f"a fabric of {gpus} GPUs like the others compared; the file has {len(fabric.hosts)}",
+        )
+    return spec
+
+
+def fabric_from_path(path: str | Path | None) -> Fabric:
+    """The `Fabric` of a file, for `build_fabric(FabricSpec('file', path=...))`: the lab, the
+    controller and the planner all build from the spec. Read once per file version."""
+    if not path:
+        raise ConfigError("path", path, "a fabric file: " + "; ".join(FORMATS.values()))
+    p = Path(path)
+    try:
+        stamp = p.stat().st_mtime_ns
+    except OSError:
+        stamp = 0
+    return _cached(str(p), stamp)
+
+
+@lru_cache(maxsize=16)
+def _cached(path: str, stamp: int) -> Fabric:
+    del stamp  # part of the cache key only
+    return load_fabric(path).fabric
