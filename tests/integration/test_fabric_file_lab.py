@@ -53,3 +53,29 @@ def test_every_pair_reaches_or_exactly_the_cross_rail_pairs_do_not(lab: Lab) -> 
         for h in lab.fabric.hosts
     }
     assert failures == expected
+
+
+def test_a_short_comparison_with_a_file_fabric_beside_a_builtin(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    results = tmp_path_factory.mktemp("results")
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "zcube_cli", "compare",
+            "--fabrics", f"zcube,file:{EXAMPLES / 'hpn-pod.yaml'}", "--repeat", "1",
+            "--workload", "coding-agent", "--duration", "20", "--drain", "30",
+            "--rate", "3", "--results", str(results),
+        ],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [json.loads(p.read_text()) for p in sorted(results.glob("*/summary.json"))]
+    assert sorted(r["fabric"] for r in runs) == ["file", "zcube"]
+    for r in runs:
+        assert r["client"]["completed"] >= 30, r["client"]
+        assert r["client"]["failed"] == 0
+    assert len(list(results.glob("compare-*/report.html"))) == 1
