@@ -29,6 +29,7 @@ from zcube_lab.core.fabric.addressing import (
     MAX_COLUMNS,
     check_rows,
     fabric_address,
+    host_mac,
     plane_network,
     plane_rows,
     row_network,
@@ -57,8 +58,7 @@ def _dpid(role: str, index: int, plane: int = 0) -> int:
 
 
 def _mac(gid: int, iface: int) -> str:
-    octets = (0x02, iface & 0xFF, (gid >> 24) & 0xFF, (gid >> 16) & 0xFF, (gid >> 8) & 0xFF, gid)
-    return ":".join(f"{o & 0xFF:02x}" for o in octets)
+    return host_mac(gid, iface)
 
 
 def _divisors(n: int) -> list[int]:

@@ -27,10 +27,10 @@ from zcube_lab.core.fabric.addressing import (
     FABRIC_RANGE,
     MAX_COLUMNS,
     fabric_address,
+    host_mac,
     plane_network,
     plane_rows,
 )
-from zcube_lab.core.fabric.builders import _mac
 from zcube_lab.core.fabric.description import (
     Fabric,
     FabricSpec,
@@ -485,7 +485,7 @@ class _Builder:
                         f"{ip} is outside the lab's fabric range {FABRIC_RANGE}",
                     )
                 addresses[ip] = f"{name}-eth{p.index}"
-                ifaces.append(Interface(name, p.index, ip, _mac(gid, p.index)))
+                ifaces.append(Interface(name, p.index, ip, host_mac(gid, p.index)))
             routes = self._routes(d, name, planes)
             hosts.append(
                 Host(
