@@ -100,3 +100,21 @@ def test_importer_assumptions_are_printed(
     pair.write_text("graph [ node [ id 0 ] node [ id 1 ] edge [ source 0 target 1 ] ]")
     assert main(["fabric", "--file", str(pair)]) == 2
     assert "joins two GPUs" in capsys.readouterr().err
+
+
+def test_structure_against_a_full_size_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zcube_lab.core.fabric.builders import build_zcube
+    from zcube_lab.core.fabric.files import write_fabric
+
+    full = write_fabric(build_zcube(8, gpus_per_server=2), tmp_path / "z64.yaml")
+    small = EXAMPLES / "zcube-16.yaml"
+    assert main(["fabric", "--file", str(small), "--full-file", str(full), "--json"]) == 0
+    rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    # ZCube n: a GPU meets 2(n-1) of its n*n-1 partners at 1 hop: 6/15 at n=4, 14/63 at n=8
+    one = rows["GPU pairs at 1 hops"]
+    assert (one["scaled"], one["full"]) == (40.0, 22.2)
+    assert one["diff_points"] == 17.8 and one["beyond_goal"]
+    assert rows["GPU pairs with 2 link-disjoint paths"]["diff_points"] == 0
+    assert rows["bisection Gb/s per GPU"]["full"] == 400

@@ -191,3 +191,15 @@ def test_pd_pulls_by_hops_with_host_lists() -> None:
     summary = file_summary(load_fabric(EXAMPLES / "rail-only.yaml"))
     # prefill h0..h3 (servers 0, 1), decode h4..h15: 4 x 12 pulls, same rank for half
     assert summary["pd_pulls_by_hops"] == {"1": 24, "none": 24}
+
+
+def test_spraying_entropy_values_spread_over_both_ring_paths(irregular) -> None:
+    from zcube_lab.core.fabric.evpaths import ev_ports
+
+    table = FabricTable(irregular, compute_rules(irregular, "ecmp", ev_rules=True))
+    dst = _ip(irregular, "h3", 0)
+    seen = set()
+    for ev in ev_ports(8):
+        (path,) = table.send("h1", dst, udp_src=ev).paths  # one path per entropy value
+        seen.add(path)
+    assert seen == {("s1", "s0", "s3"), ("s1", "s2", "s3")}

@@ -45,6 +45,12 @@ def add_file_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=sorted(FORMATS), help="the file's format (default: from its name)"
     )
+    parser.add_argument(
+        "--full-file",
+        metavar="F",
+        help="with --file: set the file's structure (shares of GPU pairs and PD pulls by hops "
+        "and by link-disjoint paths, bisection) beside this full-size fabric file's",
+    )
 
 
 def load_from_args(args: argparse.Namespace) -> LoadedFabric:
@@ -204,9 +210,54 @@ def file_summary(loaded: LoadedFabric) -> dict[str, Any]:
     return out
 
 
+def _shares(counts: dict[str, int]) -> dict[str, float]:
+    total = sum(counts.values())
+    return {k: 100 * v / total for k, v in counts.items()} if total else {}
+
+
+def structure_rows(small: dict[str, Any], full: dict[str, Any]) -> list[dict[str, Any]]:
+    """The structure of a scaled file fabric beside a full-size one: each share of pairs (%)
+    by hops and by link-disjoint paths, for all pairs and PD pulls, and the bisection per GPU,
+    with the difference in points (`beyond_goal` past `SHARE_GOAL_POINTS`)."""
+    from zcube_lab.core.fabric.structure import SHARE_GOAL_POINTS
+
+    rows: list[dict[str, Any]] = []
+    for key, label in (
+        ("pairs_by_hops", "GPU pairs at {} hops"),
+        ("pairs_by_disjoint_paths", "GPU pairs with {} link-disjoint paths"),
+        ("pd_pulls_by_hops", "PD pulls at {} hops"),
+        ("pd_pulls_by_disjoint_paths", "PD pulls with {} link-disjoint paths"),
+    ):
+        a, b = _shares(small.get(key, {})), _shares(full.get(key, {}))
+        for cls in sorted(set(a) | set(b), key=lambda c: (c == UNREACHABLE, c)):
+            sa, sb = a.get(cls, 0.0), b.get(cls, 0.0)
+            rows.append(
+                {
+                    "metric": label.format(cls),
+                    "scaled": round(sa, 1),
+                    "full": round(sb, 1),
+                    "diff_points": round(sa - sb, 1),
+                    "beyond_goal": abs(sa - sb) > SHARE_GOAL_POINTS,
+                }
+            )
+    sa, sb = small["bisection_gbps_per_gpu"], full["bisection_gbps_per_gpu"]
+    rows.append(
+        {
+            "metric": "bisection Gb/s per GPU",
+            "scaled": sa,
+            "full": sb,
+            "diff_points": None,
+            "beyond_goal": False,
+        }
+    )
+    return rows
+
+
 def run_fabric_file(args: argparse.Namespace) -> int:
-    """`zcube-lab fabric --file F [--paths A B] [--links] [--json]`."""
+    """`zcube-lab fabric --file F [--full-file G] [--paths A B] [--links] [--json]`."""
     loaded = load_from_args(args)
+    if getattr(args, "full_file", None):
+        return _run_structure(args, loaded)
     f = loaded.fabric
     summary = file_summary(loaded)
     paths = []
@@ -251,6 +302,30 @@ def run_fabric_file(args: argparse.Namespace) -> int:
             lat = loaded.latency_us.get(lk)
             extra = f"  {lat:g} us" if lat is not None else ""
             print(f"{lk.node1}:{lk.port1} <-> {lk.node2}:{lk.port2}  {lk.gbps:g}G{extra}")
+    return 0
+
+
+def _run_structure(args: argparse.Namespace, loaded: LoadedFabric) -> int:
+    full = load_fabric(args.full_file)
+    for line in full.assumptions:
+        print(f"assumed (full size): {line}")
+    small_summary, full_summary = file_summary(loaded), file_summary(full)
+    rows = structure_rows(small_summary, full_summary)
+    if getattr(args, "json", False):
+        print(json.dumps({"scaled": small_summary, "full": full_summary, "rows": rows}, indent=2))
+        return 0
+    print(
+        f"structure: {loaded.name} ({small_summary['hosts']} GPUs) against {full.name} "
+        f"({full_summary['hosts']} GPUs); shares in %, difference in points"
+    )
+    width = max(len(r["metric"]) for r in rows)
+    for r in rows:
+        diff = "" if r["diff_points"] is None else f"{r['diff_points']:+.1f}"
+        flag = "  beyond the goal" if r["beyond_goal"] else ""
+        print(f"  {r['metric']:<{width}}  {r['scaled']!s:>7}  {r['full']!s:>7}  {diff:>6}{flag}")
+    for name, summary in (("scaled", small_summary), ("full", full_summary)):
+        if summary.get("disjoint_paths_sampled"):
+            print(f"{name}: {summary['disjoint_paths_sampled']}")
     return 0
 
 
