@@ -230,3 +230,21 @@ def test_containerlab_server_labels_group_gpus(tmp_path: Path) -> None:
     )
     f = load_fabric(write(tmp_path, "small.clab.yml", text)).fabric
     assert [(h.server, h.rank) for h in f.hosts] == [(0, 0), (0, 1)]
+
+
+IMPORTS = Path(__file__).resolve().parents[2] / "examples" / "fabrics" / "imports"
+
+
+@pytest.mark.parametrize(
+    "name, gpus",
+    [
+        ("simai-dual-tor-dual-plane.txt", 4),
+        ("pod.graphml", 3),
+        ("zoo-triangle.gml", 3),
+        ("small.clab.yml", 2),
+    ],
+)
+def test_the_import_examples_load_and_say_what_they_assumed(name: str, gpus: int) -> None:
+    loaded = load_fabric(IMPORTS / name)
+    assert len(loaded.fabric.hosts) == gpus
+    assert loaded.assumptions

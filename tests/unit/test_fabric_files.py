@@ -87,7 +87,7 @@ BROKEN: dict[str, tuple[str, str, str]] = {
     "port-taken": (
         'ports: ["leaf{server}"]',
         'ports: [{switch: "leaf{server}", port: 1}]',
-        "h1-eth0",
+        "host h1 port 0",
     ),
     "name-length": ("leaf", "leafswitch", "switch leafswitch0"),
     "plane": ("tier: spine, radix: 4}", "tier: spine, radix: 4, plane: 1}", "switch spine0"),

@@ -100,11 +100,6 @@ def _link_groups(groups: dict[tuple[str, int], int]) -> tuple[LinkGroup, ...]:
     )
 
 
-def installed_ports(fabric: Fabric) -> int:
-    """Ports on every switch of the description, by its own radix."""
-    return sum(s.radix for s in fabric.switches)
-
-
 def _tiers(fabric: Fabric) -> int:
     edge = {a.switch for a in fabric.attachments.values()}
     dist = {s: 0 for s in edge}

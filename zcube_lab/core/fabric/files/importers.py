@@ -128,7 +128,7 @@ def _build(
             entry["latency_us"] = lat
         links[key] = at_line(entry, line)
     if merged:
-        assumptions.append(f"{merged} repeated switch pair line(s) read as parallel links")
+        assumptions.append(f"{merged} switch pair(s) listed again read as parallel links")
     gpu_switches = {p["switch"] for plist in ports.values() for p in plist}
     tiers = _tier_of([s for s, _ in switches], gpu_switches, adj)
     assumptions.append(

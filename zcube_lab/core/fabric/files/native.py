@@ -440,7 +440,7 @@ class _Builder:
         for gid, d in enumerate(drafts):
             for p in d.ports:
                 if p.port is not None:
-                    claim(p.switch, p.port, f"h{gid}-eth{p.index}", p.where)
+                    claim(p.switch, p.port, f"host h{gid} port {p.index}", p.where)
         for a, b, _, ports, _, entry in link_drafts:
             for pa, pb in ports or ():
                 claim(a, pa, f"a link to {b}", entry)
@@ -464,7 +464,11 @@ class _Builder:
             name = f"h{gid}"
             ifaces = []
             for p in d.ports:
-                port = p.port if p.port is not None else next_free(p.switch, f"{name}-eth{p.index}")
+                port = (
+                    p.port
+                    if p.port is not None
+                    else next_free(p.switch, f"host {name} port {p.index}")
+                )
                 link = Link(name, p.index, p.switch, port, p.gbps)
                 links.append(link)
                 if p.latency_us is not None:
