@@ -118,3 +118,14 @@ def test_structure_against_a_full_size_file(
     assert one["diff_points"] == 17.8 and one["beyond_goal"]
     assert rows["GPU pairs with 2 link-disjoint paths"]["diff_points"] == 0
     assert rows["bisection Gb/s per GPU"]["full"] == 400
+
+
+def test_size_options_beside_a_file_fabric_apply_to_the_builtins_only() -> None:
+    from zcube_cli.fabric_options import sized_specs
+
+    specs = fabric_specs(["zcube", f"file:{HPN}"], 16, spines=2)
+    out = sized_specs(specs, {"gpus_per_server": 2})
+    assert out[f"file:{HPN}"] == specs[f"file:{HPN}"]
+    assert dict(out["zcube"].params)["gpus_per_server"] == 2
+    with pytest.raises(ConfigError, match="GPU hosts: zcube 64, file:"):
+        sized_specs(specs, {"gpus_per_server": 4, "n": 8})
