@@ -4,7 +4,7 @@ then, alternating, a lab is brought up from the built-in spec and from the file'
 (the controller rebuilds each from its spec), timed from building the description to routed,
 and torn down. Needs root and Open vSwitch; run under the shared lock, ~30 s with the defaults:
 
-    sudo flock /tmp/zcube-heavy.lock .venv/bin/python bench/fabric_file_bringup.py --repeat 2
+    sudo flock /tmp/zcube-heavy.lock .venv/bin/python -m bench.fabric_file_bringup --repeat 2
 """
 
 from __future__ import annotations
@@ -17,16 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.lab.network import Lab  # noqa: E402
-from emulator.lab.options import LabOptions  # noqa: E402
-from zcube_lab.adapters.ports import free_port  # noqa: E402
-from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
-from zcube_lab.core.fabric.files import FabricFileError, file_spec, write_fabric  # noqa: E402
-from zcube_lab.core.fabric.scale import Scale  # noqa: E402
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.files import FabricFileError, file_spec, write_fabric
+from zcube_lab.core.fabric.scale import Scale
 
 
 def bring_up(spec: FabricSpec) -> tuple[float, dict[str, float]]:
