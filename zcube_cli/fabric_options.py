@@ -131,15 +131,15 @@ def sized_specs(
     """Each compared fabric's spec with the size parameters it takes set (an option no compared
     fabric takes is refused by name), checked to hold the same number of GPU hosts."""
     for key, value in params.items():
-        if not any(key in PARAMETERS[kind] for kind in specs):
+        if not any(key in PARAMETERS[spec.kind] for spec in specs.values()):
             takers = sorted(k for k, names in PARAMETERS.items() if key in names)
             raise ConfigError(
                 key, value, f"a size option of {', '.join(takers)}, none of them compared"
             )
     out = {}
     for kind, spec in specs.items():
-        mine = {k: v for k, v in params.items() if k in PARAMETERS[kind]}
-        out[kind] = FabricSpec.of(kind, **{**dict(spec.params), **mine}) if mine else spec
+        mine = {k: v for k, v in params.items() if k in PARAMETERS[spec.kind]}
+        out[kind] = FabricSpec.of(spec.kind, **{**dict(spec.params), **mine}) if mine else spec
     if params:
         hosts = {kind: len(build_fabric(spec).hosts) for kind, spec in out.items()}
         if len(set(hosts.values())) > 1:

@@ -49,6 +49,11 @@ def fabric_specs(
     over_kw = {"oversubscription": over} if oversubscription != 1 else {}
     specs = {}
     for k in kinds:
+        if k.startswith("file:"):  # a fabric file (docs/FABRIC_FILES.md), at its own size
+            from zcube_lab.core.fabric.files import file_spec
+
+            specs[k] = file_spec(k.removeprefix("file:"), gpus)
+            continue
         if k not in BUILDERS:
             raise ConfigError("fabrics", k, f"comma-separated from {list(BUILDERS)}")
         size = scaled_sizes(k, gpus, sizes, spines, oversubscription)

@@ -191,7 +191,7 @@ def test_spec_round_trips_through_json() -> None:
         ),
         (FabricSpec.of("clos", planes=2), "planes", "not a clos parameter"),
         (FabricSpec.of("zcube", planes=2), "planes", "not a zcube parameter"),
-        (FabricSpec.of("torus"), "fabric", "['clos', 'roft', 'zcube']"),
+        (FabricSpec.of("torus"), "fabric", "['clos', 'file', 'roft', 'zcube']"),
     ],
 )
 def test_invalid_sizes_name_the_parameter(spec: FabricSpec, field: str, hint: str) -> None:

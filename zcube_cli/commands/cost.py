@@ -24,6 +24,7 @@ from zcube_lab.core.fabric.cost import (
     compare,
     compare_planes,
 )
+from zcube_lab.core.fabric.files.report import add_file_argument, run_cost_file
 from zcube_lab.core.fabric.pricing import (
     CostInputs,
     FabricCost,
@@ -64,10 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "against ROFT in one plane, instead of ROFT, Clos and ZCube",
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    add_file_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the comparison as a table, or as JSON with --json."""
+    if args.file:
+        return run_cost_file(args)
     inputs = CostInputs(
         gpus=args.gpus,
         nic_gbps=args.nic_gbps,

@@ -25,6 +25,7 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.evpaths import MAX_EVS, ev_path, ev_ports
+from zcube_lab.core.fabric.files.report import add_file_argument, run_fabric_file
 from zcube_lab.core.fabric.fullsize import (
     FULL_GPUS,
     FULL_GPUS_PER_SERVER,
@@ -41,6 +42,7 @@ from zcube_lab.core.fabric.split import RULE, Split, split_fabric
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Fabric and size options, --paths, --links, --json."""
     add_fabric_arguments(parser)
+    add_file_argument(parser)
     parser.add_argument(
         "--paths", nargs=2, metavar=("SRC", "DST"), help="show shortest paths, e.g. h0 h5"
     )
@@ -156,6 +158,8 @@ def _run_structure(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Print the fabric's summary (and paths or links when asked)."""
+    if args.file:
+        return run_fabric_file(args)
     if args.vs_full_size:
         return _run_structure(args)
     fabric = build_fabric(spec_from_args(args))

@@ -85,6 +85,12 @@ def fabric_address(plane: int, planes: int, row: int, column: int) -> str:
     return str(net.network_address + row * 256 + column + 1)
 
 
+def host_mac(gid: int, iface: int) -> str:
+    """The MAC of GPU host `gid`'s interface `iface`: locally administered, 02:<iface>:<gid>."""
+    octets = (0x02, iface & 0xFF, (gid >> 24) & 0xFF, (gid >> 16) & 0xFF, (gid >> 8) & 0xFF, gid)
+    return ":".join(f"{o & 0xFF:02x}" for o in octets)
+
+
 def row_network(plane: int, planes: int, row: int) -> str:
     """The /24 of row `row` in plane `plane` (a ZCube segment's or rail's 1-hop route)."""
     return f"{ipaddress.IPv4Address(fabric_address(plane, planes, row, 0)) - 1}/24"

@@ -29,6 +29,7 @@ from zcube_lab.core.fabric.addressing import (
     MAX_COLUMNS,
     check_rows,
     fabric_address,
+    host_mac,
     plane_network,
     plane_rows,
     row_network,
@@ -57,8 +58,7 @@ def _dpid(role: str, index: int, plane: int = 0) -> int:
 
 
 def _mac(gid: int, iface: int) -> str:
-    octets = (0x02, iface & 0xFF, (gid >> 24) & 0xFF, (gid >> 16) & 0xFF, (gid >> 8) & 0xFF, gid)
-    return ":".join(f"{o & 0xFF:02x}" for o in octets)
+    return host_mac(gid, iface)
 
 
 def _divisors(n: int) -> list[int]:
@@ -362,10 +362,18 @@ def build_clos(
     return Fabric(spec, nic, tuple(hosts), tuple(switches), tuple(links))
 
 
+def build_file(path: str | None = None) -> Fabric:
+    """A fabric read from a file (docs/FABRIC_FILES.md; `zcube_lab.core.fabric.files`)."""
+    from zcube_lab.core.fabric.files import fabric_from_path
+
+    return fabric_from_path(path)
+
+
 BUILDERS: dict[str, Callable[..., Fabric]] = {
     "zcube": build_zcube,
     "roft": build_roft,
     "clos": build_clos,
+    "file": build_file,
 }
 PARAMETERS: dict[str, tuple[str, ...]] = {
     "zcube": ("n", "m", "gpus_per_server", "nic_gbps"),
@@ -386,6 +394,7 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
         "servers_per_leaf",
         "nic_gbps",
     ),
+    "file": ("path",),
 }
 
 
