@@ -1,0 +1,3 @@
+"""The load sweep's results: SLOs and goodput (`goodput`), each run's and each point's figures
+and `sweep.json` (`sweeppoints`), each fabric's capacity (`capacity`), tokens per GPU-second at
+it (`gputhroughput`), and the sweep's tables and plot (`sweepreport`)."""
