@@ -37,7 +37,7 @@ from emulator.experiment.comparison import (
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.runconfig import RunConfig, profile_fallback
 from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep
-from emulator.results.sweep.goodput import parse_slo
+from emulator.results.run.goodput import parse_slo
 from emulator.results.sweep.sweeppoints import RunPoint, SweepResult
 from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.options import from_args

@@ -18,7 +18,7 @@ and the limits it was judged by (`limits`).
 
 Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
 `config.json`, `structure.txt` (the fabric beside its full size for this run's pairs:
-`emulator.results.compare.structuresection`), `locust_*.csv`, `locust.json`, `requests.jsonl`,
+`emulator.results.structure.structuresection`), `locust_*.csv`, `locust.json`, `requests.jsonl`,
 `series.json`, `prometheus/` (config, TSDB and its snapshot), `health.json`,
 `health-samples.jsonl` (every CPU sample, one a line, written as taken: the run keeps none in
 memory), `logs/` (every process, the controller, and one `kv-<engine>.jsonl` per decode engine:

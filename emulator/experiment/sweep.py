@@ -1,5 +1,5 @@
 """A load sweep: every variant (fabric and run policy) at a ladder of offered rates, to past
-saturation, judged against an SLO (`emulator.results.sweep.goodput`). Used by `zcube-lab sweep`.
+saturation, judged against an SLO (`emulator.results.run.goodput`). Used by `zcube-lab sweep`.
 
 Plan (pure): the rates ascend; at each rate every variant runs once per repeat, repeat-major
 (all variants once, then again), as `comparison.interleave` orders a comparison; then the next
@@ -33,8 +33,8 @@ from emulator.experiment.runloop import (
     check_retries,
 )
 from emulator.results.run.figures import read_jsonl
+from emulator.results.run.goodput import Slo
 from emulator.results.sweep.capacity import refine_rate, walk_ended
-from emulator.results.sweep.goodput import Slo
 from emulator.results.sweep.sweeppoints import (
     RunPoint,
     past_saturation,

@@ -46,8 +46,8 @@ from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.experiment.sweep import plan_sweep, run_sweep
 from emulator.results.run.figures import client_summary, read_jsonl
+from emulator.results.run.goodput import parse_slo
 from emulator.results.run.summary import FabricStats, RunSummary, ServerFigures, Utilization
-from emulator.results.sweep.goodput import parse_slo
 from emulator.results.sweep.sweeppoints import max_rates
 from emulator.verdict.judge import HealthVerdict
 from serving.cluster import ClusterSpec, LocalCluster

@@ -1,11 +1,11 @@
-"""SLOs and goodput (emulator.results.sweep.goodput): parsing, per-request thresholds,
+"""SLOs and goodput (emulator.results.run.goodput): parsing, per-request thresholds,
 attainment."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.results.sweep.goodput import (
+from emulator.results.run.goodput import (
     SloTarget,
     arrived_in_window,
     goodput,

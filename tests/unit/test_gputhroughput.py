@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from emulator.results.sweep.goodput import parse_slo
+from emulator.results.run.goodput import parse_slo
 from emulator.results.sweep.gputhroughput import at_capacity, per_gpu
 from emulator.results.sweep.sweeppoints import SweepResult
 from emulator.results.sweep.sweepreport import tokens_rows

@@ -12,14 +12,14 @@ from types import SimpleNamespace
 from emulator.experiment.comparison import fabric_specs
 from emulator.experiment.runconfig import RunConfig
 from emulator.results.compare.report import write_report
-from emulator.results.compare.structuresection import (
+from emulator.results.run.summary import RunSummary
+from emulator.results.structure.structuresection import (
     STRUCTURE_FILE,
     config_structure,
     structure_html_section,
     structure_text_section,
     write_run_structure,
 )
-from emulator.results.run.summary import RunSummary
 from emulator.results.sweep.sweepreport import structure_report
 from zcube_lab.core.fabric.placement import LayoutSpec
 

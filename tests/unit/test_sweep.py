@@ -15,8 +15,8 @@ from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_varian
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
 from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep, wall_time_estimate
+from emulator.results.run.goodput import parse_slo
 from emulator.results.run.summary import RunSummary
-from emulator.results.sweep.goodput import parse_slo
 from emulator.results.sweep.sweeppoints import (
     Point,
     RunPoint,

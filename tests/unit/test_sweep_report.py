@@ -12,7 +12,7 @@ from rich.console import Console
 from test_sweep import rp  # tests/unit is on the path (no __init__.py)
 
 import zcube_cli as cli
-from emulator.results.sweep.goodput import parse_slo
+from emulator.results.run.goodput import parse_slo
 from emulator.results.sweep.sweeppoints import SweepResult
 from emulator.results.sweep.sweepreport import (
     MAX_RATE_COLUMNS,

@@ -137,8 +137,8 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
     """The planned runs and an empty result (its SLO, rates, baseline and folder): everything
     validated before the first run starts (fail in seconds)."""
     from emulator.experiment.sweep import parse_rates, plan_sweep
+    from emulator.results.run.goodput import parse_slo
     from emulator.results.sweep.capacity import check_resolution
-    from emulator.results.sweep.goodput import parse_slo
     from emulator.results.sweep.sweeppoints import SweepResult
 
     if not args.slo:
@@ -285,7 +285,7 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
 
 def _samples_note(result: SweepResult) -> str:
     """What the CI and vLLM goodput columns are."""
-    from emulator.results.sweep.goodput import vllm_goodput_arg
+    from emulator.results.run.goodput import vllm_goodput_arg
     from emulator.results.sweep.sweeppoints import ENOUGH_SAMPLES
 
     return (

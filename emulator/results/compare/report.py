@@ -34,7 +34,6 @@ from emulator.results.compare.plots import (
     plot_ttft_cdf,
     run_dir,
 )
-from emulator.results.compare.structuresection import structure_html_section
 from emulator.results.compare.verdicttext import (
     HEALTH_COLUMNS,
     Attempt,
@@ -49,6 +48,7 @@ from emulator.results.ietf.kpitable import kpi_section
 from emulator.results.lossless.victimtable import lossless_fact, victim_section
 from emulator.results.run.figures import read_jsonl
 from emulator.results.run.summary import RunSummary
+from emulator.results.structure.structuresection import structure_html_section
 from emulator.verdict.combine import Judged, over_runs
 from emulator.verdict.retry import RETRY_FILE, Rejected, retries_from_json, retry_decision
 from zcube_lab.core.fabric.cost import compare

@@ -34,8 +34,8 @@ from typing import Any
 
 from emulator.results.compare.compare_metrics import switch_queue_drops
 from emulator.results.ietf.kpis import DraftKpis, KvBandwidth, MeanPeak, PerGpu, Quantiles
+from emulator.results.run.goodput import arrived_in_window
 from emulator.results.run.summary import RunSummary
-from emulator.results.sweep.goodput import arrived_in_window
 from zcube_lab.core.fabric.placement import Placement
 
 Record = Mapping[str, Any]

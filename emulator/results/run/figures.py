@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from emulator.results.fabric.linkstats import directed_utilization, utilization_summary
+from emulator.results.run.goodput import arrived_in_window
 from emulator.results.run.summary import (
     QUANTILES,
     ClientFigures,
     FabricStats,
     LinkLoad,
 )
-from emulator.results.sweep.goodput import arrived_in_window
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.stats import mean, quantile
 

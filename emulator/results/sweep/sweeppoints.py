@@ -50,9 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.results.ietf import bmwg, kpis
-from emulator.results.run.summary import RunSummary
-from emulator.results.sweep.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
-from emulator.results.sweep.goodput import (
+from emulator.results.run.goodput import (
     Slo,
     arrived_in_window,
     goodput,
@@ -60,6 +58,8 @@ from emulator.results.sweep.goodput import (
     vllm_goodput,
     vllm_goodput_arg,
 )
+from emulator.results.run.summary import RunSummary
+from emulator.results.sweep.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
 from emulator.results.sweep.gputhroughput import TokensPerGpu, at_capacity
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.stats import CONFIDENCE, Interval, quantile_intervals

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.results.compare.structuresection import STRUCTURE_FILE, structure_text_section
+from emulator.results.structure.structuresection import STRUCTURE_FILE, structure_text_section
 from emulator.results.sweep.gputhroughput import TokensPerGpu
 from emulator.results.sweep.sweeppoints import (
     MaxRate,
