@@ -43,7 +43,7 @@ from rich.table import Table
 
 from bench.labrun import ZCUBE, LabRun, run_argv, run_options
 from bench.procwatch import CLK_TCK, LOCUST, RUN, ProcSample, scan
-from emulator.results.summary import RunSummary
+from emulator.results.run.summary import RunSummary
 from emulator.verdict.cpustats import CpuTimes, cpu_share, parse_proc_stat
 from emulator.verdict.judge import DATAPATH
 from zcube_lab.adapters.procs import raise_interrupt

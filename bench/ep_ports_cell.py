@@ -37,8 +37,8 @@ from emulator.experiment.comparison import (
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.runconfig import RunConfig, profile_fallback
 from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep
-from emulator.results.goodput import parse_slo
-from emulator.results.sweeppoints import RunPoint, SweepResult
+from emulator.results.run.goodput import parse_slo
+from emulator.results.sweep.sweeppoints import RunPoint, SweepResult
 from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.options import from_args
 

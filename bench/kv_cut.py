@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from emulator.probes.cutprobe import cut_during_pull
-from emulator.results.report import median_spread
+from emulator.results.compare.report import median_spread
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 

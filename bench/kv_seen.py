@@ -1,6 +1,6 @@
 """Benchmark report: the verdict's KV-pull rule on finished runs, with the load their pulls met
-as they ran (`emulator.results.transfers.kv_seen_busy`) beside the busiest link's mean over the
-load that the rule judged before 2026-12-06.
+as they ran (`emulator.results.fabric.transfers.kv_seen_busy`) beside the busiest link's mean over
+the load that the rule judged before 2026-12-06.
 
     .venv/bin/python -m bench.kv_seen RUN_DIR [RUN_DIR ...] [--out bench/results/kv-seen.json]
 
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.victims_of import placement_of
-from emulator.results.linkstats import port_capacity_bps
-from emulator.results.transfers import (
+from emulator.results.fabric.linkstats import port_capacity_bps
+from emulator.results.fabric.transfers import (
     KV_LOG_PREFIX,
     Samples,
     kv_seen_busy,

@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.procwatch import LOCUST, ProcSample, scan
 from emulator.experiment.runconfig import run_argv_of
-from emulator.results.summary import RunSummary
+from emulator.results.run.summary import RunSummary
 from zcube_lab.adapters.procs import signals_ignored
 
 ZCUBE = Path(sys.executable).with_name("zcube-lab")

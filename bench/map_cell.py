@@ -8,7 +8,7 @@ that ran different fabrics with the same workload, seeds, rates and options: cap
 per fabric, so they merge; the ratio is taken against `--baseline`). Prints, and writes to
 `--out`, per fabric:
 
-- its capacity by the sweep's rule (`emulator.results.capacity`: per repeat the highest rate
+- its capacity by the sweep's rule (`emulator.results.sweep.capacity`: per repeat the highest rate
   with every rate up to it met, the median with its spread, `>=` when censored) and the ratio
   to the baseline's (a bound unless both are exact);
 - at the *common rate* (`--rate`, else the highest rate at which every fabric ran every repeat
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.sensitivity import figures
-from emulator.results.capacity import fabric_capacities
-from emulator.results.sweeppoints import SWEEP_FILE, RunPoint
+from emulator.results.sweep.capacity import fabric_capacities
+from emulator.results.sweep.sweeppoints import SWEEP_FILE, RunPoint
 
 
 def check_seeds(seeds: dict[int, dict[str, int]]) -> None:

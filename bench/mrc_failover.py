@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.probes.cutprobe import CutResult, cut_during_pull
-from emulator.results.report import median_spread
+from emulator.results.compare.report import median_spread
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

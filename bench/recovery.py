@@ -36,9 +36,9 @@ from emulator.experiment.comparison import (
     run_planned,
 )
 from emulator.experiment.plan import RunConfig
-from emulator.results.compare_metrics import Getter, fault_figure, figure, recovery_figure
-from emulator.results.report import median_spread
-from emulator.results.summary import RunSummary
+from emulator.results.compare.compare_metrics import Getter, fault_figure, figure, recovery_figure
+from emulator.results.compare.report import median_spread
+from emulator.results.run.summary import RunSummary
 from workloads.profiles import load_profile
 from zcube_lab.core.fabric.placement import LayoutSpec
 

@@ -46,7 +46,7 @@ from rich.table import Table
 
 from bench.labrun import ZCUBE, LabRun, run_argv
 from emulator.experiment.runconfig import run_argv_of
-from emulator.results.summary import RunSummary
+from emulator.results.run.summary import RunSummary
 
 MODES = ("cubic", "bbr", "lossless")
 BUFFER_MODELS = ("port-floor", "shared", "bytes", "time")

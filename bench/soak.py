@@ -48,7 +48,7 @@ from rich.table import Table
 
 from bench.labrun import ZCUBE, LabRun, run_argv, run_options
 from bench.procwatch import ProcSample, display_order, scan
-from emulator.results.summary import RunSummary
+from emulator.results.run.summary import RunSummary
 from zcube_lab.adapters.procs import raise_interrupt
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ from typing import Any
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
 from emulator.probes.cutprobe import PORT, _readline, mrc_rate_mbps, stop_probes
-from emulator.results.report import median_spread
+from emulator.results.compare.report import median_spread
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec

@@ -6,9 +6,10 @@ writes them").
     .venv/bin/python -m bench.victims_of RUN_DIR [RUN_DIR ...] [--write]
 
 Rebuilds the run's fabric and placement from its `config.json`, reads its engines' exact logs
-and `logs/lossless-episodes.jsonl` with the runner's own code (`emulator.results.victimlogs.
-run_victims`, times / the run's dilation), prints the section and, with `--write`, puts it into
-the run's `summary.json` (a section already there is left alone). It runs nothing.
+and `logs/lossless-episodes.jsonl` with the runner's own code
+(`emulator.results.lossless.victimlogs.run_victims`, times / the run's dilation), prints the
+section and, with `--write`, puts it into the run's `summary.json` (a section already there is left
+alone). It runs nothing.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.results.summary import RunSummary
-from emulator.results.victimlogs import run_victims
-from emulator.results.victims import VictimReport
+from emulator.results.lossless.victimlogs import run_victims
+from emulator.results.lossless.victims import VictimReport
+from emulator.results.run.summary import RunSummary
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement

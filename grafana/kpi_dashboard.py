@@ -4,7 +4,7 @@ per KPI that a scraped series can give while the run goes on.
 
 Our /metrics keep the names vLLM and our exporters use (vLLM's own dashboards read them); this
 dashboard is where the draft's names meet those series. The post-run figures under the same
-names are `summary.json`'s `bmwg` section (`emulator/results/bmwg.py`); docs/GLOSSARY.md maps
+names are `summary.json`'s `bmwg` section (`emulator/results/ietf/bmwg.py`); docs/GLOSSARY.md maps
 each KPI to its figure. KPIs with no live series are left out here, never shown as zero:
 fabric_fraction (a per-request join of the KV log and the gateway log, after the run),
 PFC_frame_count (the lossless agent's pause counts, in its report), ECN_marking_rate (no switch

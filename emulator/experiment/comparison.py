@@ -25,7 +25,7 @@ from emulator.experiment.runloop import (
     Variant,
     check_retries,
 )
-from emulator.results.linkstats import port_capacity_bps
+from emulator.results.fabric.linkstats import port_capacity_bps
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

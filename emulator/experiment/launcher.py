@@ -42,8 +42,8 @@ from emulator.lab.options import LabOptions
 from emulator.lab.procfaults import LabProcessFaults
 from emulator.lab.system import LabError
 from emulator.prometheus.server import PrometheusServer
-from emulator.results.structuresection import write_run_structure
-from emulator.results.summary import RunSummary
+from emulator.results.run.summary import RunSummary
+from emulator.results.structure.structuresection import write_run_structure
 from emulator.verdict.netstats import RateLimits, shaped_rates
 from emulator.verdict.network import (
     DATAPATH_RECEIVE_DROPS,

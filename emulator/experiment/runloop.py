@@ -7,7 +7,7 @@ processes' load, late wake-ups with the machine busy from outside), runs it agai
 config and seed, up to `retries` times. A retry's run folder is the planned one's tagged
 `-retry<N>`; the rejected runs' folders stay where they are, and the last attempt's folder gets
 `retry.json` naming each earlier attempt, its reasons and why it was run again (`RETRY_FILE`,
-read back by `emulator.results.report`), so a report rebuilt from the folders still lists
+read back by `emulator.results.compare.report`), so a report rebuilt from the folders still lists
 both. A retry rejected again is kept with its own reasons beside the first's; a fabric's fault
 is never run again.
 

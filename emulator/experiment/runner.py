@@ -18,7 +18,7 @@ and the limits it was judged by (`limits`).
 
 Results go to `<results_root>/<YYYYmmdd-HHMMSS>-<fabric>-<workload>/`:
 `config.json`, `structure.txt` (the fabric beside its full size for this run's pairs:
-`emulator.results.structuresection`), `locust_*.csv`, `locust.json`, `requests.jsonl`,
+`emulator.results.structure.structuresection`), `locust_*.csv`, `locust.json`, `requests.jsonl`,
 `series.json`, `prometheus/` (config, TSDB and its snapshot), `health.json`,
 `health-samples.jsonl` (every CPU sample, one a line, written as taken: the run keeps none in
 memory), `logs/` (every process, the controller, and one `kv-<engine>.jsonl` per decode engine:
@@ -56,24 +56,13 @@ from emulator.lab.netsampler import buckets_of, metrics_texts
 from emulator.lab.system import LabError
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
 from emulator.prometheus.server import PrometheusServer
-from emulator.results.bmwg import with_kpis
-from emulator.results.dilation import undilate
-from emulator.results.fault_report import analyze
-from emulator.results.figures import client_summary, fabric_stats, read_jsonl, throughput_series
-from emulator.results.linkstats import (
+from emulator.results.fabric.linkstats import (
     link_loads,
     link_utilization,
     port_capacity_bps,
     verdict_busiest_link,
 )
-from emulator.results.summary import (
-    FaultReport,
-    InjectedFault,
-    LosslessFigures,
-    PortPauses,
-    RunSummary,
-)
-from emulator.results.transfers import (
+from emulator.results.fabric.transfers import (
     KV_LOG_PREFIX,
     engine_rates,
     kv_path_busy,
@@ -83,7 +72,18 @@ from emulator.results.transfers import (
     read_logs,
     transfer_figures,
 )
-from emulator.results.victimlogs import run_victims
+from emulator.results.ietf.bmwg import with_kpis
+from emulator.results.lossless.victimlogs import run_victims
+from emulator.results.run.dilation import undilate
+from emulator.results.run.fault_report import analyze
+from emulator.results.run.figures import client_summary, fabric_stats, read_jsonl, throughput_series
+from emulator.results.run.summary import (
+    FaultReport,
+    InjectedFault,
+    LosslessFigures,
+    PortPauses,
+    RunSummary,
+)
 from emulator.verdict.judge import HealthVerdict
 from emulator.verdict.limits import Limits
 from emulator.verdict.network import (

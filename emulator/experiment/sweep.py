@@ -1,5 +1,5 @@
 """A load sweep: every variant (fabric and run policy) at a ladder of offered rates, to past
-saturation, judged against an SLO (`emulator.results.goodput`). Used by `zcube-lab sweep`.
+saturation, judged against an SLO (`emulator.results.run.goodput`). Used by `zcube-lab sweep`.
 
 Plan (pure): the rates ascend; at each rate every variant runs once per repeat, repeat-major
 (all variants once, then again), as `comparison.interleave` orders a comparison; then the next
@@ -9,13 +9,13 @@ see different workloads, so their spread is the workload's as well as the emulat
 tag is `<rate>rps-r<repeat>` (with its policy in front when the variants' policies differ).
 
 The run points, the points, the stop rule and the capacities are pure result logic:
-`emulator.results.sweeppoints` and `emulator.results.capacity`. The ramp here (`run_sweep`)
-skips a repeat's higher rates once its walk up the ladder has ended (`walk_ended`: a
+`emulator.results.sweep.sweeppoints` and `emulator.results.sweep.capacity`. The ramp here
+(`run_sweep`) skips a repeat's higher rates once its walk up the ladder has ended (`walk_ended`: a
 trustworthy miss or an untrustworthy run, above which its capacity cannot change), and a
 variant's once the stop rule (`past_saturation`) holds for it; with `full_ladder` only the
 latter. With
 `refine` N, after the ladder each variant runs N more rates, every repeat at each, each
-the midpoint of its knee's bracket (`emulator.results.capacity.refine_rate`).
+the midpoint of its knee's bracket (`emulator.results.sweep.capacity.refine_rate`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,16 @@ from emulator.experiment.runloop import (
     RunLoop,
     check_retries,
 )
-from emulator.results.capacity import refine_rate, walk_ended
-from emulator.results.figures import read_jsonl
-from emulator.results.goodput import Slo
-from emulator.results.sweeppoints import RunPoint, past_saturation, points, rate_tag, run_point
+from emulator.results.run.figures import read_jsonl
+from emulator.results.run.goodput import Slo
+from emulator.results.sweep.capacity import refine_rate, walk_ended
+from emulator.results.sweep.sweeppoints import (
+    RunPoint,
+    past_saturation,
+    points,
+    rate_tag,
+    run_point,
+)
 from zcube_lab.core.errors import ConfigError
 
 MAX_RATE = 1000.0  # RunConfig's bound

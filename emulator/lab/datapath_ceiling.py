@@ -2,9 +2,9 @@
 one home of the figure that the rate guard (`LabOptions`), `doctor` and the docs use.
 
 Named a *ceiling*, not a capacity: in this project "capacity" is only a fabric's capacity at an
-SLO (`emulator.results.capacity`, requests/s); this is an upper bound on link rates (Mb/s) that
-the lab refuses to exceed. `doctor` still calls its check `datapath-capacity` (a stable name that
-tests and `--json` consumers look up).
+SLO (`emulator.results.sweep.capacity`, requests/s); this is an upper bound on link rates (Mb/s)
+that the lab refuses to exceed. `doctor` still calls its check `datapath-capacity` (a stable name
+that tests and `--json` consumers look up).
 
 `bench/datapath.py` measures it (iperf3 through one Open vSwitch bridge, unshaped, for a few
 MTUs and flow counts) and writes `DatapathResults` to this machine's state folder, `RESULTS_PATH`

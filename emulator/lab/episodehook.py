@@ -12,7 +12,7 @@ least half XOFF: the ones that can become congested) every `period_s`, and an ep
 comes from those readings (the newest before the onset against one a window older). Times are
 the wall clock (`time.time()`), as the engines' logs, so the runner lines them up; `write`
 and `stop` write `lossless-episodes.jsonl` (one `PauseEpisode` per line) where the runner reads it
-(`emulator.results.victimlogs`).
+(`emulator.results.lossless.victimlogs`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ port counters over the same range (a range vector at `t1`): the rate between con
 scrapes, at their own timestamps, so a peak is over one scrape interval and never resampled.
 
 KV pull and all-to-all times are not asked here: they come exactly from the engines' logs
-(`emulator.results.transfers`), and the bucketed histograms stay for Grafana.
+(`emulator.results.fabric.transfers`), and the bucketed histograms stay for Grafana.
 
 The functions take anything with the `PrometheusServer` query methods (`PromQuery`), so they
 are tested with a fake.
@@ -26,8 +26,8 @@ from itertools import pairwise
 from typing import Any, Protocol
 
 from controller import port_metrics as fabric_metrics
-from emulator.results.linkstats import PortKey, SwitchPortTraffic, peak_rate
-from emulator.results.summary import QUANTILES, ServerFigures, TransferFigures
+from emulator.results.fabric.linkstats import PortKey, SwitchPortTraffic, peak_rate
+from emulator.results.run.summary import QUANTILES, ServerFigures, TransferFigures
 from serving import vllm_metrics as serving_metrics
 from workloads import client_metrics
 

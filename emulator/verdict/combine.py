@@ -15,7 +15,7 @@ says why under its own name. Each whole has its own shape:
   fabric figure until the first run that missed its SLO or was not trustworthy. The walk stops
   there; when that run was not trustworthy, what it measured says nothing about the fabric, so
   the figure the walk reached is only a lower bound (censored), never lifted by a run above it.
-  The capacity at an SLO (`emulator.results.capacity`) is built on this walk.
+  The capacity at an SLO (`emulator.results.sweep.capacity`) is built on this walk.
 
 Inputs are duck-typed (`Trusted`: anything with `trustworthy`; `Step`: a rate, whether its SLO
 was met, whether it was trustworthy), so run summaries, sweep points and benchmark rows combine

@@ -82,8 +82,8 @@ class Usage:
 
 @dataclass(frozen=True)
 class BusiestLink:
-    """The run's busiest link as the summary names it (`emulator.results.linkstats.busiest`: the
-    highest mean utilization over the run window, then the highest peak), so the verdict and
+    """The run's busiest link as the summary names it (`emulator.results.fabric.linkstats.busiest`:
+    the highest mean utilization over the run window, then the highest peak), so the verdict and
     the summary agree: the link direction (`h5->a0:3`), its emulated rate, its peak over one
     scrape interval and the peak's and the mean's shares of the rate. Verdicts written before
     issue 19 hold a shaped interface (`a0-eth3`) ranked by its sampled peak instead."""

@@ -6,7 +6,7 @@ can be read with the limits it was judged by. The CPU limits are explained in
 `emulator.verdict.judge`, the network ones in `emulator.verdict.network`; the rules added for
 issue 20:
 
-- KV pulls against their ideal (`bytes * 8 / path rate`, `emulator.results.transfers`): a p50
+- KV pulls against their ideal (`bytes * 8 / path rate`, `emulator.results.fabric.transfers`): a p50
   above `kv_ratio_p50` (1.5x) while the busiest NIC link of the hosts that pulled or served KV
   was under `kv_path_busy` (20%) busy over the load is an end-host artifact (Python, the CPU,
   the loop), not the fabric: at 20% load a pull finds its NIC busy about a fifth of the time,

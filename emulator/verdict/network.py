@@ -104,7 +104,7 @@ class StepOverruns:
 
 @dataclass(frozen=True)
 class KvPulls:
-    """KV pulls over the load against their ideal time (`emulator.results.transfers`), the
+    """KV pulls over the load against their ideal time (`emulator.results.fabric.transfers`), the
     busiest mean load over the load window of a NIC link of a host that pulled or served KV,
     and the load the pulls met as they ran."""
 

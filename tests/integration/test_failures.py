@@ -171,8 +171,8 @@ def test_the_fault_shows_in_prometheus_for_grafana(fault_run: Path, tmp_path: Pa
 
 
 def test_the_comparison_report_shows_fault_rows(fault_run: Path, tmp_path: Path) -> None:
-    from emulator.results.report import write_report
-    from emulator.results.summary import RunSummary
+    from emulator.results.compare.report import write_report
+    from emulator.results.run.summary import RunSummary
 
     page = write_report([RunSummary.read(fault_run)], tmp_path, "zcube/ff", {})
     text = page.read_text()

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.figures import read_jsonl
-from emulator.results.goodput import goodput, parse_slo, vllm_goodput
+from emulator.results.run.figures import read_jsonl
+from emulator.results.run.goodput import goodput, parse_slo, vllm_goodput
 from zcube_lab.core.stats import quantile, quantile_ranks
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]

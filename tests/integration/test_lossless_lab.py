@@ -23,8 +23,8 @@ import pytest
 from emulator.lab.lossless import AgentReport
 from emulator.lab.network import Lab
 from emulator.lab.options import LabOptions
-from emulator.results.victimlogs import read_episodes
-from emulator.results.victims import Transfer, account
+from emulator.results.lossless.victimlogs import read_episodes
+from emulator.results.lossless.victims import Transfer, account
 from emulator.verdict.limits import Limits
 from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
 from emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network

@@ -1,6 +1,6 @@
 """A load sweep against a capacity known in advance: the sweep loop (`run_sweep`: the stop
 rule, each run's point, goodput, the SLO verdict) and the capacity rule
-(`emulator.results.capacity`) on a loopback serving cluster whose prefill has a fixed service
+(`emulator.results.sweep.capacity`) on a loopback serving cluster whose prefill has a fixed service
 time, so the knee follows from queueing arithmetic.
 
 The cluster (`serving.cluster.LocalCluster`, real processes on loopback, no Mininet, no root):
@@ -45,10 +45,10 @@ from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_varian
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
 from emulator.experiment.sweep import plan_sweep, run_sweep
-from emulator.results.figures import client_summary, read_jsonl
-from emulator.results.goodput import parse_slo
-from emulator.results.summary import FabricStats, RunSummary, ServerFigures, Utilization
-from emulator.results.sweeppoints import max_rates
+from emulator.results.run.figures import client_summary, read_jsonl
+from emulator.results.run.goodput import parse_slo
+from emulator.results.run.summary import FabricStats, RunSummary, ServerFigures, Utilization
+from emulator.results.sweep.sweeppoints import max_rates
 from emulator.verdict.judge import HealthVerdict
 from serving.cluster import ClusterSpec, LocalCluster
 from serving.models import get_profile, prefill_step_seconds

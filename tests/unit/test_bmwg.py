@@ -1,6 +1,6 @@
-"""The BMWG draft's KPIs one run measured (emulator.results.bmwg, emulator.results.kpis), under
-the draft's names: computed, left out without a figure, in summary.json and back, and in
-report.html's table (emulator.results.kpitable)."""
+"""The BMWG draft's KPIs one run measured (emulator.results.ietf.bmwg, emulator.results.ietf.kpis),
+under the draft's names: computed, left out without a figure, in summary.json and back, and in
+report.html's table (emulator.results.ietf.kpitable)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.bmwg import run_kpis
-from emulator.results.kpis import KPIS, DraftKpis, KvBandwidth, PerGpu, Quantiles
-from emulator.results.kpitable import kpi_rows, kpi_section
-from emulator.results.summary import LosslessFigures, PortPauses, RunSummary, TransferFigures
+from emulator.results.ietf.bmwg import run_kpis
+from emulator.results.ietf.kpis import KPIS, DraftKpis, KvBandwidth, PerGpu, Quantiles
+from emulator.results.ietf.kpitable import kpi_rows, kpi_section
+from emulator.results.run.summary import LosslessFigures, PortPauses, RunSummary, TransferFigures
 from emulator.verdict.netstats import QueueFigures, TcpCounters
 
 DATA = Path(__file__).parent / "data"

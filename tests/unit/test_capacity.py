@@ -1,5 +1,5 @@
-"""The capacity rule (emulator.results.capacity): a repeat's walk up the ladder, censoring, the
-median over repeats with its interval, and ratios as numbers or bounds."""
+"""The capacity rule (emulator.results.sweep.capacity): a repeat's walk up the ladder, censoring,
+the median over repeats with its interval, and ratios as numbers or bounds."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from emulator.results.capacity import (
+from emulator.results.sweep.capacity import (
     Capacity,
     Ratio,
     capacity,

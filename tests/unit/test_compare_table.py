@@ -10,9 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from emulator.results.compare_metrics import EP, FAULT, METRICS, shown_metrics
-from emulator.results.figures import read_jsonl
-from emulator.results.report import (
+from emulator.results.compare.compare_metrics import EP, FAULT, METRICS, shown_metrics
+from emulator.results.compare.report import (
     aggregate,
     headline_columns,
     table_rows,
@@ -20,8 +19,9 @@ from emulator.results.report import (
     with_interval_row,
     write_report,
 )
-from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
-from emulator.results.sweeppoints import sample_intervals
+from emulator.results.run.figures import read_jsonl
+from emulator.results.run.summary import DirectedUtilization, RunSummary, TransferFigures
+from emulator.results.sweep.sweeppoints import sample_intervals
 from zcube_cli.commands.compare import comparison_table
 
 DATA = Path(__file__).parent / "data"
@@ -221,7 +221,7 @@ def test_the_title_says_one_run_each_for_a_single_repeat() -> None:
 
 
 def test_switch_queue_drops_count_the_switch_ports_qdiscs_not_the_host_nics() -> None:
-    from emulator.results.compare_metrics import switch_queue_drops
+    from emulator.results.compare.compare_metrics import switch_queue_drops
     from emulator.verdict.netstats import QueueFigures
 
     runs = _runs()

@@ -22,7 +22,7 @@ from bench.cpu_per_request import (
     rate_result,
 )
 from bench.procwatch import ProcSample
-from emulator.results.summary import RunSummary
+from emulator.results.run.summary import RunSummary
 from emulator.verdict.cpustats import CpuTimes
 
 SUMMARY = RunSummary.from_dict(

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from emulator.experiment.plan import RunConfig, RunPlan, plan_run
-from emulator.results.dilation import SERVER_WALL_TIMES, TRANSFER_TIMES, undilate
-from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
+from emulator.results.run.dilation import SERVER_WALL_TIMES, TRANSFER_TIMES, undilate
+from emulator.results.run.summary import DirectedUtilization, RunSummary, TransferFigures
 from serving import decode, gateway, prefill
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError

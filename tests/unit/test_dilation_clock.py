@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from emulator.experiment.plan import Ports, RunConfig, plan_run
-from emulator.results.dilation import ladder_note, read_ladder
-from emulator.results.transfers import kv_figures
+from emulator.results.fabric.transfers import kv_figures
+from emulator.results.run.dilation import ladder_note, read_ladder
 from serving import vllm_metrics as m
 from serving.config import PrefillConfig
 from zcube_lab.core.clock import Clock, tcp_route_options

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from emulator.lab.injector import FaultInjector
-from emulator.results.fault_report import analyze, fault_windows
+from emulator.results.run.fault_report import analyze, fault_windows
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

@@ -1,10 +1,11 @@
-"""SLOs and goodput (emulator.results.goodput): parsing, per-request thresholds, attainment."""
+"""SLOs and goodput (emulator.results.run.goodput): parsing, per-request thresholds,
+attainment."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.results.goodput import (
+from emulator.results.run.goodput import (
     SloTarget,
     arrived_in_window,
     goodput,

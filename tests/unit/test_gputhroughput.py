@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from emulator.results.goodput import parse_slo
-from emulator.results.gputhroughput import at_capacity, per_gpu
-from emulator.results.sweeppoints import SweepResult
-from emulator.results.sweepreport import tokens_rows
+from emulator.results.run.goodput import parse_slo
+from emulator.results.sweep.gputhroughput import at_capacity, per_gpu
+from emulator.results.sweep.sweeppoints import SweepResult
+from emulator.results.sweep.sweepreport import tokens_rows
 from tests.unit.test_sweep import rp
 
 

@@ -419,7 +419,7 @@ def test_the_verdict_and_the_results_import_no_adapter(edges: list[Edge]) -> Non
         Edge("emulator.results.report", "emulator.lab.health", "emulator/results/report.py", 1),
         Edge("emulator.verdict.combine", "emulator.cluster.remote", "emulator/verdict/c.py", 2),
         Edge("emulator.experiment.clusterrun", "emulator.verdict.combine", "x.py", 3),
-        Edge("emulator.results.capacity", "emulator.verdict.combine", "y.py", 4),
+        Edge("emulator.results.sweep.capacity", "emulator.verdict.combine", "y.py", 4),
     ]
     assert adapter_imports(made_up) == made_up[:2]
 
@@ -431,9 +431,10 @@ import importlib, json, os, pkgutil, sys
 names = []
 for package in sys.argv[1:]:
     pkg = importlib.import_module(package)
-    for info in pkgutil.iter_modules(pkg.__path__, package + "."):
+    for info in pkgutil.walk_packages(pkg.__path__, package + "."):
         importlib.import_module(info.name)
-        names.append(info.name)
+        if not info.ispkg:
+            names.append(info.name)
 print(json.dumps({"uid": os.geteuid(), "imported": names, "loaded": sorted(sys.modules)}))
 """
 # Adapters outside emulator/ that touch the machine: Mininet, the OpenFlow stack, our I/O floor.
@@ -465,7 +466,7 @@ def test_the_pure_packages_import_without_root(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert user is None or report["uid"] != 0
     files = {module_name(p) for pkg in PURE_PACKAGES for p in
-             (REPO / pkg.replace(".", "/")).glob("*.py") if p.name != "__init__.py"}  # fmt: skip
+             (REPO / pkg.replace(".", "/")).rglob("*.py") if p.name != "__init__.py"}  # fmt: skip
     assert set(report["imported"]) == files and f"{VERDICT}.combine" in files
     loaded = [m for m in report["loaded"] if _within(m, (*ADAPTERS, *MACHINE_MODULES))]
     assert not loaded, f"importing the pure packages loaded adapters: {loaded}"

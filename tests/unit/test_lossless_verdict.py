@@ -3,8 +3,8 @@ agent is judged, the pauses are not)."""
 
 from __future__ import annotations
 
-from emulator.results.summary import LosslessFigures, PortPauses
-from emulator.results.victimtable import lossless_fact
+from emulator.results.lossless.victimtable import lossless_fact
+from emulator.results.run.summary import LosslessFigures, PortPauses
 from emulator.verdict.limits import Limits
 from emulator.verdict.netstats import QDISC_DROPS, STALLED, NetEvent
 from emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network

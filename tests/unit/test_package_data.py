@@ -22,7 +22,7 @@ from emulator.lab.datapath_ceiling import (
     Measurement,
     UnmeasuredCeiling,
 )
-from emulator.results.dilation import LADDER_FILE, ladder_note, read_ladder
+from emulator.results.run.dilation import LADDER_FILE, ladder_note, read_ladder
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = ("zcube_lab", "zcube_cli", "controller", "emulator", "serving", "workloads")

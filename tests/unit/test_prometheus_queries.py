@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
-from emulator.results.summary import TransferFigures
-from emulator.results.transfers import ep_figures, kv_figures
+from emulator.results.fabric.transfers import ep_figures, kv_figures
+from emulator.results.run.summary import TransferFigures
 
 
 class FakePrometheus:

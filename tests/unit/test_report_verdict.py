@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.report import (
+from emulator.results.compare.report import (
     aggregate,
     busiest_link,
     headline_rows,
@@ -23,7 +23,7 @@ from emulator.results.report import (
     verdict_rows,
     write_report,
 )
-from emulator.results.summary import DirectedUtilization, RunSummary
+from emulator.results.run.summary import DirectedUtilization, RunSummary
 from emulator.verdict.judge import HealthVerdict
 from emulator.verdict.retry import RETRY_FILE, Rejected, retries_json
 

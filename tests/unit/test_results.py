@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.figures import client_summary, host_ingress_bytes, throughput_series
-from emulator.results.linkstats import link_utilization, utilization_summary
-from emulator.results.report import aggregate, difference_pct, table_rows
-from emulator.results.summary import HotPort, RunSummary
+from emulator.results.compare.report import aggregate, difference_pct, table_rows
+from emulator.results.fabric.linkstats import link_utilization, utilization_summary
+from emulator.results.run.figures import client_summary, host_ingress_bytes, throughput_series
+from emulator.results.run.summary import HotPort, RunSummary
 from zcube_lab.core.fabric.builders import build_roft, build_zcube
 from zcube_lab.core.fabric.scale import Scale
 
@@ -140,7 +140,7 @@ def test_compare_rejects_bad_options_before_any_run(
 
 
 def test_runs_are_grouped_by_their_label(tmp_path) -> None:
-    from emulator.results.summary import RunSummary
+    from emulator.results.run.summary import RunSummary
 
     for name, label in (("a", "zcube/ff"), ("b", "zcube/spray"), ("c", None)):
         d = tmp_path / name

@@ -1,12 +1,11 @@
 """Link utilization in both directions, with peaks over scrape-interval windows
-(emulator.results.linkstats), from synthetic port counters."""
+(emulator.results.fabric.linkstats), from synthetic port counters."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.results.figures import fabric_stats
-from emulator.results.linkstats import (
+from emulator.results.fabric.linkstats import (
     SwitchPortTraffic,
     busiest,
     link_directions,
@@ -15,7 +14,8 @@ from emulator.results.linkstats import (
     verdict_busiest_link,
     window_rates,
 )
-from emulator.results.summary import LinkLoad
+from emulator.results.run.figures import fabric_stats
+from emulator.results.run.summary import LinkLoad
 from emulator.verdict.judge import BusiestLink
 from zcube_lab.core.fabric.builders import build_zcube
 from zcube_lab.core.fabric.scale import Scale

@@ -21,9 +21,9 @@ from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
 from emulator.experiment.runloop import LoopConfig, RunLoop, check_retries
 from emulator.experiment.sweep import plan_sweep, run_sweep
-from emulator.results.goodput import parse_slo
-from emulator.results.report import read_retries
-from emulator.results.summary import RunSummary
+from emulator.results.compare.report import read_retries
+from emulator.results.run.goodput import parse_slo
+from emulator.results.run.summary import RunSummary
 from emulator.verdict.judge import HealthVerdict
 from emulator.verdict.retry import RETRY_FILE
 from zcube_lab.core.errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.results.structuretable import structure_html, structure_text
+from emulator.results.structure.structuretable import structure_html, structure_text
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_roft, build_zcube
 from zcube_lab.core.fabric.description import FabricSpec

@@ -11,16 +11,16 @@ from types import SimpleNamespace
 
 from emulator.experiment.comparison import fabric_specs
 from emulator.experiment.runconfig import RunConfig
-from emulator.results.report import write_report
-from emulator.results.structuresection import (
+from emulator.results.compare.report import write_report
+from emulator.results.run.summary import RunSummary
+from emulator.results.structure.structuresection import (
     STRUCTURE_FILE,
     config_structure,
     structure_html_section,
     structure_text_section,
     write_run_structure,
 )
-from emulator.results.summary import RunSummary
-from emulator.results.sweepreport import structure_report
+from emulator.results.sweep.sweepreport import structure_report
 from zcube_lab.core.fabric.placement import LayoutSpec
 
 DATA = Path(__file__).parent / "data"

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from emulator.prometheus.queries import port_counters, server_figures
-from emulator.results.figures import fabric_stats
-from emulator.results.linkstats import link_loads
-from emulator.results.report import busiest_link
-from emulator.results.summary import RunSummary
-from emulator.results.transfers import transfer_figures
+from emulator.results.compare.report import busiest_link
+from emulator.results.fabric.linkstats import link_loads
+from emulator.results.fabric.transfers import transfer_figures
+from emulator.results.run.figures import fabric_stats
+from emulator.results.run.summary import RunSummary
 from zcube_lab.core.fabric.builders import build_zcube
 from zcube_lab.core.fabric.scale import Scale
 

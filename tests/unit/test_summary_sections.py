@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from emulator.results.summary import (
+from emulator.results.run.summary import (
     DirectedUtilization,
     LinkLoad,
     RunSummary,

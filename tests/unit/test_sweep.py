@@ -1,4 +1,4 @@
-"""The load sweep (emulator.experiment.sweep, emulator.results.sweeppoints): rates, the plan's
+"""The load sweep (emulator.experiment.sweep, emulator.results.sweep.sweeppoints): rates, the plan's
 order, the stop rule, the maximum rate meeting the SLO, sweep.json, and the run loop with a fake
 lab."""
 
@@ -15,9 +15,9 @@ from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_varian
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig
 from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep, wall_time_estimate
-from emulator.results.goodput import parse_slo
-from emulator.results.summary import RunSummary
-from emulator.results.sweeppoints import (
+from emulator.results.run.goodput import parse_slo
+from emulator.results.run.summary import RunSummary
+from emulator.results.sweep.sweeppoints import (
     Point,
     RunPoint,
     SweepResult,
@@ -116,7 +116,7 @@ def test_past_saturation_needs_every_repeat_to_miss_and_to_fall_behind() -> None
 def test_max_rates_are_capacities_censored_by_an_untrustworthy_run_or_the_ladder_top() -> None:
     # This scenario used to give zcube 4, roft 2 and a plain 2.00x: zcube's untrustworthy run at
     # 8 was silently dropped and the ratio printed as if exact. Under the capacity rule
-    # (emulator.results.capacity) zcube's repeat 1 stops at that run (at least 4) and repeat 2
+    # (emulator.results.sweep.capacity) zcube's repeat 1 stops at that run (at least 4) and repeat 2
     # met every rate (at least 8), so zcube is "at least 6" and the ratio only a bound.
     runs = [
         *(rp(v, r, k) for v in ("zcube", "roft") for r in (1.0, 2.0) for k in (1, 2)),

@@ -1,5 +1,5 @@
-"""The sweep's report (emulator.results.sweepreport and `zcube-lab sweep --report-only`): table
-rows, the max-rate table, sweep.png from synthetic points, and the console in 100 columns."""
+"""The sweep's report (emulator.results.sweep.sweepreport and `zcube-lab sweep --report-only`):
+table rows, the max-rate table, sweep.png from synthetic points, and the console in 100 columns."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from rich.console import Console
 from test_sweep import rp  # tests/unit is on the path (no __init__.py)
 
 import zcube_cli as cli
-from emulator.results.goodput import parse_slo
-from emulator.results.sweeppoints import SweepResult
-from emulator.results.sweepreport import (
+from emulator.results.run.goodput import parse_slo
+from emulator.results.sweep.sweeppoints import SweepResult
+from emulator.results.sweep.sweepreport import (
     MAX_RATE_COLUMNS,
     POINT_COLUMNS,
     max_rate_rows,

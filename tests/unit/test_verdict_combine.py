@@ -94,7 +94,7 @@ def test_the_walk_stops_at_the_first_miss_or_untrustworthy_run_and_sorts() -> No
 
 
 def test_capacity_and_the_report_read_the_combination_unchanged() -> None:
-    from emulator.results.capacity import repeat_capacity, walk_ended
+    from emulator.results.sweep.capacity import repeat_capacity, walk_ended
 
     @dataclass(frozen=True)
     class Trial(Step):

@@ -81,7 +81,7 @@ def test_a_clean_run_is_trustworthy_and_carries_its_figures() -> None:
     v = judge(_samples(), evidence=CLEAN)
     assert v.trustworthy and v.reasons == ()
     assert v.tcp["h0"].fast_retrans == 4  # reported, not judged
-    # the busiest link is the summary's (emulator.results.linkstats), named by the run
+    # the busiest link is the summary's (emulator.results.fabric.linkstats), named by the run
     assert v.busiest_link is None
     assert v.step_overruns is not None and v.step_overruns.late == 3
 

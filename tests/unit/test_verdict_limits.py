@@ -20,7 +20,7 @@ from emulator.experiment.plan import RunConfig
 from emulator.experiment.runner import Experiment
 from emulator.lab.health import HealthSampler
 from emulator.lab.netsampler import NetSampler
-from emulator.results.transfers import (
+from emulator.results.fabric.transfers import (
     kv_path_busy,
     kv_ratio_p50,
     kv_seen_busy,

@@ -1,9 +1,9 @@
-"""The verdict paragraph's sentences (emulator.results.verdicttext): by how much, whether the
-difference exceeds the spread over repeats, and only then which variant did better."""
+"""The verdict paragraph's sentences (emulator.results.compare.verdicttext): by how much, whether
+the difference exceeds the spread over repeats, and only then which variant did better."""
 
 from __future__ import annotations
 
-from emulator.results.verdicttext import (
+from emulator.results.compare.verdicttext import (
     Attempt,
     Excluded,
     Headline,

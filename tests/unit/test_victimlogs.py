@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.victimlogs import run_victims
+from emulator.results.lossless.victimlogs import run_victims
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec

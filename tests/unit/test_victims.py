@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.results.victims import (
+from emulator.results.lossless.victims import (
     PauseEpisode,
     Transfer,
     VictimReport,

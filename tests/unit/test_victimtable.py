@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emulator.results.victims import PauseEpisode, Transfer, account
-from emulator.results.victimtable import ROWS, victim_rows, victim_section
+from emulator.results.lossless.victims import PauseEpisode, Transfer, account
+from emulator.results.lossless.victimtable import ROWS, victim_rows, victim_section
 from tests.unit.test_summary import _full
 
 

@@ -29,7 +29,7 @@ from zcube_lab.core.fabric.description import FabricSpec
 
 if TYPE_CHECKING:
     from emulator.experiment.comparison import PlannedRun, Variant
-    from emulator.results.summary import RunSummary
+    from emulator.results.run.summary import RunSummary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +75,7 @@ def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the comparison and write the report."""
     from emulator.experiment.comparison import port_capacities
-    from emulator.results.report import write_report
+    from emulator.results.compare.report import write_report
 
     console = Console(stderr=True)
     kinds, specs, plan, baseline = _plan(args)
@@ -138,7 +138,7 @@ def variants_from_args(
 
 def _report_only(args: argparse.Namespace, kinds: list[str]) -> list[RunSummary]:
     """The summaries of the run folders given to --report-only."""
-    from emulator.results.summary import RunSummary
+    from emulator.results.run.summary import RunSummary
 
     for p in args.report_only:
         if not (p / "summary.json").is_file():
@@ -186,8 +186,8 @@ def _run_all(
 
 def _print_table(runs: list[RunSummary], baseline: str, args: argparse.Namespace) -> None:
     """The medians in the terminal, and the health of each run (every reason: report.html)."""
-    from emulator.results.report import busiest_link, health_rows_of, variants
-    from emulator.results.verdicttext import HEALTH_COLUMNS, health_summary
+    from emulator.results.compare.report import busiest_link, health_rows_of, variants
+    from emulator.results.compare.verdicttext import HEALTH_COLUMNS, health_summary
 
     Console().print(comparison_table(runs, baseline, args.workload, args.repeat))
     console = Console(stderr=True)
@@ -210,8 +210,8 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
     With 2 variants it fits 100 columns: a cell wraps only at its space (before `[min-max]`) and
     a first reason too long for its column ends in an ellipsis (`compare` prints a health row
     per run after the table); a table that cannot fit folds its numbers rather than cut them."""
-    from emulator.results.compare_metrics import shown_metrics
-    from emulator.results.report import (
+    from emulator.results.compare.compare_metrics import shown_metrics
+    from emulator.results.compare.report import (
         aggregate,
         table_rows,
         variants,
@@ -242,7 +242,7 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
 def _headline_table(runs: list[RunSummary], fabrics: list[str], title: str) -> Table:
     """Many variants: a row each with its verdict, `yes` or `no (k of n trusted)` (the runs'
     health follows the table), and the headline medians (all figures are in report.html)."""
-    from emulator.results.report import HEADLINE, aggregate, headline_columns, headline_rows
+    from emulator.results.compare.report import HEADLINE, aggregate, headline_columns, headline_rows
 
     agg = aggregate(runs)
     columns = headline_columns(agg, runs)

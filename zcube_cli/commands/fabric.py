@@ -13,7 +13,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from emulator.results.structuretable import structure_title, structure_verdict
+from emulator.results.structure.structuretable import structure_title, structure_verdict
 from zcube_cli.fabric_options import (
     add_fabric_arguments,
     add_link_arguments,

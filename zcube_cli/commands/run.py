@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from emulator.experiment.runner import Experiment
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
-    from emulator.results.dilation import ladder_note, read_ladder
-    from emulator.results.report import busiest_link
+    from emulator.results.compare.report import busiest_link
+    from emulator.results.run.dilation import ladder_note, read_ladder
 
     console = Console(stderr=True)
     interrupt_on_stop_signals()

@@ -38,7 +38,7 @@ from zcube_lab.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from emulator.experiment.comparison import PlannedRun
-    from emulator.results.sweeppoints import SweepResult
+    from emulator.results.sweep.sweeppoints import SweepResult
 
 
 SWEEP_DURATION_S = 30.0
@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep (or re-render one) and print its tables; 0 when it ran, even if points
     missed the SLO."""
-    from emulator.results.sweeppoints import SweepResult
+    from emulator.results.sweep.sweeppoints import SweepResult
 
     console = Console(stderr=True)
     if args.report_only is not None:
@@ -137,9 +137,9 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
     """The planned runs and an empty result (its SLO, rates, baseline and folder): everything
     validated before the first run starts (fail in seconds)."""
     from emulator.experiment.sweep import parse_rates, plan_sweep
-    from emulator.results.capacity import check_resolution
-    from emulator.results.goodput import parse_slo
-    from emulator.results.sweeppoints import SweepResult
+    from emulator.results.run.goodput import parse_slo
+    from emulator.results.sweep.capacity import check_resolution
+    from emulator.results.sweep.sweeppoints import SweepResult
 
     if not args.slo:
         raise ConfigError("slo", args.slo, "required: e.g. --slo ttft_p99=2s,tpot=50ms")
@@ -172,7 +172,7 @@ def _run_all(
     from emulator.experiment.sweep import run_sweep
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
-    from emulator.results.sweeppoints import rate_tag
+    from emulator.results.sweep.sweeppoints import rate_tag
 
     def progress(message: str) -> None:
         console.print(f"[dim]»[/dim] {message}")
@@ -232,7 +232,7 @@ def _eta(elapsed_s: float, started: list[PlannedRun], now: PlannedRun) -> str:
 
 def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
     """sweep.png, the points table and the max-rate table."""
-    from emulator.results.sweepreport import (
+    from emulator.results.sweep.sweepreport import (
         MAX_RATE_COLUMNS,
         POINT_COLUMNS,
         TOKENS_COLUMNS,
@@ -285,8 +285,8 @@ def _report(result: SweepResult, out_dir: Path, console: Console) -> None:
 
 def _samples_note(result: SweepResult) -> str:
     """What the CI and vLLM goodput columns are."""
-    from emulator.results.goodput import vllm_goodput_arg
-    from emulator.results.sweeppoints import ENOUGH_SAMPLES
+    from emulator.results.run.goodput import vllm_goodput_arg
+    from emulator.results.sweep.sweeppoints import ENOUGH_SAMPLES
 
     return (
         f"TTFT p99 95% CI: order-statistic [low, high] of a point with few samples "

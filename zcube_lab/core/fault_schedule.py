@@ -23,7 +23,7 @@
   target for the injector.
 
 The injector that carries a schedule out is `emulator.lab.injector`; the fault report a run's
-records give is `emulator.results.fault_report`.
+records give is `emulator.results.run.fault_report`.
 """
 
 from __future__ import annotations

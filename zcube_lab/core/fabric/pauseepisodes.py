@@ -1,5 +1,5 @@
 """Pause episodes and the class that raised each (pure): what the lossless agent records
-for victim accounting (docs/LOSSLESS.md, "Victim accounting"; `emulator.results.victims`
+for victim accounting (docs/LOSSLESS.md, "Victim accounting"; `emulator.results.lossless.victims`
 accounts for them).
 
 An *episode* is one congestion of a watched switch egress port: from the reading that found its

@@ -1,7 +1,7 @@
 """The fault section of `summary.json` (`RunSummary.faults`, pure): the injected failures, what
 the run lost to them, and KV integrity, counted in every run. `FaultReport.recovery` (the
 per-phase and recovery keys) is held nested and written flat, present only when a fault held.
-Computed by `emulator.results.fault_report.analyze`."""
+Computed by `emulator.results.run.fault_report.analyze`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator.results.sections import Span
-from emulator.results.sections import flat as _flat
-from emulator.results.sections import from_flat as _from_flat
-from emulator.results.sections import pairs as _pairs
+from emulator.results.run.sections import Span
+from emulator.results.run.sections import flat as _flat
+from emulator.results.run.sections import from_flat as _from_flat
+from emulator.results.run.sections import pairs as _pairs
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class FaultRecovery:
 
 @dataclass(frozen=True)
 class FaultReport:
-    """What a run lost to its injected faults (`emulator.results.fault_report.analyze`); KV
+    """What a run lost to its injected faults (`emulator.results.run.fault_report.analyze`); KV
     integrity is counted in every run, faults or not."""
 
     faults: int

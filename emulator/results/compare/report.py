@@ -2,10 +2,10 @@
 
 `aggregate(runs)` groups run summaries (`RunSummary`, read with `RunSummary.read`) by variant (the
 run's label: `zcube`, `zcube/spray`) and takes medians and spreads over the figures of `METRICS`
-(`emulator.results.compare_metrics`; pure); `write_report(runs, out_dir)` draws the plots
-(`emulator.results.plots`) and writes a self-contained HTML page that links them, opening with
-a verdict paragraph (`emulator.results.verdicttext`). Each run is the folder `zcube-lab run`
-wrote.
+(`emulator.results.compare.compare_metrics`; pure); `write_report(runs, out_dir)` draws the plots
+(`emulator.results.compare.plots`) and writes a self-contained HTML page that links them, opening
+with a verdict paragraph (`emulator.results.compare.verdicttext`). Each run is the folder
+`zcube-lab run` wrote.
 
 When a run has fewer than 1,000 requests (`sweeppoints.ENOUGH_SAMPLES`), the table's TTFT p99
 row is followed by `TTFT p99 95% CI (s)` (`with_interval_row`): per variant, the envelope of
@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator.results.compare_metrics import METRICS, Metric, figure, shown_metrics
-from emulator.results.figures import read_jsonl
-from emulator.results.kpitable import kpi_section
-from emulator.results.plots import (
+from emulator.results.compare.compare_metrics import METRICS, Metric, figure, shown_metrics
+from emulator.results.compare.plots import (
     fault_spans,
     plot_fault_timeline,
     plot_port_heatmap,
@@ -36,9 +34,7 @@ from emulator.results.plots import (
     plot_ttft_cdf,
     run_dir,
 )
-from emulator.results.structuresection import structure_html_section
-from emulator.results.summary import RunSummary
-from emulator.results.verdicttext import (
+from emulator.results.compare.verdicttext import (
     HEALTH_COLUMNS,
     Attempt,
     Excluded,
@@ -48,7 +44,11 @@ from emulator.results.verdicttext import (
     health_summary,
     verdict_sentences,
 )
-from emulator.results.victimtable import lossless_fact, victim_section
+from emulator.results.ietf.kpitable import kpi_section
+from emulator.results.lossless.victimtable import lossless_fact, victim_section
+from emulator.results.run.figures import read_jsonl
+from emulator.results.run.summary import RunSummary
+from emulator.results.structure.structuresection import structure_html_section
 from emulator.verdict.combine import Judged, over_runs
 from emulator.verdict.retry import RETRY_FILE, Rejected, retries_from_json, retry_decision
 from zcube_lab.core.fabric.cost import compare
@@ -254,7 +254,7 @@ def ttft_p99_interval(runs: Sequence[RunSummary]) -> str:
     """`[low, high] (few samples: n)`: the envelope of the runs' TTFT p99 order-statistic
     intervals (an unbounded end `unbounded`), n the fewest requests of a run; `-` when every
     run had enough samples."""
-    from emulator.results.sweeppoints import (
+    from emulator.results.sweep.sweeppoints import (
         ENOUGH_SAMPLES,
         envelope,
         interval_text,

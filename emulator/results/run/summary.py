@@ -3,20 +3,20 @@ to `summary.json` (pure, apart from `read`/`write`).
 
 The JSON is the file format users and scripts already read, so every class writes exactly the
 keys, nesting and value types the runner has always written: a flat section is a dataclass
-whose field names are its keys, in the same order (`emulator.results.sections`). The client,
+whose field names are its keys, in the same order (`emulator.results.run.sections`). The client,
 server, transfer and lossless sections are here; the fabric's (`FabricStats`, `LinkLoad`) are in
-`emulator.results.fabricfigures`, the faults' (`FaultReport`) in
-`emulator.results.faultfigures`, and the IETF BMWG draft's KPIs (`DraftKpis`, key `bmwg`) in
-`emulator.results.kpis`; all are importable from here. Sections that older runs lack (`label`,
+`emulator.results.run.fabricfigures`, the faults' (`FaultReport`) in
+`emulator.results.run.faultfigures`, and the IETF BMWG draft's KPIs (`DraftKpis`, key `bmwg`) in
+`emulator.results.ietf.kpis`; all are importable from here. Sections that older runs lack (`label`,
 `policy`, `faults`, `link_util`, `transfers`, `lossless`, `bmwg`, `victims`: the victim
-accounting of `emulator.results.victims`, `class_bytes`: EP and KV bytes per switch port) are
-None and stay absent when written again; a key missing inside a section reads as None.
+accounting of `emulator.results.lossless.victims`, `class_bytes`: EP and KV bytes per switch port)
+are None and stay absent when written again; a key missing inside a section reads as None.
 
 Links are named by direction: `a0:3->h5` (switch a0's port 3 transmitting to host h5),
 `h5->a0:3` (h5 transmitting into that port), `a0:6->b1:5` between switches.
 
 A time-dilated run (docs/DOMAIN.md §4) writes `dilation` k (absent: 1) and its figures in
-modelled seconds (`emulator.results.dilation`); `window_s` and the health verdict stay in wall
+modelled seconds (`emulator.results.run.dilation`); `window_s` and the health verdict stay in wall
 seconds: they describe the emulator.
 
 Names: `*_s` seconds, `*_bytes` bytes, `*_util_*` fractions of capacity (0-1), `p50/p90/p99`
@@ -31,20 +31,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.results.fabricfigures import (
+from emulator.results.ietf.kpis import DraftKpis
+from emulator.results.lossless.victims import VictimReport
+from emulator.results.run.fabricfigures import (
     DirectedUtilization,
     FabricStats,
     HotPort,
     LinkLoad,
     Utilization,
 )
-from emulator.results.faultfigures import FaultRecovery, FaultReport, InjectedFault
-from emulator.results.kpis import DraftKpis
-from emulator.results.sections import Span
-from emulator.results.sections import flat as _flat
-from emulator.results.sections import from_flat as _from_flat
-from emulator.results.sections import pairs as _pairs
-from emulator.results.victims import VictimReport
+from emulator.results.run.faultfigures import FaultRecovery, FaultReport, InjectedFault
+from emulator.results.run.sections import Span
+from emulator.results.run.sections import flat as _flat
+from emulator.results.run.sections import from_flat as _from_flat
+from emulator.results.run.sections import pairs as _pairs
 from emulator.verdict.judge import HealthVerdict
 from zcube_lab.core.clock import Clock
 
@@ -146,9 +146,9 @@ class ServerFigures:
 @dataclass(frozen=True)
 class TransferFigures:
     """KV pulls and all-to-all exchanges timed exactly, one log line each (`logs/kv-*.jsonl`,
-    `logs/ep-*.jsonl`; `emulator.results.transfers`). KV times are of completed pull attempts;
-    `kv_xfer_ratio_*` is a pull's time over its ideal `bytes * 8 / path rate`, and a pull is
-    stalled when it took more than `STALL_FACTOR` times that plus `STALL_SLACK_S`. All-to-all
+    `logs/ep-*.jsonl`; `emulator.results.fabric.transfers`). KV times are of completed pull
+    attempts; `kv_xfer_ratio_*` is a pull's time over its ideal `bytes * 8 / path rate`, and a pull
+    is stalled when it took more than `STALL_FACTOR` times that plus `STALL_SLACK_S`. All-to-all
     figures are None in a run without an exchange log."""
 
     kv_pulls: int
@@ -271,9 +271,9 @@ class RunSummary:
     trustworthy: bool
     dilation: float = 1.0  # time dilation k; written only when not 1
     lossless: LosslessFigures | None = None  # pauses and the agent, under --lossless only
-    bmwg: DraftKpis | None = None  # the IETF BMWG draft's KPIs by name (emulator.results.bmwg)
-    # EP and KV behind pauses, per class (emulator.results.victims), when the agent's episodes
-    # were recorded
+    bmwg: DraftKpis | None = None  # the IETF BMWG draft's KPIs by name (emulator.results.ietf.bmwg)
+    # EP and KV behind pauses, per class (emulator.results.lossless.victims), when the agent's
+    # episodes were recorded
     victims: VictimReport | None = None
     # Per switch port, per traffic class (`ep`, `kv`: DSCP-marked), bytes into its queue
     # (--lossless: emulator.lab.classcounterproc)

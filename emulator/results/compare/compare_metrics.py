@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from emulator.results.summary import (
+from emulator.results.run.summary import (
     DirectedUtilization,
     FaultRecovery,
     FaultReport,

@@ -1,6 +1,6 @@
 """The flat sections of `summary.json` (pure): a section is a dataclass whose field names are
 its keys, in order, and a key missing in an older run reads as None. The helpers every section
-module uses (`emulator.results.summary`, `fabricfigures`, `faultfigures`)."""
+module uses (`emulator.results.run.summary`, `fabricfigures`, `faultfigures`)."""
 
 from __future__ import annotations
 

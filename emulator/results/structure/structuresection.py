@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.results.structuretable import structure_html, structure_text
+from emulator.results.structure.structuretable import structure_html, structure_text
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.fullsize import StructureComparison, compare_structure

@@ -1,7 +1,7 @@
 """report.html's lossless pieces (pure): the one-line fact on a lossless run's pauses and its
 agent, and the victim accounting table: per variant, the EP exchanges' p50/p99, the
 share of them delayed by a pause another class raised, and per class the pauses raised and the
-seconds and bytes behind pauses (`emulator.results.victims`), the median over the runs that
+seconds and bytes behind pauses (`emulator.results.lossless.victims`), the median over the runs that
 carry the section with [min-max]. Nothing when no run carries it (a lossy run, or an agent that
 recorded no episodes).
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from emulator.results.kpitable import cell
-from emulator.results.summary import LosslessFigures, RunSummary
-from emulator.results.victims import VictimReport
+from emulator.results.ietf.kpitable import cell
+from emulator.results.lossless.victims import VictimReport
+from emulator.results.run.summary import LosslessFigures, RunSummary
 
 Getter = Callable[[VictimReport], float | None]
 

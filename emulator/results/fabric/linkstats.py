@@ -4,7 +4,7 @@ links, and the ranking that names the run's busiest link.
 
 Inputs are the switch ports' counters (`SwitchPortTraffic`, read from Prometheus by
 `emulator.prometheus.queries.port_counters`) and the fabric description; outputs are the link
-sections of `RunSummary` (`emulator.results.summary`): `Utilization` (switch ports by transmit
+sections of `RunSummary` (`emulator.results.run.summary`): `Utilization` (switch ports by transmit
 counter, the hottest ports), `LinkLoad` per direction, and `DirectedUtilization` (the busiest
 link, the highest peak, host up- and downlinks).
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from emulator.results.summary import DirectedUtilization, HotPort, LinkLoad, Utilization
+from emulator.results.run.summary import DirectedUtilization, HotPort, LinkLoad, Utilization
 from emulator.verdict.judge import BusiestLink
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.scale import Scale

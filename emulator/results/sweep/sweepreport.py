@@ -1,11 +1,11 @@
 """The load sweep's report: console table rows, the max-rate table and `sweep.png` (matplotlib,
-Agg backend), from a `SweepResult` (`emulator.results.sweeppoints`).
+Agg backend), from a `SweepResult` (`emulator.results.sweep.sweeppoints`).
 
 A cell over repeats reads `median [min-max]` (just the median when the repeats agree or there
 is one); `-` is a figure no repeat has. Every row and every plotted point carries its verdict:
 untrustworthy points are hollow in the plot and marked `no` with the first reason in the table.
 A rate whose runs sent more than `SENT_TOLERANCE` off it shows the rate sent beside it. Each
-fabric's capacity (`emulator.results.capacity`) is a row of the capacity table and a vertical
+fabric's capacity (`emulator.results.sweep.capacity`) is a row of the capacity table and a vertical
 line in the goodput panel, dotted and written `>=` when censored.
 
 A point with few samples (a repeat below 1,000 requests) shows its TTFT p99's 95%
@@ -13,7 +13,7 @@ order-statistic interval marked `few`, `[low, high] few (n)` with n the fewest r
 repeat, an end the samples cannot bound written `unbounded` (`[1.62, unbounded) few (96)`: below
 368 requests a p99 has no upper end); `-` otherwise.
 The tokens table gives, beside each capacity, the decode and prefill tokens per GPU-second its
-runs delivered there (`emulator.results.gputhroughput`: production's GPU-throughput figure).
+runs delivered there (`emulator.results.sweep.gputhroughput`: production's GPU-throughput figure).
 `vLLM goodput` is vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`); `goodput` is ours,
 over the load window.
 """
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.results.gputhroughput import TokensPerGpu
-from emulator.results.structuresection import STRUCTURE_FILE, structure_text_section
-from emulator.results.sweeppoints import (
+from emulator.results.structure.structuresection import STRUCTURE_FILE, structure_text_section
+from emulator.results.sweep.gputhroughput import TokensPerGpu
+from emulator.results.sweep.sweeppoints import (
     MaxRate,
     Point,
     Spread,

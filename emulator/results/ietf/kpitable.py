@@ -10,8 +10,8 @@ import html
 import statistics
 from collections.abc import Sequence
 
-from emulator.results.kpis import BY_NAME, DRAFT, KPIS
-from emulator.results.summary import RunSummary
+from emulator.results.ietf.kpis import BY_NAME, DRAFT, KPIS
+from emulator.results.run.summary import RunSummary
 
 NOT_MEASURED = (
     "ECN_marking_rate (the emulated switches mark no ECN), EP_alltoall_bandwidth, "

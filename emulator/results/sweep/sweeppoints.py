@@ -1,7 +1,7 @@
 """The load sweep's result logic (pure): what each run measured at its rate, the points over
 repeats, the stop rule and each variant's capacity, and `sweep.json`
 (`SweepResult`). The ramp that runs the sweep is `emulator.experiment.sweep`; the table and
-plot are `emulator.results.sweepreport`.
+plot are `emulator.results.sweep.sweepreport`.
 
 Names: a *run point* (`RunPoint`) is what one run measured at its rate; a *point* (`Point`) is
 one variant at one rate over its repeats (medians and [min-max]). A point *met the SLO* when
@@ -20,7 +20,7 @@ interval. sweep.json files written with the earlier bootstrap intervals read the
 Interoperable figures per run: vLLM's "Request goodput (req/s)" (`goodput.vllm_goodput`) and the
 IETF BMWG draft's KPIs under their names: the run summary's `bmwg` section, or for a run from
 before summaries carried it the same KPIs computed from its summary and records
-(`emulator.results.bmwg`); a point's capacity is the draft's Request_Rate.
+(`emulator.results.ietf.bmwg`); a point's capacity is the draft's Request_Rate.
 
 Stop rules: a repeat's ramp ends at the first rate where it missed the SLO or was not
 trustworthy (`capacity.walk_ended`): by the capacity rule no higher rate can change that
@@ -34,7 +34,7 @@ arrivals came at (requests sent over the arrival window), so a Poisson draw belo
 rate is not read as falling behind. Both rules use untrustworthy runs too; they only save
 time, never pick the result.
 
-Result (`max_rates`): each variant's *capacity* by `emulator.results.capacity`'s rule: per
+Result (`max_rates`): each variant's *capacity* by `emulator.results.sweep.capacity`'s rule: per
 repeat, the highest rate with every rate up to it met (censored, "at least", when an
 untrustworthy run or the ladder's top stopped the walk); the figure is the repeats' median
 with their spread, and the ratio to the baseline's a number only when neither is censored.
@@ -49,9 +49,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from emulator.results import bmwg, kpis
-from emulator.results.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
-from emulator.results.goodput import (
+from emulator.results.ietf import bmwg, kpis
+from emulator.results.run.goodput import (
     Slo,
     arrived_in_window,
     goodput,
@@ -59,8 +58,9 @@ from emulator.results.goodput import (
     vllm_goodput,
     vllm_goodput_arg,
 )
-from emulator.results.gputhroughput import TokensPerGpu, at_capacity
-from emulator.results.summary import RunSummary
+from emulator.results.run.summary import RunSummary
+from emulator.results.sweep.capacity import CAPACITY_RULE, FabricCapacity, fabric_capacities
+from emulator.results.sweep.gputhroughput import TokensPerGpu, at_capacity
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.stats import CONFIDENCE, Interval, quantile_intervals
 
@@ -325,7 +325,7 @@ def past_saturation(point: Point, slo: Slo) -> bool:
     return bool(point.runs) and all(not r.slo_met and saturated(r) for r in point.runs)
 
 
-MaxRate = FabricCapacity  # a variant's capacity row (emulator.results.capacity)
+MaxRate = FabricCapacity  # a variant's capacity row (emulator.results.sweep.capacity)
 
 
 def max_rates(runs: Sequence[RunPoint], slo: Slo, baseline: str) -> list[MaxRate]:

@@ -1,6 +1,6 @@
 """The victim accounting of a run from its files: EP exchanges and KV pulls from the engines'
 exact logs as `victims.Transfer`s, pause episodes from the lossless agent's episode log, and
-`victims.account` over them (reads files; the accounting is `emulator.results.victims`).
+`victims.account` over them (reads files; the accounting is `emulator.results.lossless.victims`).
 
 Files in the run's folder: `logs/ep-<engine id>.jsonl` (one line per engine step: `start`,
 `end` wall-clock seconds, `bytes_sent`, `bytes_received`), `logs/kv-<decode engine id>.jsonl`
@@ -18,9 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from emulator.results.figures import read_jsonl
-from emulator.results.transfers import EP_LOG_PREFIX, KV_LOG_PREFIX, read_logs
-from emulator.results.victims import Transfer, VictimReport, account, exchange_ports
+from emulator.results.fabric.transfers import EP_LOG_PREFIX, KV_LOG_PREFIX, read_logs
+from emulator.results.lossless.victims import Transfer, VictimReport, account, exchange_ports
+from emulator.results.run.figures import read_jsonl
 from serving.trafficclass import EP, KV
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.description import Fabric

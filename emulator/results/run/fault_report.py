@@ -1,6 +1,6 @@
 """The fault report: what a run lost because of its injected faults (pure).
 
-`analyze(...)` turns a run's records into a `FaultReport` (`emulator.results.summary`): failed
+`analyze(...)` turns a run's records into a `FaultReport` (`emulator.results.run.summary`): failed
 requests, retried KV transfers, KV integrity, and, when a fault held, TTFT p99 before, during
 and after the faults and the recovery times; `fault_windows` gives the intervals the report and
 the plots shade, `load_time_spans` the same on the load generator's clock.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from emulator.results.summary import FaultRecovery, FaultReport, InjectedFault, Span
+from emulator.results.run.summary import FaultRecovery, FaultReport, InjectedFault, Span
 from zcube_lab.core.stats import quantile
 
 Record = Mapping[str, Any]

@@ -1,13 +1,13 @@
 """The KPIs of the IETF BMWG draft on AI inference fabric benchmarking that a lab run measures,
 computed from its summary and its client records (pure): `run_kpis` gives `DraftKpis`
-(`emulator.results.kpis`, which names the draft and lists the KPIs), `with_kpis` a summary that
+(`emulator.results.ietf.kpis`, which names the draft and lists the KPIs), `with_kpis` a summary that
 carries them (its `bmwg` section: the runner's hook).
 
 From what (docs/GLOSSARY.md, "The draft's KPIs", says it for readers):
 - latencies (TTFT, ITL, E2E_latency) are the client's quantiles; TTFT_fabric, KV_xfer_latency
   and Fabric_FCT are the exact KV pull times (`TransferFigures`), ITL_fabric and
   EP_alltoall_latency the exact all-to-all exchange times, all in modelled time;
-  fabric_fraction is per request (`emulator.results.transfers.fabric_fraction`);
+  fabric_fraction is per request (`emulator.results.fabric.transfers.fabric_fraction`);
 - token rates count the requests that arrived in the load window (`window_s`, `--duration`),
   over it: TPS_input the prompt tokens of completed requests, TPS_output the output tokens
   streamed to every request (a failed stream's tokens were generated too), Inference_Goodput
@@ -32,10 +32,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from emulator.results.compare_metrics import switch_queue_drops
-from emulator.results.goodput import arrived_in_window
-from emulator.results.kpis import DraftKpis, KvBandwidth, MeanPeak, PerGpu, Quantiles
-from emulator.results.summary import RunSummary
+from emulator.results.compare.compare_metrics import switch_queue_drops
+from emulator.results.ietf.kpis import DraftKpis, KvBandwidth, MeanPeak, PerGpu, Quantiles
+from emulator.results.run.goodput import arrived_in_window
+from emulator.results.run.summary import RunSummary
 from zcube_lab.core.fabric.placement import Placement
 
 Record = Mapping[str, Any]

@@ -6,7 +6,7 @@ Inference Serving Network Fabrics", section 4 "KPI Framework and Metrics Taxonom
 the fabric fraction; its Goodput is the companion terminology draft's, qualified as
 Inference_Goodput or Fabric_Goodput). `KPIS` is the one list of the KPIs the lab writes: the
 draft's name, the attribute that holds it, its unit, and the lab figure behind it. What each
-is computed from: `emulator.results.bmwg`; the KPIs the lab does not measure, and why:
+is computed from: `emulator.results.ietf.bmwg`; the KPIs the lab does not measure, and why:
 docs/GLOSSARY.md, "The draft's KPIs".
 
 JSON: each KPI under the draft's name, a number or a small object (`{p50, p99}` for a

@@ -2,8 +2,8 @@
 
 Inputs are plain data: the client's per-request records (`requests.jsonl` written by the load
 generator), per-port byte counts over the run window, and the fabric description. Outputs are
-the sections of `RunSummary` (`emulator.results.summary`) that `compare` compares. The link
-sections come from `emulator.results.linkstats`.
+the sections of `RunSummary` (`emulator.results.run.summary`) that `compare` compares. The link
+sections come from `emulator.results.fabric.linkstats`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from emulator.results.goodput import arrived_in_window
-from emulator.results.linkstats import directed_utilization, utilization_summary
-from emulator.results.summary import (
+from emulator.results.fabric.linkstats import directed_utilization, utilization_summary
+from emulator.results.run.goodput import arrived_in_window
+from emulator.results.run.summary import (
     QUANTILES,
     ClientFigures,
     FabricStats,

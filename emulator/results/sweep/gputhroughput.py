@@ -2,7 +2,7 @@
 at its operating point, so beside each fabric's capacity in requests/s the sweep reports the
 decode tokens per GPU-second (output tokens over the decode GPUs) and prefill tokens per
 GPU-second (prompt tokens over the prefill GPUs) that the runs at that capacity delivered: the
-BMWG draft's TPS_per_GPU (`emulator.results.bmwg`) read at each repeat's capacity rate, the
+BMWG draft's TPS_per_GPU (`emulator.results.ietf.bmwg`) read at each repeat's capacity rate, the
 median over the repeats that have one.
 
 A repeat whose capacity is 0 (no rate met the SLO) has no operating point and adds nothing; a
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from emulator.results.capacity import FabricCapacity
+from emulator.results.sweep.capacity import FabricCapacity
 
 
 class _Run(Protocol):

@@ -1,5 +1,5 @@
 """Exact KV pull and all-to-all exchange times, from the engines' own logs (pure, apart from
-reading the files): the figures of `TransferFigures` (`emulator.results.summary`).
+reading the files): the figures of `TransferFigures` (`emulator.results.run.summary`).
 
 The logs, one JSON line per event, in the run's `logs/`:
 - `kv-<decode engine id>.jsonl`: every KV pull attempt (`serving.decode_engine`): `start` and
@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.results.figures import read_jsonl
-from emulator.results.summary import TransferFigures
+from emulator.results.run.figures import read_jsonl
+from emulator.results.run.summary import TransferFigures
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.scale import Scale
@@ -212,7 +212,7 @@ def kv_path_busy(
     """The busiest mean load (0-1) of a link a KV pull between `hosts` can cross: each of
     their NIC links in both directions (a switch port's share of its rate sent toward the
     host, and received from it) and every switch-to-switch port's sent share. `sent` and
-    `received` are per (switch, port), as `emulator.results.linkstats.link_utilization` gives
+    `received` are per (switch, port), as `emulator.results.fabric.linkstats.link_utilization` gives
     them; None when no such port was counted."""
     wanted = set(hosts)
     nic = {(a.switch, a.port) for (host, _), a in fabric.attachments.items() if host in wanted}

@@ -3,7 +3,7 @@ ports' utilization and the hottest ports, every link by direction, and what cros
 against what the servers say they sent (pure). Written as the runner always wrote them:
 `FabricStats.utilization` and `FabricStats.directed` are held nested and written flat (the
 utilization keys lead the `fabric_stats` object, the per-direction keys follow, in runs since
-both directions were counted). Computed by `emulator.results.linkstats`."""
+both directions were counted). Computed by `emulator.results.fabric.linkstats`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from emulator.results.sections import flat as _flat
-from emulator.results.sections import from_flat as _from_flat
+from emulator.results.run.sections import flat as _flat
+from emulator.results.run.sections import from_flat as _from_flat
 
 
 @dataclass(frozen=True)

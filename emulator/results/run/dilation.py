@@ -28,7 +28,7 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Any, TypeVar
 
-from emulator.results.summary import RunSummary, ServerFigures, TransferFigures
+from emulator.results.run.summary import RunSummary, ServerFigures, TransferFigures
 from zcube_lab.core.clock import Clock
 
 _T = TypeVar("_T")

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from controller.port_metrics import PORT_RX_BYTES, PORT_TX_BYTES
-from emulator.results.figures import read_jsonl
-from emulator.results.summary import RunSummary
+from emulator.results.run.figures import read_jsonl
+from emulator.results.run.summary import RunSummary
 
 
 def run_dir(run: RunSummary) -> Path:
