@@ -80,7 +80,7 @@ class TimeScale:
         than `MIN_FRAMES`, naming the scale that would represent it."""
         if real_bytes <= 0:
             raise ConfigError(what, real_bytes, "a positive number of bytes")
-        frames = math.floor(self.lab_bytes(real_bytes) / self.mtu)
+        frames = math.floor(self.lab_bytes(real_bytes) / self.mtu + 1e-9)
         if frames < MIN_FRAMES:
             need = real_bytes / (MIN_FRAMES * self.mtu)
             raise ConfigError(
@@ -197,3 +197,20 @@ def chip_port_share_bytes(chip: str, port_gbps: float) -> float:
 def drain_us(real_bytes: float, port_gbps: float) -> float:
     """Modelled µs a port of `port_gbps` takes to drain `real_bytes`."""
     return real_bytes * 8 / (port_gbps * 1e9) * 1e6
+
+
+def own(
+    nic_gbps: float, slowest_port_gbps: float, nic_mbps: float, mtu: int, dilation: float
+) -> TimeScale:
+    """The time scale a live run ran at (its NIC rate, MTU and dilation), for a replay at the
+    run's own resolution."""
+    scale = nic_gbps * 1e3 / nic_mbps
+    return TimeScale(
+        frame_s=frame_s_for_scale(scale, mtu, slowest_port_gbps),
+        mtu=mtu,
+        bandwidth_scale=scale,
+        nic_gbps=nic_gbps,
+        slowest_port_gbps=slowest_port_gbps,
+        nic_mbps=nic_mbps,
+        dilation=dilation,
+    )

@@ -1,0 +1,70 @@
+"""A replay's figures from its agents' lines, against hand answers (issue 45 item 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from zcube_lab.core.replay.figures import (
+    class_figures,
+    contention,
+    exchange_latencies,
+    outcomes,
+    pause_figures,
+)
+from zcube_lab.core.replay.recording import Transfer
+
+TS = (
+    Transfer(0, "kv", 0.0, "h0", "h1", 1000),
+    Transfer(1, "kv", 0.0, "h2", "h1", 1000),
+    Transfer(2, "ep", 0.0, "h3", "h4", 500, exchange="x"),
+    Transfer(3, "ep", 0.0, "h4", "h3", 500, after=(2,), exchange="x"),
+    Transfer(4, "kv", 0.0, "h3", "h1", 1000),  # never arrives
+)
+LINES = [
+    {"id": 0, "sent_s": 0.0},
+    {"id": 1, "sent_s": 0.0},
+    {"id": 2, "sent_s": 0.1},
+    {"id": 3, "sent_s": 0.3},
+    {"id": 4, "sent_s": 0.0},
+    {"id": 0, "arrived_s": 2.0, "first_s": 0.1, "bytes": 1000, "want": 1000},
+    {"id": 1, "arrived_s": 4.0, "first_s": 0.1, "bytes": 1000, "want": 1000},
+    {"id": 2, "arrived_s": 0.25, "first_s": 0.11, "bytes": 500, "want": 500},
+    {"id": 3, "arrived_s": 0.6, "first_s": 0.31, "bytes": 500, "want": 500},
+    {"id": 4, "arrived_s": None, "first_s": 0.2, "bytes": 10, "want": 1000},
+]
+
+
+def test_completion_times_their_ideal_ratio_and_the_incomplete():
+    sent, got = outcomes(LINES)
+    figs = class_figures(TS, sent, got, lambda t: 1.0)
+    kv = figs["kv"]
+    assert kv["transfers"] == 3 and kv["incomplete"] == 1
+    assert kv["fct_s"]["n"] == 2 and kv["fct_s"]["max"] == 4.0
+    assert kv["fct_over_ideal"]["max"] == 4.0
+    ep = figs["ep"]
+    # the exchange runs from the dispatch's start (0.1) to the combine's arrival (0.6)
+    assert ep["exchange_s"]["max"] == pytest.approx(0.5)
+    assert exchange_latencies(TS, sent, got) == [pytest.approx(0.5)]
+
+
+def test_contention_is_the_contended_p99_over_the_isolated_p99():
+    iso = {"ep": {"fct_s": {"p99": 0.2}, "exchange_s": {"p99": 0.5}}, "kv": {"fct_s": {"p99": 1}}}
+    mix = {"ep": {"fct_s": {"p99": 0.3}, "exchange_s": {"p99": 1.5}}, "kv": {"fct_s": {"p99": 1}}}
+    c = contention(iso, mix)
+    assert c["ep"]["fct_p99_ratio"] == pytest.approx(1.5)
+    assert c["ep"]["exchange_p99_ratio"] == pytest.approx(3.0)
+    assert c["ep"]["exchange_p99_added_s"] == pytest.approx(1.0)
+    assert c["kv"]["fct_p99_ratio"] == pytest.approx(1.0)
+
+
+def test_pauses_count_episodes_and_sum_their_modelled_time():
+    ports = {
+        "s0-eth1": {"pauses": 3, "paused_s": 0.012},
+        "h0-eth0": {"pauses": 1, "paused_s": 0.030},
+        "s1-eth2": {"pauses": 0, "paused_s": 0.0},
+    }
+    p = pause_figures(ports, dilation=120.0)
+    assert p["pause_frames"] == 4 and p["ports_paused"] == 2
+    assert p["pause_total_us"] == pytest.approx(0.042 / 120 * 1e6)
+    assert p["most_paused_port"] == "h0-eth0"
+    assert pause_figures({}, 1.0)["most_paused_port"] is None
