@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +180,25 @@ def _threshold(args: argparse.Namespace, rec: Any, ts: Any, slowest: float) -> A
 
 
 def run(args: argparse.Namespace) -> int:
+    from emulator.lab.system import LabError
+    from zcube_lab.adapters.procs import interrupt_on_stop_signals
+
+    rec, fabrics, ts = plan(args)  # every check before a lab is built
+    interrupt_on_stop_signals()
+    try:
+        return _replay_all(args, rec, fabrics, ts)
+    except (LabError, RuntimeError) as exc:
+        print(f"zcube-lab replay: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("zcube-lab replay: interrupted; the lab is torn down", file=sys.stderr)
+        return 130
+
+
+def _replay_all(args: argparse.Namespace, rec: Any, fabrics: list[Any], ts: Any) -> int:
     from emulator.replay.driver import replay, slowest_port_gbps
     from zcube_lab.core.replay.figures import contention
 
-    rec, fabrics, ts = plan(args)
     slowest = slowest_port_gbps(fabrics)
     threshold = _threshold(args, rec, ts, slowest)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
