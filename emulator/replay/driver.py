@@ -128,7 +128,9 @@ def host_plans(
     return {h: p for h, p in plans.items() if p["out"] or p["expect"]}
 
 
-def lab_for(fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path) -> Lab:
+def lab_for(
+    fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path, poll_s: float | None = None
+) -> Lab:
     """A lossless lab at the time scale, XOFF the threshold's frames at its byte scale."""
     from emulator.lab.network import Lab
     from emulator.lab.options import LabOptions
@@ -148,6 +150,7 @@ def lab_for(fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path) 
             log_dir=run_dir,
             queue=QueueModel(packets=frames),
             lossless=True,
+            **({} if poll_s is None else {"lossless_poll_s": poll_s}),
         ),
     )
 

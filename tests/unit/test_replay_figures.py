@@ -68,3 +68,24 @@ def test_pauses_count_episodes_and_sum_their_modelled_time():
     assert p["pause_total_us"] == pytest.approx(0.042 / 120 * 1e6)
     assert p["most_paused_port"] == "h0-eth0"
     assert pause_figures({}, 1.0)["most_paused_port"] is None
+
+
+def test_fidelity_holds_p50_within_10_and_p99_within_20_percent():
+    from zcube_lab.core.replay.figures import fidelity
+
+    ok = fidelity({"p50": 1.09, "p99": 2.39}, {"p50": 1.0, "p99": 2.0})
+    assert ok["within"] and ok["p50"] == pytest.approx(1.09)
+    assert not fidelity({"p50": 1.11, "p99": 2.0}, {"p50": 1.0, "p99": 2.0})["within"]
+    assert not fidelity({"p50": 1.0, "p99": 2.5}, {"p50": 1.0, "p99": 2.0})["within"]
+    assert not fidelity({"p50": None, "p99": 2.0}, {"p50": 1.0, "p99": 2.0})["within"]
+
+
+def test_live_times_in_the_recording_are_set_against_the_replay():
+    ts = (
+        Transfer(0, "kv", 0.0, "h0", "h1", 1000, live_s=2.0),
+        Transfer(1, "kv", 0.0, "h2", "h1", 1000, live_s=4.0),
+    )
+    sent, got = outcomes(LINES)
+    kv = class_figures(ts, sent, got, lambda t: 1.0)["kv"]
+    assert kv["live_fct_s"]["p50"] == pytest.approx(3.0)
+    assert kv["replay_over_live"]["within"] is True

@@ -125,7 +125,7 @@ def test_busiest_window_is_the_one_with_the_most_kv_bytes_released():
 
 def test_a_runs_logs_become_real_bytes_on_modelled_time_with_ep_chains():
     hosts = {"p0": "h1", "d0": "h2"}
-    kv = [("d0", {"start": 100.0, "bytes": 1000, "engine_id": "p0", "ok": True})]
+    kv = [("d0", {"start": 100.0, "end": 100.5, "bytes": 1000, "engine_id": "p0", "ok": True})]
     ep = [
         ("d0", {"start": 101.0, "step": 0, "frames": 2, "bytes_sent": 400,
                 "bytes_received": 800, "compute_s": 0.01}),
@@ -135,6 +135,7 @@ def test_a_runs_logs_become_real_bytes_on_modelled_time_with_ep_chains():
     rec = recording_from_logs(kv, ep, hosts, {"d0": ("h3", "h4")}, 4000.0, 2.0, (*HOSTS, "h4"))
     pull = rec.transfers[0]
     assert (pull.cls, pull.src, pull.dst, pull.start_s, pull.bytes) == ("kv", "h1", "h2", 0, 4e6)
+    assert pull.live_s == pytest.approx(0.25)  # 0.5 wall s at k = 2
     ep_ts = [t for t in rec.transfers if t.cls == "ep"]
     # step 0: 2 frames x 2 peers x (dispatch + combine) = 8; step 1: 4
     assert len(ep_ts) == 12

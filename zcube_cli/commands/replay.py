@@ -249,6 +249,10 @@ def _print(name: str, entry: dict[str, Any]) -> None:
         if "exchange_s" in row:
             ex = row["exchange_s"]
             line += f"; exchange p50 {_us(ex['p50'])} µs p99 {_us(ex['p99'])} µs"
+        fid = row.get("replay_over_live")
+        if fid and fid.get("p50") is not None:
+            verdict = "within 10%/20%" if fid["within"] else "outside 10%/20%"
+            line += f"; replay/live p50 {fid['p50']:.2f} p99 {fid['p99']:.2f} ({verdict})"
         ratio = entry.get("contention", {}).get(cls, {})
         if ratio:
             line += "; contended/isolated p99 " + ", ".join(

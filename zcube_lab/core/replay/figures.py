@@ -2,7 +2,8 @@
 
 From the agents' lines (when each transfer left, when its last byte arrived) and the recording:
 - completion times (FCT: last byte arrived - started), their p50/p99/max and their ratio to the
-  transfer's ideal time alone on the fabric (`ideal_s`);
+  transfer's ideal time alone on the fabric (`ideal_s`); where the recording has the live run's
+  times (`live_s`), those and the replay's p50 and p99 over them (`fidelity`);
 - the EP exchange latency (the draft's EP_alltoall_latency): an exchange from its first
   dispatch's start to its last combine's arrival;
 - transfers that never completed (a lost datagram is not retransmitted);
@@ -73,9 +74,34 @@ def class_figures(
             "fct_s": spread(fct),
             "fct_over_ideal": spread(ratio),
         }
+        live = [t.live_s for t in ts if t.live_s is not None]
+        if live:
+            row["live_fct_s"] = spread(live)
+            row["replay_over_live"] = fidelity(row["fct_s"], row["live_fct_s"])
         if cls == "ep":
             row["exchange_s"] = spread(exchange_latencies(ts, sent, got))
         out[cls] = row
+    return out
+
+
+# A replay at a live run's own resolution reproduces the run when its completion times' p50 is
+# within 10% of the live run's and its p99 within 20% (issue 45 item 4a).
+FIDELITY_P50, FIDELITY_P99 = 0.10, 0.20
+
+
+def fidelity(replayed: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """The replay's p50 and p99 over the live run's, and whether both are within the bounds."""
+    out: dict[str, Any] = {}
+    ok = True
+    for q, bound in (("p50", FIDELITY_P50), ("p99", FIDELITY_P99)):
+        a, b = replayed.get(q), live.get(q)
+        if a is None or not b:
+            out[q] = None
+            ok = False
+            continue
+        out[q] = a / b
+        ok = ok and abs(a / b - 1) <= bound
+    out["within"] = ok
     return out
 
 

@@ -7,7 +7,8 @@ leader (`ep-<engine>.jsonl`: wall `start`, `bytes_sent`, `bytes_received`, `fram
 - times: wall seconds since the run's first logged event, over the run's dilation k;
 - bytes: lab bytes times the run's bandwidth scale (real bytes);
 - a KV pull: one transfer prefill host -> decode host (the decode pulls; the bytes flow from
-  the prefill), released at its recorded start;
+  the prefill), released at its recorded start, with the time the live pull took (`live_s`,
+  modelled) for a replay at the run's own scale to be set against;
 - an EP step of F frames over P peers: per frame a dispatch leader -> each peer of
   bytes_sent / (F P) and a combine each peer -> leader of bytes_received / (F P); a combine
   follows its dispatch (the experts' compute is not logged: 0 here, stated); frame f + 1's
@@ -61,7 +62,10 @@ def recording_from_logs(
         if nbytes <= 0 or r.get("start") is None or src is None or dst is None or src == dst:
             continue
         start = modelled(float(r["start"]))
-        out.append(Transfer(len(out), "kv", start, src, dst, nbytes * bandwidth_scale))
+        live = None
+        if r.get("ok", True) and r.get("end") is not None:
+            live = (float(r["end"]) - float(r["start"])) / dilation
+        out.append(Transfer(len(out), "kv", start, src, dst, nbytes * bandwidth_scale, live_s=live))
     by_leader: dict[str, list[Row]] = {}
     for leader, r in ep:
         by_leader.setdefault(leader, []).append(r)

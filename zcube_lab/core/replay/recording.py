@@ -43,6 +43,7 @@ class Transfer:
     after: tuple[int, ...] = ()
     gap_s: float = 0.0
     exchange: str = ""  # the EP exchange (engine/step/frame) it belongs to; "" for KV
+    live_s: float | None = None  # how long it took in the live run (modelled), when logged
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -58,6 +59,8 @@ class Transfer:
             out["gap_s"] = round(self.gap_s, 9)
         if self.exchange:
             out["exchange"] = self.exchange
+        if self.live_s is not None:
+            out["live_s"] = round(self.live_s, 9)
         return out
 
     @staticmethod
@@ -72,6 +75,7 @@ class Transfer:
             after=tuple(int(a) for a in row.get("after", ())),
             gap_s=float(row.get("gap_s", 0.0)),
             exchange=str(row.get("exchange", "")),
+            live_s=None if row.get("live_s") is None else float(row["live_s"]),
         )
 
 
