@@ -127,12 +127,17 @@ def main() -> int:
                 for rep in range(args.repeat):
                     b0, t0 = busy_cores()
                     w0 = time.monotonic()
-                    res = replay(rec, fabric, ts, th, run_dir / str(rep), lab=lab, progress=lambda _m: None)  # fmt: skip
+                    res = replay(
+                        rec, fabric, ts, th, run_dir / str(rep), lab=lab, progress=lambda _m: None
+                    )
                     wall = time.monotonic() - w0
                     b1, t1 = busy_cores()
                     span = max(
                         (row["fct_s"]["max"] or 0.0) for row in res["classes"].values()
                     ) + max((t.start_s for t in rec.transfers), default=0.0)
+                    figs = {
+                        k: (None if v is None else round(v, 2)) for k, v in figures_of(res).items()
+                    }
                     row = {
                         "fabric": kind,
                         "frame_us": rung,
@@ -146,9 +151,9 @@ def main() -> int:
                         "modelled_span_s": span,
                         "wall_per_modelled_s": round(wall / span, 1) if span else None,
                         "busy_cores": round((b1 - b0) / (t1 - t0) * 2, 2) if t1 > t0 else None,
-                        **{k: (None if v is None else round(v, 2)) for k, v in figures_of(res).items()},
+                        **figs,
                         "incomplete": sum(r["incomplete"] for r in res["classes"].values()),
-                    }  # fmt: skip
+                    }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             finally:
@@ -158,7 +163,8 @@ def main() -> int:
         print(line)
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / f"ladder-{scenario}.json"
-    out.write_text(json.dumps({"scenario": scenario, "rows": rows, "convergence": conv["table"]}, indent=2) + "\n")  # fmt: skip
+    doc = {"scenario": scenario, "rows": rows, "convergence": conv["table"]}
+    out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"written: {out}")
     return 0
 
