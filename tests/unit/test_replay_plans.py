@@ -61,3 +61,39 @@ def test_an_incast_spreads_its_senders_starts_within_the_window():
         incast(hosts, "h5", 16, 1e6)
     with pytest.raises(ConfigError, match="receiver"):
         incast(hosts, "h99", 2, 1e6)
+
+
+def test_the_ep_kv_mix_chains_each_members_layers_and_loads_kv_as_asked():
+    from zcube_lab.core.replay.chains import schedule
+    from zcube_lab.core.replay.synthetic import ep_kv_mix
+
+    hosts = [f"h{i}" for i in range(16)]
+    group = ["h0", "h1", "h2", "h3"]
+    rec = ep_kv_mix(hosts, group, ["h8", "h9"], kv_load=0.0, layers=2, gap_s=1e-6)
+    ep = [t for t in rec.transfers if t.cls == "ep"]
+    assert len(ep) == 2 * 4 * 3 * 2  # layers x members x peers x (dispatch, combine)
+    # per pair: 128 tokens x 8 experts / 4 members = 256 tokens; FP8 + a 4-byte scale per 128
+    assert ep[0].bytes == pytest.approx(256 * (7168 + 224)) and ep[1].bytes == 256 * 7168 * 2
+    # each transfer follows transfers into its own source: the agents keep chains locally
+    ids = {t.id: t for t in rec.transfers}
+    assert all(ids[a].dst == t.src for t in rec.transfers for a in t.after)
+    # uncontended, a layer is one dispatch, one combine, then the gap (each 1 s here)
+    timed = schedule(rec.transfers, lambda t: 1.0)
+    second = [t for t in ep if t.exchange == "ep/l1" and t.after != () and t.src == "h0"]
+    assert timed[second[0].id].start_s == pytest.approx(2.0 + 1e-6)
+    mixed = ep_kv_mix(hosts, group, ["h8", "h9"], kv_load=0.5, layers=20, seed=2)
+    kv = [t for t in mixed.transfers if t.cls == "kv"]
+    span = 20 * mixed.meta["layer_s"]
+    offered = sum(t.bytes for t in kv) * 8 / span / (4 * 400e9)
+    assert 0.2 < offered < 0.9  # Poisson around the 0.5 asked for
+    assert {t.dst for t in kv} <= set(group) and {t.src for t in kv} <= {"h8", "h9"}
+
+
+def test_a_victim_shares_the_first_senders_nic_and_goes_elsewhere():
+    from zcube_lab.core.replay.synthetic import victim
+
+    hosts = [f"h{i}" for i in range(16)]
+    rec = victim(hosts, "h5", ["h0", "h1", "h2"], ("h0", "h8"), 16e6, 64e6)
+    assert [t.cls for t in rec.transfers] == ["kv", "kv", "kv", "other"]
+    with pytest.raises(ConfigError, match="elsewhere"):
+        victim(hosts, "h5", ["h0"], ("h0", "h5"), 1e6, 1e6)
