@@ -11,8 +11,8 @@ as many back; `emulator.probes.epprobe`). The fixed cost is the median of a
 it), `ratio = (median - fixed) / ideal` and whether that is within 20%. Needs root; about a
 minute with the defaults.
 
-    sudo .venv/bin/python bench/alltoall_fidelity.py
-    sudo .venv/bin/python bench/alltoall_fidelity.py --fabrics zcube,roft,clos --out a2a.json
+    sudo .venv/bin/python -m bench.alltoall_fidelity
+    sudo .venv/bin/python -m bench.alltoall_fidelity --fabrics zcube,roft,clos --out a2a.json
 """
 
 from __future__ import annotations
@@ -25,19 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.experiment.comparison import fabric_specs  # noqa: E402
-from emulator.probes.epprobe import (  # noqa: E402
+from emulator.experiment.comparison import fabric_specs
+from emulator.probes.epprobe import (
     ALLTOALL_TOLERANCE,
     EP_GROUP,
     alltoall_fidelity,
 )
-from emulator.probes.fidelity import Fidelity, fidelity_table  # noqa: E402
-from emulator.probes.hostprobe import running_lab  # noqa: E402
-from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
-from zcube_lab.core.fabric.builders import BUILDERS, build_fabric  # noqa: E402
+from emulator.probes.fidelity import Fidelity, fidelity_table
+from emulator.probes.hostprobe import running_lab
+from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
 
 SIZES = "10e3,100e3,300e3,1e6,3e6"
 

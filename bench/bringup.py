@@ -4,7 +4,7 @@ Prints, for ZCube n=4,6,8 and ROFT with the same GPU counts, seconds to build, t
 rule installed and to pass the all-pairs reachability check (median of --repeat runs), then
 iperf3 goodput on an uncontended path against the configured rate. Needs root.
 
-    .venv/bin/python bench/bringup.py --repeat 3
+    .venv/bin/python -m bench.bringup --repeat 3
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ and the paired ratio new / old. Needs root; each fabric's paired bring-ups at on
 /tmp/zcube-heavy.lock together (a minute or two; other work interleaves between them, and a
 pair is not split by another lab), not the whole script.
 
-    .venv/bin/python bench/bringup_structure.py --repeat 3 --gpus 16 64 [--json out.json]
+    .venv/bin/python -m bench.bringup_structure --repeat 3 --gpus 16 64 [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,12 +20,9 @@ import contextlib
 import fcntl
 import json
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bringup import bring_up
 from emulator.experiment.comparison import fabric_specs

@@ -9,7 +9,7 @@ against the rate of the sender's port; and the same fabric on one machine, run a
 the same session, for the bring-up cost of going remote. Needs root on both machines.
 
     scripts/peer.sh start
-    .venv/bin/python bench/cluster.py --repeat 3 [--json bench/results/cluster.json]
+    .venv/bin/python -m bench.cluster --repeat 3 [--json bench/results/cluster.json]
 """
 
 from __future__ import annotations

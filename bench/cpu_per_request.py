@@ -1,9 +1,9 @@
 """Benchmark: CPU-seconds per request of each lab component (issue 12). One `zcube-lab run` per
 rate; which component's CPU grows fastest with load is what limits this machine. Needs root.
 
-    sudo .venv/bin/python bench/cpu_per_request.py                  # 4 and 8 req/s, 45 s each
-    sudo .venv/bin/python bench/cpu_per_request.py --rates 2,4,8,12 --fabric roft
-    sudo .venv/bin/python bench/cpu_per_request.py --drain 30       # unknown flags go to the run
+    sudo .venv/bin/python -m bench.cpu_per_request                  # 4 and 8 req/s, 45 s each
+    sudo .venv/bin/python -m bench.cpu_per_request --rates 2,4,8,12 --fabric roft
+    sudo .venv/bin/python -m bench.cpu_per_request --drain 30       # unknown flags go to the run
 
 The window is the load: from the moment the run's Locust appears until it is gone (arrivals
 plus the drain of what is in flight). Every second each lab process (`bench/procwatch.py`) is
@@ -38,18 +38,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from bench.labrun import ZCUBE, LabRun, run_argv, run_options
+from bench.procwatch import CLK_TCK, LOCUST, RUN, ProcSample, scan
+from emulator.results.summary import RunSummary
+from emulator.verdict.cpustats import CpuTimes, cpu_share, parse_proc_stat
+from emulator.verdict.judge import DATAPATH
+from zcube_lab.adapters.procs import raise_interrupt
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from bench.labrun import ZCUBE, LabRun, run_argv, run_options  # noqa: E402
-from bench.procwatch import CLK_TCK, LOCUST, RUN, ProcSample, scan  # noqa: E402
-from emulator.results.summary import RunSummary  # noqa: E402
-from emulator.verdict.cpustats import CpuTimes, cpu_share, parse_proc_stat  # noqa: E402
-from emulator.verdict.judge import DATAPATH  # noqa: E402
-from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "cpu_per_request.json"
 HELPERS = "run helpers"

@@ -1,11 +1,13 @@
 """The Open vSwitch datapath's ceiling on this machine (issue 11): iperf3 goodput and
 packets/s between two hosts on one bridge, unshaped, for each MTU and number of parallel flows.
 
-Writes bench/results/datapath.json (`emulator.lab.datapath_ceiling.DatapathResults`): `zcube-lab
-doctor` shows it and the rate guard (`LabOptions`) uses the best total at the lab's MTU.
+Writes `DatapathResults` (`emulator.lab.datapath_ceiling`) to this machine's state folder,
+/var/lib/zcube-lab/datapath.json (`$ZCUBE_LAB_MEASUREMENTS` when set): `zcube-lab doctor` shows
+it and the rate guard (`LabOptions`) uses the best total at the lab's MTU. A copy goes to
+bench/results/datapath.json, the record the docs quote (`--record`).
 Packets/s counts full-size segments (payload / (MTU - 52)). Needs root; about a minute.
 
-    sudo .venv/bin/python bench/datapath.py
+    sudo .venv/bin/python -m bench.datapath
 
 With `--rate MBPS` it measures CPU at a fixed load instead of the ceiling: iperf3 paced at MBPS in
 all, the machine's busy CPU (/proc/stat) and ovs-vswitchd's over the run, less the same lab's
@@ -44,7 +46,8 @@ from zcube_lab.core.fabric.description import FabricSpec
 # bridge, as on a same-rail or same-segment path.
 SPEC = FabricSpec.of("clos", servers=2, gpus_per_server=1, spines=1)
 HEADERS = 52  # IPv4 (20) + TCP with timestamps (32): what a full-size segment does not carry
-CPU_RESULTS_PATH = RESULTS_PATH.with_name("datapath_cpu.json")
+RECORD_PATH = Path(__file__).resolve().parent / "results" / "datapath.json"
+CPU_RESULTS_PATH = RECORD_PATH.with_name("datapath_cpu.json")
 VSWITCHD_PID = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 
 
@@ -156,7 +159,10 @@ def main() -> int:
     parser.add_argument(
         "--rate", type=float, help="CPU per Mb at this paced load (Mb/s in all), not the ceiling"
     )
-    parser.add_argument("--out", type=Path, help="JSON file to write")
+    parser.add_argument("--out", type=Path, help=f"JSON file to write (default {RESULTS_PATH})")
+    parser.add_argument(
+        "--record", type=Path, default=RECORD_PATH, help="the copy the docs quote (ceiling only)"
+    )
     args = parser.parse_args()
 
     signal.signal(signal.SIGTERM, raise_interrupt)
@@ -186,8 +192,9 @@ def main() -> int:
         datapath=datapath,
     )
     results.write(args.out)
+    results.write(args.record)
     print(table(results))
-    log(f"took {results.seconds:.0f} s; wrote {args.out}")
+    log(f"took {results.seconds:.0f} s; wrote {args.out} and {args.record}")
     return 0
 
 

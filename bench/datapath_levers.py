@@ -2,8 +2,8 @@
 lever, side by side in one run (issue 20, item 1). Needs root; about 1.5 minutes per lever and
 repeat.
 
-    sudo .venv/bin/python bench/datapath_levers.py                        # every lever, once
-    sudo .venv/bin/python bench/datapath_levers.py --repeats 3 --seconds 30 --out levers.json
+    sudo .venv/bin/python -m bench.datapath_levers                        # every lever, once
+    sudo .venv/bin/python -m bench.datapath_levers --repeats 3 --seconds 30 --out levers.json
 
 Each lever is a fresh 16-GPU ZCube lab (n=4: 8 switches, 64 switch ports; 100 Mb/s NICs,
 ecmp, MTU 9000) under one fixed load: `--flows` paced TCP flows (iperf3 `-b --rate` each) from
@@ -60,10 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.datapath_ports import (  # noqa: E402
+from bench.datapath_ports import (
     DPDK_HUGEPAGES,
     apply_port_type,
     hugepages,
@@ -71,15 +68,15 @@ from bench.datapath_ports import (  # noqa: E402
     qdisc_share,
     switch_qdisc_sent,
 )
-from emulator.lab import ovs, ovsbridges  # noqa: E402
-from emulator.lab.network import Lab  # noqa: E402
-from emulator.lab.options import LabOptions  # noqa: E402
-from emulator.lab.system import LabError  # noqa: E402
-from zcube_lab.adapters.ports import free_port  # noqa: E402
-from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
-from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.core.fabric.description import Fabric, FabricSpec  # noqa: E402
-from zcube_lab.core.fabric.scale import Scale  # noqa: E402
+from emulator.lab import ovs, ovsbridges
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
+from emulator.lab.system import LabError
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.scale import Scale
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ONE_BRIDGE = FabricSpec.of("clos", servers=2, gpus_per_server=1, spines=1)

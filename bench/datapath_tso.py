@@ -15,8 +15,8 @@ Variants (`--variants`): `off` (today: offloads off on every interface, TSO not 
 `gso_max_size N` on every interface). Interleaved over `--repeats`; medians with [min-max].
 Needs root; about 15 s per variant and repeat.
 
-    sudo .venv/bin/python bench/datapath_tso.py
-    sudo .venv/bin/python bench/datapath_tso.py --rate 200 --variants off,tso-65536
+    sudo .venv/bin/python -m bench.datapath_tso
+    sudo .venv/bin/python -m bench.datapath_tso --rate 200 --variants off,tso-65536
 """
 
 from __future__ import annotations
@@ -34,11 +34,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.lab import ovs  # noqa: E402
-from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
+from emulator.lab import ovs
+from zcube_lab.adapters.procs import raise_interrupt
 
 MTU = 9000
 NS = ("zcl-tso-a", "zcl-tso-b")

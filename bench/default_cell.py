@@ -1,7 +1,7 @@
 """Benchmark report: the default comparison (what `scripts/main.sh` runs) kept as data, so
-docs/RESULTS.md's table of it regenerates (`python bench/map_tables.py --table default`).
+docs/RESULTS.md's table of it regenerates (`python -m bench.map_tables --table default`).
 
-    .venv/bin/python bench/default_cell.py results/compare-YYYYMMDD-HHMMSS \\
+    .venv/bin/python -m bench.default_cell results/compare-YYYYMMDD-HHMMSS \\
         --out bench/results/default/default.json
 
 Reads the comparison's `comparison.json` (its runs and baseline) and every run's `summary.json`
@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.results.compare_metrics import figure, shown_metrics  # noqa: E402
-from emulator.results.summary import RunSummary  # noqa: E402
+from emulator.results.compare_metrics import figure, shown_metrics
+from emulator.results.summary import RunSummary
 
 VICTIM_LABELS = ("lossless pauses", "EP exchanges behind KV pauses")  # from `victims`
 

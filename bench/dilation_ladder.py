@@ -25,11 +25,13 @@ a wait of the model's order and the same at every k is what it checks.
 The wall time of a run grows with k, so the default points are small: ZCube n=2 (4 GPU hosts:
 2 prefill, 2 decode), coding-agent, 20 modelled seconds of arrivals. Results are merged into
 `--out` by (point, k, seed), so the ladder can be run in pieces (e.g. `--ks 1,2` then `--ks 4`)
-and `--report` prints the table from what was saved.
+and `--report` prints the table from what was saved. The verdict alone (points and validated k)
+also goes to `--ladder`, the package data `zcube-lab run` quotes to a dilated run
+(`zcube_lab/data/dilation_ladder.json`, read by `emulator.results.dilation.read_ladder`).
 
-    sudo .venv/bin/python bench/dilation_ladder.py --points light --ks 1,2,4 --seeds 1,2
-    sudo .venv/bin/python bench/dilation_ladder.py --points heavy --ks 1,2,4 --seeds 1,2
-    .venv/bin/python bench/dilation_ladder.py --report
+    sudo .venv/bin/python -m bench.dilation_ladder --points light --ks 1,2,4 --seeds 1,2
+    sudo .venv/bin/python -m bench.dilation_ladder --points heavy --ks 1,2,4 --seeds 1,2
+    .venv/bin/python -m bench.dilation_ladder --report
 """
 
 from __future__ import annotations
@@ -49,15 +51,15 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.labrun import LabRun
+from emulator.prometheus.config import scrape_config
+from emulator.prometheus.server import PrometheusServer
+from emulator.results.dilation import LADDER_FILE
+from emulator.results.summary import RunSummary
+from emulator.verdict.combine import Judged, all_trustworthy, over_runs
+from zcube_lab.adapters.procs import raise_interrupt
 
-from bench.labrun import LabRun  # noqa: E402
-from emulator.prometheus.config import scrape_config  # noqa: E402
-from emulator.prometheus.server import PrometheusServer  # noqa: E402
-from emulator.results.summary import RunSummary  # noqa: E402
-from emulator.verdict.combine import Judged, all_trustworthy, over_runs  # noqa: E402
-from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "bench" / "results" / "dilation_ladder.json"
 
@@ -329,7 +331,12 @@ def _row(point: str, k: float, seed: int, summary: RunSummary, duration: float, 
     t = summary.transfers
     c = summary.client
     records = [json.loads(x) for x in (summary.dir / "requests.jsonl").read_text().splitlines()]
-    ends = [r["wall_time"] + (r.get("e2e_s") or 0) * k for r in records if r.get("wall_time")]
+    # A record's e2e is modelled (the load generator's); it ended that long later on the wall.
+    ends = [
+        r["wall_time"] + summary.clock.wall(r.get("e2e_s") or 0)
+        for r in records
+        if r.get("wall_time")
+    ]
     queue, compute = prefill_means(summary.dir, max(ends, default=time.time()) + 5)
     prefills = len(list((summary.dir / "logs").glob("prefill-*.log")))
     return Row(
@@ -388,8 +395,10 @@ def _read(path: Path) -> list[Row]:
     return [Row.from_dict(r) for r in json.loads(path.read_text())["rows"]]
 
 
-def _write(path: Path, rows: Sequence[Row]) -> None:
-    doc = {
+def ladder(rows: Sequence[Row]) -> dict[str, Any]:
+    """What the library quotes to a dilated run (`emulator.results.dilation.read_ladder`): the
+    points and the smallest k accepted for each, without the runs behind them."""
+    return {
         "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "points": {
             name: {
@@ -400,9 +409,14 @@ def _write(path: Path, rows: Sequence[Row]) -> None:
             for name, p in POINTS.items()
         },
         "validated_k": {p: validated_k(rows, p) for p in sorted({r.point for r in rows})},
-        "rows": [asdict(r) for r in rows],
     }
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _write(path: Path, ladder_path: Path, rows: Sequence[Row]) -> None:
+    """The runs and their verdict to `path`; the verdict alone to `ladder_path` (package data)."""
+    verdict = ladder(rows)
+    path.write_text(json.dumps({**verdict, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    ladder_path.write_text(json.dumps(verdict, indent=2) + "\n")
 
 
 def main() -> int:
@@ -414,6 +428,9 @@ def main() -> int:
     parser.add_argument("--drain", type=float, default=20.0, help="modelled s to finish")
     parser.add_argument("--results", type=Path, default=ROOT / "results" / "dilation-ladder")
     parser.add_argument("--out", type=Path, default=RESULTS, help="merged results (JSON)")
+    parser.add_argument(
+        "--ladder", type=Path, default=Path(str(LADDER_FILE)), help="the verdict the lab quotes"
+    )
     parser.add_argument("--report", action="store_true", help="print the saved ladder only")
     args, extra = parser.parse_known_args()
     saved = _read(args.out)
@@ -435,7 +452,7 @@ def main() -> int:
                     if row is None:  # a broken run: the next ones would break the same way
                         return 1
                     new.append(row)
-                    _write(args.out, merge(saved, new))
+                    _write(args.out, args.ladder, merge(saved, new))
                     print(
                         f"  TTFT p50 {_ms(row.ttft_p50_s)} ms, KV p50 {_ms(row.kv_p50_s)} ms,"
                         f" trustworthy {row.trustworthy}, {row.wall_s:.0f} s wall",

@@ -3,11 +3,11 @@
 `sweep.json`), once with `--ep-ports all` and once with `--ep-ports one`, the two sweeps' runs
 interleaved, each run under /tmp/zcube-heavy.lock so other work can run between them.
 
-    .venv/bin/python bench/ep_ports_cell.py --fabrics zcube,roft --rates 0.5,1,2 --repeat 3 \\
+    .venv/bin/python -m bench.ep_ports_cell --fabrics zcube,roft --rates 0.5,1,2 --repeat 3 \\
         --results results/ep-ports
-    .venv/bin/python bench/map_cell.py --name ep-ports-all results/ep-ports/sweep-all \\
+    .venv/bin/python -m bench.map_cell --name ep-ports-all results/ep-ports/sweep-all \\
         --out bench/results/map/ep-ports-all.json    # and the same for sweep-one
-    .venv/bin/python bench/ep_ports_cell.py --fabrics zcube,roft --modes all,all+dbo,all+nl1 \\
+    .venv/bin/python -m bench.ep_ports_cell --fabrics zcube,roft --modes all,all+dbo,all+nl1 \\
         --results results/ep-wire      # the modelling choices of the wire, side by side
 
 A mode is the `--ep-ports` value, then `+dbo` (dual-batch overlap on) and `+nlN` (each token
@@ -23,28 +23,24 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from itertools import zip_longest
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.experiment.comparison import (  # noqa: E402
+from emulator.experiment.comparison import (
     PlannedRun,
     fabric_specs,
     plan_variants,
     run_planned,
 )
-from emulator.experiment.launcher import RunResult  # noqa: E402
-from emulator.experiment.runconfig import RunConfig, profile_fallback  # noqa: E402
-from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep  # noqa: E402
-from emulator.results.goodput import parse_slo  # noqa: E402
-from emulator.results.sweeppoints import RunPoint, SweepResult  # noqa: E402
-from zcube_lab.core.fabric.placement import LayoutSpec  # noqa: E402
-from zcube_lab.core.options import from_args  # noqa: E402
+from emulator.experiment.launcher import RunResult
+from emulator.experiment.runconfig import RunConfig, profile_fallback
+from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep
+from emulator.results.goodput import parse_slo
+from emulator.results.sweeppoints import RunPoint, SweepResult
+from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.core.options import from_args
 
 LOCK = Path("/tmp/zcube-heavy.lock")
 WORKLOAD = "rail-aligned"

@@ -9,7 +9,7 @@ honest reply, 8,192 tokens of the tiny profile, streams or returns within about 
 whose connection drops is counted apart. Prints one summary line and writes
 bench/results/fuzz_gateway.json (`FuzzResult`). CPU-bound: run it niced.
 
-    nice -n 19 .venv/bin/python bench/fuzz_gateway.py --cases 10000
+    nice -n 19 .venv/bin/python -m bench.fuzz_gateway --cases 10000
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import argparse
 import datetime
 import http.client
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,9 +28,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from fuzz_requests import (  # noqa: E402
+from tests.fuzz_requests import (
     GATEWAY_CASES,
     MALFORMED_ERROR,
     PATHS,
@@ -42,7 +39,9 @@ from fuzz_requests import (  # noqa: E402
     post,
     reply_problem,
 )
-from serving_fixtures import threaded_apps  # noqa: E402
+from tests.serving_fixtures import threaded_apps
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS_PATH = ROOT / "bench" / "results" / "fuzz_gateway.json"
 # Bad cases kept in the result, per kind, to reproduce them by hand.

@@ -1,8 +1,8 @@
 """Benchmark: Python's garbage-collector pauses in the role processes, with the start-up heap
 frozen (`serving.gcpause.freeze_heap`, as the roles run) and without, side by side.
 
-    .venv/bin/python bench/gc_pauses.py                        # 3 alternating repeats each
-    .venv/bin/python bench/gc_pauses.py --repeats 5 --requests 400 --rate 8
+    .venv/bin/python -m bench.gc_pauses                        # 3 alternating repeats each
+    .venv/bin/python -m bench.gc_pauses --repeats 5 --requests 400 --rate 8
 
 First, in this process: the time of one full (generation 2) collection with the role modules
 imported, before and after `gc.freeze()` (median of 5). Then each repeat starts the loopback
@@ -15,7 +15,7 @@ engine's steps and how many woke more than a quarter of their modelled step late
 `sitecustomize` first on the roles' PYTHONPATH makes `gc.freeze` do nothing. Figures are medians
 over the repeats with the lowest and highest. Writes bench/results/gc_pauses.json.
 
-    .venv/bin/python bench/gc_pauses.py --lab "--fabric zcube --n 2 --workload coding-agent \
+    .venv/bin/python -m bench.gc_pauses --lab "--fabric zcube --n 2 --workload coding-agent \
         --rate 1 --duration 15 --drain 20 --kv-transport mrc"
 
 instead runs one lab run (root) with every process recording its collections, and prints for
@@ -38,14 +38,13 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.table import Table
+
+from bench.serving_cpu import drive, variant_cluster
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from bench.serving_cpu import drive, variant_cluster  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "gc_pauses.json"
 VARIANTS = ("frozen", "unfrozen")

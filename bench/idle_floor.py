@@ -1,6 +1,6 @@
 """Benchmark: the CPU floor of an idle lab, per process (issue 34 item 3).
 
-    flock /tmp/zcube-heavy.lock .venv/bin/python bench/idle_floor.py --fabric zcube \\
+    flock /tmp/zcube-heavy.lock .venv/bin/python -m bench.idle_floor --fabric zcube \\
         [--lossless] [--dilation 16] [--window 30] [--repeat 3] [--ovs KEY=VALUE ...]
 
 Brings a lab up and serving as a run starts it (`emulator.experiment.launcher.Launcher`: the
@@ -35,23 +35,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.procwatch import CLK_TCK, ProcSample, scan  # noqa: E402
-from emulator.experiment.launcher import Launcher  # noqa: E402
-from emulator.experiment.plan import plan_run  # noqa: E402
-from emulator.experiment.runconfig import RunConfig  # noqa: E402
-from emulator.lab.lossless import AgentPlan  # noqa: E402
-from emulator.lab.losslessproc import stop_agent, wait_watching  # noqa: E402
-from emulator.lab.network import Lab  # noqa: E402
-from emulator.verdict.cpustats import (  # noqa: E402
+from bench.procwatch import CLK_TCK, ProcSample, scan
+from emulator.experiment.launcher import Launcher
+from emulator.experiment.plan import plan_run
+from emulator.experiment.runconfig import RunConfig
+from emulator.lab.lossless import AgentPlan
+from emulator.lab.losslessproc import stop_agent, wait_watching
+from emulator.lab.network import Lab
+from emulator.verdict.cpustats import (
     cpu_share,
     parse_proc_stat,
     parse_task_stat,
 )
-from emulator.verdict.judge import DATAPATH  # noqa: E402
-from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
+from emulator.verdict.judge import DATAPATH
+from zcube_lab.core.fabric.description import FabricSpec
 
 FABRICS = {
     "zcube": FabricSpec.of("zcube", n=8),

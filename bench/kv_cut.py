@@ -13,9 +13,9 @@ MRC-style datagram transport (`serving.kvwire.mrc`) instead of TCP; its rows als
 bytes the sender retransmitted. Every row gives the puller's CPU per Mb pulled (the puller
 process only: the prefill side's sender is not counted).
 
-    sudo .venv/bin/python bench/kv_cut.py                       # zcube, roft, roft 2 planes
-    sudo .venv/bin/python bench/kv_cut.py --fabrics zcube --policies ff,spray --repeat 5
-    sudo .venv/bin/python bench/kv_cut.py --fabrics roft-2planes --policies ecmp,spray,mrc
+    sudo .venv/bin/python -m bench.kv_cut                       # zcube, roft, roft 2 planes
+    sudo .venv/bin/python -m bench.kv_cut --fabrics zcube --policies ff,spray --repeat 5
+    sudo .venv/bin/python -m bench.kv_cut --fabrics roft-2planes --policies ecmp,spray,mrc
 """
 
 from __future__ import annotations
@@ -28,13 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.probes.cutprobe import cut_during_pull  # noqa: E402
-from emulator.results.report import median_spread  # noqa: E402
-from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
+from emulator.probes.cutprobe import cut_during_pull
+from emulator.results.report import median_spread
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
 
 FABRICS = {
     "zcube": FabricSpec.of("zcube", n=4),

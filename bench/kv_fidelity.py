@@ -12,9 +12,9 @@ NIC ports the pull can use), `ratio = (median - fixed) / ideal` and whether that
 10%. Needs root; about 2-3 minutes with the defaults (most of it the 25 MB pulls and three lab
 bring-ups).
 
-    sudo .venv/bin/python bench/kv_fidelity.py                  # zcube (both modes), roft
-    sudo .venv/bin/python bench/kv_fidelity.py --fabrics zcube,roft,clos --repeat 5 --out kv.json
-    sudo .venv/bin/python bench/kv_fidelity.py --transport mrc --modes disjoint
+    sudo .venv/bin/python -m bench.kv_fidelity                  # zcube (both modes), roft
+    sudo .venv/bin/python -m bench.kv_fidelity --fabrics zcube,roft,clos --repeat 5 --out kv.json
+    sudo .venv/bin/python -m bench.kv_fidelity --transport mrc --modes disjoint
 
 `--transport mrc` pulls over the MRC-style transport (16 EVs per address, each leg paced at 95%
 of its NIC port, on a lab with the EV rules): its ideal is still bytes / path rate, so the
@@ -31,15 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.experiment.comparison import fabric_specs  # noqa: E402
-from emulator.probes.fidelity import Fidelity, fidelity_table  # noqa: E402
-from emulator.probes.hostprobe import running_lab  # noqa: E402
-from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, PATH_MODES, kv_fidelity  # noqa: E402
-from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
-from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
+from emulator.experiment.comparison import fabric_specs
+from emulator.probes.fidelity import Fidelity, fidelity_table
+from emulator.probes.hostprobe import running_lab
+from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, PATH_MODES, kv_fidelity
+from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.core.fabric.builders import build_fabric
 
 SIZES = "100e3,300e3,1e6,3e6,10e6,25e6"
 

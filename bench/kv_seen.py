@@ -2,7 +2,7 @@
 as they ran (`emulator.results.transfers.kv_seen_busy`) beside the busiest link's mean over the
 load that the rule judged before 2026-12-06.
 
-    .venv/bin/python bench/kv_seen.py RUN_DIR [RUN_DIR ...] [--out bench/results/kv-seen.json]
+    .venv/bin/python -m bench.kv_seen RUN_DIR [RUN_DIR ...] [--out bench/results/kv-seen.json]
 
 Rebuilds each run's fabric, scale and placement from its `config.json`, reads its decode
 engines' KV logs and the switch ports' byte counters that `series.json` kept (every 2 s of the
@@ -16,27 +16,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.victims_of import placement_of  # noqa: E402
-from emulator.results.linkstats import port_capacity_bps  # noqa: E402
-from emulator.results.transfers import (  # noqa: E402
+from bench.victims_of import placement_of
+from emulator.results.linkstats import port_capacity_bps
+from emulator.results.transfers import (
     KV_LOG_PREFIX,
     Samples,
     kv_seen_busy,
     pull_links,
     read_logs,
 )
-from emulator.verdict.limits import Limits  # noqa: E402
-from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
-from zcube_lab.core.fabric.scale import Scale  # noqa: E402
+from emulator.verdict.limits import Limits
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.scale import Scale
 
 DIRECTIONS = {"zcube_port_tx_bytes_total": "tx", "zcube_port_rx_bytes_total": "rx"}
 

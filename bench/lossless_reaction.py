@@ -23,7 +23,7 @@ figure can fall below the true one: the end-to-end column is the measurement.
 
 Needs root; about 10 s. Run under the lab's heavy lock on a shared machine:
 
-    flock /tmp/zcube-heavy.lock env PYTHONPATH=$PWD .venv/bin/python bench/lossless_reaction.py
+    flock /tmp/zcube-heavy.lock .venv/bin/python -m bench.lossless_reaction
 """
 
 from __future__ import annotations

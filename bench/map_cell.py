@@ -1,6 +1,6 @@
 """Benchmark report: one cell of the map (issue 22 item 6) from the sweeps that measured it.
 
-    .venv/bin/python bench/map_cell.py --name coding-agent results/sweep-A [results/sweep-B ...] \\
+    .venv/bin/python -m bench.map_cell --name coding-agent results/sweep-A [results/sweep-B ...] \\
         --out bench/results/map/coding-agent.json
 
 Reads each sweep folder's `sweep.json` and its runs' `summary.json` (a cell may merge sweeps
@@ -30,17 +30,13 @@ import argparse
 import collections
 import json
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.sensitivity import figures  # noqa: E402
-from emulator.results.capacity import fabric_capacities  # noqa: E402
-from emulator.results.sweeppoints import SWEEP_FILE, RunPoint  # noqa: E402
+from bench.sensitivity import figures
+from emulator.results.capacity import fabric_capacities
+from emulator.results.sweeppoints import SWEEP_FILE, RunPoint
 
 
 def check_seeds(seeds: dict[int, dict[str, int]]) -> None:

@@ -1,16 +1,19 @@
 """Benchmark report: docs/RESULTS.md's map tables, regenerated from the committed JSON
 (issue 33 item 5).
 
-    .venv/bin/python bench/map_tables.py --table default      # the default comparison's table
-    .venv/bin/python bench/map_tables.py --table summary      # the first screen's table
-    .venv/bin/python bench/map_tables.py --table map          # the map's table
-    .venv/bin/python bench/map_tables.py --table kv-heavy     # one cell's table, per fabric
-    .venv/bin/python bench/map_tables.py --table gpu-production  # tokens per GPU, EP, victims
-    .venv/bin/python bench/map_tables.py --table compare-NAME # bench/results/compare/NAME.json
-    .venv/bin/python bench/map_tables.py --table victim-flow  # issue 36's victim-flow bench
-    .venv/bin/python bench/map_tables.py --table ep-choices   # the EP wire's modelling choices
-    .venv/bin/python bench/map_tables.py --table kv-seen      # the KV-pull rule re-read
-    .venv/bin/python bench/map_tables.py --write              # rewrite every generated block
+    .venv/bin/python -m bench.map_tables --table answer       # RESULTS.md's current answer
+    .venv/bin/python -m bench.map_tables --table status-ROW   # a cell page's status row
+    .venv/bin/python -m bench.map_tables --table default      # the default comparison's table
+    .venv/bin/python -m bench.map_tables --table summary      # the old map's summary table
+    .venv/bin/python -m bench.map_tables --table map          # the old map's table
+    .venv/bin/python -m bench.map_tables --table kv-heavy     # one cell's table, per fabric
+    .venv/bin/python -m bench.map_tables --table gpu-production  # tokens per GPU, EP, victims
+    .venv/bin/python -m bench.map_tables --table compare-NAME # bench/results/compare/NAME.json
+    .venv/bin/python -m bench.map_tables --table victim-flow  # issue 36's victim-flow bench
+    .venv/bin/python -m bench.map_tables --table ep-choices   # the EP wire's modelling choices
+    .venv/bin/python -m bench.map_tables --table kv-seen      # the KV-pull rule re-read
+    .venv/bin/python -m bench.map_tables --write              # rewrite every generated block
+                                  # of RESULTS.md, docs/results/*.md and docs/history/*.md
 
 Reads `bench/results/victim-flow/victim-flow.json` (what `bench/victim_flow.py --out` wrote)
 for the victim-flow table, `bench/results/compare/NAME.json` (`bench/default_cell.py`) for a
@@ -21,8 +24,9 @@ here by the sweep's rule, `emulator.results.capacity`) and `NAME.json` (what
 busiest link, drops, pauses, timeouts).
 A capacity the rule calls exact is printed with its interval per seed, `met-missed`: the last
 rate met and the first missed (`< r` when the lowest rate missed; `>= r` when censored).
-In docs/RESULTS.md every generated table sits between `<!-- generated: COMMAND -->` and
-`<!-- end generated -->`; tests/unit/test_map_tables.py regenerates each and compares.
+The JSON is read by bench/map_data.py; the answer's prose is bench/answer_tables.py's.
+In docs/RESULTS.md and its pages every generated block sits between `<!-- generated: COMMAND
+-->` and `<!-- end generated -->`; tests/unit/test_map_tables.py regenerates each and compares.
 """
 
 from __future__ import annotations
@@ -30,30 +34,37 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
+from bench.answer_tables import answer, status  # noqa: E402
 from bench.default_table import default_table  # noqa: E402
 from bench.map_cell import rows as cell_rows  # noqa: E402
 from bench.map_cell import text  # noqa: E402
+from bench.map_data import (  # noqa: E402
+    COMPARES,
+    KV_SEEN,
+    MAP,
+    VICTIM_FLOW,
+    capacity_text,
+    cell_names,
+    load_cell,
+    load_runs,
+)
 from emulator.results.capacity import (  # noqa: E402
     Capacity,
-    RepeatCapacity,
     capacity,
     fabric_capacities,
 )
 from emulator.results.sweeppoints import RunPoint  # noqa: E402
 
-MAP = ROOT / "bench" / "results" / "map"
 RESULTS = ROOT / "docs" / "RESULTS.md"
-COMMAND = "python bench/map_tables.py --table"
-BEGIN = re.compile(r"<!-- generated: python bench/map_tables\.py --table (\S+) -->")
+COMMAND = "python -m bench.map_tables --table"
+BEGIN = re.compile(r"<!-- generated: python -m bench\.map_tables --table (\S+) -->")
 END = "<!-- end generated -->"
 RUN_NAME = re.compile(r"\b\d{8}-\d{6}-[a-z0-9-]+-[0-9.]+rps-r\d+\b")
 
@@ -115,42 +126,6 @@ ROWS = (
         "`$Z --gpus 64 --fabrics zcube,roft --workload kv-heavy --prefill-servers 6 --rates "
         "128,160 --repeat 2 --lossless --dilation 16 --kv-warm 4 $S`"),
 )  # fmt: skip
-
-
-def cell_names(folder: Path = MAP) -> list[str]:
-    """Every committed cell (a NAME.json beside its NAME-sweep.json)."""
-    return sorted(
-        p.stem
-        for p in folder.glob("*.json")
-        if not p.stem.endswith("-sweep") and (folder / f"{p.stem}-sweep.json").exists()
-    )
-
-
-def load_cell(name: str, folder: Path = MAP) -> dict[str, Any]:
-    """The cell's figures at its common rate (bench/map_cell.py's output)."""
-    return json.loads((folder / f"{name}.json").read_text())
-
-
-def load_runs(name: str, folder: Path = MAP) -> list[RunPoint]:
-    """Every run point the cell's sweep judged."""
-    data = json.loads((folder / f"{name}-sweep.json").read_text())
-    return [RunPoint.from_dict(r) for r in data["runs"]]
-
-
-def knee(r: RepeatCapacity) -> str:
-    """One seed's interval: `32-40` (met 32, missed 40), `< 0.5`, `>= 20`."""
-    if r.stopped_at is None:
-        return f">= {r.rate:g}"
-    if r.censored is not None:
-        return f">= {r.rate:g}, {r.stopped_at:g} untrusted"
-    if r.rate == 0:
-        return f"< {r.stopped_at:g}"
-    return f"{r.rate:g}-{r.stopped_at:g}"
-
-
-def capacity_text(cap: Capacity) -> str:
-    """`32 (seeds 32-40; 32-40)`: the rule's figure, then each seed's interval."""
-    return f"{cap.text()} (seeds {'; '.join(knee(r) for r in cap.repeats)})"
 
 
 @dataclass(frozen=True)
@@ -282,7 +257,7 @@ def cell_table(name: str, folder: Path = MAP) -> list[str]:
     for r in load_runs(name, folder):
         if not r.trustworthy:
             why = f"{r.variant} at {r.rate:g} req/s, seed {r.repeat}: {r.reason}"
-            out.append(f"- not trusted: {why}")
+            out.append(f"- untrusted: {why}")
     out.append(f"{common_rate_text(cell, 'Common rate')}, {sources_text(name, cell)}")
     return out
 
@@ -390,15 +365,10 @@ def choices_table(folder: Path = MAP) -> list[str]:
         )
     out.append("")
     out.append(
-        f"At {CHOICE_RATE:g} req/s, seeds 1-3 (the same requests on both fabrics); `*`: not "
-        "trusted by the verdict; from `bench/results/map/<cell>-sweep.json`."
+        f"At {CHOICE_RATE:g} req/s, seeds 1-3 (the same requests on both fabrics); `*`: untrusted, "
+        "the verdict rejected it; from `bench/results/map/<cell>-sweep.json`."
     )
     return out
-
-
-COMPARES = ROOT / "bench" / "results" / "compare"  # comparisons bench/default_cell.py kept
-VICTIM_FLOW = ROOT / "bench" / "results" / "victim-flow" / "victim-flow.json"
-KV_SEEN = ROOT / "bench" / "results" / "kv-seen.json"  # bench/kv_seen.py --out
 
 
 def victim_flow_table(path: Path = VICTIM_FLOW) -> list[str]:
@@ -428,10 +398,13 @@ def table(name: str, folder: Path = MAP) -> list[str]:
         return table_lines(json.loads(KV_SEEN.read_text()))
     if name == "map":
         return map_table(folder)
+    if name == "answer" or name.startswith("status-"):
+        return answer(folder) if name == "answer" else status(name[7:], folder)
     if name in cell_names(folder):
         return cell_table(name, folder)
     raise ValueError(
-        f"no table {name!r}: default, summary, map, ep-choices, kv-seen, victim-flow, "
+        f"no table {name!r}: answer, status-ROW, default, summary, map, ep-choices, kv-seen, "
+        "victim-flow, "
         f"compare-NAME or one of {', '.join(cell_names(folder))}"
     )
 
@@ -461,6 +434,13 @@ def missing_runs(doc: str, folder: Path = MAP) -> list[str]:
     return sorted({m.group(0) for m in RUN_NAME.finditer(doc)} - held)
 
 
+def generated_pages() -> list[Path]:
+    """RESULTS.md and every page under docs/results/ and docs/history/ with a generated block."""
+    files = [RESULTS, *sorted((ROOT / "docs" / "results").glob("*.md"))]
+    files += sorted((ROOT / "docs" / "history").glob("*.md"))
+    return [f for f in files if BEGIN.search(f.read_text())]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -470,7 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite docs/RESULTS.md's blocks")
     args = parser.parse_args(argv)
     if args.write:
-        RESULTS.write_text(rewrite(RESULTS.read_text()))
+        for page in generated_pages():
+            page.write_text(rewrite(page.read_text()))
         return 0
     if not args.table:
         parser.error("--table or --write")

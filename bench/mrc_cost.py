@@ -1,9 +1,9 @@
 """Benchmark: CPU per KV byte of the MRC-style transport over loopback, TCP's beside it (issue 36
 item 5, issue 34 item 5). No lab, no root.
 
-    .venv/bin/python bench/mrc_cost.py                          # mrc and tcp, 3 repeats
-    .venv/bin/python bench/mrc_cost.py --rate-mbps 200          # each mrc leg paced at 200 Mb/s
-    .venv/bin/python bench/mrc_cost.py --trees base=/work/wt-base,new=.   # two checkouts, paired
+    .venv/bin/python -m bench.mrc_cost                          # mrc and tcp, 3 repeats
+    .venv/bin/python -m bench.mrc_cost --rate-mbps 200          # each mrc leg paced at 200 Mb/s
+    .venv/bin/python -m bench.mrc_cost --trees base=/work/wt-base,new=.   # two checkouts, paired
 
 Each run starts a server process (prefill's side: `MrcServer`, or the TCP KV server on each
 address) holding one random KV buffer per size, then a client process (decode's side:
@@ -42,11 +42,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
-# A child imports the tree it was started for (--trees); the parent, this checkout.
-ROOT = Path(os.environ.get("MRC_COST_TREE") or HERE)
-sys.path.insert(0, str(ROOT))
 
 RESULTS = HERE / "bench" / "results" / "mrc_cost.json"
+PYTHONPATH = os.environ.get("PYTHONPATH", "")
 HOSTS = ("127.0.0.1", "127.0.0.2")
 TRANSPORTS = ("mrc", "tcp")
 GB = 1e9
@@ -180,7 +178,8 @@ async def pull(
 # -- the parent: runs, alternation, the table -----------------------------------------------
 def run_once(tree: Path, transport: str, args: argparse.Namespace) -> list[Pull]:
     """One server and one client process of `tree`; the client's pulls."""
-    env = {**os.environ, "MRC_COST_TREE": str(tree)}
+    # The child imports the tree it is started for (first on its path); the parent, this one.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(tree), PYTHONPATH)))}
     me = [sys.executable, str(Path(__file__).resolve())]
     common = ["--sizes", args.sizes, "--evs", str(args.evs)]
     if args.profile:

@@ -14,8 +14,8 @@ its last retransmission on a GOOD EV (*failover*: every byte the cut lost is on 
 over a good path); for both, the pull's time without and with the cut and their difference
 (*recovery*), and pulls completed with every byte verified.
 
-    sudo .venv/bin/python bench/mrc_failover.py
-    sudo .venv/bin/python bench/mrc_failover.py --fabrics zcube --repeat 5 --out rows.json
+    sudo .venv/bin/python -m bench.mrc_failover
+    sudo .venv/bin/python -m bench.mrc_failover --fabrics zcube --repeat 5 --out rows.json
 """
 
 from __future__ import annotations
@@ -28,14 +28,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.probes.cutprobe import CutResult, cut_during_pull  # noqa: E402
-from emulator.results.report import median_spread  # noqa: E402
-from zcube_lab.core.clock import Clock  # noqa: E402
-from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
+from emulator.probes.cutprobe import CutResult, cut_during_pull
+from emulator.results.report import median_spread
+from zcube_lab.core.clock import Clock
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
 
 FABRICS = {
     "roft-2planes": FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2, planes=2),

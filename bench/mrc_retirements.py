@@ -4,7 +4,7 @@ Reads each run folder's KV logs (`logs/kv-*.jsonl`: `retired_lanes` is the disti
 sender marked ASSUMED_BAD) and its `summary.json` (every shaped queue's drops, from the run's
 health evidence). The issue-36 check: a lossless run should mark 0 EVs bad with 0 drops.
 
-    python bench/mrc_retirements.py results/20261205-132259-roft-hotspot [MORE_RUNS...]
+    python -m bench.mrc_retirements results/20261205-132259-roft-hotspot [MORE_RUNS...]
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ rate, `--runs` times, and prints configured vs achieved rate (median of the runs
 lag and the CPU the load generator used. Acceptance (issue 4): achieved within 5% of
 configured from 1 to at least 100 requests/s.
 
-    .venv/bin/python bench/openloop_rate.py                   # stub endpoint, 1..150 req/s
-    .venv/bin/python bench/openloop_rate.py --target serve    # `zcube-lab serve --local` (tiny)
+    .venv/bin/python -m bench.openloop_rate                   # stub endpoint, 1..150 req/s
+    .venv/bin/python -m bench.openloop_rate --target serve    # `zcube-lab serve --local` (tiny)
 
 The default endpoint is `workloads.stubserver` in its own process (instant tokens), so what is
 measured is the load generator, not a model. Requests are chat-shaped with tiny outputs

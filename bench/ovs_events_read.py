@@ -2,7 +2,7 @@
 packet it received. The figures docs/BENCHMARKS.md gives ("What the datapath's CPU follows")
 come from here:
 
-    .venv/bin/python bench/ovs_events_read.py \
+    .venv/bin/python -m bench.ovs_events_read \
         bench/results/cpu_per_request/ovs-events-nic{100,50}.txt
 
 Counters are `coverage/show` totals at "collecting" minus at load start (`parse_coverage` of
@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.datapath_levers import parse_coverage
 

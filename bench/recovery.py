@@ -10,8 +10,8 @@ recovery times (onset to the first and to the last KV transfer hit by the fault 
 throughput back to 90% of the pre-fault rate). Saves every run under `--results` and the table
 as JSON next to them.
 
-    sudo .venv/bin/python bench/recovery.py                       # zcube,roft x 5 policies x 3
-    sudo .venv/bin/python bench/recovery.py --fabrics zcube --policies ff,spray --repeat 1
+    sudo .venv/bin/python -m bench.recovery                       # zcube,roft x 5 policies x 3
+    sudo .venv/bin/python -m bench.recovery --fabrics zcube --policies ff,spray --repeat 1
 
 The fault per fabric (`FAULTS`, or `--link roft=leaf0-spine0#0`): ZCube `a0-b1` (the prefill
 servers' A switch to a B switch, its only link: half of every KV pull towards rail-1 decode
@@ -27,10 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.experiment.comparison import (  # noqa: E402
+from emulator.experiment.comparison import (
     PlannedRun,
     Variant,
     fabric_specs,
@@ -38,12 +35,14 @@ from emulator.experiment.comparison import (  # noqa: E402
     plan_variants,
     run_planned,
 )
-from emulator.experiment.plan import RunConfig  # noqa: E402
-from emulator.results.compare_metrics import Getter, fault_figure, figure, recovery_figure  # noqa: E402
-from emulator.results.report import median_spread  # noqa: E402
-from emulator.results.summary import RunSummary  # noqa: E402
-from workloads.profiles import load_profile  # noqa: E402
-from zcube_lab.core.fabric.placement import LayoutSpec  # noqa: E402
+from emulator.experiment.plan import RunConfig
+from emulator.results.compare_metrics import Getter, fault_figure, figure, recovery_figure
+from emulator.results.report import median_spread
+from emulator.results.summary import RunSummary
+from workloads.profiles import load_profile
+from zcube_lab.core.fabric.placement import LayoutSpec
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FAULTS = {"zcube": "link a0-b1", "roft": "link leaf0-spine0", "clos": "link leaf0-spine0"}
 COLUMNS: tuple[tuple[str, Getter], ...] = (

@@ -1,7 +1,7 @@
 """Render a comparison's report.html in headless Chromium and save a screenshot, to check that a
 person sees the table and the plots (issue 4's acceptance). Needs Debian's chromium package.
 
-    .venv/bin/python bench/report_screenshot.py results/compare-*/report.html
+    .venv/bin/python -m bench.report_screenshot results/compare-*/report.html
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Benchmark: how much the lab's congestion model moves a result (issue 21 item 5).
 
-    sudo .venv/bin/python bench/sensitivity.py --workload hotspot --rate 10 \\
+    sudo .venv/bin/python -m bench.sensitivity --workload hotspot --rate 10 \\
         --fabrics zcube,roft,clos --buffer-models shared,time --modes cubic,bbr,lossless \\
         --seeds 1,2 --duration 20 --drain 20 --dilation 2 --out bench/results/sensitivity/hotspot
-    .venv/bin/python bench/sensitivity.py --out bench/results/sensitivity/hotspot --report-only
+    .venv/bin/python -m bench.sensitivity --out bench/results/sensitivity/hotspot --report-only
 
 One `zcube-lab run` per cell: a fabric under one switch buffer model (`--buffer-model`) and one
 congestion mode, `cubic` and `bbr` (lossy ports, that TCP congestion control in every host:
@@ -35,22 +35,18 @@ import json
 import re
 import signal
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from rich.console import Console
+from rich.table import Table
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from bench.labrun import ZCUBE, LabRun, run_argv  # noqa: E402
-from emulator.experiment.runconfig import run_argv_of  # noqa: E402
-from zcube_lab.core.clock import Clock  # noqa: E402
+from bench.labrun import ZCUBE, LabRun, run_argv
+from emulator.experiment.runconfig import run_argv_of
+from emulator.results.summary import RunSummary
 
 MODES = ("cubic", "bbr", "lossless")
 BUFFER_MODELS = ("port-floor", "shared", "bytes", "time")
@@ -138,7 +134,7 @@ def figures(s: dict[str, Any]) -> dict[str, float]:
         "kv_p99_ms": (tr.get("kv_xfer_p99_s") or 0.0) * 1e3,
         "ttft_p50_s": cl.get("ttft_p50_s") or 0.0,
         "ttft_p99_s": cl.get("ttft_p99_s") or 0.0,
-        "queue_ms": Clock(s["dilation"]).modelled(  # wall ms -> modelled
+        "queue_ms": RunSummary.from_dict(s).clock.modelled(  # wall ms -> modelled
             max((q.get("peak_delay_ms") or 0.0 for q in switch), default=0.0)
         ),
         "peak_link": fs.get("peak_link_util") or 0.0,

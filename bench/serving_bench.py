@@ -4,7 +4,7 @@ Starts local clusters (`serving.cluster.LocalCluster`), drives them with an aioh
 this process, and prints the median of several runs. Everything shares this machine's cores
 (the client too), so read the figures as "what this box sustains", not as a server limit.
 
-    .venv/bin/python bench/serving_bench.py [--runs 3] [--duration 5] [--concurrency 64]
+    .venv/bin/python -m bench.serving_bench [--runs 3] [--duration 5] [--concurrency 64]
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Benchmark: CPU-ms per request of the gateway, prefill and decode processes (issue 20 item 3),
 for several variants of the Python runtime side by side in one run.
 
-    .venv/bin/python bench/serving_cpu.py                                 # 4 variants x 3
-    .venv/bin/python bench/serving_cpu.py --variants stock,uvloop --repeats 5 --requests 300
+    .venv/bin/python -m bench.serving_cpu                                 # 4 variants x 3
+    .venv/bin/python -m bench.serving_cpu --variants stock,uvloop --repeats 5 --requests 300
 
 Each repeat starts the loopback cluster (`serving.cluster.LocalCluster`, as `zcube-lab serve
 --local`: one prefill, one decode, the gateway, KV over 127.0.0.1 and 127.0.0.2) once per
@@ -48,15 +48,14 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import aiohttp
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from serving.cluster import ClusterSpec, LocalCluster
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import aiohttp  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.markup import escape  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from serving.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "serving_cpu.json"
 IDLE_RESULTS = ROOT / "bench" / "results" / "serving_cpu_idle.json"

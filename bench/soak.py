@@ -2,9 +2,9 @@
 no failed request, every lab process's memory flat within 10%, no growth in its open fds or TCP
 connections. Needs root.
 
-    sudo .venv/bin/python bench/soak.py                    # 30 min: zcube, kv-heavy, 8 req/s
-    sudo .venv/bin/python bench/soak.py --duration 120     # smoke test (about 5 min in all)
-    sudo .venv/bin/python bench/soak.py --fabric roft --drain 90   # unknown flags go to the run
+    sudo .venv/bin/python -m bench.soak                    # 30 min: zcube, kv-heavy, 8 req/s
+    sudo .venv/bin/python -m bench.soak --duration 120     # smoke test (about 5 min in all)
+    sudo .venv/bin/python -m bench.soak --fabric roft --drain 90   # unknown flags go to the run
 
 From the moment the run's Locust appears (the load start), every `--interval` seconds until
 the end of the arrivals, every lab process (`bench/procwatch.py`: serving roles, Locust,
@@ -43,16 +43,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from bench.labrun import ZCUBE, LabRun, run_argv, run_options
+from bench.procwatch import ProcSample, display_order, scan
+from emulator.results.summary import RunSummary
+from zcube_lab.adapters.procs import raise_interrupt
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from bench.labrun import ZCUBE, LabRun, run_argv, run_options  # noqa: E402
-from bench.procwatch import ProcSample, display_order, scan  # noqa: E402
-from emulator.results.summary import RunSummary  # noqa: E402
-from zcube_lab.adapters.procs import raise_interrupt  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "soak.json"
 Point = tuple[float, ProcSample]  # (seconds since the load start, one process read then)

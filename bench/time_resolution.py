@@ -1,7 +1,7 @@
 """Benchmark report: the lab's time resolution against a real chip's per-port buffer share
 (issue 33 item 6).
 
-    .venv/bin/python bench/time_resolution.py [--out docs/img/time-resolution.png]
+    .venv/bin/python -m bench.time_resolution [--out docs/img/time-resolution.png]
 
 Prints, per port rate (100 Mb/s NIC, 50 Mb/s ZCube half-rate port), MTU (1500, 9000) and time
 dilation k, one frame's serialization and the default 64-frame switch queue in modelled ms
@@ -12,21 +12,19 @@ draws the figure (log scale). The arithmetic is `zcube_lab.core.fabric.resolutio
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from zcube_lab.core.fabric.queues import FLOOR_PACKETS  # noqa: E402
-from zcube_lab.core.fabric.resolution import (  # noqa: E402
+from zcube_lab.core.fabric.queues import FLOOR_PACKETS
+from zcube_lab.core.fabric.resolution import (
     MTUS,
     PORT_RATES_MBPS,
     real_shares_s,
     resolution,
     table,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def lines() -> list[str]:

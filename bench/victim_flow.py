@@ -13,8 +13,8 @@ against its solo figure, the incast's completion time (its slowest pull), the lo
 pauses, and over mrc the EV transitions of every pull (ASSUMED_BAD, SKIP). Throughputs are Mb/s
 of the emulated links (100 Mb/s NICs, undilated: modelled = wall).
 
-    sudo .venv/bin/python bench/victim_flow.py
-    sudo .venv/bin/python bench/victim_flow.py --fabrics zcube --transports mrc --modes lossless
+    sudo .venv/bin/python -m bench.victim_flow
+    sudo .venv/bin/python -m bench.victim_flow --fabrics zcube --transports mrc --modes lossless
 """
 
 from __future__ import annotations
@@ -28,24 +28,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.lab.network import Lab  # noqa: E402
-from emulator.lab.options import LabOptions  # noqa: E402
-from emulator.probes.cutprobe import PORT, _readline, mrc_rate_mbps, stop_probes  # noqa: E402
-from emulator.results.report import median_spread  # noqa: E402
-from zcube_lab.adapters.ports import free_port  # noqa: E402
-from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.core.fabric.description import Fabric, FabricSpec  # noqa: E402
-from zcube_lab.core.fabric.hostplan import kv_source_map  # noqa: E402
-from zcube_lab.core.fabric.queues import (  # noqa: E402
+from emulator.lab.network import Lab
+from emulator.lab.options import LabOptions
+from emulator.probes.cutprobe import PORT, _readline, mrc_rate_mbps, stop_probes
+from emulator.results.report import median_spread
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.queues import (
     BUFFER_MODELS,
     DEFAULT_BUFFER_MODEL,
     QueueModel,
 )
-from zcube_lab.core.fabric.scale import Scale  # noqa: E402
-from zcube_lab.core.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy  # noqa: E402
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
 
 FABRICS = {
     "roft-2planes": FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2, planes=2),

@@ -3,7 +3,7 @@
 episodes in the wrong folder before commit "Victim accounting reads the episodes where the agent
 writes them").
 
-    .venv/bin/python bench/victims_of.py RUN_DIR [RUN_DIR ...] [--write]
+    .venv/bin/python -m bench.victims_of RUN_DIR [RUN_DIR ...] [--write]
 
 Rebuilds the run's fabric and placement from its `config.json`, reads its engines' exact logs
 and `logs/lossless-episodes.jsonl` with the runner's own code (`emulator.results.victimlogs.
@@ -15,20 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from emulator.results.victimlogs import run_victims  # noqa: E402
-from emulator.results.victims import VictimReport  # noqa: E402
-from zcube_lab.core.clock import Clock  # noqa: E402
-from zcube_lab.core.fabric.builders import build_fabric  # noqa: E402
-from zcube_lab.core.fabric.description import FabricSpec  # noqa: E402
-from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement  # noqa: E402
+from emulator.results.summary import RunSummary
+from emulator.results.victimlogs import run_victims
+from emulator.results.victims import VictimReport
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement
 
 
 def placement_of(config: dict[str, Any]) -> Placement:
@@ -44,7 +40,7 @@ def victims_of(run_dir: Path) -> VictimReport | None:
     """The run's victim accounting from its files; None without an episode log."""
     config = json.loads((run_dir / "config.json").read_text())
     fabric = build_fabric(FabricSpec.from_json(json.dumps(config["fabric"])))
-    clock = Clock(float(config.get("dilation") or 1.0))
+    clock = RunSummary.read(run_dir).clock  # the run's, as its summary recorded it
     return run_victims(run_dir, fabric, placement_of(config), clock)
 
 

@@ -350,7 +350,7 @@ def mrc_pull(cfg: DecodeConfig) -> Callable[..., Awaitable[tuple[bytearray, Pull
             timeout_s=timeout_s,
             source_map=source_map,
             rate_bytes_s=cfg.kv_mrc_rate_mbps * 1e6 / 8,
-            time_scale=cfg.time_dilation,
+            clock=cfg.clock,
             delay_bound_s=cfg.kv_mrc_delay_bound_ms / 1000,
         )
 

@@ -285,7 +285,7 @@ async def _mrc_server(cfg: PrefillConfig, engine: PrefillEngine) -> MrcServer:
         ev_ports=ports,
         evs=cfg.kv_mrc_evs,
         mtu=cfg.kv_mrc_mtu,
-        time_scale=cfg.time_dilation,
+        clock=cfg.clock,
     )
 
 

@@ -360,7 +360,7 @@ class Experiment:
             class_bytes=self._class_bytes,
             dir=self.dir,
         )
-        summary = undilate(summary, self.config.dilation)  # modelled seconds (docs/DOMAIN.md §4)
+        summary = undilate(summary, self.plan.clock)  # modelled seconds (docs/DOMAIN.md §4)
         summary = with_kpis(summary, records, self.config.duration_s, self.plan.placement)
         if self.config.lossless:  # EP and KV behind pauses, when the agent recorded episodes
             victims = run_victims(self.dir, self.plan.fabric, self.plan.placement, self.plan.clock)

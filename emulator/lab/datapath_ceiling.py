@@ -7,23 +7,30 @@ the lab refuses to exceed. `doctor` still calls its check `datapath-capacity` (a
 tests and `--json` consumers look up).
 
 `bench/datapath.py` measures it (iperf3 through one Open vSwitch bridge, unshaped, for a few
-MTUs and flow counts) and writes `bench/results/datapath.json` (`DatapathResults`). When that
-file exists and was measured on this machine, the guard uses the measured total at the lab's
-MTU; otherwise a stated conservative default (`DEFAULT_CEILING_MBPS`). Whatever the datapath
-carries, Mininet shapes links only up to `MININET_MAX_MBPS` (`TCIntf.bwParamMax`: above it the
-link is left unshaped).
+MTUs and flow counts) and writes `DatapathResults` to this machine's state folder, `RESULTS_PATH`
+(`/var/lib/zcube-lab/datapath.json`; the folder is `$ZCUBE_LAB_MEASUREMENTS` when set): a
+measurement of a machine belongs to the machine, not to a source tree, so an installed copy
+finds it too. When that file exists and was measured on this machine, the guard uses the
+measured total at the lab's MTU; otherwise a conservative default (`DEFAULT_CEILING_MBPS`),
+and says so: `datapath_ceiling` warns (`UnmeasuredCeiling`) and `doctor` shows it. Whatever the
+datapath carries, Mininet shapes links only up to `MININET_MAX_MBPS` (`TCIntf.bwParamMax`: above
+it the link is left unshaped).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from zcube_lab.core.errors import ConfigError
 
-RESULTS_PATH = Path(__file__).resolve().parents[2] / "bench" / "results" / "datapath.json"
+# This machine's measurements (root writes them: `bench/datapath.py` runs as root).
+MEASUREMENTS_DIR = Path(os.environ.get("ZCUBE_LAB_MEASUREMENTS", "/var/lib/zcube-lab"))
+RESULTS_PATH = MEASUREMENTS_DIR / "datapath.json"
+MEASURE = "sudo .venv/bin/python -m bench.datapath"
 # The lowest of the figures seen by hand on these machines (docs/DOMAIN.md §5: ~0.5 Gb/s for
 # one flow at MTU 1500; ~0.9 Gb/s for 4 flows across 8 switches at MTU 9000).
 DEFAULT_CEILING_MBPS = 500.0
@@ -81,6 +88,11 @@ class DatapathCeiling:
 
     mbps: float
     source: str
+    measured: bool = False  # False: the default, for want of a measurement of this machine
+
+
+class UnmeasuredCeiling(UserWarning):
+    """The rate guard uses the default ceiling: nothing measured on this machine."""
 
 
 def machine_id() -> str:
@@ -100,25 +112,41 @@ def load_results(path: Path | None = None) -> DatapathResults | None:
         return None
 
 
-def ceiling_from(results: DatapathResults | None, mtu: int, this_machine: str) -> DatapathCeiling:
-    """The ceiling at `mtu`: measured when `results` come from this machine, else the
-    conservative default, with a source that says which."""
+def ceiling_from(
+    results: DatapathResults | None, mtu: int, this_machine: str, path: Path | None = None
+) -> DatapathCeiling:
+    """The ceiling at `mtu`: measured when `results` (read from `path`, `RESULTS_PATH` by
+    default) come from this machine, else the conservative default, with a source that says
+    which and how to measure."""
+    where = path or RESULTS_PATH
     if results is None or not results.points:
-        return DatapathCeiling(DEFAULT_CEILING_MBPS, "default, not measured: run bench/datapath.py")
+        return DatapathCeiling(
+            DEFAULT_CEILING_MBPS, f"default, not measured: no {where}; run {MEASURE}"
+        )
     if results.machine_id != this_machine:
         return DatapathCeiling(
             DEFAULT_CEILING_MBPS,
-            "default: bench/results/datapath.json was measured on another machine",
+            f"default: {where} was measured on another machine; run {MEASURE}",
         )
     return DatapathCeiling(
         results.total_mbps(mtu),
-        f"measured {results.measured_at} by bench/datapath.py",
+        f"measured {results.measured_at} by bench/datapath.py ({where})",
+        measured=True,
     )
 
 
 def datapath_ceiling(mtu: int, path: Path | None = None) -> DatapathCeiling:
-    """The datapath ceiling on this machine at `mtu` (from `RESULTS_PATH` by default)."""
-    return ceiling_from(load_results(path or RESULTS_PATH), mtu, machine_id())
+    """The datapath ceiling on this machine at `mtu` (from `RESULTS_PATH` by default); warns
+    (`UnmeasuredCeiling`) when it is the default."""
+    where = path or RESULTS_PATH
+    ceiling = ceiling_from(load_results(where), mtu, machine_id(), where)
+    if not ceiling.measured:
+        warnings.warn(
+            f"the rate guard uses a datapath ceiling of {ceiling.mbps:g} Mb/s: {ceiling.source}",
+            UnmeasuredCeiling,
+            stacklevel=2,
+        )
+    return ceiling
 
 
 def check_nic_rate(nic_mbps: float, ceiling: DatapathCeiling) -> None:

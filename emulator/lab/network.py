@@ -52,7 +52,6 @@ from emulator.lab.state import (
 )
 from emulator.lab.system import LabError
 from zcube_lab.adapters.procs import kill_group, signals_ignored
-from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.addressing import fabric_networks
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
@@ -366,7 +365,7 @@ class Lab:
             userspace=self.datapath == "user",
             management=o.management,
             congestion_control=o.congestion_control,
-            clock=Clock(o.scale.dilation),
+            clock=o.scale.clock,
         )
 
     def _build(self) -> None:

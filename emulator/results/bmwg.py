@@ -36,7 +36,6 @@ from emulator.results.compare_metrics import switch_queue_drops
 from emulator.results.goodput import arrived_in_window
 from emulator.results.kpis import DraftKpis, KvBandwidth, MeanPeak, PerGpu, Quantiles
 from emulator.results.summary import RunSummary
-from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.placement import Placement
 
 Record = Mapping[str, Any]
@@ -122,7 +121,7 @@ def _per_gpu(output: float, input_: float, gpus: Mapping[str, int]) -> PerGpu | 
 def _bytes(summary: RunSummary) -> dict[str, Any]:
     """Fabric_Goodput and KV_xfer_bandwidth in GB/s, over the window in modelled seconds."""
     t = summary.transfers
-    window = Clock(summary.dilation).modelled(summary.window_s)
+    window = summary.clock.modelled(summary.window_s)
     if t is None or t.kv_bytes_total is None or window <= 0:
         return {}
     per_pull = t.kv_bytes_total / t.kv_xfer_total_s if t.kv_xfer_total_s else None

@@ -1,8 +1,8 @@
-"""A time-dilated run's summary in modelled seconds (pure): `undilate(summary, k)`.
+"""A time-dilated run's summary in modelled seconds (pure): `undilate(summary, clock)`.
 
 With time dilation k (docs/DOMAIN.md §4) the lab runs the modelled world k times slower:
 compute, gaps and timeouts x k, link rates / k. What was timed on the wall clock and not
-observed through a `Clock` is divided by k here, once, where the summary is built:
+observed through a `Clock` is converted here, once, where the summary is built (`Clock.modelled`):
 
 - the exact KV pull and all-to-all times from the engines' logs (`TransferFigures`, and their
   copies in the server figures);
@@ -24,10 +24,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import fields, replace
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any, TypeVar
 
 from emulator.results.summary import RunSummary, ServerFigures, TransferFigures
+from zcube_lab.core.clock import Clock
 
 _T = TypeVar("_T")
 
@@ -39,40 +41,41 @@ TRANSFER_TIMES = tuple(f.name for f in fields(TransferFigures) if f.name.endswit
 SERVER_WALL_TIMES = tuple(f.name for f in fields(ServerFigures) if f.name in TRANSFER_TIMES)
 
 
-def _divided(section: _T, names: tuple[str, ...], k: float) -> _T:
-    """`section` with each of `names` divided by k (None and NaN stay as they are)."""
+def _modelled(section: _T, names: tuple[str, ...], clock: Clock) -> _T:
+    """`section` with each of `names` (wall seconds) in modelled seconds (None stays None)."""
     values: dict[str, Any] = {}
     for name in names:
         v = getattr(section, name)
-        values[name] = None if v is None else v / k
+        values[name] = None if v is None else clock.modelled(v)
     return replace(section, **values)  # type: ignore[type-var]
 
 
-def undilate(summary: RunSummary, dilation: float) -> RunSummary:
-    """The summary of a run dilated by `dilation` in modelled seconds, recording `dilation`;
-    unchanged when it is 1."""
-    if dilation == 1:
+def undilate(summary: RunSummary, clock: Clock) -> RunSummary:
+    """The summary of a run on `clock` in modelled seconds, recording its dilation; unchanged
+    when the clock is not dilated."""
+    if not clock.dilated:
         return summary
-    k = dilation
     stats = summary.fabric_stats
     directed = stats.directed
     if directed is not None:
-        directed = _divided(directed, ("util_peak_window_s",), k)
+        directed = _modelled(directed, ("util_peak_window_s",), clock)
     transfers = summary.transfers
     return replace(
         summary,
-        dilation=k,
-        server=_divided(summary.server, SERVER_WALL_TIMES, k),
-        transfers=None if transfers is None else _divided(transfers, TRANSFER_TIMES, k),
+        dilation=clock.dilation,
+        server=_modelled(summary.server, SERVER_WALL_TIMES, clock),
+        transfers=None if transfers is None else _modelled(transfers, TRANSFER_TIMES, clock),
         fabric_stats=replace(stats, directed=directed),
     )
 
 
 # What `bench/dilation_ladder.py` saved: its points and the smallest k it accepted for each.
-LADDER_FILE = Path(__file__).resolve().parents[2] / "bench" / "results" / "dilation_ladder.json"
+# Package data (pyproject's package-data), so an installed copy quotes it too; the runs behind
+# it stay in bench/results/dilation_ladder.json.
+LADDER_FILE: Traversable = files("zcube_lab").joinpath("data", "dilation_ladder.json")
 
 
-def read_ladder(path: Path = LADDER_FILE) -> dict[str, Any] | None:
+def read_ladder(path: Traversable = LADDER_FILE) -> dict[str, Any] | None:
     """The saved dilation ladder, or None when there is none (or it does not parse)."""
     try:
         data = json.loads(path.read_text())

@@ -46,6 +46,7 @@ from emulator.results.sections import from_flat as _from_flat
 from emulator.results.sections import pairs as _pairs
 from emulator.results.victims import VictimReport
 from emulator.verdict.judge import HealthVerdict
+from zcube_lab.core.clock import Clock
 
 # The sections that live in their own modules, importable from here as before.
 __all__ = [
@@ -279,6 +280,11 @@ class RunSummary:
     class_bytes: Mapping[str, Mapping[str, int]] | None = None
     # Where it was read from (not written): the report finds the run's other files there.
     dir: Path | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def clock(self) -> Clock:
+        """The run's clock: its figures are modelled seconds, `window_s` wall seconds."""
+        return Clock(self.dilation)
 
     @property
     def variant(self) -> str:

@@ -322,7 +322,7 @@ def transfer_figures(
     ep_files = list(log_dir.glob(f"{EP_LOG_PREFIX}*.jsonl"))
     ep = [row for _, row in read_logs(log_dir, EP_LOG_PREFIX)] if ep_files else None
     return TransferFigures(
-        **kv_figures(kv, engine_rates(fabric, scale, engine_hosts), Clock(scale.dilation)),
+        **kv_figures(kv, engine_rates(fabric, scale, engine_hosts), scale.clock),
         **ep_figures(ep),
         **fabric_fraction(kv, read_jsonl(log_dir / GATEWAY_LOG)),
     )

@@ -166,7 +166,7 @@ fi
 
 # The datapath: capacity first (the paced load must be within both), then CPU per Mb at the same
 # paced load, the kernel and userspace datapaths alternating.
-bench="cd /vagrant && sudo .venv/bin/python bench/datapath.py"
+bench="cd /vagrant && sudo .venv/bin/python -m bench.datapath"
 if [[ "$RATE" == auto ]]; then
     for dp in kernel user; do
         step "capacity-$dp" guest "$bench --datapath $dp --mtus ${MTUS%% *} --flows 1 --seconds 5 --out /tmp/capacity-$dp.json"

@@ -84,8 +84,8 @@ class MrcServer:
     `ev_ports`: the EV source ports of every address (the same list on each); an empty list
     binds `evs` ephemeral ports (loopback tests: no fabric rules to match). Of each address's
     EVs the last `spare_evs` are spares: out of the rotation until one of the same leg is
-    assumed bad and replaced. `time_scale`: the run's time dilation k, by which every timer
-    (the sender's floors, idle drop, keeping finished answers) is longer."""
+    assumed bad and replaced. `clock`: the run's (its time dilation k, by which every timer:
+    the sender's floors, idle drop, keeping finished answers, is longer; None: undilated)."""
 
     def __init__(
         self,
@@ -96,11 +96,11 @@ class MrcServer:
         evs: int = DEFAULT_EVS_PER_ADDRESS,
         mtu: int = w.DEFAULT_MTU,
         drop: Callable[[int, int, Send], bool] | None = None,
-        time_scale: float = 1.0,
+        clock: Clock | None = None,
         spare_evs: int = 0,
     ) -> None:
         self.lookup = lookup
-        self.clock = Clock(time_scale)
+        self.clock = clock or Clock()
         self.addrs = tuple(addrs)
         self.ev_ports = tuple(ev_ports)
         self.evs = len(self.ev_ports) or evs
@@ -198,7 +198,7 @@ class MrcServer:
                 window=window,
                 rate=get.rate,
                 now=time.monotonic(),
-                time_scale=self.clock.dilation,
+                clock=self.clock,
                 delay_bound=get.delay_bound_us / 1e6,
                 active_per_leg=self.evs - self.spare_evs if self.spare_evs else 0,
             )
@@ -291,8 +291,8 @@ async def start_mrc_server(
     ev_ports: Sequence[int] = (),
     evs: int = DEFAULT_EVS_PER_ADDRESS,
     mtu: int = w.DEFAULT_MTU,
-    time_scale: float = 1.0,
+    clock: Clock | None = None,
 ) -> MrcServer:
-    """Start an `MrcServer` on `addrs` (UDP, the KV ports); `time_scale`: the dilation k."""
-    server = MrcServer(lookup, addrs, ev_ports=ev_ports, evs=evs, mtu=mtu, time_scale=time_scale)
+    """Start an `MrcServer` on `addrs` (UDP, the KV ports); `clock`: the run's."""
+    server = MrcServer(lookup, addrs, ev_ports=ev_ports, evs=evs, mtu=mtu, clock=clock)
     return await server.start()

@@ -173,15 +173,15 @@ async def pull_kv_mrc(
     source_map: Sequence[tuple[str, str]] = (),
     window: int = DEFAULT_WINDOW,
     rate_bytes_s: float = 0.0,
-    time_scale: float = 1.0,
+    clock: Clock | None = None,
     delay_bound_s: float = 0.0,
 ) -> tuple[bytearray, MrcPullResult]:
     """Pull one request's KV over MRC-style datagrams on every address (one leg each); verify
     bytes and checksum. `rate_bytes_s` paces the sender per leg (0: window-limited only);
-    `time_scale`, the dilation k, lengthens the receiver's timers (GET resend, ack flush,
+    `clock`, the run's (None: undilated), lengthens the receiver's timers (GET resend, ack flush,
     keepalive, the wait for the sender's statistics); `delay_bound_s` (modelled) goes to the
     sender in the GET (`SenderState`'s delay bound: a pause is not a loss)."""
-    clock = Clock(time_scale)
+    clock = clock or Clock()
     if not addrs:
         raise KVTransferError("no KV address to pull from")
     c = _Client(random.getrandbits(32), ReceiverState(num_bytes), flush_s=clock.wall(ACK_FLUSH_S))

@@ -112,9 +112,9 @@ class SenderState:
 
     A leg and its EVs (UDP source ports) join when the receiver's GET for it arrives
     (`add_leg`). `rate` is bytes per second per leg with a live EV (0: unpaced); `window` the
-    bytes in flight at most. Times are seconds on any monotonic clock. `time_scale`: the run's
-    dilation k (its `Clock`); `delay_bound`: the longest modelled time a datagram may spend in
-    its path's queues without being lost (0: no bound beyond the timeout's floor);
+    bytes in flight at most. Times are seconds on any monotonic clock. `clock`: the run's
+    (its dilation k; None: undilated); `delay_bound`: the longest modelled time a datagram
+    may spend in its path's queues without being lost (0: no bound beyond the timeout's floor);
     `active_per_leg`: EVs of a leg in the rotation at once, the rest spares (0: all)."""
 
     def __init__(
@@ -125,7 +125,7 @@ class SenderState:
         window: int,
         rate: float,
         now: float,
-        time_scale: float = 1.0,
+        clock: Clock | None = None,
         delay_bound: float = 0.0,
         active_per_leg: int = 0,
     ) -> None:
@@ -146,7 +146,7 @@ class SenderState:
         # Time dilation k (docs/DOMAIN.md section 4): the timers' floors, the queue-delay
         # threshold and the delay bound are modelled times, k times longer in wall time; the
         # multiples of an RTT follow the (dilated) RTTs by themselves.
-        self.clock = Clock(time_scale)
+        self.clock = clock or Clock()
         self.delay_bound_wall = self.clock.wall(delay_bound)
         self.srtt = self.clock.wall(INITIAL_RTT_S)
         self.states = EvSet(min_active=1, active_per_leg=active_per_leg)

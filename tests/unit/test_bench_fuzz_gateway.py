@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fuzz_requests import PATHS, gateway, stub_backend
-from serving_fixtures import threaded_apps
-
 from bench.fuzz_gateway import FuzzResult, Tally, run
+from tests.fuzz_requests import PATHS, gateway, stub_backend
+from tests.serving_fixtures import threaded_apps
 
 
 def _misbehaving_decode(_urls: list[str]) -> web.Application:

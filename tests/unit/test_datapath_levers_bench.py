@@ -3,13 +3,9 @@ medians over repeats, the keep/drop rule and the lever names."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.datapath_levers import (
     Counters,

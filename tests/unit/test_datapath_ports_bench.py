@@ -4,12 +4,8 @@ ovs-vsctl transaction that retypes the switch ports."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.datapath_ports import (
     AFXDP_MAX_MTU,

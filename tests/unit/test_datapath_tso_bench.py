@@ -3,12 +3,7 @@ table puts each variant's CPU per Mb beside today's and says what a hop adds at 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.datapath_tso import Variant, Window, parse_variant, table
 

@@ -5,10 +5,7 @@ whose fabrics ran a repeat on different seeds is refused (bench/map_cell.py)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pytest
 

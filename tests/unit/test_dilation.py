@@ -16,6 +16,7 @@ from emulator.results.dilation import SERVER_WALL_TIMES, TRANSFER_TIMES, undilat
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
 from serving import decode, gateway, prefill
 from serving.options import parse_with_file
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -154,7 +155,7 @@ def _dilated_run() -> RunSummary:
 
 def test_what_the_engines_logged_is_divided_by_k() -> None:
     wall = _dilated_run()
-    s = undilate(wall, 2.0)
+    s = undilate(wall, Clock(2.0))
     assert s.dilation == 2.0
     for name in SERVER_WALL_TIMES:
         before, after = getattr(wall.server, name), getattr(s.server, name)
@@ -175,7 +176,7 @@ def test_what_the_engines_logged_is_divided_by_k() -> None:
 
 def test_what_is_modelled_already_or_a_ratio_or_the_emulators_is_not() -> None:
     wall = _dilated_run()
-    s = undilate(wall, 2.0)
+    s = undilate(wall, Clock(2.0))
     # The load generator reports in modelled seconds itself (records, client figures, rates).
     assert s.client == wall.client and s.loadgen == wall.loadgen
     assert s.throughput_series == wall.throughput_series
@@ -193,13 +194,13 @@ def test_what_is_modelled_already_or_a_ratio_or_the_emulators_is_not() -> None:
     assert s.port_util == wall.port_util and s.link_util == wall.link_util
     # The emulator judged in its own time.
     assert (s.window_s, s.health, s.trustworthy) == (wall.window_s, wall.health, wall.trustworthy)
-    assert undilate(wall, 1.0) is wall
+    assert undilate(wall, Clock()) is wall
 
 
 def test_summary_json_records_the_dilation_only_when_on(tmp_path: Path) -> None:
     wall = _dilated_run()
     assert "dilation" not in wall.to_dict()
-    s = undilate(wall, 2.0)
+    s = undilate(wall, Clock(2.0))
     s.write(tmp_path)
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["dilation"] == 2.0

@@ -3,11 +3,6 @@ the table it prints (the rule before and now)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from bench.kv_seen import counter_samples, table_lines
 
 

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from bench.labrun import LabRun
 from bench.soak import Point, sample_load
 

@@ -1,6 +1,7 @@
-"""docs/RESULTS.md's map tables regenerate from the committed JSON (issue 33 item 5): every
-generated block equals what bench/map_tables.py prints, counts included, and every run the text
-names is in a committed sweep."""
+"""docs/RESULTS.md's answer and its pages' tables regenerate from the committed JSON (issue 33
+item 5, issue 44 item 7): every generated block of RESULTS.md, docs/results/*.md and
+docs/history/*.md equals what bench/map_tables.py prints, counts included, and every run the
+text names is in a committed sweep."""
 
 from __future__ import annotations
 
@@ -13,40 +14,46 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.map_data import COMPARES, MAP, cell_names, knee
 from bench.map_tables import (
-    COMPARES,
-    MAP,
     RESULTS,
     Entry,
     blocks,
-    cell_names,
     cell_table,
     fabric,
-    knee,
+    generated_pages,
     missing_runs,
     rewrite,
     table,
 )
 from emulator.results.capacity import RepeatCapacity
 
-DOC = RESULTS.read_text()
+PAGES = {p.relative_to(RESULTS.parents[1]).as_posix(): p.read_text() for p in generated_pages()}
+DOC = "\n".join(PAGES.values())
+BLOCKS = [(page, name, text) for page, doc in PAGES.items() for name, text in blocks(doc)]
 
 
-@pytest.mark.parametrize("name,text", blocks(DOC), ids=[n for n, _ in blocks(DOC)])
-def test_each_generated_block_regenerates(name: str, text: str) -> None:
-    assert text == "\n".join(table(name)), f"run: python bench/map_tables.py --write ({name})"
+@pytest.mark.parametrize("page,name,text", BLOCKS, ids=[f"{p}:{n}" for p, n, _ in BLOCKS])
+def test_each_generated_block_regenerates(page: str, name: str, text: str) -> None:
+    assert text == "\n".join(table(name)), f"run: python -m bench.map_tables --write ({name})"
+
+
+def test_the_pages_with_blocks_are_found() -> None:
+    assert {"docs/RESULTS.md", "docs/results/production.md"} <= set(PAGES)
+    assert "docs/history/2026-12-04-map-old-sizes.md" in PAGES
 
 
 def test_every_map_table_is_generated() -> None:
     names = {n for n, _ in blocks(DOC)}
     kept = {f"compare-{p.stem}" for p in COMPARES.glob("*.json")}
-    assert {"default", "summary", "map", "victim-flow", *kept} <= names
+    assert {"answer", "default", "summary", "map", "victim-flow", *kept} <= names
     # every cell, by its table or its production table (tokens per GPU, EP exchange, victims)
     assert [c for c in cell_names() if not {c, f"gpu-{c}"} & names] == []
 
 
-def test_rewrite_is_a_fixed_point() -> None:
-    assert rewrite(DOC) == DOC
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_rewrite_is_a_fixed_point(page: str) -> None:
+    assert rewrite(PAGES[page]) == PAGES[page]
 
 
 def test_counts_are_the_saved_runs() -> None:

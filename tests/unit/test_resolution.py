@@ -44,10 +44,6 @@ def test_refuses_nonsense(args: tuple) -> None:
 
 
 def test_the_bench_table_prints_the_hand_computed_rows() -> None:
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from bench.time_resolution import lines
 
     rows = "\n".join(lines())

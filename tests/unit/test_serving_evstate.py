@@ -8,6 +8,7 @@ import pytest
 from serving.kvwire import mrcsender
 from serving.kvwire import mrcwire as w
 from serving.kvwire.evstate import TRANSITIONS, EvEvent, EvSet, EvState, next_state
+from zcube_lab.core.clock import Clock
 
 G, SK, BAD, DEN = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 CONG, PASS, TO, OK = EvEvent.CONGESTION, EvEvent.PASSED, EvEvent.TIMEOUT, EvEvent.PROBE_OK
@@ -103,7 +104,7 @@ def test_with_every_active_ev_denied_nothing_is_picked() -> None:
 # -- the sender: a pause is not a loss ------------------------------------------------------------
 def _sender(bound: float = 0.0, evs: int = 2, k: float = 1.0) -> mrcsender.SenderState:
     st = mrcsender.SenderState(
-        100 * 100, mss=100, window=800, rate=0, now=0.0, time_scale=k, delay_bound=bound
+        100 * 100, mss=100, window=800, rate=0, now=0.0, clock=Clock(k), delay_bound=bound
     )
     st.add_leg(0, [1000 + i for i in range(evs)])
     return st

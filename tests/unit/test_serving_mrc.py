@@ -15,6 +15,7 @@ from serving.kvwire import mrcwire as w
 from serving.kvwire.evstate import EvState
 from serving.kvwire.mrc import MrcServer, pull_kv_mrc
 from serving.kvwire.pull import KVTransferError
+from zcube_lab.core.clock import Clock
 
 
 # -- wire -----------------------------------------------------------------------------------
@@ -438,7 +439,7 @@ def test_a_queue_on_one_path_of_a_leg_is_reordering_not_loss() -> None:
 
 def test_under_dilation_the_sender_s_floors_and_queue_delay_threshold_are_k_times_longer() -> None:
     plain = mrcsender.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0)
-    k4 = mrcsender.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0, time_scale=4.0)
+    k4 = mrcsender.SenderState(10_000, mss=100, window=1_000, rate=0, now=0.0, clock=Clock(4.0))
     # Before any RTT is measured: the initial RTT (a modelled time, k times longer) and floors.
     assert plain.loss_after == pytest.approx(
         max(mrcsender.MIN_LOSS_S, mrcsender.LOSS_RTTS * mrcsender.INITIAL_RTT_S)
@@ -459,10 +460,10 @@ def test_a_dilated_pull_with_a_lost_ev_completes_with_both_ends_at_the_same_k() 
         return send.ev.port in dead
 
     async def go() -> None:
-        server, addrs = await _serve(data, drop=drop, time_scale=2.0)
+        server, addrs = await _serve(data, drop=drop, clock=Clock(2.0))
         try:
             buf, res = await pull_kv_mrc(
-                "r", addrs, len(data), zlib.crc32(data), timeout_s=10, time_scale=2.0
+                "r", addrs, len(data), zlib.crc32(data), timeout_s=10, clock=Clock(2.0)
             )
         finally:
             server.close()

@@ -7,22 +7,17 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
-import sys
 import zlib
-from pathlib import Path
 
 import pytest
 
+from bench import mrc_cost
 from serving.config import Address
 from serving.kvwire import mrcpull, mrcsender
 from serving.kvwire import mrcwire as w
 from serving.kvwire.mrc import MrcServer, pull_kv_mrc
 from serving.kvwire.mrcreceiver import ReceiverState
 from serving.kvwire.mrcsock import open_endpoint
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench import mrc_cost
 
 
 def _sender(**kw: float) -> mrcsender.SenderState:

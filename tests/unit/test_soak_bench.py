@@ -4,13 +4,10 @@ PASS, request figures from a real summary.json, the run's command line and its l
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.labrun import parse_run_output, run_argv
 from bench.procwatch import ProcSample

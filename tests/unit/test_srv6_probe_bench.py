@@ -6,14 +6,10 @@ from __future__ import annotations
 import re
 import struct
 import subprocess
-import sys
 from collections.abc import Sequence
 from ipaddress import IPv6Address
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import srv6_probe
 from bench.srv6_probe import BRIDGE, NAMESPACES, prefix, shift_action, srh_option

@@ -9,6 +9,12 @@ not by a name suffix.
 
 The dilation k is validated here and nowhere else (`check_dilation`: every config that holds a
 k, the run's, the load generator's, the serving roles', builds or checks it through this module).
+A clock is built once, by the config that holds k (its `clock` property: `RunConfig`, `Scale`,
+`LoadConfig`, the serving roles' configs, `RunSummary` for a finished run), and passed on as an
+object; a process gets k as a number in its own config and takes that config's clock.
+`tests/unit/test_clock_crossing.py` holds both rules: no `Clock(number)` outside a `clock`
+property, and no multiplication or division by a value that came from a dilation, whatever the
+variable is called.
 Rates cross too: a rate per modelled second is `wall_rate(...)` per wall second (a link shaped
 k times slower carries the same bytes in k times the time).
 
