@@ -15,8 +15,8 @@ planes) and Clos at the 16-GPU structure-keeping sizes, at the finest frame this
 
 Every row records the resolution and XOFF it ran at. JSON to bench/results/replay/<test>.json.
 
-    sudo .venv/bin/python bench/replay_draft.py pfc
-    sudo .venv/bin/python bench/replay_draft.py mix victim --fabrics zcube,roft
+    sudo .venv/bin/python -m bench.replay_draft pfc
+    sudo .venv/bin/python -m bench.replay_draft mix victim --fabrics zcube,roft
 """
 
 from __future__ import annotations

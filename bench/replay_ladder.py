@@ -16,8 +16,8 @@ modelled second, and the machine's CPU over the replay (busy cores, from /proc/s
 shared machine). Then each figure's change between the last two rungs; a figure is converged
 when that change is under 10%. JSON to bench/results/replay/ladder-<scenario>.json.
 
-    sudo .venv/bin/python bench/replay_ladder.py --senders 8
-    sudo .venv/bin/python bench/replay_ladder.py --run results/<run> --busiest 0.1 --rungs 7,2
+    sudo .venv/bin/python -m bench.replay_ladder --senders 8
+    sudo .venv/bin/python -m bench.replay_ladder --run results/<run> --busiest 0.1 --rungs 7,2
 """
 
 from __future__ import annotations

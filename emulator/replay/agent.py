@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.replay.chains import HostChains
 from zcube_lab.core.replay.recording import Transfer
 
@@ -51,7 +52,6 @@ POLL_WALL_S = 0.0005
 class Agent:
     def __init__(self, plan: dict[str, Any]) -> None:
         self.plan = plan
-        self.k = float(plan["dilation"])
         self.payload = int(plan["mtu"]) - IP_UDP_BYTES - HEADER.size
         self.port = int(plan["port"])
         self.expect = {int(k): float(v) for k, v in plan.get("expect", {}).items()}
@@ -86,9 +86,14 @@ class Agent:
         self.stop = threading.Event()
         self.senders: list[threading.Thread] = []
 
+    @property
+    def clock(self) -> Clock:
+        """The lab's clock at the plan's dilation."""
+        return Clock(float(self.plan["dilation"]))
+
     def now(self) -> float:
         """Modelled seconds since T0."""
-        return (time.monotonic() - self.t0) / self.k
+        return self.clock.modelled(time.monotonic() - self.t0)
 
     # -- receiving ---------------------------------------------------------------------
     def receive(self) -> None:
@@ -171,9 +176,9 @@ class Agent:
                 nxt = self.chains.next_time()
                 wait = POLL_WALL_S * 20
                 if nxt is not None:
-                    wait = max(0.0, min(wait, (nxt - self.now()) * self.k))
+                    wait = max(0.0, min(wait, self.clock.wall(nxt - self.now())))
                 self.cond.wait(wait)
-            wall_left = t0 + deadline * self.k - time.monotonic()
+            wall_left = t0 + self.clock.wall(deadline) - time.monotonic()
             if wall_left < 0:
                 break
         for th in self.senders:

@@ -275,10 +275,10 @@ def _figures(
         "recording": {k: v for k, v in rec.meta.items() if k != "hosts"},
         "transfers": len(rec.transfers),
         "classes": figures.class_figures(rec.transfers, sent, got, ideal_s(fabric)),
-        "pauses": figures.pause_figures(delta, ts.dilation),
+        "pauses": figures.pause_figures(delta, ts.clock),
         "pause_reaction_p99_us": None
         if report is None or report.reaction_p99_s is None
-        else round(report.reaction_p99_s / ts.dilation * 1e6, 2),
+        else round(ts.clock.modelled(report.reaction_p99_s) * 1e6, 2),
     }
     (run_dir / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -6,14 +6,27 @@ writes one for a run made before runs recorded."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.replay.fromrun import recording_from_logs
 from zcube_lab.core.replay.recording import RECORDING, Recording, read
+
+
+@dataclass(frozen=True)
+class RunClock:
+    """The dilation a run's config.json records, and its clock."""
+
+    dilation: float
+
+    @property
+    def clock(self) -> Clock:
+        return Clock(self.dilation)
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -39,7 +52,6 @@ def record_run(run_dir: Path, split: int = 1) -> Recording:
     hosts = {e["engine_id"]: e["host"] for e in engines}
     peers = {e["engine_id"]: tuple(e.get("ep_peers", ())) for e in engines}
     logs = run_dir / "logs"
-    dilation = float(cfg.get("dilation", cfg.get("time_dilation", 1.0)))
     meta = {
         "run": run_dir.name,
         "fabric": fabric.kind,
@@ -55,7 +67,7 @@ def record_run(run_dir: Path, split: int = 1) -> Recording:
         hosts,
         peers,
         float(cfg["bandwidth_scale"]),
-        dilation,
+        RunClock(float(cfg.get("dilation", cfg.get("time_dilation", 1.0)))).clock,
         tuple(h.name for h in fabric.hosts),
         meta,
         split=split,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.replay.figures import (
     class_figures,
     contention,
@@ -63,11 +64,11 @@ def test_pauses_count_episodes_and_sum_their_modelled_time():
         "h0-eth0": {"pauses": 1, "paused_s": 0.030},
         "s1-eth2": {"pauses": 0, "paused_s": 0.0},
     }
-    p = pause_figures(ports, dilation=120.0)
+    p = pause_figures(ports, Clock(120.0))
     assert p["pause_frames"] == 4 and p["ports_paused"] == 2
     assert p["pause_total_us"] == pytest.approx(0.042 / 120 * 1e6)
     assert p["most_paused_port"] == "h0-eth0"
-    assert pause_figures({}, 1.0)["most_paused_port"] is None
+    assert pause_figures({}, Clock())["most_paused_port"] is None
 
 
 def test_fidelity_holds_p50_within_10_and_p99_within_20_percent():

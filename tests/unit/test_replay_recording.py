@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.replay.chains import HostChains, schedule
 from zcube_lab.core.replay.fromrun import recording_from_logs
@@ -132,7 +133,9 @@ def test_a_runs_logs_become_real_bytes_on_modelled_time_with_ep_chains():
         ("d0", {"start": 103.0, "step": 1, "frames": 1, "bytes_sent": 200,
                 "bytes_received": 200, "compute_s": 0.0}),
     ]  # fmt: skip
-    rec = recording_from_logs(kv, ep, hosts, {"d0": ("h3", "h4")}, 4000.0, 2.0, (*HOSTS, "h4"))
+    rec = recording_from_logs(
+        kv, ep, hosts, {"d0": ("h3", "h4")}, 4000.0, Clock(2.0), (*HOSTS, "h4")
+    )
     pull = rec.transfers[0]
     assert (pull.cls, pull.src, pull.dst, pull.start_s, pull.bytes) == ("kv", "h1", "h2", 0, 4e6)
     assert pull.live_s == pytest.approx(0.25)  # 0.5 wall s at k = 2
@@ -148,7 +151,7 @@ def test_a_runs_logs_become_real_bytes_on_modelled_time_with_ep_chains():
     assert step1.start_s == pytest.approx(1.5) and step1.after == (ep_ts[5].id, ep_ts[7].id)
     assert step1.gap_s == 0.0
     # split cuts every frame into equal exchanges, the compute gap shared alike
-    split = recording_from_logs([], ep[:1], hosts, {"d0": ("h3", "h4")}, 4000.0, 2.0, split=3)
+    split = recording_from_logs([], ep[:1], hosts, {"d0": ("h3", "h4")}, 4000.0, Clock(), split=3)
     assert len(split.transfers) == 2 * 3 * 4
     assert split.transfers[0].bytes == pytest.approx(400 * 4000 / 12)
     assert split.transfers[4].gap_s == pytest.approx(0.01 / 6)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.replay.recording import Transfer
 from zcube_lab.core.stats import quantile
 
@@ -143,10 +144,10 @@ def contention(isolated: Mapping[str, Any], mixed: Mapping[str, Any]) -> dict[st
     return out
 
 
-def pause_figures(ports: Mapping[str, Mapping[str, float]], dilation: float) -> dict[str, Any]:
+def pause_figures(ports: Mapping[str, Mapping[str, float]], clock: Clock) -> dict[str, Any]:
     """The lossless agent's pauses: frames (pause episodes) and total pause time, modelled."""
     count = sum(int(p.get("pauses", 0)) for p in ports.values())
-    paused = sum(float(p.get("paused_s", 0.0)) for p in ports.values()) / dilation
+    paused = clock.modelled(sum(float(p.get("paused_s", 0.0)) for p in ports.values()))
     busiest = max(ports.items(), key=lambda kv: kv[1].get("paused_s", 0.0), default=None)
     return {
         "pause_frames": count,

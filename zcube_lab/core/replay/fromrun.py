@@ -4,7 +4,7 @@ The engines already log every KV pull attempt (`kv-<decode engine>.jsonl`: wall 
 `bytes`, `engine_id` the prefill pulled from) and every expert-parallel engine step at its
 leader (`ep-<engine>.jsonl`: wall `start`, `bytes_sent`, `bytes_received`, `frames`,
 `compute_s` modelled, `step`). This module turns them into a `Recording`:
-- times: wall seconds since the run's first logged event, over the run's dilation k;
+- times: wall seconds since the run's first logged event, through the run's clock;
 - bytes: lab bytes times the run's bandwidth scale (real bytes);
 - a KV pull: one transfer prefill host -> decode host (the decode pulls; the bytes flow from
   the prefill), released at its recorded start, with the time the live pull took (`live_s`,
@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.replay.recording import Recording, Transfer
 
@@ -36,7 +37,7 @@ def recording_from_logs(
     engine_hosts: Mapping[str, str],
     ep_peers: Mapping[str, Sequence[str]],
     bandwidth_scale: float,
-    dilation: float,
+    clock: Clock,
     hosts: Sequence[str] = (),
     meta: Mapping[str, Any] | None = None,
     split: int = 1,
@@ -54,7 +55,7 @@ def recording_from_logs(
     out: list[Transfer] = []
 
     def modelled(wall: float) -> float:
-        return (wall - t0) / dilation
+        return clock.modelled(wall - t0)
 
     for decode_id, r in sorted(kv, key=lambda e: float(e[1].get("start") or 0)):
         nbytes = float(r.get("bytes") or 0)
@@ -64,7 +65,7 @@ def recording_from_logs(
         start = modelled(float(r["start"]))
         live = None
         if r.get("ok", True) and r.get("end") is not None:
-            live = (float(r["end"]) - float(r["start"])) / dilation
+            live = clock.modelled(float(r["end"]) - float(r["start"]))
         out.append(Transfer(len(out), "kv", start, src, dst, nbytes * bandwidth_scale, live_s=live))
     by_leader: dict[str, list[Row]] = {}
     for leader, r in ep:
@@ -100,7 +101,7 @@ def recording_from_logs(
                 last = tuple(combines)
     info = {
         "bandwidth_scale": bandwidth_scale,
-        "dilation": dilation,
+        "dilation": clock.dilation,
         "ep_split": split,
         "expert_compute_s": 0.0,
         **dict(meta or {}),

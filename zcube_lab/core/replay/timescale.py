@@ -60,7 +60,7 @@ class TimeScale:
     @property
     def wall_nic_mbps(self) -> float:
         """The rate a whole NIC is shaped at on the wall clock."""
-        return self.nic_mbps / self.dilation
+        return self.clock.wall_rate(self.nic_mbps)
 
     def frame_us_at(self, port_gbps: float) -> float:
         """Modelled µs of one frame on a port of full-scale rate `port_gbps`."""
@@ -68,7 +68,7 @@ class TimeScale:
 
     def wall_frames_per_s(self) -> float:
         """Frames per wall second a busy slowest port carries: 1 / (f k)."""
-        return 1.0 / (self.frame_s * self.dilation)
+        return 1.0 / self.clock.wall(self.frame_s)
 
     def lab_bytes(self, real_bytes: float) -> float:
         """Lab bytes standing for `real_bytes`."""
