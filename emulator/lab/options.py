@@ -54,11 +54,16 @@ class LabOptions:
     ovs_instances: int = 0
     lossless: bool = False  # PFC-like pauses instead of drops (emulator.lab.lossless)
     lossless_poll_s: float = LOSSLESS_POLL_S  # the agent's poll interval
+    # 0: the agent runs as any process; N: at real-time priority N (SCHED_FIFO), as a switch's
+    # PFC logic is hardware that no CPU load delays (the fine time scale's replays use it)
+    lossless_priority: int = 0
 
     def __post_init__(self) -> None:
         check_congestion_control(self.congestion_control)
         if self.lossless and not self.shaped:
             raise ConfigError("lossless", self.lossless, "off on an unshaped lab")
+        if not 0 <= self.lossless_priority <= 99:
+            raise ConfigError("lossless priority", self.lossless_priority, "0 (off) to 99")
         if not 0.0002 <= self.lossless_poll_s <= 0.1:
             raise ConfigError("lossless poll", self.lossless_poll_s, "0.2 ms to 100 ms")
         if self.datapath not in DATAPATHS:

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 AGENT_MODULE = "emulator.replay.agent"
 REPLAY_PORT = 7470
 START_DELAY_WALL_S = 0.5
+# The lossless agent stands for a switch's PFC logic, which is hardware: at k = 120 every wall
+# millisecond it waits for a CPU is 8 modelled µs, so it runs at real-time priority.
+LOSSLESS_PRIORITY = 10
 # Modelled seconds a replay may run past its last release: enough for every byte of the window
 # to cross the slowest NIC twice over, at least this floor.
 DEADLINE_FLOOR_S = 0.05
@@ -150,6 +153,7 @@ def lab_for(
             log_dir=run_dir,
             queue=QueueModel(packets=frames),
             lossless=True,
+            lossless_priority=LOSSLESS_PRIORITY,
             **({} if poll_s is None else {"lossless_poll_s": poll_s}),
         ),
     )
