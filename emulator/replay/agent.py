@@ -49,6 +49,21 @@ RCVBUF_BYTES = 8 << 20
 POLL_WALL_S = 0.0005
 
 
+def udp_errors() -> dict[str, int]:
+    """This namespace's UDP receive errors so far (/proc/net/snmp): datagrams dropped because a
+    socket's buffer was full (RcvbufErrors) or for any reason (InErrors)."""
+    try:
+        lines = [ln.split() for ln in Path("/proc/net/snmp").read_text().splitlines()]
+    except OSError:
+        return {}
+    udp = [ln[1:] for ln in lines if ln and ln[0] == "Udp:"]
+    if len(udp) < 2:
+        return {}
+    return {
+        k: int(v) for k, v in zip(udp[0], udp[1], strict=False) if k in ("InErrors", "RcvbufErrors")
+    }
+
+
 class Agent:
     def __init__(self, plan: dict[str, Any]) -> None:
         self.plan = plan
@@ -161,6 +176,7 @@ class Agent:
 
     def run(self, t0: float, out: Path) -> None:
         self.t0 = t0
+        errors_before = udp_errors()
         rx = threading.Thread(target=self.receive, daemon=True)
         rx.start()
         deadline = float(self.plan.get("deadline_s", 60.0))
@@ -186,6 +202,9 @@ class Agent:
         self.stop.set()
         rx.join(timeout=1.0)
         lines = [json.dumps({"id": i, "sent_s": s}) for i, s in sorted(self.sent.items())]
+        after = udp_errors()
+        lost = {k: after[k] - errors_before.get(k, 0) for k in after}
+        lines.append(json.dumps({"host": self.plan["host"], "udp_errors": lost}))
         for tid, want in sorted(self.expect.items()):
             lines.append(
                 json.dumps(

@@ -278,6 +278,7 @@ def _figures(
         },
         "recording": {k: v for k, v in rec.meta.items() if k != "hosts"},
         "transfers": len(rec.transfers),
+        "receive_errors": figures.receive_errors(lines),
         "classes": figures.class_figures(rec.transfers, sent, got, ideal_s(fabric)),
         "pauses": figures.pause_figures(delta, ts.clock),
         "pause_reaction_p99_us": None

@@ -90,3 +90,14 @@ def test_live_times_in_the_recording_are_set_against_the_replay():
     kv = class_figures(ts, sent, got, lambda t: 1.0)["kv"]
     assert kv["live_fct_s"]["p50"] == pytest.approx(3.0)
     assert kv["replay_over_live"]["within"] is True
+
+
+def test_receive_errors_are_summed_over_the_hosts():
+    from zcube_lab.core.replay.figures import receive_errors
+
+    lines = [
+        {"host": "h1", "udp_errors": {"InErrors": 3, "RcvbufErrors": 3}},
+        {"host": "h2", "udp_errors": {"InErrors": 1, "RcvbufErrors": 0}},
+        {"id": 0, "sent_s": 0.0},
+    ]
+    assert receive_errors(lines) == {"InErrors": 4, "RcvbufErrors": 3}

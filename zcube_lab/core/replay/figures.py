@@ -47,6 +47,16 @@ def outcomes(
     return sent, got
 
 
+def receive_errors(lines: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """UDP datagrams the receiving hosts dropped during the replay, summed (the agents' lines):
+    a socket's buffer full (the agent fell behind: the machine's, not the fabric's), or any."""
+    out: dict[str, int] = {}
+    for row in lines:
+        for k, v in (row.get("udp_errors") or {}).items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
 def class_figures(
     transfers: Sequence[Transfer],
     sent: Mapping[int, float],
