@@ -70,7 +70,7 @@ class Point:
 
     workload: str
     rate: float
-    fabric: tuple[str, ...] = ("--fabric", "zcube", "--n", "2")
+    fabric: tuple[str, ...] = ("--fabric", "zcube", "--n", "2", "--gpus-per-server", "2")
     options: tuple[str, ...] = ()  # more `zcube-lab run` options (the congestion model)
 
 
@@ -79,7 +79,7 @@ class Point:
 # profile's arithmetic), where links, not the CPU, load up: lossy (the default model, whose
 # incast drops end in TCP retransmission timeouts the verdict counts against the run) and
 # lossless (`--lossless`: PFC-like pauses instead of drops).
-ZCUBE16 = ("--fabric", "zcube", "--n", "4")
+ZCUBE16 = ("--fabric", "zcube", "--n", "4", "--gpus-per-server", "4")  # the sizes measured
 POINTS: dict[str, Point] = {
     "light": Point("coding-agent", 1.0),
     "heavy": Point("coding-agent", 4.0),

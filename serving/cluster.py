@@ -19,20 +19,23 @@ from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_ar
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.adapters.procs import stop_groups, wait_http
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import option
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
     """What to start."""
 
-    model: str = "tiny"
-    prefills: int = 1
-    decodes: int = 1
-    kv_addresses: int = 2
-    kv_streams: int = 2
-    bandwidth_scale: float = 1.0
-    gateway_port: int = 0
-    ep_size: int = 1
+    model: str = option("tiny", help="model profile")
+    prefills: int = option(1, help="prefill instances")
+    decodes: int = option(1, help="decode instances")
+    kv_addresses: int = option(2, help="KV addresses per prefill")
+    kv_streams: int = option(2, help="TCP streams per KV address")
+    bandwidth_scale: float = option(1.0, help="real NIC rate over emulated (payloads / this)")
+    gateway_port: int = option(
+        0, flag="--port", help="gateway port (0: a free one; the `gateway` line says which)"
+    )
+    ep_size: int = option(1, help="GPU hosts per instance")
     extra_prefill_args: tuple[str, ...] = ()
     extra_decode_args: tuple[str, ...] = ()
     extra_gateway_args: tuple[str, ...] = ()

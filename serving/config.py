@@ -2,7 +2,7 @@
 
 Each role has one dataclass (`GatewayConfig`, `PrefillConfig`, `DecodeConfig`,
 `EpWorkerConfig`); `__post_init__` validates and raises `ConfigError` naming the field, the
-value and what is allowed. Each field is declared once, with its flag (`serving.options`):
+value and what is allowed. Each field is declared once, with its flag (`zcube_lab.core.options`):
 the dataclass drives the role's parser and the command line the lab starts it with. A JSON
 config file uses the flag names with `_` for `-` as keys (`{"kv_bind": ["10.1.0.1:7100"]}`);
 flags given on the command line win over the file.
@@ -26,11 +26,11 @@ from serving.addresses import (
 from serving.epoptions import EpOptions
 from serving.eptraffic import EpTraffic
 from serving.models import PROFILES, ModelProfile, get_profile
-from serving.options import option
 from serving.routing import BALANCERS
 from zcube_lab.core.clock import Clock, check_dilation
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.evpaths import EV_BASE, EV_SPAN, MAX_EVS
+from zcube_lab.core.options import option
 
 __all__ = [
     "Address",
@@ -68,7 +68,7 @@ def _as_str(raw: object, field_name: str) -> str:
     return str(raw)
 
 
-def _time_dilation() -> Any:
+def _dilation() -> Any:
     # Declared here once for the engines and the gateway (docs/DOMAIN.md §4, time dilation).
     return option(
         1.0,
@@ -79,22 +79,22 @@ def _time_dilation() -> Any:
 
 
 class Dilated:
-    """A role that runs the modelled world k = `time_dilation` times slower: its modelled
+    """A role that runs the modelled world k = `dilation` times slower: its modelled
     seconds (compute, timeouts) last `wall_s(seconds)` on the clock."""
 
-    time_dilation: float
+    dilation: float
 
     @property
     def clock(self) -> Clock:
         """This role's modelled and wall seconds."""
-        return Clock(self.time_dilation)
+        return Clock(self.dilation)
 
     def wall_s(self, seconds: float) -> float:
         """Wall seconds of `seconds` modelled seconds."""
         return self.clock.wall(seconds)
 
     def _check_dilation(self) -> None:
-        check_dilation(self.time_dilation, "time_dilation")
+        check_dilation(self.dilation, "dilation")
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class EngineCommon(EpOptions, Dilated):
     seed: int = option(0)
     engine_index: str = option("0", help="value of the `engine` label", parse=_as_str)
     max_waiting: int = option(1024, help="queue limit (then 503)")
-    time_dilation: float = _time_dilation()
+    dilation: float = _dilation()
 
     def __post_init__(self) -> None:
         get_profile(self.model)
@@ -388,7 +388,7 @@ class GatewayConfig(Dilated):
         help="append one JSON line per request (arrival, first token, TTFT, tokens, status)",
         omit_default=True,
     )
-    time_dilation: float = _time_dilation()
+    dilation: float = _dilation()
 
     def __post_init__(self) -> None:
         get_profile(self.model)

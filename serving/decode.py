@@ -45,10 +45,10 @@ from serving.openai_api import (
     parse_request,
     sse_error,
 )
-from serving.options import add_flags, from_args
-from serving.textgen import plan_output, request_rng
+from serving.textgen import StopStrings, plan_output, request_rng
 from serving.vllm_metrics import EngineMetrics
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import add_flags, from_args
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def _handler(kind: str):
             return resp
         rng = request_rng(req.seed, cfg.seed, request_id)
         plan = plan_output(rng, req.max_tokens, req.min_tokens, req.ignore_eos, cfg.eos_probability)
-        seq = DecodeSeq(request_id, req, plan, rng, arrival, kv)
+        seq = DecodeSeq(request_id, req, plan, rng, arrival, kv, stops=stop_strings(req))
         engine.add(seq)
         try:
             if resp is None:
@@ -143,7 +143,7 @@ def _handler(kind: str):
             writer = ChunkWriter(req, request_id, created)
             while True:
                 text, finish = await seq.out.get()
-                await resp.write(writer.token(text, finish))
+                await resp.write(writer.token(text, finish, seq.stop_reason))
                 if finish is not None:
                     break
             if req.include_usage:
@@ -166,9 +166,19 @@ async def _collect(seq: DecodeSeq, req: ApiRequest, request_id: str, created: in
         parts.append(text)
         if finish is not None:
             break
+    text = "".join(parts)
     return httpapi.json_response(
-        full_response(req, request_id, created, "".join(parts), finish, seq.generated)
+        full_response(
+            req, request_id, created, text, finish, seq.generated, stop_reason=seq.stop_reason
+        )
     )
+
+
+def stop_strings(req: ApiRequest) -> StopStrings | None:
+    """The request's stop strings over its output (None: it has none)."""
+    if not req.stop:
+        return None
+    return StopStrings(req.stop, req.include_stop_str_in_output, req.min_tokens)
 
 
 async def _kv_log_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -253,7 +263,7 @@ def make_decode_app(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Decode flags (declared on `DecodeConfig`)."""
-    add_flags(parser, DecodeConfig)
+    add_flags(parser, DecodeConfig, config_file=True)
 
 
 def config_from_args(args: argparse.Namespace) -> DecodeConfig:

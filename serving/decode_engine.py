@@ -37,7 +37,7 @@ from serving.kvwire import (
 from serving.kvwire.mrc import pull_kv_mrc
 from serving.models import decode_step_seconds
 from serving.openai_api import ApiError, ApiRequest
-from serving.textgen import OutputPlan, token_text
+from serving.textgen import OutputPlan, StopStrings, token_text
 from serving.vllm_metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,8 @@ class DecodeSeq:
     first_token_at: float | None = None
     last_token_at: float | None = None
     finished: bool = False
+    stops: StopStrings | None = None  # the request's stop strings, if any
+    stop_reason: str | None = None  # the stop string that ended it
 
     @property
     def kv_tokens(self) -> int:
@@ -184,12 +186,19 @@ class DecodeEngine:
             m.itl.observe(now - (seq.last_token_at or now))
         seq.last_token_at = now
         done = seq.generated >= seq.plan.num_tokens
-        seq.out.put_nowait((text, seq.plan.finish_reason if done else None))
+        finish = seq.plan.finish_reason if done else None
+        if seq.stops is not None:
+            text, stop = seq.stops.feed(text)
+            if stop is not None:
+                done, finish, seq.stop_reason = True, "stop", stop
+            elif done:
+                text += seq.stops.rest()
+        seq.out.put_nowait((text, finish))
         if done:
             seq.finished = True
             seq.kv = None
             self.running.remove(seq)
-            m.request_success[seq.plan.finish_reason].inc()
+            m.request_success[finish].inc()
             m.finished(seq.req.prompt_tokens, seq.generated, seq.req.max_tokens)
             m.e2e.observe(now - seq.arrival)
             m.decode_time.observe(now - (seq.admitted_at or now))

@@ -15,8 +15,8 @@ from serving.alltoall import start_ep_server
 from serving.config import EpWorkerConfig
 from serving.gcpause import freeze_heap
 from serving.httpapi import setup_logging
-from serving.options import add_flags, from_args
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import add_flags, from_args
 
 
 async def serve(cfg: EpWorkerConfig) -> None:
@@ -32,7 +32,7 @@ async def serve(cfg: EpWorkerConfig) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """EP worker flags (declared on `EpWorkerConfig`; no config file)."""
-    add_flags(parser, EpWorkerConfig, config_file=False)
+    add_flags(parser, EpWorkerConfig)
 
 
 def config_from_args(args: argparse.Namespace) -> EpWorkerConfig:

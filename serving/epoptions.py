@@ -26,8 +26,8 @@ from serving.addresses import (
 )
 from serving.eptraffic import FRAME_PACKETS, EpTraffic, with_wire
 from serving.models import ModelProfile
-from serving.options import option
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import option
 
 # Which addresses of an EP peer an exchange uses (`--ep-ports`).
 EP_PORTS = ("all", "one")

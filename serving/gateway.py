@@ -31,7 +31,6 @@ from serving import httpapi
 from serving.config import GatewayConfig
 from serving.openai_api import CHAT, COMPLETION, SSE_DONE, ApiError, parse_request, sse_error
 from serving.openapi import OPENAPI_PATH, document
-from serving.options import add_flags, from_args
 from serving.requestlog import RequestTiming, TokenCounter, completion_tokens, write_record
 from serving.routing import (
     DOWN_HOLD_S,
@@ -43,6 +42,7 @@ from serving.routing import (
     usable,
 )
 from serving.vllm_metrics import GatewayMetrics
+from zcube_lab.core.options import add_flags, from_args
 
 log = logging.getLogger(__name__)
 GROUP_KEY = "_zcube_group"
@@ -396,7 +396,7 @@ def make_gateway_app(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Gateway flags (declared on `GatewayConfig`)."""
-    add_flags(parser, GatewayConfig)
+    add_flags(parser, GatewayConfig, config_file=True)
 
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:

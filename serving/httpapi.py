@@ -17,8 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from serving.gcpause import GC_PAUSES, GcPauseCollector, freeze_on_startup
 from serving.openai_api import ApiError
-from serving.options import parse_with_file
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import parse_with_file
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 MODEL_NAME_KEY = web.AppKey("model_name", str)

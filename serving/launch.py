@@ -2,7 +2,7 @@
 
 The lab calls these to start roles inside Mininet hosts, e.g.
 `host.popen(prefill_argv(cfg))`; `LocalCluster` calls them on loopback. The flags come from the
-config's option fields (`serving.options.to_argv`), so each argv parses back (through the
+config's option fields (`zcube_lab.core.options.to_argv`), so each argv parses back (through the
 role's own flag parser) to an equal config; the tests check that round trip for every role.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from serving.config import DecodeConfig, EpWorkerConfig, GatewayConfig, PrefillConfig
-from serving.options import to_argv
+from zcube_lab.core.options import to_argv
 
 
 def prefill_argv(cfg: PrefillConfig, python: str = sys.executable) -> list[str]:

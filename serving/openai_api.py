@@ -3,7 +3,8 @@
 `parse_request(body, kind, profile, served_model_name)` turns a decoded JSON body into a frozen
 `ApiRequest` or raises `ApiError` (status 4xx, OpenAI's `{"error": {message, type, param,
 code}}`). Shapes follow vLLM's OpenAI server: one token per SSE chunk, a usage-only final chunk
-when `stream_options.include_usage`, then `data: [DONE]`.
+when `stream_options.include_usage` (and the usage so far on every chunk when also
+`continuous_usage_stats`), then `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ class ApiRequest:
     kv_transfer_params: Mapping[str, Any] | None
     echo: str | None = None  # the prompt text to echo before the completion (completions)
     prompt_only: bool = False  # `max_tokens: 0` with `echo`: the prompt is the whole text
+    stop: tuple[str, ...] = ()  # stop strings (`serving.textgen.StopStrings`)
+    include_stop_str_in_output: bool = False
+    continuous_usage: bool = False  # vLLM's `continuous_usage_stats`: usage on every chunk
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -98,12 +102,14 @@ def _opt_int(body: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
     return int(v)
 
 
-def _opt_bool(body: Mapping[str, Any], key: str, default: bool) -> bool:
+def _opt_bool(body: Mapping[str, Any], key: str, default: bool, within: str = "") -> bool:
+    """An optional boolean; `within` names the object holding it (the error's `param`)."""
     v = body.get(key, default)
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise _bad(f"'{key}' must be a boolean, got {json_type(v)}", key)
+        name = f"{within}.{key}" if within else key
+        raise _bad(f"'{name}' must be a boolean, got {json_type(v)}", within or key)
     return v
 
 
@@ -163,6 +169,18 @@ def _echo(body: Mapping[str, Any], kind: str, prompt: str | list[int] | None) ->
     if not isinstance(prompt, str):
         raise _bad("'echo' needs a text prompt: the mock has no detokenizer for token ids", "echo")
     return prompt
+
+
+def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """`stop` as a tuple of distinct strings, in order (its schema has checked the type)."""
+    v = body.get("stop")
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
+        raise _bad("'stop' must be a non-empty string or a list of them", "stop")
+    return tuple(dict.fromkeys(v))
 
 
 def _max_tokens(body: Mapping[str, Any], kind: str, ctx: int, echo: bool) -> int | None:
@@ -232,16 +250,17 @@ def parse_request(
     seed = _opt_int(body, "seed", -MAX_SEED - 1, MAX_SEED)
     stream = _opt_bool(body, "stream", False)
     ignore_eos = _opt_bool(body, "ignore_eos", False)
-    include_usage = False
+    include_usage = continuous_usage = False
     opts = body.get("stream_options")
     if opts is not None:
         if not isinstance(opts, dict):
             raise _bad("'stream_options' must be an object", "stream_options")
         if not stream:
             raise _bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
-        include_usage = _opt_bool(opts, "include_usage", False)
-        if _opt_bool(opts, "continuous_usage_stats", False):
-            raise _bad("'stream_options.continuous_usage_stats' is not supported", "stream_options")
+        include_usage = _opt_bool(opts, "include_usage", False, "stream_options")
+        # As vLLM: usage on every chunk only when the final usage chunk is asked for too.
+        continuous = _opt_bool(opts, "continuous_usage_stats", False, "stream_options")
+        continuous_usage = include_usage and continuous
     kvp = body.get("kv_transfer_params")
     if kvp is not None and not isinstance(kvp, dict):
         raise _bad("'kv_transfer_params' must be an object", "kv_transfer_params")
@@ -258,6 +277,9 @@ def parse_request(
         kv_transfer_params=kvp,
         echo=echo,
         prompt_only=prompt_only,
+        stop=_stop(body),
+        include_stop_str_in_output=_opt_bool(body, "include_stop_str_in_output", False),
+        continuous_usage=continuous_usage,
     )
 
 
@@ -283,8 +305,10 @@ def full_response(
     finish_reason: str,
     completion_tokens: int,
     kv_transfer_params: Mapping[str, Any] | None = None,
+    stop_reason: str | None = None,
 ) -> dict[str, Any]:
-    """A non-streaming response body (every field OpenAI's spec requires, as vLLM sends it)."""
+    """A non-streaming response body (every field OpenAI's spec requires, as vLLM sends it);
+    `stop_reason` is the stop string that ended the text (None: EOS or the length)."""
     choice: dict[str, Any]
     if req.echo is not None:
         text = req.echo if req.prompt_only else req.echo + text
@@ -294,7 +318,7 @@ def full_response(
             "message": {"role": "assistant", "content": text, "refusal": None, "tool_calls": []},
             "logprobs": None,
             "finish_reason": finish_reason,
-            "stop_reason": None,
+            "stop_reason": stop_reason,
         }
         obj = "chat.completion"
     else:
@@ -303,7 +327,7 @@ def full_response(
             "text": text,
             "logprobs": None,
             "finish_reason": finish_reason,
-            "stop_reason": None,
+            "stop_reason": stop_reason,
         }
         obj = "text_completion"
     return {
@@ -333,13 +357,18 @@ class ChunkWriter:
         self._prefix = b"data: " + json.dumps(head, separators=(",", ":"))[:-1].encode()
         self._sent_role = False
         self._echo = req.echo  # sent with the first token, then None
+        self._tokens = 0  # tokens sent so far (for `continuous_usage`)
 
     def _line(self, rest: dict[str, Any]) -> bytes:
         return self._prefix + b"," + json.dumps(rest, separators=(",", ":"))[1:].encode() + b"\n\n"
 
-    def token(self, text: str, finish_reason: str | None) -> bytes:
-        """One chunk carrying one token (and the finish reason on the last one); with `echo`
-        the first chunk carries the prompt before it (only the prompt if `prompt_only`)."""
+    def token(self, text: str, finish_reason: str | None, stop_reason: str | None = None) -> bytes:
+        """One chunk carrying one token (and the finish and stop reasons on the last one); with
+        `echo` the first chunk carries the prompt before it (only the prompt if `prompt_only`).
+        A token whose text is held back (it may start a stop string) is a chunk with empty
+        text, as vLLM sends it. Chat chunks carry `stop_reason` on the last one only (vLLM
+        leaves it unset before). With `continuous_usage` every chunk carries the usage so far."""
+        self._tokens += 1
         if self._echo is not None:
             text = self._echo if self._req.prompt_only else self._echo + text
             self._echo = None
@@ -354,14 +383,20 @@ class ChunkWriter:
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
+            if finish_reason is not None:
+                choice["stop_reason"] = stop_reason
         else:
             choice = {
                 "index": 0,
                 "text": text,
                 "logprobs": None,
                 "finish_reason": finish_reason,
-                "stop_reason": None,
+                "stop_reason": stop_reason,
             }
+        if self._req.continuous_usage:
+            return self._line(
+                {"choices": [choice], "usage": usage(self._req.prompt_tokens, self._tokens)}
+            )
         return self._line({"choices": [choice]})
 
     def usage(self, completion_tokens: int) -> bytes:

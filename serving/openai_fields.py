@@ -30,9 +30,9 @@ NO_EFFECT = "no effect"
 NARROWED = "narrowed"
 MAX_SEED = 2**63 - 1
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
-# The mock's output is words of ASCII letters, each after one space: a stop string with any
-# other character can never occur in it (so it is honoured as it stands).
-STOP_PATTERN = "[^A-Za-z ]"
+# OpenAI's limit on the number of stop strings (vLLM sets none; the stricter one is kept).
+MAX_STOP_STRINGS = 4
+STOP_STRING = {"type": "string", "minLength": 1}
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ STREAM_OPTIONS = {
     "type": ["object", "null"],
     "properties": {
         "include_usage": {"type": ["boolean", "null"]},
-        "continuous_usage_stats": {"enum": [False, None]},
+        "continuous_usage_stats": {"type": ["boolean", "null"]},
     },
 }
 TOOL = {
@@ -139,7 +139,7 @@ FIELDS: tuple[Field, ...] = (
     Field("stream", BOTH, _opt({"type": "boolean"}), HONOURED, "SSE, one token per chunk", True),
     Field("stream_options", BOTH, STREAM_OPTIONS, HONOURED,
           "`include_usage` honoured (only with `stream`); vLLM's `continuous_usage_stats` "
-          "refused", True),
+          "too (with `include_usage`: every chunk carries the usage so far)", True),
     Field("seed", BOTH, _opt({"type": "integer", "minimum": -MAX_SEED - 1, "maximum": MAX_SEED}),
           HONOURED, "same seed, same text", True),
     Field("n", BOTH, _opt({"type": "integer", "minimum": 1, "maximum": 1}), NARROWED,
@@ -165,13 +165,13 @@ FIELDS: tuple[Field, ...] = (
     Field("logit_bias", BOTH, _opt({"type": "object", "maxProperties": 0}), NARROWED,
           f"empty or null only: {_NO_IDS}, so no bias could be applied"),
     Field("stop", BOTH,
-          {"anyOf": [{"type": "string", "pattern": STOP_PATTERN},
-                     {"type": "array",
-                      "items": {"type": "string", "pattern": STOP_PATTERN}},
+          {"anyOf": [STOP_STRING,
+                     {"type": "array", "maxItems": MAX_STOP_STRINGS, "items": STOP_STRING},
                      NULL]},
-          NARROWED,
-          "honoured when the string has a character other than an ASCII letter or space (it "
-          "can never occur in the output); one the output could contain is refused"),
+          HONOURED,
+          f"a string or up to {MAX_STOP_STRINGS}: the text ends before the first one it "
+          "would contain, `finish_reason` `stop`, `stop_reason` the string (vLLM's); a "
+          "streamed answer holds back what may start one; empty strings refused"),
     Field("stop_token_ids", BOTH, _opt({"type": "array", "maxItems": 0}), NARROWED,
           f"vLLM's; empty or null only: {_NO_IDS}"),
     Field("bad_words", BOTH, _opt({"type": "array", "maxItems": 0}), NARROWED,
@@ -216,8 +216,8 @@ FIELDS: tuple[Field, ...] = (
           _SAMPLING),
     Field("repetition_penalty", BOTH, _opt({"type": "number", "minimum": 0}), NO_EFFECT,
           _SAMPLING),
-    Field("include_stop_str_in_output", BOTH, _opt({"type": "boolean"}), NO_EFFECT,
-          "vLLM's; no stop string ever occurs in the output"),
+    Field("include_stop_str_in_output", BOTH, _opt({"type": "boolean"}), HONOURED,
+          "vLLM's: the text ends right after the stop string instead of before it"),
     Field("skip_special_tokens", BOTH, _opt({"type": "boolean"}), NO_EFFECT,
           "vLLM's; the output has no special tokens"),
     Field("spaces_between_special_tokens", BOTH, _opt({"type": "boolean"}), NO_EFFECT,

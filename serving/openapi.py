@@ -93,6 +93,7 @@ def _response_schemas() -> dict[str, Any]:
         delta=delta,
         logprobs=NULL_SCHEMA,
         finish_reason={"enum": ["stop", "length", None]},
+        stop_reason={"type": ["string", "integer", "null"]},
     )
     completion_chunk_choice = {
         **completion_choice,

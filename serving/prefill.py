@@ -32,10 +32,10 @@ from serving.kvwire import start_kv_server
 from serving.kvwire.mrc import MrcServer, start_mrc_server
 from serving.models import kv_transfer_bytes, prefill_step_seconds
 from serving.openai_api import CHAT, COMPLETION, ApiError, full_response, parse_request
-from serving.options import add_flags, from_args
 from serving.textgen import plan_output, request_rng, token_text
 from serving.vllm_metrics import EngineMetrics
 from zcube_lab.core.fabric.evpaths import ev_ports
+from zcube_lab.core.options import add_flags, from_args
 
 log = logging.getLogger(__name__)
 BLOCK_SIZE = 16
@@ -339,7 +339,7 @@ def make_prefill_app(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Prefill flags (declared on `PrefillConfig`)."""
-    add_flags(parser, PrefillConfig)
+    add_flags(parser, PrefillConfig, config_file=True)
 
 
 def config_from_args(args: argparse.Namespace) -> PrefillConfig:

@@ -8,7 +8,7 @@ argparse names, so Locust's parsed options read the same (`options.request_timeo
 
 Defaults are the load generator's own (`--workload chat`, `--seed 0`, as when Locust is run by
 hand); the lab always writes the run's workload and seed. Times are modelled seconds: with
-`--time-dilation K` the load is sent K times slower (`clock`) and reported in modelled seconds.
+`--dilation K` the load is sent K times slower (`clock`) and reported in modelled seconds.
 """
 
 from __future__ import annotations
@@ -53,16 +53,16 @@ class LoadConfig:
     )
     request_timeout: float = option(600.0, omit_default=True, help="per-request network timeout, s")
     keep_running: bool = option(False, switch=True, help="do not end the run when the plan is done")
-    time_dilation: float = option(1.0, omit_default=True, help="send K times slower, report / K")
+    dilation: float = option(1.0, omit_default=True, help="send K times slower, report / K")
     plan_shard: str | None = option(None, help="K/W: send only requests with index %% W == K")
 
     def __post_init__(self) -> None:
-        check_dilation(self.time_dilation)
+        check_dilation(self.dilation)
 
     @property
     def clock(self) -> Clock:
-        """The load's modelled and wall seconds (`--time-dilation`)."""
-        return Clock(self.time_dilation)
+        """The load's modelled and wall seconds (`--dilation`)."""
+        return Clock(self.dilation)
 
 
 def add_load_flags(parser: Any) -> None:

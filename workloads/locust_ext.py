@@ -22,7 +22,7 @@ are the shard's (the summary says `shard: "K/W"`). The options are read into a `
 `init`: a Locust master sends its own values of our options to every worker when it spawns
 users, and a worker keeps its own command line (its shard, output files, seed) instead.
 
-With `--time-dilation K` (docs/DOMAIN.md §4) the plan is drawn as without it (same seed, same
+With `--dilation K` (docs/DOMAIN.md §4) the plan is drawn as without it (same seed, same
 requests, `--duration` modelled seconds), sent K times slower (every gap x K, the per-request
 timeout x K), and everything reported is in modelled seconds again: records, Locust's stats,
 the `zcube_client_*` metrics and the summary (rates over the modelled duration). Every crossing
@@ -96,7 +96,7 @@ class WorkloadRun:
     next_index: int = 0
     closed_t0: float | None = None
     closed_in_flight: int = 0
-    clock: Clock = field(default_factory=Clock)  # --time-dilation
+    clock: Clock = field(default_factory=Clock)  # --dilation
     shard: tuple[int, int] | None = None  # --plan-shard (K, W); None: the whole plan
 
     def _client(self) -> OpenAIStreamClient:

@@ -28,7 +28,7 @@ from zcube_lab.core.errors import ConfigError
 
 WORKERS_ENV = "ZCUBE_LOCUST_WORKERS"  # the number of Locust workers, read by the master
 # Taken from the shards' summaries as they are: every shard must agree on them.
-COMMON_FIELDS = ("workload", "model", "seed", "mode", "arrival", "time_dilation")
+COMMON_FIELDS = ("workload", "model", "seed", "mode", "arrival", "dilation")
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

@@ -50,8 +50,9 @@ EPILOG = """examples:
   zcube-lab doctor
   zcube-lab doctor --machines 198.19.254.1,198.19.254.2
   zcube-lab cost --gpus 1024 --nic-gbps 400 --switch-ports 64 --port-gbps 400
-  zcube-lab fabric --fabric zcube --n 4
-  zcube-lab up --fabric roft --servers 4 --gpus-per-server 4 --spines 2
+  zcube-lab fabric --fabric zcube --gpus 16
+  zcube-lab up --fabric roft --gpus 64 --spines 4
+  zcube-lab up --fabric roft --gpus-per-server 4 --servers-per-leaf 4   # the old 16-GPU size
   zcube-lab serve --local
   zcube-lab clean
 """

@@ -1,7 +1,10 @@
 """Command-line options that choose a fabric and its size, shared by `fabric`, `up`, `run`,
-`compare` and `sweep` (one declaration: `add_size_arguments`). Options that do not apply to the
-chosen fabric are rejected by name; `compare` and `sweep` apply each to the compared fabrics that
-take it (`sized_specs`)."""
+`compare` and `sweep` (one declaration: `add_size_arguments`). One size vocabulary: `--gpus N`
+(a square, 16 by default) sizes every fabric by the scale-down rule that keeps the full size's
+structure (`zcube_lab.core.fabric.scaledown`); the size options given win over the rule (the
+lab's old sizes: `--gpus-per-server 4 --servers-per-leaf 4` at 16). Options that do not apply
+to the chosen fabric are rejected by name; `compare` and `sweep` apply each to the compared
+fabrics that take it (`sized_specs`)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,10 @@ from zcube_lab.core.fabric.queues import (
     fabric_mtu,
 )
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.fabric.scaledown import scaled_sizes
+
+# GPU hosts of a fabric when neither --gpus nor the size options say (every command's).
+DEFAULT_GPUS = 16
 
 # option dest -> builder parameter
 SIZE_OPTIONS = {
@@ -32,49 +39,59 @@ SIZE_OPTIONS = {
 
 
 def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --fabric and the size options (defaults are each builder's small default)."""
+    """Add --fabric, --gpus and the size options."""
     group = parser.add_argument_group("fabric")
     group.add_argument("--fabric", choices=sorted(BUILDERS), default="zcube", help="fabric kind")
     add_size_arguments(group)
 
 
-def add_size_arguments(group: argparse._ArgumentGroup, from_gpus: bool = False) -> None:
-    """The size options, unset unless given. `from_gpus`: the sizes a square `--gpus` sets
-    (`compare`, `sweep`) say so as their default."""
+def add_size_arguments(group: argparse._ArgumentGroup, compared: bool = False) -> None:
+    """--gpus and the size options, unset unless given (`compared`: the help of `compare` and
+    `sweep`, whose fabrics all take the one --gpus)."""
+    kept = (
+        "the scale-down that keeps the full size's structure (zcube_lab/core/fabric/scaledown.py)"
+    )
+    group.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help=f"GPU hosts, a square (default {DEFAULT_GPUS}, or n*n with --n, or --servers x "
+        f"--gpus-per-server), sized by {kept}: at 16, 8 servers of 2 GPUs, 2 per ZCube A switch "
+        "and per ROFT rail leaf; the size options below win over the rule ("
+        + (
+            "each changes the compared fabrics that take it, as long as every fabric keeps one "
+            "number of GPU hosts; "
+            if compared
+            else ""
+        )
+        + "the old sizes: --gpus-per-server 4 --servers-per-leaf 4)",
+    )
     square = "from --gpus: its square root"
     group.add_argument(
-        "--n",
-        type=int,
-        help=f"zcube: switches per group (n*n GPUs; default {square if from_gpus else 4})",
+        "--n", type=int, help=f"zcube: switches per group (n*n GPUs; default {square})"
     )
     group.add_argument("--m", type=int, help="zcube: parallel links per A-B pair (default 1)")
-    kept = "the scale-down that keeps the full size's structure (docs/DOMAIN.md)"
     group.add_argument(
         "--servers",
         type=int,
-        help=f"roft/clos: servers (default {'--gpus / --gpus-per-server' if from_gpus else 4})",
+        help="roft/clos: servers (default --gpus / --gpus-per-server)",
     )
     group.add_argument(
         "--gpus-per-server",
         type=int,
-        help="GPUs per server (= rails on roft; default "
-        + (f"{kept}: 2 at 16 and 64 GPUs; 4 at 16 is the old size" if from_gpus else "4")
-        + ")",
+        help="GPUs per server (= rails on roft; default from --gpus by the scale-down: 2 at 16 "
+        "and 64 GPUs; 4 at 16 is the old size)",
     )
     group.add_argument("--spines", type=int, help="roft/clos: spine switches (default 2)")
     group.add_argument(
         "--oversubscription", type=float, help="roft/clos: leaf down:up ratio (default 1)"
     )
-    leaf = (
-        "roft: several, with several leaves per rail (2 at 16 GPUs, 4 at 64); clos: 2, or 1 "
-        "when the servers are odd"
-        if from_gpus
-        else "all on roft, 2 on clos"
-    )
     group.add_argument(
         "--servers-per-leaf",
         type=int,
-        help=f"servers under one roft rail leaf or clos leaf (default: {leaf})",
+        help="servers under one roft rail leaf or clos leaf (default: roft: several, with "
+        "several leaves per rail (2 at 16 GPUs, 4 at 64); clos: 2, or 1 when the servers are "
+        "odd)",
     )
     group.add_argument(
         "--nic-gbps", type=float, help="full-scale NIC bandwidth per GPU in Gb/s (default 400)"
@@ -85,6 +102,15 @@ def add_size_arguments(group: argparse._ArgumentGroup, from_gpus: bool = False) 
         help="roft: disconnected leaf-spine planes, one NIC port of nic-gbps/planes into each "
         "(MRC's multi-plane; 1 to 8, default 1)",
     )
+
+
+def gpus_of(kind: str, params: Mapping[str, object]) -> int | None:
+    """The GPU hosts the size options `params` fix for a `kind` fabric (None: they do not)."""
+    if kind == "zcube" and "n" in params:
+        return int(params["n"]) ** 2  # type: ignore[call-overload]
+    if kind != "zcube" and "servers" in params and "gpus_per_server" in params:
+        return int(params["servers"]) * int(params["gpus_per_server"])  # type: ignore[call-overload]
+    return None
 
 
 def size_params(args: argparse.Namespace) -> dict[str, object]:
@@ -126,12 +152,37 @@ def sized_specs(
     return out
 
 
+def sized_spec(kind: str, gpus: int | None, params: Mapping[str, object]) -> FabricSpec:
+    """A `kind` fabric of `gpus` GPU hosts (None: what the size options fix, else
+    `DEFAULT_GPUS`) by the structure-keeping scale-down, the size options `params` winning;
+    a ConfigError when they leave it with another number of GPU hosts."""
+    if kind not in BUILDERS:
+        raise ConfigError("fabric", kind, f"one of {sorted(BUILDERS)}")
+    wanted = gpus if gpus is not None else gpus_of(kind, params) or DEFAULT_GPUS
+    spines = int(params.get("spines", 2))  # type: ignore[call-overload]
+    over = float(params.get("oversubscription", 1))  # type: ignore[arg-type]
+    sizes = scaled_sizes(kind, wanted, params, spines, over)
+    spec = FabricSpec.of(kind, **{**sizes, **params})
+    hosts = len(build_fabric(spec).hosts)
+    if hosts != wanted:
+        given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
+        raise ConfigError(
+            "gpus",
+            wanted,
+            f"the {hosts} GPU hosts that {given} make: give --gpus {hosts} if it is a square, "
+            "or the size options that fix the count (zcube --n; roft/clos --servers and "
+            "--gpus-per-server)",
+        )
+    return spec
+
+
 def spec_from_args(args: argparse.Namespace) -> FabricSpec:
-    """The fabric spec the options describe (unset options keep the builder's default)."""
-    return FabricSpec.of(args.fabric, **size_params(args))
+    """The fabric spec the options describe: --gpus (or what the size options fix) by the
+    structure-keeping scale-down, the size options given winning over it."""
+    return sized_spec(args.fabric, getattr(args, "gpus", None), size_params(args))
 
 
-def _run_flags(group: argparse._ArgumentGroup, names: tuple[str, ...]) -> None:
+def add_run_flags(group: argparse._ArgumentGroup, names: tuple[str, ...]) -> None:
     """The flags of these `RunConfig` fields, declared there once."""
     from emulator.experiment.runconfig import RunConfig
     from zcube_lab.core.options import add_flags
@@ -144,27 +195,27 @@ def add_link_arguments(group: argparse._ArgumentGroup) -> None:
     size and queue limits of every shaped link."""
     from emulator.experiment.runconfig import LINK_FIELDS
 
-    _run_flags(group, LINK_FIELDS)
+    add_run_flags(group, LINK_FIELDS)
 
 
 def add_datapath_arguments(group: argparse._ArgumentGroup) -> None:
     """--ovs-instances: how many ovs-vswitchd daemons of the lab's own carry the switches."""
-    _run_flags(group, ("ovs_instances",))
+    add_run_flags(group, ("ovs_instances",))
 
 
 def add_lossless_argument(group: argparse._ArgumentGroup) -> None:
     """--lossless: PFC-like pauses instead of drops at switch ports."""
-    _run_flags(group, ("lossless",))
+    add_run_flags(group, ("lossless",))
 
 
 def add_transport_arguments(group: argparse._ArgumentGroup) -> None:
     """--cc: TCP congestion control of every host namespace."""
-    _run_flags(group, ("congestion_control",))
+    add_run_flags(group, ("congestion_control",))
 
 
 def add_kv_transport_argument(group: argparse._ArgumentGroup) -> None:
     """--kv-transport: how decode pulls KV (TCP lanes, or the MRC-style datagrams)."""
-    _run_flags(group, ("kv_transport",))
+    add_run_flags(group, ("kv_transport",))
 
 
 def link_options_from_args(

@@ -5,19 +5,26 @@ compare` and by the benchmarks in `bench/`.
 Names: a *variant* is one fabric with one run policy; its *label* is the one its run plan gives
 its runs (`zcube`, `zcube/spray`, `roft-2planes/ff`), which the report groups by. A *planned run*
 is one repeat of one variant, its config tagged `r<repeat>` (or `<policy>-r<repeat>` when the
-policies differ). Planning is pure: building each variant's run plan once validates the
-fabric, placement, policy and faults before the first run starts (fail in seconds, not after a
-run); running needs root.
+policies differ); both are defined beside the shared run loop (`runloop`). Planning is pure:
+building each variant's run plan once validates the fabric, placement, policy and faults before
+the first run starts (fail in seconds, not after a run); running needs root.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from emulator.experiment.launcher import RunResult
 from emulator.experiment.plan import RunConfig, plan_run
-from emulator.experiment.runner import Experiment
+from emulator.experiment.runloop import (
+    Execute,
+    LoopConfig,
+    PlannedRun,
+    RunLoop,
+    Variant,
+    check_retries,
+)
 from emulator.results.linkstats import port_capacity_bps
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
@@ -64,29 +71,6 @@ def check_fault_prefixes(faults: Sequence[str], kinds: Sequence[str]) -> None:
         head, sep, _ = text.partition(":")
         if sep and head.strip().lower() in BUILDERS and head.strip().lower() not in kinds:
             raise ConfigError("fail", text, f"a prefix among the compared fabrics {list(kinds)}")
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One fabric with one run policy; `config` is its untagged run configuration."""
-
-    kind: str
-    policy: str
-    label: str
-    config: RunConfig
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One repeat of one variant: run `number` of `total`, repeat `repeat` of `repeats` (all
-    counted from 1)."""
-
-    number: int
-    total: int
-    repeat: int
-    repeats: int
-    variant: Variant
-    config: RunConfig
 
 
 def plan_variants(
@@ -148,13 +132,18 @@ def run_planned(
     plan: Sequence[PlannedRun],
     progress: Callable[[str], None] | None = None,
     starting: Callable[[PlannedRun], None] | None = None,
+    retries: int | str = 0,
+    execute: Execute | None = None,
 ) -> Iterator[tuple[PlannedRun, RunResult]]:
-    """Run the plan in order, yielding each run's result as it completes (a caller that stops
-    on an error keeps the results before it). Every run tears itself down."""
-    for planned in plan:
-        if starting is not None:
-            starting(planned)
-        yield planned, Experiment(planned.config, progress=progress).run()
+    """Run the plan in order through the shared run loop (`emulator.experiment.runloop`: a run
+    the machine alone spoiled runs again, up to `retries` times), yielding each run's last
+    attempt as it completes (a caller that stops on an error keeps the results before it).
+    Every run tears itself down. `retries` is checked before the first run; `compare` passes
+    its --retries (default 2), a benchmark that passes none keeps each run as it ran."""
+    loop = RunLoop(
+        execute, config=LoopConfig(check_retries(retries)), progress=progress, starting=starting
+    )
+    return ((o.planned, o.result) for o in loop.over(plan))
 
 
 def port_capacities(

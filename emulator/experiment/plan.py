@@ -162,7 +162,7 @@ class RunPlan:
         python: str = sys.executable,
     ) -> list[str]:
         """Locust driving the gateway: headless for `duration + drain` seconds (x the dilation:
-        `--duration` stays the modelled plan length, `--time-dilation` stretches it), writing its
+        `--duration` stays the modelled plan length, `--dilation` stretches it), writing its
         records, summary, CSV and JSON into `out_dir`; or, with `web`, its web UI, started at
         once and kept running after the planned arrivals."""
         if web is None and out_dir is None:
@@ -258,7 +258,7 @@ class RunPlan:
         return LoadConfig(
             workload=c.workload, seed=c.seed, model=c.model, duration=c.duration_s,
             rate=c.rate, arrival=c.arrival, burstiness=c.burstiness,
-            length_scale=c.length_scale, time_dilation=c.dilation,
+            length_scale=c.length_scale, dilation=c.dilation,
             **outputs,  # type: ignore[arg-type]
         )  # fmt: skip
 
@@ -287,7 +287,7 @@ class RunPlan:
             "ep_source_map": kv_source_map(self.fabric, h),
             # one JSON line per all-to-all exchange (serving.alltoall)
             "ep_log": str(log_dir / f"ep-{e.engine_id}.jsonl") if peers else "",
-            "time_dilation": c.dilation,
+            "dilation": c.dilation,
             **(c.ep_options() if peers else {}),
         }
         spray = self.policy.spray
@@ -377,7 +377,7 @@ class RunPlan:
             request_log=str(log_dir / "requests-gateway.jsonl"),
             decode_hotspot=self.config.decode_hotspot,
             hotspot_period_s=self.config.hotspot_period_s,
-            time_dilation=self.config.dilation,
+            dilation=self.config.dilation,
         )
         health = f"http://{self.gateway_host}:{gateway_port}/health"
         return RoleLaunch("gateway", None, tuple(gateway_argv(gateway)), health)

@@ -65,7 +65,7 @@ def mtu_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'auto'") from None
 
 
-def _machine_list(raw: str | None) -> tuple[str, ...]:
+def _machine_list(raw: str | None, field_name: str = "machines") -> tuple[str, ...]:
     return tuple(a.strip() for a in (raw or "").split(",") if a.strip())
 
 
@@ -93,7 +93,10 @@ LAYOUT_OPTIONS: tuple[tuple[str, Option], ...] = (
     ),
     (
         "layout",
-        Option(unset=True, help="default or rail-aligned (default: the workload profile's hint)"),
+        Option(
+            unset=True,
+            help="default or rail-aligned (default: the workload profile's hint)",
+        ),
     ),
 )
 
@@ -135,7 +138,11 @@ class RunConfig:
     seed: int = option(1, help="same seed, same requests on every fabric")
     model: str = option("glm-5.1", help="model profile of the serving engines")
     length_scale: float | None = option(None, type=float, help="multiply every token length")
-    nic_mbps: float = option(100.0, help="emulated GPU NIC rate")
+    nic_mbps: float = option(
+        100.0,
+        help="emulated rate of one GPU NIC in Mb/s (ZCube ports get half each); "
+        "bandwidth_scale = full-scale NIC rate / this",
+    )
     # or "auto": zcube_lab.core.fabric.queues.fabric_mtu
     mtu: int | str = option(
         MAX_MTU,
@@ -194,7 +201,8 @@ class RunConfig:
     )
     policy: str = option(
         "ecmp",
-        help="what reacts to failures: static, ecmp, ff, recompute or spray (docs/FAILURES.md)",
+        help="routing policy, what reacts to failures: static, ecmp, ff, recompute or spray "
+        "(docs/FAILURES.md)",
     )
     faults: tuple[str, ...] = option(  # zcube_lab.core.fault_schedule's grammar
         (),
@@ -261,7 +269,7 @@ class RunConfig:
     ep_per_node: bool | None = option(
         None,
         metavar="on|off",
-        parse=lambda raw: on_off(raw, "ep_per_node"),
+        parse=on_off,
         item=on_off_text,
         help="EP: on sends each token once per destination node (DeepEP's normal kernels), "
         "off once per routed expert (default: the model profile's)",
@@ -275,7 +283,7 @@ class RunConfig:
     ep_dbo: bool | None = option(
         None,
         metavar="on|off",
-        parse=lambda raw: on_off(raw, "ep_dbo"),
+        parse=on_off,
         item=on_off_text,
         help="EP: dual-batch overlap on (two micro-batches hide each other's exchange behind "
         "compute) or off (each frame's exchange follows its compute; default: the model "

@@ -24,8 +24,14 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
-from emulator.experiment.comparison import PlannedRun, Variant, run_planned
-from emulator.experiment.launcher import RunResult
+from emulator.experiment.comparison import PlannedRun, Variant
+from emulator.experiment.runloop import (
+    Execute,
+    LoopConfig,
+    Outcome,
+    RunLoop,
+    check_retries,
+)
 from emulator.results.capacity import refine_rate, walk_ended
 from emulator.results.figures import read_jsonl
 from emulator.results.goodput import Slo
@@ -71,13 +77,12 @@ RUN_OVERHEAD_S = 20.0
 
 def wall_time_estimate(plan: Sequence[PlannedRun]) -> tuple[float, float]:
     """(least, most) wall seconds the planned runs take: each run's overhead and its arrivals,
-    plus at most its whole drain, all in wall time (dilation k stretches them k times). A ramp
-    that stops early takes less than the least."""
+    plus at most its whole drain, each crossed into wall time by the run's clock. A ramp that
+    stops early takes less than the least."""
     least = most = 0.0
     for p in plan:
-        k = p.config.dilation
-        least += RUN_OVERHEAD_S + k * p.config.duration_s
-        most += RUN_OVERHEAD_S + k * (p.config.duration_s + p.config.drain_s)
+        least += RUN_OVERHEAD_S + p.config.clock.wall(p.config.duration_s)
+        most += RUN_OVERHEAD_S + p.config.wall_s
     return least, most
 
 
@@ -102,9 +107,6 @@ def plan_sweep(
     return runs
 
 
-Execute = Callable[[PlannedRun], RunResult]
-
-
 def run_sweep(
     plan: Sequence[PlannedRun],
     slo: Slo,
@@ -114,17 +116,30 @@ def run_sweep(
     execute: Execute | None = None,
     refine: int = 0,
     full_ladder: bool = False,
+    retries: int | str = 0,
 ) -> Iterator[RunPoint]:
     """Run the plan in order, yielding each run's point as it completes. A repeat whose walk
     has ended skips its higher rates (unless `full_ladder`), and once a rate's repeats are
     done, a variant past saturation skips its higher rates (`skipped` is told of each); then
-    `refine` bisection rates per variant. `execute` runs one planned run (default: the lab,
-    which needs root)."""
+    `refine` bisection rates per variant. Each run goes through the shared run loop
+    (`emulator.experiment.runloop`: a run the machine alone spoiled runs again, up to
+    `retries` times, and its point is the last attempt's: `sweep` passes its --retries,
+    default 2; none by default here, so a benchmark's runs stay as they ran); `execute` runs one
+    planned run (default: the lab, which needs root)."""
+    loop = RunLoop(
+        execute, config=LoopConfig(check_retries(retries)), progress=progress, starting=starting
+    )
+    return _ramp(plan, slo, loop, skipped, refine, full_ladder)
 
-    def lab(p: PlannedRun) -> RunResult:
-        return next(iter(run_planned([p], progress=progress)))[1]
 
-    run_one = execute or lab
+def _ramp(
+    plan: Sequence[PlannedRun],
+    slo: Slo,
+    loop: RunLoop,
+    skipped: Callable[[PlannedRun], None] | None,
+    refine: int,
+    full_ladder: bool,
+) -> Iterator[RunPoint]:
     stopped: set[str] = set()
     ended: set[tuple[str, int]] = set()  # (variant, repeat) whose walk up the ladder ended
     done: list[RunPoint] = []
@@ -136,13 +151,7 @@ def run_sweep(
                 if skipped is not None:
                     skipped(planned)
                 continue
-            if starting is not None:
-                starting(planned)
-            result = run_one(planned)
-            records = read_jsonl(result.path / "requests.jsonl")
-            point = run_point(
-                rate, planned.repeat, result.summary, records, slo, planned.config.duration_s
-            )
+            point = _point(loop.run(planned), slo)
             done.append(point)
             at_rate.append(point)
             if walk_ended(r for r in done if (r.variant, r.repeat) == key):
@@ -150,16 +159,19 @@ def run_sweep(
             yield point
         stopped |= {p.variant for p in points(at_rate) if past_saturation(p, slo)}
     if refine:
-        yield from _refine(plan, slo, done, refine, run_one, starting)
+        yield from _refine(plan, slo, done, refine, loop)
+
+
+def _point(outcome: Outcome, slo: Slo) -> RunPoint:
+    """The run point of a run's last attempt."""
+    planned, result = outcome.planned, outcome.result
+    records = read_jsonl(result.path / "requests.jsonl")
+    rate = planned.config.rate or 0.0
+    return run_point(rate, planned.repeat, result.summary, records, slo, planned.config.duration_s)
 
 
 def _refine(
-    plan: Sequence[PlannedRun],
-    slo: Slo,
-    done: list[RunPoint],
-    steps: int,
-    run_one: Execute,
-    starting: Callable[[PlannedRun], None] | None,
+    plan: Sequence[PlannedRun], slo: Slo, done: list[RunPoint], steps: int, loop: RunLoop
 ) -> Iterator[RunPoint]:
     """`steps` rounds: every variant with a knee bracket runs its midpoint, every repeat,
     repeats interleaved across the variants as in the ladder."""
@@ -174,14 +186,6 @@ def _refine(
                 runs += [p for p in plan_sweep(variants, [rate], repeats) if p.variant == v]
         for planned in sorted(runs, key=lambda p: p.repeat):
             number += 1
-            planned = replace(planned, number=number, total=total)
-            if starting is not None:
-                starting(planned)
-            result = run_one(planned)
-            records = read_jsonl(result.path / "requests.jsonl")
-            rate = planned.config.rate or 0.0
-            point = run_point(
-                rate, planned.repeat, result.summary, records, slo, planned.config.duration_s
-            )
+            point = _point(loop.run(replace(planned, number=number, total=total)), slo)
             done.append(point)
             yield point

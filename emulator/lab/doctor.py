@@ -8,7 +8,12 @@ functions turn probe results into `Check`s and are pure, so tests feed them fake
 
 Check names are short and stable (`root`, `python`, `ovs`, `datapath`, `mnexec`, `mininet`,
 `htb`, `tbf`, `netem`, `os-ken`, `addresses`, `prometheus`, `promtool`, `iperf3`, `ethtool`,
-`ping`, `datapath-capacity`): tests and `--json` consumers look them up by name.
+`ping`, `datapath-capacity`, `steal`): tests and `--json` consumers look them up by name.
+
+`steal` reads /proc/stat twice, `STEAL_WINDOW_S` apart (`probe_cpu`), and says what the CPU
+steal and the other processes' load over that window mean for a run (`judge_steal`): the
+verdict rejects a run whose steal averaged above its limit (5%), and `compare` and `sweep` run
+such a run again (`--retries`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import importlib.metadata
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +37,8 @@ from emulator.lab.datapath_ceiling import (
 )
 from emulator.lab.hostnet import HostEntry, conflicts, leftovers, read_host_network
 from emulator.lab.system import LabError, attempt
+from emulator.verdict.cpustats import cpu_share, parse_proc_stat
+from emulator.verdict.limits import Limits
 from zcube_lab.adapters.procs import pid_alive
 from zcube_lab.core.fabric.addressing import plan_networks
 
@@ -403,6 +411,8 @@ class Findings:
     host_network_error: str = ""  # why they could not be read
     # Private Open vSwitch instances (`LabOptions.ovs_instances`): (folder, answers, lab alive).
     ovs_instances: tuple[tuple[str, bool, bool], ...] = ()
+    # /proc/stat at the start and the end of STEAL_WINDOW_S (empty: not read)
+    proc_stat: tuple[str, str] = ("", "")
 
 
 # Programs checked on PATH: (name, version arguments, status when missing, what needs it).
@@ -432,8 +442,70 @@ def judge(findings: Findings) -> list[Check]:
     for name, _args, missing_status, why in TOOLS:
         probe = findings.tools.get(name, Probe(None, f"{name}: not probed"))
         checks.append(judge_tool(name, probe, missing_status, why))
+    checks.append(judge_steal(*findings.proc_stat))
     checks.append(judge_datapath_ceiling(findings.datapath_results, findings.machine_id))
     return checks
+
+
+STEAL_WINDOW_S = 3.0  # seconds between the two reads of /proc/stat
+
+
+def probe_cpu(
+    read: Callable[[], str] = lambda: Path("/proc/stat").read_text(),
+    sleep: Callable[[float], None] = time.sleep,
+    seconds: float = STEAL_WINDOW_S,
+) -> tuple[str, str]:
+    """/proc/stat now and `seconds` later (empty texts when it cannot be read)."""
+    try:
+        first = read()
+        sleep(seconds)
+        return first, read()
+    except OSError:
+        return "", ""
+
+
+def judge_steal(before: str, after: str, limits: Limits | None = None) -> Check:
+    """CPU steal and busy share between two /proc/stat texts, and what they mean for a run:
+    steal above the verdict's limit rejects a run; steal measured on an idle machine is a
+    floor (a hypervisor steals only time a CPU wanted), and a busy machine leaves the lab less
+    than it needs."""
+    limit = (limits or Limits()).steal_mean
+    try:
+        share = cpu_share(parse_proc_stat(before)["cpu"], parse_proc_stat(after)["cpu"])
+    except (ValueError, KeyError, TypeError):
+        return Check("steal", "warn", "could not read /proc/stat: CPU steal unknown")
+    steal, busy = share.steal, share.busy - share.steal
+    said = (
+        f"CPU steal {steal:.1%} and {busy:.0%} of the CPUs busy over {STEAL_WINDOW_S:g} s "
+        f"(the verdict allows {limit:.0%} steal in a run)"
+    )
+    fix = (
+        "run later, when the host is quieter; or give the run --dilation 2 (or more, within "
+        "the validated ladder): the lab then needs less CPU per second and meets less steal; "
+        "compare and sweep retry runs the machine spoiled (--retries)"
+    )
+    if steal > limit:
+        return Check(
+            "steal",
+            "warn",
+            f"{said}: runs now will be rejected as not trustworthy (steal on an idle machine is "
+            "a floor; under load a run meets more)",
+            fix,
+        )
+    if steal > limit / 2:
+        return Check(
+            "steal", "warn", f"{said}: close to the limit; a run may be rejected for it", fix
+        )
+    if busy > 0.5:
+        return Check(
+            "steal",
+            "warn",
+            f"{said}: other processes hold the CPUs; a run beside them may be rejected for the "
+            "machine (its CPU, late wake-ups)",
+            "run when they are done (`top` names them); compare and sweep retry runs the "
+            "machine spoiled (--retries)",
+        )
+    return Check("steal", "pass", f"{said}: quiet enough for a run now")
 
 
 def gather(pid: int | None = None) -> Findings:
@@ -469,6 +541,7 @@ def gather(pid: int | None = None) -> Findings:
             )
             for inst in ovs.running_instances()
         ),
+        proc_stat=probe_cpu(),
     )
 
 

@@ -38,9 +38,19 @@ from emulator.results.plots import (
 )
 from emulator.results.structuresection import structure_html_section
 from emulator.results.summary import RunSummary
-from emulator.results.verdicttext import Excluded, Headline, verdict_sentences
+from emulator.results.verdicttext import (
+    HEALTH_COLUMNS,
+    Attempt,
+    Excluded,
+    Headline,
+    HealthRow,
+    health_rows,
+    health_summary,
+    verdict_sentences,
+)
 from emulator.results.victimtable import lossless_fact, victim_section
 from emulator.verdict.combine import Judged, over_runs
+from emulator.verdict.retry import RETRY_FILE, Rejected, retries_from_json, retry_decision
 from zcube_lab.core.fabric.cost import compare
 from zcube_lab.core.fabric.pricing import CostInputs
 
@@ -96,8 +106,8 @@ def trust(runs: Sequence[RunSummary]) -> dict[str, list[str]]:
 
 
 def verdict_cells(runs: Sequence[RunSummary], variant: str) -> tuple[str, str]:
-    """A variant's trustworthiness over its runs (`yes`, or `no (k of n)`) and the first reason
-    one of them was not trustworthy (`-` when all were)."""
+    """A variant's trustworthiness over its runs (`yes`, or `no (k of n trusted)`) and the
+    first reason one of them was not trustworthy (`-` when all were)."""
     verdict = over_runs(judged(r) for r in runs if r.variant == variant)
     return verdict.count_text(), verdict.first_reason or "-"
 
@@ -158,18 +168,27 @@ _CPU_FIELDS = frozenset(
 
 
 def verdict_checks(run: RunSummary) -> list[str]:
-    """The verdict's figures beyond CPU (TCP timeouts per host, qdisc drops, ... as the verdict
-    of the run has them), `name: value`, leaving out empty and zero ones."""
-    out = []
+    """The verdict's figures beyond CPU that read as a line (TCP timeouts per host, drops per
+    CPU, the events a fault explains, ... as the verdict of the run has them), `name: value`,
+    leaving out empty and zero ones. A figure made of records (each host's TCP counters, each
+    interface's queue figures) is named once at the end, and left to the run's summary.json."""
+    out, left = [], []
     for name, value in run.health.to_dict().items():
         if name in _CPU_FIELDS or value in (None, 0, 0.0, "", (), [], {}):
             continue
         if isinstance(value, dict):
+            if any(isinstance(v, dict | list) for v in value.values()):
+                left.append(name)
+                continue
             shown = ", ".join(f"{k} {_short(v)}" for k, v in sorted(value.items()) if v)
             if shown:
                 out.append(f"{name}: {shown}")
+        elif isinstance(value, list | tuple):
+            out.append(f"{name}: {'; '.join(_short(v) for v in value)}")
         else:
             out.append(f"{name}: {_short(value)}")
+    if left:
+        out.append(f"in summary.json (health): {', '.join(left)}")
     return out
 
 
@@ -364,14 +383,8 @@ def write_report(
         f"<p>{len(runs)} runs; medians over repeats with [min-max]; "
         f"{config['fabric_summary']['hosts']} emulated GPU hosts; "
         f"baseline {html.escape(baseline)}.</p>",
-        "<h2>Emulator health</h2><ul>",
     ]
-    for f in fabrics:
-        if bad.get(f):
-            items = "; ".join(html.escape(x) for x in bad[f])
-            parts.append(f"<li class='bad'>{html.escape(f)}: NOT TRUSTWORTHY: {items}</li>")
-        else:
-            parts.append(f"<li class='ok'>{html.escape(f)}: the emulator kept up in every run</li>")
+    parts += health_section(runs, fabrics)
     parts += _results_table(agg, fabrics, baseline, runs)
     parts += kpi_section(runs, fabrics)  # the IETF BMWG draft's KPIs by name
     parts += structure_html_section([(r.variant, run_dir(r)) for r in runs])  # scaled vs full
@@ -389,6 +402,12 @@ def write_report(
         "runs": [str(run_dir(r)) for r in runs],
         "medians": {f: {k: c.median for k, c in agg[f].items()} for f in fabrics},
         "untrustworthy": bad,
+        # runs the loop rejected for the machine and ran again: the retry -> those attempts
+        "retried": {
+            str(run_dir(r)): [e.to_dict() for e in read_retries(r.dir)]
+            for r in runs
+            if read_retries(r.dir)
+        },
     }
     (out_dir / "comparison.json").write_text(json.dumps(comparison, indent=2) + "\n")
     return page
@@ -427,7 +446,7 @@ def _results_table(
     """The comparison table, led by the verdict rows; an untrustworthy variant's column head
     and verdict cells in red."""
     untrusted = {f for f in fabrics if verdict_cells(runs, f)[0] != "yes"}
-    parts = ["</ul><h2>Results</h2><table><tr><th>metric</th>"]
+    parts = ["<h2>Results</h2><table><tr><th>metric</th>"]
     for f in fabrics:
         mark = " class='bad'" if f in untrusted else ""
         note = " (not trustworthy)" if f in untrusted else ""
@@ -449,29 +468,82 @@ def _results_table(
 
 
 def _run_items(runs: Sequence[RunSummary]) -> list[str]:
-    """Every run: where it is, its verdict with the reasons and the checks beyond CPU, its
-    busiest link and its stalled KV pulls."""
-    parts = ["<h2>Runs</h2><ul>"]
+    """Every run in a table: where it is, trusted or not (the reasons are in the health
+    section), its busiest link, its stalled KV pulls and its lossless pauses; the checks beyond
+    CPU fold below it, one run each."""
+    parts = ["<h2>Runs</h2><table><tr><th>variant</th><th>run folder</th><th>trusted</th>"
+             "<th>busiest link</th><th>KV pulls stalled</th><th>lossless</th></tr>"]  # fmt: skip
+    folds = []
     for r in runs:
-        where = html.escape(str(run_dir(r)))
-        if r.trustworthy:
-            verdict = "<span class='ok'>trustworthy</span>"
-        else:
-            reasons = "; ".join(r.health.reasons) or "no reason given"
-            verdict = f"<span class='bad'>NOT TRUSTWORTHY: {html.escape(reasons)}</span>"
-        facts = [f"busiest link {busiest_link(r)}"]
-        if r.transfers is not None:
-            t = r.transfers
-            facts.append(f"KV pulls stalled {t.kv_pulls_stalled} of {t.kv_pulls_rated}")
-        facts += verdict_checks(r)
-        if r.lossless is not None:
-            facts.append(lossless_fact(r.lossless))
-        parts.append(
-            f"<li>{html.escape(r.variant)}: <code>{where}</code>: {verdict}"
-            f"<br><small>{html.escape('; '.join(facts))}</small></li>"
-        )
-    parts.append("</ul>")
-    return parts
+        t = r.transfers
+        cells = [
+            r.variant,
+            str(run_dir(r)),
+            "yes" if r.trustworthy else "no",
+            busiest_link(r),
+            "-" if t is None else f"{t.kv_pulls_stalled} of {t.kv_pulls_rated}",
+            "-" if r.lossless is None else lossless_fact(r.lossless),
+        ]
+        parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        if checks := verdict_checks(r):
+            folds.append(_fold(f"{_run_name(r)}: checks beyond CPU", checks))
+    return [*parts, "</table>", *folds]
+
+
+def read_retries(folder: Path | None) -> tuple[Rejected, ...]:
+    """The earlier attempts a run folder's `retry.json` names (none without one): the runs the
+    run loop rejected for the machine and ran again (`emulator.experiment.runloop`)."""
+    if folder is None or not (folder / RETRY_FILE).is_file():
+        return ()
+    return retries_from_json(json.loads((folder / RETRY_FILE).read_text()))
+
+
+def run_health(r: RunSummary) -> tuple[str, Attempt, tuple[Attempt, ...]]:
+    """A run as the health section shows it: its variant, its last attempt, and the earlier
+    attempts its folder's retry.json names."""
+    earlier = tuple(
+        Attempt(Path(e.run).name, False, e.reasons, retried=True, why=e.why)
+        for e in read_retries(r.dir)
+    )
+    decision = retry_decision(r.health)
+    last = Attempt(
+        _run_name(r), r.trustworthy, tuple(r.health.reasons), machine=decision.retry, why=""
+    )
+    return r.variant, last, earlier
+
+
+def health_rows_of(runs: Sequence[RunSummary], fabrics: Sequence[str]) -> list[HealthRow]:
+    """The health section's rows (`verdicttext.health_rows`), variants in `fabrics`' order."""
+    order = {f: i for i, f in enumerate(fabrics)}
+    return health_rows([run_health(r) for r in sorted(runs, key=lambda r: order[r.variant])])
+
+
+def health_section(runs: Sequence[RunSummary], fabrics: Sequence[str]) -> list[str]:
+    """Emulator health: a sentence, one row per run (and per attempt the machine spoiled), the
+    first reason and how many more, every reason folded below the table."""
+    rows = health_rows_of(runs, fabrics)
+    parts = ["<h2>Emulator health</h2>", f"<p>{html.escape(health_summary(rows))}</p><table><tr>"]
+    parts += [f"<th>{html.escape(c)}</th>" for c in HEALTH_COLUMNS]
+    parts.append("</tr>")
+    folds = []
+    for row in rows:
+        mark = " class='ok'" if row.attempt.trusted else " class='bad'"
+        cells = row.cells()
+        tds = [f"<td>{html.escape(c)}</td>" for c in cells]
+        tds[2] = f"<td{mark}>{html.escape(cells[2])}</td>"
+        parts.append("<tr>" + "".join(tds) + "</tr>")
+        if reasons := row.attempt.reasons:
+            why = [f"run again: {row.attempt.why}"] if row.attempt.why else []
+            folds.append(
+                _fold(f"{row.attempt.run}: every reason ({len(reasons)})", [*reasons, *why])
+            )
+    return [*parts, "</table>", *folds]
+
+
+def _fold(title: str, lines: Sequence[str]) -> str:
+    """A folded block (`<details>`): the title, then a line each."""
+    items = "".join(f"<li>{html.escape(x)}</li>" for x in lines)
+    return f"<details><summary>{html.escape(title)}</summary><ul>{items}</ul></details>"
 
 
 def _cost_table() -> list[str]:

@@ -147,3 +147,92 @@ def _number(v: float) -> str:
     if abs(v) >= 10:
         return f"{v:.1f}"
     return f"{v:.2f}"
+
+
+# -- the health section: one row per run --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a run as the health section shows it: its folder's name, its outcome and
+    its reasons; `retried` says it was rejected for the machine and run again (`why`)."""
+
+    run: str
+    trusted: bool
+    reasons: tuple[str, ...] = ()
+    retried: bool = False
+    why: str = ""
+    machine: bool = False  # rejected for the machine's reasons only (`emulator.verdict.retry`)
+
+
+@dataclass(frozen=True)
+class HealthRow:
+    """A row of the health section: a variant's run, trusted or not, its first reason and how
+    many more (every reason is in `attempt.reasons`, shown folded below the table)."""
+
+    variant: str
+    attempt: Attempt
+    retry: int = 0  # 0: the planned run; N: its N-th retry
+
+    @property
+    def verdict(self) -> str:
+        """`trusted`, `not trusted`, or either with the retry it is (`trusted (retry 1)`), or
+        `rejected (machine), run again` for an attempt the loop ran again."""
+        if self.attempt.retried:
+            return "rejected (machine), run again"
+        text = "trusted" if self.attempt.trusted else "not trusted"
+        text += " (machine)" if self.attempt.machine else ""
+        return f"{text} (retry {self.retry})" if self.retry else text
+
+    @property
+    def first(self) -> str:
+        """The first reason (`-` for a trusted run, `no reason given` for one without)."""
+        if self.attempt.trusted:
+            return "-"
+        return self.attempt.reasons[0] if self.attempt.reasons else "no reason given"
+
+    @property
+    def more(self) -> str:
+        """`+N more` reasons after the first, or empty."""
+        n = len(self.attempt.reasons) - 1
+        return f"+{n} more" if n > 0 and not self.attempt.trusted else ""
+
+    def cells(self) -> list[str]:
+        """variant, run, verdict, first reason, more: the row as text."""
+        return [self.variant, self.attempt.run, self.verdict, self.first, self.more]
+
+
+HEALTH_COLUMNS = ("variant", "run", "verdict", "first reason", "more")
+
+
+def health_rows(runs: Sequence[tuple[str, Attempt, Sequence[Attempt]]]) -> list[HealthRow]:
+    """The rows of runs given as (variant, last attempt, earlier attempts oldest first): each
+    earlier attempt (rejected for the machine and run again) right before the attempt that
+    replaced it, so a retried run shows both its reasons and its outcome."""
+    out = []
+    for variant, last, earlier in runs:
+        out += [HealthRow(variant, a, i) for i, a in enumerate(earlier)]
+        out.append(HealthRow(variant, last, len(earlier)))
+    return out
+
+
+def health_summary(rows: Sequence[HealthRow]) -> str:
+    """One sentence over the rows: `5 of 6 runs trusted; 2 runs rejected for the machine were
+    run again (1 trusted on retry).` (only the last attempts count as runs)."""
+    last = [r for r in rows if not r.attempt.retried]
+    trusted = sum(r.attempt.trusted for r in last)
+    text = f"{trusted} of {len(last)} runs trusted"
+    retried = [r for r in last if r.retry]
+    if retried:
+        ok = sum(r.attempt.trusted for r in retried)
+        text += (
+            f"; {len(retried)} rejected for the machine {'was' if len(retried) == 1 else 'were'} "
+            f"run again ({ok} trusted on a retry)"
+        )
+    still = [r for r in last if r.attempt.machine]
+    if still:
+        text += (
+            f"; {len(still)} rejected for the machine alone (steal, other processes' load): "
+            "the machine is too noisy now: run later, or with a higher --dilation"
+        )
+    return text + "."

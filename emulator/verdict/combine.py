@@ -99,10 +99,11 @@ class RunsVerdict:
         return next((r for j in self.untrusted for r in j.reasons), NO_REASON)
 
     def count_text(self) -> str:
-        """`yes` when no run was untrustworthy, else `no (k of n)`."""
+        """`yes` when no run was untrustworthy, else `no (k of n trusted)`, k the trusted runs
+        (`no (2 of 3)` read as "2 of 3 trusted" where it counted the untrusted)."""
         if not self.untrusted:
             return "yes"
-        return f"no ({len(self.untrusted)} of {self.runs})"
+        return f"no ({self.trusted} of {self.runs} trusted)"
 
 
 def over_runs(runs: Iterable[Judged]) -> RunsVerdict:

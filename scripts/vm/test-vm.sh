@@ -133,7 +133,7 @@ step zcube-lab-up guest "sudo /vagrant/.venv/bin/zcube-lab up --fabric zcube --j
 # up --serve as the Vagrantfile's header shows it, its ports checked through the forwarding.
 serve_check() {
     local prom="http://127.0.0.1:$ZCUBE_PROMETHEUS_PORT" locust="http://127.0.0.1:$ZCUBE_LOCUST_PORT"
-    guest "sudo setsid timeout -s INT 480 /vagrant/.venv/bin/zcube-lab up --fabric zcube --serve --bind 0.0.0.0 --rate 1 --plan-duration 440 </dev/null >/tmp/serve.log 2>&1 &"
+    guest "sudo setsid timeout -s INT 480 /vagrant/.venv/bin/zcube-lab up --fabric zcube --serve --bind 0.0.0.0 --rate 1 --duration 440 </dev/null >/tmp/serve.log 2>&1 &"
     local ok=0
     for _ in $(seq 80); do # under TCG the lab, Prometheus and Locust take minutes to answer
         sleep 5

@@ -4,7 +4,7 @@ rule, each run's point, goodput, the SLO verdict) and the capacity rule
 time, so the knee follows from queueing arithmetic.
 
 The cluster (`serving.cluster.LocalCluster`, real processes on loopback, no Mininet, no root):
-one prefill with `--token-budget P` and `--time-dilation K`, so that every prompt, all exactly P
+one prefill with `--token-budget P` and `--dilation K`, so that every prompt, all exactly P
 tokens, is prefilled alone in one step of D = K x (overhead + P / prefill_tokens_per_s) seconds
 (`serving.models.prefill_step_seconds`, the tiny model: K = 4, P = 4,800 gives D = 0.2 s); one
 decode, a handful of output tokens, KV bytes scaled down so neither decode nor the transfer is
@@ -99,7 +99,7 @@ def gateway_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         model="tiny",
         bandwidth_scale=16.0,  # 300 KB of KV per request instead of 4.9 MB
         extra_prefill_args=(
-            "--token-budget", str(PROMPT_TOKENS), "--time-dilation", f"{DILATION:g}",
+            "--token-budget", str(PROMPT_TOKENS), "--dilation", f"{DILATION:g}",
         ),
     )  # fmt: skip
     cluster = LocalCluster(spec, tmp_path_factory.mktemp("cluster-logs"))

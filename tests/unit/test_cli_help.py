@@ -131,7 +131,7 @@ def test_compare_sizes_apply_to_the_fabrics_that_take_them() -> None:
 @pytest.mark.parametrize(
     ("argv", "field", "hint"),
     [
-        (("compare", "--n", "8"), "fabrics", "GPU hosts: zcube 64, roft 16"),
+        (("compare", "--gpus", "16", "--n", "8"), "fabrics", "GPU hosts: zcube 64, roft 16"),
         (("sweep", "--fabrics", "roft,clos", "--m", "2"), "m", "a size option of zcube"),
         (("compare", "--fabrics", "zcube", "--planes", "2"), "planes", "of roft, none of them"),
         # sizes that cannot keep the structure: named, with the sizes that fit
@@ -159,8 +159,9 @@ def test_a_prefix_of_an_option_is_refused_not_read_as_the_longer_option(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     parser = build_parser()
-    with pytest.raises(SystemExit) as e:  # run has no --gpus; it must not be --gpus-per-server
-        parser.parse_args(["run", "--fabric", "zcube", "--gpus", "16"])
+    with pytest.raises(SystemExit) as e:  # --gpus-per must not be read as --gpus-per-server
+        parser.parse_args(["run", "--fabric", "zcube", "--gpus-per", "2"])
     assert e.value.code == 2
-    assert "unrecognized arguments: --gpus 16" in capsys.readouterr().err
+    assert "unrecognized arguments: --gpus-per 2" in capsys.readouterr().err
+    assert parser.parse_args(["run", "--gpus", "16"]).gpus == 16
     assert parser.parse_args(["run", "--gpus-per-server", "2"]).gpus_per_server == 2

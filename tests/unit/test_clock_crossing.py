@@ -32,7 +32,7 @@ CLOCK = Path("zcube_lab/core/clock.py")
 ALLOWED = frozenset({CLOCK})
 # Modules with a crossing known and being fixed in another change (issue 44: the sweep's
 # wall-time estimate). Each must still hold one: once fixed, its entry goes.
-PENDING = frozenset({Path("emulator/experiment/sweep.py")})
+PENDING: frozenset[Path] = frozenset()
 _OPS = (ast.Mult, ast.Div, ast.FloorDiv)
 # Calls whose result is the dilation they are given (a cast, a bound).
 _SAME_VALUE = frozenset({"float", "int", "max", "min", "abs", "round"})

@@ -15,7 +15,6 @@ from emulator.experiment.plan import RunConfig, RunPlan, plan_run
 from emulator.results.dilation import SERVER_WALL_TIMES, TRANSFER_TIMES, undilate
 from emulator.results.summary import DirectedUtilization, RunSummary, TransferFigures
 from serving import decode, gateway, prefill
-from serving.options import parse_with_file
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
@@ -23,6 +22,7 @@ from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.linkplan import port_rates
 from zcube_lab.core.fabric.queues import QueueModel, fabric_mtu, port_queue_limits
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.core.options import parse_with_file
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4, planes=2)
@@ -101,10 +101,10 @@ def test_every_engine_and_the_gateway_run_dilated_with_the_same_payloads() -> No
     assert [r.name for r in one] == [r.name for r in two]
     for a, b in zip(one, two, strict=True):
         ca, cb = _parsed(a.argv), _parsed(b.argv)
-        assert ca.time_dilation == 1.0 and cb.time_dilation == 2.0  # type: ignore[attr-defined]
+        assert ca.dilation == 1.0 and cb.dilation == 2.0  # type: ignore[attr-defined]
         # Everything else, the modelled timeouts and the bandwidth scale included, is the same.
-        assert replace(cb, time_dilation=1.0) == ca  # type: ignore[type-var]
-        assert "--time-dilation" not in a.argv
+        assert replace(cb, dilation=1.0) == ca  # type: ignore[type-var]
+        assert "--dilation" not in a.argv
 
 
 def test_locust_sends_the_same_plan_over_k_times_the_wall_time() -> None:
@@ -119,7 +119,7 @@ def test_locust_sends_the_same_plan_over_k_times_the_wall_time() -> None:
     assert two[two.index("--run-time") + 1] == "180s"
     # The plan's length stays in modelled seconds: the same requests at the same planned times.
     assert one[one.index("--duration") + 1] == two[two.index("--duration") + 1] == "60"
-    assert two[two.index("--time-dilation") + 1] == "2.0" and "--time-dilation" not in one
+    assert two[two.index("--dilation") + 1] == "2.0" and "--dilation" not in one
 
 
 # --- the summary ---------------------------------------------------------------------------

@@ -145,7 +145,7 @@ def test_gateway_histograms_observe_modelled_seconds_and_undilated_ones_are_unto
 
 
 def test_the_serving_configs_carry_the_clock() -> None:
-    cfg = PrefillConfig(time_dilation=4)
+    cfg = PrefillConfig(dilation=4)
     assert cfg.clock == Clock(4) and cfg.wall_s(5.0) == 20.0
     assert plan_run(RunConfig(fabric=ZCUBE, dilation=4)).clock == Clock(4)
 

@@ -43,9 +43,53 @@ def healthy(**changes: object) -> Findings:
         "tools": {name: Probe(0, f"{name} 1.0") for name, *_ in doctor.TOOLS},
         "datapath_results": MEASURED,
         "machine_id": "m1",
+        "proc_stat": (_stat(0, 0, 0), _stat(30, 69, 1)),  # 1% steal, 30% busy
     }
     base.update(changes)
     return Findings(**base)  # type: ignore[arg-type]
+
+
+def _stat(busy: int, idle: int, steal: int) -> str:
+    """/proc/stat text: `busy` user jiffies, `idle`, `steal` on the aggregate line, one core
+    (the counters a real file carries more of are left at zero)."""
+    line = f"{busy} 0 0 {idle} 0 0 0 {steal} 0 0"
+    return f"cpu  {line}\ncpu0 {line}\nintr 1 2 3\nctxt 99\n"
+
+
+def _reader(*texts: str) -> tuple[list[float], object]:
+    slept: list[float] = []
+    queue = list(texts)
+    return slept, (lambda: queue.pop(0))
+
+
+def test_steal_is_measured_over_a_window_and_said_what_it_means() -> None:
+    slept, read = _reader(_stat(1000, 9000, 10), _stat(1060, 9060, 40))
+    texts = doctor.probe_cpu(read=read, sleep=slept.append)  # type: ignore[arg-type]
+    assert slept == [doctor.STEAL_WINDOW_S]
+    check = doctor.judge_steal(*texts)  # of 150 jiffies: 30 stolen, 60 busy, 60 idle
+    assert check.status == "warn"
+    assert check.detail.startswith("CPU steal 20.0% and 40% of the CPUs busy over 3 s")
+    assert "runs now will be rejected as not trustworthy" in check.detail
+    assert "--dilation 2" in check.fix and "--retries" in check.fix
+    quiet = by_name(judge(healthy()))["steal"]
+    assert quiet.status == "pass" and quiet.detail.startswith(
+        "CPU steal 1.0% and 30% of the CPUs busy"
+    )
+    assert "quiet enough" in quiet.detail
+    near = doctor.judge_steal(_stat(0, 0, 0), _stat(10, 90, 3))  # 3%: close to the 5% limit
+    assert near.status == "warn" and "close to the limit" in near.detail
+    busy = doctor.judge_steal(_stat(0, 0, 0), _stat(80, 20, 0))  # 80% busy with others' work
+    assert busy.status == "warn" and "other processes hold the CPUs" in busy.detail
+    assert "--retries" in busy.fix
+
+
+def test_an_unreadable_proc_stat_warns_that_steal_is_unknown() -> None:
+    def gone() -> str:
+        raise FileNotFoundError("/proc/stat")
+
+    assert doctor.probe_cpu(read=gone, sleep=lambda _s: None) == ("", "")
+    check = by_name(judge(healthy(proc_stat=("", ""))))["steal"]
+    assert check.status == "warn" and "steal unknown" in check.detail
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:

@@ -95,7 +95,8 @@ def test_the_fabric_command_shows_which_ev_takes_which_path(capsys: pytest.Captu
 
     from zcube_cli import main
 
-    argv = ["fabric", "--fabric", "roft", "--planes", "2", "--paths", "h0", "h5", "--evs", "4"]
+    argv = ["fabric", "--fabric", "roft", "--gpus-per-server", "4", "--servers-per-leaf", "4"]
+    argv += ["--planes", "2", "--paths", "h0", "h5", "--evs", "4"]
     assert main([*argv, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["ev_paths"]
     assert len(rows) == 8  # 4 EVs to each of h5's two addresses

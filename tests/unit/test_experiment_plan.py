@@ -27,13 +27,13 @@ from emulator.prometheus.config import COMPONENTS
 from serving import decode, gateway, prefill
 from serving.config import Address, EpWorkerConfig
 from serving.launch import ep_worker_argv
-from serving.options import parse_with_file
 from workloads import LOCUSTFILE, locust_ext
 from workloads.shards import WORKERS_ENV, shard_files
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.hostplan import kv_source_map
 from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.core.options import parse_with_file
 from zcube_lab.core.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS
 
 ZCUBE = FabricSpec.of("zcube", n=4)

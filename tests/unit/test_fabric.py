@@ -209,10 +209,11 @@ def test_planes_option_maps_to_roft_and_is_refused_elsewhere() -> None:
     parser = argparse.ArgumentParser()
     add_fabric_arguments(parser)
     spec = spec_from_args(parser.parse_args(["--fabric", "roft", "--planes", "4"]))
-    assert dict(spec.params) == {"planes": 4}
+    assert dict(spec.params) == {"planes": 4, "servers": 8, "gpus_per_server": 2,
+                                 "servers_per_leaf": 2}  # fmt: skip
     assert len(build_fabric(spec).host("h0").interfaces) == 4
     unset = spec_from_args(parser.parse_args(["--fabric", "roft"]))
-    assert build_fabric(unset) == build_roft()
+    assert build_fabric(unset) == build_roft(servers=8, gpus_per_server=2, servers_per_leaf=2)
     with pytest.raises(ConfigError) as info:
         build_fabric(spec_from_args(parser.parse_args(["--fabric", "zcube", "--planes", "2"])))
     assert info.value.field == "planes"

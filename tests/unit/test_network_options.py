@@ -48,9 +48,15 @@ def test_bad_values_are_refused() -> None:
         link_options_from_args(parse("--queue-packets", "1"), ZCUBE, Scale())
 
 
-def test_up_refuses_link_options_with_serve(capsys: pytest.CaptureFixture[str]) -> None:
-    from zcube_cli import main
+def test_up_serves_with_the_link_options_given() -> None:
+    """`up --serve` builds `run`'s config, which carries the link options (refused before,
+    when it built its own)."""
+    import argparse
 
-    assert main(["up", "--serve", "--queue-packets", "32"]) == 2
-    assert "do not go with --serve" in capsys.readouterr().err
-    assert main(["up", "--serve", "--host-queue-packets", "100"]) == 2
+    from zcube_cli.commands.up import add_arguments, serve_config
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["--serve", "--queue-packets", "32", "--host-queue-packets", "100", "--mtu", "1500"]
+    config = serve_config(parser.parse_args(argv))
+    assert (config.queue_packets, config.host_queue_packets, config.mtu) == (32, 100, 1500)

@@ -48,7 +48,7 @@ def test_profile_fallback_carries_ep_and_lossless() -> None:
 def test_lossless_by_default_for_production_and_off_on_request() -> None:
     cfg = _parse(["--workload", "production"])
     assert cfg.lossless and cfg.layout.ep_servers == 2 and cfg.decode_hotspot == 2
-    assert cfg.layout.layout == "default" and cfg.layout.prefill_servers == 2
+    assert cfg.layout.layout == "default" and cfg.layout.prefill_servers == 4  # 2 of 4, 4 of 8
     assert not _parse(["--workload", "production", "--no-lossless"]).lossless
     assert _parse(["--workload", "coding-agent", "--lossless"]).lossless
     assert not _parse(["--workload", "coding-agent"]).lossless
@@ -63,7 +63,7 @@ def test_a_lossy_production_run_writes_no_lossless_so_it_parses_back() -> None:
 
 
 def test_the_plan_places_ep_in_both_roles() -> None:
-    cfg = _parse(["--workload", "production", "--n", "4"])
+    cfg = _parse(["--workload", "production", "--gpus-per-server", "4"])  # the old size
     plan = plan_run(RunConfig(**{**cfg.__dict__, "fabric": ZCUBE}))
     for role in ("prefill", "decode"):
         engines = plan.placement.role(role)

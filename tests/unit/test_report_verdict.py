@@ -15,6 +15,8 @@ from emulator.results.report import (
     aggregate,
     busiest_link,
     headline_rows,
+    health_rows_of,
+    run_health,
     trust,
     verdict_checks,
     verdict_paragraph,
@@ -23,6 +25,7 @@ from emulator.results.report import (
 )
 from emulator.results.summary import DirectedUtilization, RunSummary
 from emulator.verdict.judge import HealthVerdict
+from emulator.verdict.retry import RETRY_FILE, Rejected, retries_json
 
 DATA = Path(__file__).parent / "data" / "summary-zcube.json"
 
@@ -56,11 +59,11 @@ def _runs() -> list[RunSummary]:
 def test_verdict_rows_say_yes_or_how_many_were_not_and_the_first_reason() -> None:
     rows = verdict_rows(_runs(), ["zcube", "roft"], "roft")
     assert rows == [
-        ["trustworthy", "no (1 of 2)", "yes", ""],
+        ["trustworthy", "no (1 of 2 trusted)", "yes", ""],
         ["first reason", "retransmission timeouts on [h3] with no fault", "-", ""],
     ]
     head = headline_rows(aggregate(_runs()), ["zcube", "roft"], _runs())
-    assert head[0][-2:] == ["no (1 of 2)", "retransmission timeouts on [h3] with no fault"]
+    assert head[0][-2:] == ["no (1 of 2 trusted)", "retransmission timeouts on [h3] with no fault"]
     assert head[1][-2:] == ["yes", "-"]
 
 
@@ -101,9 +104,47 @@ def test_the_report_marks_untrustworthy_runs_and_prints_their_reasons(tmp_path: 
     verdict = page.index("<p><b>Verdict.</b> zcube against the baseline roft")
     assert verdict < page.index("<h2>") and verdict < page.index("<table")
     assert "<th class='bad'>zcube (not trustworthy)</th>" in page
-    assert "NOT TRUSTWORTHY: retransmission timeouts on [h3] with no fault; CPU above 90%" in page
-    assert "tcp_timeouts: h3 2" in page
-    assert page.count("<span class='ok'>trustworthy</span>") == 2
+    # one health row per run: the verdict, the first reason, how many more; all folded below
+    health = page[page.index("<h2>Emulator health</h2>") : page.index("<h2>Results</h2>")]
+    assert "<p>2 of 3 runs trusted.</p>" in health
+    assert (
+        "<td>zcube</td><td>z2</td><td class='bad'>not trusted</td>"
+        "<td>retransmission timeouts on [h3] with no fault</td><td>+1 more</td>"
+    ) in health
+    assert health.count("<td class='ok'>trusted</td>") == 2
+    assert (
+        "<details><summary>z2: every reason (2)</summary><ul><li>retransmission timeouts on "
+        "[h3] with no fault</li><li>CPU above 90%</li></ul></details>"
+    ) in health
+    assert "NOT TRUSTWORTHY" not in page  # no paragraph of every reason any more
+    runs_section = page[page.index("<h2>Runs</h2>") :]
+    assert "<details><summary>z2: checks beyond CPU</summary><ul><li>tcp_timeouts: h3 2" in (
+        runs_section
+    )
+    assert "{'" not in page  # no raw Python dicts as running text
+
+
+def test_the_health_section_lists_a_retried_run_and_its_rejected_attempt(tmp_path: Path) -> None:
+    """The run loop ran z1 again after steal spoiled it: the report shows both attempts, the
+    rejected one first with its reason, read from the retry's retry.json."""
+    runs = []
+    for r in _runs():
+        d = tmp_path / r.run
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"fabric_summary": {"hosts": 16}}))
+        runs.append(replace(r, dir=d))
+    earlier = Rejected(str(tmp_path / "z1-first"), ("CPU steal averaged 23% (allowed 5%)",), "x")
+    (tmp_path / "z1" / RETRY_FILE).write_text(json.dumps(retries_json([earlier])))
+    page = write_report(runs, tmp_path / "report", "roft", {}).read_text()
+    health = page[page.index("<h2>Emulator health</h2>") : page.index("<h2>Results</h2>")]
+    first = health.index(
+        "<td>zcube</td><td>z1-first</td><td class='bad'>rejected (machine), run again</td>"
+        "<td>CPU steal averaged 23% (allowed 5%)</td><td></td>"
+    )
+    assert first < health.index("<td>zcube</td><td>z1</td><td class='ok'>trusted (retry 1)</td>")
+    assert "1 rejected for the machine was run again (1 trusted on a retry)" in health
+    data = json.loads((tmp_path / "report" / "comparison.json").read_text())
+    assert data["retried"] == {str(tmp_path / "z1"): [earlier.to_dict()]}
 
 
 def test_the_verdict_paragraph_leaves_out_untrustworthy_runs_and_names_them() -> None:
@@ -132,6 +173,22 @@ def test_compare_prints_the_verdict_per_variant(
     args = argparse.Namespace(workload="coding-agent", repeat=2)
     _print_table(_runs(), "roft", args)
     out = capsys.readouterr()
-    assert "trustworthy" in out.out and "no (1 of 2)" in out.out
+    assert "trustworthy" in out.out and "no (1 of 2 trusted)" in out.out
     assert "retransmission timeouts on [h3]" in out.out  # brackets are not eaten as markup
-    assert "zcube: NOT TRUSTWORTHY" in out.err
+    # the health section: a row per run with its first reason and how many more, not a
+    # paragraph of every reason
+    assert "NOT TRUSTWORTHY" not in out.err and "CPU above 90%" not in out.err
+    assert "emulator health: 2 of 3 runs trusted." in out.err
+    (z2,) = [line for line in out.err.splitlines() if " z2 " in line]
+    assert "not trusted" in z2 and "retransmission timeouts on [h3] with no fault" in z2
+    assert "+1 more" in z2
+
+
+def test_a_run_rejected_for_the_machine_alone_says_so() -> None:
+    steal = _run("zcube", False, ("CPU steal averaged 23% (allowed 5%)",), name="z4")
+    _variant, last, earlier = run_health(steal)
+    assert last.machine and earlier == ()
+    (row,) = health_rows_of([steal], ["zcube"])
+    assert row.verdict == "not trusted (machine)"
+    _variant, fabric, _ = run_health(_runs()[1])  # TCP timeouts: the fabric's
+    assert not fabric.machine

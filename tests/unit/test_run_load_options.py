@@ -20,7 +20,7 @@ from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.fabric.queues import CHIPS, DEFAULT_CHIP
 from zcube_lab.core.options import flag_names
 
-ZCUBE = FabricSpec.of("zcube")
+ZCUBE = FabricSpec.of("zcube", n=4, gpus_per_server=2)  # the default size (structure-keeping)
 # Three runs that together move every flagged field off its default (some exclude others:
 # faults need k = 1, machines refuse faults, lossless and mrc; kv_warm refuses mrc).
 RUNS = [
@@ -82,7 +82,7 @@ LOAD = LoadConfig(
     stages="2:5,3:10", model="glm", trace="/t.jsonl", length_scale=0.1, duration=12.5,
     metrics_port=9400, metrics_addr="0.0.0.0", metrics_linger=3.0, requests_out="/r.jsonl",
     summary_out="/s.json", max_in_flight=64, request_timeout=30.0, keep_running=True,
-    time_dilation=2.0, plan_shard="1/2",
+    dilation=2.0, plan_shard="1/2",
 )  # fmt: skip
 
 

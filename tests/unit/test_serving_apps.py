@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from serving.config import Address, GatewayConfig
 from serving.gateway import make_gateway_app
 from serving.models import decode_step_seconds, get_profile, prefill_step_seconds
+from serving.textgen import output_text, plan_output, request_rng
 from zcube_lab.adapters.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -388,6 +389,137 @@ async def test_openai_sdk_streaming_and_not(aiohttp_server) -> None:
         await client.close()
 
 
+def _generated(seed: int, max_tokens: int) -> list[str]:
+    """The tokens' text the engines generate for a request with `seed` and `ignore_eos`."""
+    rng = request_rng(seed, 0, "")
+    return output_text(rng, plan_output(rng, max_tokens, 0, True, 0.0))
+
+
+def _cut(pieces: list[str], stop: str, include: bool = False) -> tuple[str, int]:
+    """The text up to the first `stop` (and through it if `include`), and the tokens it took
+    to generate (the token that completes the stop string counts, as in vLLM)."""
+    full = "".join(pieces)
+    at = full.find(stop)
+    assert at >= 0, "the stop string must be one the generator emits"
+    end, done = at + len(stop), 0
+    while len("".join(pieces[:done])) < end:
+        done += 1
+    return full[: end if include else at], done
+
+
+async def _sdk_call(
+    client: openai.AsyncOpenAI, kind: str, **kw: object
+) -> tuple[list[str], str | None, object, int | None]:
+    """One request through the SDK: the text pieces, finish and stop reasons, usage's
+    completion tokens."""
+    stream = kw.get("stream")
+    if kind == "chat":
+        call = client.chat.completions.create(
+            messages=[{"role": "user", "content": "say it"}], **kw
+        )
+    else:
+        call = client.completions.create(prompt="say it", **kw)
+    if not stream:
+        out = await call
+        choice = out.choices[0]
+        text = choice.message.content if kind == "chat" else choice.text
+        tokens = out.usage.completion_tokens if out.usage else None
+        return [text], choice.finish_reason, choice.model_extra["stop_reason"], tokens
+    pieces, finish, stop_reason, tokens = [], None, None, None
+    async for chunk in await call:
+        if chunk.usage:
+            tokens = chunk.usage.completion_tokens
+        for choice in chunk.choices:
+            assert finish is None, "nothing after the finish chunk but usage"
+            pieces.append(choice.delta.content if kind == "chat" else choice.text)
+            finish = choice.finish_reason
+            stop_reason = (choice.model_extra or {}).get("stop_reason")
+    return pieces, finish, stop_reason, tokens
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("kind", ["completions", "chat"])
+async def test_openai_sdk_stop_strings_end_the_text_as_vllm(aiohttp_server, kind, stream) -> None:
+    c = await start_inprocess_cluster(aiohttp_server)
+    client = openai.AsyncOpenAI(base_url=c.gateway_url + "/v1", api_key="unused", max_retries=0)
+    seed, max_tokens = 20260 + len(kind) + stream, 40
+    pieces = _generated(seed, max_tokens)
+    full = "".join(pieces)
+    # A word the generator emits (completions) or one spanning two tokens (chat).
+    stop = pieces[9].strip() if kind == "completions" else pieces[9][-2:] + pieces[10][:3]
+    assert "END" not in full
+    want, want_tokens = _cut(pieces, stop)
+    extra = {"stream_options": {"include_usage": True}} if stream else {}
+    try:
+        got, finish, stop_reason, tokens = await _sdk_call(
+            client, kind, model="tiny", max_tokens=max_tokens, seed=seed,
+            stop=["END", stop], stream=stream, extra_body={"ignore_eos": True}, **extra,
+        )  # fmt: skip
+        text = "".join(got)
+        assert text == want and stop not in text and len(text) < len(full)
+        assert (finish, stop_reason, tokens) == ("stop", stop, want_tokens)
+        if stream:
+            # One chunk per generated token; none ever carried a part of the stop string.
+            assert len(got) == want_tokens
+            assert all(want.startswith("".join(got[: i + 1])) for i in range(len(got)))
+        # Without the stop strings the same seed gives the whole text.
+        got, finish, stop_reason, tokens = await _sdk_call(
+            client, kind, model="tiny", max_tokens=max_tokens, seed=seed,
+            stream=stream, extra_body={"ignore_eos": True}, **extra,
+        )  # fmt: skip
+        assert ("".join(got), finish, stop_reason, tokens) == (full, "length", None, max_tokens)
+    finally:
+        await client.close()
+    d = registry_text(c.decode_registry)
+    assert metric_sum(d, "vllm:request_success_total", finished_reason="stop") == 1
+    assert metric_sum(d, "vllm:generation_tokens_total") == want_tokens + max_tokens
+    assert metric_sum(d, "vllm:request_generation_tokens_sum") == want_tokens + max_tokens
+    assert metric_sum(d, "vllm:num_requests_running") == 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_include_stop_str_in_output_keeps_the_stop_string(aiohttp_server, stream) -> None:
+    c = await start_inprocess_cluster(aiohttp_server)
+    client = openai.AsyncOpenAI(base_url=c.gateway_url + "/v1", api_key="unused", max_retries=0)
+    seed = 77
+    pieces = _generated(seed, 30)
+    stop = pieces[4][1:4]  # inside a word: the rest of that word is dropped
+    want, want_tokens = _cut(pieces, stop, include=True)
+    try:
+        got, finish, stop_reason, tokens = await _sdk_call(
+            client, "completions", model="tiny", max_tokens=30, seed=seed, stop=stop,
+            stream=stream, extra_body={"ignore_eos": True, "include_stop_str_in_output": True},
+            **({"stream_options": {"include_usage": True}} if stream else {}),
+        )  # fmt: skip
+    finally:
+        await client.close()
+    assert "".join(got) == want and want.endswith(stop)
+    assert (finish, stop_reason, tokens) == ("stop", stop, want_tokens)
+
+
+async def test_guidellm_s_stream_options_get_the_usage_on_every_chunk(aiohttp_server) -> None:
+    """GuideLLM 0.8.1 sends these stream options on every streamed request (a 400 before)."""
+    c = await start_inprocess_cluster(aiohttp_server)
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    async with aiohttp.ClientSession() as s:
+        status, events, _ = await _stream(s, c.gateway_url, _body(5, 4, stream_options=opts))
+    assert status == 200 and events[-1] == "[DONE]"
+    tokens = [e for e in events[:-1] if e["choices"]]
+    assert [e["usage"]["completion_tokens"] for e in tokens] == [1, 2, 3, 4]
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["total_tokens"] == 5 + 4
+
+
+async def test_invalid_stop_values_are_openai_style_400s(aiohttp_server) -> None:
+    c = await start_inprocess_cluster(aiohttp_server)
+    async with aiohttp.ClientSession() as s:
+        for stop in (["a", "b", "c", "d", "e"], 5, [""], ["x", None], {"a": 1}):
+            body = {"model": "tiny", "prompt": "x", "max_tokens": 2, "stop": stop}
+            async with s.post(c.gateway_url + "/v1/completions", json=body) as r:
+                err = (await r.json())["error"]
+                assert r.status == 400, stop
+                assert err["param"] == "stop" and err["type"] == "invalid_request_error"
+
+
 def test_backend_groups_pair_prefill_and_decode_of_the_same_rail() -> None:
     from serving.routing import Backend, same_group
 
@@ -421,12 +553,12 @@ async def test_prefix_cache_hits_skip_compute_but_not_kv_bytes(aiohttp_server) -
     assert cached[2] == full[2] == words
 
 
-async def test_time_dilation_stretches_every_modelled_compute_time(aiohttp_server) -> None:
+async def test_dilation_stretches_every_modelled_compute_time(aiohttp_server) -> None:
     # k = 2 on both engines: a prefill step and each decode step last twice the model's time on
     # the wall clock, and the engines' histograms report the model's time (wall / k).
     k, words, tokens = 2.0, 8000, 20
     c = await start_inprocess_cluster(
-        aiohttp_server, prefill={"time_dilation": k}, decode={"time_dilation": k}
+        aiohttp_server, prefill={"dilation": k}, decode={"dilation": k}
     )
     async with aiohttp.ClientSession() as s:
         t0 = time.monotonic()

@@ -13,8 +13,8 @@ from serving import decode, gateway, prefill
 from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.decode_engine import path_health, stall_wall_s
 from serving.launch import decode_argv
-from serving.options import parse_with_file
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import parse_with_file
 
 
 def _parse(mod: object, argv: list[str]) -> object:
@@ -65,14 +65,14 @@ def test_decode_prefill_kv_table() -> None:
         (lambda: DecodeConfig(ep_node_limit=-1), "ep_node_limit"),
         (lambda: DecodeConfig(ep_frame_packets=0), "ep_frame_packets"),
         (lambda: DecodeConfig(ep_peers=((),)), "ep_peers"),
-        (lambda: PrefillConfig(time_dilation=0.5), "time_dilation"),
-        (lambda: DecodeConfig(time_dilation=17.0), "time_dilation"),
+        (lambda: PrefillConfig(dilation=0.5), "dilation"),
+        (lambda: DecodeConfig(dilation=17.0), "dilation"),
         (lambda: GatewayConfig(), "prefill_urls"),
         (
             lambda: GatewayConfig(
-                prefill_urls=("http://a",), decode_urls=("http://b",), time_dilation=0.0
+                prefill_urls=("http://a",), decode_urls=("http://b",), dilation=0.0
             ),
-            "time_dilation",
+            "dilation",
         ),
         (
             lambda: GatewayConfig(
@@ -184,16 +184,16 @@ def test_decode_path_memory_follows_the_stall_timeout_and_hold_flag() -> None:
     assert path_health(DecodeConfig(kv_stall_timeout_s=0.5, kv_path_hold_s=0.0)) is None
 
 
-def test_time_dilation_stretches_the_timeouts_of_the_modelled_world() -> None:
+def test_dilation_stretches_the_timeouts_of_the_modelled_world() -> None:
     # The flags stay modelled seconds; the engine runs them x k on the clock.
-    cfg = _parse(decode, ["--kv-stall-timeout-s", "0.5", "--time-dilation", "2"])
-    assert isinstance(cfg, DecodeConfig) and cfg.time_dilation == 2.0
+    cfg = _parse(decode, ["--kv-stall-timeout-s", "0.5", "--dilation", "2"])
+    assert isinstance(cfg, DecodeConfig) and cfg.dilation == 2.0
     assert (cfg.kv_stall_timeout_s, cfg.wall_s(cfg.kv_timeout_s)) == (0.5, 20.0)
     assert stall_wall_s(cfg) == 1.0
     health = path_health(cfg)
     assert health is not None and health.hold_s == 2 * PATH_HOLD_STALLS * 0.5
     assert stall_wall_s(DecodeConfig()) is None
-    assert "--time-dilation" not in decode_argv(DecodeConfig())  # off stays off the command line
+    assert "--dilation" not in decode_argv(DecodeConfig())  # off stays off the command line
 
 
 def test_ep_options_change_the_profiles_wire_for_the_exchange() -> None:

@@ -8,7 +8,7 @@ import dataclasses
 from serving import decode, gateway, prefill
 from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
 from serving.launch import decode_argv, gateway_argv, prefill_argv
-from serving.options import parse_with_file
+from zcube_lab.core.options import parse_with_file
 
 
 def _back(mod: object, argv: list[str]) -> object:

@@ -188,13 +188,18 @@ CHAT_MSG = [{"role": "user", "content": "x"}]
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, CHAT,
          "response_format"),
         ({"response_format": {"type": "json_object"}}, COMPLETION, "response_format"),
-        ({"stop": ["the"]}, COMPLETION, "stop"),
         ({"stop": ""}, COMPLETION, "stop"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, CHAT, "stop"),
+        ({"stop": 5}, COMPLETION, "stop"),
+        ({"stop": ["END", 7]}, CHAT, "stop"),
+        ({"stop": {"END": 1}}, COMPLETION, "stop"),
+        ({"stop": ["END", ""]}, COMPLETION, "stop"),
+        ({"include_stop_str_in_output": "yes"}, CHAT, "include_stop_str_in_output"),
         ({"logit_bias": {"50256": -100}}, COMPLETION, "logit_bias"),
         ({"suffix": "end"}, COMPLETION, "suffix"),
         ({"best_of": 3}, COMPLETION, "best_of"),
         ({"user": 5}, CHAT, "user"),
-        ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, CHAT,
+        ({"stream": True, "stream_options": {"continuous_usage_stats": 1}}, CHAT,
          "stream_options"),
     ],
 )  # fmt: skip
@@ -213,6 +218,9 @@ def test_fields_the_mock_cannot_honour_are_refused_by_name(extra, kind, param) -
         {"logprobs": False, "top_logprobs": 0},
         {"response_format": {"type": "text"}},
         {"stop": ["\n", "User:"]},
+        {"stop": ["END", "the fabric", "a", " "], "include_stop_str_in_output": True},
+        {"stop": "END"},
+        {"stop": []},
         {"logit_bias": {}},
         {"temperature": 0.0, "top_p": 1, "user": "u", "metadata": {"a": "b"}},
     ],
@@ -229,3 +237,47 @@ def test_every_field_has_a_row_in_serving_md() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "SERVING.md").read_text()
     missing = [f.name for f in FIELDS if f"| `{f.name}` |" not in doc]
     assert not missing
+
+
+def test_stop_is_a_string_or_a_list_kept_in_order_without_repeats() -> None:
+    base = {"model": "tiny", "prompt": "x", "max_tokens": 2}
+    assert _parse(base).stop == () and not _parse(base).include_stop_str_in_output
+    assert _parse({**base, "stop": "END"}).stop == ("END",)
+    assert _parse({**base, "stop": None}).stop == ()
+    req = _parse({**base, "stop": ["b a", "END", "b a"], "include_stop_str_in_output": True})
+    assert req.stop == ("b a", "END") and req.include_stop_str_in_output
+
+
+def test_stop_reason_is_on_the_last_chunk_and_in_the_full_response() -> None:
+    for kind, extra in ((COMPLETION, {"prompt": "x"}), (CHAT, {"messages": CHAT_MSG})):
+        req = _parse({"model": "tiny", "max_tokens": 3, "stream": True, "stop": "b", **extra}, kind)
+        w = ChunkWriter(req, "r", 0)
+        first = json.loads(w.token(" a", None)[6:])["choices"][0]
+        last = json.loads(w.token(" ", "stop", "b")[6:])["choices"][0]
+        # Chat leaves `stop_reason` out before the last chunk (vLLM's), completions send null.
+        assert first.get("stop_reason") is None and first["finish_reason"] is None
+        assert (last["finish_reason"], last["stop_reason"]) == ("stop", "b")
+        choice = full_response(req, "r", 0, " a", "stop", 2, stop_reason="b")["choices"][0]
+        assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "b")
+    chat = _parse({"model": "tiny", "messages": CHAT_MSG, "stream": True}, CHAT)
+    w = ChunkWriter(chat, "r", 0)
+    w.token(" a", None)
+    assert "stop_reason" not in json.loads(w.token(" b", None)[6:])["choices"][0]
+    assert json.loads(w.token(" c", "length")[6:])["choices"][0]["stop_reason"] is None
+
+
+def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk_as_vllm() -> None:
+    """GuideLLM sends `{"include_usage": true, "continuous_usage_stats": true}` on every
+    streamed request; vLLM then adds the usage so far to every chunk."""
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    req = _parse({"model": "tiny", "prompt": "a b", "stream": True, "stream_options": opts})
+    assert req.continuous_usage and req.include_usage
+    w = ChunkWriter(req, "r", 0)
+    chunks = [json.loads(w.token(t, f)[6:]) for t, f in ((" x", None), (" y", "length"))]
+    assert [c["usage"]["completion_tokens"] for c in chunks] == [1, 2]
+    assert chunks[1]["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    # Only with `include_usage` (vLLM's rule): alone it changes nothing.
+    alone = {"stream": True, "stream_options": {"continuous_usage_stats": True}}
+    req = _parse({"model": "tiny", "prompt": "a b", **alone})
+    assert not req.continuous_usage
+    assert "usage" not in json.loads(ChunkWriter(req, "r", 0).token(" x", None)[6:])

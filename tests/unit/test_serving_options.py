@@ -19,7 +19,7 @@ from serving.config import (
     PrefillConfig,
 )
 from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
-from serving.options import parse_with_file, to_argv
+from zcube_lab.core.options import parse_with_file, to_argv
 
 A, B, C = Address("10.1.0.1", 7100), Address("10.2.0.1", 7100), Address("10.1.0.9", 7101)
 COMMON = {
@@ -41,7 +41,7 @@ COMMON = {
     "ep_dbo": True,
     "ep_frame_packets": 4,
     "ep_log": "/tmp/run/ep-x.jsonl",
-    "time_dilation": 2.0,
+    "dilation": 2.0,
 }
 PREFILL = PrefillConfig(
     **COMMON, port=9100, kv_bind=(A, B), engine_id="prefill-3", token_budget=4096,
@@ -63,7 +63,7 @@ GATEWAY = GatewayConfig(
     prefill_urls=("http://192.168.0.1:8100#group=rail0", "http://192.168.0.3:8100"),
     decode_urls=("http://192.168.0.2:8200",), policy="round-robin", max_outstanding=16,
     upstream_timeout_s=30.0, request_log="/tmp/run/requests-gateway.jsonl", decode_hotspot=1,
-    hotspot_period_s=2.5, time_dilation=1.5,
+    hotspot_period_s=2.5, dilation=1.5,
 )  # fmt: skip
 EP_WORKER = EpWorkerConfig(bind=(A, B))
 

@@ -217,7 +217,7 @@ def test_fabric_command_json_has_the_split(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_fabric_command_refuses_too_many_machines(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fabric", "--fabric", "clos", "--machines", "3"]) == 2
+    assert main(["fabric", "--fabric", "clos", "--gpus-per-server", "4", "--machines", "3"]) == 2
     err = capsys.readouterr().err
     assert "machines=3" in err
     assert "between 1 and 2" in err

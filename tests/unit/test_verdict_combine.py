@@ -63,7 +63,7 @@ def test_over_runs_counts_names_and_gives_the_first_reason() -> None:
     ]
     v = over_runs(runs)
     assert (v.runs, v.trusted, v.trustworthy) == (3, 1, False)
-    assert v.count_text() == "no (2 of 3)"
+    assert v.count_text() == "no (1 of 3 trusted)"  # not "no (2 of 3)": read as 2 trusted
     assert v.reasons == (f"r2: {NO_REASON}", "r3: timeouts on h3", "r3: CPU above 90%")
     assert v.first_reason == "timeouts on h3"  # the first reason given, skipping a run with none
     assert over_runs([Judged("r2", False)]).first_reason == NO_REASON

@@ -3,7 +3,15 @@ difference exceeds the spread over repeats, and only then which variant did bett
 
 from __future__ import annotations
 
-from emulator.results.verdicttext import Excluded, Headline, figure_sentence, verdict_sentences
+from emulator.results.verdicttext import (
+    Attempt,
+    Excluded,
+    Headline,
+    figure_sentence,
+    health_rows,
+    health_summary,
+    verdict_sentences,
+)
 
 
 def _ttft(zcube: list[float], roft: list[float]) -> Headline:
@@ -92,3 +100,33 @@ def test_no_trustworthy_run_no_verdict_and_a_missing_figure_no_sentence() -> Non
         == "zcube against the baseline roft: no trustworthy run of the baseline, so no verdict."
     )
     assert figure_sentence(kv, "zcube", "roft") is None
+
+
+def test_health_rows_put_a_rejected_attempt_before_the_run_that_replaced_it() -> None:
+    steal = ("CPU steal averaged 23% (allowed 5%)", "engine steps: 40 of 1000 (4.0%) woke late")
+    rows = health_rows(
+        [
+            ("zcube", Attempt("z1-retry1", True), [Attempt("z1", False, steal, retried=True)]),
+            ("zcube", Attempt("z2", False, ("h3: 2 TCP retransmission timeouts",)), []),
+            ("roft", Attempt("r1-retry2", False, steal[:1], machine=True), [
+                Attempt("r1", False, steal, retried=True),
+                Attempt("r1-retry1", False, steal[:1], retried=True),
+            ]),
+        ]
+    )  # fmt: skip
+    assert [r.cells() for r in rows] == [
+        ["zcube", "z1", "rejected (machine), run again", steal[0], "+1 more"],
+        ["zcube", "z1-retry1", "trusted (retry 1)", "-", ""],
+        ["zcube", "z2", "not trusted", "h3: 2 TCP retransmission timeouts", ""],
+        ["roft", "r1", "rejected (machine), run again", steal[0], "+1 more"],
+        ["roft", "r1-retry1", "rejected (machine), run again", steal[0], ""],
+        ["roft", "r1-retry2", "not trusted (machine) (retry 2)", steal[0], ""],
+    ]
+    assert health_summary(rows) == (
+        "1 of 3 runs trusted; 2 rejected for the machine were run again (1 trusted on a "
+        "retry); 1 rejected for the machine alone (steal, other processes' load): the machine "
+        "is too noisy now: run later, or with a higher --dilation."
+    )
+    assert health_summary(rows[1:3]) == (
+        "1 of 2 runs trusted; 1 rejected for the machine was run again (1 trusted on a retry)."
+    )

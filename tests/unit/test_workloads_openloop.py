@@ -185,9 +185,9 @@ def test_build_run_resolves_the_plan_window() -> None:
     staged = build_run(_env(stages="2:5,3:10", workload="coding-agent"))
     assert staged.duration == 5.0 and staged.stream_name == "completion-stream"
     # Dilated: the plan is the same; --run-time is wall time, the plan's window modelled.
-    dilated = build_run(_env(arrival="fixed", rate=4.0, duration=5.0, time_dilation=2.0))
+    dilated = build_run(_env(arrival="fixed", rate=4.0, duration=5.0, dilation=2.0))
     assert (dilated.plan, dilated.duration, dilated.clock) == (run.plan, 5.0, Clock(2.0))
-    assert build_run(_env(arrival="fixed", rate=2.0, run_time=30, time_dilation=2)).duration == 15
+    assert build_run(_env(arrival="fixed", rate=2.0, run_time=30, dilation=2)).duration == 15
     trace = build_run(_env(workload="trace", rate=100.0))
     assert len(trace.plan) == 240
     assert trace.duration == pytest.approx(trace.plan[-1].t, abs=1e-5)
@@ -201,8 +201,8 @@ def test_build_run_rejects_bad_options_by_field(tmp_path: Path) -> None:
         ({"stages": "5:1", "arrival": "poisson"}, "stages"),
         ({"trace": str(tmp_path / "t.jsonl")}, "trace"),
         ({"workload": "trace", "arrival": "poisson"}, "arrival"),
-        ({"time_dilation": 0.5}, "dilation"),
-        ({"time_dilation": 17.0}, "dilation"),
+        ({"dilation": 0.5}, "dilation"),
+        ({"dilation": 17.0}, "dilation"),
     ]
     for kw, field in cases:
         with pytest.raises(ConfigError) as e:

@@ -204,13 +204,16 @@ def test_kv_heavy_hints_three_prefill_servers_and_a_high_hit_rate() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     hinted = config_from_args(parser.parse_args(["--workload", "kv-heavy"]))
-    assert (hinted.layout.prefill_servers, hinted.prefix_cache_hit_rate) == (3, 0.9)
+    # 3 of the profile's 4 servers, kept as a share of the default fabric's 8
+    assert (hinted.layout.prefill_servers, hinted.prefix_cache_hit_rate) == (6, 0.9)
     given = config_from_args(
         parser.parse_args(["--workload", "kv-heavy", "--prefill-servers", "2"])
     )
     assert given.layout.prefill_servers == 2
     default = config_from_args(parser.parse_args(["--workload", "coding-agent"]))
-    assert default.layout.prefill_servers == 1
+    assert default.layout.prefill_servers == 2  # 1 of 4, 2 of 8
+    old = config_from_args(parser.parse_args(["--workload", "kv-heavy", "--gpus-per-server", "4"]))
+    assert old.layout.prefill_servers == 3  # the old size: the profile's 4 servers
 
 
 def test_prefill_servers_hint_must_be_a_positive_integer() -> None:

@@ -16,7 +16,13 @@ from rich.table import Table
 from rich.text import Text
 
 from zcube_cli.commands.run import add_run_arguments, config_from_args
-from zcube_cli.fabric_options import add_size_arguments, size_params, sized_specs
+from zcube_cli.fabric_options import (
+    DEFAULT_GPUS,
+    add_size_arguments,
+    gpus_of,
+    size_params,
+    sized_specs,
+)
 from zcube_lab.adapters.procs import interrupt_on_stop_signals
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
@@ -45,23 +51,19 @@ def add_variant_arguments(g: argparse._ArgumentGroup, repeat_help: str) -> None:
     """The variants side by side (fabrics, size, policies, repeats, baseline): `compare`'s and
     `sweep`'s."""
     g.add_argument("--fabrics", default="zcube,roft", help="comma-separated fabric kinds")
-    g.add_argument(
-        "--gpus",
-        type=int,
-        default=16,
-        help="GPU hosts per fabric, a square: zcube n=sqrt; every fabric the same servers, sized "
-        "to keep the full size's structure (zcube_lab/core/fabric/scaledown.py: at 16, 8 "
-        "servers of 2 GPUs, 2 per A switch and per roft rail leaf); the size options below then "
-        "change the fabrics that take each (`up`'s and `run`'s), as long as every fabric keeps "
-        "one number of GPU hosts",
-    )
-    add_size_arguments(g, from_gpus=True)
+    add_size_arguments(g, compared=True)
     g.add_argument(
         "--policies",
         help="comma-separated policies to run on every fabric (static, ecmp, ff, recompute, "
         "spray; default: --policy); results are labelled fabric/policy",
     )
     g.add_argument("--repeat", type=int, default=3, help=repeat_help)
+    g.add_argument(
+        "--retries",
+        default="2",
+        help="run a repeat again (same seed) when only the machine spoiled it (steal, other "
+        "processes' load), up to this many times; a fabric's fault never (0: off)",
+    )
     g.add_argument(
         "--baseline",
         default=None,
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report_only is not None:
         runs = _report_only(args, kinds)
     else:
-        runs, status = _run_all(plan, console)
+        runs, status = _run_all(plan, console, args.retries)
         if not runs:
             return status
     capacities = port_capacities(specs, args.nic_mbps, args.dilation)
@@ -115,13 +117,16 @@ def variants_from_args(
         plan_variants,
         resolve_baseline,
     )
+    from emulator.experiment.runloop import check_retries
 
     kinds = [k.strip() for k in args.fabrics.split(",") if k.strip()]
     sizes = size_params(args)
-    specs = sized_specs(fabric_specs(kinds, args.gpus, spines=2, sizes=sizes), sizes)
+    gpus = args.gpus or next(filter(None, (gpus_of(k, sizes) for k in kinds)), DEFAULT_GPUS)
+    specs = sized_specs(fabric_specs(kinds, gpus, spines=2, sizes=sizes), sizes)
     policies = [p.strip() for p in (args.policies or args.policy).split(",") if p.strip()]
     if args.repeat < 1:
         raise ConfigError("repeat", args.repeat, "at least 1")
+    args.retries = check_retries(args.retries)  # before the first run starts
     check_fault_prefixes(args.fail, kinds)
     if policies:  # the base config carries a policy the variants then replace
         args.policy = policies[0]
@@ -145,7 +150,9 @@ def _report_only(args: argparse.Namespace, kinds: list[str]) -> list[RunSummary]
     return runs
 
 
-def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary], int]:
+def _run_all(
+    plan: list[PlannedRun], console: Console, retries: int | str = 2
+) -> tuple[list[RunSummary], int]:
     """Run the plan: the summaries of the runs that completed, and 0, 1 if a run failed (the
     runs before it are kept) or 130 if interrupted."""
     from emulator.experiment.comparison import run_planned
@@ -161,7 +168,7 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
     interrupt_on_stop_signals()
     runs: list[RunSummary] = []
     try:
-        for planned, result in run_planned(plan, progress=progress, starting=starting):
+        for planned, result in run_planned(plan, progress, starting, retries):
             runs.append(result.summary)
             c = result.summary.client
             console.print(
@@ -178,14 +185,20 @@ def _run_all(plan: list[PlannedRun], console: Console) -> tuple[list[RunSummary]
 
 
 def _print_table(runs: list[RunSummary], baseline: str, args: argparse.Namespace) -> None:
-    """The medians in the terminal, and the runs the emulator could not keep up with."""
-    from emulator.results.report import busiest_link, trust
+    """The medians in the terminal, and the health of each run (every reason: report.html)."""
+    from emulator.results.report import busiest_link, health_rows_of, variants
+    from emulator.results.verdicttext import HEALTH_COLUMNS, health_summary
 
     Console().print(comparison_table(runs, baseline, args.workload, args.repeat))
     console = Console(stderr=True)
-    for f, reasons in trust(runs).items():
-        if reasons:
-            console.print(f"[red]{f}: NOT TRUSTWORTHY[/red]: " + escape("; ".join(reasons)))
+    rows = health_rows_of(runs, variants(runs, baseline))
+    table = Table(title=escape(f"emulator health: {health_summary(rows)}"), title_justify="left")
+    for name in HEALTH_COLUMNS:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*(_red_no(c) for c in row.cells()))
+    console.print(table)
+    console.print("[dim]every reason of every run: report.html, Emulator health[/dim]")
     for r in runs:
         console.print(f"[dim]{r.variant} {r.run}: busiest link {busiest_link(r)}[/dim]")
 
@@ -195,8 +208,8 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
     fault, no all-to-all rows without EP, no row empty in every run) and a column per variant
     and per difference for up to 3 variants, else a row per variant with the headline figures.
     With 2 variants it fits 100 columns: a cell wraps only at its space (before `[min-max]`) and
-    a first reason too long for its column ends in an ellipsis (`compare` prints every reason
-    after the table); a table that cannot fit folds its numbers rather than cut them."""
+    a first reason too long for its column ends in an ellipsis (`compare` prints a health row
+    per run after the table); a table that cannot fit folds its numbers rather than cut them."""
     from emulator.results.compare_metrics import shown_metrics
     from emulator.results.report import (
         aggregate,
@@ -227,8 +240,8 @@ def comparison_table(runs: list[RunSummary], baseline: str, workload: str, repea
 
 
 def _headline_table(runs: list[RunSummary], fabrics: list[str], title: str) -> Table:
-    """Many variants: a row each with its verdict, `yes` or `no (k of n)` (the reasons follow
-    the table), and the headline medians (all figures are in report.html)."""
+    """Many variants: a row each with its verdict, `yes` or `no (k of n trusted)` (the runs'
+    health follows the table), and the headline medians (all figures are in report.html)."""
     from emulator.results.report import HEADLINE, aggregate, headline_columns, headline_rows
 
     agg = aggregate(runs)
@@ -252,4 +265,5 @@ def _one_line(markup: str) -> Text:
 
 def _red_no(cell: str) -> str:
     """A verdict cell as console markup (a reason may hold brackets), red when it says no."""
-    return f"[red]{escape(cell)}[/red]" if cell.startswith("no (") else escape(cell)
+    bad = cell.startswith(("no (", "not ", "rejected"))
+    return f"[red]{escape(cell)}[/red]" if bad else escape(cell)

@@ -17,6 +17,7 @@ from emulator.results.structuretable import structure_title, structure_verdict
 from zcube_cli.fabric_options import (
     add_fabric_arguments,
     add_link_arguments,
+    add_run_flags,
     link_options_from_args,
     spec_from_args,
 )
@@ -32,7 +33,6 @@ from zcube_lab.core.fabric.fullsize import (
     compare_structure,
     structure_rows,
 )
-from zcube_lab.core.fabric.placement import ALLTOALL, LAYOUTS, LayoutSpec
 from zcube_lab.core.fabric.queues import queue_summary
 from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.fabric.split import RULE, Split, split_fabric
@@ -62,9 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_structure_arguments(parser)
     links = parser.add_argument_group("queues (what a lab of this fabric would set)")
-    links.add_argument(
-        "--nic-mbps", type=float, default=100.0, help="emulated GPU NIC rate (default 100)"
-    )
+    add_run_flags(links, ("nic_mbps",))
     add_link_arguments(links)
 
 
@@ -96,38 +94,24 @@ def add_structure_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload",
         action="append",
         metavar="W",
-        help="workload profile whose placement hints (layout, prefill servers) set the pairs; "
+        help="workload profile whose placement hints (layout, prefill servers, expert "
+        "parallelism) set the pairs; "
         "repeatable, one table each (default coding-agent)",
     )
-    g.add_argument(
-        "--prefill-servers", type=int, help="servers that prefill (default: the profile's, or 1)"
-    )
-    g.add_argument("--decode-servers", type=int, help="servers that decode (default: the rest)")
-    g.add_argument("--ep-servers", type=int, default=1, help="servers per EP instance")
-    g.add_argument("--alltoall", choices=ALLTOALL, default="rail", help="EP exchange: rail or all")
-    g.add_argument("--layout", choices=LAYOUTS, help="default: the workload profile's hint")
+    add_run_flags(g, ("layout",))  # the run's placement flags (RunConfig's, declared there)
 
 
 def structure_comparisons(args: argparse.Namespace) -> list[StructureComparison]:
     """One structure comparison per workload the options name."""
-    from emulator.experiment.runconfig import prefill_servers_hint
-    from workloads.profiles import load_profile
+    from emulator.experiment.runconfig import RunConfig, profile_fallback
+    from zcube_lab.core.options import nested_from_args
 
     spec = spec_from_args(args)
-    servers = len({h.server for h in build_fabric(spec).hosts})
     out = []
     for workload in args.workload or ["coding-agent"]:
-        profile = load_profile(workload)
-        # the profile's count is for 4 servers: its share kept, as a run keeps it
-        prefill = args.prefill_servers or prefill_servers_hint(workload, servers)
-        hint = "rail-aligned" if profile.placement == "rail-aligned" else "default"
-        layout = LayoutSpec(
-            prefill_servers=prefill,
-            decode_servers=args.decode_servers,
-            ep_servers=args.ep_servers,
-            layout=args.layout or hint,
-            alltoall=args.alltoall,
-        )
+        # the flags left out take the profile's values (its prefill count kept as a share of
+        # this fabric's servers, its expert parallelism), as a run's do
+        layout = nested_from_args(RunConfig, "layout", args, profile_fallback(workload, spec))
         out.append(
             compare_structure(
                 spec,

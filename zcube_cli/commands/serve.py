@@ -16,6 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from serving.cluster import ClusterSpec
+from zcube_lab.core.options import add_flags, from_args
+
 ROLES = {
     "gateway": "serving.gateway",
     "prefill": "serving.prefill",
@@ -29,14 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--local", action="store_true", help="whole cluster on loopback")
     mode.add_argument("--role", choices=sorted(ROLES), help="run one role (flags after --)")
-    parser.add_argument("--model", default="tiny", help="model profile")
-    parser.add_argument("--prefills", type=int, default=1)
-    parser.add_argument("--decodes", type=int, default=1)
-    parser.add_argument("--kv-addresses", type=int, default=2, help="KV addresses per prefill")
-    parser.add_argument("--kv-streams", type=int, default=2, help="TCP streams per KV address")
-    parser.add_argument("--ep-size", type=int, default=1, help="GPU hosts per instance")
-    parser.add_argument("--bandwidth-scale", type=float, default=1.0)
-    parser.add_argument("--port", type=int, default=8000, help="gateway port")
+    # the cluster's options, declared once on `ClusterSpec`'s fields
+    add_flags(parser.add_argument_group("cluster (--local)"), ClusterSpec)
     parser.add_argument("--log-dir", type=Path, default=None, help="per-process logs")
     parser.add_argument("--duration", type=float, default=0.0, help="stop after S seconds")
     parser.add_argument("role_args", nargs=argparse.REMAINDER, help="-- then the role's flags")
@@ -53,18 +50,9 @@ def run(args: argparse.Namespace) -> int:
         if extra[:1] == ["--"]:
             extra = extra[1:]
         return int(importlib.import_module(ROLES[args.role]).main(extra))
-    from serving.cluster import ClusterSpec, LocalCluster
+    from serving.cluster import LocalCluster
 
-    spec = ClusterSpec(
-        model=args.model,
-        prefills=args.prefills,
-        decodes=args.decodes,
-        kv_addresses=args.kv_addresses,
-        kv_streams=args.kv_streams,
-        bandwidth_scale=args.bandwidth_scale,
-        gateway_port=args.port,
-        ep_size=args.ep_size,
-    )
+    spec = from_args(ClusterSpec, args)
     cluster = LocalCluster(spec, log_dir=args.log_dir)
     # SIGTERM must unwind through `finally` so the role processes are stopped too.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)

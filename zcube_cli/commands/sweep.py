@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         f"rate runs (each repeat stops at its first miss, so usually less; --refine adds "
         f"runs), SLO {result.slo.shown} -> {out_dir}"
     )
-    result, status = _run_all(plan, result, console, args.full_ladder)
+    result, status = _run_all(plan, result, console, args.full_ladder, args.retries)
     if result.runs:
         _report(result, out_dir, console)
     # A failed run fails the sweep (the points before it are kept); missed SLOs do not.
@@ -161,7 +161,11 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRun], SweepResult]:
 
 
 def _run_all(
-    plan: list[PlannedRun], result: SweepResult, console: Console, full_ladder: bool = False
+    plan: list[PlannedRun],
+    result: SweepResult,
+    console: Console,
+    full_ladder: bool = False,
+    retries: int | str = 2,
 ) -> tuple[SweepResult, int]:
     """Run the sweep, rewriting sweep.json after every run: the result with the points of the
     runs that completed, and 0, 1 if a run failed or 130 if interrupted."""
@@ -195,7 +199,7 @@ def _run_all(
     assert result.dir is not None
     try:
         ramp = run_sweep(plan, result.slo, progress, starting, skipped, refine=result.refine,
-                         full_ladder=full_ladder)  # fmt: skip
+                         full_ladder=full_ladder, retries=retries)  # fmt: skip
         for pt in ramp:
             result = replace(result, runs=(*result.runs, pt))
             result.write(result.dir)

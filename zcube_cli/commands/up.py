@@ -11,20 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from zcube_cli.fabric_options import (
-    add_datapath_arguments,
     add_fabric_arguments,
-    add_link_arguments,
-    add_lossless_argument,
-    add_transport_arguments,
-    link_options_from_args,
-    spec_from_args,
 )
 from zcube_lab.adapters.procs import interrupt_on_stop_signals
 
@@ -32,26 +25,32 @@ if TYPE_CHECKING:
     from emulator.experiment.plan import RunConfig
 
 
+# `RunConfig`'s fields `up` takes (zcube_cli.commands.run declares `run`'s): the lab's, then
+# the serving plan's (with --serve), each flag declared once on its field.
+UP_LAB_FIELDS = (
+    "policy", "nic_mbps", "dilation", "machines", "mtu", "buffer_model", "switch_chip",
+    "queue_packets", "host_queue_packets", "lossless", "congestion_control", "ovs_instances",
+)  # fmt: skip
+UP_SERVE_FIELDS = (
+    "workload", "duration_s", "rate", "arrival", "burstiness", "length_scale", "seed",
+    "kv_transport", "results_root",
+)  # fmt: skip
+UP_HELPS = {
+    "duration_s": "seconds of planned arrivals (at most 3600); the UI stays up after",
+    "results_root": "folder for the live lab's files",
+}
+PLAN_DURATION_S = 3600.0
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Fabric, routing and realization options."""
+    """Fabric, routing and realization options; with --serve, the run's workload and cluster
+    options (`RunConfig`'s fields, as `run` takes them)."""
+    from emulator.experiment.runconfig import CLUSTER_FIELDS, RunConfig
+    from zcube_lab.core.options import add_flags
+
     add_fabric_arguments(parser)
     lab = parser.add_argument_group("lab")
-    lab.add_argument(
-        "--policy",
-        default="ecmp",
-        help="routing policy: static, ecmp, ff, recompute or spray (see docs/FAILURES.md)",
-    )
-    lab.add_argument(
-        "--nic-mbps",
-        type=float,
-        default=100.0,
-        help="emulated rate of one GPU NIC in Mb/s (ZCube ports get half each); "
-        "bandwidth_scale = full-scale NIC rate / this",
-    )
-    add_link_arguments(lab)
-    add_lossless_argument(lab)
-    add_transport_arguments(lab)
-    add_datapath_arguments(lab)
+    add_flags(lab, RunConfig, UP_LAB_FIELDS)
     lab.add_argument(
         "--datapath",
         choices=["auto", "user", "kernel"],
@@ -62,12 +61,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lab.add_argument(
         "--metrics-port", type=int, default=9101, help="controller Prometheus metrics port"
     )
-    lab.add_argument(
-        "--machines",
-        metavar="ADDRS",
-        help="spread the fabric over lab machines: wire addresses, this machine's first, e.g. "
-        "198.19.254.1,198.19.254.2 (scripts/peer.sh makes a second one here; docs/SCALE.md)",
-    )
     lab.add_argument("--no-ping", action="store_true", help="skip the all-pairs check")
     lab.add_argument("--cli", action="store_true", help="stay up with Mininet's CLI")
     lab.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -77,16 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the lab up serving traffic: serving cluster, Prometheus, Locust web UI",
     )
-    serve.add_argument("--workload", default="coding-agent", help="workload profile")
-    serve.add_argument("--rate", type=float, help="mean requests/s (default: the profile's)")
-    serve.add_argument("--model", default="glm-5.1", help="model profile of the engines")
-    serve.add_argument("--seed", type=int, default=1, help="seed of the request plan")
-    serve.add_argument(
-        "--plan-duration",
-        type=float,
-        default=3600.0,
-        help="seconds of planned arrivals (at most 3600); the UI stays up after",
-    )
+    add_flags(serve, RunConfig, UP_SERVE_FIELDS, helps=UP_HELPS)
     serve.add_argument(
         "--prometheus-port",
         type=int,
@@ -104,9 +88,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="address for Prometheus and Locust (0.0.0.0 in the VM, for forwarded ports)",
     )
-    serve.add_argument(
-        "--results", type=Path, default=Path("results"), help="folder for the live lab's files"
-    )
+    add_flags(parser.add_argument_group("cluster (with --serve)"), RunConfig, CLUSTER_FIELDS)
+    parser.set_defaults(duration=PLAN_DURATION_S)
+
+
+def lab_config(args: argparse.Namespace) -> RunConfig:
+    """The run's config the options describe (the one builder `run` uses, with the workload
+    profile's fallbacks): the lab `up` builds, and with --serve the cluster it serves."""
+    from zcube_cli.commands.run import config_from_args
+
+    return config_from_args(args, tag="live")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,33 +113,31 @@ def run(args: argparse.Namespace) -> int:
     from zcube_lab.core.policies import get_policy
 
     console = Console(stderr=True)
-    fabric = build_fabric(spec_from_args(args))
-    policy = get_policy(args.policy)
-    scale = Scale(nic_mbps=args.nic_mbps)
     try:
-        mtu, queue = link_options_from_args(args, fabric, scale)
+        config = lab_config(args)
+        fabric = build_fabric(config.fabric)
+        policy = get_policy(config.policy)
+        scale = Scale(nic_mbps=config.nic_mbps, dilation=config.dilation)
         options = LabOptions(
             scale=scale,
-            mtu=mtu,
-            queue=queue,
-            congestion_control=args.cc,
-            lossless=bool(args.lossless),
+            mtu=config.link_mtu(fabric, scale),
+            queue=config.queue_model(),
+            congestion_control=config.congestion_control,
+            lossless=config.lossless,
             datapath=args.datapath,
-            ovs_instances=args.ovs_instances,
+            ovs_instances=config.ovs_instances,
             policy=policy.routing,
             recompute=policy.recompute,
             of_port=args.of_port,
             metrics_port=args.metrics_port,
         )
         machines = None
-        if args.machines:
-            if args.lossless:
-                raise ConfigError("lossless", True, "on one machine (its agent sees one)")
-            if args.serve or args.cli:
-                raise ConfigError("machines", args.machines, "not with --serve or --cli yet")
+        if config.machines:
+            if args.cli:
+                raise ConfigError("machines", ",".join(config.machines), "not with --cli yet")
             from emulator.cluster.remote import parse_machines
 
-            machines = parse_machines(args.machines)
+            machines = parse_machines(",".join(config.machines))
     except ConfigError as exc:
         console.print(f"[red]zcube-lab up: {exc}[/red]")
         return 2
@@ -240,35 +229,9 @@ def _port(wanted: int, bind: str, what: str, console: Console) -> int:
 
 
 def serve_config(args: argparse.Namespace) -> RunConfig:
-    """The serving plan of `up --serve`: the fabric and the workload profile's hints (prefill
-    servers, placement, prefix-cache hit rate, hot decode set); ConfigError names a bad one."""
-    from emulator.experiment.runconfig import RunConfig, hotspot_hint, layout_hint, profile_hint
-    from zcube_lab.core.fabric.placement import LayoutSpec
-
-    hot_decodes, hot_period = hotspot_hint(args.workload)
-    return RunConfig(
-        fabric=spec_from_args(args),
-        workload=args.workload,
-        duration_s=args.plan_duration,
-        rate=args.rate,
-        seed=args.seed,
-        model=args.model,
-        nic_mbps=args.nic_mbps,
-        congestion_control=args.cc,
-        ovs_instances=args.ovs_instances,
-        policy=args.policy,
-        layout=LayoutSpec(
-            prefill_servers=int(profile_hint(args.workload, "prefill_servers", 1)),  # type: ignore[call-overload]
-            layout=layout_hint(args.workload),
-        ),
-        prefix_cache_hit_rate=float(
-            profile_hint(args.workload, "prefix_cache_hit_rate", 0.0)  # type: ignore[arg-type]
-        ),
-        decode_hotspot=hot_decodes,
-        hotspot_period_s=hot_period,
-        results_root=args.results,
-        tag="live",
-    )
+    """The serving plan of `up --serve`: `run`'s config of these options (the workload
+    profile's hints where an option is left out); ConfigError names a bad one."""
+    return lab_config(args)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -277,25 +240,15 @@ def serve(args: argparse.Namespace) -> int:
     from emulator.lab.system import LabError
     from emulator.prometheus.server import PrometheusError
     from zcube_lab.core.errors import ConfigError
-    from zcube_lab.core.fabric.queues import (
-        DEFAULT_BUFFER_MODEL,
-        DEFAULT_CHIP,
-        HOST_QUEUE_PACKETS,
-        MAX_MTU,
-    )
 
     console = Console(stderr=True)
     if args.cli:
         console.print("[red]zcube-lab up: --serve and --cli do not go together[/red]")
         return 2
-    defaults = (MAX_MTU, None, HOST_QUEUE_PACKETS, DEFAULT_BUFFER_MODEL, DEFAULT_CHIP)
-    given = (args.mtu, args.queue_packets, args.host_queue_packets)
-    if (*given, args.buffer_model, args.switch_chip) != defaults or args.lossless:
-        # The serving plan (emulator.experiment.plan.RunConfig) does not carry them yet.
-        console.print("[red]zcube-lab up: the link options do not go with --serve yet[/red]")
-        return 2
     try:
         config = serve_config(args)
+        if config.machines:
+            raise ConfigError("machines", ",".join(config.machines), "not with --serve yet")
     except ConfigError as exc:
         console.print(f"[red]zcube-lab up: {exc}[/red]")
         return 2

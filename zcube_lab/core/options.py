@@ -14,15 +14,21 @@ The flags' argparse names (`dest`) follow the flag (`--duration` -> `duration`),
 keep a name of its own (`duration_s`). An `unset` option's flag defaults to None and the field
 then takes a value the caller works out (`fallback`, keyed by dest: a workload profile's hint).
 A `nested` option is a dataclass-valued field whose own fields are flags (declared here, beside
-the config that holds it). `serving.options` does the same for the serving roles' configs.
+the config that holds it). One machinery for every component: the run's config, the load's and
+the serving roles' (`parse_with_file` reads a role's `--config` JSON file, whose keys are the
+flags' argparse names: `kv_bind`, `prefill_url`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from zcube_lab.core.errors import ConfigError
 
 _KEY = "zcube_lab.option"
 
@@ -33,9 +39,11 @@ class Option:
 
     `switch`: a flag without a value that sets the (bool) field True (with `unset` too, also
     `--no-<flag>` that sets it False, and left out, the caller's value). `repeat`: the flag may be
-    given several times, one item each (the field holds a tuple). `unset`: the flag's default
-    is None, and the field's value then comes from the caller (`from_args`' `fallback`).
-    `parse(raw)` turns the argparse value into the field value (default: as parsed); `item(v)`
+    given several times, one item each (the field holds a tuple; no item means the field's
+    default). `unset`: the flag's default is None, and the field's value then comes from the
+    caller (`from_args`' `fallback`). `required`: the parser refuses a command line without it.
+    `parse(raw, field_name)` turns the argparse value (a repeated flag's list of items) into the
+    field value, a ConfigError naming `field_name` when it cannot (default: as parsed); `item(v)`
     writes one value as flag text (default: `repr` for floats, `str` otherwise). With
     `omit_default` the flag is left out of the command line while the field has its default.
     `nested`: the options of a dataclass-valued field's own fields, in flag order."""
@@ -48,8 +56,9 @@ class Option:
     switch: bool = False
     repeat: bool = False
     unset: bool = False
+    required: bool = False
     omit_default: bool = False
-    parse: Callable[[Any], Any] | None = None
+    parse: Callable[[Any, str], Any] | None = None
     item: Callable[[Any], str] | None = None
     nested: tuple[tuple[str, Option], ...] = ()
 
@@ -98,9 +107,11 @@ class _Flag:
         raw = getattr(args, self.dest, self.parser_default)
         if raw is None and self.option.unset:
             return fallback.get(self.dest, self.default)
-        if self.option.repeat:
-            return tuple(self.option.parse(x) if self.option.parse else x for x in raw or ())
-        return self.option.parse(raw) if self.option.parse is not None else raw
+        if self.option.parse is not None:
+            value = self.option.parse(raw, self.name)
+        else:
+            value = tuple(raw or ()) if self.option.repeat else raw
+        return self.default if self.option.repeat and not value else value
 
     def argv(self, value: Any) -> list[str]:
         """The flag and its text for `value` (nothing for None, a switch off, no items)."""
@@ -169,11 +180,15 @@ def add_flags(
     hidden: Collection[str] = (),
     helps: Mapping[str, str] | None = None,
     env_prefix: str = "",
+    config_file: bool = False,
 ) -> None:
     """Add the flags of the option fields `names` of `cls` (all, in field order, when None)
     to `parser` (a parser or an argument group). `hidden`: fields whose flag is accepted but
     left out of the help; `helps`: a command's own help text for some fields; `env_prefix`:
-    each flag also read from the environment variable `<prefix><DEST>` (Locust's parser)."""
+    each flag also read from the environment variable `<prefix><DEST>` (Locust's parser);
+    `config_file`: first `--config`, a JSON file of any of them (`parse_with_file`)."""
+    if config_file:
+        parser.add_argument("--config", help="JSON file with any of these options (flags win)")
     for f, opt in _chosen(cls, names):
         for fl in _flags_of(f, opt):
             text = (helps or {}).get(f.name, fl.option.help)
@@ -194,6 +209,8 @@ def add_flags(
                 kwargs = {"help": kwargs["help"], "action": "store_true"}
             elif fl.option.repeat:
                 kwargs["action"] = "append"
+            if fl.option.required:
+                kwargs["required"] = True
             if env_prefix:
                 kwargs["env_var"] = env_prefix + fl.dest.upper()
             parser.add_argument(
@@ -209,11 +226,22 @@ def from_args(cls: Any, args: Any, fallback: Mapping[str, Any] | None = None, **
         if f.name in given:
             continue
         if opt.nested:
-            inner = {fl.name: fl.value(args, fallback or {}) for fl in _flags_of(f, opt)}
-            values[f.name] = type(_default(f))(**inner)
+            values[f.name] = nested_from_args(cls, f.name, args, fallback)
         else:
             values[f.name] = _Flag(f.name, opt, _default(f)).value(args, fallback or {})
     return cls(**values)
+
+
+def nested_from_args(
+    cls: Any, name: str, args: Any, fallback: Mapping[str, Any] | None = None
+) -> Any:
+    """The value of the `nested` option field `name` of `cls` from parsed flags (its `unset`
+    flags left out from `fallback`): a config's part, for a command that needs only that."""
+    f, opt = _chosen(cls, [name])[0]
+    if not opt.nested:
+        raise ValueError(f"{cls.__name__}.{name} is not a nested option field")
+    inner = {fl.name: fl.value(args, fallback or {}) for fl in _flags_of(f, opt)}
+    return type(_default(f))(**inner)
 
 
 def to_argv(cfg: Any, names: Sequence[str] | None = None) -> list[str]:
@@ -238,3 +266,24 @@ def argv_of(cls: Any, **values: Any) -> list[str]:
     if unknown:
         raise ValueError(f"{cls.__name__} has no option field {unknown}")
     return argv
+
+
+def parse_with_file(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> Any:
+    """Parse flags; a `--config` JSON file (keys: the flags' argparse names) supplies the
+    values of flags not given, a ConfigError naming a key no flag has."""
+    args = parser.parse_args(argv)
+    if not getattr(args, "config", None):
+        return args
+    path = Path(args.config)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("config", str(path), f"a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config", str(path), "a JSON object")
+    known = {a.dest for a in parser._actions}
+    for key in data:
+        if key not in known:
+            raise ConfigError(key, data[key], "one of " + ", ".join(sorted(known - {"help"})))
+    parser.set_defaults(**data)
+    return parser.parse_args(argv)
