@@ -97,3 +97,20 @@ def test_a_victim_shares_the_first_senders_nic_and_goes_elsewhere():
     assert [t.cls for t in rec.transfers] == ["kv", "kv", "kv", "other"]
     with pytest.raises(ConfigError, match="elsewhere"):
         victim(hosts, "h5", ["h0"], ("h0", "h5"), 1e6, 1e6)
+
+
+def test_the_replay_config_refuses_bad_choices_by_name():
+    from zcube_lab.core.replay.config import ReplayConfig
+
+    assert ReplayConfig(fabrics="zcube,clos").fabric_kinds == ["zcube", "clos"]
+    assert ReplayConfig(window="1:2.5").window_s == (1.0, 2.5)
+    for kwargs, field in (
+        ({"fabrics": "zcube,fat"}, "fabrics"),
+        ({"classes": "kv,rdma"}, "classes"),
+        ({"window": "1:2", "busiest": 0.1}, "window"),
+        ({"window": "soon"}, "window"),
+        ({"ep_split": 0}, "ep_split"),
+        ({"incast": 0}, "incast"),
+    ):
+        with pytest.raises(ConfigError, match=field):
+            ReplayConfig(**kwargs)
