@@ -237,3 +237,50 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def span_text(values: Sequence[float], fmt: str) -> str:
+    """`a-b` of the values' range in `fmt` (one value when they agree in that format)."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def fine_figures(folder: Path = DATA) -> dict[str, str]:
+    """The answer's fine-scale figures (bench/answer_tables.py's template fields)."""
+    victim, mix = load("victim", folder), load("mix", folder)
+    prod = load("production-busiest", folder)
+    rows = victim["rows"] + mix["rows"]
+    order = ("zcube", "roft", "roft2", "clos")
+    out: dict[str, str] = {}
+    out["fine_frame"] = f"{victim['frame_us']:g}"
+    paused = {r["fabric"] for r in rows if r["pauses"]["pause_frames"] > 0}
+    fabrics = {r["fabric"] for r in rows}
+    out["fine_paused"] = "every fabric" if paused == fabrics else ", ".join(sorted(paused))
+    reactions = [r["reaction_p99_us"] for r in rows if r["reaction_p99_us"] is not None]
+    out["fine_reaction"] = span_text(reactions, ",.0f")
+    alone = [r["pauses"]["pause_frames"] for r in victim["rows"] if r["case"] == "victim alone"]
+    out["fine_alone_pauses"] = span_text(alone, "d")
+    keeps = [v["keeps_of_its_rate"] for v in victim["victim"]]
+    out["fine_victim"] = span_text(keeps, ".2f")
+    # alike: every fabric's victim within 0.05 of its rate of the others'
+    out["fine_victim_way"] = (
+        "alike on every fabric" if max(keeps) - min(keeps) <= 0.05 else "differing by fabric"
+    )
+    low = min(c["kv_load"] for c in mix["contention"])
+    by = {c["fabric"]: c for c in mix["contention"] if c["kv_load"] == low}
+    out["mix_load"] = f"{low:.0%}"
+    out["mix_fabrics"] = " / ".join(LABEL[f] for f in order if f in by)
+    out["mix_ep"] = " / ".join(
+        f"{by[f]['ep']['exchange_p99_ratio']:.1f}x" for f in order if f in by
+    )
+    p = prod["fabrics"]
+    out["prod_fabrics"] = " / ".join(LABEL[f] for f in order if f in p)
+    out["prod_ep"] = " / ".join(
+        ratio((p[f].get("contention", {}).get("ep") or {}).get("exchange_p99_ratio"))
+        for f in order
+        if f in p
+    )
+    out["prod_fine_pauses"] = " / ".join(
+        f"{p[f]['mixed']['pauses']['pause_frames']:,}" for f in order if f in p
+    )
+    return out
