@@ -36,6 +36,10 @@ START_DELAY_WALL_S = 0.5
 # The lossless agent stands for a switch's PFC logic, which is hardware: at k = 120 every wall
 # millisecond it waits for a CPU is 8 modelled µs, so it runs at real-time priority.
 LOSSLESS_PRIORITY = 10
+# Frames an HTB class may send at once above its rate. Mininet's 15 KB is a real half megabyte
+# at a 2 µs frame (S = 33), more than XOFF for a chip's share (12 frames): a single flow would
+# pause itself. A real port sends one frame at a time at line rate; two frames keep HTB exact.
+BURST_FRAMES = 2
 # Modelled seconds a replay may run past its last release: enough for every byte of the window
 # to cross the slowest NIC twice over, at least this floor.
 DEADLINE_FLOOR_S = 0.05
@@ -154,6 +158,7 @@ def lab_for(
             queue=QueueModel(packets=frames),
             lossless=True,
             lossless_priority=LOSSLESS_PRIORITY,
+            htb_burst_bytes=BURST_FRAMES * ts.mtu,
             **({} if poll_s is None else {"lossless_poll_s": poll_s}),
         ),
     )
@@ -271,6 +276,11 @@ def _figures(
         "fabric": fabric.kind,
         "fabric_params": dict(fabric.spec.params),
         "resolution": ts.describe(),
+        "lab": {
+            "htb_burst_bytes": lab.options.htb_burst_bytes,
+            "lossless_priority": lab.options.lossless_priority,
+            "lossless_poll_s": lab.options.lossless_poll_s,
+        },
         "xoff": {
             "real_bytes": threshold.xoff_bytes,
             "source": threshold.source,

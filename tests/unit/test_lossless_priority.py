@@ -29,3 +29,14 @@ def test_the_hook_puts_the_child_at_sched_fifo():
     assert out.stdout.split() == [str(os.SCHED_FIFO), "7"], out.stderr
     plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert plain.stdout.split()[0] == str(os.SCHED_OTHER)
+
+
+def test_a_replay_lab_keeps_htb_bursts_to_two_frames():
+    from zcube_lab.core.fabric.linkplan import HTB_BURST, PortShape, shaping_lines
+
+    default = shaping_lines([("s1-eth1", PortShape(50.0, 12))])
+    assert f"burst {HTB_BURST}" in default[1]
+    small = shaping_lines([("s1-eth1", PortShape(50.0, 12, None, 3000))])
+    assert "burst 3000" in small[1] and "15k" not in small[1]
+    with pytest.raises(ConfigError, match="htb burst"):
+        LabOptions(htb_burst_bytes=100)  # below one frame
