@@ -80,6 +80,7 @@ def run_all(
                     **key,
                     "repeat": rep,
                     "resolution": res["resolution"],
+                    "lab": res.get("lab"),
                     "xoff_bytes": xoff,
                     "xoff_frames": res["xoff"]["frames"],
                     "classes": res["classes"],

@@ -146,6 +146,7 @@ def main() -> int:
                         "bandwidth_scale": round(ts.bandwidth_scale, 3),
                         "xoff_real_bytes": round(used),
                         "xoff_note": note,
+                        "lab": res.get("lab"),
                         "reaction_p99_us": res["pause_reaction_p99_us"],
                         "wall_s": round(wall, 2),
                         "modelled_span_s": span,

@@ -46,6 +46,27 @@ def ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def settings(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The lab settings the rows ran with, or what they were before replays recorded them."""
+    seen = {json.dumps(r.get("lab"), sort_keys=True) for r in rows}
+    out = []
+    for text in sorted(seen):
+        lab = json.loads(text)
+        if lab is None:
+            out.append(
+                "Lab settings not recorded: these rows ran before replays set them (every HTB "
+                "burst Mininet's 15 KB, the lossless agent at normal priority)."
+            )
+        else:
+            prio = lab["lossless_priority"]
+            out.append(
+                f"Lab settings: every HTB burst {lab['htb_burst_bytes']:,} B, the lossless agent "
+                + (f"at real-time priority {prio}" if prio else "at normal priority")
+                + f", polling every {lab['lossless_poll_s'] * 1e3:g} ms of wall time."
+            )
+    return ["", *out]
+
+
 def resolution_table() -> list[str]:
     """The rungs on the 16-GPU fabrics: what a frame time asks of the lab (pure arithmetic)."""
     out = [
@@ -93,6 +114,7 @@ def ladder_table(name: str, folder: Path = DATA) -> list[str]:
                 f"| {LABEL.get(fabric, fabric)} | {key} | {a:g} -> {b:g} | {us(va)} -> {us(vb)} "
                 f"| {change} | {'yes' if c['converged'] else 'no'} |"
             )
+    out += settings(data["rows"])
     return out
 
 
@@ -114,6 +136,7 @@ def victim_table(folder: Path = DATA) -> list[str]:
             f"{alone['pauses']['pause_frames']} / {both['pauses']['pause_frames']} | "
             f"{s_us(both['classes']['kv']['fct_s']['max'])} |"
         )
+    out += settings(rows)
     return out
 
 
@@ -143,6 +166,7 @@ def mix_table(folder: Path = DATA) -> list[str]:
             f"{ratio(c['kv'].get('fct_p99_ratio'))} | {of['mixed']['pauses']['pause_frames']:,} "
             f"| {inc} |"
         )
+    out += settings(rows)
     return out
 
 
@@ -161,6 +185,7 @@ def pfc_table(folder: Path = DATA) -> list[str]:
             f"{us(r['pauses']['pause_total_us'])} | {s_us(kv['fct_s']['p50'])} / "
             f"{s_us(kv['fct_s']['max'])} | {kv['incomplete']} |"
         )
+    out += settings(data["rows"])
     for ref in data.get("refused", []):
         out += [
             "",
@@ -188,6 +213,7 @@ def production_table(folder: Path = DATA) -> list[str]:
             f"{ratio(r)} | {e['mixed']['pauses']['pause_frames']:,} | "
             f"{us(e['mixed']['pause_reaction_p99_us'])} |"
         )
+    out += settings([e["mixed"] for e in data["fabrics"].values()])
     return out
 
 
