@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.map_data import COMPARES, MAP, VICTIM_FLOW, capacity_text, knee, load_cell, load_runs
+from bench.replay_tables import fine_figures
 from bench.victim_flow import mbps
 from emulator.results.sweep.capacity import Capacity, capacity
 from emulator.results.sweep.sweeppoints import RunPoint
@@ -386,6 +387,12 @@ def figures(folder: Path = MAP) -> dict[str, str]:
     f["victim_roft"] = dash(kept["roft-2planes"], lambda x: f"{x:.2f}")
     worse = max(kept["zcube"]) < min(kept["roft-2planes"])
     f["way"] = "the other way" if worse else "no one way"
+    # the fine time scale's replays (bench/replay_tables.py)
+    f.update(fine_figures())
+    shares = list(real_shares_s().values())
+    reactions = [float(x.replace(",", "")) for x in f["fine_reaction"].split("-")]
+    # a pause that comes later than a buffer share takes to fill is the lab's, not the switch's
+    f["fine_word"] = OUT_OF_REACH if min(reactions) * 1e-6 > min(shares) else DIFFERENCE
     # the time scale: one lab frame at a NIC's rate against a real chip's buffer share
     frames = [resolution(NIC_MBPS, mtu).frame_s * 1e6 for mtu in MTUS]
     f["frame_us"] = dash(frames, lambda x: f"{x:.0f}")
@@ -452,12 +459,15 @@ defined once in [the glossary]({glossary}).
   {ep_both} in the {ep_both_seeds} seeds with both runs trusted ({ep_both_left} left out,
   {untrusted}), a {ep_both_word}; pinned to one port, the lab's old wire, by {ep_one} in the
   {ep_one_seeds} seeds, a {ep_one_word} of the lab's own making.
-- **Production's mechanism, a pause raised by KV that stalls EP, {formed}**: {prod_pauses}
-  pauses in the {prod_runs} lossless runs of the production cell, no link above {prod_peak}
-  busy for a second. Where a pause forms (a {incast} incast) it goes {way}: a victim
-  flow keeps {victim_zcube} of its rate on lossless ZCube against {victim_roft} on {roft2}, a {diff}
-  that the buffer model moves. The microsecond form of the mechanism is {reach}: one lab frame
-  lasts {frame_us} µs of modelled time, a real switch's buffer share drains in {share_us} µs.
+- **Production's mechanism, a pause raised by KV that stalls EP, {formed} in the live lab**
+  ({prod_pauses} pauses in {prod_runs} lossless runs, no link above {prod_peak} busy for a
+  second), whose frame lasts {frame_us} µs against a real buffer share's {share_us} µs.
+  [Replayed at a {fine_frame} µs frame](results/fine-scale.md), pauses form on {fine_paused}: EP
+  beside KV at {mix_load} of its NICs took {mix_ep} its time alone ({mix_fabrics}),
+  production's busiest 0.1 s {prod_ep} ({prod_fabrics}); a victim beside a {incast} incast keeps
+  {fine_victim} of its rate, {fine_victim_way} (live: {victim_zcube} on ZCube, {victim_roft} on
+  {roft2}, {way}). But the lab's pause reaction ({fine_reaction} µs) outlasts a buffer share's
+  drain, so those magnitudes are the lab's: which fabric the mechanism favours is {fine_word}.
 - **CapEx ({claim_capex}): reproduced as arithmetic**: `zcube-lab cost` at {cost_gpus} GPUs
   prices {cost_z_switches} switches against {cost_r_switches} ({cost_switches_pct}), optics
   {cost_optics_pct}.

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "zcube_cli.commands.sweep",
         "load sweep to saturation: goodput, max rate under an SLO",
     ),
+    "replay": (
+        "zcube_cli.commands.replay",
+        "replay a run's transfers on fabrics at a µs time scale (paced datagrams, PFC)",
+    ),
     "clean": (
         "zcube_cli.commands.clean",
         "remove what a killed run left: processes, bridges, interfaces, namespaces",

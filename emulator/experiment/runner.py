@@ -99,6 +99,7 @@ from emulator.verdict.network import (
 )
 from serving.vllm_metrics import GATEWAY_LOOP_LAG, STEP_LATENESS, STEP_OVERRUN
 from zcube_lab.core.clock import Clock
+from zcube_lab.core.errors import ConfigError
 
 
 class Experiment:
@@ -267,6 +268,17 @@ class Experiment:
             time.sleep(0.5)
 
     # -- collection ----------------------------------------------------------------------
+    def _record_transfers(self) -> None:
+        """Write the run's recording (`transfers.jsonl`, for `zcube-lab replay`); a run whose
+        engines logged no transfer has none, and says so."""
+        from emulator.replay.record import record_run
+        from zcube_lab.core.replay.recording import RECORDING
+
+        try:
+            record_run(self.dir).write(self.dir / RECORDING)
+        except ConfigError as e:
+            self.progress(f"  no recording of transfers: {e}")
+
     def _collect(self, t0: float, t1: float) -> RunSummary:
         assert self.prometheus is not None and self.health is not None
         self.progress("collecting")
@@ -275,6 +287,7 @@ class Experiment:
         records = read_jsonl(self.dir / "requests.jsonl")
         hosts = {e.engine_id: e.host for e in self.plan.placement.engines}
         transfers = transfer_figures(self.dir / "logs", self.plan.fabric, self.plan.scale, hosts)
+        self._record_transfers()
         server = server_figures(prom, t1, window, transfers)
         ports = port_counters(prom, t1, window)
         util = link_utilization(self.plan.fabric, self.plan.scale, ports.tx_bytes, window)

@@ -12,6 +12,7 @@ process, `report_path` is where it writes `AgentReport`.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -52,8 +53,22 @@ def start_agent(
         agent = subprocess.Popen(
             [sys.executable, "-m", "emulator.lab.lossless", str(plan_file), str(report)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=realtime(o.lossless_priority) if o.lossless_priority else None,
         )  # fmt: skip
     return agent, log
+
+
+def realtime(priority: int) -> Callable[[], None]:
+    """A pre-exec hook putting the child at SCHED_FIFO `priority` (its threads inherit it);
+    where the kernel refuses, the child runs as any process and says so in its log."""
+
+    def hook() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        except OSError as e:
+            os.write(2, f"lossless agent: real-time priority refused ({e})\n".encode())
+
+    return hook
 
 
 def wait_watching(agent: subprocess.Popen[bytes], report: Path, log: Path) -> None:

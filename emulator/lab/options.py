@@ -54,11 +54,21 @@ class LabOptions:
     ovs_instances: int = 0
     lossless: bool = False  # PFC-like pauses instead of drops (emulator.lab.lossless)
     lossless_poll_s: float = LOSSLESS_POLL_S  # the agent's poll interval
+    # 0: the agent runs as any process; N: at real-time priority N (SCHED_FIFO), as a switch's
+    # PFC logic is hardware that no CPU load delays (the fine time scale's replays use it)
+    lossless_priority: int = 0
+    # every shaped port's HTB burst in bytes; None: Mininet's 15k. At a fine time scale 15 KB is
+    # a real half megabyte arriving faster than line rate: a replay keeps it to two frames.
+    htb_burst_bytes: int | None = None
 
     def __post_init__(self) -> None:
         check_congestion_control(self.congestion_control)
         if self.lossless and not self.shaped:
             raise ConfigError("lossless", self.lossless, "off on an unshaped lab")
+        if self.htb_burst_bytes is not None and not self.mtu <= self.htb_burst_bytes <= 1 << 20:
+            raise ConfigError("htb burst", self.htb_burst_bytes, f"{self.mtu} (the MTU) to 1 MiB")
+        if not 0 <= self.lossless_priority <= 99:
+            raise ConfigError("lossless priority", self.lossless_priority, "0 (off) to 99")
         if not 0.0002 <= self.lossless_poll_s <= 0.1:
             raise ConfigError("lossless poll", self.lossless_poll_s, "0.2 ms to 100 ms")
         if self.datapath not in DATAPATHS:
@@ -79,7 +89,14 @@ class LabOptions:
         """Rate and queue limit of every shaped interface (none when unshaped)."""
         if not self.shaped:
             return {}
-        return port_shapes(fabric, self.scale, self.mtu, self.queue, lossless=self.lossless)
+        return port_shapes(
+            fabric,
+            self.scale,
+            self.mtu,
+            self.queue,
+            lossless=self.lossless,
+            burst_bytes=self.htb_burst_bytes,
+        )
 
     def summary(self, fabric: Fabric) -> dict[str, object]:
         """The options a user wants to see after bring-up, with `fabric`'s scale and queues."""

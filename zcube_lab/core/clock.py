@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from zcube_lab.core.errors import ConfigError
 
 MAX_DILATION = 16.0
+# The fine time scale (`zcube_lab.core.replay.timescale`): replays on paced datagrams, whose
+# timers run on the lab's clock, stretch time far further than kernel TCP can follow.
+MAX_FINE_DILATION = 1000.0
 
 # Linux's minimum retransmission timeout (TCP_RTO_MIN in include/net/tcp.h), settable per route
 # (`rto_min`). The delayed-ACK minimum (TCP_DELACK_MIN, 40 ms) has no route option that
@@ -45,6 +48,14 @@ def check_dilation(dilation: float, field: str = "dilation") -> None:
         raise ConfigError(field, dilation, f"between 1 (off) and {MAX_DILATION:g}")
 
 
+def check_fine_dilation(dilation: float, field: str = "dilation") -> None:
+    """Refuse a dilation outside 1 <= k <= MAX_FINE_DILATION: the bound of a clock that no
+    kernel TCP timer runs on (a replay's paced datagrams); a run's config keeps
+    `check_dilation`'s."""
+    if not 1.0 <= dilation <= MAX_FINE_DILATION:
+        raise ConfigError(field, dilation, f"between 1 (off) and {MAX_FINE_DILATION:g}")
+
+
 @dataclass(frozen=True)
 class Clock:
     """The time dilation k of one run: modelled seconds last k wall seconds."""
@@ -52,7 +63,7 @@ class Clock:
     dilation: float = 1.0
 
     def __post_init__(self) -> None:
-        check_dilation(self.dilation)
+        check_fine_dilation(self.dilation)
 
     @property
     def dilated(self) -> bool:

@@ -69,6 +69,7 @@ class PortShape:
     mbps: float
     packets: int
     fifo_bytes: int | None = None
+    burst_bytes: int | None = None  # the HTB class's burst; None: HTB_BURST (Mininet's 15k)
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,22 @@ def port_rates(fabric: Fabric, scale: Scale) -> dict[str, float]:
 
 
 def port_shapes(
-    fabric: Fabric, scale: Scale, mtu: int, model: QueueModel, lossless: bool = False
+    fabric: Fabric,
+    scale: Scale,
+    mtu: int,
+    model: QueueModel,
+    lossless: bool = False,
+    burst_bytes: int | None = None,
 ) -> dict[str, PortShape]:
     """Rate and queue limit of every interface, both ends of every link (`lossless`: with the
-    lossless mode's FIFO bytes)."""
+    lossless mode's FIFO bytes; `burst_bytes`: every HTB class's burst, else Mininet's 15k)."""
     limits = port_queue_limits(fabric, scale, mtu, model)
     rates = port_rates(fabric, scale)
     fifo = fifo_bytes(fabric, limits, rates, mtu) if lossless else {}
-    return {name: PortShape(mbps, limits[name], fifo.get(name)) for name, mbps in rates.items()}
+    return {
+        name: PortShape(mbps, limits[name], fifo.get(name), burst_bytes)
+        for name, mbps in rates.items()
+    }
 
 
 def shaping_lines(shapes: Iterable[tuple[str, PortShape]]) -> list[str]:
@@ -149,7 +158,8 @@ def shaping_lines(shapes: Iterable[tuple[str, PortShape]]) -> list[str]:
         lines.append(f"qdisc replace dev {interface} root handle {HTB_ROOT} htb default 1")
         lines.append(
             f"class replace dev {interface} parent {HTB_ROOT} classid {HTB_CLASS} "
-            f"htb rate {shape.mbps:f}Mbit burst {HTB_BURST}"
+            f"htb rate {shape.mbps:f}Mbit burst "
+            f"{HTB_BURST if shape.burst_bytes is None else shape.burst_bytes}"
         )
         if shape.fifo_bytes is not None:
             lines.append(holding_leaf_line(interface, shape.fifo_bytes))

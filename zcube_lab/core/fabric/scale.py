@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zcube_lab.core.clock import Clock, check_dilation
+from zcube_lab.core.clock import Clock, check_fine_dilation
 from zcube_lab.core.fabric.description import Fabric
 
 
@@ -29,7 +29,7 @@ class Scale:
     dilation: float = 1.0
 
     def __post_init__(self) -> None:
-        check_dilation(self.dilation)
+        check_fine_dilation(self.dilation)
 
     @property
     def clock(self) -> Clock:

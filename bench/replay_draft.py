@@ -1,0 +1,205 @@
+"""Benchmark: the fine time scale's measurements of issue 45 item 5, on ZCube, ROFT (1 and 2
+planes) and Clos at the 16-GPU structure-keeping sizes, at the finest frame this machine carries
+(2 µs on the slowest host port; k = 120).
+
+- `pfc` (draft-calabria-bmwg-ai-fabric-inference-bench-05 §8.2): N_burst transfers of 16 MB into
+  one host, their starts spread over 100 µs, 1 ms or 10 ms, XOFF 100 KB or 1 MB (10 KB needs a
+  byte scale of 3.3, a 0.2 µs frame: out of reach at this time scale, and said so). N_burst 4, 8
+  and 15 (the draft's 16 and 32 need more hosts than 16 GPUs have). Per row: PFC pause
+  episodes, total pause time, KV completion (p50, max), modelled µs.
+- `mix` (§7.4): an 8-GPU EP group (the decode GPUs) exchanging layer by layer, with KV pulls from
+  the other 8 GPUs into its members at 50% and 75% of their NICs; each class also alone:
+  KV_xfer_latency p99 and EP_alltoall_latency p99 isolated and contended, their ratio, pauses.
+- `victim`: a 7-to-1 incast of 16 MB and, from the first incast sender to another host, a 64 MB
+  victim transfer: its time beside the incast over its time alone.
+
+Every row records the resolution and XOFF it ran at. JSON to bench/results/replay/<test>.json.
+
+    sudo .venv/bin/python -m bench.replay_draft pfc
+    sudo .venv/bin/python -m bench.replay_draft mix victim --fabrics zcube,roft
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from emulator.replay.driver import Threshold, lab_for, replay, slowest_port_gbps
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import Fabric, FabricSpec
+from zcube_lab.core.fabric.scaledown import scaled_sizes
+from zcube_lab.core.replay.figures import contention
+from zcube_lab.core.replay.recording import Recording
+from zcube_lab.core.replay.synthetic import ep_kv_mix, incast, victim
+from zcube_lab.core.replay.timescale import chip_port_share_bytes, derive
+
+OUT = Path(__file__).resolve().parent / "results" / "replay"
+FABRICS = ("zcube", "roft", "roft2", "clos")
+BURSTS = (4, 8, 15)
+WITHIN_US = (100.0, 1000.0, 10000.0)
+THRESHOLDS = (10e3, 100e3, 1e6)
+
+
+def build(name: str, gpus: int = 16) -> Fabric:
+    if name == "roft2":
+        sizes = scaled_sizes("roft", gpus, spines=1)
+        return build_fabric(FabricSpec.of("roft", **sizes, planes=2))
+    return build_fabric(FabricSpec.of(name, **scaled_sizes(name, gpus)))
+
+
+def run_all(
+    fabric: Fabric,
+    name: str,
+    frame_us: float,
+    xoff: float,
+    recs: list[tuple[dict[str, Any], Recording]],
+    slowest: float,
+    repeat: int,
+) -> list[dict[str, Any]]:
+    """Each recording `repeat` times on one lab of `fabric` at the frame and XOFF."""
+    ts = derive(frame_us, fabric.nic_gbps, slowest)
+    th = Threshold(xoff, f"{xoff:,.0f} real B")
+    run_dir = Path(f"/tmp/zcube-replay-draft/{name}-{xoff:g}")
+    lab = lab_for(fabric, ts, th, run_dir)
+    lab.start()
+    rows = []
+    try:
+        for i, (key, rec) in enumerate(recs):
+            for rep in range(repeat):
+                w0 = time.monotonic()
+                res = replay(
+                    rec, fabric, ts, th, run_dir / f"{i}-{rep}", lab=lab, progress=lambda _m: None
+                )
+                row = {
+                    "fabric": name,
+                    **key,
+                    "repeat": rep,
+                    "resolution": res["resolution"],
+                    "lab": res.get("lab"),
+                    "xoff_bytes": xoff,
+                    "xoff_frames": res["xoff"]["frames"],
+                    "classes": res["classes"],
+                    "pauses": res["pauses"],
+                    "reaction_p99_us": res["pause_reaction_p99_us"],
+                    "wall_s": round(time.monotonic() - w0, 2),
+                }
+                rows.append(row)
+                print(json.dumps(short(row)), flush=True)
+    finally:
+        lab.stop()
+    return rows
+
+
+def short(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's headline for the terminal."""
+    out = {k: v for k, v in row.items() if k not in ("classes", "resolution", "pauses")}
+    out["pauses"] = row["pauses"]["pause_frames"]
+    out["paused_us"] = row["pauses"]["pause_total_us"]
+    for cls, c in row["classes"].items():
+        out[f"{cls}_p99_us"] = None if c["fct_s"]["p99"] is None else round(c["fct_s"]["p99"] * 1e6)
+        out[f"{cls}_incomplete"] = c["incomplete"]
+        if "exchange_s" in c and c["exchange_s"]["p99"] is not None:
+            out["ep_exchange_p99_us"] = round(c["exchange_s"]["p99"] * 1e6, 1)
+    return out
+
+
+def pfc(fabrics: dict[str, Fabric], frame_us: float, repeat: int) -> dict[str, Any]:
+    slowest = slowest_port_gbps(list(fabrics.values()))
+    hosts = [h.name for h in next(iter(fabrics.values())).hosts]
+    receiver = hosts[len(hosts) // 3]
+    out: dict[str, Any] = {"rows": [], "refused": []}
+    for xoff in THRESHOLDS:
+        ts = derive(frame_us, 400.0, slowest)
+        try:
+            ts.threshold_frames(xoff)
+        except ConfigError as e:
+            out["refused"].append({"xoff_bytes": xoff, "why": str(e)})
+            print(f"XOFF {xoff:g} B: out of reach at this time scale: {e}")
+            continue
+        recs = [
+            ({"n_burst": n, "within_us": w}, incast(hosts, receiver, n, 16e6, w * 1e-6))
+            for n in BURSTS
+            for w in WITHIN_US
+        ]
+        for name, fabric in fabrics.items():
+            out["rows"] += run_all(fabric, name, frame_us, xoff, recs, slowest, repeat)
+    return out
+
+
+def mix(fabrics: dict[str, Fabric], frame_us: float, repeat: int) -> dict[str, Any]:
+    slowest = slowest_port_gbps(list(fabrics.values()))
+    hosts = [h.name for h in next(iter(fabrics.values())).hosts]
+    group, sources = hosts[:8], hosts[8:]
+    xoff = chip_port_share_bytes("51.2t", slowest)
+    out: dict[str, Any] = {"rows": [], "contention": []}
+    for load in (0.5, 0.75):
+        full = ep_kv_mix(hosts, group, sources, load, layers=20, seed=1)
+        recs = [
+            ({"kv_load": load, "replayed": "mixed"}, full),
+            ({"kv_load": load, "replayed": "ep"}, full.of_class(["ep"])),
+            ({"kv_load": load, "replayed": "kv"}, full.of_class(["kv"])),
+        ]
+        for name, fabric in fabrics.items():
+            rows = run_all(fabric, name, frame_us, xoff, recs, slowest, repeat)
+            out["rows"] += rows
+            for rep in range(repeat):
+                of = {r["replayed"]: r for r in rows if r["repeat"] == rep}
+                mixed = of["mixed"]
+                iso = {cls: of[cls]["classes"][cls] for cls in ("ep", "kv")}
+                c = contention(iso, mixed["classes"])
+                out["contention"].append({"fabric": name, "kv_load": load, "repeat": rep, **c})
+                print(json.dumps({"fabric": name, "kv_load": load, "contention": c}), flush=True)
+    return out
+
+
+def victim_flow(fabrics: dict[str, Fabric], frame_us: float, repeat: int) -> dict[str, Any]:
+    slowest = slowest_port_gbps(list(fabrics.values()))
+    hosts = [h.name for h in next(iter(fabrics.values())).hosts]
+    receiver, senders, pair = "h5", ["h0", "h1", "h2", "h8", "h10", "h12", "h15"], ("h0", "h9")
+    xoff = chip_port_share_bytes("51.2t", slowest)
+    both = victim(hosts, receiver, senders, pair, 16e6, 64e6)
+    recs = [({"case": "incast+victim"}, both), ({"case": "victim alone"}, both.of_class(["other"]))]
+    out: dict[str, Any] = {"rows": [], "victim": []}
+    for name, fabric in fabrics.items():
+        rows = run_all(fabric, name, frame_us, xoff, recs, slowest, repeat)
+        out["rows"] += rows
+        alone = [r["classes"]["other"]["fct_s"]["max"] for r in rows if r["case"] == "victim alone"]
+        beside = [
+            r["classes"]["other"]["fct_s"]["max"] for r in rows if r["case"] == "incast+victim"
+        ]
+        if alone and beside and all(alone) and all(beside):
+            keeps = statistics.median(alone) / statistics.median(beside)
+            out["victim"].append({"fabric": name, "keeps_of_its_rate": round(keeps, 3)})
+            print(f"{name}: the victim keeps {keeps:.2f} of its rate beside the incast")
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("tests", nargs="+", choices=("pfc", "mix", "victim"))
+    p.add_argument("--fabrics", default=",".join(FABRICS))
+    p.add_argument("--frame-us", type=float, default=2.0)
+    p.add_argument("--repeat", type=int, default=1)
+    args = p.parse_args()
+    fabrics = {name: build(name) for name in args.fabrics.split(",")}
+    OUT.mkdir(parents=True, exist_ok=True)
+    for test in args.tests:
+        fn = {"pfc": pfc, "mix": mix, "victim": victim_flow}[test]
+        result = {
+            "test": test,
+            "frame_us": args.frame_us,
+            **fn(fabrics, args.frame_us, args.repeat),
+        }
+        path = OUT / f"{test}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"written: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The fine time scale and record-and-replay of a run's transfers (pure; issue 45)."""
