@@ -44,7 +44,7 @@ def run_fabric(cfg: dict[str, Any]) -> Fabric:
 
 def record_run(run_dir: Path, split: int = 1) -> Recording:
     """The recording of the run in `run_dir`, from its logs."""
-    from emulator.results.transfers import EP_LOG_PREFIX, KV_LOG_PREFIX, read_logs
+    from emulator.results.fabric.transfers import EP_LOG_PREFIX, KV_LOG_PREFIX, read_logs
 
     cfg = run_config(run_dir)
     fabric = run_fabric(cfg)
