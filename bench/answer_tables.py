@@ -464,7 +464,7 @@ defined once in [the glossary]({glossary}).
   second), whose frame lasts {frame_us} µs against a real buffer share's {share_us} µs.
   [Replayed at a {fine_frame} µs frame](results/fine-scale.md), pauses form on {fine_paused}: EP
   beside KV at {mix_load} of its NICs took {mix_ep} its time alone ({mix_fabrics}),
-  production's busiest 0.1 s {prod_ep} ({prod_fabrics}); a victim beside a {incast} incast keeps
+  production's busiest {prod_window} s {prod_ep} ({prod_fabrics}); a victim beside a {incast} incast keeps
   {fine_victim} of its rate, {fine_victim_way} (live: {victim_zcube} on ZCube, {victim_roft} on
   {roft2}, {way}). But the lab's pause reaction ({fine_reaction} µs) outlasts a buffer share's
   drain, so those magnitudes are the lab's: which fabric the mechanism favours is {fine_word}.

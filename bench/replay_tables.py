@@ -300,6 +300,8 @@ def fine_figures(folder: Path = DATA) -> dict[str, str]:
         f"{by[f]['ep']['exchange_p99_ratio']:.1f}x" for f in order if f in by
     )
     p = prod["fabrics"]
+    a, b = next(iter(p.values()))["mixed"]["recording"]["window_s"]
+    out["prod_window"] = f"{b - a:.2g}"
     out["prod_fabrics"] = " / ".join(LABEL[f] for f in order if f in p)
     out["prod_ep"] = " / ".join(
         ratio((p[f].get("contention", {}).get("ep") or {}).get("exchange_p99_ratio"))

@@ -41,6 +41,13 @@ def test_a_dilation_outside_1_to_16_is_refused_by_name(k: float) -> None:
     with pytest.raises(ConfigError) as exc:
         RunConfig(fabric=ZCUBE, dilation=k)
     assert exc.value.field == "dilation"
+
+
+@pytest.mark.parametrize("k", [0.0, 0.5, 1000.5, math.inf])
+def test_a_scale_takes_the_fine_time_scales_k_and_no_more(k: float) -> None:
+    # A replay's scale stretches time up to 1,000x (paced datagrams on the lab's clock); a
+    # run's config keeps kernel TCP's bound of 16 (above).
+    assert Scale(dilation=120.0).clock.wall(1.0) == 120.0
     with pytest.raises(ConfigError) as exc:
         Scale(dilation=k)
     assert exc.value.field == "dilation"

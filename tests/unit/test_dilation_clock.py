@@ -16,7 +16,7 @@ from emulator.results.fabric.transfers import kv_figures
 from emulator.results.run.dilation import ladder_note, read_ladder
 from serving import vllm_metrics as m
 from serving.config import PrefillConfig
-from zcube_lab.core.clock import Clock, tcp_route_options
+from zcube_lab.core.clock import Clock, check_dilation, tcp_route_options
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_zcube
 from zcube_lab.core.fabric.description import FabricSpec
@@ -26,14 +26,17 @@ from zcube_lab.core.fabric.linkplan import LinkSettings, host_setup
 ZCUBE = FabricSpec.of("zcube", n=4)
 
 
-def test_the_clock_converts_both_ways_and_refuses_what_the_run_refuses() -> None:
+def test_the_clock_converts_both_ways_and_refuses_what_no_run_takes() -> None:
     clock = Clock(4)
     assert clock.wall(0.2) == pytest.approx(0.8)
     assert clock.modelled(0.8) == pytest.approx(0.2)
     assert clock.dilated and not Clock().dilated
-    for k in (0.5, 17.0, math.nan):
+    assert Clock(120).wall(1e-6) == pytest.approx(120e-6)  # a replay's fine time scale
+    for k in (0.5, 1000.5, math.nan):
         with pytest.raises(ConfigError):
             Clock(k)
+    with pytest.raises(ConfigError):  # a run's own k stays within kernel TCP's bound
+        check_dilation(17.0)
 
 
 def test_routes_get_the_minimum_rto_times_k_and_no_delayed_acks_only_when_dilated() -> None:
