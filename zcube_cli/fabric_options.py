@@ -38,10 +38,28 @@ SIZE_OPTIONS = {
 }
 
 
+FILE_PREFIX = "file:"
+
+
+def fabric_kind(text: str) -> str:
+    """A --fabric value: a built-in kind, or `file:PATH` (a fabric file, docs/FABRIC_FILES.md)."""
+    kinds = sorted(k for k in BUILDERS if k != "file")
+    if text in kinds or (text.startswith(FILE_PREFIX) and len(text) > len(FILE_PREFIX)):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: one of {kinds} or file:PATH")
+
+
 def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --fabric, --gpus and the size options."""
     group = parser.add_argument_group("fabric")
-    group.add_argument("--fabric", choices=sorted(BUILDERS), default="zcube", help="fabric kind")
+    group.add_argument(
+        "--fabric",
+        type=fabric_kind,
+        default="zcube",
+        metavar="KIND",
+        help="fabric kind: zcube, roft, clos, or file:PATH, a fabric file of your own "
+        "(docs/FABRIC_FILES.md; the file sets its size)",
+    )
     add_size_arguments(group)
 
 
@@ -179,6 +197,14 @@ def sized_spec(kind: str, gpus: int | None, params: Mapping[str, object]) -> Fab
 def spec_from_args(args: argparse.Namespace) -> FabricSpec:
     """The fabric spec the options describe: --gpus (or what the size options fix) by the
     structure-keeping scale-down, the size options given winning over it."""
+    if args.fabric.startswith(FILE_PREFIX):
+        from zcube_lab.core.fabric.files import file_spec
+
+        given = size_params(args)
+        if given:
+            name = next(iter(given))
+            raise ConfigError(name, given[name], "no size option with a fabric file: it has one")
+        return file_spec(args.fabric.removeprefix(FILE_PREFIX), getattr(args, "gpus", None))
     return sized_spec(args.fabric, getattr(args, "gpus", None), size_params(args))
 
 

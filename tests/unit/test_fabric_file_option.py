@@ -1,0 +1,38 @@
+"""`--fabric file:PATH` on the commands that build one fabric (run, up, fabric): the file's own
+spec, its size never overridden, and bad values refused by name (issue 47 item 4)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from zcube_cli.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fabrics" / "hpn-pod.yaml"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_fabric_arguments(p)
+    return p.parse_args(argv)
+
+
+def test_a_file_fabric_is_built_from_its_own_spec():
+    spec = spec_from_args(parse("--fabric", f"file:{EXAMPLE}"))
+    assert spec.kind == "file" and dict(spec.params)["path"] == str(EXAMPLE)
+    assert len(build_fabric(spec).hosts) == 16
+
+
+def test_size_options_and_unknown_kinds_are_refused():
+    with pytest.raises(ConfigError, match="no size option with a fabric file"):
+        spec_from_args(parse("--fabric", f"file:{EXAMPLE}", "--n", "4"))
+    with pytest.raises(SystemExit):
+        parse("--fabric", "fat-tree")
+    with pytest.raises(SystemExit):
+        parse("--fabric", "file:")
+    with pytest.raises(ConfigError, match="64 GPUs"):
+        spec_from_args(parse("--fabric", f"file:{EXAMPLE}", "--gpus", "64"))
