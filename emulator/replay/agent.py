@@ -185,7 +185,9 @@ class Agent:
                 for t in self.chains.due(self.now()):
                     self.sent[t.id] = self.now()
                     self.send(t.id)
-                done_out = not self.chains.pending
+                # sent means every lane has put its last datagram out, not only started: a
+                # host that only sends would otherwise stop its lanes mid-transfer
+                done_out = not self.chains.pending and not any(th.is_alive() for th in self.senders)
                 done_in = len(self.arrived) == len(self.expect)
                 if (done_out and done_in) or self.now() > deadline:
                     break
@@ -197,9 +199,9 @@ class Agent:
             wall_left = t0 + self.clock.wall(deadline) - time.monotonic()
             if wall_left < 0:
                 break
+        self.stop.set()  # the deadline passed: lanes still sending stop now
         for th in self.senders:
             th.join(timeout=1.0)
-        self.stop.set()
         rx.join(timeout=1.0)
         lines = [json.dumps({"id": i, "sent_s": s}) for i, s in sorted(self.sent.items())]
         after = udp_errors()
