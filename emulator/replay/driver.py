@@ -289,7 +289,9 @@ def _figures(
         "recording": {k: v for k, v in rec.meta.items() if k != "hosts"},
         "transfers": len(rec.transfers),
         "receive_errors": figures.receive_errors(lines),
-        "classes": figures.class_figures(rec.transfers, sent, got, ideal_s(fabric)),
+        "classes": figures.class_figures(
+            rec.transfers, sent, got, ideal_s(fabric), float(rec.meta.get("kv_fixed_s", 0.0))
+        ),
         "pauses": figures.pause_figures(delta, ts.clock),
         "pause_reaction_p99_us": None
         if report is None or report.reaction_p99_s is None

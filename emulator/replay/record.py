@@ -42,6 +42,18 @@ def run_fabric(cfg: dict[str, Any]) -> Fabric:
     return build_fabric(FabricSpec.from_json(json.dumps(cfg["fabric"])))
 
 
+def kv_fixed_s(run_dir: Path) -> float:
+    """The fixed cost of a KV pull the run's verdict took off its pull times (its limits in
+    health.json; the verdict's default when the run has none)."""
+    from emulator.verdict.limits import Limits
+
+    try:
+        limits = json.loads((run_dir / "health.json").read_text()).get("limits", {})
+    except (OSError, ValueError):
+        limits = {}
+    return float(limits.get("kv_fixed_s", Limits().kv_fixed_s))
+
+
 def record_run(run_dir: Path, split: int = 1) -> Recording:
     """The recording of the run in `run_dir`, from its logs."""
     from emulator.results.fabric.transfers import EP_LOG_PREFIX, KV_LOG_PREFIX, read_logs
@@ -60,6 +72,7 @@ def record_run(run_dir: Path, split: int = 1) -> Recording:
         "mtu": cfg.get("link_mtu"),
         "lossless": bool(cfg.get("lossless")),
         "workload": cfg.get("workload"),
+        "kv_fixed_s": kv_fixed_s(run_dir),
     }
     return recording_from_logs(
         read_logs(logs, KV_LOG_PREFIX),

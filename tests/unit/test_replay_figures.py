@@ -101,3 +101,17 @@ def test_receive_errors_are_summed_over_the_hosts():
         {"id": 0, "sent_s": 0.0},
     ]
     assert receive_errors(lines) == {"InErrors": 4, "RcvbufErrors": 3}
+
+
+def test_a_live_pulls_fixed_cost_is_taken_off_before_the_comparison():
+    # the live pull took 52 ms, 5 of them the pull's fixed software cost (request, connection):
+    # its network time, 47 ms, is what a datagram write of the same bytes is set against
+    ts = (Transfer(0, "kv", 0.0, "h0", "h1", 1000, live_s=0.052),)
+    lines = [{"id": 0, "sent_s": 0.0}, {"id": 0, "arrived_s": 0.045, "bytes": 1, "want": 1}]
+    sent, got = outcomes(lines)
+    kv = class_figures(ts, sent, got, lambda t: 1.0, live_fixed_s=0.005)["kv"]
+    assert kv["live_fct_s"]["p50"] == pytest.approx(0.047)
+    assert kv["replay_over_live"]["p50"] == pytest.approx(0.045 / 0.047)
+    assert kv["live_fixed_s"] == 0.005
+    plain = class_figures(ts, sent, got, lambda t: 1.0)["kv"]
+    assert plain["replay_over_live"]["p50"] == pytest.approx(0.045 / 0.052)
