@@ -40,9 +40,12 @@ LOSSLESS_PRIORITY = 10
 # at a 2 µs frame (S = 33), more than XOFF for a chip's share (12 frames): a single flow would
 # pause itself. A real port sends one frame at a time at line rate; two frames keep HTB exact.
 BURST_FRAMES = 2
-# Modelled seconds a replay may run past its last release: enough for every byte of the window
-# to cross the slowest NIC twice over, at least this floor.
+# Modelled seconds a replay may run past its last release: every transfer's time alone, one
+# after another, DEADLINE_FACTOR times over (an incast through one NIC takes their sum at line
+# rate, and the lab's pauses waste some of it), at least the floor. Only a replay that does not
+# finish waits this long.
 DEADLINE_FLOOR_S = 0.05
+DEADLINE_FACTOR = 5.0
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def deadline_s(rec: Recording, fabric: Fabric) -> float:
     """Modelled seconds after which the agents stop waiting."""
     ideal = ideal_s(fabric)
     total = sum(ideal(t) for t in rec.transfers)
-    return rec.duration_s + max(DEADLINE_FLOOR_S, 2.0 * total)
+    return rec.duration_s + max(DEADLINE_FLOOR_S, DEADLINE_FACTOR * total)
 
 
 def host_plans(
