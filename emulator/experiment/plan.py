@@ -104,9 +104,18 @@ class RunPlan:
         return self.config.clock
 
     @property
+    def fabric_name(self) -> str:
+        """The fabric's kind, or for a fabric file `file-<its name>` (two files in one
+        comparison are two variants)."""
+        if self.fabric.kind == "file":
+            return f"file-{Path(str(dict(self.fabric.spec.params)['path'])).stem}"
+        return self.fabric.kind
+
+    @property
     def label(self) -> str:
-        """How reports name the run's variant: `zcube`, `roft-2planes`, `zcube/ff`."""
-        label = self.fabric.kind
+        """How reports name the run's variant: `zcube`, `roft-2planes`, `zcube/ff`,
+        `file-hpn-pod`."""
+        label = self.fabric_name
         planes = dict(self.fabric.spec.params).get("planes", 1)
         if planes != 1:
             label += f"-{planes}planes"
@@ -116,7 +125,7 @@ class RunPlan:
 
     def run_name(self, stamp: str) -> str:
         """The results folder's name for a run started at `stamp` (`YYYYmmdd-HHMMSS`)."""
-        name = f"{stamp}-{self.fabric.kind}-{Path(self.config.workload).stem}"
+        name = f"{stamp}-{self.fabric_name}-{Path(self.config.workload).stem}"
         return f"{name}-{self.config.tag}" if self.config.tag else name
 
     def management_ip(self, host: str) -> str:

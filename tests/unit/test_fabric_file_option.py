@@ -36,3 +36,18 @@ def test_size_options_and_unknown_kinds_are_refused():
         parse("--fabric", "file:")
     with pytest.raises(ConfigError, match="64 GPUs"):
         spec_from_args(parse("--fabric", f"file:{EXAMPLE}", "--gpus", "64"))
+
+
+def test_two_fabric_files_in_one_comparison_are_two_variants(tmp_path: Path):
+    from emulator.experiment.plan import plan_run
+    from emulator.experiment.runconfig import RunConfig
+    from zcube_lab.core.fabric.files import file_spec
+
+    other = tmp_path / "my-pod.yaml"
+    other.write_text(EXAMPLE.read_text())
+    labels = set()
+    for path in (EXAMPLE, other):
+        plan = plan_run(RunConfig(fabric=file_spec(path)))
+        labels.add(plan.label)
+        assert plan.run_name("20261207-000000").startswith(f"20261207-000000-{plan.label}-")
+    assert labels == {"file-hpn-pod", "file-my-pod"}
