@@ -296,6 +296,20 @@ def fine_figures(folder: Path = DATA) -> dict[str, str]:
     by = {c["fabric"]: c for c in mix["contention"] if c["kv_load"] == low}
     out["mix_load"] = f"{low:.0%}"
     out["mix_fabrics"] = " / ".join(LABEL[f] for f in order if f in by)
+    lost = [
+        LABEL[f]
+        for f in order
+        if any(
+            r["fabric"] == f and r["kv_load"] == low and c["incomplete"]
+            for r in mix["rows"]
+            for c in r["classes"].values()
+        )
+    ]
+    out["mix_lost"] = (
+        f", with transfers lost on {' and '.join(lost)} ([the page](results/fine-scale.md))"
+        if lost
+        else ""
+    )
     out["mix_ep"] = " / ".join(
         f"{by[f]['ep']['exchange_p99_ratio']:.1f}x" for f in order if f in by
     )

@@ -50,8 +50,9 @@ POLL_WALL_S = 0.0005
 
 
 def udp_errors() -> dict[str, int]:
-    """This namespace's UDP receive errors so far (/proc/net/snmp): datagrams dropped because a
-    socket's buffer was full (RcvbufErrors) or for any reason (InErrors)."""
+    """This namespace's UDP errors so far (/proc/net/snmp): datagrams dropped because a socket's
+    receive buffer was full (RcvbufErrors) or for any reason (InErrors), and sends the host's own
+    queue refused (SndbufErrors: UDP drops those silently)."""
     try:
         lines = [ln.split() for ln in Path("/proc/net/snmp").read_text().splitlines()]
     except OSError:
@@ -59,9 +60,8 @@ def udp_errors() -> dict[str, int]:
     udp = [ln[1:] for ln in lines if ln and ln[0] == "Udp:"]
     if len(udp) < 2:
         return {}
-    return {
-        k: int(v) for k, v in zip(udp[0], udp[1], strict=False) if k in ("InErrors", "RcvbufErrors")
-    }
+    wanted = ("InErrors", "RcvbufErrors", "SndbufErrors")
+    return {k: int(v) for k, v in zip(udp[0], udp[1], strict=False) if k in wanted}
 
 
 class Agent:
