@@ -87,15 +87,17 @@ def ladder_table(name: str, folder: Path = DATA) -> list[str]:
     data = load(name, folder)
     out = [
         "| fabric | frame (µs) | k | XOFF as run (real B) | KV completion p50 / max (µs) | "
-        "pauses | paused, all ports (µs) | pause reaction p99 (µs) | wall s per modelled s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "incomplete | pauses | paused, all ports (µs) | pause reaction p99 (µs) | "
+        "wall s per modelled s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
         xoff = f"{r['xoff_real_bytes']:,}" + (" (raised to 2 frames)" if r["xoff_note"] else "")
         out.append(
             f"| {LABEL.get(r['fabric'], r['fabric'])} | {r['frame_us']:g} | {r['dilation']:g} | "
             f"{xoff} | {us(r['kv_fct_p50_us'])} / {us(r['kv_fct_max_us'])} | "
-            f"{r['pauses']:g} | {us(r['paused_us'])} | {us(r['reaction_p99_us'])} | "
+            f"{r.get('incomplete', 0)} | {r['pauses']:g} | {us(r['paused_us'])} | "
+            f"{us(r['reaction_p99_us'])} | "
             f"{us(r['wall_per_modelled_s'])} |"
         )
     out += ["", "Change between the last two rungs (converged: under 10%):", ""]
