@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from bench.answer_tables import answer, status  # noqa: E402
 from bench.default_table import default_table  # noqa: E402
+from bench.generated import END, rewrite_blocks  # noqa: E402
 from bench.map_cell import rows as cell_rows  # noqa: E402
 from bench.map_cell import text  # noqa: E402
 from bench.map_data import (  # noqa: E402
@@ -65,7 +66,7 @@ from emulator.results.sweep.sweeppoints import RunPoint  # noqa: E402
 RESULTS = ROOT / "docs" / "RESULTS.md"
 COMMAND = "python -m bench.map_tables --table"
 BEGIN = re.compile(r"<!-- generated: python -m bench\.map_tables --table (\S+) -->")
-END = "<!-- end generated -->"
+
 RUN_NAME = re.compile(r"\b\d{8}-\d{6}-[a-z0-9-]+-[0-9.]+rps-r\d+\b")
 
 
@@ -420,12 +421,7 @@ def blocks(doc: str) -> list[tuple[str, str]]:
 
 def rewrite(doc: str, folder: Path = MAP) -> str:
     """`doc` with every generated block replaced by its table."""
-    parts, pos = [], 0
-    for m in BEGIN.finditer(doc):
-        end = doc.index(END, m.end())
-        parts += [doc[pos : m.end()], "\n", "\n".join(table(m.group(1), folder)), "\n"]
-        pos = end
-    return "".join(parts) + doc[pos:]
+    return rewrite_blocks(doc, BEGIN, lambda name: table(name, folder))
 
 
 def missing_runs(doc: str, folder: Path = MAP) -> list[str]:

@@ -36,13 +36,13 @@ from zcube_lab.core.fabric.scaledown import scaled_sizes
 from zcube_lab.core.replay.figures import contention
 from zcube_lab.core.replay.recording import Recording
 from zcube_lab.core.replay.synthetic import ep_kv_mix, incast, victim
-from zcube_lab.core.replay.timescale import chip_port_share_bytes, derive
+from zcube_lab.core.replay.timescale import DRAFT_THRESHOLDS_BYTES, chip_port_share_bytes, derive
 
 OUT = Path(__file__).resolve().parent / "results" / "replay"
 FABRICS = ("zcube", "roft", "roft2", "clos")
 BURSTS = (4, 8, 15)
 WITHIN_US = (100.0, 1000.0, 10000.0)
-THRESHOLDS = (10e3, 100e3, 1e6)
+THRESHOLDS = DRAFT_THRESHOLDS_BYTES
 
 
 def build(name: str, gpus: int = 16) -> Fabric:

@@ -14,18 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.generated import rewrite_blocks
 from zcube_lab.core.replay.timescale import LADDER_US, derive
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "results" / "replay"
 PAGE = ROOT / "docs" / "results" / "fine-scale.md"
 BEGIN = re.compile(r"<!-- generated: python -m bench\.replay_tables --table (\S+) -->")
-END = "<!-- end generated -->"
 LABEL = {"zcube": "ZCube", "roft": "ROFT", "roft2": "2-plane ROFT", "clos": "Clos"}
 
 
@@ -219,10 +218,6 @@ def production_table(folder: Path = DATA) -> list[str]:
     return out
 
 
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
 def table(name: str, folder: Path = DATA) -> list[str]:
     if name == "resolution":
         return resolution_table()
@@ -241,30 +236,7 @@ def table(name: str, folder: Path = DATA) -> list[str]:
 
 def rewrite(doc: str, folder: Path = DATA) -> str:
     """`doc` with every generated block replaced by its table."""
-    parts, pos = [], 0
-    for m in BEGIN.finditer(doc):
-        end = doc.index(END, m.end())
-        parts += [doc[pos : m.end()], "\n", "\n".join(table(m.group(1), folder)), "\n"]
-        pos = end
-    return "".join(parts) + doc[pos:]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--table", help="resolution, ladder-NAME, victim, mix, pfc, production")
-    p.add_argument("--write", action="store_true", help="rewrite docs/results/fine-scale.md")
-    args = p.parse_args(argv)
-    if args.write:
-        PAGE.write_text(rewrite(PAGE.read_text()))
-        return 0
-    if not args.table:
-        p.error("--table or --write")
-    print("\n".join(table(args.table)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return rewrite_blocks(doc, BEGIN, lambda name: table(name, folder))
 
 
 def span_text(values: Sequence[float], fmt: str) -> str:
@@ -328,3 +300,21 @@ def fine_figures(folder: Path = DATA) -> dict[str, str]:
         f"{p[f]['mixed']['pauses']['pause_frames']:,}" for f in order if f in p
     )
     return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--table", help="resolution, ladder-NAME, victim, mix, pfc, production")
+    p.add_argument("--write", action="store_true", help="rewrite docs/results/fine-scale.md")
+    args = p.parse_args(argv)
+    if args.write:
+        PAGE.write_text(rewrite(PAGE.read_text()))
+        return 0
+    if not args.table:
+        p.error("--table or --write")
+    print("\n".join(table(args.table)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

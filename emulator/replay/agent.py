@@ -28,6 +28,7 @@ started, modelled seconds from T0) and per transfer it received (`{"id", "arrive
 
 from __future__ import annotations
 
+import functools
 import json
 import select
 import socket
@@ -101,7 +102,7 @@ class Agent:
         self.stop = threading.Event()
         self.senders: list[threading.Thread] = []
 
-    @property
+    @functools.cached_property
     def clock(self) -> Clock:
         """The lab's clock at the plan's dilation."""
         return Clock(float(self.plan["dilation"]))

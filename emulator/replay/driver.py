@@ -138,9 +138,7 @@ def host_plans(
     return {h: p for h, p in plans.items() if p["out"] or p["expect"]}
 
 
-def lab_for(
-    fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path, poll_s: float | None = None
-) -> Lab:
+def lab_for(fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path) -> Lab:
     """A lossless lab at the time scale, XOFF the threshold's frames at its byte scale."""
     from emulator.lab.network import Lab
     from emulator.lab.options import LabOptions
@@ -162,7 +160,6 @@ def lab_for(
             lossless=True,
             lossless_priority=LOSSLESS_PRIORITY,
             htb_burst_bytes=BURST_FRAMES * ts.mtu,
-            **({} if poll_s is None else {"lossless_poll_s": poll_s}),
         ),
     )
 
