@@ -1,11 +1,11 @@
 """Benchmark: all-to-all fidelity (issue 11, item 5): uncontended expert-parallel exchanges on
 each fabric, against bytes / rate, with the fixed software cost reported.
 
-For each fabric a fresh lab (100 Mb/s NICs, ecmp), an EP peer (`serving.alltoall`'s server) on
-each of three hosts and, on the leader (`epprobe.EP_GROUP`: h0 with h4, h8, h12, the rail-0
-group of an instance over four servers), the engines' own `AllToAll` on warm connections
+For each fabric a fresh lab (100 Mb/s NICs, ecmp), an EP peer (`zcube_lab.serving.alltoall`'s
+server) on each of three hosts and, on the leader (`epprobe.EP_GROUP`: h0 with h4, h8, h12, the
+rail-0 group of an instance over four servers), the engines' own `AllToAll` on warm connections
 running `--repeat` exchanges of every size (bytes per peer: each peer gets that many and sends
-as many back; `emulator.probes.epprobe`). The fixed cost is the median of a
+as many back; `zcube_lab.emulator.probes.epprobe`). The fixed cost is the median of a
 `--fixed-bytes` exchange; each size reports its median time, the ideal time at the port rates
 (the busiest port, usually the leader's, carrying bytes per peer times the peers routed through
 it), `ratio = (median - fixed) / ideal` and whether that is within 20%. Needs root; about a
@@ -25,16 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator.experiment.comparison import fabric_specs
-from emulator.probes.epprobe import (
+from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
+from zcube_lab.emulator.experiment.comparison import fabric_specs
+from zcube_lab.emulator.probes.epprobe import (
     ALLTOALL_TOLERANCE,
     EP_GROUP,
     alltoall_fidelity,
 )
-from emulator.probes.fidelity import Fidelity, fidelity_table
-from emulator.probes.hostprobe import running_lab
-from zcube_lab.adapters.procs import raise_interrupt
-from zcube_lab.core.fabric.builders import BUILDERS, build_fabric
+from zcube_lab.emulator.probes.fidelity import Fidelity, fidelity_table
+from zcube_lab.emulator.probes.hostprobe import running_lab
 
 SIZES = "10e3,100e3,300e3,1e6,3e6"
 

@@ -12,9 +12,9 @@ on a digit in a template's text, and the production claim's figures are checked 
 docs/DOMAIN.md, where they are quoted from the deployment's report.
 
 Each answer row (`ANSWER_ROWS`) unites the sweeps of one cell on the structure-keeping sizes
-(the same seeds, the same dilation k) and judges them by `emulator.results.sweep.capacity`, as the
-sweep does. The row's word is one of the results words of docs/GLOSSARY.md ("Results words"):
-`word()` is the rule that picks it.
+(the same seeds, the same dilation k) and judges them by
+`zcube_lab.emulator.results.sweep.capacity`, as the sweep does. The row's word is one of the results
+words of docs/GLOSSARY.md ("Results words"): `word()` is the rule that picks it.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from typing import Any
 from bench.map_data import COMPARES, MAP, VICTIM_FLOW, capacity_text, knee, load_cell, load_runs
 from bench.replay_tables import fine_figures
 from bench.victim_flow import mbps
-from emulator.results.sweep.capacity import Capacity, capacity
-from emulator.results.sweep.sweeppoints import RunPoint
 from zcube_lab.core.fabric.cost import compare
 from zcube_lab.core.fabric.pricing import CostInputs
 from zcube_lab.core.fabric.resolution import MTUS, NIC_MBPS, real_shares_s, resolution
+from zcube_lab.emulator.results.sweep.capacity import Capacity, capacity
+from zcube_lab.emulator.results.sweep.sweeppoints import RunPoint
 
 # The deployment's report, as docs/DOMAIN.md quotes it (a test checks each there).
 CLAIM_THROUGHPUT_PCT = 15.0  # mean inference throughput per GPU, higher

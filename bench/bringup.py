@@ -13,13 +13,13 @@ import argparse
 import statistics
 import time
 
-from emulator.lab.measure import iperf3
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.hostplan import egress_interface
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab.measure import iperf3
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
 
 SIZES = {
     16: (FabricSpec.of("zcube", n=4), FabricSpec.of("roft", servers=4, gpus_per_server=4)),

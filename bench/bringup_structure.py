@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.bringup import bring_up
-from emulator.experiment.comparison import fabric_specs
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.experiment.comparison import fabric_specs
 
 LOCK = Path("/tmp/zcube-heavy.lock")
 

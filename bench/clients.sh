@@ -167,7 +167,7 @@ PY
 
 start_server() {
     local log=$OUT/serve-$1.log
-    env PYTHONPATH="$ROOT" "$LAB_PYTHON" -m zcube_cli serve --local --port "$PORT" \
+    env PYTHONPATH="$ROOT" "$LAB_PYTHON" -m zcube_lab.cli serve --local --port "$PORT" \
         --log-dir "$OUT/serve-$1" >"$log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 100); do

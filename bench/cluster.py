@@ -21,16 +21,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emulator.cluster.lab import ClusterLab
-from emulator.cluster.remote import parse_machines
-from emulator.lab.measure import iperf3
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
 from zcube_lab.core.fabric.addressing import WIRE_HERE, WIRE_PEER
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.hostplan import egress_interface
 from zcube_lab.core.fabric.linkplan import ends
+from zcube_lab.emulator.cluster.lab import ClusterLab
+from zcube_lab.emulator.cluster.remote import parse_machines
+from zcube_lab.emulator.lab.measure import iperf3
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
 
 SPECS = {
     "zcube n=4": FabricSpec.of("zcube", n=4),

@@ -43,10 +43,10 @@ from rich.table import Table
 
 from bench.labrun import ZCUBE, LabRun, run_argv, run_options
 from bench.procwatch import CLK_TCK, LOCUST, RUN, ProcSample, scan
-from emulator.results.run.summary import RunSummary
-from emulator.verdict.cpustats import CpuTimes, cpu_share, parse_proc_stat
-from emulator.verdict.judge import DATAPATH
 from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.verdict.cpustats import CpuTimes, cpu_share, parse_proc_stat
+from zcube_lab.emulator.verdict.judge import DATAPATH
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """The Open vSwitch datapath's ceiling on this machine (issue 11): iperf3 goodput and
 packets/s between two hosts on one bridge, unshaped, for each MTU and number of parallel flows.
 
-Writes `DatapathResults` (`emulator.lab.datapath_ceiling`) to this machine's state folder,
+Writes `DatapathResults` (`zcube_lab.emulator.lab.datapath_ceiling`) to this machine's state folder,
 /var/lib/zcube-lab/datapath.json (`$ZCUBE_LAB_MEASUREMENTS` when set): `zcube-lab doctor` shows
 it and the rate guard (`LabOptions`) uses the best total at the lab's MTU. A copy goes to
 bench/results/datapath.json, the record the docs quote (`--record`).
@@ -26,21 +26,21 @@ import sys
 import time
 from pathlib import Path
 
-from emulator.lab.datapath_ceiling import (
+from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.lab.datapath_ceiling import (
     RESULTS_PATH,
     DatapathResults,
     Measurement,
     cores,
     machine_id,
 )
-from emulator.lab.measure import iperf3
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
-from emulator.lab.system import LabError
-from emulator.verdict.cpustats import parse_pid_stat, parse_proc_stat
-from zcube_lab.adapters.procs import raise_interrupt
-from zcube_lab.core.fabric.builders import build_fabric
-from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.lab.measure import iperf3
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.lab.system import LabError
+from zcube_lab.emulator.verdict.cpustats import parse_pid_stat, parse_proc_stat
 
 # Two hosts on one leaf (the idle spine is the builder's minimum): every packet crosses one
 # bridge, as on a same-rail or same-segment path.

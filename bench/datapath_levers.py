@@ -33,13 +33,13 @@ Levers (`--levers`, in this order; the names are `bench/datapath_ports.py`'s): `
 every bridge in the system Open vSwitch), `inst2` (two private ovs-vswitchd instances: the A
 group and the B group), `inst8` (one per switch); any `instN`; `+hash` after any of them (e.g.
 `system+hash`): every select group modified to `selection_method=hash,fields(ip_src,ip_dst,
-tcp_src,tcp_dst)` after the controller installed it (`emulator.lab.ovsbridges.set_hash_selection`;
-OpenFlow 1.5 only, so a bench-side lever for now); `instN+afxdp`, `instN+afxdp-nonpmd`,
-`instN+dpdk` (issue 34): the switch ports retyped after bring-up; `@MTU` after any (e.g.
-`inst1+afxdp-nonpmd@3000`: AF_XDP ports take at most 3498). One more column for these: the
-share of the switch ports' sent packets that their root qdisc (HTB) sent, `tc -s qdisc`: 1.0
-when shaping and the lossless agent's queues still see every packet, 0 when the port type
-bypasses them. Medians over `--repeats` (the levers interleaved, so drift hits all of
+tcp_src,tcp_dst)` after the controller installed it
+(`zcube_lab.emulator.lab.ovsbridges.set_hash_selection`; OpenFlow 1.5 only, so a bench-side lever
+for now); `instN+afxdp`, `instN+afxdp-nonpmd`, `instN+dpdk` (issue 34): the switch ports retyped
+after bring-up; `@MTU` after any (e.g. `inst1+afxdp-nonpmd@3000`: AF_XDP ports take at most 3498).
+One more column for these: the share of the switch ports' sent packets that their root qdisc (HTB)
+sent, `tc -s qdisc`: 1.0 when shaping and the lossless agent's queues still see every packet, 0 when
+the port type bypasses them. Medians over `--repeats` (the levers interleaved, so drift hits all of
 them alike). Writes JSON with every repeat when `--out` is given.
 """
 
@@ -68,15 +68,15 @@ from bench.datapath_ports import (
     qdisc_share,
     switch_qdisc_sent,
 )
-from emulator.lab import ovs, ovsbridges
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
-from emulator.lab.system import LabError
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.adapters.procs import raise_interrupt
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab import ovs, ovsbridges
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.lab.system import LabError
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ONE_BRIDGE = FabricSpec.of("clos", servers=2, gpus_per_server=1, spines=1)
@@ -387,7 +387,7 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 def measure_lever(lever: str, args: argparse.Namespace, logs: Path) -> Window:
     """Bring up the lab for `lever`, load it, read the window, then the KV pulls."""
-    from emulator.probes.kvprobe import kv_fidelity
+    from zcube_lab.emulator.probes.kvprobe import kv_fidelity
 
     reference = lever == REFERENCE
     spec = parse_lever("system" if reference else lever)

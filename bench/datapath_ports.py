@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.lab import ovs
+from zcube_lab.emulator.lab import ovs
 
 if TYPE_CHECKING:
-    from emulator.lab.network import Lab
+    from zcube_lab.emulator.lab.network import Lab
 
 PORT_TYPES = ("system", "afxdp", "afxdp-nonpmd", "dpdk")
 EXTRAS = ("hash", *PORT_TYPES[1:])

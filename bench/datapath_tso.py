@@ -1,8 +1,8 @@
 """Benchmark: does userspace TSO make the shaped userspace datapath cheaper per byte, at a GSO
 size the lab could keep? (issue 20, item 1, the lever the levers bench left untried.)
 
-One private ovs-vswitchd per variant (`emulator.lab.ovs.start_instance`, with the lab's malloc
-thresholds), one `dummy` bridge with two system ports, two host namespaces, MTU 9000; HTB at
+One private ovs-vswitchd per variant (`zcube_lab.emulator.lab.ovs.start_instance`, with the lab's
+malloc thresholds), one `dummy` bridge with two system ports, two host namespaces, MTU 9000; HTB at
 `--rate` Mb/s with a byte FIFO on the sending host's port and on the switch port towards the
 receiver (the lab's two shaped queues on a one-hop path); one iperf3 flow for `--seconds`.
 Per variant it prints goodput, ovs-vswitchd's CPU (utime + stime of every thread) in cores and
@@ -34,8 +34,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.lab import ovs
 from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.emulator.lab import ovs
 
 MTU = 9000
 NS = ("zcl-tso-a", "zcl-tso-b")

@@ -7,9 +7,9 @@ docs/RESULTS.md's table of it regenerates (`python -m bench.map_tables --table d
 Reads the comparison's `comparison.json` (its runs and baseline) and every run's `summary.json`
 and `config.json`, and writes, per run: its name, fabric, repeat, whether the verdict trusted it
 (and why not), the requests sent and completed, and every compared figure it has
-(`emulator.results.compare.compare_metrics.METRICS`, the labels `compare` prints; with the victim
-accounting, a lossless run's pauses and EP exchanges behind KV-raised pauses). Beside them: the
-scenario (workload, seed, duration, each fabric's size). It runs nothing.
+(`zcube_lab.emulator.results.compare.compare_metrics.METRICS`, the labels `compare` prints; with the
+victim accounting, a lossless run's pauses and EP exchanges behind KV-raised pauses). Beside them:
+the scenario (workload, seed, duration, each fabric's size). It runs nothing.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.results.compare.compare_metrics import figure, shown_metrics
-from emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.results.compare.compare_metrics import figure, shown_metrics
+from zcube_lab.emulator.results.run.summary import RunSummary
 
 VICTIM_LABELS = ("lossless pauses", "EP exchanges behind KV pauses")  # from `victims`
 
 
 def _victim_figures(summary: RunSummary) -> dict[str, float | None]:
     """A lossless run's pauses and EP victims of KV-raised pauses
-    (`emulator.results.lossless.victims`); None in runs without the accounting."""
+    (`zcube_lab.emulator.results.lossless.victims`); None in runs without the accounting."""
     v = summary.victims
     return dict(zip(VICTIM_LABELS, (v.pauses, v.ep_victims) if v else (None, None), strict=True))
 

@@ -27,7 +27,8 @@ The wall time of a run grows with k, so the default points are small: ZCube n=2 
 `--out` by (point, k, seed), so the ladder can be run in pieces (e.g. `--ks 1,2` then `--ks 4`)
 and `--report` prints the table from what was saved. The verdict alone (points and validated k)
 also goes to `--ladder`, the package data `zcube-lab run` quotes to a dilated run
-(`zcube_lab/data/dilation_ladder.json`, read by `emulator.results.run.dilation.read_ladder`).
+(`zcube_lab/data/dilation_ladder.json`, read by
+`zcube_lab.emulator.results.run.dilation.read_ladder`).
 
     sudo .venv/bin/python -m bench.dilation_ladder --points light --ks 1,2,4 --seeds 1,2
     sudo .venv/bin/python -m bench.dilation_ladder --points heavy --ks 1,2,4 --seeds 1,2
@@ -52,12 +53,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.labrun import LabRun
-from emulator.prometheus.config import scrape_config
-from emulator.prometheus.server import PrometheusServer
-from emulator.results.run.dilation import LADDER_FILE
-from emulator.results.run.summary import RunSummary
-from emulator.verdict.combine import Judged, all_trustworthy, over_runs
 from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.emulator.prometheus.config import scrape_config
+from zcube_lab.emulator.prometheus.server import PrometheusServer
+from zcube_lab.emulator.results.run.dilation import LADDER_FILE
+from zcube_lab.emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.verdict.combine import Judged, all_trustworthy, over_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -369,7 +370,7 @@ def run_point(
     """One `zcube-lab run` of the point at dilation k; None when it produced no summary."""
     p = POINTS[point]
     argv = [
-        sys.executable, "-m", "zcube_cli", "run", *p.fabric,
+        sys.executable, "-m", "zcube_lab.cli", "run", *p.fabric,
         "--workload", p.workload, "--rate", f"{p.rate:g}", "--seed", str(seed),
         "--duration", f"{args.duration:g}", "--drain", f"{args.drain:g}",
         "--dilation", f"{k:g}", "--results", str(args.results), *p.options, *extra,
@@ -396,7 +397,8 @@ def _read(path: Path) -> list[Row]:
 
 
 def ladder(rows: Sequence[Row]) -> dict[str, Any]:
-    """What the library quotes to a dilated run (`emulator.results.run.dilation.read_ladder`): the
+    """What the library quotes to a dilated run
+    (`zcube_lab.emulator.results.run.dilation.read_ladder`): the
     points and the smallest k accepted for each, without the runs behind them."""
     return {
         "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

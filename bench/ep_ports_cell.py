@@ -28,19 +28,19 @@ from dataclasses import replace
 from itertools import zip_longest
 from pathlib import Path
 
-from emulator.experiment.comparison import (
+from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.core.options import from_args
+from zcube_lab.emulator.experiment.comparison import (
     PlannedRun,
     fabric_specs,
     plan_variants,
     run_planned,
 )
-from emulator.experiment.launcher import RunResult
-from emulator.experiment.runconfig import RunConfig, profile_fallback
-from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep
-from emulator.results.run.goodput import parse_slo
-from emulator.results.sweep.sweeppoints import RunPoint, SweepResult
-from zcube_lab.core.fabric.placement import LayoutSpec
-from zcube_lab.core.options import from_args
+from zcube_lab.emulator.experiment.launcher import RunResult
+from zcube_lab.emulator.experiment.runconfig import RunConfig, profile_fallback
+from zcube_lab.emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep
+from zcube_lab.emulator.results.run.goodput import parse_slo
+from zcube_lab.emulator.results.sweep.sweeppoints import RunPoint, SweepResult
 
 LOCK = Path("/tmp/zcube-heavy.lock")
 WORKLOAD = "rail-aligned"

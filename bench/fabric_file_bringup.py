@@ -17,13 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.files import FabricFileError, file_spec, write_fabric
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
 
 
 def bring_up(spec: FabricSpec) -> tuple[float, dict[str, float]]:

@@ -1,13 +1,13 @@
 """Benchmark: Python's garbage-collector pauses in the role processes, with the start-up heap
-frozen (`serving.gcpause.freeze_heap`, as the roles run) and without, side by side.
+frozen (`zcube_lab.serving.gcpause.freeze_heap`, as the roles run) and without, side by side.
 
     .venv/bin/python -m bench.gc_pauses                        # 3 alternating repeats each
     .venv/bin/python -m bench.gc_pauses --repeats 5 --requests 400 --rate 8
 
 First, in this process: the time of one full (generation 2) collection with the role modules
 imported, before and after `gc.freeze()` (median of 5). Then each repeat starts the loopback
-cluster (`serving.cluster.LocalCluster`, as `zcube-lab serve --local`) once per variant, in
-turn (`frozen`, `unfrozen`, `frozen`, ...), sends `--requests` streamed completions open-loop at
+cluster (`zcube_lab.serving.cluster.LocalCluster`, as `zcube-lab serve --local`) once per variant,
+in turn (`frozen`, `unfrozen`, `frozen`, ...), sends `--requests` streamed completions open-loop at
 `--rate` req/s through the gateway, and reads every role's /metrics: its collections of each
 generation and their pauses (`zcube:python_gc_pause_seconds`, wall time), and the decode
 engine's steps and how many woke more than a quarter of their modelled step late
@@ -84,9 +84,9 @@ if os.environ.get("ZCUBE_GC_LOG"):
 
 def full_collection_ms(repeats: int = 5) -> dict[str, float]:
     """One full collection's time in this process, with the roles' modules imported."""
-    import serving.decode
-    import serving.gateway
-    import serving.prefill  # noqa: F401
+    import zcube_lab.serving.decode
+    import zcube_lab.serving.gateway
+    import zcube_lab.serving.prefill  # noqa: F401
 
     def timed() -> float:
         samples = []
@@ -149,7 +149,7 @@ def lab_run(args: argparse.Namespace) -> None:
             "PYTHONPATH": os.pathsep.join([site, str(ROOT)]),
             "ZCUBE_GC_LOG": logs,
         }
-        argv = [sys.executable, "-m", "zcube_cli", "run", *args.lab.split(),
+        argv = [sys.executable, "-m", "zcube_lab.cli", "run", *args.lab.split(),
                 "--results", str(results)]  # fmt: skip
         subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
         pulls = [

@@ -3,8 +3,8 @@
     flock /tmp/zcube-heavy.lock .venv/bin/python -m bench.idle_floor --fabric zcube \\
         [--lossless] [--dilation 16] [--window 30] [--repeat 3] [--ovs KEY=VALUE ...]
 
-Brings a lab up and serving as a run starts it (`emulator.experiment.launcher.Launcher`: the
-fabric, the controller, the lossless agent under `--lossless`, the serving roles, the health
+Brings a lab up and serving as a run starts it (`zcube_lab.emulator.experiment.launcher.Launcher`:
+the fabric, the controller, the lossless agent under `--lossless`, the serving roles, the health
 sampler and Prometheus), starts no load, lets it settle, then reads every lab process's CPU
 from /proc (`bench/procwatch.py`) at the start and the end of a window and prints each one's
 cores, their total, and the machine's busy cores over the same window (other work on the shared
@@ -36,19 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from bench.procwatch import CLK_TCK, ProcSample, scan
-from emulator.experiment.launcher import Launcher
-from emulator.experiment.plan import plan_run
-from emulator.experiment.runconfig import RunConfig
-from emulator.lab.lossless import AgentPlan
-from emulator.lab.losslessproc import stop_agent, wait_watching
-from emulator.lab.network import Lab
-from emulator.verdict.cpustats import (
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.experiment.launcher import Launcher
+from zcube_lab.emulator.experiment.plan import plan_run
+from zcube_lab.emulator.experiment.runconfig import RunConfig
+from zcube_lab.emulator.lab.lossless import AgentPlan
+from zcube_lab.emulator.lab.losslessproc import stop_agent, wait_watching
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.verdict.cpustats import (
     cpu_share,
     parse_proc_stat,
     parse_task_stat,
 )
-from emulator.verdict.judge import DATAPATH
-from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.verdict.judge import DATAPATH
 
 FABRICS = {
     "zcube": FabricSpec.of("zcube", n=8),
@@ -214,7 +214,7 @@ def restart_agent(lab: Lab, tap: bool) -> None:
     log = lab.run_dir / f"lossless-{'tap' if tap else 'poll'}.log"
     with log.open("wb") as out:
         agent = subprocess.Popen(
-            [sys.executable, "-m", "emulator.lab.lossless", str(plan_file), str(report)],
+            [sys.executable, "-m", "zcube_lab.emulator.lab.lossless", str(plan_file), str(report)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     lab.lossless_agent = agent

@@ -3,13 +3,13 @@
 For each fabric and policy, `--repeat` times: a fresh lab, a real KV server on h0 and a real pull
 of `--mib` MiB from h5 (decode's source binding; spray's subflows and stall timeout), once
 without a fault (the reference) and once with the switch-to-switch link that carried most of the
-transfer in its first 0.4 s cut for the rest of it (`emulator.probes.cutprobe`). Prints medians
-[min-max]: pull time without and with the cut, the time the cut cost (*recovery*: with minus the
-median without), pulls completed with every byte verified, subflows retired, and the controller
+transfer in its first 0.4 s cut for the rest of it (`zcube_lab.emulator.probes.cutprobe`). Prints
+medians [min-max]: pull time without and with the cut, the time the cut cost (*recovery*: with minus
+the median without), pulls completed with every byte verified, subflows retired, and the controller
 recomputes. A pull that does not complete within `--timeout` counts as failed.
 
 The policy `mrc` is ECMP routing plus the controller's EV rules, with the pull over the
-MRC-style datagram transport (`serving.kvwire.mrc`) instead of TCP; its rows also give the
+MRC-style datagram transport (`zcube_lab.serving.kvwire.mrc`) instead of TCP; its rows also give the
 bytes the sender retransmitted. Every row gives the puller's CPU per Mb pulled (the puller
 process only: the prefill side's sender is not counted).
 
@@ -28,10 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator.probes.cutprobe import cut_during_pull
-from emulator.results.compare.report import median_spread
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.probes.cutprobe import cut_during_pull
+from zcube_lab.emulator.results.compare.report import median_spread
 
 FABRICS = {
     "zcube": FabricSpec.of("zcube", n=4),

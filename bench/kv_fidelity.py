@@ -6,7 +6,7 @@ For each fabric (and, on ZCube, each path mode: `disjoint` binds every lane to i
 one host and, from a host across the fabric (`kvprobe.KV_PAIRS`), `--repeat` pulls of every
 size, one at a time, as a decode engine pulls (its default lanes and chunking, its connections
 kept across pulls; `--connections fresh` opens new ones for every pull, as before issue 21),
-all in one process (`emulator.probes.kvprobe`). The fixed cost is the median time of a
+all in one process (`zcube_lab.emulator.probes.kvprobe`). The fixed cost is the median time of a
 `--fixed-bytes` pull; each size reports its median time, the ideal bytes * 8 / path rate (the
 NIC ports the pull can use), `ratio = (median - fixed) / ideal` and whether that is within
 10%. Needs root; about 2-3 minutes with the defaults (most of it the 25 MB pulls and three lab
@@ -31,12 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator.experiment.comparison import fabric_specs
-from emulator.probes.fidelity import Fidelity, fidelity_table
-from emulator.probes.hostprobe import running_lab
-from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, PATH_MODES, kv_fidelity
 from zcube_lab.adapters.procs import raise_interrupt
 from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.emulator.experiment.comparison import fabric_specs
+from zcube_lab.emulator.probes.fidelity import Fidelity, fidelity_table
+from zcube_lab.emulator.probes.hostprobe import running_lab
+from zcube_lab.emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, PATH_MODES, kv_fidelity
 
 SIZES = "100e3,300e3,1e6,3e6,10e6,25e6"
 

@@ -1,6 +1,6 @@
 """Benchmark report: the verdict's KV-pull rule on finished runs, with the load their pulls met
-as they ran (`emulator.results.fabric.transfers.kv_seen_busy`) beside the busiest link's mean over
-the load that the rule judged before 2026-12-06.
+as they ran (`zcube_lab.emulator.results.fabric.transfers.kv_seen_busy`) beside the busiest link's
+mean over the load that the rule judged before 2026-12-06.
 
     .venv/bin/python -m bench.kv_seen RUN_DIR [RUN_DIR ...] [--out bench/results/kv-seen.json]
 
@@ -21,18 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.victims_of import placement_of
-from emulator.results.fabric.linkstats import port_capacity_bps
-from emulator.results.fabric.transfers import (
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.results.fabric.linkstats import port_capacity_bps
+from zcube_lab.emulator.results.fabric.transfers import (
     KV_LOG_PREFIX,
     Samples,
     kv_seen_busy,
     pull_links,
     read_logs,
 )
-from emulator.verdict.limits import Limits
-from zcube_lab.core.fabric.builders import build_fabric
-from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.verdict.limits import Limits
 
 DIRECTIONS = {"zcube_port_tx_bytes_total": "tx", "zcube_port_rx_bytes_total": "rx"}
 

@@ -7,7 +7,8 @@ labs behind. The run's progress goes to the terminal (stderr); its stdout, which
 JSON object naming the results folder, goes to a file read back by `result()`.
 
 The load starts when the run's Locust process appears (the runner starts Locust and nothing
-else at that moment: `emulator.experiment.runner`; `wait_for_load`) and ends when it is gone.
+else at that moment: `zcube_lab.emulator.experiment.runner`; `wait_for_load`) and ends when it is
+gone.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.procwatch import LOCUST, ProcSample, scan
-from emulator.experiment.runconfig import run_argv_of
-from emulator.results.run.summary import RunSummary
 from zcube_lab.adapters.procs import signals_ignored
+from zcube_lab.emulator.experiment.runconfig import run_argv_of
+from zcube_lab.emulator.results.run.summary import RunSummary
 
 ZCUBE = Path(sys.executable).with_name("zcube-lab")
 

@@ -42,9 +42,9 @@ import threading
 import time
 from pathlib import Path
 
-from emulator.lab.lossless import AgentPlan, read_report
-from emulator.lab.qdisc_netlink import QdiscSocket, in_namespace
 from zcube_lab.core.fabric.lossless import PortThresholds, holding_leaf_line, thresholds
+from zcube_lab.emulator.lab.lossless import AgentPlan, read_report
+from zcube_lab.emulator.lab.qdisc_netlink import QdiscSocket, in_namespace
 
 NS = f"zl-bench-{os.getpid()}"
 FRAME = 9000
@@ -117,7 +117,7 @@ def main() -> int:
         (tmp / "plan.json").write_text(plan.to_json())
         out = tmp / "agent.json"
         agent = subprocess.Popen(
-            ["ip", "netns", "exec", NS, sys.executable, "-m", "emulator.lab.lossless",
+            ["ip", "netns", "exec", NS, sys.executable, "-m", "zcube_lab.emulator.lab.lossless",
              str(tmp / "plan.json"), str(out)],
             stdout=subprocess.PIPE,
         )  # fmt: skip

@@ -8,9 +8,9 @@ that ran different fabrics with the same workload, seeds, rates and options: cap
 per fabric, so they merge; the ratio is taken against `--baseline`). Prints, and writes to
 `--out`, per fabric:
 
-- its capacity by the sweep's rule (`emulator.results.sweep.capacity`: per repeat the highest rate
-  with every rate up to it met, the median with its spread, `>=` when censored) and the ratio
-  to the baseline's (a bound unless both are exact);
+- its capacity by the sweep's rule (`zcube_lab.emulator.results.sweep.capacity`: per repeat the
+  highest rate with every rate up to it met, the median with its spread, `>=` when censored) and the
+  ratio to the baseline's (a bound unless both are exact);
 - at the *common rate* (`--rate`, else the highest rate at which every fabric ran every repeat
   and every such run was trustworthy), from its trustworthy runs only (`repeats` says how
   many; a run the verdict rejected gives no figure): TTFT p99 and p50 (client, modelled
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.sensitivity import figures
-from emulator.results.sweep.capacity import fabric_capacities
-from emulator.results.sweep.sweeppoints import SWEEP_FILE, RunPoint
+from zcube_lab.emulator.results.sweep.capacity import fabric_capacities
+from zcube_lab.emulator.results.sweep.sweeppoints import SWEEP_FILE, RunPoint
 
 
 def check_seeds(seeds: dict[int, dict[str, int]]) -> None:

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from emulator.results.sweep.capacity import Capacity, RepeatCapacity
-from emulator.results.sweep.sweeppoints import RunPoint
+from zcube_lab.emulator.results.sweep.capacity import Capacity, RepeatCapacity
+from zcube_lab.emulator.results.sweep.sweeppoints import RunPoint
 
 ROOT = Path(__file__).resolve().parents[1]
 MAP = ROOT / "bench" / "results" / "map"

@@ -19,7 +19,7 @@ Reads `bench/results/victim-flow/victim-flow.json` (what `bench/victim_flow.py -
 for the victim-flow table, `bench/results/compare/NAME.json` (`bench/default_cell.py`) for a
 kept comparison's, and otherwise only `bench/results/map/`: each cell's `NAME-sweep.json`
 (every run point the sweep judged: the runs held and trusted, and the capacity, recomputed
-here by the sweep's rule, `emulator.results.sweep.capacity`) and `NAME.json` (what
+here by the sweep's rule, `zcube_lab.emulator.results.sweep.capacity`) and `NAME.json` (what
 `bench/map_cell.py` took from the runs' summaries at the common rate: TTFT, KV pulls, the
 busiest link, drops, pauses, timeouts).
 A capacity the rule calls exact is printed with its interval per seed, `met-missed`: the last
@@ -56,12 +56,12 @@ from bench.map_data import (  # noqa: E402
     load_cell,
     load_runs,
 )
-from emulator.results.sweep.capacity import (  # noqa: E402
+from zcube_lab.emulator.results.sweep.capacity import (  # noqa: E402
     Capacity,
     capacity,
     fabric_capacities,
 )
-from emulator.results.sweep.sweeppoints import RunPoint  # noqa: E402
+from zcube_lab.emulator.results.sweep.sweeppoints import RunPoint  # noqa: E402
 
 RESULTS = ROOT / "docs" / "RESULTS.md"
 COMMAND = "python -m bench.map_tables --table"
@@ -249,7 +249,8 @@ def cell_table(name: str, folder: Path = MAP) -> list[str]:
     for variant, row in zip(cell["fabrics"], cell_rows(cell), strict=True):
         f = fabric(Entry(variant, name, variant), folder)
         row[1] = capacity_text(f.capacity) if f.capacity else "-"
-        # The ratio as the knee brackets allow it (emulator.results.sweep.capacity), not as stored.
+        # The ratio as the knee brackets allow it (zcube_lab.emulator.results.sweep.capacity), not
+        # as stored.
         mine = ratios.get(variant)
         row[2] = "baseline" if variant == base else (mine.text() if mine else row[2])
         row[3] = f"{f.trusted} of {f.runs}"

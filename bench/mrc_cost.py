@@ -111,18 +111,18 @@ def free_port(host: str) -> int:
 # -- the two ends (child processes) ---------------------------------------------------------
 async def serve(transport: str, sizes: list[int], evs: int) -> None:
     """Hold a buffer per size and serve it on both hosts until stdin closes."""
-    from serving.config import Address
+    from zcube_lab.serving.config import Address
 
     store = {f"r{n}": kv_buffer(n) for n in sizes}
     addrs = [Address(h, free_port(h)) for h in HOSTS]
     closers = []
     if transport == "mrc":
-        from serving.kvwire.mrc import MrcServer
+        from zcube_lab.serving.kvwire.mrc import MrcServer
 
         server = await MrcServer(store.get, addrs, evs=evs).start()
         closers.append(server.close)
     else:
-        from serving.kvwire.protocol import start_kv_server
+        from zcube_lab.serving.kvwire.protocol import start_kv_server
 
         for a in addrs:
             s = await start_kv_server(store.get, lambda _rid: True, a)
@@ -138,12 +138,12 @@ async def pull(
     rate_mbps: float,
 ) -> list[Pull]:  # fmt: skip
     """Pull every size `pulls` times (after one warm-up), timing both ends around each."""
-    from serving.config import Address
+    from zcube_lab.serving.config import Address
 
     legs = [Address(h, p) for h, p in addrs]
     sums = {n: zlib.crc32(kv_buffer(n)) for n in sizes}
     if transport == "mrc":
-        from serving.kvwire.mrc import pull_kv_mrc
+        from zcube_lab.serving.kvwire.mrc import pull_kv_mrc
 
         async def one(n: int) -> int:
             _, res = await pull_kv_mrc(
@@ -151,7 +151,7 @@ async def pull(
             )
             return res.retransmitted_bytes or 0
     else:
-        from serving.kvwire.pull import pull_kv
+        from zcube_lab.serving.kvwire.pull import pull_kv
 
         async def one(n: int) -> int:
             await pull_kv(

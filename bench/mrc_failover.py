@@ -1,12 +1,12 @@
 """Benchmark: failover without the controller, MRC-style transport against TCP fast failover.
 
 For each fabric, `--repeat` times: a fresh lab whose controller is stopped once its rules are
-in, a real KV server on h0 and a real pull of `--mib` MiB from h5 (`emulator.probes.cutprobe`),
-once without a fault and once with the switch-to-switch link that carried most of the pull in
-its first 0.4 s cut for the rest of it. Two transports: `mrc` (ECMP routes plus the EV rules,
-the pull over `serving.kvwire.mrc`) and `tcp-ff` (TCP over the `ff` policy's fast-failover
-groups, which the switches apply on their own). With the controller stopped, whatever recovers
-does so without it.
+in, a real KV server on h0 and a real pull of `--mib` MiB from h5
+(`zcube_lab.emulator.probes.cutprobe`), once without a fault and once with the switch-to-switch link
+that carried most of the pull in its first 0.4 s cut for the rest of it. Two transports: `mrc` (ECMP
+routes plus the EV rules, the pull over `zcube_lab.serving.kvwire.mrc`) and `tcp-ff` (TCP over the
+`ff` policy's fast-failover groups, which the switches apply on their own). With the controller
+stopped, whatever recovers does so without it.
 
 Printed, medians [min-max], in modelled time (the lab's dilation is 1 here, so modelled =
 wall): for mrc, the time from the cut to the sender's first ASSUMED_BAD EV (*detect*) and to
@@ -28,11 +28,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from emulator.probes.cutprobe import CutResult, cut_during_pull
-from emulator.results.compare.report import median_spread
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.probes.cutprobe import CutResult, cut_during_pull
+from zcube_lab.emulator.results.compare.report import median_spread
 
 FABRICS = {
     "roft-2planes": FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2, planes=2),

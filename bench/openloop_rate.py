@@ -8,8 +8,8 @@ configured from 1 to at least 100 requests/s.
     .venv/bin/python -m bench.openloop_rate                   # stub endpoint, 1..150 req/s
     .venv/bin/python -m bench.openloop_rate --target serve    # `zcube-lab serve --local` (tiny)
 
-The default endpoint is `workloads.stubserver` in its own process (instant tokens), so what is
-measured is the load generator, not a model. Requests are chat-shaped with tiny outputs
+The default endpoint is `zcube_lab.workloads.stubserver` in its own process (instant tokens), so
+what is measured is the load generator, not a model. Requests are chat-shaped with tiny outputs
 (`--length-scale 0.02`: a few tokens each). *Achieved* is the number of requests actually sent
 inside the plan's window [0, D) divided by D: a driver that falls behind pushes requests past
 the window and loses rate. With `--arrival fixed` (default) the plan holds exactly rate x D
@@ -54,7 +54,7 @@ def wait_ready(url: str, timeout: float = 20.0) -> None:
 def start_target(kind: str, port: int, logdir: Path) -> subprocess.Popen[bytes]:
     """Start the endpoint in its own process group."""
     if kind == "stub":
-        cmd = [sys.executable, "-m", "workloads.stubserver", "--port", str(port)]
+        cmd = [sys.executable, "-m", "zcube_lab.workloads.stubserver", "--port", str(port)]
     else:
         cmd = [str(ZCUBE), "serve", "--local", "--model", "tiny", "--port", str(port)]
     log = (logdir / f"{kind}.log").open("w")
@@ -73,7 +73,7 @@ def one_run(
     cmd = [
         str(LOCUST),
         "-f",
-        str(ROOT / "workloads" / "locustfile.py"),
+        str(ROOT / "zcube_lab" / "workloads" / "locustfile.py"),
         "--headless",
         "--host",
         host,

@@ -30,23 +30,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from emulator.prometheus.server import PROMETHEUS_BINARY
-from emulator.verdict.cpustats import parse_pid_stat
-from emulator.verdict.judge import DATAPATH
+from zcube_lab.emulator.prometheus.server import PROMETHEUS_BINARY
+from zcube_lab.emulator.verdict.cpustats import parse_pid_stat
+from zcube_lab.emulator.verdict.judge import DATAPATH
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RUN = "run"
 LOCUST = "locust"
 PROMETHEUS = "prometheus"
-# `python -m <module>` -> role (serving.launch, the runner's Locust, the lab's controller).
+# `python -m <module>` -> role (zcube_lab.serving.launch, the runner's Locust, the lab's
+# controller).
 MODULE_ROLES = {
-    "serving.gateway": "gateway",
-    "serving.prefill": "prefill",
-    "serving.decode": "decode",
-    "serving.ep_worker": "ep",
+    "zcube_lab.serving.gateway": "gateway",
+    "zcube_lab.serving.prefill": "prefill",
+    "zcube_lab.serving.decode": "decode",
+    "zcube_lab.serving.ep_worker": "ep",
     "locust": LOCUST,
-    "controller": "controller",
-    "emulator.lab.lossless": "lossless",
+    "zcube_lab.controller": "controller",
+    "zcube_lab.emulator.lab.lossless": "lossless",
 }
 ROLES = (*MODULE_ROLES.values(), PROMETHEUS, DATAPATH, RUN)  # display order
 TCP_LISTEN = "0A"  # the `st` column of /proc/net/tcp

@@ -27,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from emulator.experiment.comparison import (
+from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.emulator.experiment.comparison import (
     PlannedRun,
     Variant,
     fabric_specs,
@@ -35,12 +36,16 @@ from emulator.experiment.comparison import (
     plan_variants,
     run_planned,
 )
-from emulator.experiment.plan import RunConfig
-from emulator.results.compare.compare_metrics import Getter, fault_figure, figure, recovery_figure
-from emulator.results.compare.report import median_spread
-from emulator.results.run.summary import RunSummary
-from workloads.profiles import load_profile
-from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.emulator.experiment.plan import RunConfig
+from zcube_lab.emulator.results.compare.compare_metrics import (
+    Getter,
+    fault_figure,
+    figure,
+    recovery_figure,
+)
+from zcube_lab.emulator.results.compare.report import median_spread
+from zcube_lab.emulator.results.run.summary import RunSummary
+from zcube_lab.workloads.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 

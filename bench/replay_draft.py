@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emulator.replay.driver import Threshold, lab_for, replay, slowest_port_gbps
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
@@ -37,6 +36,7 @@ from zcube_lab.core.replay.figures import contention
 from zcube_lab.core.replay.recording import Recording
 from zcube_lab.core.replay.synthetic import ep_kv_mix, incast, victim
 from zcube_lab.core.replay.timescale import DRAFT_THRESHOLDS_BYTES, chip_port_share_bytes, derive
+from zcube_lab.emulator.replay.driver import Threshold, lab_for, replay, slowest_port_gbps
 
 OUT = Path(__file__).resolve().parent / "results" / "replay"
 FABRICS = ("zcube", "roft", "roft2", "clos")

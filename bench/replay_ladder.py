@@ -28,8 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emulator.replay.driver import Threshold, lab_for, replay, slowest_port_gbps
-from emulator.replay.record import load_or_record
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -42,6 +40,8 @@ from zcube_lab.core.replay.timescale import (
     chip_port_share_bytes,
     derive,
 )
+from zcube_lab.emulator.replay.driver import Threshold, lab_for, replay, slowest_port_gbps
+from zcube_lab.emulator.replay.record import load_or_record
 
 OUT = Path(__file__).resolve().parent / "results" / "replay"
 CONVERGED = 0.10

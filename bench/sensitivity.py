@@ -45,8 +45,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.labrun import ZCUBE, LabRun, run_argv
-from emulator.experiment.runconfig import run_argv_of
-from emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.experiment.runconfig import run_argv_of
+from zcube_lab.emulator.results.run.summary import RunSummary
 
 MODES = ("cubic", "bbr", "lossless")
 BUFFER_MODELS = ("port-floor", "shared", "bytes", "time")

@@ -1,7 +1,7 @@
 """Serving figures on loopback: gateway streaming throughput, gateway-added latency, KV goodput.
 
-Starts local clusters (`serving.cluster.LocalCluster`), drives them with an aiohttp client in
-this process, and prints the median of several runs. Everything shares this machine's cores
+Starts local clusters (`zcube_lab.serving.cluster.LocalCluster`), drives them with an aiohttp client
+in this process, and prints the median of several runs. Everything shares this machine's cores
 (the client too), so read the figures as "what this box sustains", not as a server limit.
 
     .venv/bin/python -m bench.serving_bench [--runs 3] [--duration 5] [--concurrency 64]
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from serving.cluster import ClusterSpec, LocalCluster
 from zcube_lab.core.stats import quantile
+from zcube_lab.serving.cluster import ClusterSpec, LocalCluster
 
 
 def _body(words: int, out: int, stream: bool = True) -> dict:

@@ -4,8 +4,8 @@ for several variants of the Python runtime side by side in one run.
     .venv/bin/python -m bench.serving_cpu                                 # 4 variants x 3
     .venv/bin/python -m bench.serving_cpu --variants stock,uvloop --repeats 5 --requests 300
 
-Each repeat starts the loopback cluster (`serving.cluster.LocalCluster`, as `zcube-lab serve
---local`: one prefill, one decode, the gateway, KV over 127.0.0.1 and 127.0.0.2) once per
+Each repeat starts the loopback cluster (`zcube_lab.serving.cluster.LocalCluster`, as `zcube-lab
+serve --local`: one prefill, one decode, the gateway, KV over 127.0.0.1 and 127.0.0.2) once per
 variant, in turn (stock, uvloop, orjson, both, stock, uvloop, ...), so a neighbour's load on the
 machine falls on every variant alike; each figure is the median over the repeats, with the
 lowest and highest beside it. A run warms up (`--warmup` requests), reads each role process's
@@ -20,9 +20,9 @@ role's top functions by own samples and by inclusive samples (our code only).
 `--idle S` instead measures the cluster with no load: after one request and 3 s of settling,
 each role's CPU over S seconds, as cores (CPU-seconds per second), per repeat and variant.
 
-Variants (measurement only; nothing in serving/ knows of them): a `sitecustomize` put first on
-the role processes' PYTHONPATH sets uvloop's event-loop policy (aiohttp's `run_app` then makes
-a uvloop loop) and/or replaces `json.dumps`/`json.loads` process-wide with orjson-backed
+Variants (measurement only; nothing in zcube_lab/serving/ knows of them): a `sitecustomize` put
+first on the role processes' PYTHONPATH sets uvloop's event-loop policy (aiohttp's `run_app` then
+makes a uvloop loop) and/or replaces `json.dumps`/`json.loads` process-wide with orjson-backed
 functions (compact output as our call sites ask; `ensure_ascii` and `indent` are ignored), so
 every JSON call in the roles, as written, goes through orjson. `kv-randbytes` puts back
 prefill's KV buffer as it was made before (every byte drawn from `random.Random`);
@@ -53,7 +53,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from serving.cluster import ClusterSpec, LocalCluster
+from zcube_lab.serving.cluster import ClusterSpec, LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,17 +89,17 @@ if _variant in ("orjson", "both"):
 if _variant == "kv-randbytes":
     import random
 
-    import serving.kvstore
+    import zcube_lab.serving.kvstore
 
     def _drawn(request_id, seed, num_bytes):
         return random.Random(f"kv:{seed}:{request_id}").randbytes(num_bytes)
 
-    serving.kvstore.make_kv_buffer = _drawn
+    zcube_lab.serving.kvstore.make_kv_buffer = _drawn
 if _variant == "lease-poll":
-    import serving.kvstore
+    import zcube_lab.serving.kvstore
 
     # prefill's lease loop waits while nothing is held; never empty, it ticks as it used to
-    serving.kvstore.KVStore.__len__ = lambda self: 1
+    zcube_lab.serving.kvstore.KVStore.__len__ = lambda self: 1
 """
 
 
@@ -240,7 +240,7 @@ def hot_spots(raw: str) -> tuple[Counter[str], Counter[str], int]:
         total += n
         frames = stack.split(";")
         own[frames[-1]] += n
-        ours = {f for f in frames if "serving/" in f or "zcube_lab/" in f}
+        ours = {f for f in frames if "zcube_lab/serving/" in f or "zcube_lab/" in f}
         for f in ours:
             incl[f] += n
     return own, incl, total

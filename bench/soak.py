@@ -48,8 +48,8 @@ from rich.table import Table
 
 from bench.labrun import ZCUBE, LabRun, run_argv, run_options
 from bench.procwatch import ProcSample, display_order, scan
-from emulator.results.run.summary import RunSummary
 from zcube_lab.adapters.procs import raise_interrupt
+from zcube_lab.emulator.results.run.summary import RunSummary
 
 ROOT = Path(__file__).resolve().parents[1]
 

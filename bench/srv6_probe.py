@@ -1,7 +1,7 @@
 """Can this machine carry MRC's SRv6 EVs? A small measured probe (issue 36, item 6).
 
 `python -m bench.srv6_probe counts` (no root): the rules each EV format needs on the default
-fabrics (`controller.evformats`). `python -m bench.srv6_probe probe` (root, Open vSwitch
+fabrics (`zcube_lab.controller.evformats`). `python -m bench.srv6_probe probe` (root, Open vSwitch
 running; take `/tmp/zcube-heavy.lock` first): two namespaces, `zsr6a` and `zsr6b`, joined
 through one userspace-datapath bridge `zsr6test`, removed afterwards even on failure. It
 measures:
@@ -38,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from ipaddress import IPv6Address
 from pathlib import Path
 
-from controller.evformats import ev_rule_counts
+from zcube_lab.controller.evformats import ev_rule_counts
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.srv6 import BLOCK_BITS, USID_BITS, container

@@ -3,10 +3,10 @@
 MRC's claim (issue 36 item 3): in a 7-to-1 incast, a flow that shares a link with the incast but
 goes to another receiver keeps its throughput, where a lossless RoCE fabric's pauses block it.
 Here, in one lab per (fabric, transport, lossy or lossless): KV servers
-(`emulator.probes.cutprobe serve`) on the 7 incast senders, `INCAST_RECEIVER` pulling from all 7
-at once (the incast into its NIC), and `VICTIM` pulling from the first incast sender (`SENDERS[0]`,
-so the victim's bytes share that sender's NIC uplink with the incast's) to a receiver on another
-leaf. The victim pulls once alone (its solo figure) and once while the incast runs.
+(`zcube_lab.emulator.probes.cutprobe serve`) on the 7 incast senders, `INCAST_RECEIVER` pulling from
+all 7 at once (the incast into its NIC), and `VICTIM` pulling from the first incast sender
+(`SENDERS[0]`, so the victim's bytes share that sender's NIC uplink with the incast's) to a receiver
+on another leaf. The victim pulls once alone (its solo figure) and once while the incast runs.
 
 Printed per row, medians [min-max] over `--repeat`: the victim's throughput during the incast
 against its solo figure, the incast's completion time (its slowest pull), the lossless agent's
@@ -28,10 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
-from emulator.probes.cutprobe import PORT, _readline, mrc_rate_mbps, stop_probes
-from emulator.results.compare.report import median_spread
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
@@ -43,6 +39,10 @@ from zcube_lab.core.fabric.queues import (
 )
 from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.policies import SPRAY_STALL_S, SPRAY_STREAMS, get_policy
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.probes.cutprobe import PORT, _readline, mrc_rate_mbps, stop_probes
+from zcube_lab.emulator.results.compare.report import median_spread
 
 FABRICS = {
     "roft-2planes": FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2, planes=2),
@@ -59,7 +59,14 @@ MRC_EVS = 16
 
 def _server(lab: Lab, host: str, num_bytes: int, mrc: bool) -> subprocess.Popen[str]:
     addrs = [f"{i.ip}:{PORT}" for i in lab.fabric.host(host).interfaces]
-    argv = [sys.executable, "-m", "emulator.probes.cutprobe", "serve", "--bytes", str(num_bytes)]
+    argv = [
+        sys.executable,
+        "-m",
+        "zcube_lab.emulator.probes.cutprobe",
+        "serve",
+        "--bytes",
+        str(num_bytes),
+    ]
     if mrc:
         argv += ["--mrc-evs", str(MRC_EVS), "--mtu", str(lab.options.mtu)]
     assert lab.net is not None
@@ -73,7 +80,14 @@ def _pull(
 ) -> subprocess.Popen[str]:
     fabric = lab.fabric
     addrs = [f"{i.ip}:{PORT}" for i in fabric.host(src).interfaces]
-    argv = [sys.executable, "-m", "emulator.probes.cutprobe", "pull", "--bytes", str(num_bytes)]
+    argv = [
+        sys.executable,
+        "-m",
+        "zcube_lab.emulator.probes.cutprobe",
+        "pull",
+        "--bytes",
+        str(num_bytes),
+    ]
     argv += ["--timeout-s", str(timeout_s)]
     argv += [f"--source={c}={local}" for c, local in kv_source_map(fabric, fabric.host(dst))]
     if get_policy(policy).spray:

@@ -7,9 +7,9 @@ writes them").
 
 Rebuilds the run's fabric and placement from its `config.json`, reads its engines' exact logs
 and `logs/lossless-episodes.jsonl` with the runner's own code
-(`emulator.results.lossless.victimlogs.run_victims`, times / the run's dilation), prints the
-section and, with `--write`, puts it into the run's `summary.json` (a section already there is left
-alone). It runs nothing.
+(`zcube_lab.emulator.results.lossless.victimlogs.run_victims`, times / the run's dilation), prints
+the section and, with `--write`, puts it into the run's `summary.json` (a section already there is
+left alone). It runs nothing.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.results.lossless.victimlogs import run_victims
-from emulator.results.lossless.victims import VictimReport
-from emulator.results.run.summary import RunSummary
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.placement import Engine, LayoutSpec, Placement
+from zcube_lab.emulator.results.lossless.victimlogs import run_victims
+from zcube_lab.emulator.results.lossless.victims import VictimReport
+from zcube_lab.emulator.results.run.summary import RunSummary
 
 
 def placement_of(config: dict[str, Any]) -> Placement:

@@ -7,7 +7,7 @@ transmit direction (`h5 -> a0:3`), the NIC-to-switch half the transmit counters 
 
 from __future__ import annotations
 
-from controller.port_metrics import (
+from zcube_lab.controller.port_metrics import (
     GROUP_BUCKET_BYTES,
     GROUP_BUCKET_PACKETS,
     LINK_UP,
@@ -21,9 +21,13 @@ from controller.port_metrics import (
     SWITCH_RULES_INSTALLED,
     SWITCH_UP,
 )
-from emulator.lab.health import CPU_METRIC, PROCESS_METRIC
-from serving.vllm_metrics import ALLTOALL_BYTES, NIXL_BYTES_TRANSFERRED, NUM_REQUESTS_RUNNING
 from zcube_lab.core.fault_schedule import ACTIVE_METRIC
+from zcube_lab.emulator.lab.health import CPU_METRIC, PROCESS_METRIC
+from zcube_lab.serving.vllm_metrics import (
+    ALLTOALL_BYTES,
+    NIXL_BYTES_TRANSFERRED,
+    NUM_REQUESTS_RUNNING,
+)
 
 from .panels import (
     RATE,

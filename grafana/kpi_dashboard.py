@@ -4,21 +4,22 @@ per KPI that a scraped series can give while the run goes on.
 
 Our /metrics keep the names vLLM and our exporters use (vLLM's own dashboards read them); this
 dashboard is where the draft's names meet those series. The post-run figures under the same
-names are `summary.json`'s `bmwg` section (`emulator/results/ietf/bmwg.py`); docs/GLOSSARY.md maps
-each KPI to its figure. KPIs with no live series are left out here, never shown as zero:
-fabric_fraction (a per-request join of the KV log and the gateway log, after the run),
-PFC_frame_count (the lossless agent's pause counts, in its report), ECN_marking_rate (no switch
+names are `summary.json`'s `bmwg` section (`zcube_lab/emulator/results/ietf/bmwg.py`);
+docs/GLOSSARY.md maps each KPI to its figure. KPIs with no live series are left out here, never
+shown as zero: fabric_fraction (a per-request join of the KV log and the gateway log, after the
+run), PFC_frame_count (the lossless agent's pause counts, in its report), ECN_marking_rate (no
+switch
 marks ECN), Request_Rate (a sweep's capacity)."""
 
 from __future__ import annotations
 
-from controller.port_metrics import (
+from zcube_lab.controller.port_metrics import (
     PORT_RX_DROPPED,
     PORT_TX_BYTES,
     PORT_TX_DROPPED,
     PORT_TX_PACKETS,
 )
-from serving.vllm_metrics import (
+from zcube_lab.serving.vllm_metrics import (
     ALLTOALL_BYTES,
     ALLTOALL_TIME,
     GENERATION_TOKENS,
@@ -27,8 +28,8 @@ from serving.vllm_metrics import (
     NUM_REQUESTS_RUNNING,
     PROMPT_TOKENS,
 )
-from workloads.client_metrics import ITL as CLIENT_ITL
-from workloads.client_metrics import TTFT as CLIENT_TTFT
+from zcube_lab.workloads.client_metrics import ITL as CLIENT_ITL
+from zcube_lab.workloads.client_metrics import TTFT as CLIENT_TTFT
 
 from .fabric_dashboard import UTILIZATION
 from .panels import (

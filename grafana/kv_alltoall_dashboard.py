@@ -4,7 +4,7 @@ end hosts' failover counters and the engines' step overrun."""
 
 from __future__ import annotations
 
-from serving.vllm_metrics import (
+from zcube_lab.serving.vllm_metrics import (
     ALLTOALL_BYTES,
     ALLTOALL_FAILURES,
     ALLTOALL_TIME,

@@ -8,7 +8,7 @@ failure windows (injected faults, links down) are annotations on every dashboard
 
 from __future__ import annotations
 
-from controller.port_metrics import LINK_UP
+from zcube_lab.controller.port_metrics import LINK_UP
 from zcube_lab.core.fault_schedule import ACTIVE_METRIC
 
 from .panels import RUN, Dashboard, Panel, Variable

@@ -3,7 +3,7 @@ KV cache), from the engines' vLLM-named metrics, the gateway's and the load gene
 
 from __future__ import annotations
 
-from serving.vllm_metrics import (
+from zcube_lab.serving.vllm_metrics import (
     E2E_REQUEST_LATENCY,
     GATEWAY_OUTSTANDING,
     GATEWAY_REQUESTS,
@@ -17,8 +17,8 @@ from serving.vllm_metrics import (
     REQUEST_SUCCESS,
     TIME_TO_FIRST_TOKEN,
 )
-from workloads.client_metrics import REQUESTS as CLIENT_REQUESTS
-from workloads.client_metrics import TTFT as CLIENT_TTFT
+from zcube_lab.workloads.client_metrics import REQUESTS as CLIENT_REQUESTS
+from zcube_lab.workloads.client_metrics import TTFT as CLIENT_TTFT
 
 from .panels import (
     CLIENT,

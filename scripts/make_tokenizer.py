@@ -1,8 +1,8 @@
 """Write a local Hugging Face tokenizer that counts tokens as the mock servers do.
 
 The mock engines count one token per word (`\\w+`) and one per other non-space character
-(serving/textgen.py). Load tools (GuideLLM, inference-perf, AIPerf, `vllm bench serve`) want a
-Hugging Face tokenizer to size synthetic prompts, and this machine cannot download one. This
+(zcube_lab/serving/textgen.py). Load tools (GuideLLM, inference-perf, AIPerf, `vllm bench serve`)
+want a Hugging Face tokenizer to size synthetic prompts, and this machine cannot download one. This
 script builds a word-level tokenizer with the same split: lower-cased words and single
 punctuation marks, one token each, over a vocabulary of the mock's output words, ASCII
 punctuation, the numbers 0-999, Faker's English word list when Faker is installed (GuideLLM's
@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 UNK = "[UNK]"
-# The mock's counting rule (serving.textgen), applied after lower-casing.
+# The mock's counting rule (zcube_lab.serving.textgen), applied after lower-casing.
 TOKEN_RE = r"\w+|[^\w\s]"
 
 
@@ -45,7 +45,7 @@ def faker_words() -> list[str]:
 def vocabulary(extra_texts: Iterable[str]) -> list[str]:
     """Every token the tokenizer knows, `[UNK]` first, each once, in a stable order."""
     sys.path.insert(0, str(ROOT))
-    from serving.textgen import VOCABULARY
+    from zcube_lab.serving.textgen import VOCABULARY
 
     words = [*VOCABULARY, *string.punctuation, *map(str, range(1000)), *faker_words()]
     for text in extra_texts:

@@ -20,11 +20,11 @@ from aiohttp import web
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
-from serving.decode import make_decode_app
-from serving.gateway import make_gateway_app
-from serving.prefill import make_prefill_app
 from zcube_lab.adapters.ports import free_port
+from zcube_lab.serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
+from zcube_lab.serving.decode import make_decode_app
+from zcube_lab.serving.gateway import make_gateway_app
+from zcube_lab.serving.prefill import make_prefill_app
 
 PATHS = ("/v1/completions", "/v1/chat/completions")
 ERROR_KEYS = {"message", "type", "param", "code"}

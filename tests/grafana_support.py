@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from serving.vllm_metrics import ALLTOALL_TIME
+from zcube_lab.serving.vllm_metrics import ALLTOALL_TIME
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAFANA = ROOT / "grafana"
@@ -95,11 +95,11 @@ def exported_metric_names() -> set[str]:
     histograms as `_bucket`, `_sum`, `_count`)."""
     from prometheus_client import CollectorRegistry
 
-    import controller.port_metrics as controller_metrics
-    import emulator.lab.health as health
+    import zcube_lab.controller.port_metrics as controller_metrics
     import zcube_lab.core.fault_schedule as faults
-    from serving.vllm_metrics import EngineMetrics, GatewayMetrics
-    from workloads.client_metrics import ClientMetrics
+    import zcube_lab.emulator.lab.health as health
+    from zcube_lab.serving.vllm_metrics import EngineMetrics, GatewayMetrics
+    from zcube_lab.workloads.client_metrics import ClientMetrics
 
     registry = CollectorRegistry()
     EngineMetrics(registry, "m", "0")
@@ -158,7 +158,7 @@ VLLM_DASHBOARD_VARIABLE = 'label_values({__name__=~"vllm:.*"}, model_name)'
 
 # Names that dashboard queries which the lab does not export, and why (docs/GRAFANA.md).
 # Every series vLLM's example dashboard reads is exported (the two renamed ones as duplicates
-# under vLLM's former names, see serving/vllm_metrics.py).
+# under vLLM's former names, see zcube_lab/serving/vllm_metrics.py).
 VLLM_DASHBOARD_NOT_EXPORTED: dict[str, str] = {}
 
 

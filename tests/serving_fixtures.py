@@ -17,11 +17,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
-from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
-from serving.decode import make_decode_app
-from serving.gateway import make_gateway_app
-from serving.prefill import make_prefill_app
 from zcube_lab.adapters.ports import free_port
+from zcube_lab.serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
+from zcube_lab.serving.decode import make_decode_app
+from zcube_lab.serving.gateway import make_gateway_app
+from zcube_lab.serving.prefill import make_prefill_app
 
 
 @dataclass
@@ -168,7 +168,7 @@ def threaded_apps(*factories: Callable[[list[str]], web.Application]) -> Iterato
         loop.close()
 
 
-_EP_FRAME = struct.Struct("!Q")  # serving.alltoall's answer header: a u64 length
+_EP_FRAME = struct.Struct("!Q")  # zcube_lab.serving.alltoall's answer header: a u64 length
 _EP_REQUEST = struct.Struct("!QQ")  # its request header: u64 length, u64 answer length
 
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.queues import HOST_QUEUE_PACKETS, QueueModel
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from emulator.cluster.lab import ClusterLab
-from emulator.cluster.remote import Machine, parse_machines, run_on
-from emulator.cluster.tunnel import TunnelMeasure, check_plan
-from emulator.lab.options import LabOptions
-from emulator.probes.kvprobe import kv_fidelity
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.addressing import WIRE_HERE
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.split import split_fabric
+from zcube_lab.emulator.cluster.lab import ClusterLab
+from zcube_lab.emulator.cluster.remote import Machine, parse_machines, run_on
+from zcube_lab.emulator.cluster.tunnel import TunnelMeasure, check_plan
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.probes.kvprobe import kv_fidelity
 
 pytestmark = pytest.mark.usefixtures("lab_available")
 
@@ -70,7 +70,7 @@ def _lab_traces(machine: Machine) -> dict[str, list[str]]:
         "mininet shells": ["pgrep", "-af", "mininet:"],
         "namespaces": ["ip", "netns", "list"],
         "state files": ["sh", "-c", "ls /tmp/zcube-lab/ 2>/dev/null | grep lab- || true"],
-        "probes": ["pgrep", "-af", "emulator.experiment"],
+        "probes": ["pgrep", "-af", "zcube_lab.emulator.experiment"],
         "tunnels": ["sh", "-c", "ip -o link show type vxlan | grep -v zpeer || true"],
     }.items():
         _code, text = run_on(machine, argv)
@@ -142,7 +142,7 @@ def test_a_short_run_over_two_machines(machines: list[Machine], tmp_path: Path) 
     addrs = ",".join(m.address for m in machines)
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "4",
+            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "4",
             "--machines", addrs, "--workload", "coding-agent", "--rate", "3",
             "--duration", "20", "--drain", "25", "--results", str(tmp_path),
         ],

@@ -1,8 +1,8 @@
 """The controller against a real Open vSwitch bridge: installed flows, groups and metrics.
 
 One userspace (`netdev`) bridge plays the ROFT default fabric's `leaf0`: it gets that switch's
-dpid and internal ports with the same OpenFlow numbers, connects to `python -m controller` on a
-free local port, and must end up holding exactly what `compute_rules` gives leaf0. Needs root
+dpid and internal ports with the same OpenFlow numbers, connects to `python -m zcube_lab.controller`
+on a free local port, and must end up holding exactly what `compute_rules` gives leaf0. Needs root
 and a running Open vSwitch; leaves no bridge, port or process behind.
 """
 
@@ -24,11 +24,11 @@ from typing import TypeVar
 
 import pytest
 
-from controller.ofctl import flow_lines, group_lines
-from controller.rules import compute_rules, port_peers
-from emulator.lab.ovsbridges import dump_bridge, rule_differences
+from zcube_lab.controller.ofctl import flow_lines, group_lines
+from zcube_lab.controller.rules import compute_rules, port_peers
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.lab.ovsbridges import dump_bridge, rule_differences
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +110,7 @@ def test_controller_installs_exactly_the_computed_rules_on_ovs(tmp_path: Path) -
         [
             sys.executable,
             "-m",
-            "controller",
+            "zcube_lab.controller",
             "--fabric-spec",
             SPEC.to_json(),
             "--policy",

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.hostnet import conflicts, read_host_network
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.addressing import MANAGEMENT_RANGE, MGMT_ROOT_IP, plan_networks
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE
+from zcube_lab.emulator.lab.hostnet import conflicts, read_host_network
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -29,8 +29,8 @@ import os, signal, sys
 from pathlib import Path
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
 lab = Lab(build_fabric(FabricSpec.of("zcube", n=2)), LabOptions(
     of_port=int(sys.argv[1]), metrics_port=int(sys.argv[2]), state_dir=Path(sys.argv[3]),
     management=True))
@@ -94,7 +94,7 @@ def test_next_bring_up_removes_what_a_killed_run_left(tmp_path: Path) -> None:
 def test_ctrl_c_during_bring_up_tears_everything_down(tmp_path: Path, sig: int) -> None:
     env = {**os.environ, "ZCUBE_LAB_STATE": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "zcube_cli", "up", "--fabric", "zcube", "--n", "8",
+        [sys.executable, "-m", "zcube_lab.cli", "up", "--fabric", "zcube", "--n", "8",
          "--of-port", str(free_port()), "--metrics-port", str(free_port())],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
@@ -139,7 +139,7 @@ def test_clean_removes_what_a_sigkilled_run_left_and_then_finds_nothing(tmp_path
     state_dir, results = tmp_path / "state", tmp_path / "results"
     env = {**os.environ, "ZCUBE_LAB_STATE": str(state_dir)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "2",
+        [sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
          "--gpus-per-server", "2", "--workload", "coding-agent", "--rate", "2", "--duration", "60",
          "--results", str(results)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -165,7 +165,7 @@ def test_clean_removes_what_a_sigkilled_run_left_and_then_finds_nothing(tmp_path
     assert _naming(str(run_dir)), "no process of the run (Prometheus, Locust) outlived it"
 
     done = subprocess.run(
-        [sys.executable, "-m", "zcube_cli", "clean"],
+        [sys.executable, "-m", "zcube_lab.cli", "clean"],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -181,7 +181,7 @@ def test_clean_removes_what_a_sigkilled_run_left_and_then_finds_nothing(tmp_path
     assert list(state_dir.glob("lab-*.json")) == []
 
     again = subprocess.run(
-        [sys.executable, "-m", "zcube_cli", "clean"],
+        [sys.executable, "-m", "zcube_lab.cli", "clean"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert again.returncode == 0 and again.stdout.startswith("nothing to remove"), again.stdout

@@ -30,7 +30,7 @@ def _run(results: Path, k: int) -> dict:
         stale.rename(stale.with_name("summary.spoiled.json"))
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "2",
+            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
             "--gpus-per-server", "2", "--workload", "coding-agent", "--rate", "1", "--seed", "1",
             "--duration", "15", "--drain", "20", "--dilation", str(k), "--results", str(out),
         ],

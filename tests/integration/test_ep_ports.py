@@ -17,10 +17,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulator.probes.epprobe import port_split
-from emulator.probes.hostprobe import running_lab
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.probes.epprobe import port_split
+from zcube_lab.emulator.probes.hostprobe import running_lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

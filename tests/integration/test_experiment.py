@@ -26,7 +26,7 @@ def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "compare",
+            sys.executable, "-m", "zcube_lab.cli", "compare",
             "--fabrics", "zcube,roft", "--repeat", "1",
             "--workload", "coding-agent", "--duration", "25", "--drain", "30",
             "--rate", "3", "--retries", "0", "--results", str(results),
@@ -132,8 +132,8 @@ def test_report_and_results_are_written(comparison: Path) -> None:
 
 def test_nothing_of_ours_remains(comparison: Path) -> None:
     assert _ours_running(str(comparison)) == []
-    assert _ours_running("serving.prefill") == []
-    assert _ours_running("serving.decode") == []
+    assert _ours_running("zcube_lab.serving.prefill") == []
+    assert _ours_running("zcube_lab.serving.decode") == []
     assert not Path(f"/sys/class/net/{MGMT_BRIDGE}").exists()
     bridges = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
     assert not {"a0", "b0", "leaf0", "spine0"} & set(bridges.split())
@@ -151,7 +151,7 @@ def _grafana_support():
 
 def _dashboard_problems(run_dir: Path, work: Path, alltoall: bool) -> list[str]:
     """Start Prometheus on a copy of the run's TSDB and evaluate every panel over the run."""
-    from emulator.prometheus.server import PrometheusServer
+    from zcube_lab.emulator.prometheus.server import PrometheusServer
 
     g = _grafana_support()
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -177,7 +177,7 @@ def ep_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("ep-results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run",
+            sys.executable, "-m", "zcube_lab.cli", "run",
             "--fabric", "zcube", "--n", "4", "--gpus-per-server", "4",
             "--prefill-servers", "2", "--ep-servers", "2",
             "--workload", "coding-agent", "--duration", "15", "--drain", "20",
@@ -200,7 +200,7 @@ def test_every_grafana_panel_returns_data_with_expert_parallelism(
 def test_vllm_dashboard_series_we_export_return_data(comparison: Path, tmp_path: Path) -> None:
     """vLLM's example dashboard (metric names in tests/grafana_support.py): each series it reads
     that we export has samples with a model_name label its variable can offer."""
-    from emulator.prometheus.server import PrometheusServer
+    from zcube_lab.emulator.prometheus.server import PrometheusServer
 
     g = _grafana_support()
     run = sorted(p.parent for p in comparison.glob("*/summary.json"))[0]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.files import file_spec
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -65,7 +65,7 @@ def test_a_short_comparison_with_a_file_fabric_beside_a_builtin(
     results = tmp_path_factory.mktemp("results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "compare",
+            sys.executable, "-m", "zcube_lab.cli", "compare",
             "--fabrics", f"zcube,file:{EXAMPLES / 'hpn-pod.yaml'}", "--repeat", "1",
             "--workload", "coding-agent", "--duration", "20", "--drain", "30",
             "--rate", "3", "--results", str(results),

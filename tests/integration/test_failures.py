@@ -1,8 +1,8 @@
 """Issue 6 acceptance: cut a fabric link that carries an active KV transfer, under each policy.
 
 A real ZCube (n=4) in Mininet on Open vSwitch, routed by our os-ken controller; a real KV server
-(serving.kvwire) on the prefill host h0 and a real pull from the decode host h5, over both NIC
-ports as decode does. h5 pulls h0's port-1 address from its port 2, across B1 > A0; once bytes
+(zcube_lab.serving.kvwire) on the prefill host h0 and a real pull from the decode host h5, over both
+NIC ports as decode does. h5 pulls h0's port-1 address from its port 2, across B1 > A0; once bytes
 are flowing on that path, the real `FaultInjector` cuts link a0-b1 for the rest of the test.
 
 - ff (fast-failover detours), recompute (controller reroutes) and spray (retire the stalled
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.probes.cutprobe import CutResult, cut_during_pull
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.probes.cutprobe import CutResult, cut_during_pull
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -117,7 +117,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("fault-results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run",
+            sys.executable, "-m", "zcube_lab.cli", "run",
             "--fabric", "zcube", "--n", "4", "--gpus-per-server", "4",
             "--workload", "coding-agent", "--duration", "16", "--drain", "30", "--rate", "3",
             "--policy", "ff", "--fail", "link a0-b1 at 4s for 6s",
@@ -157,7 +157,7 @@ def test_the_fault_shows_in_prometheus_for_grafana(fault_run: Path, tmp_path: Pa
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import grafana_support as g
 
-    from emulator.prometheus.server import PrometheusServer
+    from zcube_lab.emulator.prometheus.server import PrometheusServer
 
     summary = json.loads((fault_run / "summary.json").read_text())
     start, end = g.run_window(fault_run)
@@ -171,8 +171,8 @@ def test_the_fault_shows_in_prometheus_for_grafana(fault_run: Path, tmp_path: Pa
 
 
 def test_the_comparison_report_shows_fault_rows(fault_run: Path, tmp_path: Path) -> None:
-    from emulator.results.compare.report import write_report
-    from emulator.results.run.summary import RunSummary
+    from zcube_lab.emulator.results.compare.report import write_report
+    from zcube_lab.emulator.results.run.summary import RunSummary
 
     page = write_report([RunSummary.read(fault_run)], tmp_path, "zcube/ff", {})
     text = page.read_text()

@@ -3,8 +3,8 @@ health verdict tells a run it cannot trust from one it can, and the all-to-all f
 exchange's, not the engine step's.
 
 - One mid-size KV pull per fabric, uncontended, takes bytes / path rate within 10% once the
-  fixed cost (a tiny pull's median) is taken off (`emulator.probes.kvprobe`, the library of
-  `bench/kv_fidelity.py`).
+  fixed cost (a tiny pull's median) is taken off (`zcube_lab.emulator.probes.kvprobe`, the library
+  of `bench/kv_fidelity.py`).
 - A run whose links cannot hold what crosses them (queues of two packets at every switch port
   and host NIC port: every KV pull's initial windows overflow them) is marked not trustworthy,
   with a reason that names a host or an interface. A tiny `--nic-mbps` would not do: every byte
@@ -14,7 +14,7 @@ exchange's, not the engine step's.
   connections opened for each pull leave theirs in TIME-WAIT, four per pull.
 - A clean short run at a low rate is trustworthy.
 - Engine steps whose compute and exchange differ by 10x, both ways: the all-to-all histogram
-  and log follow the exchange, the step histogram the step (`emulator.probes.epprobe`).
+  and log follow the exchange, the step histogram the step (`zcube_lab.emulator.probes.epprobe`).
 About 4 minutes: two labs and two short runs.
 """
 
@@ -31,21 +31,22 @@ from pathlib import Path
 import pytest
 from conftest import run_trusted
 
-from emulator.experiment.comparison import fabric_specs
-from emulator.probes.epprobe import EP_GROUP, ep_steps
-from emulator.probes.hostprobe import running_lab
-from emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, kv_fidelity, kv_socket_counts
-from serving.vllm_metrics import ALLTOALL_TIME, EP_STEP_TIME
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.stats import mean
+from zcube_lab.emulator.experiment.comparison import fabric_specs
+from zcube_lab.emulator.probes.epprobe import EP_GROUP, ep_steps
+from zcube_lab.emulator.probes.hostprobe import running_lab
+from zcube_lab.emulator.probes.kvprobe import KV_PAIRS, KV_TOLERANCE, kv_fidelity, kv_socket_counts
+from zcube_lab.serving.vllm_metrics import ALLTOALL_TIME, EP_STEP_TIME
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
 MID_SIZE = 3_000_000
 # A network reason of the verdict: where (a host `h3`, an interface `h3-eth0` or `leaf0-eth2`,
-# a CPU's input queue `cpu1`, or ovs-vswitchd), then what (emulator.verdict.network: TCP timeouts
-# and SYN retransmits, drops, shaping that did not hold, a held backlog, the datapath's losses).
+# a CPU's input queue `cpu1`, or ovs-vswitchd), then what (zcube_lab.emulator.verdict.network: TCP
+# timeouts and SYN retransmits, drops, shaping that did not hold, a held backlog, the datapath's
+# losses).
 NETWORK_REASON = re.compile(
     r"^(?:h\d+|cpu\d+|[\w.]+-eth\d+|ovs-vswitchd): .*(?:TCP retransmission timeout|SYN retransmit"
     r"|dropped|held a backlog|above its|send error)"
@@ -125,7 +126,7 @@ def test_a_kv_pull_on_roft_takes_bytes_over_the_path_rate(tmp_path: Path) -> Non
 def _run(results: Path, *extra: str) -> dict:
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run",
+            sys.executable, "-m", "zcube_lab.cli", "run",
             "--workload", "coding-agent", "--results", str(results), *extra,
         ],
         capture_output=True, text=True, timeout=300, check=False,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.prometheus.config import scrape_config
-from emulator.prometheus.server import PrometheusError, PrometheusServer
 from zcube_lab.adapters.ports import free_port, port_free
+from zcube_lab.emulator.prometheus.config import scrape_config
+from zcube_lab.emulator.prometheus.server import PrometheusError, PrometheusServer
 
 pytestmark = pytest.mark.integration
 

@@ -52,7 +52,7 @@ def test_up_serve_stays_up_with_traffic_then_tears_down(tmp_path: Path) -> None:
     log = (tmp_path / "up.log").open("w")
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "zcube_cli", "up", "--fabric", "zcube",
+            sys.executable, "-m", "zcube_lab.cli", "up", "--fabric", "zcube",
             "--n", "2", "--gpus-per-server", "2", "--serve", "--rate", "2",
             "--prometheus-port", str(prom_port), "--locust-port", str(locust_port),
             "--results", str(tmp_path / "results"),

@@ -1,7 +1,7 @@
 """`--kv-warm` in a real lab: every decode engine opens its KV connections to every prefill
-address before the load (serving.kvwire.warm), so the first pull between a decode and a prefill
-takes kept connections instead of sending SYNs through the fabric. Without it that first pull
-opens one connection per lane (4 on ZCube: 2 addresses x 2 streams), which the 64-GPU sweeps
+address before the load (zcube_lab.serving.kvwire.warm), so the first pull between a decode and a
+prefill takes kept connections instead of sending SYNs through the fabric. Without it that first
+pull opens one connection per lane (4 on ZCube: 2 addresses x 2 streams), which the 64-GPU sweeps
 saw as about 770 pulls of 3,840 opening connections, and dilated runs as SYNs retransmitted
 behind paused queues (docs/DOMAIN.md §4). One ZCube n=2 run, about a minute."""
 
@@ -25,7 +25,7 @@ def _run(results: Path) -> dict:
         stale.rename(stale.with_name("summary.spoiled.json"))
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--n", "2",
+            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--n", "2",
             "--gpus-per-server", "2", "--workload", "coding-agent", "--rate", "2", "--seed", "1",
             "--duration", "10",
             "--drain", "20", "--kv-warm", str(WARM), "--results", str(results),

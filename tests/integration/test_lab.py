@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.measure import group_bucket_packets, iperf3, port_tx_bytes
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.linkplan import offload_settings
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab.measure import group_bucket_packets, iperf3, port_tx_bytes
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -101,7 +101,7 @@ def _root(*argv: str) -> str:
 
 
 def test_every_interface_is_shaped_and_set_as_planned(lab: Lab) -> None:
-    """The batch scripts (emulator.lab.links) left HTB at the link's rate with the queue
+    """The batch scripts (zcube_lab.emulator.lab.links) left HTB at the link's rate with the queue
     model's FIFO under it on every switch port and on one host's ports, the MTU, the link up,
     and the offloads of the lab's datapath."""
     f = lab.fabric

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.run.figures import read_jsonl
-from emulator.results.run.goodput import goodput, parse_slo, vllm_goodput
 from zcube_lab.core.stats import quantile, quantile_ranks
+from zcube_lab.emulator.results.run.figures import read_jsonl
+from zcube_lab.emulator.results.run.goodput import goodput, parse_slo, vllm_goodput
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -29,7 +29,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("results")
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "sweep",
+            sys.executable, "-m", "zcube_lab.cli", "sweep",
             "--fabrics", "roft", "--rates", ",".join(f"{r:g}" for r in RATES), "--repeat", "1",
             "--workload", "coding-agent", "--length-scale", "0.5",
             "--duration", f"{DURATION_S:g}", "--drain", "30",

@@ -1,5 +1,5 @@
-"""The lossless mode (`--lossless`, emulator.lab.lossless) on a real fabric: a 4-GPU ZCube in
-Mininet, switch queues of 8 frames. Two senders (h2 through b0, h3 through b1) incast into h0's
+"""The lossless mode (`--lossless`, zcube_lab.emulator.lab.lossless) on a real fabric: a 4-GPU ZCube
+in Mininet, switch queues of 8 frames. Two senders (h2 through b0, h3 through b1) incast into h0's
 port on a0 for a few seconds: without the mode a0's port to h0 drops; with it no port drops,
 the links into a0 (b0's and b1's ports) record pauses, and a victim flow from h2 to the idle
 h1 (through b0 -> a0, the link the incast shares) is slower than with the incast off: it waits
@@ -20,15 +20,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from emulator.lab.lossless import AgentReport
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
-from emulator.results.lossless.victimlogs import read_episodes
-from emulator.results.lossless.victims import Transfer, account
-from emulator.verdict.limits import Limits
-from emulator.verdict.netstats import parse_qdiscs, root_qdiscs
-from emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network
-from serving.trafficclass import EP, KV, tos_byte
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.adapters.procs import pid_alive
 from zcube_lab.core.fabric.builders import build_fabric
@@ -36,6 +27,15 @@ from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.pauseepisodes import EPISODES_FILE, raiser
 from zcube_lab.core.fabric.queues import QueueModel
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab.lossless import AgentReport
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.results.lossless.victimlogs import read_episodes
+from zcube_lab.emulator.results.lossless.victims import Transfer, account
+from zcube_lab.emulator.verdict.limits import Limits
+from zcube_lab.emulator.verdict.netstats import parse_qdiscs, root_qdiscs
+from zcube_lab.emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network
+from zcube_lab.serving.trafficclass import EP, KV, tos_byte
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -79,7 +79,8 @@ def flows(
     classes: list[str] | None = None,
 ) -> list[float]:
     """TCP goodput in Mb/s of each (src, dst host, dst interface), all at once (iperf3); with
-    `classes`, each flow's packets carry that traffic class's DSCP (serving.trafficclass)."""
+    `classes`, each flow's packets carry that traffic class's DSCP
+    (zcube_lab.serving.trafficclass)."""
     servers, clients = [], []
     for n, (_src, dst, i) in enumerate(pairs):
         argv = ["iperf3", "-s", "-1", "-p", str(5301 + n), "-B", address(lab, dst, i)]

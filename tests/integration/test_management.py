@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import hostnet
-from emulator.lab.hostnet import parse_resolvers, read_host_network
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
-from emulator.lab.system import LabError
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.addressing import MGMT_PREFIX_LEN, MGMT_ROOT_IP
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE
+from zcube_lab.emulator.lab import hostnet
+from zcube_lab.emulator.lab.hostnet import parse_resolvers, read_host_network
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.lab.system import LabError
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 

@@ -2,7 +2,7 @@
 
 Mininet on Open vSwitch, our controller with ECMP and the EV rules (`--ev-rules`: bits of the
 UDP source port pick every next hop), a real KV server on h0 (TCP and MRC) and a real pull from
-h5 over both planes (`emulator.probes.cutprobe`, `transport="mrc"`).
+h5 over both planes (`zcube_lab.emulator.probes.cutprobe`, `transport="mrc"`).
 
 - cut: once bytes flow, the busiest switch-to-switch link is cut for the rest of the pull; the
   pull completes with every byte and the checksum verified, every EV whose path crosses the cut
@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 from conftest import run_trusted
 
-from emulator.probes.cutprobe import cut_during_pull
-from serving.kvwire.paths import pick_source
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec, Link
 from zcube_lab.core.fabric.evpaths import ev_path, ev_ports
 from zcube_lab.core.fabric.hostplan import egress_interface, kv_source_map
+from zcube_lab.emulator.probes.cutprobe import cut_during_pull
+from zcube_lab.serving.kvwire.paths import pick_source
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -152,7 +152,7 @@ def _mrc_run(
     """
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run", "--fabric", fabric,
+            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", fabric,
             *(extra or ["--n", "2", "--gpus-per-server", "2", "--workload", "coding-agent",
                         "--rate", "1"]),
             "--duration", "15", "--drain", "20",

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import ovs, ovsbridges
-from emulator.lab.health import HealthSampler
-from emulator.lab.measure import iperf3, port_tx_bytes
-from emulator.lab.network import Lab
-from emulator.lab.options import LabOptions
-from emulator.lab.state import remove_stale_state
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab import ovs, ovsbridges
+from zcube_lab.emulator.lab.health import HealthSampler
+from zcube_lab.emulator.lab.measure import iperf3, port_tx_bytes
+from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.lab.state import remove_stale_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -94,7 +94,7 @@ def test_traffic_crosses_instances_at_the_link_rate(lab: Lab) -> None:
 
 
 def test_the_health_sampler_and_doctor_see_every_instance(lab: Lab) -> None:
-    from emulator.lab.doctor import gather, judge_ovs_instances
+    from zcube_lab.emulator.lab.doctor import gather, judge_ovs_instances
 
     sampler = HealthSampler()
     mine = {inst.pids()["ovs-vswitchd"] for inst in lab.ovs_instances}

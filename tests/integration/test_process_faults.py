@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import ovs, ovsbridges
-from emulator.lab.procfaults import VSWITCHD_PID
+from zcube_lab.emulator.lab import ovs, ovsbridges
+from zcube_lab.emulator.lab.procfaults import VSWITCHD_PID
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("lab_available")]
 
@@ -50,7 +50,7 @@ def _run(
     t0 = time.monotonic()
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run",
+            sys.executable, "-m", "zcube_lab.cli", "run",
             "--fabric", "zcube", "--n", "2", "--gpus-per-server", "2",
             "--workload", workload, "--duration", "18", "--drain", "30", "--rate", "3",
             "--policy", policy, "--fail", fail, *extra,

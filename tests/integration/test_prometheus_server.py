@@ -14,9 +14,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from emulator.prometheus.config import scrape_config
-from emulator.prometheus.server import PROMETHEUS_BINARY, PrometheusError, PrometheusServer
 from zcube_lab.adapters.ports import free_port
+from zcube_lab.emulator.prometheus.config import scrape_config
+from zcube_lab.emulator.prometheus.server import (
+    PROMETHEUS_BINARY,
+    PrometheusError,
+    PrometheusServer,
+)
 
 pytestmark = [
     pytest.mark.integration,

@@ -22,7 +22,7 @@ def _run(results: Path) -> dict:
         stale.rename(stale.with_name("summary.spoiled.json"))
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "run", "--fabric", "zcube", "--gpus-per-server",
+            sys.executable, "-m", "zcube_lab.cli", "run", "--fabric", "zcube", "--gpus-per-server",
             "2", "--workload", "kv-heavy", "--rate", "4", "--seed", "1", "--duration", "15",
             "--results", str(results),
         ],
@@ -49,7 +49,7 @@ def test_a_replay_at_the_runs_own_scale_gives_its_kv_pull_times(tmp_path: Path) 
     assert sum('"cls": "kv"' in ln for ln in lines[1:]) == pulls > 10
     done = subprocess.run(
         [
-            sys.executable, "-m", "zcube_cli", "replay", str(run_dir), "--resolution", "run",
+            sys.executable, "-m", "zcube_lab.cli", "replay", str(run_dir), "--resolution", "run",
             "--classes", "kv", "--results", str(tmp_path / "replay"),
         ],
         capture_output=True, text=True, timeout=600, check=False,

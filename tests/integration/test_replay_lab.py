@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.replay.driver import Threshold, replay, slowest_port_gbps
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.scaledown import scaled_sizes
 from zcube_lab.core.replay.synthetic import incast
 from zcube_lab.core.replay.timescale import derive
+from zcube_lab.emulator.replay.driver import Threshold, replay, slowest_port_gbps
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -58,7 +58,7 @@ def test_an_incast_completes_near_line_rate_and_pauses_only_when_xoff_is_small(
 
 def test_an_interrupted_replay_tears_the_lab_down(lab_available, tmp_path):
     cmd = [
-        sys.executable, "-m", "zcube_cli", "replay", "--incast", "7", "--bytes", "2e9",
+        sys.executable, "-m", "zcube_lab.cli", "replay", "--incast", "7", "--bytes", "2e9",
         "--fabrics", "zcube", "--resolution", "fine", "--results", str(tmp_path),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -81,7 +81,7 @@ def test_an_interrupted_replay_tears_the_lab_down(lab_available, tmp_path):
     assert not [b for b in bridges if b[:1] in ("a", "b") and b[1:].isdigit()], bridges
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     agents = subprocess.run(
-        ["pgrep", "-f", "emulator.replay.agent"], capture_output=True, text=True
+        ["pgrep", "-f", "zcube_lab.emulator.replay.agent"], capture_output=True, text=True
     ).stdout
     assert agents.strip() == "", agents
     assert "zcl" not in netns

@@ -1,7 +1,7 @@
 """A local PD cluster as real processes on loopback: openai SDK, concurrency, metrics, faults.
 
-Needs no root: every role is `python -m serving.<role>` in its own process group, KV served on
-127.0.0.1 and 127.0.0.2 (two "NIC ports"); fixtures stop every group in `finally`.
+Needs no root: every role is `python -m zcube_lab.serving.<role>` in its own process group, KV
+served on 127.0.0.1 and 127.0.0.2 (two "NIC ports"); fixtures stop every group in `finally`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import aiohttp
 import openai
 import pytest
 
-from serving.cluster import ClusterSpec, LocalCluster
-from serving.models import get_profile, prefill_step_seconds
 from zcube_lab.adapters.ports import free_port
+from zcube_lab.serving.cluster import ClusterSpec, LocalCluster
+from zcube_lab.serving.models import get_profile, prefill_step_seconds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import metric_sum
@@ -195,7 +195,7 @@ def test_prefill_gone_is_a_502_not_a_hang(tmp_path: Path) -> None:
 
 def test_zcube_lab_serve_local_runs_and_stops(tmp_path: Path) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "zcube_cli", "serve", "--local", "--port", str(port)]
+    argv = [sys.executable, "-m", "zcube_lab.cli", "serve", "--local", "--port", str(port)]
     argv += ["--log-dir", str(tmp_path)]
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -232,8 +232,8 @@ def test_expert_parallel_instances_exchange_bytes_with_ep_workers(tmp_path: Path
         d = _scrape(c.decode_urls[0])
         p = _scrape(c.prefill_urls[0])
 
-    # per peer, as DeepEP sends it (serving.eptraffic): a token reaches the peer's node with
-    # probability 1 - (4/8)(3/7) = 11/14 (tiny: 8 experts, 4 per node, top-2); dispatch 264
+    # per peer, as DeepEP sends it (zcube_lab.serving.eptraffic): a token reaches the peer's node
+    # with probability 1 - (4/8)(3/7) = 11/14 (tiny: 8 experts, 4 per node, top-2); dispatch 264
     # bytes (256 FP8 + 2 scales), combine 512 (BF16), over the 2 MoE layers in one frame
     def moved(tokens: int) -> int:
         share = 2 * tokens * 11 / 14

@@ -1,13 +1,13 @@
 """A load sweep against a capacity known in advance: the sweep loop (`run_sweep`: the stop
 rule, each run's point, goodput, the SLO verdict) and the capacity rule
-(`emulator.results.sweep.capacity`) on a loopback serving cluster whose prefill has a fixed service
-time, so the knee follows from queueing arithmetic.
+(`zcube_lab.emulator.results.sweep.capacity`) on a loopback serving cluster whose prefill has a
+fixed service time, so the knee follows from queueing arithmetic.
 
-The cluster (`serving.cluster.LocalCluster`, real processes on loopback, no Mininet, no root):
-one prefill with `--token-budget P` and `--dilation K`, so that every prompt, all exactly P
+The cluster (`zcube_lab.serving.cluster.LocalCluster`, real processes on loopback, no Mininet, no
+root): one prefill with `--token-budget P` and `--dilation K`, so that every prompt, all exactly P
 tokens, is prefilled alone in one step of D = K x (overhead + P / prefill_tokens_per_s) seconds
-(`serving.models.prefill_step_seconds`, the tiny model: K = 4, P = 4,800 gives D = 0.2 s); one
-decode, a handful of output tokens, KV bytes scaled down so neither decode nor the transfer is
+(`zcube_lab.serving.models.prefill_step_seconds`, the tiny model: K = 4, P = 4,800 gives D = 0.2 s);
+one decode, a handful of output tokens, KV bytes scaled down so neither decode nor the transfer is
 ever the bottleneck. Each run is real Locust with the lab's own argv (`RunPlan.locust_argv`)
 sending fixed arrivals at the rung's rate for T seconds.
 
@@ -41,18 +41,23 @@ from typing import Any
 
 import pytest
 
-from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_variants
-from emulator.experiment.launcher import RunResult
-from emulator.experiment.plan import RunConfig, plan_run
-from emulator.experiment.sweep import plan_sweep, run_sweep
-from emulator.results.run.figures import client_summary, read_jsonl
-from emulator.results.run.goodput import parse_slo
-from emulator.results.run.summary import FabricStats, RunSummary, ServerFigures, Utilization
-from emulator.results.sweep.sweeppoints import max_rates
-from emulator.verdict.judge import HealthVerdict
-from serving.cluster import ClusterSpec, LocalCluster
-from serving.models import get_profile, prefill_step_seconds
 from zcube_lab.adapters.ports import free_port
+from zcube_lab.emulator.experiment.comparison import PlannedRun, fabric_specs, plan_variants
+from zcube_lab.emulator.experiment.launcher import RunResult
+from zcube_lab.emulator.experiment.plan import RunConfig, plan_run
+from zcube_lab.emulator.experiment.sweep import plan_sweep, run_sweep
+from zcube_lab.emulator.results.run.figures import client_summary, read_jsonl
+from zcube_lab.emulator.results.run.goodput import parse_slo
+from zcube_lab.emulator.results.run.summary import (
+    FabricStats,
+    RunSummary,
+    ServerFigures,
+    Utilization,
+)
+from zcube_lab.emulator.results.sweep.sweeppoints import max_rates
+from zcube_lab.emulator.verdict.judge import HealthVerdict
+from zcube_lab.serving.cluster import ClusterSpec, LocalCluster
+from zcube_lab.serving.models import get_profile, prefill_step_seconds
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

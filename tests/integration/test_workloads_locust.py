@@ -2,7 +2,7 @@
 bad option failing before any request, SIGTERM ending a run with every request accounted, and
 a distributed run (a master, two workers each sending its shard of the plan) merged back.
 
-Needs no root: the cluster is `serving.cluster.LocalCluster` (gateway, prefill, decode as
+Needs no root: the cluster is `zcube_lab.serving.cluster.LocalCluster` (gateway, prefill, decode as
 processes on loopback) and Locust a subprocess in its own process group; both are stopped in
 `finally`, and the test checks nothing of theirs is left.
 """
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.plan import RunConfig, plan_run
-from serving.cluster import ClusterSpec, LocalCluster
-from workloads.shards import merge_shard_files, shard_files
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.experiment.plan import RunConfig, plan_run
+from zcube_lab.serving.cluster import ClusterSpec, LocalCluster
+from zcube_lab.workloads.shards import merge_shard_files, shard_files
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_locust_headless_open_loop_against_the_gateway(gateway: str, tmp_path: P
     cmd = [
         str(LOCUST),
         "-f",
-        str(ROOT / "workloads" / "locustfile.py"),
+        str(ROOT / "zcube_lab" / "workloads" / "locustfile.py"),
         "--headless",
         "--host",
         gateway,
@@ -170,7 +170,7 @@ def test_bad_option_fails_before_any_request(tmp_path: Path) -> None:
     cmd = [
         str(LOCUST),
         "-f",
-        str(ROOT / "workloads" / "locustfile.py"),
+        str(ROOT / "zcube_lab" / "workloads" / "locustfile.py"),
         "--headless",
         "--host",
         "http://127.0.0.1:9",
@@ -192,7 +192,15 @@ def test_bad_option_fails_before_any_request(tmp_path: Path) -> None:
 def test_sigterm_ends_the_run_and_accounts_for_every_request(tmp_path: Path) -> None:
     port = free_port()
     stub = subprocess.Popen(
-        [sys.executable, "-m", "workloads.stubserver", "--port", str(port), "--ttft", "2"],
+        [
+            sys.executable,
+            "-m",
+            "zcube_lab.workloads.stubserver",
+            "--port",
+            str(port),
+            "--ttft",
+            "2",
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -207,7 +215,7 @@ def test_sigterm_ends_the_run_and_accounts_for_every_request(tmp_path: Path) -> 
         cmd = [
             str(LOCUST),
             "-f",
-            str(ROOT / "workloads" / "locustfile.py"),
+            str(ROOT / "zcube_lab" / "workloads" / "locustfile.py"),
             "--headless",
             "--host",
             f"http://127.0.0.1:{port}",
@@ -259,7 +267,15 @@ def test_distributed_open_loop_sends_each_shard_once(tmp_path: Path) -> None:
     merged records are the whole plan."""
     port, master_port = free_port(), free_port()
     stub = subprocess.Popen(
-        [sys.executable, "-m", "workloads.stubserver", "--port", str(port), "--ttft", "0.05"],
+        [
+            sys.executable,
+            "-m",
+            "zcube_lab.workloads.stubserver",
+            "--port",
+            str(port),
+            "--ttft",
+            "0.05",
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from serving.alltoall import AllToAll, exchange_log
-from serving.config import Address
-from serving.engine_step import run_step
-from serving.eptraffic import Frame, StepExchange, single_frame
-from serving.vllm_metrics import ALLTOALL_BUCKETS, EngineMetrics
+from zcube_lab.serving.alltoall import AllToAll, exchange_log
+from zcube_lab.serving.config import Address
+from zcube_lab.serving.engine_step import run_step
+from zcube_lab.serving.eptraffic import Frame, StepExchange, single_frame
+from zcube_lab.serving.vllm_metrics import ALLTOALL_BUCKETS, EngineMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import delayed_ep_peer, metric_sum, registry_text

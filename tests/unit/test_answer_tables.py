@@ -41,8 +41,8 @@ from bench.answer_tables import (  # noqa: E402
 )
 from bench.map_data import MAP  # noqa: E402
 from bench.map_tables import RESULTS, blocks  # noqa: E402
-from emulator.results.sweep.capacity import capacity  # noqa: E402
-from emulator.results.sweep.sweeppoints import RunPoint  # noqa: E402
+from zcube_lab.emulator.results.sweep.capacity import capacity  # noqa: E402
+from zcube_lab.emulator.results.sweep.sweeppoints import RunPoint  # noqa: E402
 
 DOCS = ROOT / "docs"
 

@@ -1,6 +1,7 @@
-"""The BMWG draft's KPIs one run measured (emulator.results.ietf.bmwg, emulator.results.ietf.kpis),
-under the draft's names: computed, left out without a figure, in summary.json and back, and in
-report.html's table (emulator.results.ietf.kpitable)."""
+"""The BMWG draft's KPIs one run measured (zcube_lab.emulator.results.ietf.bmwg,
+zcube_lab.emulator.results.ietf.kpis), under the draft's names: computed, left out without a figure,
+in summary.json and back, and in
+report.html's table (zcube_lab.emulator.results.ietf.kpitable)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.ietf.bmwg import run_kpis
-from emulator.results.ietf.kpis import KPIS, DraftKpis, KvBandwidth, PerGpu, Quantiles
-from emulator.results.ietf.kpitable import kpi_rows, kpi_section
-from emulator.results.run.summary import LosslessFigures, PortPauses, RunSummary, TransferFigures
-from emulator.verdict.netstats import QueueFigures, TcpCounters
+from zcube_lab.emulator.results.ietf.bmwg import run_kpis
+from zcube_lab.emulator.results.ietf.kpis import KPIS, DraftKpis, KvBandwidth, PerGpu, Quantiles
+from zcube_lab.emulator.results.ietf.kpitable import kpi_rows, kpi_section
+from zcube_lab.emulator.results.run.summary import (
+    LosslessFigures,
+    PortPauses,
+    RunSummary,
+    TransferFigures,
+)
+from zcube_lab.emulator.verdict.netstats import QueueFigures, TcpCounters
 
 DATA = Path(__file__).parent / "data"
 NAMES = {k.name for k in KPIS}

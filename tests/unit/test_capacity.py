@@ -1,4 +1,5 @@
-"""The capacity rule (emulator.results.sweep.capacity): a repeat's walk up the ladder, censoring,
+"""The capacity rule (zcube_lab.emulator.results.sweep.capacity): a repeat's walk up the ladder,
+censoring,
 the median over repeats with its interval, and ratios as numbers or bounds."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from emulator.results.sweep.capacity import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.results.sweep.capacity import (
     Capacity,
     Ratio,
     capacity,
@@ -20,7 +22,6 @@ from emulator.results.sweep.capacity import (
     refines_needed,
     repeat_capacity,
 )
-from zcube_lab.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

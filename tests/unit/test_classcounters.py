@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from serving.trafficclass import DSCP
 from zcube_lab.core.fabric.classcounters import (
     PRIO_BASE,
     SINK,
@@ -19,6 +18,7 @@ from zcube_lab.core.fabric.classcounters import (
     sink_lines,
 )
 from zcube_lab.core.fabric.queues import HTB_CLASS
+from zcube_lab.serving.trafficclass import DSCP
 
 DATA = Path(__file__).parent / "data" / "tc-filter-counters.json"
 
@@ -43,10 +43,10 @@ def test_counters_read_back_per_class() -> None:
 
 
 def test_the_counted_ports_are_the_ones_the_agent_watches() -> None:
-    from emulator.lab.classcounterproc import counted_ports
     from zcube_lab.core.fabric.builders import build_fabric
     from zcube_lab.core.fabric.description import FabricSpec
     from zcube_lab.core.fabric.lossless import feeders
+    from zcube_lab.emulator.lab.classcounterproc import counted_ports
 
     fabric = build_fabric(FabricSpec.of("zcube", n=2))
     ports = counted_ports(fabric)

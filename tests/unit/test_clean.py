@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import state
-from emulator.lab.state import LabState, netns_names, remove_stale_state, stale_namespaces
-from emulator.lab.system import LabError
-from zcube_cli import main
-from zcube_cli.commands import clean
+from zcube_lab.cli import main
+from zcube_lab.cli.commands import clean
+from zcube_lab.emulator.lab import state
+from zcube_lab.emulator.lab.state import LabState, netns_names, remove_stale_state, stale_namespaces
+from zcube_lab.emulator.lab.system import LabError
 
 
 def _dead_pid() -> int:
@@ -119,3 +119,11 @@ def test_peer_running_reads_the_pidfile(tmp_path: Path) -> None:
     assert clean.peer_running(pidfile) == os.getpid()
     pidfile.write_text(f"{_dead_pid()}\n")
     assert clean.peer_running(pidfile) is None
+
+
+def test_the_peer_script_is_the_repositorys() -> None:
+    """`clean --peer` stops scripts/peer.sh of this checkout (it pointed one folder above the
+    checkout while the CLI was a top-level package)."""
+    repo = Path(__file__).resolve().parents[2]
+    assert repo / "scripts" / "peer.sh" == clean.PEER_SCRIPT
+    assert clean.PEER_SCRIPT.is_file()

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from zcube_cli import COMMANDS, build_parser
+from zcube_lab.cli import COMMANDS, build_parser
 
 # A default statement: "(default ...", "; default ...", ", default ..." (not "default or ...").
 DEFAULT = re.compile(r"[(;,]\s*default\b")
@@ -92,7 +92,7 @@ def test_slo_help_says_which_percentile_a_bare_target_is() -> None:
 
 
 def _specs(*argv: str) -> dict[str, dict[str, object]]:
-    from zcube_cli.commands.compare import variants_from_args
+    from zcube_lab.cli.commands.compare import variants_from_args
 
     _kinds, specs, _variants, _baseline = variants_from_args(build_parser().parse_args(argv))
     return {kind: dict(spec.params) for kind, spec in specs.items()}

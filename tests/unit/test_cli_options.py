@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.runconfig import RunConfig
-from serving.cluster import ClusterSpec
-from workloads.profiles import load_profile
-from zcube_cli import build_parser, main
+from zcube_lab.cli import build_parser, main
 from zcube_lab.core.options import flag_names
+from zcube_lab.emulator.experiment.runconfig import RunConfig
+from zcube_lab.serving.cluster import ClusterSpec
+from zcube_lab.workloads.profiles import load_profile
 
-CLI = Path(__file__).resolve().parents[2] / "zcube_cli"
+CLI = Path(__file__).resolve().parents[2] / "zcube_lab" / "cli"
 # Flags a command declares by hand that share a field's flag but mean something else there.
 OWN_MEANING = {
     ("fabric.py", "--workload"): "repeatable: one structure table per profile",
@@ -27,7 +27,7 @@ OWN_MEANING = {
 
 
 def _hand_flags() -> set[tuple[str, str]]:
-    """(file, flag) of every `add_argument("--flag", ...)` written in zcube_cli."""
+    """(file, flag) of every `add_argument("--flag", ...)` written in zcube_lab.cli."""
     out = set()
     for path in CLI.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -88,8 +88,8 @@ def test_one_fabric_commands_take_the_size_compare_takes(command: str) -> None:
     """`--gpus N` on every command that builds a fabric, sized by the structure-keeping rule by
     default as `compare` sizes it (run, up and fabric built 4 GPUs a server at n=4 before); the
     old sizes by explicit options."""
-    from zcube_cli.commands.compare import variants_from_args
-    from zcube_cli.fabric_options import spec_from_args
+    from zcube_lab.cli.commands.compare import variants_from_args
+    from zcube_lab.cli.fabric_options import spec_from_args
     from zcube_lab.core.errors import ConfigError
 
     parser = _sub(command)

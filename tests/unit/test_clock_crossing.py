@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("zcube_lab", "zcube_cli", "controller", "emulator", "serving", "workloads", "bench")
+PACKAGES = ("zcube_lab", "zcube_lab.cli", "controller", "emulator", "serving", "workloads", "bench")
 CLOCK = Path("zcube_lab/core/clock.py")
 # Modules allowed to convert by hand: the clock itself and nothing else.
 ALLOWED = frozenset({CLOCK})
@@ -234,7 +234,7 @@ def test_the_check_catches_a_crossing_by_any_name() -> None:
         "x = t / dilation",
         "x = t // s['dilation']",
         "x = 1\nx /= self.dilation",
-        # An alias of the run's dilation (emulator/experiment/sweep.py's estimate).
+        # An alias of the run's dilation (zcube_lab/emulator/experiment/sweep.py's estimate).
         "k = p.config.dilation\nleast = 5 + k * p.config.duration_s",
         # A field found because a clock is built from it, then read under an alias.
         "c = Clock(cfg.time_dilation)\nscale = cfg.time_dilation\ny = x / scale",

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.cluster.doctor import (
+from zcube_lab.cli import main
+from zcube_lab.cli.commands.doctor import print_checks
+from zcube_lab.emulator.cluster.doctor import (
     NOT_TRIED,
     REMOTE_DOCTOR_CODE,
     ClusterFindings,
@@ -28,11 +30,9 @@ from emulator.cluster.doctor import (
     probe_sudo,
     probe_wire,
 )
-from emulator.cluster.remote import Machine, run_on
-from emulator.cluster.tunnel import TunnelMeasure
-from emulator.lab.doctor import Check, Probe, exit_code
-from zcube_cli import main
-from zcube_cli.commands.doctor import print_checks
+from zcube_lab.emulator.cluster.remote import Machine, run_on
+from zcube_lab.emulator.cluster.tunnel import TunnelMeasure
+from zcube_lab.emulator.lab.doctor import Check, Probe, exit_code
 
 HERE = Machine(0, "10.254.0.1")
 PEER = Machine(1, "10.254.0.2")

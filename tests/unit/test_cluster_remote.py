@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.cluster.remote import Machine, argv_on, parse_machines
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.cluster.remote import Machine, argv_on, parse_machines
 
 HERE = {"127.0.0.1", "10.254.0.1"}
 

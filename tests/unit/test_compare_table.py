@@ -10,8 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from emulator.results.compare.compare_metrics import EP, FAULT, METRICS, shown_metrics
-from emulator.results.compare.report import (
+from zcube_lab.cli.commands.compare import comparison_table
+from zcube_lab.emulator.results.compare.compare_metrics import EP, FAULT, METRICS, shown_metrics
+from zcube_lab.emulator.results.compare.report import (
     aggregate,
     headline_columns,
     table_rows,
@@ -19,10 +20,9 @@ from emulator.results.compare.report import (
     with_interval_row,
     write_report,
 )
-from emulator.results.run.figures import read_jsonl
-from emulator.results.run.summary import DirectedUtilization, RunSummary, TransferFigures
-from emulator.results.sweep.sweeppoints import sample_intervals
-from zcube_cli.commands.compare import comparison_table
+from zcube_lab.emulator.results.run.figures import read_jsonl
+from zcube_lab.emulator.results.run.summary import DirectedUtilization, RunSummary, TransferFigures
+from zcube_lab.emulator.results.sweep.sweeppoints import sample_intervals
 
 DATA = Path(__file__).parent / "data"
 REASON = "ovs-vswitchd thread handler12 above 0.85 core in 35% of samples"
@@ -221,8 +221,8 @@ def test_the_title_says_one_run_each_for_a_single_repeat() -> None:
 
 
 def test_switch_queue_drops_count_the_switch_ports_qdiscs_not_the_host_nics() -> None:
-    from emulator.results.compare.compare_metrics import switch_queue_drops
-    from emulator.verdict.netstats import QueueFigures
+    from zcube_lab.emulator.results.compare.compare_metrics import switch_queue_drops
+    from zcube_lab.emulator.verdict.netstats import QueueFigures
 
     runs = _runs()
     base = runs[0]

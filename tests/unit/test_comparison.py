@@ -1,18 +1,18 @@
-"""Comparison of variants (emulator.experiment.comparison): plans, no runs."""
+"""Comparison of variants (zcube_lab.emulator.experiment.comparison): plans, no runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.experiment.comparison import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.experiment.comparison import (
     check_fault_prefixes,
     fabric_specs,
     interleave,
     plan_variants,
     resolve_baseline,
 )
-from emulator.experiment.plan import RunConfig
-from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.experiment.plan import RunConfig
 
 
 def _base(specs: dict) -> RunConfig:

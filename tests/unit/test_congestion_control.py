@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import machineprep
-from emulator.lab.machineprep import ensure_congestion_control
-from emulator.lab.options import LabOptions
-from emulator.lab.system import LabError
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_zcube
 from zcube_lab.core.fabric.hostplan import DEFAULT_CONGESTION_CONTROL, sysctls
 from zcube_lab.core.fabric.linkplan import LinkSettings, host_setup
+from zcube_lab.emulator.lab import machineprep
+from zcube_lab.emulator.lab.machineprep import ensure_congestion_control
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.lab.system import LabError
 
 
 def test_host_sysctls_set_the_chosen_congestion_control() -> None:
@@ -78,8 +78,8 @@ def test_a_missing_algorithm_is_loaded_or_refused(
 
 
 def test_run_options_record_the_congestion_control() -> None:
-    from zcube_cli import build_parser
-    from zcube_cli.commands.run import config_from_args
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.run import config_from_args
 
     config = config_from_args(build_parser().parse_args(["run", "--cc", "cubic"]))
     assert config.to_dict()["congestion_control"] == "cubic"

@@ -9,19 +9,24 @@ import pytest
 from os_ken.ofproto import ofproto_parser, ofproto_protocol, ofproto_v1_3
 from prometheus_client import CollectorRegistry, generate_latest
 
-from controller import port_metrics as metrics
-from controller.__main__ import parse_args
-from controller.app import RECOMPUTE_DEBOUNCE_S, ControllerConfig, ZCubeController, port_is_down
-from controller.flowtable import FabricTable
-from controller.ofmsg import (
+from zcube_lab.controller import port_metrics as metrics
+from zcube_lab.controller.__main__ import parse_args
+from zcube_lab.controller.app import (
+    RECOMPUTE_DEBOUNCE_S,
+    ControllerConfig,
+    ZCubeController,
+    port_is_down,
+)
+from zcube_lab.controller.flowtable import FabricTable
+from zcube_lab.controller.ofmsg import (
     diff_messages,
     flow_mod,
     group_mod,
     install_messages,
     stats_requests,
 )
-from controller.port_metrics import OpenFlowPortStats
-from controller.rules import (
+from zcube_lab.controller.port_metrics import OpenFlowPortStats
+from zcube_lab.controller.rules import (
     COOKIE,
     Bucket,
     GroupSpec,
@@ -475,8 +480,8 @@ def _entry(dp: FakeDatapath, flow: Any, cookie: int = COOKIE, table_id: int = 0)
 
 
 def test_stale_flows_are_ours_that_the_rules_no_longer_hold() -> None:
-    from controller.ofmsg import stale_flows
-    from controller.rules import FlowSpec, match
+    from zcube_lab.controller.ofmsg import stale_flows
+    from zcube_lab.controller.rules import FlowSpec, match
 
     _fabric, rules = leaf0()
     dp = FakeDatapath(rules.dpid)
@@ -490,7 +495,7 @@ def test_stale_flows_are_ours_that_the_rules_no_longer_hold() -> None:
 
 
 def test_a_reconnecting_switch_loses_only_the_flows_the_rules_do_not_hold() -> None:
-    from controller.rules import FlowSpec, match
+    from zcube_lab.controller.rules import FlowSpec, match
 
     app = make_app(CollectorRegistry())
     _fabric, rules = leaf0()

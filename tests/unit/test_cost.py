@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from zcube_cli import main
+from zcube_lab.cli import main
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.cost import compare, compare_planes
 from zcube_lab.core.fabric.pricing import (

@@ -22,8 +22,8 @@ from bench.cpu_per_request import (
     rate_result,
 )
 from bench.procwatch import ProcSample
-from emulator.results.run.summary import RunSummary
-from emulator.verdict.cpustats import CpuTimes
+from zcube_lab.emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.verdict.cpustats import CpuTimes
 
 SUMMARY = RunSummary.from_dict(
     json.loads((Path(__file__).parent / "data" / "summary-zcube.json").read_text())

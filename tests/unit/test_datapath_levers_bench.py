@@ -120,7 +120,7 @@ def test_a_lever_that_bypasses_the_qdiscs_is_dropped_whatever_it_saves() -> None
 
 
 def test_select_groups_rewritten_to_hash_fields() -> None:
-    from emulator.lab.ovsbridges import hash_group_line
+    from zcube_lab.emulator.lab.ovsbridges import hash_group_line
 
     line = (
         "group_id=7,type=select,selection_method=dp_hash,bucket=bucket_id:0,weight:100,"

@@ -11,10 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.plan import RunConfig, RunPlan, plan_run
-from emulator.results.run.dilation import SERVER_WALL_TIMES, TRANSFER_TIMES, undilate
-from emulator.results.run.summary import DirectedUtilization, RunSummary, TransferFigures
-from serving import decode, gateway, prefill
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
@@ -23,6 +19,10 @@ from zcube_lab.core.fabric.linkplan import port_rates
 from zcube_lab.core.fabric.queues import QueueModel, fabric_mtu, port_queue_limits
 from zcube_lab.core.fabric.scale import Scale
 from zcube_lab.core.options import parse_with_file
+from zcube_lab.emulator.experiment.plan import RunConfig, RunPlan, plan_run
+from zcube_lab.emulator.results.run.dilation import SERVER_WALL_TIMES, TRANSFER_TIMES, undilate
+from zcube_lab.emulator.results.run.summary import DirectedUtilization, RunSummary, TransferFigures
+from zcube_lab.serving import decode, gateway, prefill
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4, planes=2)
@@ -188,7 +188,7 @@ def test_what_is_modelled_already_or_a_ratio_or_the_emulators_is_not() -> None:
     assert s.client == wall.client and s.loadgen == wall.loadgen
     assert s.throughput_series == wall.throughput_series
     assert s.server.client_ttft_p99_s == wall.server.client_ttft_p99_s
-    # The servers' histograms observe modelled seconds themselves (serving.vllm_metrics).
+    # The servers' histograms observe modelled seconds themselves (zcube_lab.serving.vllm_metrics).
     assert s.server.gateway_ttft_p99_s == wall.server.gateway_ttft_p99_s
     assert s.server.ttft_p50_s == wall.server.ttft_p50_s
     assert s.server.itl_p99_s == wall.server.itl_p99_s

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from emulator.experiment.plan import Ports, RunConfig, plan_run
-from emulator.results.fabric.transfers import kv_figures
-from emulator.results.run.dilation import ladder_note, read_ladder
-from serving import vllm_metrics as m
-from serving.config import PrefillConfig
 from zcube_lab.core.clock import Clock, check_dilation, tcp_route_options
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_zcube
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.hostplan import ip_batch
 from zcube_lab.core.fabric.linkplan import LinkSettings, host_setup
+from zcube_lab.emulator.experiment.plan import Ports, RunConfig, plan_run
+from zcube_lab.emulator.results.fabric.transfers import kv_figures
+from zcube_lab.emulator.results.run.dilation import ladder_note, read_ladder
+from zcube_lab.serving import vllm_metrics as m
+from zcube_lab.serving.config import PrefillConfig
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 

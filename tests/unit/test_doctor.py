@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import doctor
-from emulator.lab.datapath_ceiling import DatapathResults, Measurement
-from emulator.lab.doctor import Check, Findings, Probe, exit_code, judge
-from zcube_cli import main
+from zcube_lab.cli import main
+from zcube_lab.emulator.lab import doctor
+from zcube_lab.emulator.lab.datapath_ceiling import DatapathResults, Measurement
+from zcube_lab.emulator.lab.doctor import Check, Findings, Probe, exit_code, judge
 
 OK = Probe(0, "")
 MEASURED = DatapathResults(

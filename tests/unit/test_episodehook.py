@@ -8,9 +8,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from emulator.lab.episodehook import EpisodeHook, warm_ports
 from zcube_lab.core.fabric.lossless import PortThresholds
 from zcube_lab.core.fabric.pauseepisodes import PauseEpisode
+from zcube_lab.emulator.lab.episodehook import EpisodeHook, warm_ports
 
 LIMITS = {"a0-eth1": PortThresholds(xoff=72_000, xon=54_000, limit=900_000)}
 FEEDS = {"a0-eth1": frozenset({"b0-eth3"})}

@@ -1,5 +1,5 @@
 """The all-to-all as DeepEP sends it: bytes per token, per node, per layer, per frame and per
-step (serving.eptraffic), against answers worked out by hand in the comments."""
+step (zcube_lab.serving.eptraffic), against answers worked out by hand in the comments."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from serving.eptraffic import (
+from zcube_lab.serving.eptraffic import (
     JUMBO_FRAME_BYTES,
     EpTraffic,
     Frame,
@@ -23,7 +23,7 @@ from serving.eptraffic import (
     single_frame,
     with_wire,
 )
-from serving.models import get_profile
+from zcube_lab.serving.models import get_profile
 
 GLM, DS, TINY = get_profile("glm-5.1"), get_profile("deepseek-v3"), get_profile("tiny")
 

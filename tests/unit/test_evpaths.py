@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.flowtable import FabricTable
-from controller.rules import PRIORITY_EV, compute_rules
+from zcube_lab.controller.flowtable import FabricTable
+from zcube_lab.controller.rules import PRIORITY_EV, compute_rules
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.evpaths import (
@@ -93,7 +93,7 @@ def test_a_cut_link_drops_only_the_evs_whose_path_crosses_it() -> None:
 def test_the_fabric_command_shows_which_ev_takes_which_path(capsys: pytest.CaptureFixture) -> None:
     import json
 
-    from zcube_cli import main
+    from zcube_lab.cli import main
 
     argv = ["fabric", "--fabric", "roft", "--gpus-per-server", "4", "--servers-per-leaf", "4"]
     argv += ["--planes", "2", "--paths", "h0", "h5", "--evs", "4"]
@@ -108,7 +108,7 @@ def test_the_fabric_command_shows_which_ev_takes_which_path(capsys: pytest.Captu
 
 
 def test_one_dump_ports_gives_every_ports_tx_bytes() -> None:
-    from emulator.probes.cutprobe import switch_tx_bytes
+    from zcube_lab.emulator.probes.cutprobe import switch_tx_bytes
 
     text = """OFPST_PORT reply (OF1.3) (xid=0x2): 3 ports
   port LOCAL: rx pkts=0, bytes=0, drop=0, errs=0, frame=0, over=0, crc=0

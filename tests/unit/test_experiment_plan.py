@@ -11,7 +11,13 @@ from pathlib import Path
 import configargparse
 import pytest
 
-from emulator.experiment.plan import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.core.options import parse_with_file
+from zcube_lab.core.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS
+from zcube_lab.emulator.experiment.plan import (
     DECODE_PORT,
     PREFILL_PORT,
     LocustWeb,
@@ -22,19 +28,13 @@ from emulator.experiment.plan import (
     peer_addresses,
     plan_run,
 )
-from emulator.experiment.runconfig import layout_hint, profile_hint
-from emulator.prometheus.config import COMPONENTS
-from serving import decode, gateway, prefill
-from serving.config import Address, EpWorkerConfig
-from serving.launch import ep_worker_argv
-from workloads import LOCUSTFILE, locust_ext
-from workloads.shards import WORKERS_ENV, shard_files
-from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fabric.hostplan import kv_source_map
-from zcube_lab.core.fabric.placement import LayoutSpec
-from zcube_lab.core.options import parse_with_file
-from zcube_lab.core.policies import SPRAY_CHUNK_BYTES, SPRAY_STALL_S, SPRAY_STREAMS
+from zcube_lab.emulator.experiment.runconfig import layout_hint, profile_hint
+from zcube_lab.emulator.prometheus.config import COMPONENTS
+from zcube_lab.serving import decode, gateway, prefill
+from zcube_lab.serving.config import Address, EpWorkerConfig
+from zcube_lab.serving.launch import ep_worker_argv
+from zcube_lab.workloads import LOCUSTFILE, locust_ext
+from zcube_lab.workloads.shards import WORKERS_ENV, shard_files
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 ROFT = FabricSpec.of("roft", servers=4, gpus_per_server=4)
@@ -79,10 +79,10 @@ def test_every_gpu_host_runs_exactly_the_roles_its_placement_says(spec: FabricSp
     for launch in launches:
         by_host.setdefault(launch.host, []).append(launch.argv[2])
     # Default layout: server 0 prefills, servers 1-3 decode, one engine per GPU host, no EP.
-    assert by_host.pop(None) == ["serving.gateway"]
+    assert by_host.pop(None) == ["zcube_lab.serving.gateway"]
     assert sorted(by_host, key=lambda h: int(h[1:])) == [f"h{i}" for i in range(16)]
     for host, modules in by_host.items():
-        expected = "serving.prefill" if int(host[1:]) < 4 else "serving.decode"
+        expected = "zcube_lab.serving.prefill" if int(host[1:]) < 4 else "zcube_lab.serving.decode"
         assert modules == [expected], host
     placed = {e.host: e.engine_id for e in plan.placement.engines}
     assert {la.host: la.name for la in launches if la.host} == placed
@@ -347,7 +347,7 @@ def test_headless_locust_needs_a_results_folder() -> None:
 
 
 def _our_options(argv: list[str]) -> dict[str, object]:
-    """The workload options of a Locust argv as `workloads.locust_ext` parses them."""
+    """The workload options of a Locust argv as `zcube_lab.workloads.locust_ext` parses them."""
     parser = configargparse.ArgumentParser()
     locust_ext.add_arguments(parser)
     return vars(parser.parse_known_args(argv, env_vars={})[0])
@@ -452,7 +452,7 @@ def test_label_and_run_name() -> None:
     assert _plan(ZCUBE, policy="ff").label == "zcube/ff"
     assert _plan(ROFT, faults=("link h0-leaf0 at 5s",)).label == "roft/ecmp"
     assert _plan(FabricSpec.of("roft", planes=2)).label == "roft-2planes"
-    plan = _plan(ZCUBE, workload="workloads/profiles/chat.json", tag="r1")
+    plan = _plan(ZCUBE, workload="zcube_lab/workloads/profiles/chat.json", tag="r1")
     assert plan.run_name("20260101-120000") == "20260101-120000-zcube-chat-r1"
 
 

@@ -204,7 +204,7 @@ def test_invalid_sizes_name_the_parameter(spec: FabricSpec, field: str, hint: st
 def test_planes_option_maps_to_roft_and_is_refused_elsewhere() -> None:
     import argparse
 
-    from zcube_cli.fabric_options import add_fabric_arguments, spec_from_args
+    from zcube_lab.cli.fabric_options import add_fabric_arguments, spec_from_args
 
     parser = argparse.ArgumentParser()
     add_fabric_arguments(parser)

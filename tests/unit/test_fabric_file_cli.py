@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.comparison import fabric_specs
-from zcube_cli import main
+from zcube_lab.cli import main
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.files import file_spec, load_fabric
+from zcube_lab.emulator.experiment.comparison import fabric_specs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "fabrics"
 HPN = EXAMPLES / "hpn-pod.yaml"
@@ -121,7 +121,7 @@ def test_structure_against_a_full_size_file(
 
 
 def test_size_options_beside_a_file_fabric_apply_to_the_builtins_only() -> None:
-    from zcube_cli.fabric_options import sized_specs
+    from zcube_lab.cli.fabric_options import sized_specs
 
     specs = fabric_specs(["zcube", f"file:{HPN}"], 16, spines=2)
     out = sized_specs(specs, {"gpus_per_server": 2})

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.flowtable import FabricTable
-from controller.rules import Output, ToGroup, compute_rules
+from zcube_lab.controller.flowtable import FabricTable
+from zcube_lab.controller.rules import Output, ToGroup, compute_rules
 from zcube_lab.core.fabric.builders import build_clos, build_roft, build_zcube
 from zcube_lab.core.fabric.files import load_fabric
 from zcube_lab.core.fabric.files.cost import fabric_cost

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zcube_cli.fabric_options import add_fabric_arguments, spec_from_args
+from zcube_lab.cli.fabric_options import add_fabric_arguments, spec_from_args
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 
@@ -39,9 +39,9 @@ def test_size_options_and_unknown_kinds_are_refused():
 
 
 def test_two_fabric_files_in_one_comparison_are_two_variants(tmp_path: Path):
-    from emulator.experiment.plan import plan_run
-    from emulator.experiment.runconfig import RunConfig
     from zcube_lab.core.fabric.files import file_spec
+    from zcube_lab.emulator.experiment.plan import plan_run
+    from zcube_lab.emulator.experiment.runconfig import RunConfig
 
     other = tmp_path / "my-pod.yaml"
     other.write_text(EXAMPLE.read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from controller.rules import compute_rules
+from zcube_lab.controller.rules import compute_rules
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_clos, build_roft, build_zcube
 from zcube_lab.core.fabric.files import (

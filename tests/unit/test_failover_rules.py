@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.flowtable import FabricTable, Trace, egress_interface
-from controller.rules import (
+from zcube_lab.controller.flowtable import FabricTable, Trace, egress_interface
+from zcube_lab.controller.rules import (
     ETH_TYPE_IPV4,
     Bucket,
     DecTtl,

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.injector import FaultInjector
-from emulator.results.run.fault_report import analyze, fault_windows
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -21,6 +19,8 @@ from zcube_lab.core.fault_schedule import (
     switch_links,
 )
 from zcube_lab.core.policies import RUN_POLICIES, get_policy
+from zcube_lab.emulator.lab.injector import FaultInjector
+from zcube_lab.emulator.results.run.fault_report import analyze, fault_windows
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=4))
 ROFT = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=4, spines=2))
@@ -440,7 +440,7 @@ def test_lab_process_faults_kill_an_engine_group_and_cycle_the_controller() -> N
     import subprocess
     import sys
 
-    from emulator.lab.procfaults import LabProcessFaults
+    from zcube_lab.emulator.lab.procfaults import LabProcessFaults
 
     engine = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
@@ -473,8 +473,8 @@ def test_lab_process_faults_kill_an_engine_group_and_cycle_the_controller() -> N
 
 
 def test_a_vswitchd_fault_makes_the_run_untrustworthy_and_others_do_not() -> None:
-    from emulator.verdict.limits import Limits
-    from emulator.verdict.network import FaultWindow, NetworkEvidence, judge_network
+    from zcube_lab.emulator.verdict.limits import Limits
+    from zcube_lab.emulator.verdict.network import FaultWindow, NetworkEvidence, judge_network
 
     windows = (
         FaultWindow("controller", 1.0, 5.0),
@@ -491,8 +491,8 @@ def test_the_health_sampler_follows_a_restarted_controller_to_its_new_pid() -> N
     import sys
     import time
 
-    from emulator.lab.health import HealthSampler
-    from emulator.lab.procfaults import LabProcessFaults
+    from zcube_lab.emulator.lab.health import HealthSampler
+    from zcube_lab.emulator.lab.procfaults import LabProcessFaults
 
     def sleeper() -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.flowtable import FabricTable, Trace, egress_interface, ipv4_packet
-from controller.rules import ETH_TYPE_ARP, ROUTING_POLICIES, Output, compute_rules
+from zcube_lab.controller.flowtable import FabricTable, Trace, egress_interface, ipv4_packet
+from zcube_lab.controller.rules import ETH_TYPE_ARP, ROUTING_POLICIES, Output, compute_rules
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec, Host, Link
 

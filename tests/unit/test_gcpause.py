@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from serving.gcpause import BUCKETS, GcPauseCollector, GcPauses, freeze_heap
-from serving.httpapi import new_app
+from zcube_lab.serving.gcpause import BUCKETS, GcPauseCollector, GcPauses, freeze_heap
+from zcube_lab.serving.httpapi import new_app
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple], float]:

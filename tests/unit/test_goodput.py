@@ -1,11 +1,12 @@
-"""SLOs and goodput (emulator.results.run.goodput): parsing, per-request thresholds,
+"""SLOs and goodput (zcube_lab.emulator.results.run.goodput): parsing, per-request thresholds,
 attainment."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.results.run.goodput import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.results.run.goodput import (
     SloTarget,
     arrived_in_window,
     goodput,
@@ -16,7 +17,6 @@ from emulator.results.run.goodput import (
     vllm_goodput,
     vllm_goodput_arg,
 )
-from zcube_lab.core.errors import ConfigError
 
 
 def _rec(ttft: float | None = 0.5, tpot: float | None = 0.02, e2e: float = 2.0, ok: bool = True):

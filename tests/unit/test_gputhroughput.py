@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from emulator.results.run.goodput import parse_slo
-from emulator.results.sweep.gputhroughput import at_capacity, per_gpu
-from emulator.results.sweep.sweeppoints import SweepResult
-from emulator.results.sweep.sweepreport import tokens_rows
 from tests.unit.test_sweep import rp
+from zcube_lab.emulator.results.run.goodput import parse_slo
+from zcube_lab.emulator.results.sweep.gputhroughput import at_capacity, per_gpu
+from zcube_lab.emulator.results.sweep.sweeppoints import SweepResult
+from zcube_lab.emulator.results.sweep.sweepreport import tokens_rows
 
 
 def _tps(decode: float, prefill: float) -> dict:

@@ -17,7 +17,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grafana_support as g
 
-from serving.vllm_metrics import LABELS
+from zcube_lab.serving.vllm_metrics import LABELS
 
 SCHEMA = json.loads((g.GRAFANA / "dashboard.schema.json").read_text())
 NAMES = ("fabric", "kpis", "kv-alltoall", "serving")

@@ -7,16 +7,16 @@ import socket
 import pytest
 from rich.console import Console
 
-from zcube_cli import main
-from zcube_cli.commands.up import _port
 from zcube_lab.adapters.ports import port_free
+from zcube_lab.cli import main
+from zcube_lab.cli.commands.up import _port
 
 
 @pytest.fixture(autouse=True)
 def _no_lab(monkeypatch: pytest.MonkeyPatch) -> None:
     """A unit test must never bring a lab up: fail loudly if validation lets one through."""
-    from emulator.experiment.live import LiveLab
-    from emulator.lab.network import Lab
+    from zcube_lab.emulator.experiment.live import LiveLab
+    from zcube_lab.emulator.lab.network import Lab
 
     def refuse(*_a: object, **_k: object) -> None:
         pytest.fail("a unit test tried to start a real lab")
@@ -53,7 +53,7 @@ def test_serve_takes_the_profiles_hints_as_run_does() -> None:
     decode set and the prefix-cache hit rate, as `run` would."""
     import argparse
 
-    from zcube_cli.commands.up import add_arguments, serve_config
+    from zcube_lab.cli.commands.up import add_arguments, serve_config
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -76,11 +76,11 @@ def test_serve_keeps_the_profiles_expert_parallelism_and_lossless_mode() -> None
     options it lacked: --dilation, --lossless/--no-lossless."""
     import argparse
 
-    from emulator.experiment.runconfig import RunConfig, profile_fallback
-    from workloads.profiles import load_profile
-    from zcube_cli.commands.run import add_arguments as run_arguments
-    from zcube_cli.commands.run import config_from_args
-    from zcube_cli.commands.up import add_arguments, serve_config
+    from zcube_lab.cli.commands.run import add_arguments as run_arguments
+    from zcube_lab.cli.commands.run import config_from_args
+    from zcube_lab.cli.commands.up import add_arguments, serve_config
+    from zcube_lab.emulator.experiment.runconfig import RunConfig, profile_fallback
+    from zcube_lab.workloads.profiles import load_profile
 
     profile = load_profile("production")
     assert profile.expert_parallel is not None and profile.expert_parallel.servers > 1

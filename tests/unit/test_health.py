@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from emulator.lab.health import CPU_METRIC, PROCESS_METRIC, HealthSampler
-from emulator.verdict.cpustats import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.lab.health import CPU_METRIC, PROCESS_METRIC, HealthSampler
+from zcube_lab.emulator.verdict.cpustats import (
     CpuTimes,
     ProcessTimes,
     Reading,
@@ -26,9 +27,8 @@ from emulator.verdict.cpustats import (
     sample_from_line,
     sample_line,
 )
-from emulator.verdict.judge import DATAPATH, HealthSample, judge
-from emulator.verdict.limits import Limits
-from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.verdict.judge import DATAPATH, HealthSample, judge
+from zcube_lab.emulator.verdict.limits import Limits
 
 STAT_BEFORE = """\
 cpu  1000 0 500 8000 100 0 50 0 40 0

@@ -128,8 +128,8 @@ def test_state_folder_that_root_must_not_trust_is_refused(tmp_path) -> None:
 
     import pytest
 
-    from emulator.lab.state import check_state_dir
-    from emulator.lab.system import LabError
+    from zcube_lab.emulator.lab.state import check_state_dir
+    from zcube_lab.emulator.lab.system import LabError
 
     good = tmp_path / "state"
     check_state_dir(good)
@@ -149,7 +149,7 @@ def test_state_folder_that_root_must_not_trust_is_refused(tmp_path) -> None:
 def test_a_reused_pid_is_not_taken_for_the_recorded_process() -> None:
     import os
 
-    from emulator.lab.state import process_start_time, same_process
+    from zcube_lab.emulator.lab.state import process_start_time, same_process
 
     me = os.getpid()
     started = process_start_time(me)
@@ -163,7 +163,7 @@ def test_state_file_round_trip_keeps_the_first_start_time(tmp_path) -> None:
     import json
     import os
 
-    from emulator.lab.state import LabState, read_state, state_path, write_state
+    from zcube_lab.emulator.lab.state import LabState, read_state, state_path, write_state
 
     path = state_path(tmp_path / "state", 4242)
     assert path.name == "lab-4242.json" and read_state(path) is None
@@ -191,7 +191,7 @@ def test_state_file_round_trip_keeps_the_first_start_time(tmp_path) -> None:
 
 
 def test_bridge_marks_name_their_owner() -> None:
-    from emulator.lab.ovsbridges import parse_marks
+    from zcube_lab.emulator.lab.ovsbridges import parse_marks
 
     text = 'leaf0\n{zcube-lab="123"}\n\nspine0\n{other=x, zcube-lab=77}\n\nbr-ext\n{}\n'
     assert parse_marks(text, "zcube-lab") == {"leaf0": 123, "spine0": 77}

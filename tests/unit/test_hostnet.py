@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import hostnet
-from emulator.lab.doctor import judge_addresses
-from emulator.lab.hostnet import (
+from zcube_lab.core.fabric.addressing import lab_networks, plan_networks
+from zcube_lab.core.fabric.builders import build_zcube
+from zcube_lab.core.fabric.clusterplan import mgmt_tunnel_name
+from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_peer
+from zcube_lab.emulator.lab import hostnet
+from zcube_lab.emulator.lab.doctor import judge_addresses
+from zcube_lab.emulator.lab.hostnet import (
     conflicts,
     is_lab_device,
     leftovers,
@@ -20,11 +24,7 @@ from emulator.lab.hostnet import (
     read_host_network,
     refusal,
 )
-from emulator.lab.system import LabError
-from zcube_lab.core.fabric.addressing import lab_networks, plan_networks
-from zcube_lab.core.fabric.builders import build_zcube
-from zcube_lab.core.fabric.clusterplan import mgmt_tunnel_name
-from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_peer
+from zcube_lab.emulator.lab.system import LabError
 
 # What `ip -j route` and `ip -j addr` print on a machine like this one, with a killed run's
 # management bridge (the old plan's 10.255.255.254/16) still up.

@@ -5,13 +5,15 @@ Every .py file of our packages is read with `ast` (nothing is imported), every i
 counts, at module level or inside a function (a late import is still a dependency), and each
 imported module is put in a layer:
 
-- `cli`: `zcube_cli*` (the command line, with its `commands` and `fabric_options`), the top
-  floor: it may import every other layer and none imports it;
+- `cli`: `zcube_lab.cli*` (the command line, with its `commands` and `fabric_options`) and
+  `zcube_lab.__main__` (`python -m zcube_lab`), the top floor: it may import every other layer and
+  none imports it;
 - `adapters`: `zcube_lab.adapters*` (the small helpers over the machine: process groups, HTTP
   waits, signals, free ports), the I/O floor just above the core; imports only the core;
-- `core`: `zcube_lab.core*` and the `zcube_lab` package itself (pure; imports nothing of ours
-  outside the core, and no module of the standard library that reaches the machine);
-- the other top-level packages, each its own layer.
+- `core`: `zcube_lab.core*`, `zcube_lab.data` and the `zcube_lab` package itself (pure; imports
+  nothing of ours outside the core, and no module of the standard library that reaches the machine);
+- `zcube_lab.controller`, `.serving`, `.workloads` and `.emulator`, each its own layer, and
+  `grafana` and `bench` (outside the installed package), each its own.
 
 `ALLOWED` lists the layers each layer may import (its own always); it is acyclic, so a cycle
 between packages shows up as at least one edge it does not allow. Inside a layer, modules must
@@ -36,10 +38,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = (
-    "zcube_lab", "controller", "emulator", "serving", "workloads", "grafana", "bench", "zcube_cli",
-)  # fmt: skip
-CLI_MODULES = ("zcube_cli",)
+PACKAGES = ("zcube_lab", "grafana", "bench")
+# The product's packages under `zcube_lab`, each its own layer.
+PRODUCT_LAYERS = ("controller", "emulator", "serving", "workloads")
+CLI_MODULES = ("zcube_lab.cli", "zcube_lab.__main__")
 ADAPTER_MODULES = ("zcube_lab.adapters",)
 
 _ALL_BUT_CLI = frozenset(
@@ -80,12 +82,15 @@ def layer(module: str) -> str:
         return "cli"
     if any(module == m or module.startswith(m + ".") for m in ADAPTER_MODULES):
         return "adapters"
-    top = module.split(".", 1)[0]
-    return "core" if top == "zcube_lab" else top
+    parts = module.split(".")
+    if parts[0] != "zcube_lab":
+        return parts[0]
+    return parts[1] if len(parts) > 1 and parts[1] in PRODUCT_LAYERS else "core"
 
 
 def module_name(path: Path) -> str:
-    """`emulator/lab/ovs.py` -> `emulator.lab.ovs`; a package's `__init__.py` -> the package."""
+    """`zcube_lab/emulator/lab/ovs.py` -> `zcube_lab.emulator.lab.ovs`; a package's
+    `__init__.py` -> the package."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -218,7 +223,10 @@ def test_the_walk_sees_our_packages(edges: list[Edge]) -> None:
     # The adapters import nothing of ours today; they are seen as what the floors above import.
     assert "adapters" in {layer(e.target) for e in edges}
     # A late import (inside a function) counts: network.py imports the controller's rules there.
-    assert any(e.source == "emulator.lab.network" and e.target == "controller.rules" for e in edges)
+    assert any(
+        e.source == "zcube_lab.emulator.lab.network" and e.target == "zcube_lab.controller.rules"
+        for e in edges
+    )
 
 
 def test_imports_run_one_way_between_our_packages(edges: list[Edge]) -> None:
@@ -244,35 +252,48 @@ def test_no_modules_import_each_other_in_a_loop(edges: list[Edge]) -> None:
     assert not groups, "modules that import each other in a loop:\n  " + "\n  ".join(map(str, ties))
 
 
-def test_zcube_lab_is_the_core_and_the_adapters() -> None:
-    """Every module of `zcube_lab` is in `zcube_lab.core` or `zcube_lab.adapters`, so the folder
-    says which rule a file keeps; only the package itself (the version) stands beside them. The
-    command line is not in it: it is the top package `zcube_cli`."""
+def test_one_import_name() -> None:
+    """Issue 44: the product installs one import name, `zcube_lab`. Its folders say which rule a
+    file keeps: the pure core and the adapters, the four product packages (`PRODUCT_LAYERS`),
+    `data` (files, no code) and the command line `zcube_lab.cli`; only the package itself (the
+    version) and `__main__` stand beside them. Nothing of ours is installed beside it."""
     modules = {module_name(p) for p in (REPO / "zcube_lab").rglob("*.py")}
-    floors = ("zcube_lab.core", "zcube_lab.adapters")
+    product = [f"zcube_lab.{name}" for name in PRODUCT_LAYERS]
+    floors = ("zcube_lab.core", "zcube_lab.adapters", "zcube_lab.cli", *product)
     stray = sorted(
         m
         for m in modules
-        if m != "zcube_lab" and not any(m == r or m.startswith(r + ".") for r in floors)
+        if m not in ("zcube_lab", "zcube_lab.__main__")
+        and not any(m == r or m.startswith(r + ".") for r in floors)
     )
-    assert not stray, f"zcube_lab modules outside core/ and adapters/: {stray}"
+    assert not stray, f"zcube_lab modules outside its floors: {stray}"
     assert {"zcube_lab.core.fabric.description", "zcube_lab.adapters.procs"} <= modules
     assert layer("zcube_lab.core.stats") == "core" and layer("zcube_lab") == "core"
     assert layer("zcube_lab.adapters.ports") == "adapters"
-
-
-def test_the_cli_is_its_own_top_package() -> None:
-    """`zcube_cli` stands beside the library's packages, is what the `zcube-lab` console script
-    and `python -m zcube_cli` run, and is installed with them."""
-    modules = {module_name(p) for p in (REPO / "zcube_cli").rglob("*.py")}
-    assert {"zcube_cli", "zcube_cli.__main__", "zcube_cli.commands.run"} <= modules
-    assert layer("zcube_cli.fabric_options") == "cli"
-    assert not (REPO / "zcube_lab" / "cli").exists()
+    assert layer("zcube_lab.serving.gateway") == "serving"
+    assert layer("zcube_lab.emulator.lab.ovs") == "emulator"
+    for old in ("controller", "serving", "workloads", "emulator", "zcube_cli"):
+        assert not (REPO / old).exists(), f"{old}/ is a top-level package again"
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert project["project"]["scripts"]["zcube-lab"] == "zcube_cli:main"
-    assert "zcube_cli*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
-    tree = ast.parse((REPO / "zcube_cli" / "__init__.py").read_text())
+    assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["zcube_lab*"]
+
+
+def test_the_cli_is_the_top_floor() -> None:
+    """`zcube_lab.cli` is what the `zcube-lab` console script, `python -m zcube_lab.cli` and
+    `python -m zcube_lab` run."""
+    modules = {module_name(p) for p in (REPO / "zcube_lab" / "cli").rglob("*.py")}
+    assert {"zcube_lab.cli", "zcube_lab.cli.__main__", "zcube_lab.cli.commands.run"} <= modules
+    assert layer("zcube_lab.cli.fabric_options") == "cli"
+    assert layer("zcube_lab.__main__") == "cli"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["zcube-lab"] == "zcube_lab.cli:main"
+    tree = ast.parse((REPO / "zcube_lab" / "cli" / "__init__.py").read_text())
     assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+    for argv in (["-m", "zcube_lab", "--help"], ["-m", "zcube_lab.cli", "--help"]):
+        out = subprocess.run(
+            [sys.executable, *argv], capture_output=True, text=True, timeout=60, cwd=REPO
+        )
+        assert out.returncode == 0 and "usage: zcube-lab" in out.stdout, (argv, out.stderr)
 
 
 # Standard-library modules that reach the machine (processes, signals, sockets, files, the clock):
@@ -309,17 +330,43 @@ def test_the_core_imports_no_machine() -> None:
 
 def test_the_module_cycle_check_catches_a_made_up_loop() -> None:
     made_up = [
-        Edge("emulator.results.a", "emulator.results.b", "emulator/results/a.py", 1),
-        Edge("emulator.results.b", "emulator.prometheus.c", "emulator/results/b.py", 2),
-        Edge("emulator.prometheus.c", "emulator.results.a", "emulator/prometheus/c.py", 3),
-        Edge("emulator.prometheus.c", "zcube_lab.core.stats", "emulator/prometheus/c.py", 4),
-        Edge("workloads.x", "workloads.y", "workloads/x.py", 5),
-        Edge("workloads.y", "workloads.x", "workloads/y.py", 6),
-        Edge("serving.z", "serving.z", "serving/z.py", 7),  # a module naming itself: no loop
+        Edge(
+            "zcube_lab.emulator.results.a",
+            "zcube_lab.emulator.results.b",
+            "zcube_lab/emulator/results/a.py",
+            1,
+        ),
+        Edge(
+            "zcube_lab.emulator.results.b",
+            "zcube_lab.emulator.prometheus.c",
+            "zcube_lab/emulator/results/b.py",
+            2,
+        ),
+        Edge(
+            "zcube_lab.emulator.prometheus.c",
+            "zcube_lab.emulator.results.a",
+            "zcube_lab/emulator/prometheus/c.py",
+            3,
+        ),
+        Edge(
+            "zcube_lab.emulator.prometheus.c",
+            "zcube_lab.core.stats",
+            "zcube_lab/emulator/prometheus/c.py",
+            4,
+        ),
+        Edge("zcube_lab.workloads.x", "zcube_lab.workloads.y", "zcube_lab/workloads/x.py", 5),
+        Edge("zcube_lab.workloads.y", "zcube_lab.workloads.x", "zcube_lab/workloads/y.py", 6),
+        Edge(
+            "zcube_lab.serving.z", "zcube_lab.serving.z", "zcube_lab/serving/z.py", 7
+        ),  # a module naming itself: no loop
     ]
     assert module_cycles(made_up) == [
-        ["emulator.prometheus.c", "emulator.results.a", "emulator.results.b"],
-        ["workloads.x", "workloads.y"],
+        [
+            "zcube_lab.emulator.prometheus.c",
+            "zcube_lab.emulator.results.a",
+            "zcube_lab.emulator.results.b",
+        ],
+        ["zcube_lab.workloads.x", "zcube_lab.workloads.y"],
     ]
     assert module_cycles(made_up[:2] + made_up[3:5]) == []  # one edge fewer: no loop
     # within one layer, so the package check alone would not see them
@@ -329,12 +376,25 @@ def test_the_module_cycle_check_catches_a_made_up_loop() -> None:
 def test_the_checks_catch_a_cycle_and_a_cli_import() -> None:
     made_up = [
         Edge(
-            "zcube_lab.core.fabric.cost", "emulator.lab.network", "zcube_lab/core/fabric/cost.py", 1
+            "zcube_lab.core.fabric.cost",
+            "zcube_lab.emulator.lab.network",
+            "zcube_lab/core/fabric/cost.py",
+            1,
         ),
-        Edge("emulator.lab.network", "zcube_lab.core.fabric.description", "emulator/lab/x.py", 2),
-        Edge("bench.recovery", "zcube_cli.commands.compare", "bench/recovery.py", 3),
-        Edge("zcube_cli.commands.up", "emulator.lab.network", "zcube_cli/commands/up.py", 4),
-        Edge("emulator.lab.state", "zcube_cli", "emulator/lab/state.py", 5),
+        Edge(
+            "zcube_lab.emulator.lab.network",
+            "zcube_lab.core.fabric.description",
+            "zcube_lab/emulator/lab/x.py",
+            2,
+        ),
+        Edge("bench.recovery", "zcube_lab.cli.commands.compare", "bench/recovery.py", 3),
+        Edge(
+            "zcube_lab.cli.commands.up",
+            "zcube_lab.emulator.lab.network",
+            "zcube_lab/cli/commands/up.py",
+            4,
+        ),
+        Edge("zcube_lab.emulator.lab.state", "zcube_lab.cli", "zcube_lab/emulator/lab/state.py", 5),
     ]
     assert forbidden(made_up) == [made_up[0], made_up[2], made_up[4]]
     assert package_cycles(made_up) == [["cli", "emulator", "cli"], ["core", "emulator", "core"]]
@@ -344,9 +404,21 @@ def test_the_checks_catch_a_cycle_and_a_cli_import() -> None:
 def test_the_checks_keep_the_core_under_the_adapters() -> None:
     made_up = [
         Edge("zcube_lab.core.clock", "zcube_lab.adapters.procs", "zcube_lab/core/clock.py", 1),
-        Edge("zcube_lab.adapters.procs", "serving.cluster", "zcube_lab/adapters/procs.py", 2),
-        Edge("serving.cluster", "zcube_lab.adapters.procs", "serving/cluster.py", 3),
-        Edge("controller.app", "zcube_lab.adapters.ports", "controller/app.py", 4),
+        Edge(
+            "zcube_lab.adapters.procs",
+            "zcube_lab.serving.cluster",
+            "zcube_lab/adapters/procs.py",
+            2,
+        ),
+        Edge(
+            "zcube_lab.serving.cluster",
+            "zcube_lab.adapters.procs",
+            "zcube_lab/serving/cluster.py",
+            3,
+        ),
+        Edge(
+            "zcube_lab.controller.app", "zcube_lab.adapters.ports", "zcube_lab/controller/app.py", 4
+        ),
         Edge("zcube_lab.adapters.ports", "zcube_lab.core.errors", "zcube_lab/adapters/ports.py", 5),
     ]
     assert forbidden(made_up) == made_up[:2]
@@ -360,14 +432,18 @@ def test_relative_and_from_imports_resolve_to_modules() -> None:
     tree = ast.parse(
         "from . import ovs\nfrom ..lab.state import sweep\nfrom zcube_lab.adapters import procs"
     )
-    found = [m for m, _line in imported_modules(tree, "emulator.lab.network", False)]
-    assert found == ["emulator.lab.ovs", "emulator.lab.state", "zcube_lab.adapters.procs"]
+    found = [m for m, _line in imported_modules(tree, "zcube_lab.emulator.lab.network", False)]
+    assert found == [
+        "zcube_lab.emulator.lab.ovs",
+        "zcube_lab.emulator.lab.state",
+        "zcube_lab.adapters.procs",
+    ]
 
 
-VERDICT = "emulator.verdict"
+VERDICT = "zcube_lab.emulator.verdict"
 # What the verdict package may import of ours: the pure core, the metric names the engines
 # export (the lateness and overrun histograms it reads), and itself.
-VERDICT_MAY_IMPORT = ("zcube_lab.core", "serving.vllm_metrics", VERDICT)
+VERDICT_MAY_IMPORT = ("zcube_lab.core", "zcube_lab.serving.vllm_metrics", VERDICT)
 
 
 def verdict_leaks(edges: Iterable[Edge]) -> list[Edge]:
@@ -381,23 +457,31 @@ def verdict_leaks(edges: Iterable[Edge]) -> list[Edge]:
 
 
 def test_the_verdict_is_one_pure_package(edges: list[Edge]) -> None:
-    """Issue 20: the verdict lives in `emulator.verdict` alone and imports no sampler, tool or
+    """Issue 20: the verdict lives in `zcube_lab.emulator.verdict` alone and imports no sampler,
+    tool or
     lab module, so it can be read and tested as data in, reasons out."""
-    modules = {module_name(p) for p in (REPO / "emulator" / "verdict").rglob("*.py")}
+    modules = {module_name(p) for p in (REPO / "zcube_lab" / "emulator" / "verdict").rglob("*.py")}
     assert {f"{VERDICT}.{m}" for m in ("limits", "judge", "network", "netstats")} <= modules
-    assert not list((REPO / "emulator" / "lab").glob("verdict.py"))
+    assert not list((REPO / "zcube_lab" / "emulator" / "lab").glob("verdict.py"))
     leaks = verdict_leaks(edges)
     assert not leaks, "the verdict imports outside its package:\n  " + "\n  ".join(map(str, leaks))
-    made_up = [Edge(f"{VERDICT}.judge", "emulator.lab.health", "emulator/verdict/judge.py", 1)]
+    made_up = [
+        Edge(
+            f"{VERDICT}.judge",
+            "zcube_lab.emulator.lab.health",
+            "zcube_lab/emulator/verdict/judge.py",
+            1,
+        )
+    ]
     assert verdict_leaks(made_up) == made_up
 
 
 # The pure floors of `emulator`: what judges a run and what reads its results. Neither may import
 # a package of ours that starts processes, touches the machine or runs the lab.
-PURE_PACKAGES = (VERDICT, "emulator.results")
+PURE_PACKAGES = (VERDICT, "zcube_lab.emulator.results")
 ADAPTERS = (
-    "emulator.lab", "emulator.experiment", "emulator.cluster", "emulator.probes",
-    "emulator.prometheus",
+    "zcube_lab.emulator.lab", "zcube_lab.emulator.experiment", "zcube_lab.emulator.cluster",
+    "zcube_lab.emulator.probes", "zcube_lab.emulator.prometheus",
 )  # fmt: skip
 
 
@@ -411,15 +495,36 @@ def adapter_imports(edges: Iterable[Edge]) -> list[Edge]:
 
 
 def test_the_verdict_and_the_results_import_no_adapter(edges: list[Edge]) -> None:
-    """Issue 35: `emulator.verdict` and `emulator.results` are pure (data in, data out), so
+    """Issue 35: `zcube_lab.emulator.verdict` and `zcube_lab.emulator.results` are pure (data in,
+    data out), so
     neither imports the lab, the experiments, the cluster, the probes or Prometheus's server."""
     bad = adapter_imports(edges)
     assert not bad, "pure packages importing adapters:\n  " + "\n  ".join(map(str, bad))
     made_up = [
-        Edge("emulator.results.report", "emulator.lab.health", "emulator/results/report.py", 1),
-        Edge("emulator.verdict.combine", "emulator.cluster.remote", "emulator/verdict/c.py", 2),
-        Edge("emulator.experiment.clusterrun", "emulator.verdict.combine", "x.py", 3),
-        Edge("emulator.results.sweep.capacity", "emulator.verdict.combine", "y.py", 4),
+        Edge(
+            "zcube_lab.emulator.results.report",
+            "zcube_lab.emulator.lab.health",
+            "zcube_lab/emulator/results/report.py",
+            1,
+        ),
+        Edge(
+            "zcube_lab.emulator.verdict.combine",
+            "zcube_lab.emulator.cluster.remote",
+            "zcube_lab/emulator/verdict/c.py",
+            2,
+        ),
+        Edge(
+            "zcube_lab.emulator.experiment.clusterrun",
+            "zcube_lab.emulator.verdict.combine",
+            "x.py",
+            3,
+        ),
+        Edge(
+            "zcube_lab.emulator.results.sweep.capacity",
+            "zcube_lab.emulator.verdict.combine",
+            "y.py",
+            4,
+        ),
     ]
     assert adapter_imports(made_up) == made_up[:2]
 
@@ -437,13 +542,15 @@ for package in sys.argv[1:]:
             names.append(info.name)
 print(json.dumps({"uid": os.geteuid(), "imported": names, "loaded": sorted(sys.modules)}))
 """
-# Adapters outside emulator/ that touch the machine: Mininet, the OpenFlow stack, our I/O floor.
+# Adapters outside zcube_lab/emulator/ that touch the machine: Mininet, the OpenFlow stack, our I/O
+# floor.
 MACHINE_MODULES = ("mininet", "os_ken", "zcube_lab.adapters")
 
 
 def test_the_pure_packages_import_without_root(tmp_path: Path) -> None:
-    """Every module of `emulator.verdict` and `emulator.results` imports in a fresh interpreter,
-    as an unprivileged user when the tests run as root (so an import that needs root, /proc of
+    """Every module of `zcube_lab.emulator.verdict` and `zcube_lab.emulator.results` imports in a
+    fresh interpreter, as an unprivileged user when the tests run as root (so an import that needs
+    root, /proc of
     another user or a device fails here), and loads no adapter of ours."""
     user = None
     if os.geteuid() == 0:

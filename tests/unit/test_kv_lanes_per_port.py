@@ -8,12 +8,12 @@ from collections import Counter
 
 import pytest
 
-from emulator.experiment.comparison import fabric_specs
-from emulator.probes.kvprobe import KV_PAIRS
-from serving.config import Address
-from serving.kvwire import pick_source, plan_lanes
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.hostplan import egress_interface, kv_source_map
+from zcube_lab.emulator.experiment.comparison import fabric_specs
+from zcube_lab.emulator.probes.kvprobe import KV_PAIRS
+from zcube_lab.serving.config import Address
+from zcube_lab.serving.kvwire import pick_source, plan_lanes
 
 
 @pytest.mark.parametrize("kind", ["zcube", "roft", "clos"])

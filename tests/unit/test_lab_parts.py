@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import losslessproc
-from emulator.lab.controlplane import controller_argv, wait_listening, wait_routed
-from emulator.lab.nodes import topology, unreachable
-from emulator.lab.options import LabOptions
-from emulator.lab.system import LabError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.queues import queue_summary
+from zcube_lab.emulator.lab import losslessproc
+from zcube_lab.emulator.lab.controlplane import controller_argv, wait_listening, wait_routed
+from zcube_lab.emulator.lab.nodes import topology, unreachable
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.lab.system import LabError
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=2))
 
@@ -29,7 +29,7 @@ def _flag(argv: list[str], name: str) -> str:
 def test_the_controller_gets_the_fabric_and_the_routing_options() -> None:
     o = LabOptions(datapath="user", policy="spray", of_port=7000, metrics_port=9200)
     argv = controller_argv(ZCUBE, o)
-    assert argv[1:3] == ["-m", "controller"]
+    assert argv[1:3] == ["-m", "zcube_lab.controller"]
     assert FabricSpec.from_json(_flag(argv, "--fabric-spec")) == ZCUBE.spec
     assert (_flag(argv, "--policy"), _flag(argv, "--of-port")) == ("spray", "7000")
     assert (_flag(argv, "--metrics-port"), _flag(argv, "--listen-host")) == ("9200", "127.0.0.1")

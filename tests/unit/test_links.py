@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("mininet")
 
-from emulator.lab.links import failure_text, link_class
+from zcube_lab.emulator.lab.links import failure_text, link_class
 
 
 class StandInNode:

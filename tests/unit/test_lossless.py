@@ -7,8 +7,6 @@ import struct
 
 import pytest
 
-from emulator.lab import qdisc_netlink as nl
-from emulator.lab.lossless import AgentPlan, AgentReport
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -22,6 +20,8 @@ from zcube_lab.core.fabric.lossless import (
     port_thresholds,
     thresholds,
 )
+from zcube_lab.emulator.lab import qdisc_netlink as nl
+from zcube_lab.emulator.lab.lossless import AgentPlan, AgentReport
 
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=2))
 ROFT = build_fabric(FabricSpec.of("roft", servers=2, gpus_per_server=2))
@@ -205,10 +205,10 @@ def test_error_code_and_bad_lengths() -> None:
 
 
 def test_agent_plan_watches_switch_ports_and_pauses_feeders_in_their_namespaces() -> None:
-    from emulator.lab.lossless import agent_plan
     from zcube_lab.core.fabric.linkplan import port_shapes
     from zcube_lab.core.fabric.queues import QueueModel
     from zcube_lab.core.fabric.scale import Scale
+    from zcube_lab.emulator.lab.lossless import agent_plan
 
     shapes = port_shapes(ZCUBE, Scale(), 9000, QueueModel(packets=8), lossless=True)
     pids = {h.name: 100 + h.gid for h in ZCUBE.hosts}
@@ -228,10 +228,10 @@ def test_agent_plan_watches_switch_ports_and_pauses_feeders_in_their_namespaces(
 
 
 def test_a_slow_poll_does_not_move_where_the_reaction_starts_after_a_quiet_reading() -> None:
-    from emulator.lab.lossless import agent_plan
     from zcube_lab.core.fabric.linkplan import port_shapes
     from zcube_lab.core.fabric.queues import QueueModel
     from zcube_lab.core.fabric.scale import Scale
+    from zcube_lab.emulator.lab.lossless import agent_plan
 
     shapes = port_shapes(ZCUBE, Scale(), 9000, QueueModel(), lossless=True)
     fast = agent_plan(ZCUBE, shapes, {}, 9000, poll_s=0.001)

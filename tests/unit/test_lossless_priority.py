@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from emulator.lab.losslessproc import realtime
-from emulator.lab.options import LabOptions
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.lab.losslessproc import realtime
+from zcube_lab.emulator.lab.options import LabOptions
 
 
 def test_priority_is_off_by_default_and_bounded():

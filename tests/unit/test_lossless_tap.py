@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import socket
 
-from emulator.lab import qdisc_netlink as nl
-from emulator.lab.losslesstap import (
+from zcube_lab.core.fabric.lossless import Stillness
+from zcube_lab.emulator.lab import qdisc_netlink as nl
+from zcube_lab.emulator.lab.losslesstap import (
     CHUNK,
     KEEP_BYTES,
     SO_TIMESTAMPNS,
@@ -17,7 +18,6 @@ from emulator.lab.losslesstap import (
     run_filter,
     stamp_s,
 )
-from zcube_lab.core.fabric.lossless import Stillness
 
 
 def test_still_only_after_quiet_empty_readings_without_a_packet_sent_for_long_enough() -> None:

@@ -3,12 +3,12 @@ agent is judged, the pauses are not)."""
 
 from __future__ import annotations
 
-from emulator.results.lossless.victimtable import lossless_fact
-from emulator.results.run.summary import LosslessFigures, PortPauses
-from emulator.verdict.limits import Limits
-from emulator.verdict.netstats import QDISC_DROPS, STALLED, NetEvent
-from emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network
 from zcube_lab.core.clock import Clock
+from zcube_lab.emulator.results.lossless.victimtable import lossless_fact
+from zcube_lab.emulator.results.run.summary import LosslessFigures, PortPauses
+from zcube_lab.emulator.verdict.limits import Limits
+from zcube_lab.emulator.verdict.netstats import QDISC_DROPS, STALLED, NetEvent
+from zcube_lab.emulator.verdict.network import LosslessEvidence, NetworkEvidence, judge_network
 
 
 def test_summary_lossless_section_round_trips_and_reads_as_a_line() -> None:
@@ -55,10 +55,10 @@ def test_verdict_judges_the_agent_not_the_pauses() -> None:
 
 
 def test_lossless_option_reaches_the_run_config_and_config_json() -> None:
-    from emulator.experiment.plan import RunConfig
-    from zcube_cli import build_parser
-    from zcube_cli.commands.run import config_from_args
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.run import config_from_args
     from zcube_lab.core.errors import ConfigError
+    from zcube_lab.emulator.experiment.plan import RunConfig
 
     parser = build_parser()
     assert config_from_args(parser.parse_args(["run", "--lossless"])).lossless is True
@@ -79,8 +79,8 @@ def test_lossless_option_reaches_the_run_config_and_config_json() -> None:
 
 
 def test_the_agents_times_are_reported_in_modelled_seconds() -> None:
-    from emulator.experiment.runner import lossless_figures
-    from emulator.lab.lossless import AgentReport
+    from zcube_lab.emulator.experiment.runner import lossless_figures
+    from zcube_lab.emulator.lab.lossless import AgentReport
 
     report = AgentReport(
         ports={"b0-eth3": {"pauses": 3, "paused_s": 0.5}}, reactions=3,
@@ -95,8 +95,8 @@ def test_the_agents_times_are_reported_in_modelled_seconds() -> None:
 def test_lab_options_refuse_lossless_without_shaping() -> None:
     import pytest
 
-    from emulator.lab.options import LabOptions
     from zcube_lab.core.errors import ConfigError
+    from zcube_lab.emulator.lab.options import LabOptions
 
     with pytest.raises(ConfigError):
         LabOptions(lossless=True, shaped=False)
@@ -106,8 +106,8 @@ def test_lab_options_refuse_lossless_without_shaping() -> None:
 
 
 def test_run_summary_takes_the_agents_report() -> None:
-    from emulator.experiment.runner import lossless_figures
-    from emulator.lab.lossless import AgentReport
+    from zcube_lab.emulator.experiment.runner import lossless_figures
+    from zcube_lab.emulator.lab.lossless import AgentReport
 
     report = AgentReport(
         ports={"b0-eth3": {"pauses": 2, "paused_s": 0.4}},

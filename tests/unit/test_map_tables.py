@@ -26,7 +26,7 @@ from bench.map_tables import (
     rewrite,
     table,
 )
-from emulator.results.sweep.capacity import RepeatCapacity
+from zcube_lab.emulator.results.sweep.capacity import RepeatCapacity
 
 PAGES = {p.relative_to(RESULTS.parents[1]).as_posix(): p.read_text() for p in generated_pages()}
 DOC = "\n".join(PAGES.values())

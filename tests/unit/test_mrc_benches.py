@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import mrc_failover, victim_flow
-from emulator.probes.cutprobe import CutResult
+from zcube_lab.emulator.probes.cutprobe import CutResult
 
 
 def _cut(seconds: float, cut_wall: float | None, **pull: object) -> CutResult:

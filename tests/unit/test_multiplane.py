@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from controller.flowtable import FabricTable
-from controller.rules import ROUTING_POLICIES, compute_rules
+from zcube_lab.controller.flowtable import FabricTable
+from zcube_lab.controller.rules import ROUTING_POLICIES, compute_rules
 from zcube_lab.core.fabric.addressing import fabric_address, plane_network
 from zcube_lab.core.fabric.builders import build_roft
 from zcube_lab.core.fabric.description import Fabric, Host

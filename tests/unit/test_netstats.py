@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab.netsampler import NetSampler
-from emulator.verdict.netstats import (
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab.netsampler import NetSampler
+from zcube_lab.emulator.verdict.netstats import (
     DEV_DROPS,
     OVER_RATE,
     QDISC_DROPS,
@@ -36,9 +39,6 @@ from emulator.verdict.netstats import (
     tcp_totals,
     window_events,
 )
-from zcube_lab.core.fabric.builders import build_fabric
-from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fabric.scale import Scale
 
 DATA = Path(__file__).parent / "data" / "netstats"
 NETSTAT = (DATA / "h0-netstat.txt").read_text()

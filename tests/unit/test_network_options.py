@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from zcube_cli.fabric_options import add_link_arguments, link_options_from_args
+from zcube_lab.cli.fabric_options import add_link_arguments, link_options_from_args
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -53,7 +53,7 @@ def test_up_serves_with_the_link_options_given() -> None:
     when it built its own)."""
     import argparse
 
-    from zcube_cli.commands.up import add_arguments, serve_config
+    from zcube_lab.cli.commands.up import add_arguments, serve_config
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

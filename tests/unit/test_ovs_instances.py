@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import ovs
-from emulator.lab.health import HealthSampler
-from emulator.lab.nodes import _by_instance, _vsctl_run
-from emulator.lab.options import LabOptions
-from emulator.lab.ovs import instance_groups
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.lab import ovs
+from zcube_lab.emulator.lab.health import HealthSampler
+from zcube_lab.emulator.lab.nodes import _by_instance, _vsctl_run
+from zcube_lab.emulator.lab.options import LabOptions
+from zcube_lab.emulator.lab.ovs import instance_groups
 
 
 def test_switches_are_dealt_in_contiguous_even_runs() -> None:
@@ -122,7 +122,7 @@ def test_instance_root_can_be_moved_for_a_machine() -> None:
 
 
 def test_doctor_reports_private_instances() -> None:
-    from emulator.lab.doctor import judge_ovs_instances
+    from zcube_lab.emulator.lab.doctor import judge_ovs_instances
 
     assert judge_ovs_instances([]).status == "pass"
     running = judge_ovs_instances([("5-0", True, True), ("5-1", True, True)])
@@ -134,11 +134,11 @@ def test_doctor_reports_private_instances() -> None:
 
 
 def test_a_cluster_lab_refuses_private_instances() -> None:
-    from emulator.cluster.lab import ClusterLab
-    from emulator.cluster.remote import Machine
-    from emulator.lab.system import LabError
     from zcube_lab.core.fabric.builders import build_fabric
     from zcube_lab.core.fabric.description import FabricSpec
+    from zcube_lab.emulator.cluster.lab import ClusterLab
+    from zcube_lab.emulator.cluster.remote import Machine
+    from zcube_lab.emulator.lab.system import LabError
 
     fabric = build_fabric(FabricSpec.of("zcube", n=2))
     machines = [Machine(0, "198.19.254.1"), Machine(1, "198.19.254.2")]
@@ -147,10 +147,10 @@ def test_a_cluster_lab_refuses_private_instances() -> None:
 
 
 def test_run_and_up_take_the_instance_count() -> None:
-    from emulator.experiment.plan import RunConfig
-    from zcube_cli import build_parser
-    from zcube_cli.commands.run import config_from_args
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.run import config_from_args
     from zcube_lab.core.fabric.description import FabricSpec
+    from zcube_lab.emulator.experiment.plan import RunConfig
 
     config = config_from_args(build_parser().parse_args(["run", "--ovs-instances", "8"]))
     assert config.ovs_instances == 8 and config.to_dict()["ovs_instances"] == 8
@@ -161,7 +161,7 @@ def test_run_and_up_take_the_instance_count() -> None:
 
 
 def test_auto_takes_the_userspace_datapath_for_private_instances() -> None:
-    from emulator.lab.machineprep import pick_datapath
+    from zcube_lab.emulator.lab.machineprep import pick_datapath
 
     def kernel() -> bool:
         return True
@@ -177,7 +177,7 @@ def test_auto_takes_the_userspace_datapath_for_private_instances() -> None:
 
 
 def test_deleting_bridges_of_a_dead_vswitchd_does_not_wait_for_it(tmp_path: Path) -> None:
-    from emulator.lab.ovsbridges import _vswitchd_alive, del_br_argv
+    from zcube_lab.emulator.lab.ovsbridges import _vswitchd_alive, del_br_argv
 
     inst = ovs.Instance(tmp_path / "9-0")
     inst.rundir.mkdir()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import ovs
+from zcube_lab.emulator.lab import ovs
 
 _SKMEM = "skmem:(r0,rb{rb},t{t},tb{tb},f0,w0,o0,bl0,d{d})"
 SS = "\n".join(

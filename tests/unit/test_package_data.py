@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import datapath_ceiling
-from emulator.lab.datapath_ceiling import (
+from zcube_lab.emulator.lab import datapath_ceiling
+from zcube_lab.emulator.lab.datapath_ceiling import (
     DEFAULT_CEILING_MBPS,
     DatapathResults,
     Measurement,
     UnmeasuredCeiling,
 )
-from emulator.results.run.dilation import LADDER_FILE, ladder_note, read_ladder
+from zcube_lab.emulator.results.run.dilation import LADDER_FILE, ladder_note, read_ladder
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = ("zcube_lab", "zcube_cli", "controller", "emulator", "serving", "workloads")
+LIBRARY = ("zcube_lab", "zcube_lab.cli", "controller", "emulator", "serving", "workloads")
 
 
 def bench_paths(source: str) -> list[int]:
@@ -86,7 +86,7 @@ def test_the_ladder_ships_in_the_package_and_is_declared() -> None:
 
 def test_the_measurement_lives_in_the_state_folder_and_moves_with_it(tmp_path: Path) -> None:
     assert REPO not in datapath_ceiling.RESULTS_PATH.parents
-    code = "from emulator.lab.datapath_ceiling import RESULTS_PATH; print(RESULTS_PATH)"
+    code = "from zcube_lab.emulator.lab.datapath_ceiling import RESULTS_PATH; print(RESULTS_PATH)"
     env = {**os.environ, "ZCUBE_LAB_MEASUREMENTS": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True

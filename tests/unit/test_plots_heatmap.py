@@ -1,11 +1,12 @@
-"""The report's link heatmap rows (emulator.results.compare.plots.heatmap_rows) from a synthetic
+"""The report's link heatmap rows (zcube_lab.emulator.results.compare.plots.heatmap_rows) from a
+synthetic
 series.json: switch transmit and host transmit rows, nothing else."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.results.compare.plots import heatmap_rows
+from zcube_lab.emulator.results.compare.plots import heatmap_rows
 
 
 def _series(name: str, switch: str, port: str, peer: str, values: list[float]) -> dict:
@@ -29,7 +30,7 @@ def test_rows_are_both_directions_of_host_links_and_switch_transmit_of_trunks() 
 
 
 def test_the_colour_scale_tops_at_the_observed_peak() -> None:
-    from emulator.results.compare.plots import heatmap_scale
+    from zcube_lab.emulator.results.compare.plots import heatmap_scale
 
     assert heatmap_scale([[0.01, 0.03], [0.02]]) == pytest.approx(0.03)
     assert heatmap_scale([[0.0]]) == 0.01  # an idle run: the floor, not a division by zero

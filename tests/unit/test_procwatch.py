@@ -28,10 +28,10 @@ from bench.procwatch import (
     scan,
     socket_inode,
 )
-from emulator.experiment.plan import RunConfig, plan_run
-from emulator.prometheus.server import PROMETHEUS_BINARY
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.emulator.experiment.plan import RunConfig, plan_run
+from zcube_lab.emulator.prometheus.server import PROMETHEUS_BINARY
 
 PY = "/work/main/.venv/bin/python"
 
@@ -113,7 +113,7 @@ def test_every_process_of_a_planned_run_is_classified_from_its_real_argv(tmp_pat
 
 
 def test_the_controller_prometheus_and_the_datapath_but_not_its_monitor() -> None:
-    controller = [PY, "-m", "controller", "--fabric-spec", "{}", "--policy", "ecmp"]
+    controller = [PY, "-m", "zcube_lab.controller", "--fabric-spec", "{}", "--policy", "ecmp"]
     assert classify(controller) == ("controller", "")
     assert classify([PROMETHEUS_BINARY, "--config.file=/r/p.yml"]) == ("prometheus", "")
     ovs = ["ovs-vswitchd", "unix:/var/run/openvswitch/db.sock", "--detach", "--monitor"]
@@ -128,8 +128,8 @@ def test_the_controller_prometheus_and_the_datapath_but_not_its_monitor() -> Non
     [
         ["bash", "--norc", "-is", "mininet:h0"],
         [PY, "bench/x.py", "-m", "locust"],  # a script, not a module run
-        [PY, "-m", "serving.cluster"],  # ours, but not a role of a run
-        ["mnexec", "-da", "4242", PY, "-m", "serving.decode"],  # before its exec
+        [PY, "-m", "zcube_lab.serving.cluster"],  # ours, but not a role of a run
+        ["mnexec", "-da", "4242", PY, "-m", "zcube_lab.serving.decode"],  # before its exec
         [],
     ],
 )
@@ -202,15 +202,21 @@ def fake_process(
 def test_scan_finds_the_runs_tree_and_the_datapath(tmp_path: Path) -> None:
     proc = tmp_path
     fake_process(proc, 100, 1, [PY, "/venv/bin/zcube-lab", "run"])
-    fake_process(proc, 101, 100, [PY, "-m", "serving.decode", "--engine-index", "12"], netns="2")
+    fake_process(
+        proc, 101, 100, [PY, "-m", "zcube_lab.serving.decode", "--engine-index", "12"], netns="2"
+    )
     fake_process(proc, 102, 100, ["bash", "--norc"], comm="bash")
     fake_process(proc, 103, 100, [PY, "-m", "locust", "-f", "x.py"])
-    fake_process(proc, 200, 1, [PY, "-m", "serving.decode", "--engine-index", "3"])  # another lab
+    fake_process(
+        proc, 200, 1, [PY, "-m", "zcube_lab.serving.decode", "--engine-index", "3"]
+    )  # another lab
     fake_process(proc, 299, 1, ["ovs-vswitchd: monitoring pid 300 (healthy)"], comm="monitor")
     fake_process(proc, 300, 299, ["ovs-vswitchd", "unix:/db.sock"], comm="ovs-vswitchd")
     peer = ["ovs-vswitchd", "unix:/db.sock"]  # a peer machine's, in its own mount namespace
     fake_process(proc, 400, 1, peer, comm="ovs-vswitchd", mntns="2")
-    gone = fake_process(proc, 104, 100, [PY, "-m", "serving.prefill", "--engine-index", "0"])
+    gone = fake_process(
+        proc, 104, 100, [PY, "-m", "zcube_lab.serving.prefill", "--engine-index", "0"]
+    )
     (gone / "cmdline").unlink()  # exited between the stat and the cmdline reads
     samples = {s.name: s for s in scan(100, proc=proc)}
     assert sorted(samples) == ["decode/h12", "locust", "ovs-vswitchd", "run"]

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.plan import plan_run
-from emulator.experiment.runconfig import RunConfig, profile_fallback, run_argv_of
-from serving.eptraffic import EpTraffic
-from serving.models import get_profile
-from workloads.profiles import PROFILE_DIR, load_profile, parse_profile
-from zcube_cli.commands import run as run_command
+from zcube_lab.cli.commands import run as run_command
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.experiment.plan import plan_run
+from zcube_lab.emulator.experiment.runconfig import RunConfig, profile_fallback, run_argv_of
+from zcube_lab.serving.eptraffic import EpTraffic
+from zcube_lab.serving.models import get_profile
+from zcube_lab.workloads.profiles import PROFILE_DIR, load_profile, parse_profile
 
 ZCUBE = FabricSpec.of("zcube", n=4)  # 4 servers of 4 GPU hosts
 
@@ -120,8 +120,8 @@ def test_two_node_glm_all_to_all_by_hand() -> None:
 
 @pytest.mark.parametrize("command", ["compare", "sweep"])
 def test_compare_and_sweep_take_the_profiles_hints(command: str) -> None:
-    from zcube_cli import build_parser
-    from zcube_cli.commands.compare import variants_from_args
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.compare import variants_from_args
 
     argv = [command, "--workload", "production", "--fabrics", "zcube,roft"]
     _kinds, _specs, variants, _baseline = variants_from_args(build_parser().parse_args(argv))

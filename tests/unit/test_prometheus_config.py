@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.prometheus.config import ScrapePlan, scrape_config, scrape_plan
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.prometheus.config import ScrapePlan, scrape_config, scrape_plan
 
 JOBS = {
     "gateway": ["10.0.0.1:8000"],
@@ -153,7 +153,7 @@ def test_bad_labels_name_the_field(labels: dict, field: str) -> None:
 def test_waiting_for_targets_skips_the_jobs_not_started_yet(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from emulator.prometheus.server import PrometheusError, PrometheusServer, TargetHealth
+    from zcube_lab.emulator.prometheus.server import PrometheusError, PrometheusServer, TargetHealth
 
     def target(job: str, health: str) -> TargetHealth:
         return TargetHealth(job, f"{job}:1", health, "", f"http://{job}:1/metrics")

@@ -1,5 +1,5 @@
-"""The run's PromQL (emulator.prometheus.queries) against a fake Prometheus: the queries, built
-from the exported metric names, are the ones the runner has always sent, but the KV and
+"""The run's PromQL (zcube_lab.emulator.prometheus.queries) against a fake Prometheus: the queries,
+built from the exported metric names, are the ones the runner has always sent, but the KV and
 all-to-all histograms, whose quantiles now come exactly from the engines' logs; port peaks from
 the counters' raw samples."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
-from emulator.results.fabric.transfers import ep_figures, kv_figures
-from emulator.results.run.summary import TransferFigures
+from zcube_lab.emulator.prometheus.queries import EXPORTED_SERIES, port_counters, server_figures
+from zcube_lab.emulator.results.fabric.transfers import ep_figures, kv_figures
+from zcube_lab.emulator.results.run.summary import TransferFigures
 
 
 class FakePrometheus:

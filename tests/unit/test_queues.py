@@ -218,8 +218,8 @@ def test_override_beats_every_model_and_bad_models_are_named() -> None:
 
 
 def test_run_options_record_the_buffer_model_in_the_run_config() -> None:
-    from zcube_cli import build_parser
-    from zcube_cli.commands.run import config_from_args
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.run import config_from_args
 
     args = build_parser().parse_args(
         ["run", "--fabric", "zcube", "--buffer-model", "time", "--switch-chip", "25.6t"]

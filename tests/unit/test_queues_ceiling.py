@@ -1,4 +1,5 @@
-"""The datapath ceiling behind the rate guard (emulator.lab.datapath_ceiling) and LabOptions' use of
+"""The datapath ceiling behind the rate guard (zcube_lab.emulator.lab.datapath_ceiling) and
+LabOptions' use of
 it: measured figures when bench/datapath.py ran on this machine, else the stated default."""
 
 from __future__ import annotations
@@ -7,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lab import datapath_ceiling
-from emulator.lab.datapath_ceiling import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab import datapath_ceiling
+from zcube_lab.emulator.lab.datapath_ceiling import (
     DEFAULT_CEILING_MBPS,
     MININET_MAX_MBPS,
     DatapathCeiling,
@@ -18,11 +23,7 @@ from emulator.lab.datapath_ceiling import (
     check_nic_rate,
     load_results,
 )
-from emulator.lab.options import LabOptions
-from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.fabric.builders import build_fabric
-from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.lab.options import LabOptions
 
 
 def results(machine: str = "m1") -> DatapathResults:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.replay.driver import check_hosts, host_plans, ideal_s, slowest_port_gbps
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
@@ -13,6 +12,7 @@ from zcube_lab.core.fabric.scaledown import scaled_sizes
 from zcube_lab.core.replay.recording import Recording, Transfer
 from zcube_lab.core.replay.synthetic import incast
 from zcube_lab.core.replay.timescale import derive
+from zcube_lab.emulator.replay.driver import check_hosts, host_plans, ideal_s, slowest_port_gbps
 
 
 def fabric(kind: str, gpus: int = 16):

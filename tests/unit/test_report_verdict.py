@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.compare.report import (
+from zcube_lab.emulator.results.compare.report import (
     aggregate,
     busiest_link,
     headline_rows,
@@ -23,9 +23,9 @@ from emulator.results.compare.report import (
     verdict_rows,
     write_report,
 )
-from emulator.results.run.summary import DirectedUtilization, RunSummary
-from emulator.verdict.judge import HealthVerdict
-from emulator.verdict.retry import RETRY_FILE, Rejected, retries_json
+from zcube_lab.emulator.results.run.summary import DirectedUtilization, RunSummary
+from zcube_lab.emulator.verdict.judge import HealthVerdict
+from zcube_lab.emulator.verdict.retry import RETRY_FILE, Rejected, retries_json
 
 DATA = Path(__file__).parent / "data" / "summary-zcube.json"
 
@@ -166,7 +166,7 @@ def test_the_verdict_paragraph_leaves_out_untrustworthy_runs_and_names_them() ->
 def test_compare_prints_the_verdict_per_variant(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from zcube_cli.commands.compare import _print_table
+    from zcube_lab.cli.commands.compare import _print_table
 
     monkeypatch.setenv("COLUMNS", "300")  # one table row per line, whatever the terminal
 

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.compare.report import aggregate, difference_pct, table_rows
-from emulator.results.fabric.linkstats import link_utilization, utilization_summary
-from emulator.results.run.figures import client_summary, host_ingress_bytes, throughput_series
-from emulator.results.run.summary import HotPort, RunSummary
 from zcube_lab.core.fabric.builders import build_roft, build_zcube
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.results.compare.report import aggregate, difference_pct, table_rows
+from zcube_lab.emulator.results.fabric.linkstats import link_utilization, utilization_summary
+from zcube_lab.emulator.results.run.figures import (
+    client_summary,
+    host_ingress_bytes,
+    throughput_series,
+)
+from zcube_lab.emulator.results.run.summary import HotPort, RunSummary
 
 
 def _rec(i: int, ttft: float, ok: bool = True) -> dict:
@@ -126,8 +130,8 @@ def test_compare_rejects_bad_options_before_any_run(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from emulator.experiment.runner import Experiment
-    from zcube_cli import main
+    from zcube_lab.cli import main
+    from zcube_lab.emulator.experiment.runner import Experiment
 
     def refuse(*_a: object, **_k: object) -> None:
         pytest.fail("a unit test tried to start a real run")
@@ -140,7 +144,7 @@ def test_compare_rejects_bad_options_before_any_run(
 
 
 def test_runs_are_grouped_by_their_label(tmp_path) -> None:
-    from emulator.results.run.summary import RunSummary
+    from zcube_lab.emulator.results.run.summary import RunSummary
 
     for name, label in (("a", "zcube/ff"), ("b", "zcube/spray"), ("c", None)):
         d = tmp_path / name

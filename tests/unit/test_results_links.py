@@ -1,11 +1,13 @@
 """Link utilization in both directions, with peaks over scrape-interval windows
-(emulator.results.fabric.linkstats), from synthetic port counters."""
+(zcube_lab.emulator.results.fabric.linkstats), from synthetic port counters."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.results.fabric.linkstats import (
+from zcube_lab.core.fabric.builders import build_zcube
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.results.fabric.linkstats import (
     SwitchPortTraffic,
     busiest,
     link_directions,
@@ -14,11 +16,9 @@ from emulator.results.fabric.linkstats import (
     verdict_busiest_link,
     window_rates,
 )
-from emulator.results.run.figures import fabric_stats
-from emulator.results.run.summary import LinkLoad
-from emulator.verdict.judge import BusiestLink
-from zcube_lab.core.fabric.builders import build_zcube
-from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.results.run.figures import fabric_stats
+from zcube_lab.emulator.results.run.summary import LinkLoad
+from zcube_lab.emulator.verdict.judge import BusiestLink
 
 
 def test_every_link_is_named_both_ways_with_its_counter() -> None:

@@ -1,5 +1,5 @@
 """Exact KV pull and all-to-all times from synthetic engine logs
-(emulator.results.fabric.transfers)."""
+(zcube_lab.emulator.results.fabric.transfers)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.fabric.transfers import (
+from zcube_lab.core.fabric.builders import build_roft, build_zcube
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.results.fabric.transfers import (
     ep_figures,
     kv_figures,
     pull_rate_bps,
     transfer_figures,
 )
-from zcube_lab.core.fabric.builders import build_roft, build_zcube
-from zcube_lab.core.fabric.scale import Scale
 
 
 def _pull(took: float, size: int, ok: bool = True, src: str = "prefill-0") -> dict:
@@ -91,7 +91,7 @@ def test_transfer_figures_read_the_run_logs(tmp_path: Path) -> None:
 
 
 def test_the_fabric_fraction_is_per_request_pull_time_over_gateway_ttft() -> None:
-    from emulator.results.fabric.transfers import fabric_fraction
+    from zcube_lab.emulator.results.fabric.transfers import fabric_fraction
 
     pulls = [
         ("decode-4", {"request_id": "a", "start": 0.0, "end": 0.1, "ok": False}),

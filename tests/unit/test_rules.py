@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.ofctl import (
+from zcube_lab.controller.ofctl import (
     dump_lines,
     flow_line,
     flow_lines,
@@ -12,7 +12,7 @@ from controller.ofctl import (
     group_lines,
     line_differences,
 )
-from controller.rules import (
+from zcube_lab.controller.rules import (
     COOKIE,
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,

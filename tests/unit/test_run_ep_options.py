@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.plan import RunConfig, plan_run
-from serving import decode, prefill
-from serving.eptraffic import FRAME_PACKETS
-from zcube_cli.commands import compare as compare_command
-from zcube_cli.commands import sweep as sweep_command
+from zcube_lab.cli.commands import compare as compare_command
+from zcube_lab.cli.commands import sweep as sweep_command
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.options import parse_with_file
+from zcube_lab.emulator.experiment.plan import RunConfig, plan_run
+from zcube_lab.serving import decode, prefill
+from zcube_lab.serving.eptraffic import FRAME_PACKETS
 
 ZCUBE = FabricSpec.of("zcube", n=4)
 EP = LayoutSpec(prefill_servers=2, ep_servers=2)

@@ -11,14 +11,14 @@ from pathlib import Path
 import configargparse
 import pytest
 
-from emulator.experiment.runconfig import RunConfig, run_argv_of
-from workloads import locust_ext
-from workloads.loadconfig import LoadConfig, load_argv, load_config
-from zcube_cli.commands import run as run_command
+from zcube_lab.cli.commands import run as run_command
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.fabric.queues import CHIPS, DEFAULT_CHIP
 from zcube_lab.core.options import flag_names
+from zcube_lab.emulator.experiment.runconfig import RunConfig, run_argv_of
+from zcube_lab.workloads import locust_ext
+from zcube_lab.workloads.loadconfig import LoadConfig, load_argv, load_config
 
 ZCUBE = FabricSpec.of("zcube", n=4, gpus_per_server=2)  # the default size (structure-keeping)
 # Three runs that together move every flagged field off its default (some exclude others:

@@ -1,5 +1,5 @@
-"""The run loop compare and sweep share (emulator.experiment.runloop), with a fake lab: a run
-the machine spoiled runs again with the same seed, the rejected folder is kept and named in
+"""The run loop compare and sweep share (zcube_lab.emulator.experiment.runloop), with a fake lab: a
+run the machine spoiled runs again with the same seed, the rejected folder is kept and named in
 retry.json, a fabric's fault is never retried, and --retries is checked."""
 
 from __future__ import annotations
@@ -10,23 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.comparison import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.experiment.comparison import (
     PlannedRun,
     fabric_specs,
     interleave,
     plan_variants,
     run_planned,
 )
-from emulator.experiment.launcher import RunResult
-from emulator.experiment.plan import RunConfig
-from emulator.experiment.runloop import LoopConfig, RunLoop, check_retries
-from emulator.experiment.sweep import plan_sweep, run_sweep
-from emulator.results.compare.report import read_retries
-from emulator.results.run.goodput import parse_slo
-from emulator.results.run.summary import RunSummary
-from emulator.verdict.judge import HealthVerdict
-from emulator.verdict.retry import RETRY_FILE
-from zcube_lab.core.errors import ConfigError
+from zcube_lab.emulator.experiment.launcher import RunResult
+from zcube_lab.emulator.experiment.plan import RunConfig
+from zcube_lab.emulator.experiment.runloop import LoopConfig, RunLoop, check_retries
+from zcube_lab.emulator.experiment.sweep import plan_sweep, run_sweep
+from zcube_lab.emulator.results.compare.report import read_retries
+from zcube_lab.emulator.results.run.goodput import parse_slo
+from zcube_lab.emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.verdict.judge import HealthVerdict
+from zcube_lab.emulator.verdict.retry import RETRY_FILE
 
 DATA = Path(__file__).parent / "data"
 STEAL = "CPU steal averaged 23% (allowed 5%)"
@@ -142,8 +142,8 @@ def test_the_sweep_runs_through_the_same_loop(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["compare", "sweep"])
 def test_compare_and_sweep_take_retries_and_refuse_a_bad_one_before_running(command: str) -> None:
-    from zcube_cli import build_parser
-    from zcube_cli.commands.compare import variants_from_args
+    from zcube_lab.cli import build_parser
+    from zcube_lab.cli.commands.compare import variants_from_args
 
     args = build_parser().parse_args([command])
     assert args.retries == "2"  # the default, checked with the variants

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.experiment.comparison import fabric_specs
-from emulator.probes.epprobe import EP_GROUP
-from emulator.probes.kvprobe import KV_PAIRS
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.fullsize import compare_structure
@@ -22,6 +19,9 @@ from zcube_lab.core.fabric.scaledown import (
     structure_servers_per_leaf,
 )
 from zcube_lab.core.fabric.structure import SHARE_GOAL_POINTS
+from zcube_lab.emulator.experiment.comparison import fabric_specs
+from zcube_lab.emulator.probes.epprobe import EP_GROUP
+from zcube_lab.emulator.probes.kvprobe import KV_PAIRS
 
 
 def test_the_full_size_has_4_servers_per_a_segment_and_32_per_rail_leaf() -> None:
@@ -118,7 +118,7 @@ def test_the_probes_pairs_keep_their_meaning_on_the_default_fabrics() -> None:
 
 
 def test_profiles_prefill_counts_keep_their_share_of_the_servers() -> None:
-    from emulator.experiment.runconfig import prefill_servers_hint, profile_fallback
+    from zcube_lab.emulator.experiment.runconfig import prefill_servers_hint, profile_fallback
 
     # written for 4 servers: coding-agent 1 (1:3), kv-heavy 3 (3:1), hotspot 2 (1:1)
     for workload, four, eight, thirty_two in (
@@ -137,7 +137,7 @@ def test_profiles_prefill_counts_keep_their_share_of_the_servers() -> None:
 def test_compares_default_run_keeps_coding_agents_prefill_share() -> None:
     import argparse
 
-    from zcube_cli.commands import compare
+    from zcube_lab.cli.commands import compare
 
     parser = argparse.ArgumentParser()
     compare.add_arguments(parser)

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry
 
-from serving import alltoall, decode, prefill
-from serving.alltoall import AllToAll, split_bytes, start_ep_server
-from serving.config import Address, DecodeConfig, PrefillConfig
-from serving.vllm_metrics import EngineMetrics
 from zcube_lab.adapters.ports import free_port
+from zcube_lab.serving import alltoall, decode, prefill
+from zcube_lab.serving.alltoall import AllToAll, split_bytes, start_ep_server
+from zcube_lab.serving.config import Address, DecodeConfig, PrefillConfig
+from zcube_lab.serving.vllm_metrics import EngineMetrics
 
 _LEN = struct.Struct("!Q")
 _REQ = struct.Struct("!QQ")

@@ -17,11 +17,11 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from serving.config import Address, GatewayConfig
-from serving.gateway import make_gateway_app
-from serving.models import decode_step_seconds, get_profile, prefill_step_seconds
-from serving.textgen import output_text, plan_output, request_rng
 from zcube_lab.adapters.ports import free_port
+from zcube_lab.serving.config import Address, GatewayConfig
+from zcube_lab.serving.gateway import make_gateway_app
+from zcube_lab.serving.models import decode_step_seconds, get_profile, prefill_step_seconds
+from zcube_lab.serving.textgen import output_text, plan_output, request_rng
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import (
@@ -325,8 +325,8 @@ async def test_expert_parallel_all_to_all_moves_profile_sized_bytes_and_takes_ti
     finally:
         for _, srv in started:
             srv.close()
-    # per peer and step, as DeepEP sends it (serving.eptraffic): a token reaches a given one of
-    # the 4 nodes with probability 1 - (6/8)(5/7) = 13/28 (2 of 8 experts per node, top-2);
+    # per peer and step, as DeepEP sends it (zcube_lab.serving.eptraffic): a token reaches a given
+    # one of the 4 nodes with probability 1 - (6/8)(5/7) = 13/28 (2 of 8 experts per node, top-2);
     # dispatch 256 FP8 values + 2 scales of 4 bytes = 264 bytes, combine 256 x 2 = 512, over
     # 2 MoE layers in one frame, rounded up; 3 peers
     dispatch, combine = math.ceil(2 * 13 / 28 * 264), math.ceil(2 * 13 / 28 * 512)
@@ -521,7 +521,7 @@ async def test_invalid_stop_values_are_openai_style_400s(aiohttp_server) -> None
 
 
 def test_backend_groups_pair_prefill_and_decode_of_the_same_rail() -> None:
-    from serving.routing import Backend, same_group
+    from zcube_lab.serving.routing import Backend, same_group
 
     decodes = [Backend.parse(f"http://d{i}:8200#group=rail{i % 2}") for i in range(4)]
     assert decodes[1] == Backend("http://d1:8200", group="rail1")
@@ -679,8 +679,8 @@ async def test_decode_failing_mid_stream_ends_the_stream_with_an_error_event(
 async def test_an_idle_prefill_s_lease_loop_sleeps_until_kv_is_held() -> None:
     """With nothing held the expiry loop does not wake (an idle engine costs no CPU); once KV
     is held it sweeps every quarter lease and frees what ran out."""
-    from serving.config import PrefillConfig
-    from serving.prefill import ENGINE_KEY, make_prefill_app
+    from zcube_lab.serving.config import PrefillConfig
+    from zcube_lab.serving.prefill import ENGINE_KEY, make_prefill_app
 
     registry = CollectorRegistry()
     engine = make_prefill_app(PrefillConfig(kv_lease_s=0.08), registry)[ENGINE_KEY]

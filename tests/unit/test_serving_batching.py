@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serving.batching import PrefillJob, admit_count, plan_prefill_step
+from zcube_lab.serving.batching import PrefillJob, admit_count, plan_prefill_step
 
 
 def test_prefill_fills_budget_and_chunks_last_prompt() -> None:

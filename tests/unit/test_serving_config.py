@@ -9,12 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from serving import decode, gateway, prefill
-from serving.config import PATH_HOLD_STALLS, Address, DecodeConfig, GatewayConfig, PrefillConfig
-from serving.decode_engine import path_health, stall_wall_s
-from serving.launch import decode_argv
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.options import parse_with_file
+from zcube_lab.serving import decode, gateway, prefill
+from zcube_lab.serving.config import (
+    PATH_HOLD_STALLS,
+    Address,
+    DecodeConfig,
+    GatewayConfig,
+    PrefillConfig,
+)
+from zcube_lab.serving.decode_engine import path_health, stall_wall_s
+from zcube_lab.serving.launch import decode_argv
 
 
 def _parse(mod: object, argv: list[str]) -> object:
@@ -197,7 +203,7 @@ def test_dilation_stretches_the_timeouts_of_the_modelled_world() -> None:
 
 
 def test_ep_options_change_the_profiles_wire_for_the_exchange() -> None:
-    from serving.epoptions import on_off
+    from zcube_lab.serving.epoptions import on_off
 
     peer = (Address("10.1.0.2", 7300), Address("10.2.0.2", 7300))
     cfg = DecodeConfig(model="deepseek-v3", ep_peers=(peer, Address("10.1.0.3", 7300)))

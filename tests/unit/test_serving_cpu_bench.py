@@ -25,17 +25,18 @@ def test_cpu_ms_grows_with_this_process_s_work() -> None:
 def test_hot_spots_count_leaves_and_our_frames_once_per_stack() -> None:
     raw = "\n".join(
         [
-            "run (serving/decode.py:10);_emit (serving/decode_engine.py:5);"
+            "run (zcube_lab/serving/decode.py:10);_emit (zcube_lab/serving/decode_engine.py:5);"
             "dumps (json/__init__.py:1) 7",
-            "run (serving/decode.py:10);run (serving/decode.py:10);select (selectors.py:3) 3",
+            "run (zcube_lab/serving/decode.py:10);run (zcube_lab/serving/decode.py:10);"
+            "select (selectors.py:3) 3",
             "garbage",
         ]
     )
     own, incl, total = hot_spots(raw)
     assert total == 10
     assert own["dumps (json/__init__.py:1)"] == 7 and own["select (selectors.py:3)"] == 3
-    assert incl["run (serving/decode.py:10)"] == 10  # a recursive frame counts once
-    assert incl["_emit (serving/decode_engine.py:5)"] == 7
+    assert incl["run (zcube_lab/serving/decode.py:10)"] == 10  # a recursive frame counts once
+    assert incl["_emit (zcube_lab/serving/decode_engine.py:5)"] == 7
     assert "select (selectors.py:3)" not in incl
 
 
@@ -73,8 +74,9 @@ def test_the_before_variants_put_the_old_kv_buffer_and_lease_tick_back(tmp_path:
     (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
     root = str(Path(__file__).resolve().parents[2])
     probe = (
-        "import random; import serving.prefill; from serving.kvstore import make_kv_buffer, "
-        "KVStore; print(make_kv_buffer('a', 0, 8) == random.Random('kv:0:a').randbytes(8), "
+        "import random; import zcube_lab.serving.prefill; "
+        "from zcube_lab.serving.kvstore import make_kv_buffer, KVStore; "
+        "print(make_kv_buffer('a', 0, 8) == random.Random('kv:0:a').randbytes(8), "
         "len(KVStore(1)))"
     )
 

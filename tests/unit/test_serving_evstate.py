@@ -1,14 +1,15 @@
-"""The EV state machine (serving/kvwire/evstate.py) against the OCP MRC spec's rules, and the
+"""The EV state machine (zcube_lab/serving/kvwire/evstate.py) against the OCP MRC spec's rules, and
+the
 sender's loss rules that feed it: a pause is not a loss, a cut is."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving.kvwire import mrcsender
-from serving.kvwire import mrcwire as w
-from serving.kvwire.evstate import TRANSITIONS, EvEvent, EvSet, EvState, next_state
 from zcube_lab.core.clock import Clock
+from zcube_lab.serving.kvwire import mrcsender
+from zcube_lab.serving.kvwire import mrcwire as w
+from zcube_lab.serving.kvwire.evstate import TRANSITIONS, EvEvent, EvSet, EvState, next_state
 
 G, SK, BAD, DEN = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 CONG, PASS, TO, OK = EvEvent.CONGESTION, EvEvent.PASSED, EvEvent.TIMEOUT, EvEvent.PROBE_OK

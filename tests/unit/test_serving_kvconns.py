@@ -1,5 +1,5 @@
-"""KV connections kept across pulls (serving.kvwire.conns) on loopback: reuse, the idle cap,
-reconnecting a kept connection that broke while idle, RELEASE over a kept connection, and
+"""KV connections kept across pulls (zcube_lab.serving.kvwire.conns) on loopback: reuse, the idle
+cap, reconnecting a kept connection that broke while idle, RELEASE over a kept connection, and
 spraying's replacement lanes still opening new connections (new path ids), and warming a pool
 before any pull."""
 
@@ -10,9 +10,10 @@ import zlib
 
 import pytest
 
-from serving.config import Address
-from serving.kvstore import KVStore, make_kv_buffer
-from serving.kvwire import (
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.serving.config import Address
+from zcube_lab.serving.kvstore import KVStore, make_kv_buffer
+from zcube_lab.serving.kvwire import (
     IDLE_PULLS,
     KVConnection,
     KVConnections,
@@ -21,7 +22,6 @@ from serving.kvwire import (
     start_kv_server,
     warm,
 )
-from zcube_lab.adapters.ports import free_port
 
 
 class _Relay:
@@ -278,8 +278,8 @@ async def test_connections_given_back_after_close_are_closed() -> None:
 
 
 def test_the_decode_engine_keeps_enough_for_its_concurrent_pulls() -> None:
-    from serving.config import DecodeConfig
-    from serving.decode_engine import kv_connections
+    from zcube_lab.serving.config import DecodeConfig
+    from zcube_lab.serving.decode_engine import kv_connections
 
     pool = kv_connections(DecodeConfig(kv_streams=3))
     assert pool.max_idle == IDLE_PULLS * 3 + 1

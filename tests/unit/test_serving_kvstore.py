@@ -7,7 +7,7 @@ import time
 import zlib
 from collections.abc import Callable
 
-from serving.kvstore import KVStore, make_kv_buffer
+from zcube_lab.serving.kvstore import KVStore, make_kv_buffer
 
 
 def test_put_get_release_and_usage() -> None:

@@ -11,9 +11,10 @@ from collections.abc import Callable
 
 import pytest
 
-from serving.config import Address
-from serving.kvstore import KVStore, make_kv_buffer
-from serving.kvwire import (
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.serving.config import Address
+from zcube_lab.serving.kvstore import KVStore, make_kv_buffer
+from zcube_lab.serving.kvwire import (
     CHUNKS_PER_LANE,
     MIN_CHUNK_BYTES,
     KVTransferError,
@@ -28,7 +29,6 @@ from serving.kvwire import (
     release_kv,
     start_kv_server,
 )
-from zcube_lab.adapters.ports import free_port
 
 
 def test_plan_lanes_deals_chunks_over_addresses_and_streams() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from serving import decode, gateway, prefill
-from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
-from serving.launch import decode_argv, gateway_argv, prefill_argv
 from zcube_lab.core.options import parse_with_file
+from zcube_lab.serving import decode, gateway, prefill
+from zcube_lab.serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
+from zcube_lab.serving.launch import decode_argv, gateway_argv, prefill_argv
 
 
 def _back(mod: object, argv: list[str]) -> object:
-    assert argv[1:3] == ["-m", f"serving.{mod.__name__.split('.')[-1]}"]  # type: ignore[attr-defined]
+    assert argv[1:3] == ["-m", f"zcube_lab.serving.{mod.__name__.split('.')[-1]}"]  # type: ignore[attr-defined]
     parser = argparse.ArgumentParser()
     mod.add_arguments(parser)  # type: ignore[attr-defined]
     return mod.config_from_args(parse_with_file(parser, argv[3:]))  # type: ignore[attr-defined]

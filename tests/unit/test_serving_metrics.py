@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from serving import vllm_metrics as m
+from zcube_lab.serving import vllm_metrics as m
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import registry_text

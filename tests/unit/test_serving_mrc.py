@@ -9,13 +9,13 @@ import zlib
 
 import pytest
 
-from serving.config import Address
-from serving.kvwire import mrcreceiver, mrcsender
-from serving.kvwire import mrcwire as w
-from serving.kvwire.evstate import EvState
-from serving.kvwire.mrc import MrcServer, pull_kv_mrc
-from serving.kvwire.pull import KVTransferError
 from zcube_lab.core.clock import Clock
+from zcube_lab.serving.config import Address
+from zcube_lab.serving.kvwire import mrcreceiver, mrcsender
+from zcube_lab.serving.kvwire import mrcwire as w
+from zcube_lab.serving.kvwire.evstate import EvState
+from zcube_lab.serving.kvwire.mrc import MrcServer, pull_kv_mrc
+from zcube_lab.serving.kvwire.pull import KVTransferError
 
 
 # -- wire -----------------------------------------------------------------------------------
@@ -336,8 +336,8 @@ def test_a_pull_of_an_unknown_request_fails_cleanly() -> None:
 
 # -- the roles ----------------------------------------------------------------------------------
 def test_an_unknown_transport_is_refused_by_both_roles() -> None:
-    from serving.config import DecodeConfig, PrefillConfig
     from zcube_lab.core.errors import ConfigError
+    from zcube_lab.serving.config import DecodeConfig, PrefillConfig
 
     with pytest.raises(ConfigError, match="kv_transport"):
         DecodeConfig(kv_transport="rdma")
@@ -375,7 +375,7 @@ async def test_decode_pulls_over_mrc_when_both_roles_say_so(aiohttp_server, tmp_
 
 
 def test_a_sender_whose_receiver_went_silent_stops_instead_of_resending() -> None:
-    from serving.kvwire import mrc
+    from zcube_lab.serving.kvwire import mrc
 
     data = b"z" * 200_000
 

@@ -12,12 +12,12 @@ import zlib
 import pytest
 
 from bench import mrc_cost
-from serving.config import Address
-from serving.kvwire import mrcpull, mrcsender
-from serving.kvwire import mrcwire as w
-from serving.kvwire.mrc import MrcServer, pull_kv_mrc
-from serving.kvwire.mrcreceiver import ReceiverState
-from serving.kvwire.mrcsock import open_endpoint
+from zcube_lab.serving.config import Address
+from zcube_lab.serving.kvwire import mrcpull, mrcsender
+from zcube_lab.serving.kvwire import mrcwire as w
+from zcube_lab.serving.kvwire.mrc import MrcServer, pull_kv_mrc
+from zcube_lab.serving.kvwire.mrcreceiver import ReceiverState
+from zcube_lab.serving.kvwire.mrcsock import open_endpoint
 
 
 def _sender(**kw: float) -> mrcsender.SenderState:

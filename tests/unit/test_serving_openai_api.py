@@ -8,8 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.models import get_profile
-from serving.openai_api import CHAT, COMPLETION, ApiError, ChunkWriter, full_response, parse_request
+from zcube_lab.serving.models import get_profile
+from zcube_lab.serving.openai_api import (
+    CHAT,
+    COMPLETION,
+    ApiError,
+    ChunkWriter,
+    full_response,
+    parse_request,
+)
 
 TINY = get_profile("tiny")
 
@@ -232,7 +239,7 @@ def test_fields_the_mock_honours_or_that_change_nothing_are_accepted(extra) -> N
 def test_every_field_has_a_row_in_serving_md() -> None:
     from pathlib import Path
 
-    from serving.openai_fields import FIELDS
+    from zcube_lab.serving.openai_fields import FIELDS
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "SERVING.md").read_text()
     missing = [f.name for f in FIELDS if f"| `{f.name}` |" not in doc]

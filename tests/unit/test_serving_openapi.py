@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fuzz_requests import engine, gateway
 from serving_fixtures import threaded_apps
 
-from serving.openapi import OPENAPI_PATH, inline
+from zcube_lab.serving.openapi import OPENAPI_PATH, inline
 
 MODEL = "tiny"
 MAX_TOKENS = 16

@@ -9,8 +9,9 @@ from types import ModuleType
 
 import pytest
 
-from serving import decode, ep_worker, gateway, prefill
-from serving.config import (
+from zcube_lab.core.options import parse_with_file, to_argv
+from zcube_lab.serving import decode, ep_worker, gateway, prefill
+from zcube_lab.serving.config import (
     Address,
     DecodeConfig,
     EngineCommon,
@@ -18,8 +19,7 @@ from serving.config import (
     GatewayConfig,
     PrefillConfig,
 )
-from serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
-from zcube_lab.core.options import parse_with_file, to_argv
+from zcube_lab.serving.launch import decode_argv, ep_worker_argv, gateway_argv, prefill_argv
 
 A, B, C = Address("10.1.0.1", 7100), Address("10.2.0.1", 7100), Address("10.1.0.9", 7101)
 COMMON = {

@@ -10,10 +10,10 @@ import zlib
 import pytest
 from prometheus_client import CollectorRegistry
 
-import serving.prefill as prefill
-from serving.config import PrefillConfig
-from serving.kvstore import make_kv_buffer
-from serving.models import kv_transfer_bytes, prefill_step_seconds
+import zcube_lab.serving.prefill as prefill
+from zcube_lab.serving.config import PrefillConfig
+from zcube_lab.serving.kvstore import make_kv_buffer
+from zcube_lab.serving.models import kv_transfer_bytes, prefill_step_seconds
 
 
 async def test_the_kv_buffer_is_made_while_the_modelled_compute_runs(
@@ -51,7 +51,7 @@ async def test_the_kv_buffer_is_made_while_the_modelled_compute_runs(
 
 
 def test_the_store_keeps_a_given_checksum_and_computes_a_missing_one() -> None:
-    from serving.kvstore import KVStore
+    from zcube_lab.serving.kvstore import KVStore
 
     store = KVStore(100)
     assert store.put("a", b"abc", 1, 0.0, 1.0, checksum=7).checksum == 7

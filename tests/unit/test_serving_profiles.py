@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving.models import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.serving.models import (
     PREFILL_CACHED_TOKEN_COST,
     PROFILES,
     decode_step_seconds,
@@ -13,7 +14,6 @@ from serving.models import (
     prefill_step_seconds,
     scaled_bytes,
 )
-from zcube_lab.core.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from serving.models import get_profile
-from serving.openai_api import COMPLETION, ChunkWriter, parse_request
-from serving.requestlog import TOKEN_MARK, TokenCounter, completion_tokens
+from zcube_lab.serving.models import get_profile
+from zcube_lab.serving.openai_api import COMPLETION, ChunkWriter, parse_request
+from zcube_lab.serving.requestlog import TOKEN_MARK, TokenCounter, completion_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_fixtures import start_inprocess_cluster

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from serving.routing import Backend, HotSet, LeastOutstanding, RoundRobin, make_balancer
+from zcube_lab.serving.routing import Backend, HotSet, LeastOutstanding, RoundRobin, make_balancer
 
 
 def test_least_outstanding_picks_least_load_and_rotates_ties() -> None:
@@ -59,11 +59,11 @@ def test_hot_set_rejects_a_bad_size_or_period() -> None:
 async def test_gateway_sends_a_periods_decodes_to_its_hot_set(aiohttp_server) -> None:
     """Four real decode apps behind one gateway with one hot decode per 0.4 s period: the
     requests of a period all land on one decode, and over several periods the hot one moves."""
-    from serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
-    from serving.decode import make_decode_app
-    from serving.gateway import make_gateway_app
-    from serving.prefill import make_prefill_app
     from zcube_lab.adapters.ports import free_port
+    from zcube_lab.serving.config import Address, DecodeConfig, GatewayConfig, PrefillConfig
+    from zcube_lab.serving.decode import make_decode_app
+    from zcube_lab.serving.gateway import make_gateway_app
+    from zcube_lab.serving.prefill import make_prefill_app
 
     pcfg = PrefillConfig(kv_bind=(Address("127.0.0.1", free_port("127.0.0.1")),))
     prefill = await aiohttp_server(make_prefill_app(pcfg, CollectorRegistry()))
@@ -122,7 +122,7 @@ def _successes(registry: CollectorRegistry) -> float:
 
 
 def test_usable_leaves_out_tried_and_down_backends_but_never_all_untried() -> None:
-    from serving.routing import usable
+    from zcube_lab.serving.routing import usable
 
     a, b, c = Backend("http://a"), Backend("http://b"), Backend("http://c")
     b.down_until = 10.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from serving.textgen import (
+from zcube_lab.serving.textgen import (
     StopStrings,
     count_chat_tokens,
     count_prompt_tokens,

@@ -19,7 +19,7 @@ from bench.soak import (
     request_figures,
     soak_problems,
 )
-from emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.results.run.summary import RunSummary
 
 SUMMARY = RunSummary.from_dict(
     json.loads((Path(__file__).parent / "data" / "summary-zcube.json").read_text())

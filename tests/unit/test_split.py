@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from zcube_cli import main
+from zcube_lab.cli import main
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_clos, build_roft, build_zcube
 from zcube_lab.core.fabric.description import Fabric, FabricSpec, Host, Interface, Link, Switch

@@ -7,8 +7,8 @@ from ipaddress import IPv6Address
 
 import pytest
 
-from controller.evformats import ev_rule_counts
-from controller.rules import PRIORITY_EV, compute_rules
+from zcube_lab.controller.evformats import ev_rule_counts
+from zcube_lab.controller.rules import PRIORITY_EV, compute_rules
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.evpaths import ev_path, ev_ports

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.results.structure.structuretable import structure_html, structure_text
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_roft, build_zcube
 from zcube_lab.core.fabric.description import FabricSpec
@@ -17,6 +16,7 @@ from zcube_lab.core.fabric.fullsize import (
 )
 from zcube_lab.core.fabric.placement import LayoutSpec
 from zcube_lab.core.fabric.structure import _Graph, fabric_structure
+from zcube_lab.emulator.results.structure.structuretable import structure_html, structure_text
 
 
 def _by_shared(stats):
@@ -136,7 +136,7 @@ def test_scenario_wider_than_fabric_is_refused():
 def test_cli_vs_full_size_json(capsys):
     import json
 
-    from zcube_cli import main
+    from zcube_lab.cli import main
 
     argv = ["fabric", "--vs-full-size", "--n", "4", "--gpus-per-server", "2", "--json"]
     assert main([*argv, "--workload", "kv-heavy", "--workload", "hotspot"]) == 0

@@ -9,19 +9,19 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from emulator.experiment.comparison import fabric_specs
-from emulator.experiment.runconfig import RunConfig
-from emulator.results.compare.report import write_report
-from emulator.results.run.summary import RunSummary
-from emulator.results.structure.structuresection import (
+from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.emulator.experiment.comparison import fabric_specs
+from zcube_lab.emulator.experiment.runconfig import RunConfig
+from zcube_lab.emulator.results.compare.report import write_report
+from zcube_lab.emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.results.structure.structuresection import (
     STRUCTURE_FILE,
     config_structure,
     structure_html_section,
     structure_text_section,
     write_run_structure,
 )
-from emulator.results.sweep.sweepreport import structure_report
-from zcube_lab.core.fabric.placement import LayoutSpec
+from zcube_lab.emulator.results.sweep.sweepreport import structure_report
 
 DATA = Path(__file__).parent / "data"
 SPECS = fabric_specs(["zcube", "roft"], 16, 2)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.run.summary import (
+from zcube_lab.emulator.results.run.summary import (
     ClientFigures,
     FabricStats,
     FaultRecovery,
@@ -20,7 +20,7 @@ from emulator.results.run.summary import (
     ServerFigures,
     Utilization,
 )
-from emulator.verdict.judge import HealthVerdict, Usage
+from zcube_lab.emulator.verdict.judge import HealthVerdict, Usage
 
 DATA = Path(__file__).parent / "data"
 # As the runner wrote them before summaries were typed: a run without faults (values from a real
@@ -138,7 +138,7 @@ def test_the_report_units_are_properties() -> None:
 def test_the_victim_section_round_trips(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from emulator.results.lossless.victims import PauseEpisode, Transfer, account
+    from zcube_lab.emulator.results.lossless.victims import PauseEpisode, Transfer, account
 
     episode = PauseEpisode("a0-eth1", 1.0, 1.2, frozenset({"h1-eth0"}), "kv")
     report = account([Transfer("ep", 0.9, 1.1, 100, frozenset({"h1-eth0"}))], [episode])

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from emulator.prometheus.queries import port_counters, server_figures
-from emulator.results.compare.report import busiest_link
-from emulator.results.fabric.linkstats import link_loads
-from emulator.results.fabric.transfers import transfer_figures
-from emulator.results.run.figures import fabric_stats
-from emulator.results.run.summary import RunSummary
 from zcube_lab.core.fabric.builders import build_zcube
 from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.prometheus.queries import port_counters, server_figures
+from zcube_lab.emulator.results.compare.report import busiest_link
+from zcube_lab.emulator.results.fabric.linkstats import link_loads
+from zcube_lab.emulator.results.fabric.transfers import transfer_figures
+from zcube_lab.emulator.results.run.figures import fabric_stats
+from zcube_lab.emulator.results.run.summary import RunSummary
 
 OLD = Path(__file__).parent / "data" / "summary-zcube.json"
 

@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from emulator.results.run.summary import (
+from zcube_lab.emulator.results.run.summary import (
     DirectedUtilization,
     LinkLoad,
     RunSummary,

@@ -1,5 +1,6 @@
-"""The load sweep (emulator.experiment.sweep, emulator.results.sweep.sweeppoints): rates, the plan's
-order, the stop rule, the maximum rate meeting the SLO, sweep.json, and the run loop with a fake
+"""The load sweep (zcube_lab.emulator.experiment.sweep,
+zcube_lab.emulator.results.sweep.sweeppoints): rates, the plan's order, the stop rule, the maximum
+rate meeting the SLO, sweep.json, and the run loop with a fake
 lab."""
 
 from __future__ import annotations
@@ -11,13 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.comparison import PlannedRun, fabric_specs, plan_variants
-from emulator.experiment.launcher import RunResult
-from emulator.experiment.plan import RunConfig
-from emulator.experiment.sweep import parse_rates, plan_sweep, run_sweep, wall_time_estimate
-from emulator.results.run.goodput import parse_slo
-from emulator.results.run.summary import RunSummary
-from emulator.results.sweep.sweeppoints import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.stats import quantile
+from zcube_lab.emulator.experiment.comparison import PlannedRun, fabric_specs, plan_variants
+from zcube_lab.emulator.experiment.launcher import RunResult
+from zcube_lab.emulator.experiment.plan import RunConfig
+from zcube_lab.emulator.experiment.sweep import (
+    parse_rates,
+    plan_sweep,
+    run_sweep,
+    wall_time_estimate,
+)
+from zcube_lab.emulator.results.run.goodput import parse_slo
+from zcube_lab.emulator.results.run.summary import RunSummary
+from zcube_lab.emulator.results.sweep.sweeppoints import (
     Point,
     RunPoint,
     SweepResult,
@@ -26,9 +34,7 @@ from emulator.results.sweep.sweeppoints import (
     points,
     run_point,
 )
-from emulator.verdict.judge import HealthVerdict
-from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.stats import quantile
+from zcube_lab.emulator.verdict.judge import HealthVerdict
 
 DATA = Path(__file__).parent / "data"
 SLO = parse_slo("ttft_p99=2s,tpot=50ms")
@@ -116,8 +122,8 @@ def test_past_saturation_needs_every_repeat_to_miss_and_to_fall_behind() -> None
 def test_max_rates_are_capacities_censored_by_an_untrustworthy_run_or_the_ladder_top() -> None:
     # This scenario used to give zcube 4, roft 2 and a plain 2.00x: zcube's untrustworthy run at
     # 8 was silently dropped and the ratio printed as if exact. Under the capacity rule
-    # (emulator.results.sweep.capacity) zcube's repeat 1 stops at that run (at least 4) and repeat 2
-    # met every rate (at least 8), so zcube is "at least 6" and the ratio only a bound.
+    # (zcube_lab.emulator.results.sweep.capacity) zcube's repeat 1 stops at that run (at least 4)
+    # and repeat 2 met every rate (at least 8), so zcube is "at least 6" and the ratio only a bound.
     runs = [
         *(rp(v, r, k) for v in ("zcube", "roft") for r in (1.0, 2.0) for k in (1, 2)),
         rp("zcube", 4.0, 1), rp("zcube", 4.0, 2),
@@ -383,7 +389,7 @@ def test_a_sweep_json_with_the_earlier_bootstrap_intervals_still_reads(tmp_path:
 
 
 def test_the_sweeps_eta_counts_the_runs_left_at_the_mean_run_time() -> None:
-    from zcube_cli.commands.sweep import _eta
+    from zcube_lab.cli.commands.sweep import _eta
 
     specs = fabric_specs(["zcube", "roft"], 16, 2)
     variants = plan_variants(RunConfig(fabric=specs["zcube"], duration_s=10), specs, ["ecmp"])

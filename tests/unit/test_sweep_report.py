@@ -1,4 +1,5 @@
-"""The sweep's report (emulator.results.sweep.sweepreport and `zcube-lab sweep --report-only`):
+"""The sweep's report (zcube_lab.emulator.results.sweep.sweepreport and `zcube-lab sweep
+--report-only`):
 table rows, the max-rate table, sweep.png from synthetic points, and the console in 100 columns."""
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ import pytest
 from rich.console import Console
 from test_sweep import rp  # tests/unit is on the path (no __init__.py)
 
-import zcube_cli as cli
-from emulator.results.run.goodput import parse_slo
-from emulator.results.sweep.sweeppoints import SweepResult
-from emulator.results.sweep.sweepreport import (
+import zcube_lab.cli as cli
+from zcube_lab.cli.commands import sweep as sweep_command
+from zcube_lab.emulator.results.run.goodput import parse_slo
+from zcube_lab.emulator.results.sweep.sweeppoints import SweepResult
+from zcube_lab.emulator.results.sweep.sweepreport import (
     MAX_RATE_COLUMNS,
     POINT_COLUMNS,
     max_rate_rows,
     plot_sweep,
     point_rows,
 )
-from zcube_cli.commands import sweep as sweep_command
 
 
 def _result() -> SweepResult:

@@ -7,10 +7,18 @@ import socket
 
 import pytest
 
-from serving.addresses import Address
-from serving.alltoall import AllToAll, start_ep_server
-from serving.kvwire.conns import KVConnections
-from serving.trafficclass import DSCP, EP, KV, class_of_tos, mark_socket, mark_stream, tos_byte
+from zcube_lab.serving.addresses import Address
+from zcube_lab.serving.alltoall import AllToAll, start_ep_server
+from zcube_lab.serving.kvwire.conns import KVConnections
+from zcube_lab.serving.trafficclass import (
+    DSCP,
+    EP,
+    KV,
+    class_of_tos,
+    mark_socket,
+    mark_stream,
+    tos_byte,
+)
 
 
 def test_marks_are_distinct_and_read_back() -> None:
@@ -55,7 +63,7 @@ def test_kv_connection_is_marked() -> None:
 
 
 def test_ep_exchange_marks_both_ends(monkeypatch: pytest.MonkeyPatch) -> None:
-    import serving.alltoall as alltoall
+    import zcube_lab.serving.alltoall as alltoall
 
     marked: list[tuple[int, str]] = []
 

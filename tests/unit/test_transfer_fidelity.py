@@ -1,4 +1,4 @@
-"""The transfer-fidelity probes (emulator.probes.kvprobe, epprobe, and the fidelity and
+"""The transfer-fidelity probes (zcube_lab.emulator.probes.kvprobe, epprobe, and the fidelity and
 hostprobe modules they share): the rates and ideal times from the fabric description, the
 verdict rows, and the probes themselves on localhost
 (no lab: a real KV server and real pulls, real EP peers and exchanges over loopback)."""
@@ -12,22 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from emulator.probes.cutprobe import served_prefix
-from emulator.probes.epprobe import alltoall_ideal_s, lane_ports
-from emulator.probes.fidelity import (
+from zcube_lab.adapters.ports import free_port
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.fabric.hostplan import kv_source_map
+from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.probes.cutprobe import served_prefix
+from zcube_lab.emulator.probes.epprobe import alltoall_ideal_s, lane_ports
+from zcube_lab.emulator.probes.fidelity import (
     Fidelity,
     fidelity_row,
     fidelity_table,
     ideal_seconds,
     port_mbps,
 )
-from emulator.probes.hostprobe import ProbeOutput
-from emulator.probes.kvprobe import kv_path_mbps
-from zcube_lab.adapters.ports import free_port
-from zcube_lab.core.fabric.builders import build_fabric
-from zcube_lab.core.fabric.description import FabricSpec
-from zcube_lab.core.fabric.hostplan import kv_source_map
-from zcube_lab.core.fabric.scale import Scale
+from zcube_lab.emulator.probes.hostprobe import ProbeOutput
+from zcube_lab.emulator.probes.kvprobe import kv_path_mbps
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = Scale(nic_mbps=100.0)
@@ -91,7 +91,13 @@ def test_fidelity_row_subtracts_the_fixed_cost() -> None:
 
 def test_probe_output_fails_with_the_probe_s_last_lines() -> None:
     proc = _popen(
-        "emulator.probes.kvprobe", "pulls", "--sizes", "10", "--max-bytes", "x", "127.0.0.1:1"
+        "zcube_lab.emulator.probes.kvprobe",
+        "pulls",
+        "--sizes",
+        "10",
+        "--max-bytes",
+        "x",
+        "127.0.0.1:1",
     )
     with pytest.raises(RuntimeError, match=r"(?s)exited \(2\).*invalid int value"):
         ProbeOutput(proc, "h0").until("started", 30)
@@ -149,9 +155,9 @@ def _lines(module: str, *argv: str) -> list[dict]:
 
 def test_kv_probe_pulls_every_size_in_one_process(server) -> None:
     port = free_port()
-    server("emulator.probes.cutprobe", "serve", "--bytes", "300000", f"127.0.0.1:{port}")
+    server("zcube_lab.emulator.probes.cutprobe", "serve", "--bytes", "300000", f"127.0.0.1:{port}")
     recs = _lines(
-        "emulator.probes.kvprobe", "pulls", "--max-bytes", "300000",
+        "zcube_lab.emulator.probes.kvprobe", "pulls", "--max-bytes", "300000",
         "--sizes", "1000,300000", "--repeat", "2", f"127.0.0.1:{port}",
     )  # fmt: skip
     assert [(r["bytes"], r["warmup"]) for r in recs] == [
@@ -163,11 +169,11 @@ def test_kv_probe_pulls_every_size_in_one_process(server) -> None:
 def test_kv_probe_pulls_every_size_over_mrc_too(server) -> None:
     port = free_port()
     server(
-        "emulator.probes.cutprobe", "serve", "--bytes", "300000", "--mrc-evs", "4",
+        "zcube_lab.emulator.probes.cutprobe", "serve", "--bytes", "300000", "--mrc-evs", "4",
         f"127.0.0.1:{port}",
     )  # fmt: skip
     recs = _lines(
-        "emulator.probes.kvprobe", "pulls", "--max-bytes", "300000", "--transport", "mrc",
+        "zcube_lab.emulator.probes.kvprobe", "pulls", "--max-bytes", "300000", "--transport", "mrc",
         "--sizes", "1000,300000", "--repeat", "2", f"127.0.0.1:{port}",
     )  # fmt: skip
     assert [r["bytes"] for r in recs] == [1000, 1000, 1000, 300000, 300000]
@@ -184,15 +190,21 @@ def test_the_mrc_probe_server_answers_the_prefix_an_id_names() -> None:
 
 def test_ep_probe_exchanges_and_steps(server) -> None:
     port = free_port()
-    server("emulator.probes.epprobe", "serve", f"127.0.0.1:{port}")
+    server("zcube_lab.emulator.probes.epprobe", "serve", f"127.0.0.1:{port}")
     peer = f"127.0.0.1:{port}"
     recs = _lines(
-        "emulator.probes.epprobe", "exchanges", "--sizes", "1000,100000", "--repeat", "2", peer
+        "zcube_lab.emulator.probes.epprobe",
+        "exchanges",
+        "--sizes",
+        "1000,100000",
+        "--repeat",
+        "2",
+        peer,
     )
     assert [r["bytes_per_peer"] for r in recs] == [1000, 1000, 100000, 100000]
     assert all(r["failures"] == 0 for r in recs)
     out = _lines(
-        "emulator.probes.epprobe", "steps", "--bytes", "1000", "--compute-s", "0.05",
+        "zcube_lab.emulator.probes.epprobe", "steps", "--bytes", "1000", "--compute-s", "0.05",
         "--repeat", "3", peer,
     )  # fmt: skip
     steps, hists = out[:-1], out[-1]["histograms"]

@@ -1,11 +1,12 @@
-"""How verdicts combine (`emulator.verdict.combine`): over the machines of a cluster run, over
+"""How verdicts combine (`zcube_lab.emulator.verdict.combine`): over the machines of a cluster run,
+over
 runs, and up one repeat's ladder of rates; and that the callers keep their outputs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.verdict.combine import (
+from zcube_lab.emulator.verdict.combine import (
     NO_REASON,
     Judged,
     all_trustworthy,
@@ -13,7 +14,7 @@ from emulator.verdict.combine import (
     over_runs,
     walk_ladder,
 )
-from emulator.verdict.judge import HealthVerdict, Usage
+from zcube_lab.emulator.verdict.judge import HealthVerdict, Usage
 
 
 def _verdict(ok: bool, *reasons: str) -> HealthVerdict:
@@ -47,8 +48,8 @@ def test_a_cluster_run_is_trustworthy_only_when_every_machine_is() -> None:
 
 
 def test_the_cluster_runs_merge_is_the_verdict_packages_rule() -> None:
-    from emulator.cluster.remote import Machine
-    from emulator.experiment.clusterrun import merge_verdicts
+    from zcube_lab.emulator.cluster.remote import Machine
+    from zcube_lab.emulator.experiment.clusterrun import merge_verdicts
 
     other = Machine(1, "198.19.254.2")
     merged = merge_verdicts(_verdict(True), [(other, _verdict(False, "steal 9%"))])
@@ -94,7 +95,7 @@ def test_the_walk_stops_at_the_first_miss_or_untrustworthy_run_and_sorts() -> No
 
 
 def test_capacity_and_the_report_read_the_combination_unchanged() -> None:
-    from emulator.results.sweep.capacity import repeat_capacity, walk_ended
+    from zcube_lab.emulator.results.sweep.capacity import repeat_capacity, walk_ended
 
     @dataclass(frozen=True)
     class Trial(Step):

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from emulator.experiment.launcher import Launcher
-from emulator.experiment.plan import RunConfig, plan_run
-from emulator.verdict.cpustats import parse_task_stat, thread_names
-from emulator.verdict.judge import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.experiment.launcher import Launcher
+from zcube_lab.emulator.experiment.plan import RunConfig, plan_run
+from zcube_lab.emulator.verdict.cpustats import parse_task_stat, thread_names
+from zcube_lab.emulator.verdict.judge import (
     DATAPATH,
     FIDELITY_FIELDS,
     BusiestLink,
@@ -21,8 +23,8 @@ from emulator.verdict.judge import (
     HealthVerdict,
     judge,
 )
-from emulator.verdict.limits import Limits
-from emulator.verdict.netstats import (
+from zcube_lab.emulator.verdict.limits import Limits
+from zcube_lab.emulator.verdict.netstats import (
     OVER_RATE,
     QDISC_DROPS,
     SOFTNET_DROPS,
@@ -33,7 +35,7 @@ from emulator.verdict.netstats import (
     QueueFigures,
     TcpCounters,
 )
-from emulator.verdict.network import (
+from zcube_lab.emulator.verdict.network import (
     DATAPATH_RECEIVE_DROPS,
     DATAPATH_SEND_ERRORS,
     EngineOverruns,
@@ -44,9 +46,7 @@ from emulator.verdict.network import (
     overrun_buckets,
     step_overruns,
 )
-from serving.vllm_metrics import EngineMetrics
-from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.serving.vllm_metrics import EngineMetrics
 
 
 def _samples(n: int = 10, cores: tuple[float, ...] = (0.4, 0.4), **threads: float) -> list:
@@ -81,7 +81,8 @@ def test_a_clean_run_is_trustworthy_and_carries_its_figures() -> None:
     v = judge(_samples(), evidence=CLEAN)
     assert v.trustworthy and v.reasons == ()
     assert v.tcp["h0"].fast_retrans == 4  # reported, not judged
-    # the busiest link is the summary's (emulator.results.fabric.linkstats), named by the run
+    # the busiest link is the summary's (zcube_lab.emulator.results.fabric.linkstats), named by the
+    # run
     assert v.busiest_link is None
     assert v.step_overruns is not None and v.step_overruns.late == 3
 

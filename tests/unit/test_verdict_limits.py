@@ -15,21 +15,30 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from emulator.experiment.comparison import fabric_specs
-from emulator.experiment.plan import RunConfig
-from emulator.experiment.runner import Experiment
-from emulator.lab.health import HealthSampler
-from emulator.lab.netsampler import NetSampler
-from emulator.results.fabric.transfers import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.experiment.comparison import fabric_specs
+from zcube_lab.emulator.experiment.plan import RunConfig
+from zcube_lab.emulator.experiment.runner import Experiment
+from zcube_lab.emulator.lab.health import HealthSampler
+from zcube_lab.emulator.lab.netsampler import NetSampler
+from zcube_lab.emulator.results.fabric.transfers import (
     kv_path_busy,
     kv_ratio_p50,
     kv_seen_busy,
     pull_links,
     span_rate,
 )
-from emulator.verdict.judge import DATAPATH, FIDELITY_FIELDS, HealthSample, HealthVerdict, judge
-from emulator.verdict.limits import Limits
-from emulator.verdict.network import (
+from zcube_lab.emulator.verdict.judge import (
+    DATAPATH,
+    FIDELITY_FIELDS,
+    HealthSample,
+    HealthVerdict,
+    judge,
+)
+from zcube_lab.emulator.verdict.limits import Limits
+from zcube_lab.emulator.verdict.network import (
     GATEWAY,
     LOADGEN,
     EngineOverruns,
@@ -44,11 +53,8 @@ from emulator.verdict.network import (
     send_lag,
     step_overruns,
 )
-from serving.gateway import sample_loop_lag
-from serving.vllm_metrics import GATEWAY_LOOP_LAG, EngineMetrics, GatewayMetrics
-from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.fabric.builders import build_fabric
-from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.serving.gateway import sample_loop_lag
+from zcube_lab.serving.vllm_metrics import GATEWAY_LOOP_LAG, EngineMetrics, GatewayMetrics
 
 
 def _samples(cpu: list[float], start: float = 0.0, **processes: float) -> list[HealthSample]:
@@ -268,7 +274,7 @@ def test_lateness_is_judged_over_all_engines_steps() -> None:
 
 
 def test_the_step_observes_its_lateness_as_a_share_of_its_compute() -> None:
-    from serving.engine_step import run_step
+    from zcube_lab.serving.engine_step import run_step
 
     class NoPeers:
         peers: tuple = ()
@@ -408,7 +414,8 @@ def test_the_runner_names_a_silent_gateway_and_an_empty_request_log(
     monkeypatch.setattr(exp.launcher, "datapath_drops", dict)
     # every engine answers before and after; the gateway does not
     monkeypatch.setattr(
-        "emulator.experiment.runner.metrics_texts", lambda urls: dict.fromkeys(engines, "")
+        "zcube_lab.emulator.experiment.runner.metrics_texts",
+        lambda urls: dict.fromkeys(engines, ""),
     )
     exp._metrics_before = dict.fromkeys(engines, "")
     exp._evidence = exp._network_evidence()

@@ -8,17 +8,17 @@ from dataclasses import replace
 
 import pytest
 
-from emulator.verdict.combine import over_machines
-from emulator.verdict.judge import DATAPATH, HealthSample, HealthVerdict, judge
-from emulator.verdict.netstats import QDISC_DROPS, STALLED, TIMEOUTS, NetEvent
-from emulator.verdict.network import (
+from zcube_lab.emulator.verdict.combine import over_machines
+from zcube_lab.emulator.verdict.judge import DATAPATH, HealthSample, HealthVerdict, judge
+from zcube_lab.emulator.verdict.netstats import QDISC_DROPS, STALLED, TIMEOUTS, NetEvent
+from zcube_lab.emulator.verdict.network import (
     EngineOverruns,
     KvPulls,
     LoopLag,
     NetworkEvidence,
     StepOverruns,
 )
-from emulator.verdict.retry import (
+from zcube_lab.emulator.verdict.retry import (
     Cause,
     cause_of,
     disturbed,

@@ -1,9 +1,10 @@
-"""The verdict paragraph's sentences (emulator.results.compare.verdicttext): by how much, whether
+"""The verdict paragraph's sentences (zcube_lab.emulator.results.compare.verdicttext): by how much,
+whether
 the difference exceeds the spread over repeats, and only then which variant did better."""
 
 from __future__ import annotations
 
-from emulator.results.compare.verdicttext import (
+from zcube_lab.emulator.results.compare.verdicttext import (
     Attempt,
     Excluded,
     Headline,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.results.lossless.victimlogs import run_victims
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.pauseepisodes import EPISODES_FILE, PauseEpisode
 from zcube_lab.core.fabric.placement import LayoutSpec, place
+from zcube_lab.emulator.results.lossless.victimlogs import run_victims
 
 ROFT = build_fabric(FabricSpec.of("roft", servers=4, gpus_per_server=2))
 PLACE = place(ROFT, LayoutSpec(prefill_servers=2, ep_servers=2))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.results.lossless.victims import (
+from zcube_lab.core.fabric.builders import build_fabric
+from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.emulator.results.lossless.victims import (
     PauseEpisode,
     Transfer,
     VictimReport,
@@ -16,8 +18,6 @@ from emulator.results.lossless.victims import (
     route_ports,
     union_seconds,
 )
-from zcube_lab.core.fabric.builders import build_fabric
-from zcube_lab.core.fabric.description import FabricSpec
 
 ROFT = build_fabric(FabricSpec.of("roft", servers=2, gpus_per_server=2))
 ZCUBE = build_fabric(FabricSpec.of("zcube", n=2))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emulator.results.lossless.victims import PauseEpisode, Transfer, account
-from emulator.results.lossless.victimtable import ROWS, victim_rows, victim_section
 from tests.unit.test_summary import _full
+from zcube_lab.emulator.results.lossless.victims import PauseEpisode, Transfer, account
+from zcube_lab.emulator.results.lossless.victimtable import ROWS, victim_rows, victim_section
 
 
 def test_rows_per_variant_and_nothing_without_the_section() -> None:

@@ -90,7 +90,7 @@ def test_vagrant_validate_with_domain_type(tmp_path: Path, domain_type: str) -> 
 
 def test_rsync_excludes_leave_no_package_out() -> None:
     """An unanchored rsync exclude ("results/") matches at every depth: it left the package
-    emulator/results/ out of the VM's /vagrant on the first real boot."""
+    zcube_lab/emulator/results/ out of the VM's /vagrant on the first real boot."""
     block = re.search(r"rsync__exclude: \[(.*?)\]", CODE)
     assert block is not None
     excludes = re.findall(r'"([^"]+)"', block.group(1))

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workloads import arrivals
-from workloads.arrivals import ArrivalSpec, Stage
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.workloads import arrivals
+from zcube_lab.workloads.arrivals import ArrivalSpec, Stage
 
 
 def _gaps(times: list[float]) -> list[float]:

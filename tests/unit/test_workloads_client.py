@@ -18,13 +18,13 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from serving import vllm_metrics as server_metrics
-from workloads import client_metrics as metrics
-from workloads.client import OpenAIStreamClient, StreamMeter
-from workloads.locust_ext import build_run
-from workloads.profiles import load_profile
-from workloads.requests import generate_requests
-from workloads.stubserver import make_stub_app
+from zcube_lab.serving import vllm_metrics as server_metrics
+from zcube_lab.workloads import client_metrics as metrics
+from zcube_lab.workloads.client import OpenAIStreamClient, StreamMeter
+from zcube_lab.workloads.locust_ext import build_run
+from zcube_lab.workloads.profiles import load_profile
+from zcube_lab.workloads.requests import generate_requests
+from zcube_lab.workloads.stubserver import make_stub_app
 
 
 def _chunk(text: str, chat: bool = False) -> str:

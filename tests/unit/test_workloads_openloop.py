@@ -10,14 +10,14 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
-from workloads.client import RequestResult
-from workloads.loadsummary import summarize
-from workloads.locust_ext import build_run, over_context
-from workloads.openloop import OpenLoopDriver, RequestRecord
-from workloads.profiles import load_profile
-from workloads.requests import PlannedRequest, generate_requests
 from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.workloads.client import RequestResult
+from zcube_lab.workloads.loadsummary import summarize
+from zcube_lab.workloads.locust_ext import build_run, over_context
+from zcube_lab.workloads.openloop import OpenLoopDriver, RequestRecord
+from zcube_lab.workloads.profiles import load_profile
+from zcube_lab.workloads.requests import PlannedRequest, generate_requests
 
 
 def _plan(rate: float, duration: float) -> list[PlannedRequest]:

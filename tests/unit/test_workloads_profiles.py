@@ -9,18 +9,24 @@ from typing import Any
 
 import pytest
 
-from workloads import mooncake
-from workloads.profiles import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.placement import LAYOUTS
+from zcube_lab.workloads import mooncake
+from zcube_lab.workloads.profiles import (
     PLACEMENTS,
     PROFILE_DIR,
     load_profile,
     parse_profile,
     profile_names,
 )
-from zcube_lab.core.errors import ConfigError
-from zcube_lab.core.fabric.placement import LAYOUTS
 
-TRACE = Path(__file__).resolve().parents[2] / "workloads" / "traces" / "synthetic-mooncake.jsonl"
+TRACE = (
+    Path(__file__).resolve().parents[2]
+    / "zcube_lab"
+    / "workloads"
+    / "traces"
+    / "synthetic-mooncake.jsonl"
+)
 
 
 def _chat() -> dict[str, Any]:
@@ -182,7 +188,7 @@ def test_trace_errors_point_at_the_right_line(tmp_path: Path) -> None:
 
 
 def test_coding_agent_carries_its_prefix_cache_hit_rate() -> None:
-    from workloads.profiles import load_profile, parse_profile
+    from zcube_lab.workloads.profiles import load_profile, parse_profile
 
     assert load_profile("coding-agent").prefix_cache_hit_rate == 0.75
     assert load_profile("chat").prefix_cache_hit_rate == 0.0
@@ -196,7 +202,7 @@ def test_coding_agent_carries_its_prefix_cache_hit_rate() -> None:
 def test_kv_heavy_hints_three_prefill_servers_and_a_high_hit_rate() -> None:
     import argparse
 
-    from zcube_cli.commands.run import add_arguments, config_from_args
+    from zcube_lab.cli.commands.run import add_arguments, config_from_args
 
     kv = load_profile("kv-heavy")
     assert (kv.prefill_servers, kv.prefix_cache_hit_rate) == (3, 0.9)
@@ -226,8 +232,8 @@ def test_prefill_servers_hint_must_be_a_positive_integer() -> None:
 def test_hotspot_profile_hints_reach_the_gateway_and_flags_win() -> None:
     import argparse
 
-    from emulator.experiment.plan import plan_run
-    from zcube_cli.commands.run import add_arguments, config_from_args
+    from zcube_lab.cli.commands.run import add_arguments, config_from_args
+    from zcube_lab.emulator.experiment.plan import plan_run
 
     hot = load_profile("hotspot")
     assert (hot.hotspot.decodes, hot.hotspot.period_s, hot.prefill_servers) == (2, 5.0, 2)

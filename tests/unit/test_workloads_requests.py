@@ -9,17 +9,18 @@ import statistics
 
 import pytest
 
-from workloads.arrivals import ArrivalSpec, Stage
-from workloads.profiles import load_profile
-from workloads.requests import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.workloads.arrivals import ArrivalSpec, Stage
+from zcube_lab.workloads.profiles import load_profile
+from zcube_lab.workloads.requests import (
     encode_request,
     generate_requests,
     prompt_token_ids,
     request_body,
 )
-from zcube_lab.core.errors import ConfigError
 
-# The counting rule of serving/textgen.py, restated so this test does not depend on serving/.
+# The counting rule of zcube_lab/serving/textgen.py, restated so this test does not depend on
+# zcube_lab/serving/.
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 

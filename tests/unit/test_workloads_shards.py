@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from workloads.client import RequestResult
-from workloads.locust_ext import WorkloadRun, build_run
-from workloads.openloop import RequestRecord
-from workloads.profiles import load_profile
-from workloads.requests import generate_requests
-from workloads.shards import (
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.workloads.client import RequestResult
+from zcube_lab.workloads.locust_ext import WorkloadRun, build_run
+from zcube_lab.workloads.openloop import RequestRecord
+from zcube_lab.workloads.profiles import load_profile
+from zcube_lab.workloads.requests import generate_requests
+from zcube_lab.workloads.shards import (
     WORKERS_ENV,
     locust_workers,
     merge_shard_files,
@@ -25,7 +26,6 @@ from workloads.shards import (
     shard_files,
     shard_plan,
 )
-from zcube_lab.core.errors import ConfigError
 
 
 def test_plan_shard_option_parses_k_of_w() -> None:

@@ -22,8 +22,8 @@
   fault (engine, controller, vswitchd) changes no interface: its transitions carry its kind and
   target for the injector.
 
-The injector that carries a schedule out is `emulator.lab.injector`; the fault report a run's
-records give is `emulator.results.run.fault_report`.
+The injector that carries a schedule out is `zcube_lab.emulator.lab.injector`; the fault report a
+run's records give is `zcube_lab.emulator.results.run.fault_report`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Run policies: what a run's `--policy` sets up (routing, controller, transport), as plain data.
 
 Glossary: a *run* policy (here, `RUN_POLICIES`) picks a *routing* policy for the switches
-(`controller.rules.ROUTING_POLICIES`: ecmp, static, ff) and says whether the controller
-recomputes and whether senders spray. The gateway's *balancing* policy (`serving.routing`) is a
-third, unrelated choice.
+(`zcube_lab.controller.rules.ROUTING_POLICIES`: ecmp, static, ff) and says whether the controller
+recomputes and whether senders spray. The gateway's *balancing* policy (`zcube_lab.serving.routing`)
+is a third, unrelated choice.
 
 A policy is what reacts when a link dies, and where: the switches (`ff`, and `ecmp` among
 equal-cost ports), the controller (`recompute`), the end hosts (`spray`) or nobody (`static`).
@@ -43,7 +43,9 @@ class RunPolicy:
     """What a run's `--policy` sets up."""
 
     name: str
-    routing: str  # the routing policy (controller.rules.ROUTING_POLICIES): static, ecmp or ff
+    routing: (
+        str  # the routing policy (zcube_lab.controller.rules.ROUTING_POLICIES): static, ecmp or ff
+    )
     recompute: bool  # the controller reroutes on port-status events
     spray: bool  # KV pulls spread over many subflows and retire stalled ones
     summary: str

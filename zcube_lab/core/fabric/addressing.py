@@ -2,8 +2,8 @@
 
 Everything lies in 198.18.0.0/15, the range RFC 2544 reserves for benchmarking networks, so no
 lab address is one that a real network of the machine's (an office's 10/8, a cloud's VPC, a
-resolver such as 10.255.255.53) uses; `emulator.lab.hostnet` still checks, at every start and
-in `doctor`, that the machine has no route, address or resolver inside the lab's ranges.
+resolver such as 10.255.255.53) uses; `zcube_lab.emulator.lab.hostnet` still checks, at every start
+and in `doctor`, that the machine has no route, address or resolver inside the lab's ranges.
 
     198.18.0.0/15  the lab
       198.18.0.0/16    fabric: the NIC ports, a /32 each, only inside the hosts' namespaces

@@ -2,13 +2,13 @@
 traffic class entering a port's queue, and the reading of those counters back (docs/LOSSLESS.md,
 "Victim accounting").
 
-The EP and KV senders mark their packets with distinct DSCP values (`serving.trafficclass`); a
-port keeps one queue for both, as production keeps both in one lossless priority. To count them
-apart without touching the queueing, each class gets one u32 filter on the port's HTB root
-(`5:`), matching its DSCP and classifying to the port's one class (`5:1`, where HTB's default
-sends it anyway) with a `mirred egress mirror` action aimed at a sink device that stays down:
-this kernel has no gact or police action and no u32 hit counters, and mirred counts every
-packet it sees (bytes, packets) before finding its target down, so the mirror copies nothing
+The EP and KV senders mark their packets with distinct DSCP values
+(`zcube_lab.serving.trafficclass`); a port keeps one queue for both, as production keeps both in one
+lossless priority. To count them apart without touching the queueing, each class gets one u32 filter
+on the port's HTB root (`5:`), matching its DSCP and classifying to the port's one class (`5:1`,
+where HTB's default sends it anyway) with a `mirred egress mirror` action aimed at a sink device
+that stays down: this kernel has no gact or police action and no u32 hit counters, and mirred counts
+every packet it sees (bytes, packets) before finding its target down, so the mirror copies nothing
 and the packet goes on (`pipe`). The action's counters, read with `tc -s -j filter show`, are
 the class's bytes into the queue. A packet of neither class (ARP, the agent's MAC-control
 kick) matches no filter and still reaches `5:1` through HTB's default.

@@ -1,7 +1,7 @@
 """A fabric split over several lab machines, as batch text: one root script per machine.
 
 `split.py` decides which machine emulates each node. Here each machine gets what its root
-namespace runs (the adapter is `emulator.cluster.lab`):
+namespace runs (the adapter is `zcube_lab.emulator.cluster.lab`):
 - links with both ends on the machine: veth pairs, as on one machine (`linkplan.veth_lines`);
 - a link cut by the split: one VXLAN device at each end, named as the veth end would be
   (`<node>-eth<port>`), with the MAC Mininet chose, VNI `VNI_BASE + link index`, between the two

@@ -1,8 +1,8 @@
 """Entropy values that name their paths: which bits of a UDP source port pick which next hop.
 
 The lab's stand-in for MRC's SRv6 micro-segments (static lookups, no hashing): with EV rules
-installed (`controller.rules.compute_rules(..., ev_rules=True)`), a switch forwarding a UDP
-packet towards a destination over `k` > 1 equal-cost next hops (the ports of
+installed (`zcube_lab.controller.rules.compute_rules(..., ev_rules=True)`), a switch forwarding a
+UDP packet towards a destination over `k` > 1 equal-cost next hops (the ports of
 `shortest_next_hops`, in port order) takes port number `ev_choice(source port, distance, k)`,
 where `distance` is the switch's hop distance to the destination's attachment switch. Each
 distance reads its own `EV_BITS`-bit field of the source port (distance 1: bits 0-2, distance

@@ -24,9 +24,9 @@ The settings, per interface `<node>-eth<port>` (both ends of every link):
   userspace datapath, the lab's `tx tso gso gro off`, merged into one `ethtool -K` per
   interface: the same features end in the same state as the two calls run in order.
 
-Order (the adapter, `emulator.lab.links`): veth pairs and switch ends up right after Mininet
-builds its nodes; each host's script before the switches start, so both ends of every link are
-up when a switch first reports its ports; the switch ports' shaping and offloads after the
+Order (the adapter, `zcube_lab.emulator.lab.links`): veth pairs and switch ends up right after
+Mininet builds its nodes; each host's script before the switches start, so both ends of every link
+are up when a switch first reports its ports; the switch ports' shaping and offloads after the
 switches start, where Mininet reapplied its own, because Open vSwitch may reset the qdisc of a
 port it adds (its QoS code deletes a qdisc it takes for its own).
 

@@ -40,7 +40,8 @@ from zcube_lab.core.fabric.queues import HTB_CLASS, LEAF_HANDLE
 
 # The leaf queue of every shaped port under `--lossless`: a TBF (this kernel has no plug
 # qdisc) whose pass-through rate is far above any shaped rate, so the HTB class above it
-# shapes, and which the agent pauses by setting its rate to 1 byte/s (emulator.lab.lossless).
+# shapes, and which the agent pauses by setting its rate to 1 byte/s
+# (zcube_lab.emulator.lab.lossless).
 PASS_RATE_BYTES = 500_000_000  # 4 Gb/s
 PASS_BURST = 65_536
 XON_GAP_FRAMES = 2
@@ -203,8 +204,9 @@ def reaction_origin(previous_start: float, previous_quiet: bool, idle_s: float) 
 @dataclass
 class Stillness:
     """Whether the fabric has been still long enough for the agent to sleep until a packet
-    wakes it (emulator.lab.losslesstap): a reading is *still* when it is quiet, every watched
-    queue is empty and the watched ports sent nothing since the reading before; `observe` says
+    wakes it (zcube_lab.emulator.lab.losslesstap): a reading is *still* when it is quiet, every
+    watched queue is empty and the watched ports sent nothing since the reading before; `observe`
+    says
     yes once the readings have been still for `after_s`. Pure: times are passed in."""
 
     after_s: float = 0.05

@@ -1,6 +1,6 @@
 """Pause episodes and the class that raised each (pure): what the lossless agent records
-for victim accounting (docs/LOSSLESS.md, "Victim accounting"; `emulator.results.lossless.victims`
-accounts for them).
+for victim accounting (docs/LOSSLESS.md, "Victim accounting";
+`zcube_lab.emulator.results.lossless.victims` accounts for them).
 
 An *episode* is one congestion of a watched switch egress port: from the reading that found its
 queue at XOFF to the one that found it back at XON, with the feeder ports its congestion asked
@@ -13,7 +13,7 @@ periodic one at least `window_s` older is what filled the queue (a default switc
 `EpisodeRecorder` is fed by the agent after each `PauseMachine.observe` (the congested set, and
 counters only where it has them) and by its periodic counter readings; it never reads a clock or
 a counter itself. Names: ports are interface names, classes `ep`/`kv`
-(`serving.trafficclass`'s names, kept as plain strings here), times seconds passed in.
+(`zcube_lab.serving.trafficclass`'s names, kept as plain strings here), times seconds passed in.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ address is `BLOCK:adj1:adj2:...:host::`; after the last switch's shift it is `BL
 the host's own SRv6 address (`host_address`). So a switch needs one rule per SID of its own
 (`sid_rules`: destination prefix `BLOCK:sid::/48` -> shift, out of that port), whatever the
 number of hosts, destinations and EVs; today's UDP-port EVs need rules per destination and
-per source-port field value (`controller.rules`, `evpaths`).
+per source-port field value (`zcube_lab.controller.rules`, `evpaths`).
 
 The paths are those of the UDP-port EVs (`evpaths.ev_path`): `srv6_ev(fabric, plan, src,
 dst_ip, port)` writes the path UDP source port `port` takes, so both formats spray over the same

@@ -1,0 +1,198 @@
+"""`zcube-lab replay`: a run's recorded transfers (or a made-up incast) replayed on fabrics at a
+chosen time scale, paced datagrams on a lossless lab (docs/REPLAY.md; issue 45)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from zcube_lab.core.errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from zcube_lab.core.options import add_flags
+    from zcube_lab.core.replay.config import ReplayConfig
+
+    p.description = (
+        "Replay a run's transfers (KV pulls, EP exchanges with their chains) on one or more "
+        "fabrics at a time scale of your choice: a frame of a few µs of modelled time, where "
+        "a real switch's buffer and PFC live. Needs root. docs/REPLAY.md."
+    )
+    p.add_argument(
+        "source",
+        nargs="?",
+        type=Path,
+        help="a run folder (its transfers.jsonl; recorded from its logs if missing) or a "
+        "recording file; or none, with --incast",
+    )
+    add_flags(p, ReplayConfig)
+
+
+def config_of(args: argparse.Namespace) -> Any:
+    """The replay's config from the parsed flags; a source or --incast, not both."""
+    from zcube_lab.core.options import from_args
+    from zcube_lab.core.replay.config import ReplayConfig
+
+    cfg = from_args(ReplayConfig, args)
+    if (args.source is None) == (cfg.incast is None):
+        raise ConfigError("source", args.source, "a run folder or recording, or --incast N")
+    return cfg
+
+
+def _fabric(kind: str, gpus: int) -> Any:
+    from zcube_lab.core.fabric.builders import build_fabric
+    from zcube_lab.core.fabric.description import FabricSpec
+    from zcube_lab.core.fabric.scaledown import scaled_sizes
+
+    return build_fabric(FabricSpec.of(kind, **scaled_sizes(kind, gpus)))
+
+
+def plan(cfg: Any, source: Path | None) -> tuple[Any, list[Any], Any]:
+    """(recording, fabrics, time scale) the config asks for, every check done before any lab
+    is built."""
+    from zcube_lab.core.replay import synthetic
+    from zcube_lab.core.replay.recording import busiest_window
+    from zcube_lab.core.replay.timescale import derive, own, parse_frame_us
+    from zcube_lab.emulator.replay.driver import slowest_port_gbps
+    from zcube_lab.emulator.replay.record import load_or_record, record_run, run_fabric
+
+    kinds = cfg.fabric_kinds
+    if cfg.incast is not None:
+        fabrics = [_fabric(k, cfg.gpus) for k in (kinds or ["zcube", "roft"])]
+        hosts = [h.name for h in fabrics[0].hosts]
+        receiver = hosts[len(hosts) // 3]
+        rec = synthetic.incast(
+            hosts, receiver, cfg.incast, cfg.bytes, cfg.within_us * 1e-6, cfg.seed
+        )
+    else:
+        assert source is not None
+        if not source.exists():
+            raise ConfigError("source", str(source), "a run folder or a recording file")
+        rec = record_run(source, cfg.ep_split) if cfg.ep_split > 1 else load_or_record(source)
+        if not rec.transfers:
+            raise ConfigError("source", str(source), "a run whose engines moved bytes")
+        gpus = len(rec.hosts)
+        if kinds:
+            fabrics = [_fabric(k, gpus) for k in kinds]
+        else:
+            fabrics = [run_fabric({"fabric": rec.meta["fabric_spec"]})]
+    if cfg.window:
+        rec = rec.window(*cfg.window_s)
+    elif cfg.busiest:
+        rec = rec.window(*busiest_window(rec, cfg.busiest))
+    rec = rec.of_class(cfg.class_list)
+    if not rec.transfers:
+        raise ConfigError("classes", cfg.classes, "classes with transfers in the window")
+    slowest = slowest_port_gbps(fabrics)
+    nic = fabrics[0].nic_gbps
+    if cfg.resolution == "run":
+        m = rec.meta
+        if "nic_mbps" not in m:
+            raise ConfigError("resolution", "run", "a recorded run (an --incast has no run)")
+        ts = own(nic, slowest, float(m["nic_mbps"]), int(m["mtu"]), float(m["dilation"]))
+    else:
+        from zcube_lab.emulator.lab.datapath_ceiling import datapath_ceiling
+
+        ceiling = datapath_ceiling(cfg.mtu).mbps
+        ts = derive(parse_frame_us(cfg.resolution), nic, slowest, cfg.mtu, ceiling_mbps=ceiling)
+    return rec, fabrics, ts
+
+
+def _threshold(cfg: Any, ts: Any, slowest: float) -> Any:
+    from zcube_lab.core.fabric.queues import FLOOR_PACKETS
+    from zcube_lab.emulator.replay.driver import Threshold, thresholds_for
+
+    if cfg.resolution == "run" and cfg.xoff_bytes is None:
+        real = FLOOR_PACKETS * ts.mtu * ts.bandwidth_scale
+        return Threshold(real, f"the run's queue: {FLOOR_PACKETS} frames of {ts.mtu} B")
+    th = thresholds_for(cfg.chip, cfg.xoff_bytes, slowest)
+    ts.threshold_frames(th.xoff_bytes, "xoff")  # refused before any lab is built
+    return th
+
+
+def run(args: argparse.Namespace) -> int:
+    from zcube_lab.adapters.procs import interrupt_on_stop_signals
+    from zcube_lab.emulator.lab.system import LabError
+    from zcube_lab.emulator.replay.driver import slowest_port_gbps
+
+    cfg = config_of(args)
+    rec, fabrics, ts = plan(cfg, args.source)  # every check before a lab is built
+    threshold = _threshold(cfg, ts, slowest_port_gbps(fabrics))
+    interrupt_on_stop_signals()
+    try:
+        return _replay_all(cfg, rec, fabrics, ts, threshold)
+    except (LabError, RuntimeError) as exc:
+        print(f"zcube-lab replay: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("zcube-lab replay: interrupted; the lab is torn down", file=sys.stderr)
+        return 130
+
+
+def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any) -> int:
+    from zcube_lab.core.replay.figures import contention
+    from zcube_lab.emulator.replay.driver import replay, slowest_port_gbps
+
+    slowest = slowest_port_gbps(fabrics)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = cfg.results / f"replay-{stamp}"
+    res = ts.describe()
+    print(
+        f"resolution: a {res['frame_us']:g} µs frame on the slowest host port "
+        f"({slowest:g} Gb/s), byte scale {res['bandwidth_scale']:g}, MTU {ts.mtu}, "
+        f"k={ts.dilation:g} ({ts.dilation:g} wall s per modelled s); XOFF {threshold.source}"
+    )
+    results: dict[str, Any] = {"resolution": res, "xoff": threshold.source, "fabrics": {}}
+    classes = sorted({t.cls for t in rec.transfers})
+    for fabric in fabrics:
+        name = fabric.kind
+        mixed = replay(rec, fabric, ts, threshold, out / name)
+        entry: dict[str, Any] = {"mixed": mixed}
+        if cfg.isolate and len(classes) > 1:
+            iso: dict[str, Any] = {}
+            for cls in classes:
+                alone = replay(rec.of_class([cls]), fabric, ts, threshold, out / f"{name}-{cls}")
+                iso[cls] = alone["classes"][cls]
+            entry["isolated"] = iso
+            entry["contention"] = contention(iso, mixed["classes"])
+        results["fabrics"][name] = entry
+        _print(name, entry)
+    (out / "replay.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written: {out / 'replay.json'}")
+    return 0
+
+
+def _us(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e6:,.1f}"
+
+
+def _print(name: str, entry: dict[str, Any]) -> None:
+    mixed = entry["mixed"]
+    p = mixed["pauses"]
+    print(
+        f"{name}: {p['pause_frames']} pauses, {p['pause_total_us']:,.1f} µs paused in all, "
+        f"reaction p99 {mixed['pause_reaction_p99_us']} µs"
+    )
+    for cls, row in mixed["classes"].items():
+        fct = row["fct_s"]
+        line = (
+            f"  {cls}: {row['transfers']} transfers ({row['incomplete']} incomplete), FCT p50 "
+            f"{_us(fct['p50'])} µs p99 {_us(fct['p99'])} µs"
+        )
+        if "exchange_s" in row:
+            ex = row["exchange_s"]
+            line += f"; exchange p50 {_us(ex['p50'])} µs p99 {_us(ex['p99'])} µs"
+        fid = row.get("replay_over_live")
+        if fid and fid.get("p50") is not None:
+            verdict = "within 10%/20%" if fid["within"] else "outside 10%/20%"
+            line += f"; replay/live p50 {fid['p50']:.2f} p99 {fid['p99']:.2f} ({verdict})"
+        ratio = entry.get("contention", {}).get(cls, {})
+        if ratio:
+            line += "; contended/isolated p99 " + ", ".join(
+                f"{k.split('_')[0]} {v:.2f}x" for k, v in ratio.items() if k.endswith("ratio")
+            )
+        print(line)

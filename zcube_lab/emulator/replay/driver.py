@@ -1,0 +1,323 @@
+"""Replay a recording on a fabric at a chosen time scale (issue 45 item 3): bring the lab up at
+that scale (lossless, its thresholds in real bytes), start one agent per host
+(`zcube_lab.emulator.replay.agent`), start them together on the shared monotonic clock, wait, gather
+what they and the lossless agent saw, tear everything down (on errors and Ctrl-C too).
+
+The plan per host (`host_plans`) is pure: a transfer's lanes are the addresses a live run's KV
+pull or EP exchange between the same two hosts would use (`peer_addresses`, every NIC port of
+the destination; the KV source map on ZCube so each lane leaves its own port on its own
+link-disjoint path), its bytes the recording's real bytes over the scale's bandwidth scale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.replay import figures
+from zcube_lab.core.replay.recording import Recording, Transfer
+from zcube_lab.core.replay.timescale import TimeScale
+
+if TYPE_CHECKING:
+    from zcube_lab.emulator.lab.network import Lab
+
+AGENT_MODULE = "zcube_lab.emulator.replay.agent"
+REPLAY_PORT = 7470
+START_DELAY_WALL_S = 0.5
+# The lossless agent stands for a switch's PFC logic, which is hardware: at k = 120 every wall
+# millisecond it waits for a CPU is 8 modelled µs, so it runs at real-time priority.
+LOSSLESS_PRIORITY = 10
+# Frames an HTB class may send at once above its rate. Mininet's 15 KB is a real half megabyte
+# at a 2 µs frame (S = 33), more than XOFF for a chip's share (12 frames): a single flow would
+# pause itself. A real port sends one frame at a time at line rate; two frames keep HTB exact.
+BURST_FRAMES = 2
+# Modelled seconds a replay may run past its last release: every transfer's time alone, one
+# after another, DEADLINE_FACTOR times over (an incast through one NIC takes their sum at line
+# rate, and the lab's pauses waste some of it), at least the floor. Only a replay that does not
+# finish waits this long.
+DEADLINE_FLOOR_S = 0.05
+DEADLINE_FACTOR = 5.0
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The lossless thresholds: XOFF in real bytes (a chip's per-port share or the draft's)."""
+
+    xoff_bytes: float
+    source: str
+
+
+def check_hosts(rec: Recording, fabric: Fabric) -> None:
+    """Refuse a recording whose hosts the fabric does not have (naming the fix)."""
+    have = {h.name for h in fabric.hosts}
+    used = {t.src for t in rec.transfers} | {t.dst for t in rec.transfers}
+    missing = sorted(used - have, key=lambda h: (len(h), h))
+    if missing:
+        raise ConfigError(
+            "fabric",
+            fabric.kind,
+            f"a fabric with the recording's hosts ({', '.join(missing[:6])} missing): replay on "
+            f"a fabric of the same size as the run ({len(rec.hosts) or len(used)} hosts)",
+        )
+
+
+def ideal_s(fabric: Fabric) -> Callable[[Transfer], float]:
+    """A transfer's time alone on the fabric: real bytes over the lower of the two NICs' real
+    rates (every port of both, as its lanes spread), modelled seconds."""
+
+    def nic_bps(host: str) -> float:
+        return sum(lk.gbps for lk in fabric.links if host in (lk.node1, lk.node2)) * 1e9
+
+    def f(t: Transfer) -> float:
+        return t.bytes * 8 / min(nic_bps(t.src), nic_bps(t.dst))
+
+    return f
+
+
+def lanes(fabric: Fabric, src: str, dst: str) -> list[list[str]]:
+    """[source address, destination address] per lane from `src` to `dst`."""
+    from zcube_lab.core.fabric.hostplan import kv_source_map
+    from zcube_lab.emulator.experiment.plan import peer_addresses
+    from zcube_lab.serving.kvwire.paths import pick_source
+
+    smap = kv_source_map(fabric, fabric.host(src))
+    return [[pick_source(ip, smap) or "", ip] for ip in peer_addresses(fabric, src, dst)]
+
+
+def deadline_s(rec: Recording, fabric: Fabric) -> float:
+    """Modelled seconds after which the agents stop waiting."""
+    ideal = ideal_s(fabric)
+    total = sum(ideal(t) for t in rec.transfers)
+    return rec.duration_s + max(DEADLINE_FLOOR_S, DEADLINE_FACTOR * total)
+
+
+def host_plans(
+    rec: Recording, fabric: Fabric, ts: TimeScale, port: int = REPLAY_PORT
+) -> dict[str, dict[str, Any]]:
+    """Each host's agent plan (see `zcube_lab.emulator.replay.agent`)."""
+    check_hosts(rec, fabric)
+    deadline = deadline_s(rec, fabric)
+    plans: dict[str, dict[str, Any]] = {}
+    for h in fabric.hosts:
+        plans[h.name] = {
+            "host": h.name,
+            "dilation": ts.dilation,
+            "mtu": ts.mtu,
+            "port": port,
+            "listen": [i.ip for i in h.interfaces],
+            "deadline_s": deadline,
+            "out": [],
+            "expect": {},
+        }
+    lane_cache: dict[tuple[str, str], list[list[str]]] = {}
+    for t in rec.transfers:
+        nbytes = max(1, round(ts.lab_bytes(t.bytes)))
+        key = (t.src, t.dst)
+        if key not in lane_cache:
+            lane_cache[key] = lanes(fabric, t.src, t.dst)
+        plans[t.src]["out"].append(
+            {
+                "id": t.id,
+                "start_s": t.start_s,
+                "bytes": nbytes,
+                "after": list(t.after),
+                "gap_s": t.gap_s,
+                "lanes": lane_cache[key],
+            }
+        )
+        plans[t.dst]["expect"][str(t.id)] = nbytes
+    return {h: p for h, p in plans.items() if p["out"] or p["expect"]}
+
+
+def lab_for(fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path) -> Lab:
+    """A lossless lab at the time scale, XOFF the threshold's frames at its byte scale."""
+    from zcube_lab.adapters.ports import free_port
+    from zcube_lab.core.fabric.queues import QueueModel
+    from zcube_lab.core.fabric.scale import Scale
+    from zcube_lab.emulator.lab.network import Lab
+    from zcube_lab.emulator.lab.options import LabOptions
+
+    frames = ts.threshold_frames(threshold.xoff_bytes, "xoff")
+    return Lab(
+        fabric,
+        LabOptions(
+            scale=Scale(nic_mbps=ts.nic_mbps, dilation=ts.dilation),
+            mtu=ts.mtu,
+            policy="ecmp",
+            of_port=free_port(),
+            metrics_port=free_port(),
+            log_dir=run_dir,
+            queue=QueueModel(packets=frames),
+            lossless=True,
+            lossless_priority=LOSSLESS_PRIORITY,
+            htb_burst_bytes=BURST_FRAMES * ts.mtu,
+        ),
+    )
+
+
+def replay(
+    rec: Recording,
+    fabric: Fabric,
+    ts: TimeScale,
+    threshold: Threshold,
+    run_dir: Path,
+    progress: Callable[[str], None] = print,
+    lab: Lab | None = None,
+) -> dict[str, Any]:
+    """Replay `rec` on `fabric` at `ts`; the figures (also written to run_dir/replay.json).
+    With `lab` given (started by the caller) it is used and left running."""
+    plans = host_plans(rec, fabric, ts)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    own = lab is None
+    if lab is None:
+        lab = lab_for(fabric, ts, threshold, run_dir)
+        frame_us = ts.frame_s * 1e6
+        progress(f"bringing up {fabric.kind} at a {frame_us:.3g} µs frame, k={ts.dilation:g}")
+        lab.start()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        before = _pauses(lab)
+        lines = _run_agents(lab, plans, run_dir, procs, ts, progress)
+        after = _pauses(lab)
+        return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+        if own:
+            lab.stop()
+
+
+def _pauses(lab: Lab) -> dict[str, dict[str, float]]:
+    report = lab.lossless_report(fresh=True)
+    return dict(report.ports) if report is not None else {}
+
+
+def _run_agents(
+    lab: Lab,
+    plans: dict[str, dict[str, Any]],
+    run_dir: Path,
+    procs: list[subprocess.Popen[str]],
+    ts: TimeScale,
+    progress: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    from zcube_lab.emulator.probes.hostprobe import ProbeOutput
+
+    assert lab.net is not None
+    outs: dict[str, tuple[ProbeOutput, Path]] = {}
+    adir = run_dir / "agents"
+    adir.mkdir(exist_ok=True)
+    for host, plan in plans.items():
+        pf, of = adir / f"{host}.plan.json", adir / f"{host}.out.jsonl"
+        pf.write_text(json.dumps(plan))
+        of.unlink(missing_ok=True)
+        proc = lab.net.get(host).popen(
+            [sys.executable, "-m", AGENT_MODULE, str(pf), str(of)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        procs.append(proc)
+        lab.track_pid(proc.pid)
+        outs[host] = (ProbeOutput(proc, host), of)
+    for out, _ in outs.values():
+        out.until("ready", 30)
+    t0 = time.monotonic() + START_DELAY_WALL_S
+    for out, _ in outs.values():
+        assert out.proc.stdin is not None
+        out.proc.stdin.write(f"go {t0!r}\n")
+        out.proc.stdin.flush()
+    deadline = max(p["deadline_s"] for p in plans.values())
+    wall = ts.clock.wall(deadline)
+    progress(f"replaying {sum(len(p['out']) for p in plans.values())} transfers over "
+             f"{len(plans)} hosts (up to {wall:.0f} wall s)")  # fmt: skip
+    lines: list[dict[str, Any]] = []
+    for out, of in outs.values():
+        left = max(1.0, t0 + wall - time.monotonic()) + 10.0
+        out.until("done", left)
+        lines.extend(json.loads(ln) for ln in of.read_text().splitlines() if ln.strip())
+    return lines
+
+
+def _figures(
+    rec: Recording,
+    fabric: Fabric,
+    ts: TimeScale,
+    threshold: Threshold,
+    lines: Sequence[dict[str, Any]],
+    before: dict[str, dict[str, float]],
+    after: dict[str, dict[str, float]],
+    lab: Lab,
+    run_dir: Path,
+) -> dict[str, Any]:
+    sent, got = figures.outcomes(lines)
+    delta = {
+        port: {
+            "pauses": v.get("pauses", 0) - before.get(port, {}).get("pauses", 0),
+            "paused_s": v.get("paused_s", 0.0) - before.get(port, {}).get("paused_s", 0.0),
+        }
+        for port, v in after.items()
+    }
+    report = lab.lossless_report()
+    result = {
+        "fabric": fabric.kind,
+        "fabric_params": dict(fabric.spec.params),
+        "resolution": ts.describe(),
+        "lab": {
+            "htb_burst_bytes": lab.options.htb_burst_bytes,
+            "lossless_priority": lab.options.lossless_priority,
+            "lossless_poll_s": lab.options.lossless_poll_s,
+        },
+        "xoff": {
+            "real_bytes": threshold.xoff_bytes,
+            "source": threshold.source,
+            "frames": ts.threshold_frames(threshold.xoff_bytes, "xoff"),
+        },
+        "recording": {k: v for k, v in rec.meta.items() if k != "hosts"},
+        "transfers": len(rec.transfers),
+        "receive_errors": figures.receive_errors(lines),
+        "classes": figures.class_figures(
+            rec.transfers, sent, got, ideal_s(fabric), float(rec.meta.get("kv_fixed_s", 0.0))
+        ),
+        "pauses": figures.pause_figures(delta, ts.clock),
+        "pause_reaction_p99_us": None
+        if report is None or report.reaction_p99_s is None
+        else round(ts.clock.modelled(report.reaction_p99_s) * 1e6, 2),
+    }
+    (run_dir / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def thresholds_for(chip: str | None, xoff_bytes: float | None, port_gbps: float) -> Threshold:
+    """The XOFF asked for: explicit real bytes, else a chip's per-port share at `port_gbps`."""
+    from zcube_lab.core.replay.timescale import chip_port_share_bytes
+
+    if xoff_bytes is not None:
+        return Threshold(float(xoff_bytes), f"{xoff_bytes:g} B (given)")
+    name = chip or "51.2t"
+    share = chip_port_share_bytes(name, port_gbps)
+    return Threshold(share, f"{name} chip's share for a {port_gbps:g} Gb/s port ({share:,.0f} B)")
+
+
+def slowest_port_gbps(fabrics: Sequence[Fabric]) -> float:
+    """The slowest host port among the fabrics (a frame is at most this long on every one)."""
+    hosts_links = [
+        lk.gbps
+        for f in fabrics
+        for lk in f.links
+        if any(h.name in (lk.node1, lk.node2) for h in f.hosts)
+    ]
+    return min(hosts_links)
