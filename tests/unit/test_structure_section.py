@@ -96,3 +96,34 @@ def test_the_sweep_report_prints_and_writes_a_table_per_variant(tmp_path: Path) 
     assert text.startswith("zcube\nStructure for rail-aligned: zcube")
     assert text.count("Structure for") == 2
     assert text == structure_text_section([(p.variant, tmp_path / p.run) for p in points])
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "fabrics"
+
+
+def _file_config(path: Path) -> dict:
+    """A file fabric's run config: the spec names the file (`--fabric file:PATH`)."""
+    cfg = _config("roft")
+    cfg["fabric"] = {"kind": "file", "params": {"path": str(path)}}
+    return cfg
+
+
+def test_a_file_fabric_run_gets_its_own_structure(tmp_path: Path) -> None:
+    """Issue 47's leftover: a file fabric's run printed "no structure table"; it now carries the
+    file's own shares (all pairs by hops sum to 100%) and says there is no full size beside it."""
+    last = write_run_structure(tmp_path, _file_config(EXAMPLES / "roft-16.yaml"))
+    text = (tmp_path / STRUCTURE_FILE).read_text()
+    assert text.startswith("Structure of ") and "16 GPUs" in text.splitlines()[0]
+    hops = [float(line.rsplit(maxsplit=1)[1]) for line in text.splitlines() if " at " in line]
+    pairs = [line for line in text.splitlines() if "GPU pairs at" in line]
+    assert pairs and abs(sum(float(p.rsplit(maxsplit=1)[1]) for p in pairs) - 100) < 0.2
+    assert hops and "bisection per GPU" in text
+    assert last.startswith("no full size beside it") and "--full-file" in last
+    folder = _run_folder(tmp_path, "file-run", _file_config(EXAMPLES / "roft-16.yaml"))
+    html_parts = "\n".join(structure_html_section([("file-roft-16", folder)]))
+    assert "<pre>Structure of " in html_parts and "no structure table" not in html_parts
+
+
+def test_a_file_fabric_whose_file_is_gone_gets_a_line(tmp_path: Path) -> None:
+    last = write_run_structure(tmp_path, _file_config(tmp_path / "moved.yaml"))
+    assert last.startswith("no structure table: the fabric file") and "moved.yaml" in last

@@ -253,6 +253,39 @@ def structure_rows(small: dict[str, Any], full: dict[str, Any]) -> list[dict[str
     return rows
 
 
+def own_structure_text(loaded: LoadedFabric) -> str:
+    """A file fabric's own structure, for a run's structure.txt and report: the shares of GPU
+    pairs (and PD pulls, when the file places roles) by switch hops and by link-disjoint paths,
+    and the bisection per GPU. A file is emulated as written, so there is no full size beside
+    it; the last line says how to set one (`fabric --file F --full-file G`)."""
+    s = file_summary(loaded)
+    lines = [f"Structure of {loaded.name} ({s['hosts']} GPUs, from its file): shares in %"]
+    for key, label in (
+        ("pairs_by_hops", "GPU pairs at {} hops"),
+        ("pairs_by_disjoint_paths", "GPU pairs with {} link-disjoint paths"),
+        ("pd_pulls_by_hops", "PD pulls at {} hops"),
+        ("pd_pulls_by_disjoint_paths", "PD pulls with {} link-disjoint paths"),
+    ):
+        shares = _shares(s.get(key, {}))
+        for cls in sorted(shares, key=lambda c: (c == UNREACHABLE, c)):
+            text = (
+                label.format(cls)
+                .replace("1 hops", "1 hop")
+                .replace("1 link-disjoint paths", "1 link-disjoint path")
+            )
+            lines.append(f"  {text}  {shares[cls]:.1f}")
+    bisection = s["bisection_gbps_per_gpu"]
+    if bisection is not None:
+        lines.append(f"  bisection per GPU  {bisection:g} Gb/s")
+    if s.get("disjoint_paths_sampled"):
+        lines.append(f"  {s['disjoint_paths_sampled']}")
+    lines.append(
+        "no full size beside it (a file is emulated as written): "
+        "zcube-lab fabric --file F --full-file G sets it beside a full-size file"
+    )
+    return "\n".join(lines)
+
+
 def run_fabric_file(args: argparse.Namespace) -> int:
     """`zcube-lab fabric --file F [--full-file G] [--paths A B] [--links] [--json]`."""
     loaded = load_from_args(args)

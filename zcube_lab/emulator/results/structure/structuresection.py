@@ -6,8 +6,10 @@ EP exchanges, from the run's placement options) and all pairs
 Every run writes `structure.txt` beside its `config.json` (`write_run_structure`);
 `report.html` (`structure_html_section`) and the sweep's report (`structure_text_section`,
 also `structure.txt` in the sweep's folder) carry one table per variant, from the first of its
-runs. A run whose config.json predates the placement options, or whose scenario has no
-full-size mapping, gets a line that says so instead of a table.
+runs. A file fabric (`--fabric file:PATH`) has no full size beside it: its own structure
+(`zcube_lab.core.fabric.files.report.own_structure_text`) stands in for the table. A run whose
+config.json predates the placement options, or whose scenario has no full-size mapping, gets a
+line that says so instead of a table.
 """
 
 from __future__ import annotations
@@ -36,11 +38,27 @@ def config_structure(config: Mapping[str, Any]) -> StructureComparison:
     return compare_structure(spec, layout, Path(str(config.get("workload", ""))).stem)
 
 
+def file_structure(config: Mapping[str, Any]) -> str | None:
+    """A file fabric's own structure from a run's config.json; None for a built-in fabric."""
+    fabric = config.get("fabric")
+    if not isinstance(fabric, Mapping) or fabric.get("kind") != "file":
+        return None
+    from zcube_lab.core.fabric.files import FabricFileError, load_fabric
+    from zcube_lab.core.fabric.files.report import own_structure_text
+
+    path = str(dict(fabric.get("params") or {}).get("path", ""))
+    try:
+        return own_structure_text(load_fabric(path))
+    except (OSError, FabricFileError) as exc:
+        return f"no structure table: the fabric file {path} cannot be read now ({exc})"
+
+
 def _read(run_dir: Path) -> StructureComparison | str:
-    """A run folder's structure table, or why there is none."""
+    """A run folder's structure table, a file fabric's own structure, or why there is none."""
     try:
         config = json.loads((run_dir / "config.json").read_text())
-        return config_structure(config)
+        own = file_structure(config)
+        return own if own is not None else config_structure(config)
     except (OSError, ValueError, TypeError) as exc:  # ConfigError is a ValueError
         return f"no structure table for {run_dir.name}: {exc}"
 
@@ -48,7 +66,8 @@ def _read(run_dir: Path) -> StructureComparison | str:
 def write_run_structure(run_dir: Path, config: Mapping[str, Any]) -> str:
     """Write the run's structure table to `structure.txt`; returns its verdict line."""
     try:
-        text = structure_text(config_structure(config))
+        own = file_structure(config)
+        text = own if own is not None else structure_text(config_structure(config))
     except ConfigError as exc:
         text = f"no structure table: {exc}"
     (run_dir / STRUCTURE_FILE).write_text(text + "\n")
@@ -71,7 +90,8 @@ def structure_html_section(runs: Sequence[tuple[str, Path]]) -> list[str]:
     for variant, cmp in _by_variant(runs).items():
         parts.append(f"<h3>{html.escape(variant)}</h3>")
         if isinstance(cmp, str):
-            parts.append(f"<p>{html.escape(cmp)}</p>")
+            tag = "pre" if "\n" in cmp else "p"
+            parts.append(f"<{tag}>{html.escape(cmp)}</{tag}>")
         else:
             parts.append(structure_html(cmp))
     return parts
