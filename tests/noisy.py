@@ -266,6 +266,7 @@ def timing_bar(
         assert noise is not None
         tried.append(Attempt(f"{figure}; {noise}", passed, noise.reason()))
         outcome = decide(tried, attempts)
+        print(f"{what}: {history(tried[-1:])}: {outcome.value}")  # in the test's captured output
         if outcome is Outcome.PASS:
             if len(tried) > 1:
                 warnings.warn(f"{what}: met on a later attempt: {history(tried)}", stacklevel=2)
