@@ -112,12 +112,15 @@ def decide(attempts: Sequence[Attempt], max_attempts: int = ATTEMPTS) -> Outcome
     return Outcome.AGAIN if len(attempts) < max_attempts else Outcome.INCONCLUSIVE
 
 
+def said(n: int, attempt: Attempt) -> str:
+    """Attempt `n` (from 1) as text: its figure, met or missed, and the machine."""
+    met = "met" if attempt.passed else "missed"
+    return f"attempt {n}: {attempt.figure} ({met}, machine {attempt.noise or 'quiet'})"
+
+
 def history(attempts: Sequence[Attempt]) -> str:
-    """The attempts in one line each: the figure, and the machine."""
-    return "; ".join(
-        f"attempt {n}: {a.figure} ({'met' if a.passed else 'missed'}, machine {a.noise or 'quiet'})"
-        for n, a in enumerate(attempts, 1)
-    )
+    """Every attempt as text, in order."""
+    return "; ".join(said(n, a) for n, a in enumerate(attempts, 1))
 
 
 # -- watching the machine ----------------------------------------------------------------------
@@ -266,7 +269,7 @@ def timing_bar(
         assert noise is not None
         tried.append(Attempt(f"{figure}; {noise}", passed, noise.reason()))
         outcome = decide(tried, attempts)
-        print(f"{what}: {history(tried[-1:])}: {outcome.value}")  # in the test's captured output
+        print(f"{what}: {said(len(tried), tried[-1])}: {outcome.value}")  # the captured output
         if outcome is Outcome.PASS:
             if len(tried) > 1:
                 warnings.warn(f"{what}: met on a later attempt: {history(tried)}", stacklevel=2)

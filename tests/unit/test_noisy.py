@@ -190,13 +190,18 @@ def test_a_bar_missed_on_a_quiet_machine_fails_without_running_again() -> None:
     assert next(runs) == 1.0  # measured once only
 
 
-def test_a_bar_missed_while_noisy_is_measured_again_and_passes_with_a_warning() -> None:
+def test_a_bar_missed_while_noisy_is_measured_again_and_passes_with_a_warning(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     runs = iter([1.36, 1.04])
     with pytest.warns(UserWarning, match=r"met on a later attempt.*CPU steal 12\.0%"):
         got = timing_bar(
             lambda: next(runs), ratio_check, "a KV pull", watcher=watcher(STEAL_NOISE, QUIET_NOISE)
         )
     assert got == 1.04
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[1] for line in printed] == ["attempt 1", "attempt 2"]
+    assert printed[0].endswith(": again") and printed[1].endswith(": pass")
 
 
 def test_noisy_then_a_quiet_miss_fails() -> None:
