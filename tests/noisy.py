@@ -326,6 +326,7 @@ def run_trusted(
             attempt = replace(attempt, noise="a reason this test runs once more for")
         tried.append(attempt)
         outcome = decide(tried, attempts)
+        print(f"a run: {said(len(tried), attempt)}: {outcome.value}")  # the captured output
         if outcome is Outcome.AGAIN:
             continue
         if outcome is Outcome.INCONCLUSIVE and not for_test:
