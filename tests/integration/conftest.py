@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
 
 import pytest
+
+from tests.noisy import run_trusted
 
 
 def lab_missing() -> str | None:
@@ -37,30 +38,7 @@ def lab_available() -> None:
         pytest.skip(reason)
 
 
-# A run's verdict can fail for the machine's sake alone: on a virtual machine whose host takes
-# CPU time back (steal), the lab runs slower than its clock says, and the verdict says so. That
-# is the verdict working, and says nothing of the lab; a test that needs a trustworthy run
-# runs once more, and skips (saying why) when the host is still taking CPU back.
-MACHINE_ONLY_REASONS = ("CPU steal averaged",)
-
-
-def machine_only(reasons: list[str]) -> bool:
-    """True when every reason a run was not trusted is the host's, not the lab's."""
-    return bool(reasons) and all(r.startswith(MACHINE_ONLY_REASONS) for r in reasons)
-
-
-def run_trusted(
-    run: Callable[[], dict], attempts: int = 2, once_more: tuple[str, ...] = ()
-) -> dict:
-    """The summary of `run()`, run again when only the host made it untrustworthy; skips when
-    every attempt was spoiled by the host alone. `once_more`: reasons (prefixes) a test may also
-    run again for, whose last attempt is then returned as it is (a test fails on it)."""
-    again = MACHINE_ONLY_REASONS + once_more
-    for _ in range(attempts):
-        summary = run()
-        reasons = summary["health"]["reasons"]
-        if summary["trustworthy"] or not all(r.startswith(again) for r in reasons):
-            return summary
-    if not machine_only(reasons):
-        return summary
-    pytest.skip(f"the host took CPU back in {attempts} runs: {summary['health']['reasons']}")
+# A test that needs a trustworthy run: `run_trusted` (tests/noisy.py) runs it again when the
+# verdict's own retry rule says the machine alone spoiled it, and skips as inconclusive when the
+# machine spoiled every attempt.
+__all__ = ["lab_available", "lab_missing", "run_trusted"]

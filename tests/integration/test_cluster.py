@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.noisy import timing_bar
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.addressing import WIRE_HERE
 from zcube_lab.core.fabric.builders import build_fabric
@@ -105,7 +106,23 @@ def test_split_fabric_runs_across_two_machines(
         assert not any(failures.values()), {h: f for h, f in failures.items() if f}
         # A KV pull from a host on the other machine takes bytes / path rate within tolerance.
         server, puller = split.per_machine[1].hosts[0], split.per_machine[0].hosts[0]
-        fid = kv_fidelity(lab, server, puller, [2_000_000], repeat=3)
+        tolerance = CROSS_MACHINE_TOLERANCE[kind]
+
+        def within(fid) -> tuple[bool, str]:
+            (row,) = fid.rows
+            if row.ratio is None:
+                return False, f"no ratio ({row.failed} of the pulls failed)"
+            return abs(row.ratio - 1) <= tolerance, (
+                f"ratio {row.ratio:.3f} ({1 + tolerance:.2f}x allowed): {row.seconds:.4f} s, "
+                f"fixed {fid.fixed_s:.4f} s at {fid.mbps:g} Mb/s"
+            )
+
+        # Wall time again: measured again on a noisy machine (tests/noisy.py).
+        fid = timing_bar(
+            lambda: kv_fidelity(lab, server, puller, [2_000_000], repeat=3),
+            within,
+            f"a 2 MB KV pull across the machines on {kind}",
+        )
         (row,) = fid.rows
         assert row.failed == 0 and row.ratio is not None, (fid.mbps, fid.fixed_s, row)
         assert abs(row.ratio - 1) <= CROSS_MACHINE_TOLERANCE[kind], (fid.mbps, fid.fixed_s, row)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.noisy import timing_bar
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.emulator.probes.epprobe import port_split
@@ -42,7 +43,21 @@ def _shares(sent: dict[str, int], host: str) -> list[float]:
 
 
 def test_a_rail_aligned_exchange_uses_both_ports_at_twice_the_port_rate(zcube) -> None:
-    both, sent = port_split(zcube, LEADER, [PEER], [SIZE], repeat=5, ports="all")
+    def within(measured) -> tuple[bool, str]:
+        (row,) = measured[0].rows
+        if row.ratio is None:
+            return False, f"no ratio ({row.failed} of the exchanges failed)"
+        return abs(row.ratio - 1) <= TOLERANCE, (
+            f"ratio {row.ratio:.3f} ({1 + TOLERANCE:.2f}x allowed): {row.seconds:.4f} s against "
+            f"{row.ideal_s:.4f} s"
+        )
+
+    # wall time against the ports' rate: measured again on a noisy machine (tests/noisy.py)
+    both, sent = timing_bar(
+        lambda: port_split(zcube, LEADER, [PEER], [SIZE], repeat=5, ports="all"),
+        within,
+        "an exchange over both ports against twice the port rate",
+    )
     one, sent_one = port_split(zcube, LEADER, [PEER], [SIZE], repeat=3, ports="one")
     (row,), (row_one,) = both.rows, one.rows
     figures = {

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from conftest import run_trusted
 
+from tests.noisy import timing_bar
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.stats import mean
@@ -59,14 +60,28 @@ def _fabric(kind: str) -> Fabric:
 
 def _assert_within(lab) -> None:
     server, puller = KV_PAIRS[lab.fabric.kind]
-    fid = kv_fidelity(lab, server, puller, [MID_SIZE], repeat=3)
+
+    def within(fid) -> tuple[bool, str]:
+        (row,) = fid.rows
+        if row.ratio is None:
+            return False, f"no ratio ({row.failed} of the pulls failed)"
+        figure = (
+            f"{fid.fabric} {fid.route}: {row.seconds:.4f} s, fixed {fid.fixed_s:.4f} s, ideal "
+            f"{row.ideal_s:.4f} s at {fid.mbps:g} Mb/s: ratio {row.ratio:.3f} "
+            f"({1 + KV_TOLERANCE:.2f}x allowed)"
+        )
+        return abs(row.ratio - 1) <= KV_TOLERANCE, figure
+
+    # The ratio is wall time: on a noisy machine it is measured again (tests/noisy.py).
+    fid = timing_bar(
+        lambda: kv_fidelity(lab, server, puller, [MID_SIZE], repeat=3),
+        within,
+        f"a {MID_SIZE / 1e6:g} MB KV pull against bytes / path rate",
+    )
     (row,) = fid.rows
     assert row.failed == 0 and row.seconds is not None, fid
     assert 0 < fid.fixed_s < row.seconds / 4, fid
-    assert abs(row.ratio - 1) <= KV_TOLERANCE, (
-        f"{fid.fabric} {fid.route}: {row.seconds:.4f} s, fixed {fid.fixed_s:.4f} s, ideal "
-        f"{row.ideal_s:.4f} s at {fid.mbps:g} Mb/s: ratio {row.ratio:.3f}"
-    )
+    assert abs(row.ratio - 1) <= KV_TOLERANCE, within(fid)[1]
 
 
 # One lab at a time (they share host names and the management bridge): the ZCube lab is

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.noisy import timing_bar
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.adapters.procs import pid_alive
 from zcube_lab.core.fabric.builders import build_fabric
@@ -171,13 +172,21 @@ def incast_run(tmp_path_factory: pytest.TempPathFactory) -> IncastRun:
 def test_lossless_incast_drops_nothing_pauses_the_links_into_a0_and_blocks_a_victim(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    run = incast_run(tmp_path_factory)
-    # the agent's reaction is wall time on a shared 2-core machine (k = 1): a run where it alone
-    # missed the bound is one the verdict rejects and a user re-runs; so does the test, once
-    slow = run.report is not None and run.report.reaction_p99_s is not None
-    if slow and run.report.reaction_p99_s > Limits().lossless_reaction_s:
-        assert any("reaction p99" in r for r in lossless_reasons(run.report)), run.report
-        run = incast_run(tmp_path_factory)
+    limit = Limits().lossless_reaction_s
+
+    def reacted(run: IncastRun) -> tuple[bool, str]:
+        p99 = run.report.reaction_p99_s if run.report is not None else None
+        if p99 is None:
+            return False, f"no reaction p99 (report {run.report})"
+        if p99 > limit:  # the verdict rejects such a run, and names the reaction
+            assert any("reaction p99" in r for r in lossless_reasons(run.report)), run.report
+        return p99 <= limit, f"reaction p99 {1e3 * p99:.2f} ms ({1e3 * limit:g} ms allowed)"
+
+    # the agent's reaction is wall time on a shared 2-core machine (k = 1): measured again
+    # only when the machine was noisy meanwhile (tests/noisy.py); a miss on a quiet one fails
+    run = timing_bar(
+        lambda: incast_run(tmp_path_factory), reacted, "the lossless agent's reaction p99"
+    )
     lab, before, after, report = run.lab, run.before, run.after, run.report
     incast, victim, alone, counted = run.incast, run.victim, run.alone, run.counted
     host_drops, t0, t1 = run.host_drops, run.t0, run.t1

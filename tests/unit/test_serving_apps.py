@@ -9,6 +9,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -139,17 +140,36 @@ async def test_gateway_overload_is_429_with_retry_after(aiohttp_server) -> None:
     assert metric_sum(g, "zcube:rejected_requests_total") == statuses.count(429)
 
 
+async def _until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait (polling the loop) until `done()`; fail after `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not done():
+        assert loop.time() < deadline, f"not reached in {timeout_s} s"
+        await asyncio.sleep(0.005)
+
+
 async def test_decode_queue_full_is_503_relayed(aiohttp_server) -> None:
     c = await start_inprocess_cluster(aiohttp_server, decode={"max_num_seqs": 1, "max_waiting": 1})
+
+    def waiting() -> float:
+        return metric_sum(registry_text(c.decode_registry), "vllm:num_requests_waiting")
+
+    # States, not sleeps: the first holds the one running slot (its first token came: it runs;
+    # 2,000 tokens of 2 ms steps hold it for 4 s at least), the second waits behind it in the
+    # decode's queue of one, so the third finds the queue full. With fixed sleeps of 50 ms and a
+    # first of 100 tokens (0.2 s), a loaded machine let the first finish before the third came.
     async with aiohttp.ClientSession() as s:
-        first = asyncio.create_task(_stream(s, c.gateway_url, _body(5, 100)))
-        await asyncio.sleep(0.05)
-        second = asyncio.create_task(_stream(s, c.gateway_url, _body(5, 5)))
-        await asyncio.sleep(0.05)
-        third = await _stream(s, c.gateway_url, _body(5, 5))
-        assert third[0] == 503 and third[2].get("Retry-After") == "1"
-        assert third[1][0]["error"]["code"] == "overloaded"
-        assert (await first)[0] == 200 and (await second)[0] == 200
+        async with s.post(c.gateway_url + "/v1/completions", json=_body(5, 2000)) as first:
+            assert first.status == 200
+            await first.content.readline()
+            second = asyncio.create_task(_stream(s, c.gateway_url, _body(5, 5)))
+            await _until(lambda: waiting() == 1)
+            third = await _stream(s, c.gateway_url, _body(5, 5))
+            assert third[0] == 503 and third[2].get("Retry-After") == "1"
+            assert third[1][0]["error"]["code"] == "overloaded"
+        # The first's client left: the decode drops it, and the second takes the slot.
+        assert (await second)[0] == 200
     assert metric_sum(registry_text(c.decode_registry), "zcube:rejected_requests_total") == 1
 
 

@@ -226,6 +226,14 @@ def test_queue_delay_in_the_acks_skips_the_ev_for_one_rotation() -> None:
 
 # -- loopback pulls -----------------------------------------------------------------------------
 ADDRS = [Address("127.0.0.1", 0), Address("127.0.0.2", 0)]
+# The lost-EV pulls below assert which EVs were retired: only the dead one. A datagram of a live
+# EV is judged lost when unacknowledged past the timeout, whose floor is 50 ms (MIN_RTO_S): a
+# process stalled longer than that (a loaded or stolen CPU: sender and receiver here share one
+# event loop) finds its datagrams in flight that old, their acks not yet read, and retires live
+# EVs too (five of eight EVs after a 150 ms stall). Those pulls give the sender a delay bound (a
+# datagram may be delayed this long without being lost), so a stall under it is not a loss; the
+# dead EV is still retired, past the bound.
+STALL_BOUND_S = 0.5
 
 
 async def _serve(data: bytes, **kw: object) -> tuple[MrcServer, list[Address]]:
@@ -269,7 +277,14 @@ def test_a_lost_ev_is_retired_and_the_pull_still_completes_intact() -> None:
     async def go() -> None:
         server, addrs = await _serve(data, drop=drop)
         try:
-            buf, res = await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=10)
+            buf, res = await pull_kv_mrc(
+                "r",
+                addrs,
+                len(data),
+                zlib.crc32(data),
+                timeout_s=10,
+                delay_bound_s=STALL_BOUND_S,
+            )
         finally:
             server.close()
         assert bytes(buf) == data
@@ -463,7 +478,13 @@ def test_a_dilated_pull_with_a_lost_ev_completes_with_both_ends_at_the_same_k() 
         server, addrs = await _serve(data, drop=drop, clock=Clock(2.0))
         try:
             buf, res = await pull_kv_mrc(
-                "r", addrs, len(data), zlib.crc32(data), timeout_s=10, clock=Clock(2.0)
+                "r",
+                addrs,
+                len(data),
+                zlib.crc32(data),
+                timeout_s=10,
+                clock=Clock(2.0),
+                delay_bound_s=STALL_BOUND_S / 2,  # modelled: k=2 makes it the same wall bound
             )
         finally:
             server.close()
@@ -487,7 +508,14 @@ def test_a_lost_ev_is_replaced_by_its_legs_spare_and_the_sender_says_when() -> N
         spares = {(i, server.ports(i)[-1]) for i in range(len(addrs))}
         try:
             t0 = time.time()
-            buf, res = await pull_kv_mrc("r", addrs, len(data), zlib.crc32(data), timeout_s=10)
+            buf, res = await pull_kv_mrc(
+                "r",
+                addrs,
+                len(data),
+                zlib.crc32(data),
+                timeout_s=10,
+                delay_bound_s=STALL_BOUND_S,
+            )
         finally:
             server.close()
         assert bytes(buf) == data
@@ -500,5 +528,36 @@ def test_a_lost_ev_is_replaced_by_its_legs_spare_and_the_sender_says_when() -> N
         assert res.paths_used == 2 * 3 and other[1] not in res.source_ports
         assert res.first_bad_wall is not None and res.last_retx_wall is not None
         assert t0 < res.first_bad_wall <= res.last_retx_wall < time.time()
+
+    asyncio.run(go())
+
+
+def test_a_stall_of_the_process_within_the_delay_bound_retires_no_live_ev() -> None:
+    # What made the lost-EV pulls above flaky on a loaded machine, shown by stalling the
+    # process for 150 ms (3x the timeout's floor) in the middle of a pull with one dead EV:
+    # without the delay bound, 5 live EVs of 8 were retired beside the dead one (3 of 3 tries,
+    # 2026-12-07); with it, only the dead one.
+    data = random.Random(6).randbytes(400_000)
+    dead: set[tuple[int, int]] = set()
+    calls = [0]
+
+    def drop(_conn: int, leg: int, send: mrcsender.Send) -> bool:
+        calls[0] += 1
+        if calls[0] == 40:
+            time.sleep(0.15)  # the whole loop stalls, as on a stolen CPU
+        if not dead:
+            dead.add((leg, send.ev.port))
+        return (leg, send.ev.port) in dead
+
+    async def go() -> None:
+        server, addrs = await _serve(data, drop=drop)
+        try:
+            buf, res = await pull_kv_mrc(
+                "r", addrs, len(data), zlib.crc32(data), timeout_s=10, delay_bound_s=STALL_BOUND_S
+            )
+        finally:
+            server.close()
+        assert bytes(buf) == data
+        assert set(res.retired_evs or ()) == dead
 
     asyncio.run(go())
