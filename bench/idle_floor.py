@@ -2,6 +2,8 @@
 
     flock /tmp/zcube-heavy.lock .venv/bin/python -m bench.idle_floor --fabric zcube \\
         [--lossless] [--dilation 16] [--window 30] [--repeat 3] [--ovs KEY=VALUE ...]
+    flock /tmp/zcube-heavy.lock .venv/bin/python -m bench.idle_floor --live --dilation 1 \\
+        --workload coding-agent --windows 3      # `zcube-lab up --fabric zcube --gpus 64 --serve`
 
 Brings a lab up and serving as a run starts it (`zcube_lab.emulator.experiment.launcher.Launcher`:
 the fabric, the controller, the lossless agent under `--lossless`, the serving roles, the health
@@ -30,14 +32,17 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.procwatch import CLK_TCK, ProcSample, scan
+from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.emulator.experiment.launcher import Launcher
+from zcube_lab.emulator.experiment.live import LiveLab
 from zcube_lab.emulator.experiment.plan import plan_run
 from zcube_lab.emulator.experiment.runconfig import RunConfig
 from zcube_lab.emulator.lab.lossless import AgentPlan
@@ -78,6 +83,14 @@ def by_role(cores: dict[str, float]) -> dict[str, float]:
         role = name.split("/", 1)[0].split("#", 1)[0]
         out[role] = out.get(role, 0.0) + c
     return out
+
+
+def median_roles(windows: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each role's median cores over windows (a role missing from a window counts 0), the
+    largest first."""
+    names = {role for w in windows for role in w}
+    medians = {r: statistics.median(w.get(r, 0.0) for w in windows) for r in names}
+    return dict(sorted(medians.items(), key=lambda item: -item[1]))
 
 
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
@@ -222,17 +235,58 @@ def restart_agent(lab: Lab, tap: bool) -> None:
     wait_watching(agent, report, log)
 
 
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def stop_locust_load(port: int) -> None:
+    """Stop the load of Locust's web UI on `port` (its Stop button)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    stop = urllib.request.Request(f"http://127.0.0.1:{port}/stop", data=b"", method="POST")
+    with opener.open(stop, timeout=10) as answer:
+        answer.read()
+
+
+def live_config(args: argparse.Namespace) -> RunConfig:
+    """The config `zcube-lab up --serve` builds for these options (64 GPUs, the workload
+    profile's fallbacks, e.g. its lossless setting), by `up`'s own parser and builder."""
+    from zcube_lab.cli.commands import up
+
+    parser = argparse.ArgumentParser()
+    up.add_arguments(parser)
+    argv = ["--fabric", args.fabric, "--gpus", "64", "--serve", "--dilation", str(args.dilation)]
+    argv += ["--workload", args.workload, "--results", str(args.results)]
+    if args.lossless:
+        argv.append("--lossless")
+    return up.serve_config(parser.parse_args(argv))
+
+
+def measure_live(config: RunConfig, settle_s: float, window_s: float, windows: int) -> list:
+    """`up --serve`'s processes (`LiveLab`) with Locust's load stopped: per-process cores over
+    `windows` windows of `window_s`, after `settle_s`."""
+    live = LiveLab(config, prometheus_port=free_port(), locust_port=free_port(), progress=_progress)
+    try:
+        live.start()
+        stop_locust_load(live.locust_port)
+        time.sleep(settle_s)
+        return [{"lever": {}, "live": True, **window(window_s)} for _ in range(windows)]
+    finally:
+        live.stop()
+
+
 def measure(
     config: RunConfig,
     settle_s: float,
     window_s: float,
     levers: Sequence[dict[str, str]] = (),
     agents: Sequence[str] = (),
+    windows: int = 1,
 ) -> list[dict[str, Any]]:
-    """One lab up and serving, idle: per-process cores over `window_s`; then, in the same lab,
-    over a window with each lever set (after `settle_s` / 3), and the defaults once more; or,
-    with `agents` (`poll`, `tap`), one window per lossless agent mode, the agent restarted."""
-    launcher = Launcher(plan_run(config), lambda m: print(m, file=sys.stderr, flush=True))
+    """One lab up and serving, idle: per-process cores over `window_s` (`windows` windows);
+    then, in the same lab, over a window with each lever set (after `settle_s` / 3), and the
+    defaults once more; or, with `agents` (`poll`, `tap`), one window per lossless agent mode,
+    the agent restarted."""
+    launcher = Launcher(plan_run(config), _progress)
     launcher.prepare()
     try:
         launcher.start()
@@ -245,7 +299,7 @@ def measure(
                 time.sleep(settle_s / 3)
                 results.append({"lever": {}, "agent": mode, **window(window_s)})
             return results
-        results = [{"lever": {}, **window(window_s)}]
+        results = [{"lever": {}, **window(window_s)} for _ in range(windows)]
         for lever in levers:
             apply_lever(lever)
             try:
@@ -269,7 +323,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--workload", default="kv-heavy")
     p.add_argument("--settle", type=float, default=15.0, help="seconds after start")
     p.add_argument("--window", type=float, default=30.0, help="seconds measured")
-    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=1, help="labs brought up in turn")
+    p.add_argument("--windows", type=int, default=1, help="windows measured in each lab")
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="`up --serve`'s processes (with Locust's web UI, its load stopped)",
+    )
     p.add_argument("--ovs", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument(
         "--lever",
@@ -293,20 +353,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     ovs = dict(kv.split("=", 1) for kv in args.ovs)
     levers = [dict(kv.split("=", 1) for kv in spec.split(",")) for spec in args.lever]
-    config = RunConfig(
-        fabric=FABRICS[args.fabric],
-        workload=args.workload,
-        lossless=args.lossless,
-        dilation=args.dilation,
-        results_root=args.results,
-        tag="idle",
+    config = (
+        live_config(args)
+        if args.live
+        else RunConfig(
+            fabric=FABRICS[args.fabric],
+            workload=args.workload,
+            lossless=args.lossless,
+            dilation=args.dilation,
+            results_root=args.results,
+            tag="live" if args.live else "idle",
+        )
     )
-    totals = []
+    totals: list[float] = []
+    roles: list[dict[str, float]] = []
     _ovs_set(ovs)
     try:
         for i in range(args.repeat):
             agents = [m for m in args.agents.split(",") if m]
-            for result in measure(config, args.settle, args.window, levers, agents):
+            if args.live:
+                results = measure_live(config, args.settle, args.window, args.windows)
+            else:
+                results = measure(config, args.settle, args.window, levers, agents, args.windows)
+            for result in results:
                 result.update(
                     fabric=args.fabric, lossless=args.lossless, dilation=args.dilation,
                     ovs=ovs, tag=args.tag, repeat=i,
@@ -314,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )  # fmt: skip
                 if not result["lever"] and not agents:
                     totals.append(result["lab_cores"])
+                    roles.append(result["roles"])
                 print(json.dumps(result), flush=True)
                 if args.out is not None:
                     with args.out.open("a") as f:
@@ -322,6 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _ovs_clear(ovs)
     if totals:
         print(f"lab cores: median {statistics.median(totals):.3f} of {totals}", file=sys.stderr)
+        for role, cores in median_roles(roles).items():
+            print(f"  {role:<12} {cores:.3f}", file=sys.stderr)
     return 0
 
 

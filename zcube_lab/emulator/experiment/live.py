@@ -64,16 +64,24 @@ class LiveLab:
     def serve(self, ready: Callable[[dict[str, str]], None], poll_s: float = 1.0) -> None:
         """Bring everything up, call `ready(urls)`, serve until KeyboardInterrupt (or a process
         of the lab dies: LabError), then tear everything down."""
-        self.launcher.prepare()
         try:
-            self.launcher.start()
-            self._start_locust_ui()
+            self.start()
             ready(self.urls())
             while True:
                 self.launcher.check_alive()
                 time.sleep(poll_s)
         finally:
-            self.launcher.stop()
+            self.stop()
+
+    def start(self) -> None:
+        """Everything up: the run's processes, then Locust's web UI (its load started)."""
+        self.launcher.prepare()
+        self.launcher.start()
+        self._start_locust_ui()
+
+    def stop(self) -> None:
+        """Tear everything down (as a run does)."""
+        self.launcher.stop()
 
     def _start_locust_ui(self) -> None:
         launcher = self.launcher
