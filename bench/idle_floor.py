@@ -31,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -41,10 +42,11 @@ from typing import Any
 from bench.procwatch import CLK_TCK, ProcSample, scan
 from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.options import add_flags, from_args
 from zcube_lab.emulator.experiment.launcher import Launcher
 from zcube_lab.emulator.experiment.live import LiveLab
 from zcube_lab.emulator.experiment.plan import plan_run
-from zcube_lab.emulator.experiment.runconfig import RunConfig
+from zcube_lab.emulator.experiment.runconfig import RunConfig, profile_fallback
 from zcube_lab.emulator.lab.lossless import AgentPlan
 from zcube_lab.emulator.lab.losslessproc import stop_agent, wait_watching
 from zcube_lab.emulator.lab.network import Lab
@@ -247,30 +249,47 @@ def stop_locust_load(port: int) -> None:
         answer.read()
 
 
-def live_config(args: argparse.Namespace) -> RunConfig:
-    """The config `zcube-lab up --serve` builds for these options (64 GPUs, the workload
-    profile's fallbacks, e.g. its lossless setting), by `up`'s own parser and builder."""
-    from zcube_lab.cli.commands import up
+# `zcube-lab up --gpus 64`'s fabrics: the scale-down that keeps the full size's structure.
+LIVE_FABRICS = {
+    "zcube": FabricSpec.of("zcube", n=8, gpus_per_server=2),
+    "roft": FabricSpec.of("roft", servers=32, gpus_per_server=2),
+}
 
+
+def live_config(args: argparse.Namespace) -> RunConfig:
+    """The config `zcube-lab up --fabric F --gpus 64 --serve` builds for these options (the
+    workload profile's fallbacks for what is left out, e.g. its lossless setting), as `up`
+    builds it (`run.config_from_args`: `from_args` over `RunConfig`'s flags)."""
     parser = argparse.ArgumentParser()
-    up.add_arguments(parser)
-    argv = ["--fabric", args.fabric, "--gpus", "64", "--serve", "--dilation", str(args.dilation)]
-    argv += ["--workload", args.workload, "--results", str(args.results)]
-    if args.lossless:
-        argv.append("--lossless")
-    return up.serve_config(parser.parse_args(argv))
+    add_flags(parser, RunConfig)
+    argv = ["--dilation", str(args.dilation), "--workload", args.workload, "--duration", "3600"]
+    argv += ["--results", str(args.results)] + (["--lossless"] if args.lossless else [])
+    spec = LIVE_FABRICS[args.fabric]
+    fallback = profile_fallback(args.workload, spec)
+    return from_args(RunConfig, parser.parse_args(argv), fallback, fabric=spec, tag="live")
 
 
 def measure_live(config: RunConfig, settle_s: float, window_s: float, windows: int) -> list:
     """`up --serve`'s processes (`LiveLab`) with Locust's load stopped: per-process cores over
     `windows` windows of `window_s`, after `settle_s`."""
     live = LiveLab(config, prometheus_port=free_port(), locust_port=free_port(), progress=_progress)
+    done = threading.Event()
+
+    def serving() -> None:  # what `up --serve`'s own loop does each second
+        while not done.wait(1.0):
+            live.tick()
+
+    ticker = threading.Thread(target=serving, daemon=True)
     try:
         live.start()
         stop_locust_load(live.locust_port)
+        ticker.start()
         time.sleep(settle_s)
         return [{"lever": {}, "live": True, **window(window_s)} for _ in range(windows)]
     finally:
+        done.set()
+        if ticker.is_alive():
+            ticker.join()
         live.stop()
 
 

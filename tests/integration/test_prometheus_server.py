@@ -8,14 +8,15 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from zcube_lab.adapters.ports import free_port
-from zcube_lab.emulator.prometheus.config import scrape_config
+from zcube_lab.emulator.prometheus.config import scrape_config, scrape_plan
 from zcube_lab.emulator.prometheus.server import (
     PROMETHEUS_BINARY,
     PrometheusError,
@@ -192,3 +193,41 @@ def test_a_bad_config_fails_start_with_prometheus_own_message(tmp_path: Path) ->
     with pytest.raises(PrometheusError, match="exited with code"):
         server.start()
     assert not server.running()
+
+
+def _loaded_config(server: PrometheusServer) -> str:
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+        f"{server.url}/api/v1/status/config", timeout=5
+    ) as answer:
+        return json.loads(answer.read())["data"]["yaml"]
+
+
+def _samples_over(server: PrometheusServer, seconds: int) -> float:
+    return server.query_value(f"count_over_time(x_total[{seconds}s])") or 0.0
+
+
+def test_a_reload_changes_the_scrape_interval_and_back_without_a_gap(
+    exporter: str, tmp_path: Path
+) -> None:
+    """The live lab's idle pace: the same plan rendered at a slower interval, then at its own."""
+    plan = scrape_plan({"loadgen": [exporter]}, interval_s=0.5)
+    with PrometheusServer(plan.render(), tmp_path / "prom") as server:
+        server.wait_for_targets_up(timeout=30)
+        server.reload(plan.render(3.0))
+        _until(lambda: "scrape_interval: 3s" in _loaded_config(server), "the 3 s config")
+        time.sleep(7)
+        assert _samples_over(server, 6) <= 3  # one every 3 s (at 0.5 s it would be 12)
+        server.reload(plan.render())
+        _until(lambda: "scrape_interval: 500ms" in _loaded_config(server), "the 0.5 s config")
+        time.sleep(3)
+        assert _samples_over(server, 2) >= 3
+        # the series went on throughout: never marked stale
+        assert server.query_value("x_total") is not None
+        assert _samples_over(server, 12) >= 6
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f}s"
+        time.sleep(0.2)

@@ -3,15 +3,22 @@ of any engine metric, and not rendered again while nothing changed."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from zcube_lab.core.clock import Clock
 from zcube_lab.serving import vllm_metrics as m
 from zcube_lab.serving.exposition import Exposition, Tracked, VersionedRegistry, tracked
+from zcube_lab.serving.gateway import ACTIVITY_PATH
 from zcube_lab.serving.gcpause import GcPauseCollector, GcPauses
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serving_fixtures import start_inprocess_cluster
 
 
 def _engine(clock: Clock | None = None) -> tuple[VersionedRegistry, m.EngineMetrics, GcPauses]:
@@ -112,3 +119,29 @@ def test_a_plain_registry_is_rendered_on_every_scrape() -> None:
     counter.inc()
     assert exposition.body() == generate_latest(reg)
     assert exposition.renders == 2
+
+
+async def test_idle_engines_answer_from_the_kept_text_and_a_request_shows_at_once(
+    aiohttp_server: Any,
+) -> None:
+    c = await start_inprocess_cluster(aiohttp_server, registry=VersionedRegistry)
+    done = 'vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny"}'
+    async with aiohttp.ClientSession() as s:
+
+        async def scrape(url: str) -> str:
+            async with s.get(url + "/metrics") as r:
+                assert r.status == 200
+                return await r.text()
+
+        async def activity() -> dict[str, int]:
+            async with s.get(c.gateway_url + ACTIVITY_PATH) as r:
+                return await r.json()
+
+        assert await activity() == {"received": 0, "outstanding": 0}
+        idle = [await scrape(c.decode_url) for _ in range(3)]
+        assert f"{done} 0.0" in idle[0]
+        body = {"model": "tiny", "prompt": "w w w", "max_tokens": 4, "ignore_eos": True}
+        async with s.post(c.gateway_url + "/v1/completions", json=body) as r:
+            assert r.status == 200
+        assert f"{done} 1.0" in await scrape(c.decode_url)
+        assert await activity() == {"received": 1, "outstanding": 0}
