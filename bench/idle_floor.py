@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
@@ -269,9 +270,52 @@ def live_config(args: argparse.Namespace) -> RunConfig:
     return from_args(RunConfig, parser.parse_args(argv), fallback, fabric=spec, tag="live")
 
 
-def measure_live(config: RunConfig, settle_s: float, window_s: float, windows: int) -> list:
+def start_locust_load(port: int) -> None:
+    """Start the load of Locust's web UI on `port` again (its Start button, one user)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    form = urllib.parse.urlencode({"user_count": 1, "spawn_rate": 1}).encode()
+    swarm = urllib.request.Request(f"http://127.0.0.1:{port}/swarm", data=form, method="POST")
+    with opener.open(swarm, timeout=10) as answer:
+        answer.read()
+
+
+def wake(live: LiveLab, seen_s: float = 12.0) -> dict[str, Any]:
+    """After the idle windows: the load started again; how long until Prometheus scrapes at the
+    run's interval, and over the first `seen_s` seconds how often the gateway's requests and
+    the fabric's port counters moved in Prometheus (one change per sample at the run's pace)."""
+    assert live.watch is not None and live.launcher.prometheus is not None
+    active = live.watch.pace.active_s
+    started = time.monotonic()
+    start_locust_load(live.locust_port)
+    while live.watch.interval_s != active and time.monotonic() - started < 30:
+        time.sleep(0.05)
+    tightened = time.monotonic() - started
+    time.sleep(max(0.0, seen_s - (time.monotonic() - started)))
+    window = f"[{seen_s:.0f}s]"
+    prom = live.launcher.prometheus
+    return {
+        "wake": {
+            "tightened_after_s": round(tightened, 2),
+            "window_s": seen_s,
+            "gateway_request_changes": prom.query_value(
+                f"sum(changes(zcube:gateway_requests_total{window}))"
+            ),
+            "port_counter_changes_max": prom.query_value(
+                f"max(changes(zcube_port_tx_packets_total{window}))"
+            ),
+            "scrapes_of_the_gateway": prom.query_value(
+                f'count_over_time(up{{job="gateway"}}{window})'
+            ),
+        }
+    }
+
+
+def measure_live(
+    config: RunConfig, settle_s: float, window_s: float, windows: int, check_wake: bool = False
+) -> list:
     """`up --serve`'s processes (`LiveLab`) with Locust's load stopped: per-process cores over
-    `windows` windows of `window_s`, after `settle_s`."""
+    `windows` windows of `window_s`, after `settle_s`; with `check_wake`, then the load started
+    again (`wake`)."""
     live = LiveLab(config, prometheus_port=free_port(), locust_port=free_port(), progress=_progress)
     done = threading.Event()
 
@@ -285,7 +329,10 @@ def measure_live(config: RunConfig, settle_s: float, window_s: float, windows: i
         stop_locust_load(live.locust_port)
         ticker.start()
         time.sleep(settle_s)
-        return [{"lever": {}, "live": True, **window(window_s)} for _ in range(windows)]
+        results = [{"lever": {}, "live": True, **window(window_s)} for _ in range(windows)]
+        if check_wake:
+            results[-1].update(wake(live))
+        return results
     finally:
         done.set()
         if ticker.is_alive():
@@ -345,6 +392,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="labs brought up in turn")
     p.add_argument("--windows", type=int, default=1, help="windows measured in each lab")
     p.add_argument(
+        "--wake",
+        action="store_true",
+        help="with --live: after the windows, start the load again and report how soon the "
+        "scrapes and the controller's polls are back at the run's pace",
+    )
+    p.add_argument(
         "--live",
         action="store_true",
         help="`up --serve`'s processes (with Locust's web UI, its load stopped)",
@@ -391,7 +444,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i in range(args.repeat):
             agents = [m for m in args.agents.split(",") if m]
             if args.live:
-                results = measure_live(config, args.settle, args.window, args.windows)
+                results = measure_live(
+                    config, args.settle, args.window, args.windows, check_wake=args.wake
+                )
             else:
                 results = measure(config, args.settle, args.window, levers, agents, args.windows)
             for result in results:
