@@ -26,6 +26,7 @@ event counters per second (`ovs-appctl coverage/show`). One JSON line per window
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -270,27 +271,39 @@ def live_config(args: argparse.Namespace) -> RunConfig:
     return from_args(RunConfig, parser.parse_args(argv), fallback, fabric=spec, tag="live")
 
 
-def start_locust_load(port: int) -> None:
-    """Start the load of Locust's web UI on `port` again (its Start button, one user)."""
+def send_requests(url: str, model: str, seconds: float, every_s: float = 0.5) -> None:
+    """A client of the gateway's OpenAI API (as a user's script would be): a short completion
+    every `every_s` for `seconds` (Locust's UI cannot start a second load after its Stop: one
+    OpenLoopUser per process)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    form = urllib.parse.urlencode({"user_count": 1, "spawn_rate": 1}).encode()
-    swarm = urllib.request.Request(f"http://127.0.0.1:{port}/swarm", data=form, method="POST")
-    with opener.open(swarm, timeout=10) as answer:
-        answer.read()
+    body = json.dumps({"model": model, "prompt": "hello " * 64, "max_tokens": 16}).encode()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        post = urllib.request.Request(
+            url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with contextlib.suppress(OSError), opener.open(post, timeout=30) as answer:
+            answer.read()
+        time.sleep(every_s)
 
 
 def wake(live: LiveLab, seen_s: float = 12.0) -> dict[str, Any]:
-    """After the idle windows: the load started again; how long until Prometheus scrapes at the
-    run's interval, and over the first `seen_s` seconds how often the gateway's requests and
-    the fabric's port counters moved in Prometheus (one change per sample at the run's pace)."""
+    """After the idle windows, requests sent again (`send_requests`): how long until Prometheus
+    scrapes at the run's interval, and over the first `seen_s` seconds how often the gateway's
+    requests and the fabric's port counters moved in Prometheus (one change per sample at the
+    run's pace)."""
     assert live.watch is not None and live.launcher.prometheus is not None
     active = live.watch.pace.active_s
+    url = f"http://127.0.0.1:{live.launcher.gateway_port}/v1/completions"
+    client = threading.Thread(
+        target=send_requests, args=(url, live.config.model, seen_s), daemon=True
+    )
     started = time.monotonic()
-    start_locust_load(live.locust_port)
+    client.start()
     while live.watch.interval_s != active and time.monotonic() - started < 30:
         time.sleep(0.05)
     tightened = time.monotonic() - started
-    time.sleep(max(0.0, seen_s - (time.monotonic() - started)))
+    client.join()
     window = f"[{seen_s:.0f}s]"
     prom = live.launcher.prometheus
     return {
@@ -394,7 +407,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--wake",
         action="store_true",
-        help="with --live: after the windows, start the load again and report how soon the "
+        help="with --live: after the windows, send requests again and report how soon the "
         "scrapes and the controller's polls are back at the run's pace",
     )
     p.add_argument(
