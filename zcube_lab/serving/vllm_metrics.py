@@ -152,8 +152,8 @@ class _Labelled:
         self.values = values
         self.clock = clock or Clock()
 
-    def hist(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-        """A histogram child with these buckets."""
+    def hist(self, name: str, doc: str, buckets: tuple[float, ...]) -> Any:
+        """A histogram child with these buckets (`tracked`: its changes counted)."""
         metric = Histogram(name, doc, LABELS, registry=self.registry, buckets=buckets)
         return tracked(metric.labels(*self.values), self.registry)
 
@@ -161,18 +161,18 @@ class _Labelled:
         """A histogram child of durations: observed in wall seconds, kept in modelled ones."""
         return modelled(self.hist(name, doc, buckets), self.clock)
 
-    def counter(self, name: str, doc: str) -> Counter:
-        """A counter child."""
+    def counter(self, name: str, doc: str) -> Any:
+        """A counter child (`tracked`)."""
         metric = Counter(name, doc, LABELS, registry=self.registry)
         return tracked(metric.labels(*self.values), self.registry)
 
-    def gauge(self, name: str, doc: str) -> Gauge:
-        """A gauge child."""
+    def gauge(self, name: str, doc: str) -> Any:
+        """A gauge child (`tracked`)."""
         metric = Gauge(name, doc, LABELS, registry=self.registry)
         return tracked(metric.labels(*self.values), self.registry)
 
-    def by(self, name: str, doc: str, label: str) -> Counter:
-        """A counter with one more label, to be bound per value by the caller."""
+    def by(self, name: str, doc: str, label: str) -> Any:
+        """A counter with one more label, to be bound per value by the caller (`tracked`)."""
         return tracked(Counter(name, doc, (*LABELS, label), registry=self.registry), self.registry)
 
 
