@@ -313,8 +313,10 @@ def wake(live: LiveLab, seen_s: float = 12.0) -> dict[str, Any]:
             "gateway_request_changes": prom.query_value(
                 f"sum(changes(zcube:gateway_requests_total{window}))"
             ),
-            "port_counter_changes_max": prom.query_value(
-                f"max(changes(zcube_port_tx_packets_total{window}))"
+            # the fabric's packets summed, one step a second: how many seconds showed them move
+            # (one port alone carries a request's KV only now and then)
+            "fabric_packet_changes": prom.query_value(
+                f"changes(sum(zcube_port_tx_packets_total){window[:-1]}:1s])"
             ),
             "scrapes_of_the_gateway": prom.query_value(
                 f'count_over_time(up{{job="gateway"}}{window})'
