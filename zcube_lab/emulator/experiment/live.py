@@ -12,7 +12,7 @@ logs, the Prometheus TSDB), without the collection step.
 Quiet while idle (docs/BENCHMARKS.md, the idle floor of `up --serve`): once a second the live lab
 reads the gateway's `/activity`; after `pace.QUIET_S` without a request Prometheus scrapes every
 `pace.IDLE_SCRAPE_S` instead of every modelled second (its config reloaded), and the first
-request brings the run's interval back within that second (`ScrapeWatch`). The controller polls
+request brings the run's interval back within about a second (`ScrapeWatch`). The controller polls
 its statistics every `IDLE_POLL_S` while no port counter moves (`zcube_lab.controller.pace`).
 A run has neither: it scrapes and polls at its interval throughout.
 """
