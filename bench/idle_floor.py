@@ -2,6 +2,8 @@
 
     flock /tmp/zcube-heavy.lock .venv/bin/python -m bench.idle_floor --fabric zcube \\
         [--lossless] [--dilation 16] [--window 30] [--repeat 3] [--ovs KEY=VALUE ...]
+    flock /tmp/zcube-heavy.lock .venv/bin/python -m bench.idle_floor --live --dilation 1 \\
+        --workload coding-agent --windows 3      # `zcube-lab up --fabric zcube --gpus 64 --serve`
 
 Brings a lab up and serving as a run starts it (`zcube_lab.emulator.experiment.launcher.Launcher`:
 the fabric, the controller, the lossless agent under `--lossless`, the serving roles, the health
@@ -24,22 +26,29 @@ event counters per second (`ovs-appctl coverage/show`). One JSON line per window
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.procwatch import CLK_TCK, ProcSample, scan
+from zcube_lab.adapters.ports import free_port
 from zcube_lab.core.fabric.description import FabricSpec
+from zcube_lab.core.options import add_flags, from_args
 from zcube_lab.emulator.experiment.launcher import Launcher
+from zcube_lab.emulator.experiment.live import LiveLab
 from zcube_lab.emulator.experiment.plan import plan_run
-from zcube_lab.emulator.experiment.runconfig import RunConfig
+from zcube_lab.emulator.experiment.runconfig import RunConfig, profile_fallback
 from zcube_lab.emulator.lab.lossless import AgentPlan
 from zcube_lab.emulator.lab.losslessproc import stop_agent, wait_watching
 from zcube_lab.emulator.lab.network import Lab
@@ -78,6 +87,14 @@ def by_role(cores: dict[str, float]) -> dict[str, float]:
         role = name.split("/", 1)[0].split("#", 1)[0]
         out[role] = out.get(role, 0.0) + c
     return out
+
+
+def median_roles(windows: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each role's median cores over windows (a role missing from a window counts 0), the
+    largest first."""
+    names = {role for w in windows for role in w}
+    medians = {r: statistics.median(w.get(r, 0.0) for w in windows) for r in names}
+    return dict(sorted(medians.items(), key=lambda item: -item[1]))
 
 
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
@@ -222,17 +239,135 @@ def restart_agent(lab: Lab, tap: bool) -> None:
     wait_watching(agent, report, log)
 
 
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def stop_locust_load(port: int) -> None:
+    """Stop the load of Locust's web UI on `port` (its Stop button)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    stop = urllib.request.Request(f"http://127.0.0.1:{port}/stop", data=b"", method="POST")
+    with opener.open(stop, timeout=10) as answer:
+        answer.read()
+
+
+# `zcube-lab up --gpus 64`'s fabrics: the scale-down that keeps the full size's structure.
+LIVE_FABRICS = {
+    "zcube": FabricSpec.of("zcube", n=8, gpus_per_server=2),
+    "roft": FabricSpec.of("roft", servers=32, gpus_per_server=2),
+}
+
+
+def live_config(args: argparse.Namespace) -> RunConfig:
+    """The config `zcube-lab up --fabric F --gpus 64 --serve` builds for these options (the
+    workload profile's fallbacks for what is left out, e.g. its lossless setting), as `up`
+    builds it (`run.config_from_args`: `from_args` over `RunConfig`'s flags)."""
+    parser = argparse.ArgumentParser()
+    add_flags(parser, RunConfig)
+    argv = ["--dilation", str(args.dilation), "--workload", args.workload, "--duration", "3600"]
+    argv += ["--results", str(args.results)] + (["--lossless"] if args.lossless else [])
+    spec = LIVE_FABRICS[args.fabric]
+    fallback = profile_fallback(args.workload, spec)
+    return from_args(RunConfig, parser.parse_args(argv), fallback, fabric=spec, tag="live")
+
+
+def send_requests(url: str, model: str, seconds: float, every_s: float = 0.5) -> None:
+    """A client of the gateway's OpenAI API (as a user's script would be): a short completion
+    every `every_s` for `seconds` (Locust's UI cannot start a second load after its Stop: one
+    OpenLoopUser per process)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    body = json.dumps({"model": model, "prompt": "hello " * 64, "max_tokens": 16}).encode()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        post = urllib.request.Request(
+            url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with contextlib.suppress(OSError), opener.open(post, timeout=30) as answer:
+            answer.read()
+        time.sleep(every_s)
+
+
+def wake(live: LiveLab, seen_s: float = 12.0) -> dict[str, Any]:
+    """After the idle windows, requests sent again (`send_requests`): how long until Prometheus
+    scrapes at the run's interval, and over the first `seen_s` seconds how often the gateway's
+    requests and the fabric's port counters moved in Prometheus (one change per sample at the
+    run's pace)."""
+    assert live.watch is not None and live.launcher.prometheus is not None
+    active = live.watch.pace.active_s
+    url = f"http://127.0.0.1:{live.launcher.gateway_port}/v1/completions"
+    client = threading.Thread(
+        target=send_requests, args=(url, live.config.model, seen_s), daemon=True
+    )
+    started = time.monotonic()
+    client.start()
+    while live.watch.interval_s != active and time.monotonic() - started < 30:
+        time.sleep(0.05)
+    tightened = time.monotonic() - started
+    client.join()
+    window = f"[{seen_s:.0f}s]"
+    prom = live.launcher.prometheus
+    return {
+        "wake": {
+            "tightened_after_s": round(tightened, 2),
+            "window_s": seen_s,
+            "gateway_request_changes": prom.query_value(
+                f"sum(changes(zcube:gateway_requests_total{window}))"
+            ),
+            # the fabric's packets summed, one step a second: how many seconds showed them move
+            # (one port alone carries a request's KV only now and then)
+            "fabric_packet_changes": prom.query_value(
+                f"changes(sum(zcube_port_tx_packets_total){window[:-1]}:1s])"
+            ),
+            "scrapes_of_the_gateway": prom.query_value(
+                f'count_over_time(up{{job="gateway"}}{window})'
+            ),
+        }
+    }
+
+
+def measure_live(
+    config: RunConfig, settle_s: float, window_s: float, windows: int, check_wake: bool = False
+) -> list:
+    """`up --serve`'s processes (`LiveLab`) with Locust's load stopped: per-process cores over
+    `windows` windows of `window_s`, after `settle_s`; with `check_wake`, then the load started
+    again (`wake`)."""
+    live = LiveLab(config, prometheus_port=free_port(), locust_port=free_port(), progress=_progress)
+    done = threading.Event()
+
+    def serving() -> None:  # what `up --serve`'s own loop does each second
+        while not done.wait(1.0):
+            live.tick()
+
+    ticker = threading.Thread(target=serving, daemon=True)
+    try:
+        live.start()
+        stop_locust_load(live.locust_port)
+        ticker.start()
+        time.sleep(settle_s)
+        results = [{"lever": {}, "live": True, **window(window_s)} for _ in range(windows)]
+        if check_wake:
+            results[-1].update(wake(live))
+        return results
+    finally:
+        done.set()
+        if ticker.is_alive():
+            ticker.join()
+        live.stop()
+
+
 def measure(
     config: RunConfig,
     settle_s: float,
     window_s: float,
     levers: Sequence[dict[str, str]] = (),
     agents: Sequence[str] = (),
+    windows: int = 1,
 ) -> list[dict[str, Any]]:
-    """One lab up and serving, idle: per-process cores over `window_s`; then, in the same lab,
-    over a window with each lever set (after `settle_s` / 3), and the defaults once more; or,
-    with `agents` (`poll`, `tap`), one window per lossless agent mode, the agent restarted."""
-    launcher = Launcher(plan_run(config), lambda m: print(m, file=sys.stderr, flush=True))
+    """One lab up and serving, idle: per-process cores over `window_s` (`windows` windows);
+    then, in the same lab, over a window with each lever set (after `settle_s` / 3), and the
+    defaults once more; or, with `agents` (`poll`, `tap`), one window per lossless agent mode,
+    the agent restarted."""
+    launcher = Launcher(plan_run(config), _progress)
     launcher.prepare()
     try:
         launcher.start()
@@ -245,7 +380,7 @@ def measure(
                 time.sleep(settle_s / 3)
                 results.append({"lever": {}, "agent": mode, **window(window_s)})
             return results
-        results = [{"lever": {}, **window(window_s)}]
+        results = [{"lever": {}, **window(window_s)} for _ in range(windows)]
         for lever in levers:
             apply_lever(lever)
             try:
@@ -269,7 +404,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--workload", default="kv-heavy")
     p.add_argument("--settle", type=float, default=15.0, help="seconds after start")
     p.add_argument("--window", type=float, default=30.0, help="seconds measured")
-    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=1, help="labs brought up in turn")
+    p.add_argument("--windows", type=int, default=1, help="windows measured in each lab")
+    p.add_argument(
+        "--wake",
+        action="store_true",
+        help="with --live: after the windows, send requests again and report how soon the "
+        "scrapes and the controller's polls are back at the run's pace",
+    )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="`up --serve`'s processes (with Locust's web UI, its load stopped)",
+    )
     p.add_argument("--ovs", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument(
         "--lever",
@@ -293,20 +440,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     ovs = dict(kv.split("=", 1) for kv in args.ovs)
     levers = [dict(kv.split("=", 1) for kv in spec.split(",")) for spec in args.lever]
-    config = RunConfig(
-        fabric=FABRICS[args.fabric],
-        workload=args.workload,
-        lossless=args.lossless,
-        dilation=args.dilation,
-        results_root=args.results,
-        tag="idle",
+    config = (
+        live_config(args)
+        if args.live
+        else RunConfig(
+            fabric=FABRICS[args.fabric],
+            workload=args.workload,
+            lossless=args.lossless,
+            dilation=args.dilation,
+            results_root=args.results,
+            tag="live" if args.live else "idle",
+        )
     )
-    totals = []
+    totals: list[float] = []
+    roles: list[dict[str, float]] = []
     _ovs_set(ovs)
     try:
         for i in range(args.repeat):
             agents = [m for m in args.agents.split(",") if m]
-            for result in measure(config, args.settle, args.window, levers, agents):
+            if args.live:
+                results = measure_live(
+                    config, args.settle, args.window, args.windows, check_wake=args.wake
+                )
+            else:
+                results = measure(config, args.settle, args.window, levers, agents, args.windows)
+            for result in results:
                 result.update(
                     fabric=args.fabric, lossless=args.lossless, dilation=args.dilation,
                     ovs=ovs, tag=args.tag, repeat=i,
@@ -314,6 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )  # fmt: skip
                 if not result["lever"] and not agents:
                     totals.append(result["lab_cores"])
+                    roles.append(result["roles"])
                 print(json.dumps(result), flush=True)
                 if args.out is not None:
                     with args.out.open("a") as f:
@@ -322,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _ovs_clear(ovs)
     if totals:
         print(f"lab cores: median {statistics.median(totals):.3f} of {totals}", file=sys.stderr)
+        for role, cores in median_roles(roles).items():
+            print(f"  {role:<12} {cores:.3f}", file=sys.stderr)
     return 0
 
 

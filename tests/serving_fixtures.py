@@ -44,14 +44,16 @@ async def start_inprocess_cluster(
     decode: dict[str, Any] | None = None,
     gateway: dict[str, Any] | None = None,
     kv_addresses: int = 2,
+    registry: Callable[[], CollectorRegistry] = CollectorRegistry,
 ) -> InProcessCluster:
-    """Start prefill, decode and gateway apps with pytest-aiohttp's `aiohttp_server`."""
+    """Start prefill, decode and gateway apps with pytest-aiohttp's `aiohttp_server`, each
+    with a fresh `registry()`."""
     kv_bind = tuple(
         Address(f"127.0.0.{k + 1}", free_port(f"127.0.0.{k + 1}")) for k in range(kv_addresses)
     )
     pcfg = replace(PrefillConfig(kv_bind=kv_bind, engine_id="prefill-0"), **(prefill or {}))
     dcfg = replace(DecodeConfig(), **(decode or {}))
-    preg, dreg, greg = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
+    preg, dreg, greg = registry(), registry(), registry()
     psrv = await aiohttp_server(make_prefill_app(pcfg, preg))
     dsrv = await aiohttp_server(make_decode_app(dcfg, dreg))
     purl, durl = str(psrv.make_url("")).rstrip("/"), str(dsrv.make_url("")).rstrip("/")

@@ -85,6 +85,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--poll-interval", type=float, default=1.0, help="seconds between statistics polls"
     )
     p.add_argument(
+        "--idle-poll-interval",
+        type=float,
+        default=0.0,
+        help="seconds between statistics polls while no port counter moves (above "
+        "--poll-interval; 0: always --poll-interval)",
+    )
+    p.add_argument(
         "--recompute",
         action="store_true",
         help="recompute routes on port-status changes and push the difference to the switches",
@@ -164,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             registry,
             recompute=args.recompute,
             ev_rules=args.ev_rules,
+            idle_poll_interval=args.idle_poll_interval,
         )
     except (ConfigError, ValueError, KeyError, TypeError) as err:
         print(f"controller: bad configuration: {err}", file=sys.stderr)

@@ -28,6 +28,8 @@ send what it returns.
   the first such bucket).
 - a poller thread sends port, aggregate-flow and group statistics requests every
   `poll_interval` seconds; the replies update `FabricStats`, which `FabricCollector` exports.
+  With `idle_poll_interval` above it, the poll slows to that while no port counter moves and
+  comes back at the first reply that shows one moved (`zcube_lab.controller.pace`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from zcube_lab.controller.ofmsg import (
     stale_flows,
     stats_requests,
 )
+from zcube_lab.controller.pace import PollPace
 from zcube_lab.controller.port_metrics import FabricCollector, FabricStats, OpenFlowPortStats
 from zcube_lab.controller.rules import (
     RuleDiff,
@@ -103,12 +106,15 @@ class ControllerConfig:
     registry: CollectorRegistry
     recompute: bool = False
     ev_rules: bool = False  # also the static EV rules (UDP source port -> path; MRC)
+    # > poll_interval: poll this slowly while no port counter moves (`pace.PollPace`); 0: off
+    idle_poll_interval: float = 0.0
 
     def __post_init__(self) -> None:
         # Stored by its name, not an alias, so the logs and the rules agree on what it is.
         object.__setattr__(self, "policy", check_policy(self.policy))
         if not self.poll_interval > 0:
             raise ConfigError("poll_interval", self.poll_interval, "a number of seconds > 0")
+        PollPace(self.poll_interval, self.idle_poll_interval)  # ConfigError names a bad one
         if not isinstance(self.recompute, bool):
             raise ConfigError("recompute", self.recompute, "True or False")
         if not isinstance(self.ev_rules, bool):
@@ -149,6 +155,11 @@ class ZCubeController(app_manager.OSKenApp):
         # the old rules and then the diff, or the new rules and no diff.
         self._route_lock = threading.Lock()
         self._stop = threading.Event()
+        # The statistics poll's pace; `_wake` cuts an idle wait short, `_moved` says whether a
+        # reply since the last poll moved a port counter (both under `_lock`).
+        self.pace = PollPace(config.poll_interval, config.idle_poll_interval)
+        self._wake = threading.Event()
+        self._moved = False
         self._down_ports: set[tuple[str, int]] = set()
         self._routed_down: tuple[Link, ...] = ()  # the failed links self.rules avoid
         self._pending_since: float | None = None  # monotonic time of the first unrouted change
@@ -171,6 +182,7 @@ class ZCubeController(app_manager.OSKenApp):
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         with self._lock:
             timer, self._timer = self._timer, None
         if timer is not None:
@@ -379,10 +391,18 @@ class ZCubeController(app_manager.OSKenApp):
 
     # -- statistics -------------------------------------------------------------------------
     def _poll_loop(self) -> None:
-        # Event.wait doubles as the sleep, so stop() ends the loop at once.
-        while not self._stop.wait(self.config.poll_interval):
+        interval = self.pace.active_s
+        while True:
+            # Event.wait doubles as the sleep, so stop() (or a reply that ends an idle pace)
+            # ends it at once.
+            self._wake.wait(interval)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
             with self._lock:
                 datapaths = list(self._datapaths.values())
+                moved, self._moved = self._moved, False
+                interval = self.pace.polled(moved)
             for dp in datapaths:
                 for request in stats_requests(dp, bool(self.rules[dp.id].groups)):
                     dp.send_msg(request)
@@ -393,7 +413,7 @@ class ZCubeController(app_manager.OSKenApp):
         if rules is None:
             return
         ofp = ev.msg.datapath.ofproto
-        self.stats.ports(
+        moved = self.stats.ports(
             rules.name,
             {
                 s.port_no: OpenFlowPortStats(
@@ -410,6 +430,12 @@ class ZCubeController(app_manager.OSKenApp):
                 if s.port_no <= ofp.OFPP_MAX  # skip LOCAL: the bridge's own port is no link
             },
         )
+        if moved:
+            with self._lock:
+                self._moved = True
+                wake = self.pace.replied(True)
+            if wake:
+                self._wake.set()
 
     @set_ev_cls(ofp_event.EventOFPGroupStatsReply, MAIN_DISPATCHER)
     def _on_group_stats(self, ev: Any) -> None:

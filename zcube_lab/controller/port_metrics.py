@@ -174,9 +174,18 @@ class FabricStats:
         with self._lock:
             self._state[switch].errors += 1
 
-    def ports(self, switch: str, counters: Mapping[int, OpenFlowPortStats]) -> None:
+    def ports(self, switch: str, counters: Mapping[int, OpenFlowPortStats]) -> bool:
+        """Keep a switch's port counters; whether any port's packet counts moved (or a port
+        is new) since the last reply."""
         with self._lock:
-            self._state[switch].ports.update(counters)
+            kept = self._state[switch].ports
+            moved = any(
+                (old := kept.get(port)) is None
+                or (old.rx_packets, old.tx_packets) != (new.rx_packets, new.tx_packets)
+                for port, new in counters.items()
+            )
+            kept.update(counters)
+            return moved
 
     def buckets(self, switch: str, counters: Mapping[int, tuple[tuple[int, int], ...]]) -> None:
         with self._lock:

@@ -42,6 +42,7 @@ from zcube_lab.serving.decode_engine import (
     kv_connections,
     path_health,
 )
+from zcube_lab.serving.exposition import VersionedRegistry
 from zcube_lab.serving.kvwire import KVConnections, KVTransferError, pick_source, warm
 from zcube_lab.serving.openai_api import (
     CHAT,
@@ -248,7 +249,7 @@ def make_decode_app(
     cfg: DecodeConfig, registry: CollectorRegistry | None = None
 ) -> web.Application:
     """The decode app: OpenAI routes fed by prefill's KV, plus health and metrics."""
-    registry = registry if registry is not None else CollectorRegistry()
+    registry = registry if registry is not None else VersionedRegistry()
     app = httpapi.new_app(registry, cfg.model_name)
     app[CONFIG_KEY] = cfg
     metrics = EngineMetrics(

@@ -13,15 +13,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.options import parse_with_file
+from zcube_lab.serving.exposition import Exposition
 from zcube_lab.serving.gcpause import GC_PAUSES, GcPauseCollector, freeze_on_startup
 from zcube_lab.serving.openai_api import ApiError
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 MODEL_NAME_KEY = web.AppKey("model_name", str)
+EXPOSITION_KEY = web.AppKey("exposition", Exposition)
 MAX_BODY_BYTES = 64 * 2**20
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -67,8 +69,9 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus exposition of this process's registry."""
-    body = generate_latest(request.app[REGISTRY_KEY])
+    """Prometheus exposition of this process's registry (rendered again only when a metric
+    changed, for a `VersionedRegistry`)."""
+    body = request.app[EXPOSITION_KEY].body()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -117,7 +120,9 @@ def new_app(registry: CollectorRegistry, model_name: str) -> web.Application:
     app[REGISTRY_KEY] = registry
     app[MODEL_NAME_KEY] = model_name
     add_common_routes(app)
-    registry.register(GcPauseCollector())
+    pauses = GcPauseCollector()
+    registry.register(pauses)  # first: `Exposition` renders it on every scrape, in its place
+    app[EXPOSITION_KEY] = Exposition(registry, fresh=(pauses,))
     return app
 
 

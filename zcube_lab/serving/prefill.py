@@ -30,6 +30,7 @@ from zcube_lab.serving.alltoall import AllToAll, engine_alltoall, exchange_log
 from zcube_lab.serving.batching import PrefillJob, plan_prefill_step
 from zcube_lab.serving.config import PrefillConfig
 from zcube_lab.serving.engine_step import run_step
+from zcube_lab.serving.exposition import VersionedRegistry
 from zcube_lab.serving.kvstore import HeldKV, KVStore, kv_buffer_and_checksum
 from zcube_lab.serving.kvwire import start_kv_server
 from zcube_lab.serving.kvwire.mrc import MrcServer, start_mrc_server
@@ -320,7 +321,7 @@ def make_prefill_app(
     cfg: PrefillConfig, registry: CollectorRegistry | None = None
 ) -> web.Application:
     """The prefill app: OpenAI routes that prefill and hold KV, plus health and metrics."""
-    registry = registry if registry is not None else CollectorRegistry()
+    registry = registry if registry is not None else VersionedRegistry()
     app = httpapi.new_app(registry, cfg.model_name)
     app[CONFIG_KEY] = cfg
     metrics = EngineMetrics(

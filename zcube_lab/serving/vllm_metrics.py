@@ -4,7 +4,9 @@ Names and buckets are copied from vLLM's `vllm/v1/metrics/loggers.py` and the NI
 `NixlPromMetrics`. prometheus_client appends `_total` to counters on the wire, exactly as vLLM's
 own `vllm:prompt_tokens` is scraped as `vllm:prompt_tokens_total`; the constants below are the
 names passed to prometheus_client. Our own metrics use the `zcube:` prefix.
-One class per component; each takes the `CollectorRegistry` to register into.
+One class per component; each takes the `CollectorRegistry` to register into. An engine's
+metrics count their changes in a `VersionedRegistry` (`zcube_lab.serving.exposition`), so an
+idle engine's /metrics answers from the text it rendered last.
 
 Time dilation (docs/DOMAIN.md §4): a component of a run dilated by k gets `Clock(k)`, and every
 time histogram observes modelled seconds (the wall duration / k), so its buckets, its quantiles
@@ -20,6 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from zcube_lab.core.clock import Clock
+from zcube_lab.serving.exposition import tracked
 
 # vLLM engine metrics
 NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
@@ -149,27 +152,28 @@ class _Labelled:
         self.values = values
         self.clock = clock or Clock()
 
-    def hist(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-        """A histogram child with these buckets."""
-        return Histogram(name, doc, LABELS, registry=self.registry, buckets=buckets).labels(
-            *self.values
-        )
+    def hist(self, name: str, doc: str, buckets: tuple[float, ...]) -> Any:
+        """A histogram child with these buckets (`tracked`: its changes counted)."""
+        metric = Histogram(name, doc, LABELS, registry=self.registry, buckets=buckets)
+        return tracked(metric.labels(*self.values), self.registry)
 
     def times(self, name: str, doc: str, buckets: tuple[float, ...]) -> Any:
         """A histogram child of durations: observed in wall seconds, kept in modelled ones."""
         return modelled(self.hist(name, doc, buckets), self.clock)
 
-    def counter(self, name: str, doc: str) -> Counter:
-        """A counter child."""
-        return Counter(name, doc, LABELS, registry=self.registry).labels(*self.values)
+    def counter(self, name: str, doc: str) -> Any:
+        """A counter child (`tracked`)."""
+        metric = Counter(name, doc, LABELS, registry=self.registry)
+        return tracked(metric.labels(*self.values), self.registry)
 
-    def gauge(self, name: str, doc: str) -> Gauge:
-        """A gauge child."""
-        return Gauge(name, doc, LABELS, registry=self.registry).labels(*self.values)
+    def gauge(self, name: str, doc: str) -> Any:
+        """A gauge child (`tracked`)."""
+        metric = Gauge(name, doc, LABELS, registry=self.registry)
+        return tracked(metric.labels(*self.values), self.registry)
 
-    def by(self, name: str, doc: str, label: str) -> Counter:
-        """A counter with one more label, to be bound per value by the caller."""
-        return Counter(name, doc, (*LABELS, label), registry=self.registry)
+    def by(self, name: str, doc: str, label: str) -> Any:
+        """A counter with one more label, to be bound per value by the caller (`tracked`)."""
+        return tracked(Counter(name, doc, (*LABELS, label), registry=self.registry), self.registry)
 
 
 class EngineMetrics:

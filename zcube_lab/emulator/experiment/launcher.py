@@ -44,6 +44,7 @@ from zcube_lab.emulator.lab.network import Lab
 from zcube_lab.emulator.lab.options import LabOptions
 from zcube_lab.emulator.lab.procfaults import LabProcessFaults
 from zcube_lab.emulator.lab.system import LabError
+from zcube_lab.emulator.prometheus.config import ScrapePlan
 from zcube_lab.emulator.prometheus.server import PrometheusServer
 from zcube_lab.emulator.results.run.summary import RunSummary
 from zcube_lab.emulator.results.structure.structuresection import write_run_structure
@@ -81,6 +82,7 @@ class Launcher:
         *,
         prometheus_port: int | None = None,
         prometheus_host: str = LOOPBACK,
+        idle_poll_interval: float = 0.0,
     ) -> None:
         self.plan = plan
         self.progress = progress or (lambda _m: None)
@@ -88,6 +90,10 @@ class Launcher:
         self.dir = plan.config.results_root.resolve() / plan.run_name(stamp)
         self.prometheus_port = prometheus_port
         self.prometheus_host = prometheus_host
+        # > the poll interval: the controller's statistics poll while no counter moves (the
+        # live lab's; a run polls at its interval throughout)
+        self.idle_poll_interval = idle_poll_interval
+        self.scrape_plan: ScrapePlan | None = None
         self.lab: Lab | None = None
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.logs: list[IO[bytes]] = []
@@ -144,6 +150,7 @@ class Launcher:
             scale=plan.scale,
             # The controller's port statistics, like every sampler, every modelled second.
             poll_interval=plan.clock.wall(SAMPLE_INTERVAL_S),
+            idle_poll_interval=self.idle_poll_interval,
             mtu=plan.config.link_mtu(plan.fabric, plan.scale),
             queue=plan.config.queue_model(),
             congestion_control=plan.config.congestion_control,
@@ -293,7 +300,8 @@ class Launcher:
             loadgen=self.loadgen_port,
             emulator=self.health_port,
         )
-        text = self.plan.scrape(ports, self.dir.name).render()
+        self.scrape_plan = self.plan.scrape(ports, self.dir.name)
+        text = self.scrape_plan.render()
         if self.prometheus_port is not None:
             self.progress(f"Prometheus on {self.prometheus_host}:{self.prometheus_port}")
         self.prometheus = PrometheusServer(

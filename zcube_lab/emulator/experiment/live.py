@@ -8,11 +8,20 @@ Fixed addresses, so Grafana and a browser find them: Prometheus on `bind:prometh
 In the VM use `bind="0.0.0.0"`: a forwarded port reaches the guest's NAT address, not its
 loopback. Files go to `<results>/<time>-<fabric>-<workload>-live/` as a run's do (config,
 logs, the Prometheus TSDB), without the collection step.
+
+Quiet while idle (docs/BENCHMARKS.md, the idle floor of `up --serve`): once a second the live lab
+reads the gateway's `/activity`; after `pace.QUIET_S` without a request Prometheus scrapes every
+`pace.IDLE_SCRAPE_S` instead of every modelled second (its config reloaded), and the first
+request brings the run's interval back within about a second (`ScrapeWatch`). The controller polls
+its statistics every `IDLE_POLL_S` while no port counter moves (`zcube_lab.controller.pace`).
+A run has neither: it scrapes and polls at its interval throughout.
 """
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,8 +29,51 @@ from zcube_lab.adapters.procs import wait_http
 from zcube_lab.emulator.experiment.launcher import Launcher
 from zcube_lab.emulator.experiment.plan import LOOPBACK, LocustWeb, RunConfig, plan_run
 from zcube_lab.emulator.lab.system import LabError
+from zcube_lab.emulator.prometheus.config import ScrapePlan
+from zcube_lab.emulator.prometheus.pace import IDLE_SCRAPE_S, Activity, ScrapePace
+from zcube_lab.emulator.prometheus.server import PrometheusServer
+from zcube_lab.serving.gateway import ACTIVITY_PATH
 
 LOCUST_UI_TIMEOUT_S = 120.0  # how long `up --serve` waits for Locust's web UI to answer
+IDLE_POLL_S = 5.0  # wall seconds between the controller's statistics polls while nothing moves
+ACTIVITY_TIMEOUT_S = 0.5
+
+
+class ScrapeWatch:
+    """Prometheus' scrape interval kept to `ScrapePace`'s: `tick(now)` reads the gateway's
+    activity and reloads Prometheus when the interval changes."""
+
+    def __init__(
+        self,
+        prometheus: PrometheusServer,
+        plan: ScrapePlan,
+        activity_url: str,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.prometheus = prometheus
+        self.plan = plan
+        self.activity_url = activity_url
+        self.progress = progress or (lambda _m: None)
+        self.pace = ScrapePace(plan.wall_interval_s, max(IDLE_SCRAPE_S, plan.wall_interval_s))
+        self.interval_s = plan.wall_interval_s  # what Prometheus runs with now
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def read(self) -> Activity | None:
+        """The gateway's activity now, or None when it does not answer."""
+        try:
+            with self._opener.open(self.activity_url, timeout=ACTIVITY_TIMEOUT_S) as answer:
+                got = json.loads(answer.read())
+            return Activity(int(got["received"]), int(got["outstanding"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def tick(self, now: float) -> None:
+        """Look at the activity and set the interval it calls for."""
+        interval = self.pace.seen(now, self.read())
+        if interval != self.interval_s:
+            self.prometheus.reload(self.plan.render(interval))
+            self.interval_s = interval
+            self.progress(f"Prometheus scrapes every {interval:g}s")
 
 
 class LiveLab:
@@ -44,8 +96,13 @@ class LiveLab:
         self.locust_port = locust_port
         self.bind = bind
         self.launcher = Launcher(
-            self.plan, self.progress, prometheus_port=prometheus_port, prometheus_host=bind
+            self.plan,
+            self.progress,
+            prometheus_port=prometheus_port,
+            prometheus_host=bind,
+            idle_poll_interval=IDLE_POLL_S,
         )
+        self.watch: ScrapeWatch | None = None
 
     @property
     def dir(self) -> Path:
@@ -64,16 +121,38 @@ class LiveLab:
     def serve(self, ready: Callable[[dict[str, str]], None], poll_s: float = 1.0) -> None:
         """Bring everything up, call `ready(urls)`, serve until KeyboardInterrupt (or a process
         of the lab dies: LabError), then tear everything down."""
-        self.launcher.prepare()
         try:
-            self.launcher.start()
-            self._start_locust_ui()
+            self.start()
             ready(self.urls())
             while True:
-                self.launcher.check_alive()
+                self.tick()
                 time.sleep(poll_s)
         finally:
-            self.launcher.stop()
+            self.stop()
+
+    def start(self) -> None:
+        """Everything up: the run's processes, then Locust's web UI (its load started)."""
+        launcher = self.launcher
+        launcher.prepare()
+        launcher.start()
+        self._start_locust_ui()
+        assert launcher.prometheus is not None and launcher.scrape_plan is not None
+        self.watch = ScrapeWatch(
+            launcher.prometheus,
+            launcher.scrape_plan,
+            f"http://{LOOPBACK}:{launcher.gateway_port}{ACTIVITY_PATH}",
+            self.progress,
+        )
+
+    def tick(self) -> None:
+        """Once a second while serving: LabError if a process died; the scrape pace kept."""
+        self.launcher.check_alive()
+        if self.watch is not None:
+            self.watch.tick(time.monotonic())
+
+    def stop(self) -> None:
+        """Tear everything down (as a run does)."""
+        self.launcher.stop()
 
     def _start_locust_ui(self) -> None:
         launcher = self.launcher

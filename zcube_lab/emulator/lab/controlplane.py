@@ -43,6 +43,8 @@ def controller_argv(fabric: Fabric, options: LabOptions) -> list[str]:
         "--poll-interval",
         str(o.poll_interval),
     ]
+    if o.idle_poll_interval > o.poll_interval:
+        argv += ["--idle-poll-interval", str(o.idle_poll_interval)]
     if o.recompute:
         argv.append("--recompute")
     if o.ev_rules:

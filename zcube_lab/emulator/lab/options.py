@@ -41,6 +41,7 @@ class LabOptions:
     of_host: str = "127.0.0.1"  # where the controller listens (a cluster: machine 0's wire address)
     metrics_port: int = 9101
     poll_interval: float = 1.0
+    idle_poll_interval: float = 0.0  # > poll_interval: the controller's poll while idle (0: off)
     route_timeout: float = 60.0
     management: bool = False  # a front-end network (198.19.0.0/17) from the root namespace
     state_dir: Path = STATE_DIR

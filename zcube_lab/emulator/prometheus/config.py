@@ -77,9 +77,15 @@ class ScrapePlan:
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"labels.{name}", value, "a non-empty string")
 
-    def render(self) -> str:
-        """prometheus.yml text. JSON is a subset of YAML, so json.dumps writes it exactly."""
-        duration = _duration(self.wall_interval_s)
+    def render(self, wall_interval_s: float | None = None) -> str:
+        """prometheus.yml text, scraping every `wall_interval_s` wall seconds if given (the live
+        lab's idle pace, `zcube_lab.emulator.prometheus.pace`), else the plan's interval. JSON
+        is a subset of YAML, so json.dumps writes it exactly."""
+        if wall_interval_s is None:
+            wall_interval_s = self.wall_interval_s
+        elif not (math.isfinite(wall_interval_s) and wall_interval_s >= MIN_INTERVAL_S):
+            raise ConfigError("wall_interval_s", wall_interval_s, f"seconds >= {MIN_INTERVAL_S}")
+        duration = _duration(wall_interval_s)
         labels = dict(self.labels)
         doc: dict[str, Any] = {
             "global": {

@@ -143,6 +143,16 @@ class PrometheusServer:
                 raise
         raise AssertionError("unreachable")
 
+    def reload(self, config_text: str) -> None:
+        """Run with `config_text` from now: the file rewritten, then SIGHUP (Prometheus reloads
+        it in place, the TSDB and the series untouched)."""
+        if not self.running():
+            raise PrometheusError("Prometheus is not running")
+        assert self._proc is not None
+        self.config_text = config_text
+        self.config_path.write_text(config_text)
+        self._proc.send_signal(signal.SIGHUP)
+
     def stop(self) -> None:
         """Terminate Prometheus (SIGTERM, then SIGKILL after `grace_s`) and reap it; idempotent."""
         proc, self._proc = self._proc, None
