@@ -218,3 +218,32 @@ def test_over_context_counts_requests_the_model_cannot_take() -> None:
     assert over_context(plan, "tiny") == len(plan)  # 8K context, 4K+ token prompts
     assert over_context(plan, "llama-3.1-8b") == 0
     assert over_context(plan, "some-other-model") == 0
+
+
+def test_a_stopped_run_under_keep_running_replays_the_plan_again(tmp_path: Path) -> None:
+    """`up --serve`'s Locust web UI: Stop, then Start, must send the plan again (a second user
+    was told "a second OpenLoopUser in one process does nothing" and no load came). Without
+    --keep-running, and while a round runs, a second user still gets nothing to drive."""
+    log, summary = tmp_path / "requests.jsonl", tmp_path / "summary.json"
+    opts = {"arrival": "fixed", "rate": 20.0, "duration": 0.2, "keep_running": True}
+    env = _env(requests_out=str(log), summary_out=str(summary), **opts)
+    fired: list[dict] = []
+    env.events = SimpleNamespace(request=SimpleNamespace(fire=lambda **k: fired.append(k)))
+    run = build_run(env)
+    assert run.claim()  # the first user drives
+    run.drive()  # 127.0.0.1:1 refuses: every request ends at once, with an error
+    assert not run.claim()  # a second user while the round has not stopped
+    run.stop()
+    first = log.read_text().splitlines()
+    assert len(first) == len(run.plan) == 4
+    assert run.claim() and run.rounds == 2 and not run.finished and run.records == []
+    run.drive()
+    run.stop()
+    assert len(log.read_text().splitlines()) == 8  # the log is appended to, not truncated
+    assert '"round": 2' in summary.read_text()
+    assert len([f for f in fired if f["request_type"] == "POST"]) == 8
+    # Without --keep-running a stopped run stays stopped.
+    once = build_run(_env(arrival="fixed", rate=20.0, duration=0.2, keep_running=False))
+    assert once.claim()
+    once.finished = once.started = True
+    assert not once.claim()

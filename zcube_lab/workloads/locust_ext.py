@@ -98,6 +98,7 @@ class WorkloadRun:
     closed_in_flight: int = 0
     clock: Clock = field(default_factory=Clock)  # --dilation
     shard: tuple[int, int] | None = None  # --plan-shard (K, W); None: the whole plan
+    rounds: int = 1  # replays of the plan (`again`: Stop, then Start in the web UI)
 
     def _client(self) -> OpenAIStreamClient:
         o = self.options
@@ -108,6 +109,31 @@ class WorkloadRun:
             api_key=os.environ.get("OPENAI_API_KEY"),
             clock=self.clock,
         )
+
+    def claim(self) -> bool:
+        """Whether a newly started user should drive the plan: the first one, or, under
+        `--keep-running` once a stop ended the last round (Locust's web UI: Stop, then Start),
+        the first of a new round (`again`). A second user while a round runs gets False."""
+        if not self.started:
+            return True
+        if self.finished and self.options.keep_running:
+            self.again()
+            return True
+        return False
+
+    def again(self) -> None:
+        """Start a new round of the same plan after a stop: a fresh driver, client and records;
+        the request log is appended to, the summary rewritten at the round's stop."""
+        if not self.finished:
+            raise RuntimeError("a round is still running")
+        self.started = self.finished = self.quitting = False
+        self.driver = self.client = None
+        self.records = []
+        self.next_index, self.closed_t0, self.closed_in_flight = 0, None, 0
+        self.rounds += 1
+        if self.options.requests_out:
+            self.requests_out = open(self.options.requests_out, "a", buffering=1)  # noqa: SIM115
+        log.info("round %d of the plan (%d requests) starts", self.rounds, len(self.plan))
 
     def drive(self) -> None:
         """Replay the plan open-loop against the host; returns when every request finished."""
@@ -218,6 +244,8 @@ class WorkloadRun:
             summary["time_dilation"] = self.clock.dilation
         if self.shard is not None:
             summary["shard"] = shard_label(self.shard)
+        if self.rounds > 1:
+            summary["round"] = self.rounds
         log.info("workload summary: %s", json.dumps(summary))
         if self.options.summary_out:
             Path(self.options.summary_out).write_text(json.dumps(summary, indent=2) + "\n")

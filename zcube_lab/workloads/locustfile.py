@@ -73,9 +73,10 @@ class OpenLoopUser(User):
     def replay(self) -> None:
         """Drive the plan to its end; stop the runner when it is done."""
         run = locust_ext.get_run(self.environment)
-        if run.started:
+        if not run.claim():
             # A second user in this process: more users than workers, or the master handing a
             # worker that quit (its shard done) to a running one. The plan is already running.
+            # (After a stop under --keep-running, a new user starts a new round instead.)
             log.warning(
                 "a second OpenLoopUser in one process does nothing; see %s", shards.WORKERS_ENV
             )

@@ -40,6 +40,8 @@ class ClosedLoopUser(User):
     def next_request(self) -> None:
         """Send one planned request and wait for its answer."""
         run = locust_ext.get_run(self.environment)
+        if run.finished and run.options.keep_running:
+            run.again()  # Stop, then Start in the web UI: the plan from its start again
         if run.send_next():
             return
         if not run.quitting and not run.options.keep_running:
