@@ -345,3 +345,63 @@ def test_distributed_open_loop_sends_each_shard_once(tmp_path: Path) -> None:
         stats = {(row["Type"], row["Name"]): row for row in csv.DictReader(f)}
     assert int(stats[("POST", "chat-stream")]["Request Count"]) == 30
     assert int(stats[("POST", "chat-stream")]["Failure Count"]) == 0
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _wait_for(what: str, ok: object, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not ok():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_stop_then_start_in_the_web_ui_sends_the_plan_again(tmp_path: Path) -> None:
+    """`up --serve` runs Locust with its web UI and --keep-running: after the plan is sent,
+    Stop then Start (Locust's own /stop and /swarm, as the UI's buttons call them) must send
+    the plan again; the second user used to log "a second OpenLoopUser ..." and send nothing."""
+    port, web = free_port(), free_port()
+    requests_out = tmp_path / "requests.jsonl"
+    stub = subprocess.Popen(
+        [sys.executable, "-m", "zcube_lab.workloads.stubserver", "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    locust = None
+    try:
+        _wait_for("the stub server", lambda: _port_open(port), 15)
+        locust = subprocess.Popen(
+            [
+                str(LOCUST), "-f", str(ROOT / "zcube_lab" / "workloads" / "locustfile.py"),
+                "--host", f"http://127.0.0.1:{port}", "--web-host", "127.0.0.1",
+                "--web-port", str(web), "--autostart", "-u", "1", "-r", "1", "--keep-running",
+                "--workload", "chat", "--model", "stub", "--length-scale", "0.05",
+                "--arrival", "fixed", "--rate", "10", "--duration", "1",
+                "--requests-out", str(requests_out),
+                "--summary-out", str(tmp_path / "summary.json"),
+            ],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        _wait_for("the first round's 10 requests", lambda: _lines(requests_out) == 10)
+        base = f"http://127.0.0.1:{web}"
+        urllib.request.urlopen(urllib.request.Request(f"{base}/stop", data=b""), timeout=10)
+        _wait_for("the first round's summary", lambda: (tmp_path / "summary.json").exists())
+        form = b"user_count=1&spawn_rate=1"
+        urllib.request.urlopen(urllib.request.Request(f"{base}/swarm", data=form), timeout=10)
+        _wait_for("the second round's 10 requests", lambda: _lines(requests_out) == 20)
+    finally:
+        for p in (locust, stub):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(10)
+    rows = [json.loads(line) for line in requests_out.read_text().splitlines()]
+    assert len(rows) == 20 and all(r["outcome"] == "ok" for r in rows), rows[-3:]
+    assert sorted(r["index"] for r in rows) == sorted(2 * list(range(10)))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["round"] == 2 and summary["outcomes"] == {"ok": 10}, summary
