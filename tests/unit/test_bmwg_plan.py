@@ -1,0 +1,144 @@
+"""A `bmwg run`'s plan (cases, recordings, estimate) and its figures and fabric comparison,
+against hand answers (issue 46); no lab."""
+
+from __future__ import annotations
+
+import pytest
+
+from zcube_lab.core.bmwg import catalogue as cat
+from zcube_lab.core.bmwg import plan, report, scaling
+from zcube_lab.core.bmwg.config import BmwgConfig
+from zcube_lab.core.bmwg.trials import HIGHER, LOWER, OUT_OF_REACH, WITHIN
+from zcube_lab.core.errors import ConfigError
+
+HOSTS = [f"h{i}" for i in range(16)]
+FINE = scaling.fine_scale()
+SHARE = 644_531.0
+
+
+def _cases(**kw):
+    cfg = BmwgConfig(**kw)
+    return plan.cases(cfg, cat.runnable_sections(["8.2", "7.4"]), 16, FINE, SHARE)
+
+
+def test_default_cases_are_the_draft_s_matrix_less_what_the_scale_refuses():
+    cases, refused = _cases()
+    pfc = [c for c in cases if c.section == "8.2"]
+    # N_burst 4, 8, 15 (16 and 32 capped) x 3 windows x 2 thresholds (10 KB refused)
+    assert len(pfc) == 3 * 3 * 2
+    assert {c.params["n_burst"] for c in pfc} == {4, 8, 15}
+    assert [r.params for r in refused] == [{"xoff_bytes": 10_000}]
+    mix = [c for c in cases if c.section == "7.4"]
+    assert [c.params["kv_load"] for c in mix] == [0.5, 0.75]
+    assert all(c.replays == ("mixed", "ep", "kv") and c.xoff_bytes == SHARE for c in mix)
+
+
+def test_more_senders_than_the_fabric_has_is_refused_naming_the_range():
+    with pytest.raises(ConfigError, match="1 to 15"):
+        _cases(n_burst="4,16")
+
+
+def test_a_burst_repeats_every_period_within_the_trial():
+    # period = 100 µs + 1.5 x 4 x 16 MB x 8 / 400 Gb/s = 100 µs + 1.92 ms = 2.02 ms
+    assert plan.burst_period_s(4, 100e-6) == pytest.approx(2.02e-3)
+    rec = plan.bursts(HOSTS, 4, 100e-6, 5e-3, seed=1)
+    assert rec.meta["bursts"] == 2 and len(rec.transfers) == 8
+    assert [t.id for t in rec.transfers] == list(range(8))
+    second = rec.transfers[4:]
+    assert all(2.02e-3 <= t.start_s < 2.02e-3 + 100e-6 for t in second)
+    assert {t.dst for t in rec.transfers} == {"h5"}
+    # a trial shorter than one period still carries one burst
+    assert plan.bursts(HOSTS, 15, 10e-3, 1e-3, seed=1).meta["bursts"] == 1
+
+
+def test_the_mix_replays_each_class_alone_too():
+    recs = plan.mix(HOSTS, 0.5, 5e-3, seed=3)
+    assert set(recs) == {"mixed", "ep", "kv"}
+    assert {t.cls for t in recs["ep"].transfers} == {"ep"}
+    assert {t.cls for t in recs["kv"].transfers} == {"kv"}
+    assert len(recs["mixed"].transfers) == len(recs["ep"].transfers) + len(recs["kv"].transfers)
+    assert plan.ep_layers(HOSTS, 5e-3) > plan.ep_layers(HOSTS, 1e-3) >= 2
+
+
+def test_the_estimate_grows_with_trials_and_their_length():
+    cases, _ = _cases(n_burst="4", within_us="100", xoff_bytes="1e6", kv_load="0.5")
+    est = [plan.estimate_wall_s(cases, HOSTS, 3, n, s, FINE)
+           for n, s in ((1, 1e-3), (3, 1e-3), (3, 0.1))]  # fmt: skip
+    assert est[0] < est[1] < est[2]
+    # at k = 120 a 60 s trial is at least 7,200 wall s
+    assert plan.estimate_wall_s(cases, HOSTS, 1, 1, 60.0, FINE) > 7200
+
+
+def test_a_trial_too_large_to_hold_is_refused_naming_the_longest_that_fits():
+    cases, _ = _cases(n_burst="4", within_us="100", xoff_bytes="1e6", kv_load="0.5")
+    n, modelled = plan.trial_size(cases[0], HOSTS, 5e-3)
+    assert (n, modelled) == (8, pytest.approx(4.04e-3))  # two bursts of 4, 2.02 ms apart
+    mixed = plan.mix(HOSTS, 0.5, 5e-3, seed=1)
+    n74, _ = plan.trial_size(cases[1], HOSTS, 5e-3)
+    # the estimate counts the mixed replay and each class alone: twice the mixed transfers
+    assert n74 == pytest.approx(2 * len(mixed["mixed"].transfers), rel=0.2)
+    plan.check_size(cases, HOSTS, 5e-3)
+    with pytest.raises(ConfigError, match=r"at most .* modelled s for section 7\.4"):
+        plan.check_size(cases, HOSTS, 60.0)
+
+
+def _replay(pauses, paused_us, classes):
+    return {"pauses": {"pause_frames": pauses, "pause_total_us": paused_us, "ports_paused": 1},
+            "classes": classes, "pause_reaction_p99_us": 50.0}  # fmt: skip
+
+
+def _cls(p99_s, exchange_p99_s=None, incomplete=0):
+    c = {"transfers": 4, "incomplete": incomplete,
+         "fct_s": {"p50": p99_s / 2, "p99": p99_s, "max": p99_s},
+         "fct_over_ideal": {"p99": 2.0}}  # fmt: skip
+    if exchange_p99_s is not None:
+        c["exchange_s"] = {"p99": exchange_p99_s}
+    return c
+
+
+def test_pfc_figures_by_the_draft_s_names():
+    f = report.trial_figures("8.2", {"burst": _replay(12, 300.0, {"kv": _cls(2e-3)})})
+    assert f["PFC_frame_count"] == 12 and f["PAUSE_duration_us"] == 300.0
+    assert f["Fabric_FCT_p99_us"] == pytest.approx(2000.0)
+    assert f["incomplete"] == 0
+
+
+def test_contention_penalty_is_contended_over_isolated_p99_per_class():
+    results = {
+        "mixed": _replay(5, 10.0, {"kv": _cls(3e-3), "ep": _cls(1e-4, 6e-4)}),
+        "ep": _replay(0, 0.0, {"ep": _cls(1e-4, 2e-4)}),
+        "kv": _replay(1, 1.0, {"kv": _cls(2e-3)}),
+    }
+    f = report.trial_figures("7.4", results)
+    assert f["contention_penalty_kv"] == pytest.approx(1.5)  # 3 ms / 2 ms
+    assert f["contention_penalty_ep"] == pytest.approx(3.0)  # 600 µs / 200 µs
+    assert f["PFC_frame_count"] == 5
+
+
+def _row(fabric, trial, fct_us, incomplete=0):
+    figures = {"Fabric_FCT_p99_us": fct_us, "PFC_frame_count": 10, "PAUSE_duration_us": 5.0,
+               "incomplete": incomplete}  # fmt: skip
+    return {"section": "8.2", "case": "n_burst=4", "params": {"n_burst": 4}, "fabric": fabric,
+            "trial": trial, "figures": figures}  # fmt: skip
+
+
+def test_compare_says_lower_higher_or_within_from_the_intervals():
+    rows = [_row("zcube", i, v) for i, v in enumerate((100, 101, 99))]
+    rows += [_row("roft", i, v) for i, v in enumerate((200, 201, 199))]
+    rows += [_row("clos", i, v) for i, v in enumerate((50, 150, 100))]
+    summary = report.summarize(rows)
+    z = next(s for s in summary if s["fabric"] == "zcube")
+    assert z["figures"]["Fabric_FCT_p99_us"]["mean"] == 100 and z["trials"] == 3
+    got = {(c["figure"], c["versus"]): c["verdict"] for c in report.compare(summary)}
+    assert got[("Fabric_FCT_p99_us", "roft")] == LOWER
+    assert got[("Fabric_FCT_p99_us", "clos")] == WITHIN
+    assert got[("PFC_frame_count", "roft")] == WITHIN  # equal, zero spread: overlap
+    assert report.verdict_counts(report.compare(summary))[LOWER] == 1
+    assert HIGHER not in report.verdict_counts(report.compare(summary))
+
+
+def test_incomplete_transfers_make_a_comparison_out_of_reach_not_a_difference():
+    rows = [_row("zcube", i, v, incomplete=1) for i, v in enumerate((100, 101, 99))]
+    rows += [_row("roft", i, v) for i, v in enumerate((200, 201, 199))]
+    got = report.compare(report.summarize(rows))
+    assert {c["verdict"] for c in got} == {OUT_OF_REACH}
