@@ -142,3 +142,37 @@ def test_incomplete_transfers_make_a_comparison_out_of_reach_not_a_difference():
     rows += [_row("roft", i, v) for i, v in enumerate((200, 201, 199))]
     got = report.compare(report.summarize(rows))
     assert {c["verdict"] for c in got} == {OUT_OF_REACH}
+
+
+def test_pairs_send_16mb_messages_back_to_back_between_disjoint_hosts():
+    # one message is 16 MB x 8 / 400 Gb/s = 0.32 ms: 5 ms holds 15 of them
+    rec = plan.pairs(HOSTS, 4, 5e-3, seed=1)
+    assert rec.meta["messages"] == 15 and len(rec.transfers) == 4 * 15
+    assert {(t.src, t.dst) for t in rec.transfers} == {(f"h{i}", f"h{i + 8}") for i in range(4)}
+    p0 = [t.start_s for t in rec.transfers if t.exchange == "pair0"]
+    assert p0[1] - p0[0] == pytest.approx(0.32e-3)
+    cases, _ = _cases(pairs="1,8")
+    assert [c.params["pairs"] for c in cases if c.section == "5.3"] == []  # not asked for
+    cfg = BmwgConfig(pairs="1,8")
+    got, _ = plan.cases(cfg, cat.runnable_sections(["5.3"]), 16, FINE, SHARE)
+    assert [c.params["pairs"] for c in got] == [1, 8]
+    with pytest.raises(ConfigError, match="1 to 8"):
+        plan.cases(BmwgConfig(pairs="9"), cat.runnable_sections(["5.3"]), 16, FINE, SHARE)
+
+
+def test_pair_figures_by_hand():
+    from zcube_lab.core.replay.recording import Transfer
+
+    ts = [Transfer(0, "kv", 0.0, "h0", "h8", 1e9, exchange="pair0"),
+          Transfer(1, "kv", 0.0, "h1", "h9", 1e9, exchange="pair1"),
+          Transfer(2, "kv", 0.0, "h1", "h9", 1e9, exchange="pair1")]  # fmt: skip
+    sent = {0: 0.0, 1: 0.0, 2: 1.0}
+    got = {0: {"arrived_s": 1.0}, 1: {"arrived_s": 1.0}, 2: {"arrived_s": 2.0}}
+    f = report.pair_figures(ts, sent, got)
+    # 3 GB over 2 s; pair0 1 GB/s, pair1 2 GB over 2 s = 1 GB/s: fair
+    assert f["KV_xfer_bandwidth_GBps"] == pytest.approx(1.5)
+    assert f["JFI"] == pytest.approx(1.0) and f["incomplete"] == 0
+    assert f["Fabric_FCT_p99_us"] == pytest.approx(1e6)
+    f = report.pair_figures(ts, {0: 0.0, 1: 0.0}, {0: {"arrived_s": 0.5}, 1: {"arrived_s": 1.0}})
+    # pair0 2 GB/s, pair1 1 GB/s: (3)^2 / (2 x 5) = 0.9; one message never sent
+    assert f["JFI"] == pytest.approx(0.9) and f["incomplete"] == 1

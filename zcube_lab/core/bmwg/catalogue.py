@@ -92,7 +92,8 @@ TESTS: tuple[BmwgTest, ...] = (
              f"a 16 MB message is under 3 frames at the default scale; its µs FCT is {_SMALL}",
              ("KV_xfer_bandwidth", "KV_xfer_latency", "Fabric_FCT", "JFI", "Link_utilization"),
              (Param("concurrent pairs", (1, 2, 4, 8, 16, 32, 64, 128), PAIRS),
-              Param("message size", (16 * MB,), BYTES, "B"))),
+              Param("message size", (16 * MB,), BYTES, "B")),
+             runner=True),
     BmwgTest("5.4", "Multi-tier storage transfer characterization", NOT,
              "the lab's hosts have one memory: no GPU HBM, CPU DRAM or NVMe tiers and no "
              "GPU-direct paths between them", ("KV_xfer_bandwidth", "KV_xfer_latency"),

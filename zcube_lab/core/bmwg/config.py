@@ -53,6 +53,10 @@ class BmwgConfig:
         "", metavar="FRACTION,...", help="7.4: KV load as a share of the EP members' NICs "
         "(default: the draft's 0.5, 0.75)"
     )  # fmt: skip
+    pairs: str = option(
+        "", metavar="N,...", help="5.3: concurrent pairs (default: the draft's 1-128, capped "
+        "to half the hosts)"
+    )  # fmt: skip
     seed: int = option(1, help="seed of the bursts' and pulls' start times (trial i: seed + i)")
     results: Path = option(  # noqa: RUF009 (a field; a Path is immutable)
         Path("results"), type=Path, help="where bmwg-<time>/ goes"
@@ -79,9 +83,9 @@ class BmwgConfig:
         for v in self.thresholds or ():
             if v <= 0:
                 raise ConfigError("xoff_bytes", v, "a positive number of bytes")
-        for v in numbers(self.n_burst, "n_burst"):
+        for v in numbers(self.n_burst, "n_burst") + numbers(self.pairs, "pairs"):
             if v != int(v):
-                raise ConfigError("n_burst", v, "whole numbers of transfers")
+                raise ConfigError("n_burst/pairs", v, "whole numbers")
 
     @property
     def fabric_kinds(self) -> list[str]:
@@ -90,6 +94,10 @@ class BmwgConfig:
     @property
     def bursts(self) -> tuple[int, ...] | None:
         return tuple(int(v) for v in numbers(self.n_burst, "n_burst")) or None
+
+    @property
+    def pair_counts(self) -> tuple[int, ...] | None:
+        return tuple(int(v) for v in numbers(self.pairs, "pairs")) or None
 
     @property
     def windows_us(self) -> tuple[float, ...] | None:

@@ -4,6 +4,7 @@ each trial replays, the thresholds the time scale cannot hold, and the estimated
 
 §8.2: a trial is N_burst transfers of 16 MB into one host, their starts spread over the window,
 repeated every `burst_period_s` for the trial's modelled seconds (at least once).
+§5.3: a trial is N disjoint pairs each sending 16 MB messages back to back at line rate.
 §7.4: a trial is the EP group (the first half of the hosts) exchanging layer by layer for the
 trial's modelled seconds, KV pulls of 16 MB from the other half into its members at the load;
 replayed mixed, then each class alone (the draft's isolated cases).
@@ -109,6 +110,26 @@ def mix(hosts: Sequence[str], kv_load: float, trial_s: float, seed: int) -> dict
     return {"mixed": full, "ep": full.of_class(["ep"]), "kv": full.of_class(["kv"])}
 
 
+def pairs(hosts: Sequence[str], n_pairs: int, trial_s: float, seed: int) -> Recording:
+    """§5.3's trial: `n_pairs` disjoint pairs (host i to host i + half), each sending 16 MB
+    messages back to back at its NIC's line rate for `trial_s` (at least one each); the start
+    of each pair's train jittered by up to one message time (`seed`)."""
+    import random
+
+    half = len(hosts) // 2
+    msg_s = KV_BYTES * 8 / (NIC_GBPS * 1e9)
+    count = max(1, math.floor(trial_s / msg_s + 1e-9))
+    rng = random.Random(seed)
+    out: list[Transfer] = []
+    for i in range(n_pairs):
+        offset = rng.uniform(0, msg_s)
+        for m in range(count):
+            out.append(Transfer(len(out), "kv", offset + m * msg_s, hosts[i], hosts[i + half],
+                                KV_BYTES, exchange=f"pair{i}"))  # fmt: skip
+    meta = {"synthetic": "bmwg 5.3 pairs", "pairs": n_pairs, "messages": count}
+    return Recording(tuple(out), tuple(hosts), meta)
+
+
 def trial_recordings(
     case: Case, hosts: Sequence[str], trial_s: float, seed: int
 ) -> dict[str, Recording]:
@@ -118,6 +139,8 @@ def trial_recordings(
         return {"burst": bursts(hosts, int(p["n_burst"]), p["within_us"] * 1e-6, trial_s, seed)}
     if case.section == "7.4":
         return mix(hosts, float(p["kv_load"]), trial_s, seed)
+    if case.section == "5.3":
+        return {"pairs": pairs(hosts, int(p["pairs"]), trial_s, seed)}
     raise ConfigError("section", case.section, f"one of {', '.join(cat.RUNNERS)}")
 
 
@@ -147,6 +170,16 @@ def cases(
                         out.append(
                             Case("8.2", params, xoff, f"{xoff:,.0f} B (draft's)", ("burst",))
                         )
+        elif t.section == "5.3":
+            if cfg.pair_counts is None:
+                ps = lab_counts(cat.PAIRS, (1, 2, 4, 8, 16, 32, 64, 128), hosts)
+            else:
+                ps = cfg.pair_counts
+                check_counts(cat.PAIRS, "pairs", ps, hosts)
+            for n in ps:
+                out.append(Case("5.3", {"pairs": n}, chip_share,
+                                f"51.2T chip's per-port share ({chip_share:,.0f} B)",
+                                ("pairs",)))  # fmt: skip
         elif t.section == "7.4":
             for load in cfg.kv_loads or DRAFT_KV_LOADS:
                 out.append(
@@ -174,6 +207,9 @@ def trial_size(case: Case, hosts: Sequence[str], trial_s: float) -> tuple[int, f
         period = burst_period_s(n, w)
         count = max(1, math.floor(trial_s / period + 1e-9))
         return count * n, count * period
+    if case.section == "5.3":
+        count = max(1, math.floor(trial_s / (KV_BYTES * 8 / (NIC_GBPS * 1e9)) + 1e-9))
+        return count * int(p["pairs"]), trial_s
     g = len(hosts) // 2
     layer_s = float(synthetic.ep_kv_mix(hosts, hosts[:g], hosts[g:], 0.0, 1).meta["layer_s"])
     span = max(2, round(trial_s / layer_s)) * layer_s

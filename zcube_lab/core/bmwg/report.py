@@ -13,8 +13,9 @@ from typing import Any
 
 from zcube_lab.core.bmwg.trials import NO_SPREAD, OUT_OF_REACH, mean_ci, versus
 
-# Per section: the figures the comparison judges (lower is better for every one).
+# Per section: the figures the comparison judges.
 HEADLINE: Mapping[str, tuple[str, ...]] = {
+    "5.3": ("KV_xfer_bandwidth_GBps", "Fabric_FCT_p99_us", "JFI"),
     "8.2": ("Fabric_FCT_p99_us", "PFC_frame_count", "PAUSE_duration_us"),
     "7.4": (
         "contention_penalty_kv",
@@ -23,6 +24,8 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
         "EP_alltoall_latency_p99_us",
     ),
 }
+# Figures where more is better; lower is better for the rest.
+HIGHER_IS_BETTER = ("KV_xfer_bandwidth_GBps", "JFI")
 REFERENCE = "zcube"
 
 
@@ -77,6 +80,42 @@ def trial_figures(section: str, results: Mapping[str, Mapping[str, Any]]) -> dic
             "pause_reaction_p99_us": mixed.get("pause_reaction_p99_us"),
         }
     raise ValueError(f"no figures for section {section}")
+
+
+def pair_figures(
+    transfers: Sequence[Any], sent: Mapping[int, float], got: Mapping[int, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """§5.3's figures from one trial's transfers (their `exchange` names the pair) and the
+    agents' times: aggregate throughput (GB/s, every completed byte over the trial's span),
+    each pair's own (its bytes over its first start to last arrival), Jain's index over the
+    pairs' throughputs, and the messages' completion times (p50, p99, µs)."""
+    from zcube_lab.core.bmwg.trials import jain
+    from zcube_lab.core.stats import quantile
+
+    fcts: list[float] = []
+    per_pair: dict[str, list[tuple[float, float, float]]] = {}
+    incomplete = 0
+    for t in transfers:
+        arrived = (got.get(t.id) or {}).get("arrived_s")
+        if t.id not in sent or arrived is None:
+            incomplete += 1
+            continue
+        start, end = sent[t.id], float(arrived)
+        fcts.append(end - start)
+        per_pair.setdefault(t.exchange, []).append((start, end, t.bytes))
+    rates = [sum(b for *_, b in ms) / (max(e for _, e, _ in ms) - min(s for s, _, _ in ms))
+             for ms in per_pair.values()]  # fmt: skip
+    every = [m for ms in per_pair.values() for m in ms]
+    span = max(e for _, e, _ in every) - min(s for s, _, _ in every) if every else 0.0
+    return {
+        "KV_xfer_bandwidth_GBps": sum(b for *_, b in every) / span / 1e9 if span else None,
+        "pair_bandwidth_min_GBps": min(rates) / 1e9 if rates else None,
+        "JFI": jain(rates) if rates else None,
+        "Fabric_FCT_p50_us": _us(quantile(sorted(fcts), 0.5)) if fcts else None,
+        "Fabric_FCT_p99_us": _us(quantile(sorted(fcts), 0.99)) if fcts else None,
+        "incomplete": incomplete,
+        "transfers": len(transfers),
+    }
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -247,10 +247,25 @@ def _trial(
             }
             for k, r in recs.items()
         },
-        "figures": report.trial_figures(case.section, results),
+        "figures": _figures(case, recs, results, run_dir),
         "receive_errors": {k: r.get("receive_errors") for k, r in results.items()},
         "wall_s": round(time.monotonic() - w0, 2),
     }
+
+
+def _figures(case: bplan.Case, recs: dict[str, Any], results: dict[str, Any],
+             run_dir: Path) -> dict[str, Any]:  # fmt: skip
+    """The trial's figures; §5.3's from the agents' per-transfer times (the driver's output)."""
+    if case.section != "5.3":
+        return report.trial_figures(case.section, results)
+    from zcube_lab.core.replay.figures import outcomes
+
+    lines = [json.loads(ln) for f in sorted((run_dir / "pairs" / "agents").glob("*.out.jsonl"))
+             for ln in f.read_text().splitlines() if ln.strip()]  # fmt: skip
+    sent, got = outcomes(lines)
+    figs = report.pair_figures(recs["pairs"].transfers, sent, got)
+    figs["PFC_frame_count"] = results["pairs"]["pauses"]["pause_frames"]
+    return figs
 
 
 def _headline(row: dict[str, Any]) -> str:
@@ -262,6 +277,11 @@ def _headline(row: dict[str, Any]) -> str:
             f"FCT p99 {'-' if p99 is None else f'{p99:,.0f}'} µs, "
             f"{f['incomplete']} incomplete"
         )
+    if row["section"] == "5.3":
+        bw, jfi = f.get("KV_xfer_bandwidth_GBps"), f.get("JFI")
+        bw_t = "-" if bw is None else f"{bw:.1f}"
+        jfi_t = "-" if jfi is None else f"{jfi:.3f}"
+        return f"{bw_t} GB/s, JFI {jfi_t}, {f['incomplete']} incomplete"
     pk, pe = f.get("contention_penalty_kv"), f.get("contention_penalty_ep")
     return (
         f"penalty KV {'-' if pk is None else f'{pk:.2f}'}x, EP "
