@@ -33,10 +33,12 @@ NIC_GBPS = 400.0
 DRAIN_SLACK = 1.5
 # Wall cost model (docs/BENCHMARKS.md, "bmwg"): a lab's bring-up and teardown, a replay's fixed
 # cost (agents' start, the common start, the lossless agent's report), and wall seconds per
-# modelled second over k (the datapath and the pauses: 2.6-3.3 in the ladder's incasts).
+# modelled second over k, per section, fitted to the quick run's trials on ZCube (§8.2: 0.9-2.2
+# wall s a trial for 3-17 modelled ms; §7.4: 12 s a trial, its 1,200 chained EP transfers
+# slower than their bytes; §5.3 not measured yet, taken as §8.2's).
 LAB_WALL_S = 5.0
-REPLAY_FIXED_WALL_S = 0.6
-SLOWDOWN = 2.0
+REPLAY_FIXED_WALL_S = 0.8
+SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.7}
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,6 @@ def estimate_wall_s(
     for c in plan_cases:
         _, modelled = trial_size(c, hosts, trial_s)
         per_fabric += trials * (
-            len(c.replays) * REPLAY_FIXED_WALL_S + ts.clock.wall(modelled) * SLOWDOWN
+            len(c.replays) * REPLAY_FIXED_WALL_S + ts.clock.wall(modelled) * SLOWDOWN[c.section]
         )
     return labs * LAB_WALL_S + fabrics * per_fabric
