@@ -30,7 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from zcube_lab.core.options import add_flags
 
     sub = p.add_subparsers(dest="bmwg_command", metavar="ACTION", required=True)
-    ls = sub.add_parser("list", help="every test of the draft's §5-§13: status and reason")
+    ls = sub.add_parser(
+        "list",
+        help="every test of the draft's §5-§13: status and reason",
+        formatter_class=p.formatter_class,
+    )
     add_flags(ls, ListConfig)
     run_p = sub.add_parser(
         "run",
@@ -38,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         description="Run the draft's tests by section number on each fabric, the draft's "
         "trials unless lowered; prints the estimated wall time first and the results folder "
         "at the end.",
+        formatter_class=p.formatter_class,
     )
     run_p.add_argument("sections", nargs="+", metavar="SECTION", help="e.g. 8.2 7.4")
     add_flags(run_p, BmwgConfig)
