@@ -42,11 +42,18 @@ def test_a_burst_repeats_every_period_within_the_trial():
     # period = 100 µs + 1.5 x 4 x 16 MB x 8 / 400 Gb/s = 100 µs + 1.92 ms = 2.02 ms
     assert plan.burst_period_s(4, 100e-6) == pytest.approx(2.02e-3)
     rec = plan.bursts(HOSTS, 4, 100e-6, 5e-3, seed=1)
-    assert rec.meta["bursts"] == 2 and len(rec.transfers) == 8
-    assert [t.id for t in rec.transfers] == list(range(8))
-    second = rec.transfers[4:]
+    kv = [t for t in rec.transfers if t.cls == "kv"]
+    assert rec.meta["bursts"] == 2 and len(kv) == 8
+    assert [t.id for t in rec.transfers] == list(range(10))
+    second = kv[4:]
     assert all(2.02e-3 <= t.start_s < 2.02e-3 + 100e-6 for t in second)
-    assert {t.dst for t in rec.transfers} == {"h5"}
+    assert {t.dst for t in kv} == {"h5"}
+    # senders h6-h9 into h5; the victim from h10 to h4, once the burst's last sender started
+    victims = [t for t in rec.transfers if t.cls == "other"]
+    assert [(t.src, t.dst, t.bytes) for t in victims] == [("h10", "h4", 1e6)] * 2
+    assert victims[1].start_s == max(t.start_s for t in second)
+    assert plan.victim_pair(HOSTS, 13) == ("h3", "h4")
+    assert plan.victim_pair(HOSTS, 14) is None  # the senders reach h4
     # a trial shorter than one period still carries one burst
     assert plan.bursts(HOSTS, 15, 10e-3, 1e-3, seed=1).meta["bursts"] == 1
 
@@ -72,7 +79,8 @@ def test_the_estimate_grows_with_trials_and_their_length():
 def test_a_trial_too_large_to_hold_is_refused_naming_the_longest_that_fits():
     cases, _ = _cases(n_burst="4", within_us="100", xoff_bytes="1e6", kv_load="0.5")
     n, modelled = plan.trial_size(cases[0], HOSTS, 5e-3)
-    assert (n, modelled) == (8, pytest.approx(4.04e-3))  # two bursts of 4, 2.02 ms apart
+    # two bursts of 4 (and a victim each), 2.02 ms apart
+    assert (n, modelled) == (10, pytest.approx(4.04e-3))
     mixed = plan.mix(HOSTS, 0.5, 5e-3, seed=1)
     n74, _ = plan.trial_size(cases[1], HOSTS, 5e-3)
     # the estimate counts the mixed replay and each class alone: twice the mixed transfers
@@ -97,10 +105,16 @@ def _cls(p99_s, exchange_p99_s=None, incomplete=0):
 
 
 def test_pfc_figures_by_the_draft_s_names():
-    f = report.trial_figures("8.2", {"burst": _replay(12, 300.0, {"kv": _cls(2e-3)})})
+    victim = _cls(100e-6)
+    victim["fct_over_ideal"] = {"p99": 5.0, "max": 5.0}  # 100 µs against 20 µs alone
+    f = report.trial_figures("8.2", {"burst": _replay(12, 300.0, {"kv": _cls(2e-3),
+                                                                  "other": victim})})  # fmt: skip
     assert f["PFC_frame_count"] == 12 and f["PAUSE_duration_us"] == 300.0
     assert f["Fabric_FCT_p99_us"] == pytest.approx(2000.0)
+    assert f["HOL_delay_us"] == pytest.approx(80.0)
     assert f["incomplete"] == 0
+    alone = report.trial_figures("8.2", {"burst": _replay(0, 0.0, {"kv": _cls(2e-3)})})
+    assert alone["HOL_delay_us"] is None
 
 
 def test_contention_penalty_is_contended_over_isolated_p99_per_class():

@@ -26,6 +26,7 @@ from zcube_lab.core.replay.recording import Recording, Transfer
 from zcube_lab.core.replay.timescale import DRAFT_THRESHOLDS_BYTES, TimeScale
 
 KV_BYTES = 16e6
+VICTIM_BYTES = 1e6
 DRAFT_WINDOWS_US = (100.0, 1000.0, 10000.0)
 DRAFT_KV_LOADS = (0.5, 0.75)
 NIC_GBPS = 400.0
@@ -72,19 +73,35 @@ def burst_period_s(n_burst: int, within_s: float, nbytes: float = KV_BYTES) -> f
     return within_s + DRAIN_SLACK * n_burst * nbytes * 8 / (NIC_GBPS * 1e9)
 
 
+def victim_pair(hosts: Sequence[str], n_burst: int) -> tuple[str, str] | None:
+    """§8.2's other-class flow: from the first host after the senders to the host before the
+    receiver (a neighbour, so it crosses the links the incast congests), None when the
+    senders leave no such pair."""
+    r = len(hosts) // 3
+    if n_burst > len(hosts) - 3:
+        return None
+    return hosts[(r + n_burst + 1) % len(hosts)], hosts[r - 1]
+
+
 def bursts(
     hosts: Sequence[str], n_burst: int, within_s: float, trial_s: float, seed: int
 ) -> Recording:
     """§8.2's trial: N_burst x 16 MB into one host (a third into the host list, as
-    `zcube-lab replay --incast`), within the window, repeated every period for `trial_s`."""
+    `zcube-lab replay --incast`), within the window, repeated every period for `trial_s`; and
+    per burst one VICTIM_BYTES transfer of class "other" (`victim_pair`), started once every
+    burst transfer has: the head-of-line delay the pauses impose on other traffic."""
     receiver = hosts[len(hosts) // 3]
     period = burst_period_s(n_burst, within_s)
     count = max(1, math.floor(trial_s / period + 1e-9))
+    pair = victim_pair(hosts, n_burst)
     out: list[Transfer] = []
     for b in range(count):
         one = synthetic.incast(hosts, receiver, n_burst, KV_BYTES, within_s, seed * 1000 + b)
         for t in one.transfers:
             out.append(replace(t, id=len(out), start_s=t.start_s + b * period))
+        if pair is not None:
+            start = b * period + max(t.start_s for t in one.transfers)
+            out.append(Transfer(len(out), "other", start, pair[0], pair[1], VICTIM_BYTES))
     meta = {
         "synthetic": "bmwg 8.2 bursts",
         "bursts": count,
@@ -92,6 +109,7 @@ def bursts(
         "within_s": within_s,
         "n_burst": n_burst,
         "receiver": receiver,
+        "victim": list(pair) if pair else None,
     }
     return Recording(tuple(out), tuple(hosts), meta)
 
@@ -208,7 +226,7 @@ def trial_size(case: Case, hosts: Sequence[str], trial_s: float) -> tuple[int, f
         n, w = int(p["n_burst"]), float(p["within_us"]) * 1e-6
         period = burst_period_s(n, w)
         count = max(1, math.floor(trial_s / period + 1e-9))
-        return count * n, count * period
+        return count * (n + 1), count * period
     if case.section == "5.3":
         count = max(1, math.floor(trial_s / (KV_BYTES * 8 / (NIC_GBPS * 1e9)) + 1e-9))
         return count * int(p["pairs"]), trial_s

@@ -16,7 +16,7 @@ from zcube_lab.core.bmwg.trials import NO_SPREAD, OUT_OF_REACH, mean_ci, versus
 # Per section: the figures the comparison judges.
 HEADLINE: Mapping[str, tuple[str, ...]] = {
     "5.3": ("KV_xfer_bandwidth_GBps", "Fabric_FCT_p99_us", "JFI"),
-    "8.2": ("Fabric_FCT_p99_us", "PFC_frame_count", "PAUSE_duration_us"),
+    "8.2": ("Fabric_FCT_p99_us", "PFC_frame_count", "PAUSE_duration_us", "HOL_delay_us"),
     "7.4": (
         "contention_penalty_kv",
         "contention_penalty_ep",
@@ -41,6 +41,18 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
+def _hol_us(other: Mapping[str, Any] | None) -> float | None:
+    """The other class's worst completion beyond its time alone (modelled µs): the delay
+    the bursts' pauses and queues imposed on it (None without it or when it never came)."""
+    if not other or other.get("incomplete"):
+        return None
+    fct, ratio = (other.get("fct_s") or {}).get("max"), (other.get("fct_over_ideal") or {})
+    worst = ratio.get("max")
+    if fct is None or not worst:
+        return None
+    return _us(fct - fct / worst)
+
+
 def trial_figures(section: str, results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """One trial's figures from its replays' results (by replay name)."""
     if section == "8.2":
@@ -57,6 +69,7 @@ def trial_figures(section: str, results: Mapping[str, Mapping[str, Any]]) -> dic
             "fct_over_ideal_p99": (kv.get("fct_over_ideal") or {}).get("p99"),
             "incomplete": kv.get("incomplete", 0),
             "transfers": kv.get("transfers", 0),
+            "HOL_delay_us": _hol_us(r["classes"].get("other")),
             "pause_reaction_p99_us": r.get("pause_reaction_p99_us"),
         }
     if section == "7.4":
@@ -165,6 +178,8 @@ def compare(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if other_key[:2] != (section, case) or other_key[2] == REFERENCE:
                 continue
             for fig in HEADLINE.get(section, ()):
+                if fig not in s["figures"] and fig not in other["figures"]:
+                    continue  # not measured in this run
                 a, b = _interval(s["figures"].get(fig)), _interval(other["figures"].get(fig))
                 incomplete = any(
                     (x["figures"].get("incomplete") or {}).get("mean", 0) for x in (s, other)

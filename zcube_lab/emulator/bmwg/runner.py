@@ -84,7 +84,10 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
         ) from None
     notes = []
     if "8.2" in {t.section for t in tests}:
-        notes.append("8.2: HOL_delay on other classes is not measured (only the bursts run)")
+        notes.append(
+            "8.2: HOL_delay is a 1 MB other-class flow's worst delay beyond its time alone, "
+            "one per burst between hosts the burst leaves free (none when N_burst > hosts - 3)"
+        )
     return RunPlan(tests, fabrics, hosts, ts, cases, refused, est, share, notes)
 
 
