@@ -37,6 +37,8 @@ def test_one_tiny_pfc_trial_on_zcube_writes_the_draft_s_figures(
         # four 16 MB into one 400 Gb/s NIC take at least 1.28 ms; a 2-frame XOFF pauses
         assert f["Fabric_FCT_p99_us"] >= 1280
         assert f["PFC_frame_count"] > 0 and f["PAUSE_duration_us"] > 0
+        # the 1 MB other-class flow completed, and took at least its time alone
+        assert f["HOL_delay_us"] is not None and f["HOL_delay_us"] >= 0
     (summary,) = doc["summary"]
     fct = summary["figures"]["Fabric_FCT_p99_us"]
     assert fct["n"] == 2 and fct["ci95_low"] <= fct["mean"] <= fct["ci95_high"]
