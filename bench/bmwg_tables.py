@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, TESTS, test_of
+from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, RUNNERS, TESTS, test_of
 from zcube_lab.core.bmwg.report import HEADLINE, HIGHER_IS_BETTER
 from zcube_lab.core.bmwg.scaling import parameter_rows
 from zcube_lab.core.bmwg.trials import HIGHER, LOWER, NO_SPREAD, OUT_OF_REACH, WITHIN
@@ -142,6 +142,8 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "an EP all-to-all, docs/REPLAY.md) or had no figure, so the lab does not judge it. A",
         "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
         "the first quick run) or has no value for that case.",
+        "",
+        "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",
         "",
         "## The answer: where ZCube differs from ROFT and Clos by more than the trials' spread",
         "",
