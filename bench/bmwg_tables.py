@@ -32,7 +32,7 @@ ORDER = (LOWER, HIGHER, WITHIN, NO_SPREAD, OUT_OF_REACH)
 
 def load(folder: Path = DATA) -> list[dict[str, Any]]:
     """Every committed run, by file name."""
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    return [{**json.loads(p.read_text()), "source": p.name} for p in sorted(folder.glob("*.json"))]
 
 
 def _num(x: float | None) -> str:
@@ -56,6 +56,10 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
+def _src(doc: Mapping[str, Any]) -> str:
+    return f"`{doc['source']}`" if "source" in doc else "unsaved"
+
+
 def answer(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per test and headline figure: against each other fabric, the cases where ZCube is
     lower or higher than it beyond the 95% intervals, within them, or out of reach."""
@@ -64,7 +68,7 @@ def answer(docs: Sequence[Mapping[str, Any]]) -> list[str]:
         for section in doc["sections"]:
             t = test_of(section)
             lines.append(f"**§{section} {t.name}** ({doc['trials']} trials of "
-                         f"{doc['trial_seconds']:g} modelled s):")  # fmt: skip
+                         f"{doc['trial_seconds']:g} modelled s, {_src(doc)}):")  # fmt: skip
             for fig in HEADLINE[section]:
                 for other in [f for f in doc["fabrics"] if f != "zcube"]:
                     cs = [c for c in doc["comparison"]
@@ -94,12 +98,12 @@ def what_ran(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     for d in docs:
         r, sw = d["resolution"], d["software"]
         draft = "; ".join(f"§{s}: {n} x {t:g} s" for s, (n, t) in d["draft_trials"].items())
-        rows.append([", ".join(f"§{s}" for s in d["sections"]), ", ".join(d["fabrics"]),
+        rows.append([_src(d), ", ".join(f"§{s}" for s in d["sections"]), ", ".join(d["fabrics"]),
                      f"{d['trials']} x {d['trial_seconds']:g} s", draft,
                      f"{r['frame_us']:g} µs, S = {r['bandwidth_scale']:g}, k = {r['dilation']:g}",
                      f"{d['wall_s'] / 60:.1f} min (estimated {d['estimate_wall_s'] / 60:.1f})",
                      f"{sw['kernel']}, {sw['ovs']}"])  # fmt: skip
-    return _table(["tests", "fabrics", "trials here", "draft's trials", "resolution",
+    return _table(["file", "tests", "fabrics", "trials here", "draft's trials", "resolution",
                    "wall", "software"], rows)  # fmt: skip
 
 
@@ -111,7 +115,7 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
             rows = [[f"§{section}", s["case"], LABEL.get(s["fabric"], s["fabric"]),
                      str(s["trials"]), *(_cell(s["figures"].get(f)) for f in figs)]
                     for s in d["summary"] if s["section"] == section]  # fmt: skip
-            out += [f"### §{section} {test_of(section).name}", ""]
+            out += [f"### §{section} {test_of(section).name} ({_src(d)})", ""]
             out += [*_table(["test", "case", "fabric", "trials", *figs], rows), ""]
     return out
 
@@ -144,6 +148,13 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "the first quick run) or has no value for that case.",
         "",
         "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",
+        "",
+        "Known limits of these runs: on ROFT and Clos (one NIC port a host) §7.4's all-to-all",
+        "beside KV loses datagrams (docs/REPLAY.md), so its comparisons are out of reach; in",
+        "§5.3 eight pairs move far less than eight times one pair on every fabric, and whether",
+        "the fabrics' shared links or this 2-core machine's datapath bounds them is not yet",
+        "separated; the lab's pause reaction (tens of modelled µs, docs/REPLAY.md) is slower than",
+        "a switch's, so pause counts and durations are the lab's, larger than a real fabric's.",
         "",
         "## The answer: where ZCube differs from ROFT and Clos by more than the trials' spread",
         "",

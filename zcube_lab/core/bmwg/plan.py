@@ -36,10 +36,10 @@ DRAIN_SLACK = 1.5
 # cost (agents' start, the common start, the lossless agent's report), and wall seconds per
 # modelled second over k, per section, fitted to the quick run's trials on ZCube (§8.2: 0.9-2.2
 # wall s a trial for 3-17 modelled ms; §7.4: 12 s a trial, its 1,200 chained EP transfers
-# slower than their bytes; §5.3 not measured yet, taken as §8.2's).
+# slower than their bytes; §5.3: 1.3-4.1 s a trial for 1-8 pairs, so per pair).
 LAB_WALL_S = 5.0
 REPLAY_FIXED_WALL_S = 0.8
-SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.7}
+SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.6}
 
 
 @dataclass(frozen=True)
@@ -264,6 +264,7 @@ def estimate_wall_s(
     for c in plan_cases:
         _, modelled = trial_size(c, hosts, trial_s)
         per_fabric += trials * (
-            len(c.replays) * REPLAY_FIXED_WALL_S + ts.clock.wall(modelled) * SLOWDOWN[c.section]
+            len(c.replays) * REPLAY_FIXED_WALL_S
+            + ts.clock.wall(modelled) * SLOWDOWN[c.section] * int(c.params.get("pairs", 1))
         )
     return labs * LAB_WALL_S + fabrics * per_fabric
