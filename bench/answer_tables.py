@@ -481,7 +481,7 @@ defined once in [the glossary]({glossary}).
   from ROFT's by {default_diff} over {default_runs} trusted repeats, a {default_word}.
 
 Each cell's detail, generated tables and commentary: {pages}. The map of the old sizes and the
-answers it superseded are under [History](#history)."""
+answers it superseded are under [History](#history); the IETF draft's tests: [BMWG](BMWG.md)."""
 
 
 HEAD = (

@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "zcube_lab.cli.commands.replay",
         "replay a run's transfers on fabrics at a µs time scale (paced datagrams, PFC)",
     ),
+    "bmwg": (
+        "zcube_lab.cli.commands.bmwg",
+        "the IETF draft's inference-fabric tests by section: list them, run them on fabrics",
+    ),
     "clean": (
         "zcube_lab.cli.commands.clean",
         "remove what a killed run left: processes, bridges, interfaces, namespaces",
@@ -54,6 +58,8 @@ EPILOG = """examples:
   zcube-lab up --fabric roft --gpus 64 --spines 4
   zcube-lab up --fabric roft --gpus-per-server 4 --servers-per-leaf 4   # the old 16-GPU size
   zcube-lab serve --local
+  zcube-lab bmwg list
+  sudo zcube-lab bmwg run 8.2 7.4 --fabrics zcube,roft,clos --trials 3 --trial-seconds 0.005
   zcube-lab clean
 """
 

@@ -1,0 +1,203 @@
+"""docs/BMWG.md, generated whole from the committed results of `zcube-lab bmwg run` in
+bench/results/bmwg/*.json and the catalogue (`zcube_lab.core.bmwg`; issue 46).
+
+    python -m bench.bmwg_tables --write     rewrite docs/BMWG.md
+    python -m bench.bmwg_tables             print it
+
+At the top, the answer to "in which of the draft's tests does ZCube differ from ROFT and Clos by
+more than the trials' spread, and in which direction", from the data; then one row per test
+case and fabric, what ran, the parameters (draft vs lab) and the tests the lab cannot represent.
+tests/unit/test_bmwg_tables.py regenerates the page and compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, RUNNERS, TESTS, test_of
+from zcube_lab.core.bmwg.report import HEADLINE, HIGHER_IS_BETTER
+from zcube_lab.core.bmwg.scaling import parameter_rows
+from zcube_lab.core.bmwg.trials import HIGHER, LOWER, NO_SPREAD, OUT_OF_REACH, WITHIN
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "results" / "bmwg"
+PAGE = ROOT / "docs" / "BMWG.md"
+LABEL = {"zcube": "ZCube", "roft": "ROFT", "clos": "Clos"}
+ORDER = (LOWER, HIGHER, WITHIN, NO_SPREAD, OUT_OF_REACH)
+
+
+def load(folder: Path = DATA) -> list[dict[str, Any]]:
+    """Every committed run, by file name."""
+    return [{**json.loads(p.read_text()), "source": p.name} for p in sorted(folder.glob("*.json"))]
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _cell(fig: Mapping[str, Any] | None) -> str:
+    """mean ± half of the 95% interval (the mean alone for one trial)."""
+    if fig is None:
+        return "-"
+    if fig["ci95_high"] is None:
+        return _num(fig["mean"])
+    return f"{_num(fig['mean'])} ± {_num(fig['ci95_high'] - fig['mean'])}"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c).replace("|", "/") for c in r) + " |" for r in rows]
+    return out
+
+
+def _src(doc: Mapping[str, Any]) -> str:
+    return f"`{doc['source']}`" if "source" in doc else "unsaved"
+
+
+def answer(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per test and headline figure: against each other fabric, the cases where ZCube is
+    lower or higher than it beyond the 95% intervals, within them, or out of reach."""
+    lines = []
+    for doc in docs:
+        for section in doc["sections"]:
+            t = test_of(section)
+            lines.append(f"**§{section} {t.name}** ({doc['trials']} trials of "
+                         f"{doc['trial_seconds']:g} modelled s, {_src(doc)}):")  # fmt: skip
+            for fig in HEADLINE[section]:
+                for other in [f for f in doc["fabrics"] if f != "zcube"]:
+                    cs = [c for c in doc["comparison"]
+                          if c["section"] == section and c["figure"] == fig
+                          and c["versus"] == other]  # fmt: skip
+                    if not cs:
+                        continue
+                    counts = {v: [c for c in cs if c["verdict"] == v] for v in ORDER}
+                    parts = [f"{v} in {len(counts[v])}" for v in ORDER if counts[v]]
+                    better = "higher" if fig in HIGHER_IS_BETTER else "lower"
+                    line = f"- {fig} ({better} is better), ZCube vs {LABEL.get(other, other)}: "
+                    line += ", ".join(parts)
+                    line += f" of {len(cs)} cases"
+                    differ = counts[LOWER] + counts[HIGHER]
+                    if differ:
+                        line += " (" + "; ".join(f"{c['verdict']}: {c['case']}"
+                                                 for c in differ) + ")"  # fmt: skip
+                    lines.append(line)
+            lines.append("")
+    if not lines:
+        lines = ["No committed run yet.", ""]
+    return lines
+
+
+def what_ran(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = []
+    for d in docs:
+        r, sw = d["resolution"], d["software"]
+        draft = "; ".join(f"§{s}: {n} x {t:g} s" for s, (n, t) in d["draft_trials"].items())
+        rows.append([_src(d), ", ".join(f"§{s}" for s in d["sections"]), ", ".join(d["fabrics"]),
+                     f"{d['trials']} x {d['trial_seconds']:g} s", draft,
+                     f"{r['frame_us']:g} µs, S = {r['bandwidth_scale']:g}, k = {r['dilation']:g}",
+                     f"{d['wall_s'] / 60:.1f} min (estimated {d['estimate_wall_s'] / 60:.1f})",
+                     f"{sw['kernel']}, {sw['ovs']}"])  # fmt: skip
+    return _table(["file", "tests", "fabrics", "trials here", "draft's trials", "resolution",
+                   "wall", "software"], rows)  # fmt: skip
+
+
+def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for d in docs:
+        for section in d["sections"]:
+            figs = [*HEADLINE[section], "incomplete"]
+            rows = [[f"§{section}", s["case"], LABEL.get(s["fabric"], s["fabric"]),
+                     str(s["trials"]), *(_cell(s["figures"].get(f)) for f in figs)]
+                    for s in d["summary"] if s["section"] == section]  # fmt: skip
+            out += [f"### §{section} {test_of(section).name} ({_src(d)})", ""]
+            out += [*_table(["test", "case", "fabric", "trials", *figs], rows), ""]
+    return out
+
+
+def refused(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [[f"§{r['section']}", json.dumps(r["params"]), r["why"]]
+            for d in docs for r in d["refused"]]  # fmt: skip
+    if not rows:
+        return ["None."]
+    return _table(["test", "configuration", "why (out of reach at this time scale)"], rows)
+
+
+def render(docs: Sequence[Mapping[str, Any]]) -> str:
+    """The whole page."""
+    lines = [
+        f"# The IETF draft's tests on the lab ({DRAFT})",
+        "",
+        "<!-- generated by python -m bench.bmwg_tables --write from bench/results/bmwg/*.json:"
+        " do not edit -->",
+        "",
+        "Issue 46. `zcube-lab bmwg list` names every test of the draft's §5-§13 and what the lab",
+        "can do with it; `zcube-lab bmwg run SECTION...` runs the ones built (below). Figures are",
+        "modelled µs at the replay's fine time scale (docs/REPLAY.md); each is the mean over the",
+        "trials ± half its 95% confidence interval (Student's t). A difference counts only where",
+        "the two fabrics' intervals do not overlap; with the few, short trials of a quick run most",
+        "do, and more trials narrow them. \"Out of reach at this time scale\": either fabric lost",
+        "transfers in a trial (never completed: the datagrams lost on single-port hosts beside",
+        "an EP all-to-all, docs/REPLAY.md) or had no figure, so the lab does not judge it. A",
+        "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
+        "the first quick run) or has no value for that case.",
+        "",
+        "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",
+        "",
+        "Known limits of these runs: on ROFT and Clos (one NIC port a host) §7.4's all-to-all",
+        "beside KV loses datagrams (docs/REPLAY.md), so its comparisons are out of reach; in",
+        "§5.3 eight pairs move far less than eight times one pair on every fabric, and whether",
+        "the fabrics' shared links or this 2-core machine's datapath bounds them is not yet",
+        "separated; the lab's pause reaction (tens of modelled µs, docs/REPLAY.md) is slower than",
+        "a switch's, so pause counts and durations are the lab's, larger than a real fabric's.",
+        "",
+        "## The answer: where ZCube differs from ROFT and Clos by more than the trials' spread",
+        "",
+        *answer(docs),
+        "## What ran",
+        "",
+        *what_ran(docs),
+        "",
+        "## Results: one row per test case and fabric",
+        "",
+        *result_rows(docs),
+        "## Configurations not run",
+        "",
+        *refused(docs),
+        "",
+        "## Parameters: the draft's and the lab's",
+        "",
+        "The lab's bytes are real bytes over the byte scale S of the test's time scale (the",
+        "fine scale for fine-scale tests, the live lab's default otherwise); thresholds become",
+        "whole frames of 1,500 B; host counts are capped to what 16 GPU hosts carry.",
+        "",
+        *_table(["test", "parameter", "draft", "lab", "scale"], parameter_rows(TESTS)),
+        "",
+        "## Tests the lab cannot represent",
+        "",
+        *_table(["test", "name", "why"],
+                [[t.section, t.name, t.reason] for t in TESTS if t.status == NOT]),
+        "",
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--write", action="store_true", help="rewrite docs/BMWG.md")
+    args = p.parse_args(argv)
+    page = render(load())
+    if args.write:
+        PAGE.write_text(page)
+    else:
+        print(page)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""docs/BMWG.md is what `python -m bench.bmwg_tables --write` makes of the committed JSON, and
+its answer says what the data says (issue 46)."""
+
+from __future__ import annotations
+
+from bench import bmwg_tables as bt
+from zcube_lab.core.bmwg.catalogue import NOT, TESTS
+from zcube_lab.core.bmwg.report import compare, summarize
+
+
+def test_the_page_is_the_generator_s_output_from_the_committed_json():
+    docs = bt.load()
+    assert docs, "bench/results/bmwg/ holds at least one run"
+    assert bt.PAGE.read_text() == bt.render(docs)
+
+
+def test_the_committed_runs_cover_pfc_and_ep_kv_on_three_fabrics():
+    sections = {s for d in bt.load() for s in d["sections"]}
+    fabrics = {f for d in bt.load() for f in d["fabrics"]}
+    assert {"8.2", "7.4"} <= sections and {"zcube", "roft", "clos"} <= fabrics
+
+
+def _doc(zcube, roft):
+    rows = [
+        {"section": "8.2", "case": "n_burst=4", "params": {}, "fabric": fab, "trial": i,
+         "figures": {"Fabric_FCT_p99_us": v, "PFC_frame_count": 3, "PAUSE_duration_us": 1.0,
+                     "incomplete": 0}}
+        for fab, vals in (("zcube", zcube), ("roft", roft)) for i, v in enumerate(vals)
+    ]  # fmt: skip
+    summary = summarize(rows)
+    return {"sections": ["8.2"], "fabrics": ["zcube", "roft"], "trials": 3,
+            "trial_seconds": 0.005, "summary": summary, "comparison": compare(summary),
+            "refused": []}  # fmt: skip
+
+
+def test_the_answer_names_a_difference_beyond_the_spread_and_its_direction():
+    text = "\n".join(bt.answer([_doc((100, 101, 99), (200, 202, 198))]))
+    want = "Fabric_FCT_p99_us (lower is better), ZCube vs ROFT: lower in 1 of 1 cases"
+    assert want + " (lower: n_burst=4)" in text
+    assert "PFC_frame_count (lower is better), ZCube vs ROFT: within spread in 1 of 1 cases" in text
+
+
+def test_the_answer_says_within_spread_where_the_intervals_overlap():
+    text = "\n".join(bt.answer([_doc((100, 150, 50), (110, 160, 60))]))
+    assert (
+        "Fabric_FCT_p99_us (lower is better), ZCube vs ROFT: within spread in 1 of 1 cases" in text
+    )
+    assert "not reproduced" not in text
+
+
+def test_the_page_lists_every_not_representable_test_with_its_reason():
+    page = bt.render([])
+    for t in TESTS:
+        if t.status == NOT:
+            assert f"| {t.section} | {t.name} | {t.reason} |" in page

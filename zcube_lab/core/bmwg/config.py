@@ -1,0 +1,112 @@
+"""What `zcube-lab bmwg run` takes, declared once (pure): each field is its flag. The sections
+come as the command's positional arguments; a list option left empty means the draft's values,
+scaled to the fabric (`zcube_lab.core.bmwg.scaling`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.options import option
+
+FABRIC_KINDS = ("zcube", "roft", "clos")
+
+
+def numbers(text: str, name: str) -> tuple[float, ...]:
+    """A comma-separated list of numbers ("4,8,15", "1e5,1e6"); ConfigError naming `name`."""
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(name, text, "comma-separated numbers, e.g. 4,8") from None
+
+
+@dataclass(frozen=True)
+class BmwgConfig:
+    """A `bmwg run`'s choices."""
+
+    fabrics: str = option("zcube,roft,clos", help="comma-separated fabric kinds to compare")
+    gpus: int = option(16, help="GPU hosts of each fabric (its structure-keeping size)")
+    trials: int = option(20, help="trials per configuration and fabric (the draft's 20)")
+    trial_seconds: float = option(
+        60.0,
+        metavar="SECONDS",
+        help="modelled seconds of traffic per trial (the draft's >= 60; at k = 120 a modelled "
+        "second is about 2-6 wall minutes)",
+    )
+    resolution: str = option(
+        "finest", help="frame time on the slowest host port for the fine-scale tests"
+    )
+    n_burst: str = option(
+        "", metavar="N,...", help="8.2: concurrent transfers per burst (default: the draft's "
+        "4, 8, 16, 32, capped to the hosts a fabric has)"
+    )  # fmt: skip
+    within_us: str = option(
+        "", metavar="US,...", help="8.2: arrival windows in µs (default: the draft's 100, "
+        "1000, 10000)"
+    )  # fmt: skip
+    xoff_bytes: str = option(
+        "", metavar="BYTES,...", help="8.2: PFC thresholds in real bytes (default: the draft's "
+        "1e4, 1e5, 1e6; one the time scale cannot hold is reported, not run)"
+    )  # fmt: skip
+    kv_load: str = option(
+        "", metavar="FRACTION,...", help="7.4: KV load as a share of the EP members' NICs "
+        "(default: the draft's 0.5, 0.75)"
+    )  # fmt: skip
+    pairs: str = option(
+        "", metavar="N,...", help="5.3: concurrent pairs (default: the draft's 1-128, capped "
+        "to half the hosts)"
+    )  # fmt: skip
+    seed: int = option(1, help="seed of the bursts' and pulls' start times (trial i: seed + i)")
+    results: Path = option(  # noqa: RUF009 (a field; a Path is immutable)
+        Path("results"), type=Path, help="where bmwg-<time>/ goes"
+    )
+
+    def __post_init__(self) -> None:
+        for kind in self.fabric_kinds:
+            if kind not in FABRIC_KINDS:
+                raise ConfigError("fabrics", kind, f"kinds from {list(FABRIC_KINDS)}")
+        if not self.fabric_kinds:
+            raise ConfigError("fabrics", self.fabrics, "at least one fabric kind")
+        if self.trials < 1:
+            raise ConfigError("trials", self.trials, "at least 1 (the draft asks 20)")
+        if not self.trial_seconds > 0:
+            raise ConfigError("trial_seconds", self.trial_seconds, "a positive duration")
+        if self.gpus < 4:
+            raise ConfigError("gpus", self.gpus, "at least 4 GPU hosts")
+        for v in self.kv_loads or ():
+            if not 0 < v < 1:
+                raise ConfigError("kv_load", v, "a fraction above 0 and below 1")
+        for v in self.windows_us or ():
+            if v < 0:
+                raise ConfigError("within_us", v, "a window of 0 µs or more")
+        for v in self.thresholds or ():
+            if v <= 0:
+                raise ConfigError("xoff_bytes", v, "a positive number of bytes")
+        for v in numbers(self.n_burst, "n_burst") + numbers(self.pairs, "pairs"):
+            if v != int(v):
+                raise ConfigError("n_burst/pairs", v, "whole numbers")
+
+    @property
+    def fabric_kinds(self) -> list[str]:
+        return [k for k in self.fabrics.split(",") if k]
+
+    @property
+    def bursts(self) -> tuple[int, ...] | None:
+        return tuple(int(v) for v in numbers(self.n_burst, "n_burst")) or None
+
+    @property
+    def pair_counts(self) -> tuple[int, ...] | None:
+        return tuple(int(v) for v in numbers(self.pairs, "pairs")) or None
+
+    @property
+    def windows_us(self) -> tuple[float, ...] | None:
+        return numbers(self.within_us, "within_us") or None
+
+    @property
+    def thresholds(self) -> tuple[float, ...] | None:
+        return numbers(self.xoff_bytes, "xoff_bytes") or None
+
+    @property
+    def kv_loads(self) -> tuple[float, ...] | None:
+        return numbers(self.kv_load, "kv_load") or None

@@ -1,0 +1,211 @@
+"""A `bmwg run`'s figures by the draft's names, and the fabric comparison (pure; issue 46).
+
+`trial_figures` reads one trial's replays (`zcube_lab.emulator.replay.driver.replay` results)
+into the test's figures, times in modelled µs; `summarize` gives each figure's mean and 95%
+interval over the trials per case and fabric; `compare` sets ZCube against each other fabric
+per headline figure: higher, lower, or within the trials' spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from zcube_lab.core.bmwg.trials import NO_SPREAD, OUT_OF_REACH, mean_ci, versus
+
+# Per section: the figures the comparison judges.
+HEADLINE: Mapping[str, tuple[str, ...]] = {
+    "5.3": ("KV_xfer_bandwidth_GBps", "Fabric_FCT_p99_us", "JFI"),
+    "8.2": ("Fabric_FCT_p99_us", "PFC_frame_count", "PAUSE_duration_us", "HOL_delay_us"),
+    "7.4": (
+        "contention_penalty_kv",
+        "contention_penalty_ep",
+        "KV_xfer_latency_p99_us",
+        "EP_alltoall_latency_p99_us",
+    ),
+}
+# Figures where more is better; lower is better for the rest.
+HIGHER_IS_BETTER = ("KV_xfer_bandwidth_GBps", "JFI")
+REFERENCE = "zcube"
+
+
+def _us(x: float | None) -> float | None:
+    return None if x is None else x * 1e6
+
+
+def _p99(cls: Mapping[str, Any] | None, key: str = "fct_s") -> float | None:
+    return None if cls is None else _us((cls.get(key) or {}).get("p99"))
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _hol_us(other: Mapping[str, Any] | None) -> float | None:
+    """The other class's worst completion beyond its time alone (modelled µs): the delay
+    the bursts' pauses and queues imposed on it (None without it or when it never came)."""
+    if not other or other.get("incomplete"):
+        return None
+    fct, ratio = (other.get("fct_s") or {}).get("max"), (other.get("fct_over_ideal") or {})
+    worst = ratio.get("max")
+    if fct is None or not worst:
+        return None
+    return _us(fct - fct / worst)
+
+
+def trial_figures(section: str, results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One trial's figures from its replays' results (by replay name)."""
+    if section == "8.2":
+        r = results["burst"]
+        kv = r["classes"].get("kv", {})
+        fct = kv.get("fct_s") or {}
+        return {
+            "PFC_frame_count": r["pauses"]["pause_frames"],
+            "PAUSE_duration_us": r["pauses"]["pause_total_us"],
+            "ports_paused": r["pauses"]["ports_paused"],
+            "Fabric_FCT_p50_us": _us(fct.get("p50")),
+            "Fabric_FCT_p99_us": _us(fct.get("p99")),
+            "Fabric_FCT_max_us": _us(fct.get("max")),
+            "fct_over_ideal_p99": (kv.get("fct_over_ideal") or {}).get("p99"),
+            "incomplete": kv.get("incomplete", 0),
+            "transfers": kv.get("transfers", 0),
+            "HOL_delay_us": _hol_us(r["classes"].get("other")),
+            "pause_reaction_p99_us": r.get("pause_reaction_p99_us"),
+        }
+    if section == "7.4":
+        mixed, ep, kv = results["mixed"], results["ep"], results["kv"]
+        kv_iso = _p99(kv["classes"].get("kv"))
+        kv_mix = _p99(mixed["classes"].get("kv"))
+        ep_iso = _p99(ep["classes"].get("ep"), "exchange_s")
+        ep_mix = _p99(mixed["classes"].get("ep"), "exchange_s")
+        return {
+            "KV_xfer_latency_p99_isolated_us": kv_iso,
+            "KV_xfer_latency_p99_us": kv_mix,
+            "EP_alltoall_latency_p99_isolated_us": ep_iso,
+            "EP_alltoall_latency_p99_us": ep_mix,
+            "contention_penalty_kv": _ratio(kv_mix, kv_iso),
+            "contention_penalty_ep": _ratio(ep_mix, ep_iso),
+            "PFC_frame_count": mixed["pauses"]["pause_frames"],
+            "PAUSE_duration_us": mixed["pauses"]["pause_total_us"],
+            "incomplete": sum(
+                int(c.get("incomplete", 0)) for r in results.values() for c in r["classes"].values()
+            ),
+            "pause_reaction_p99_us": mixed.get("pause_reaction_p99_us"),
+        }
+    raise ValueError(f"no figures for section {section}")
+
+
+def pair_figures(
+    transfers: Sequence[Any], sent: Mapping[int, float], got: Mapping[int, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """§5.3's figures from one trial's transfers (their `exchange` names the pair) and the
+    agents' times: aggregate throughput (GB/s, every completed byte over the trial's span),
+    each pair's own (its bytes over its first start to last arrival), Jain's index over the
+    pairs' throughputs, and the messages' completion times (p50, p99, µs)."""
+    from zcube_lab.core.bmwg.trials import jain
+    from zcube_lab.core.stats import quantile
+
+    fcts: list[float] = []
+    per_pair: dict[str, list[tuple[float, float, float]]] = {}
+    incomplete = 0
+    for t in transfers:
+        arrived = (got.get(t.id) or {}).get("arrived_s")
+        if t.id not in sent or arrived is None:
+            incomplete += 1
+            continue
+        start, end = sent[t.id], float(arrived)
+        fcts.append(end - start)
+        per_pair.setdefault(t.exchange, []).append((start, end, t.bytes))
+    rates = [sum(b for *_, b in ms) / (max(e for _, e, _ in ms) - min(s for s, _, _ in ms))
+             for ms in per_pair.values()]  # fmt: skip
+    every = [m for ms in per_pair.values() for m in ms]
+    span = max(e for _, e, _ in every) - min(s for s, _, _ in every) if every else 0.0
+    return {
+        "KV_xfer_bandwidth_GBps": sum(b for *_, b in every) / span / 1e9 if span else None,
+        "pair_bandwidth_min_GBps": min(rates) / 1e9 if rates else None,
+        "JFI": jain(rates) if rates else None,
+        "Fabric_FCT_p50_us": _us(quantile(sorted(fcts), 0.5)) if fcts else None,
+        "Fabric_FCT_p99_us": _us(quantile(sorted(fcts), 0.99)) if fcts else None,
+        "incomplete": incomplete,
+        "transfers": len(transfers),
+    }
+
+
+def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (section, case, fabric): every figure's mean and 95% interval over its trials
+    (trials without the figure left out; `trials` counts them all)."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["section"], r["case"], r["fabric"]), []).append(r)
+    out = []
+    for (section, case, fabric), rs in groups.items():
+        names = list(dict.fromkeys(k for r in rs for k in r["figures"]))
+        figs: dict[str, Any] = {}
+        for name in names:
+            vals = [r["figures"][name] for r in rs if r["figures"].get(name) is not None]
+            figs[name] = mean_ci(vals).to_dict() if vals else None
+        out.append(
+            {
+                "section": section,
+                "case": case,
+                "fabric": fabric,
+                "params": rs[0]["params"],
+                "trials": len(rs),
+                "figures": figs,
+            }
+        )
+    return out
+
+
+def _interval(fig: Mapping[str, Any] | None) -> Any:
+    from zcube_lab.core.bmwg.trials import Interval
+
+    if fig is None:
+        return None
+    return Interval(fig["mean"], fig["ci95_low"], fig["ci95_high"], fig["n"])
+
+
+def compare(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (section, case, headline figure, other fabric): ZCube's mean against the other's,
+    HIGHER/LOWER when their 95% intervals do not overlap, WITHIN otherwise; OUT_OF_REACH where
+    either has no value or a trial's transfers did not all complete."""
+    by = {(s["section"], s["case"], s["fabric"]): s for s in summary}
+    out = []
+    for (section, case, fabric), s in by.items():
+        if fabric != REFERENCE:
+            continue
+        for other_key, other in by.items():
+            if other_key[:2] != (section, case) or other_key[2] == REFERENCE:
+                continue
+            for fig in HEADLINE.get(section, ()):
+                if fig not in s["figures"] and fig not in other["figures"]:
+                    continue  # not measured in this run
+                a, b = _interval(s["figures"].get(fig)), _interval(other["figures"].get(fig))
+                incomplete = any(
+                    (x["figures"].get("incomplete") or {}).get("mean", 0) for x in (s, other)
+                )
+                unresolved = a is None or b is None or incomplete
+                verdict = OUT_OF_REACH if unresolved else versus(a, b)
+                out.append(
+                    {
+                        "section": section,
+                        "case": case,
+                        "figure": fig,
+                        "versus": other_key[2],
+                        "verdict": verdict,
+                        "zcube": None if a is None else a.mean,
+                        "other": None if b is None else b.mean,
+                    }
+                )
+    return out
+
+
+def verdict_counts(comparisons: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many comparisons came out each way."""
+    out: dict[str, int] = {}
+    for c in comparisons:
+        out[c["verdict"]] = out.get(c["verdict"], 0) + 1
+    return out
+
+
+__all__ = ["HEADLINE", "NO_SPREAD", "compare", "summarize", "trial_figures", "verdict_counts"]

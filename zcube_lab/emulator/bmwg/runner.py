@@ -1,0 +1,292 @@
+"""`zcube-lab bmwg run`: the draft's tests on each fabric at the fine time scale, through the
+replay driver (`zcube_lab.emulator.replay.driver.replay`, used as it is; issue 46).
+
+`plan_run` does every check and works out the cases, the time scale and the estimated wall time
+before any lab is built (pure but for building the fabric descriptions and reading the
+datapath's measured ceiling). `run_plan` brings one lab up per fabric and XOFF, replays every
+trial of every case on it, prints progress, and writes `bmwg.json` into a results folder after
+every case (so an interrupted run keeps what it measured); Ctrl-C tears the lab down (the
+`finally` below and the driver's own).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zcube_lab.core.bmwg import plan as bplan
+from zcube_lab.core.bmwg import report
+from zcube_lab.core.bmwg.catalogue import DRAFT, BmwgTest
+from zcube_lab.core.bmwg.config import BmwgConfig
+from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.replay.timescale import TimeScale
+
+RESULTS_FILE = "bmwg.json"
+
+
+@dataclass
+class RunPlan:
+    """What a run will do (see `plan_run`)."""
+
+    tests: list[BmwgTest]
+    fabrics: dict[str, Fabric]
+    hosts: list[str]
+    ts: TimeScale
+    cases: list[bplan.Case]
+    refused: list[bplan.Refused]
+    estimate_s: float
+    chip_share: float
+    notes: list[str] = field(default_factory=list)
+
+
+def build(kind: str, gpus: int) -> Fabric:
+    from zcube_lab.core.fabric.builders import build_fabric
+    from zcube_lab.core.fabric.description import FabricSpec
+    from zcube_lab.core.fabric.scaledown import scaled_sizes
+
+    return build_fabric(FabricSpec.of(kind, **scaled_sizes(kind, gpus)))
+
+
+def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
+    """The run's plan; ConfigError for anything the fabrics or the time scale cannot carry."""
+    from zcube_lab.core.replay.timescale import chip_port_share_bytes, derive, parse_frame_us
+    from zcube_lab.emulator.lab.datapath_ceiling import datapath_ceiling
+    from zcube_lab.emulator.replay.driver import slowest_port_gbps
+
+    fabrics = {k: build(k, cfg.gpus) for k in cfg.fabric_kinds}
+    host_sets = {k: [h.name for h in f.hosts] for k, f in fabrics.items()}
+    hosts = next(iter(host_sets.values()))
+    for k, hs in host_sets.items():
+        if sorted(hs) != sorted(hosts):
+            raise ConfigError("fabrics", k, f"fabrics with the same {len(hosts)} GPU hosts")
+    slowest = slowest_port_gbps(list(fabrics.values()))
+    nic = next(iter(fabrics.values())).nic_gbps
+    ceiling = datapath_ceiling(1500).mbps
+    ts = derive(parse_frame_us(cfg.resolution), nic, slowest, ceiling_mbps=ceiling)
+    share = chip_port_share_bytes("51.2t", slowest)
+    cases, refused = bplan.cases(cfg, tests, len(hosts), ts, share)
+    if not cases:
+        raise ConfigError("sections", [t.section for t in tests], "a case the time scale holds")
+    est = bplan.estimate_wall_s(cases, hosts, len(fabrics), cfg.trials, cfg.trial_seconds, ts)
+    try:
+        bplan.check_size(cases, hosts, cfg.trial_seconds)
+    except ConfigError as e:
+        raise ConfigError(
+            e.field, e.value, f"{e.allowed} (and the run asked would take about {_hms(est)})"
+        ) from None
+    notes = []
+    if "8.2" in {t.section for t in tests}:
+        notes.append(
+            "8.2: HOL_delay is a 1 MB other-class flow's worst delay beyond its time alone, "
+            "one per burst between hosts the burst leaves free (none when N_burst > hosts - 3)"
+        )
+    return RunPlan(tests, fabrics, hosts, ts, cases, refused, est, share, notes)
+
+
+def software() -> dict[str, str]:
+    """The software configuration the draft's §14 asks documented."""
+    from zcube_lab import __version__
+
+    def out(cmd: list[str]) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+
+    ovs = out(["ovs-vswitchd", "--version"]).splitlines()
+    return {
+        "zcube_lab": __version__,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "ovs": ovs[0] if ovs else "unknown",
+        "datapath": "Open vSwitch userspace (netdev), HTB-shaped ports, lossless agent (PFC)",
+        "transport": "paced UDP datagrams, no congestion control (the replay agent)",
+    }
+
+
+def _document(
+    plan: RunPlan, cfg: BmwgConfig, rows: list[dict[str, Any]], t0: float, done: bool
+) -> dict[str, Any]:
+    summary = report.summarize(rows)
+    comparisons = report.compare(summary)
+    return {
+        "draft": DRAFT,
+        "sections": [t.section for t in plan.tests],
+        "fabrics": list(plan.fabrics),
+        "gpus": len(plan.hosts),
+        "trials": cfg.trials,
+        "trial_seconds": cfg.trial_seconds,
+        "draft_trials": {t.section: [t.trials, t.trial_s] for t in plan.tests},
+        "resolution": plan.ts.describe(),
+        "estimate_wall_s": round(plan.estimate_s, 1),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "complete": done,
+        "software": software(),
+        "notes": plan.notes,
+        "refused": [
+            {"section": r.section, "params": dict(r.params), "why": r.why} for r in plan.refused
+        ],
+        "rows": rows,
+        "summary": summary,
+        "comparison": comparisons,
+    }
+
+
+def _hms(s: float) -> str:
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m" if s >= 3600 else f"{s / 60:.1f} min"
+
+
+def run_plan(plan: RunPlan, cfg: BmwgConfig, progress: Callable[[str], None] = print) -> Path:
+    """Run every case's trials on every fabric; the path of bmwg.json."""
+    from zcube_lab.emulator.replay.driver import Threshold, lab_for, replay
+
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = cfg.results / f"bmwg-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    res = plan.ts.describe()
+    progress(
+        f"{DRAFT} §{', §'.join(t.section for t in plan.tests)} on {', '.join(plan.fabrics)}: "
+        f"{len(plan.cases)} cases x {cfg.trials} trials of {cfg.trial_seconds:g} modelled s "
+        f"(the draft asks 20 of >= 60 s), a {res['frame_us']:g} µs frame, k = "
+        f"{res['dilation']:g}"
+    )
+    for r in plan.refused:
+        progress(f"  not run: §{r.section} {dict(r.params)}: out of reach at this time scale")
+    progress(f"estimated wall time: {_hms(plan.estimate_s)}")
+    total = len(plan.cases) * cfg.trials * len(plan.fabrics)
+    rows: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    path = out / RESULTS_FILE
+    for name, fabric in plan.fabrics.items():
+        for xoff in dict.fromkeys(c.xoff_bytes for c in plan.cases):
+            cases = [c for c in plan.cases if c.xoff_bytes == xoff]
+            th = Threshold(xoff, cases[0].xoff_source)
+            lab_dir = out / f"{name}-xoff{xoff:g}"
+            progress(f"bringing up {name} (XOFF {th.source})")
+            lab = lab_for(fabric, plan.ts, th, lab_dir)
+            lab.start()
+            try:
+                for ci, case in enumerate(cases):
+                    for trial in range(cfg.trials):
+                        rows.append(
+                            _trial(
+                                plan,
+                                cfg,
+                                name,
+                                fabric,
+                                case,
+                                trial,
+                                th,
+                                lab,
+                                lab_dir / f"c{ci}-t{trial}",
+                                replay,
+                            )
+                        )
+                        done_n, el = len(rows), time.monotonic() - t0
+                        left = el / done_n * (total - done_n)
+                        progress(
+                            f"[{done_n}/{total}] §{case.section} {name} {case.label} "
+                            f"trial {trial + 1}: {_headline(rows[-1])} "
+                            f"({_hms(el)} in, ~{_hms(left)} left)"
+                        )
+                    path.write_text(json.dumps(_document(plan, cfg, rows, t0, False), indent=1))
+            finally:
+                lab.stop()
+    doc = _document(plan, cfg, rows, t0, True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    for c in doc["comparison"]:
+        progress(
+            f"§{c['section']} {c['case']}: {c['figure']} zcube vs {c['versus']}: {c['verdict']}"
+        )
+    progress(f"written: {path} (wall {_hms(doc['wall_s'])}, estimated {_hms(plan.estimate_s)})")
+    return path
+
+
+def _trial(
+    plan: RunPlan,
+    cfg: BmwgConfig,
+    name: str,
+    fabric: Fabric,
+    case: bplan.Case,
+    trial: int,
+    th: Any,
+    lab: Any,
+    run_dir: Path,
+    replay: Any,
+) -> dict[str, Any]:
+    w0 = time.monotonic()
+    recs = bplan.trial_recordings(case, plan.hosts, cfg.trial_seconds, cfg.seed + trial)
+    results = {
+        k: replay(rec, fabric, plan.ts, th, run_dir / k, progress=lambda _m: None, lab=lab)
+        for k, rec in recs.items()
+    }
+    return {
+        "section": case.section,
+        "case": case.label,
+        "params": dict(case.params),
+        "fabric": name,
+        "trial": trial,
+        "xoff": {
+            "real_bytes": th.xoff_bytes,
+            "source": th.source,
+            "frames": plan.ts.threshold_frames(th.xoff_bytes),
+        },
+        "recordings": {
+            k: {
+                "transfers": len(r.transfers),
+                **{
+                    m: v
+                    for m, v in r.meta.items()
+                    if m in ("bursts", "period_s", "layers", "kv_load")
+                },
+            }
+            for k, r in recs.items()
+        },
+        "figures": _figures(case, recs, results, run_dir),
+        "receive_errors": {k: r.get("receive_errors") for k, r in results.items()},
+        "wall_s": round(time.monotonic() - w0, 2),
+    }
+
+
+def _figures(case: bplan.Case, recs: dict[str, Any], results: dict[str, Any],
+             run_dir: Path) -> dict[str, Any]:  # fmt: skip
+    """The trial's figures; §5.3's from the agents' per-transfer times (the driver's output)."""
+    if case.section != "5.3":
+        return report.trial_figures(case.section, results)
+    from zcube_lab.core.replay.figures import outcomes
+
+    lines = [json.loads(ln) for f in sorted((run_dir / "pairs" / "agents").glob("*.out.jsonl"))
+             for ln in f.read_text().splitlines() if ln.strip()]  # fmt: skip
+    sent, got = outcomes(lines)
+    figs = report.pair_figures(recs["pairs"].transfers, sent, got)
+    figs["PFC_frame_count"] = results["pairs"]["pauses"]["pause_frames"]
+    return figs
+
+
+def _headline(row: dict[str, Any]) -> str:
+    f = row["figures"]
+    if row["section"] == "8.2":
+        p99 = f.get("Fabric_FCT_p99_us")
+        return (
+            f"{f['PFC_frame_count']} pauses, {f['PAUSE_duration_us']:,.0f} µs paused, "
+            f"FCT p99 {'-' if p99 is None else f'{p99:,.0f}'} µs, "
+            f"{f['incomplete']} incomplete"
+        )
+    if row["section"] == "5.3":
+        bw, jfi = f.get("KV_xfer_bandwidth_GBps"), f.get("JFI")
+        bw_t = "-" if bw is None else f"{bw:.1f}"
+        jfi_t = "-" if jfi is None else f"{jfi:.3f}"
+        return f"{bw_t} GB/s, JFI {jfi_t}, {f['incomplete']} incomplete"
+    pk, pe = f.get("contention_penalty_kv"), f.get("contention_penalty_ep")
+    return (
+        f"penalty KV {'-' if pk is None else f'{pk:.2f}'}x, EP "
+        f"{'-' if pe is None else f'{pe:.2f}'}x, {f['PFC_frame_count']} pauses"
+    )
