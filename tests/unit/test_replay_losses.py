@@ -69,6 +69,24 @@ def test_each_lost_datagram_is_put_where_it_was_counted():
     assert "no counter saw where 2" in text
 
 
+def test_what_a_queue_still_holds_at_the_end_is_undelivered_not_unlocated():
+    end = {**AFTER, "backlog": {"s1-eth1": 2, "h0-eth0": 0}}
+    located = locate(diff(BEFORE, AFTER), switch_port, lost_datagrams=64, end=end)
+    assert located["still_queued"] == {"s1-eth1": 2}
+    assert located["unlocated"] == 0  # 64 - 62 counted - 2 queued
+    assert "still queued at the end 2" in where_text(located)
+    v = verdict(located, {})
+    assert "2 datagrams still queued at the end, undelivered (s1-eth1 2)" in v["reasons"]
+
+
+def test_pipeline_drops_are_reported_apart_other_datapath_drops_counted_at_a_port():
+    after = {**AFTER, "ovs_coverage": {"drop_action_of_pipeline": 50, "drop_action_too_many": 3}}
+    before = {**BEFORE, "ovs_coverage": {"drop_action_of_pipeline": 20}}
+    located = locate(diff(before, after), switch_port)
+    assert located["pipeline_drops"] == 30
+    assert located["datagrams"]["port"] == 3 + 1 + 3
+
+
 def test_nothing_lost_reads_so_and_is_trusted():
     same = diff(BEFORE, BEFORE)
     located = locate(same, switch_port, lost_datagrams=0)
@@ -118,7 +136,7 @@ def test_what_the_agents_sent_less_what_arrived_is_lost_in_flight():
     ]
     got = in_flight(lines, payload=1000)
     assert got == {"bytes": 2000, "datagrams": 2, "unsent_bytes": 4000}
-    assert in_flight(lines[:1] + [{**lines[2], "bytes": 2999}], 1000)["datagrams"] == 1
+    assert in_flight([*lines[:1], {**lines[2], "bytes": 2999}], 1000)["datagrams"] == 1
 
 
 class FakeLab:

@@ -255,8 +255,10 @@ def _print_spread(name: str, spread: dict[str, Any], n: int) -> None:
             print(f"  {key.removesuffix('_s')}: {text(s, ',.1f', 1e6)} µs")
         elif key == "trusted":
             print(f"  trusted: {spread['trusted_trials']} of {n}")
+        elif key.startswith("cpu."):
+            print(f"  {key}: {text(s, '.0%')}")
         else:
-            print(f"  {key}: {text(s, ',.3g')}")
+            print(f"  {key}: {text(s, ',.0f')}")
     for cls, ratios in spread["contention"].items():
         for k, s in ratios.items():
             if k.endswith("ratio"):

@@ -15,7 +15,11 @@ numbers, so nothing here reads the machine):
 - `udp`: each host's UDP counters (`<host> <counter>`): SndbufErrors (a send the host's own
   queue refused: UDP drops it silently, so each port drop of a datagram shows here too),
   RcvbufErrors and InErrors (the receiver's socket, InErrors counting every receive error);
-- `cpu`: the machine's jiffies (`total`, `busy`, `steal`).
+- `cpu`: the machine's jiffies (`total`, `busy`, `steal`);
+- `ovs_coverage`: ovs-vswitchd's drop counters (`drop_action_of_pipeline`: no rule took the
+  packet; it also takes the lossless agent's resume frames, so it is reported, not counted);
+- `backlog`: each port's queue (packets) at the reading: what the closing reading still finds
+  queued was not lost, only not delivered by the deadline.
 
 `locate` puts each lost datagram at the first place that counted it: the host's send queue,
 a switch's queue, a port (or the datapath between ports), the receiver. The agents' own
@@ -32,6 +36,9 @@ from typing import Any
 
 Counters = Mapping[str, Mapping[str, float]]  # section -> name -> cumulative counter
 
+# ovs-vswitchd's count of packets no OpenFlow rule took: datagrams without a route, but also
+# the lossless agent's resume frames (no rule matches them), so reported, never counted
+PIPELINE_DROPS = "drop_action_of_pipeline"
 LOCATIONS = ("host_send_queue", "switch_queue", "port", "receiver")
 LOCATION_TEXT = {
     "host_send_queue": "the host's send queue",
@@ -83,9 +90,15 @@ def in_flight(lines: Iterable[Mapping[str, Any]], payload: int) -> dict[str, int
 
 
 def locate(
-    delta: Counters, is_switch_port: Callable[[str], bool], lost_datagrams: int | None = None
+    delta: Counters,
+    is_switch_port: Callable[[str], bool],
+    lost_datagrams: int | None = None,
+    end: Counters | None = None,
 ) -> dict[str, Any]:
-    """Each lost datagram at the place that counted it, with the ports or hosts that did."""
+    """Each lost datagram at the place that counted it, with the ports or hosts that did.
+    `end`, the closing reading itself: the packets still in each port's queue then
+    (`still_queued`: a paused or stalled queue holds them, not lost, only not delivered by the
+    deadline), reported beside."""
     qdisc = delta.get("qdisc_drops", {})
     udp = delta.get("udp", {})
 
@@ -101,6 +114,12 @@ def locate(
     rx_host = _nonzero({d: v for d, v in rx.items() if not is_switch_port(d)})
     softnet = int(sum(delta.get("softnet", {}).values()))
     datapath = _nonzero(delta.get("datapath", {}))
+    coverage = delta.get("ovs_coverage", {})
+    pipeline = int(coverage.get(PIPELINE_DROPS, 0))
+    datapath = {
+        **datapath,
+        **_nonzero({k: v for k, v in coverage.items() if k != PIPELINE_DROPS}),
+    }
     in_errors, rcvbuf = by_host("InErrors"), by_host("RcvbufErrors")
     receiver = {h: max(in_errors.get(h, 0), rcvbuf.get(h, 0)) for h in {*in_errors, *rcvbuf}}
     ports: dict[str, int] = {}
@@ -124,10 +143,13 @@ def locate(
             "receiver": dict(sorted(receiver.items())),
         },
         "host_rx_dropped": sum(rx_host.values()),
+        "pipeline_drops": pipeline,
+        "still_queued": _nonzero(end.get("backlog", {})) if end is not None else {},
     }
     if lost_datagrams is not None:
+        queued = sum(out["still_queued"].values())
         out["lost_datagrams"] = lost_datagrams
-        out["unlocated"] = max(0, lost_datagrams - sum(counts.values()))
+        out["unlocated"] = max(0, lost_datagrams - sum(counts.values()) - queued)
     return out
 
 
@@ -153,6 +175,9 @@ def where_text(located: Mapping[str, Any]) -> str:
     """One line: the lost datagrams by place (`none lost` when none)."""
     counts = located["datagrams"]
     parts = [f"{LOCATION_TEXT[k]} {counts[k]:,}" for k in LOCATIONS if counts.get(k)]
+    queued = sum((located.get("still_queued") or {}).values())
+    if queued:
+        parts.append(f"still queued at the end {queued:,}")
     if located.get("unlocated"):
         parts.append(f"{LOCATION_TEXT['unlocated']} {located['unlocated']:,}")
     lost = located.get("lost_datagrams")
@@ -193,6 +218,12 @@ def verdict(
         elif where == "port":
             d = {**d["ports"], **{k: v for k, v in d.items() if k != "ports" and v}}
         reasons.append(f"{n:,} datagrams lost at {LOCATION_TEXT[where]} ({_top(d)})")
+    queued = located.get("still_queued") or {}
+    if sum(queued.values()):
+        reasons.append(
+            f"{sum(queued.values()):,} datagrams still queued at the end, undelivered "
+            f"({_top(queued)})"
+        )
     if located.get("unlocated"):
         reasons.append(f"{located['unlocated']:,} datagrams lost where no counter saw them")
     lost = located.get("lost_datagrams") or 0

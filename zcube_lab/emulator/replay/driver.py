@@ -352,12 +352,13 @@ class CounterReader:
 
     def read(self) -> dict[str, dict[str, float]]:
         from zcube_lab.emulator.lab import ovs
-        from zcube_lab.emulator.verdict.cpustats import parse_proc_stat
         from zcube_lab.emulator.verdict.netstats import parse_proc_table, parse_softnet
 
         out: dict[str, dict[str, float]] = {
             "qdisc_drops": {}, "tx_dropped": {}, "rx_dropped": {}, "udp": {}, "datapath": {},
         }  # fmt: skip
+        if self.readings:  # the CPU's window closes before this reading's own work ...
+            self._cpu(out)
         self._ports(out, [], Path("/proc/net/dev"), "switch ports")
         try:
             out["softnet"] = {
@@ -383,6 +384,7 @@ class CounterReader:
                 if not sock.is_send_socket:
                     dev = sock.local.split(":", 1)[-1]
                     out["datapath"][f"{dev} socket drops"] = float(sock.drops)
+            out["ovs_coverage"] = {k: float(v) for k, v in ovs_drop_counters().items()}
             if not self.readings:
                 self.log_at = ovs.log_size()
                 out["datapath"]["send errors logged"] = 0.0
@@ -390,12 +392,18 @@ class CounterReader:
                 out["datapath"]["send errors logged"] = float(
                     len(ovs.send_errors_since(self.log_at))
                 )
+        if not self.readings:  # ... and opens after it
+            self._cpu(out)
+        return out
+
+    def _cpu(self, out: dict[str, dict[str, float]]) -> None:
+        from zcube_lab.emulator.verdict.cpustats import parse_proc_stat
+
         try:
             cpu = parse_proc_stat(Path("/proc/stat").read_text())["cpu"]
             out["cpu"] = {"total": cpu.total, "busy": cpu.busy, "steal": cpu.steal}
         except (OSError, ValueError):
             self.missing.add("CPU times (/proc/stat)")
-        return out
 
     def _ports(self, out: dict[str, dict[str, float]], ns: list[str], dev: Path, what: str) -> None:
         from zcube_lab.emulator.verdict.netstats import parse_net_dev, parse_qdiscs, root_qdiscs
@@ -408,6 +416,7 @@ class CounterReader:
             for name, q in root_qdiscs(parse_qdiscs(text)).items():
                 if name in self.ports:
                     out["qdisc_drops"][name] = float(q.drops)
+                    out.setdefault("backlog", {})[name] = float(q.backlog_packets)
         except (OSError, subprocess.SubprocessError, ValueError, KeyError):
             self.missing.add(f"{what}' queues (tc)")
         try:
@@ -429,7 +438,9 @@ class CounterReader:
             return {}
         delta = losses.diff(self.readings[0], self.readings[-1])
         flight = losses.in_flight(lines, mtu - IP_UDP_BYTES - HEADER.size)
-        located = losses.locate(delta, self.is_switch_port, flight["datagrams"])
+        located = losses.locate(
+            delta, self.is_switch_port, flight["datagrams"], end=self.readings[-1]
+        )
         located["lost_bytes"] = flight["bytes"]
         located["unsent_bytes"] = flight["unsent_bytes"]
         cpu = losses.cpu_shares(delta)
@@ -449,6 +460,24 @@ class CounterReader:
             busy_limit=limits.machine_cpu,
         )
         return {"losses": located, "cpu": cpu, "verdict": v}
+
+
+def ovs_drop_counters() -> dict[str, int]:
+    """ovs-vswitchd's coverage counters whose name says drop (`ovs-appctl coverage/show`
+    lists those counted so far, with their totals); empty when it does not answer."""
+    try:
+        out = subprocess.run(
+            ["ovs-appctl", "coverage/show"], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if parts and "drop" in parts[0] and "total:" in parts:
+            with contextlib.suppress(ValueError, IndexError):
+                found[parts[0]] = int(parts[parts.index("total:") + 1])
+    return found
 
 
 def thresholds_for(chip: str | None, xoff_bytes: float | None, port_gbps: float) -> Threshold:
