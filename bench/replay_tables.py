@@ -66,7 +66,25 @@ def trusted(rows: Sequence[dict[str, Any]]) -> str:
     vs = [r.get("verdict") for r in rows]
     if any(v is None for v in vs):
         return "-"
-    return f"{sum(1 for v in vs if v and v['trusted'])}/{len(vs)}"
+    ok = f"{sum(1 for v in vs if v and v['trusted'])}/{len(vs)}"
+    why = sorted({why_not(v["reasons"][0]) for v in vs if v and not v["trusted"]})
+    return ok + (f" ({', '.join(why)})" if why else "")
+
+
+def why_not(reason: str) -> str:
+    """A first reason in a word or two, for a table cell."""
+    for start, short in (
+        ("the machine's CPUs", "CPU busy"),
+        ("CPU steal", "steal"),
+        ("lossless agent", "agent"),
+    ):
+        if reason.startswith(start):
+            return short
+    if "datagrams lost" in reason or "still queued" in reason:
+        return "lost"
+    if "incomplete" in reason:
+        return "incomplete"
+    return "unchecked" if "not read" in reason else reason
 
 
 SHORT_PLACE = {

@@ -87,6 +87,14 @@ def test_pipeline_drops_are_reported_apart_other_datapath_drops_counted_at_a_por
     assert located["datagrams"]["port"] == 3 + 1 + 3
 
 
+def test_ovs_drops_of_a_port_overlap_the_kernels_the_larger_counts():
+    after = {**AFTER, "ovs_tx_dropped": {"s1-eth1": 30, "s1-eth2": 0}}
+    located = locate(diff(BEFORE, after), switch_port)
+    # s1-eth1: the kernel counted 3, ovs-vswitchd 30 (a refused send's whole batch): 30
+    assert located["detail"]["port"]["ports"] == {"s1-eth1": 30}
+    assert located["datagrams"]["port"] == 30 + 1
+
+
 def test_nothing_lost_reads_so_and_is_trusted():
     same = diff(BEFORE, BEFORE)
     located = locate(same, switch_port, lost_datagrams=0)

@@ -9,7 +9,9 @@ numbers, so nothing here reads the machine):
   is the host's send queue (the NIC), on a switch's port the switch's egress queue: in a
   lossless replay a queue that overflowed because its pause came too late;
 - `tx_dropped`, `rx_dropped`: the ports' own drop counters (/proc/net/dev; a veth counts as a tx
-  drop a packet its peer's input queue refused);
+  drop a packet its peer's input queue refused); `ovs_tx_dropped`, `ovs_rx_dropped`: the switch
+  ports' as ovs-vswitchd counts them (when a send is refused, the rest of its batch is dropped
+  too, which no queue counts);
 - `softnet`: the CPUs' input queues' drops; `datapath`: ovs-vswitchd's packet sockets' drops and
   the send errors it logged;
 - `udp`: each host's UDP counters (`<host> <counter>`): SndbufErrors (a send the host's own
@@ -67,6 +69,10 @@ def _nonzero(d: Mapping[str, float]) -> dict[str, int]:
     return {k: int(v) for k, v in sorted(d.items()) if v}
 
 
+def _larger(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, int]:
+    return _nonzero({d: max(a.get(d, 0), b.get(d, 0)) for d in {*a, *b}})
+
+
 def in_flight(lines: Iterable[Mapping[str, Any]], payload: int) -> dict[str, int]:
     """From the agents' lines: payload bytes handed to the kernel but never received, and as
     datagrams (each lane's last datagram may be short, so counted up), over every transfer whose
@@ -108,8 +114,10 @@ def locate(
     host_queue = _nonzero({d: v for d, v in qdisc.items() if not is_switch_port(d)})
     sndbuf = by_host("SndbufErrors")
     switch_queue = _nonzero({d: v for d, v in qdisc.items() if is_switch_port(d)})
-    tx = _nonzero(delta.get("tx_dropped", {}))
-    rx = delta.get("rx_dropped", {})
+    # the kernel's count of a port's drops and ovs-vswitchd's (which adds the packets of a batch
+    # it dropped after a refused send) overlap: the larger of the two per port
+    tx = _larger(delta.get("tx_dropped", {}), delta.get("ovs_tx_dropped", {}))
+    rx = _larger(delta.get("rx_dropped", {}), delta.get("ovs_rx_dropped", {}))
     rx_switch = _nonzero({d: v for d, v in rx.items() if is_switch_port(d)})
     rx_host = _nonzero({d: v for d, v in rx.items() if not is_switch_port(d)})
     softnet = int(sum(delta.get("softnet", {}).values()))

@@ -385,6 +385,10 @@ class CounterReader:
                     dev = sock.local.split(":", 1)[-1]
                     out["datapath"][f"{dev} socket drops"] = float(sock.drops)
             out["ovs_coverage"] = {k: float(v) for k, v in ovs_drop_counters().items()}
+            for name, stats in ovs_port_drops().items():
+                if name in self.ports:
+                    for k in ("tx_dropped", "rx_dropped"):
+                        out.setdefault(f"ovs_{k}", {})[name] = float(stats.get(k, 0))
             if not self.readings:
                 self.log_at = ovs.log_size()
                 out["datapath"]["send errors logged"] = 0.0
@@ -477,6 +481,25 @@ def ovs_drop_counters() -> dict[str, int]:
         if parts and "drop" in parts[0] and "total:" in parts:
             with contextlib.suppress(ValueError, IndexError):
                 found[parts[0]] = int(parts[parts.index("total:") + 1])
+    return found
+
+
+def ovs_port_drops() -> dict[str, dict[str, int]]:
+    """Each OVS interface's statistics as ovs-vswitchd counts them (`ovs-vsctl list Interface`):
+    its tx_dropped counts the packets of a batch it could not send (after a send the port's
+    queue refused, the rest of that batch goes too, which the queue never counted)."""
+    try:
+        out = subprocess.run(
+            ["ovs-vsctl", "--format=json", "--columns=name,statistics", "list", "Interface"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+        rows = json.loads(out)["data"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return {}
+    found = {}
+    for name, stats in rows:
+        if isinstance(stats, list) and stats[:1] == ["map"]:
+            found[str(name)] = {str(k): int(v) for k, v in stats[1]}
     return found
 
 
