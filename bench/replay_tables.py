@@ -364,9 +364,10 @@ def times(values: Sequence[float | None]) -> str:
 
 
 def mix_lost(rows: Sequence[dict[str, Any]], order: Sequence[str]) -> str:
-    """The answer's words on the §7.4 mixed replays' losses: on which fabrics, and where the
-    counters put the lost datagrams (rows from before replays counted them: incomplete
-    transfers only)."""
+    """The answer's words on the §7.4 mixed replays' losses: on which fabrics, where the
+    counters put most of the lost datagrams (each place with at least a twentieth), and how many
+    of the replays were trusted (rows from before replays counted them: incomplete transfers
+    only)."""
     counted = all(r.get("losses") is not None for r in rows)
     if counted:
         hit = [f for f in order if any(r["fabric"] == f and r["losses"]["lost_datagrams"]
@@ -375,26 +376,35 @@ def mix_lost(rows: Sequence[dict[str, Any]], order: Sequence[str]) -> str:
         hit = [f for f in order
                if any(r["fabric"] == f and c["incomplete"] for r in rows
                       for c in r["classes"].values())]  # fmt: skip
-    if not hit:
-        return ", no datagram lost" if counted else ""
-    names = " and ".join(LABEL[f] for f in hit)
-    page = "([the page](results/fine-scale.md))"
+    page = "[the page](results/fine-scale.md)"
     if not counted:
-        return f", with transfers lost on {names} {page}"
+        return (
+            f", with transfers lost on {' and '.join(LABEL[f] for f in hit)} ({page})"
+            if hit
+            else ""
+        )
+    ok = sum(1 for r in rows if (r.get("verdict") or {}).get("trusted"))
+    trust = f"{ok} of {len(rows)} replays trusted"
+    if not hit:
+        return f", no datagram lost, {trust} ({page})"
     sums: dict[str, int] = {}
+    sockets = 0
     for r in rows:
         if r["fabric"] in hit:
             for k, v in r["losses"]["datagrams"].items():
                 sums[k] = sums.get(k, 0) + v
             sums["unlocated"] = sums.get("unlocated", 0) + r["losses"].get("unlocated", 0)
-    total = sum(sums.values())
-    places = sorted((k for k, v in sums.items() if v), key=lambda k: -sums[k])
-    where = " and ".join(
-        f"{LOCATION_TEXT[k]} ({sums[k] / total:.0%})" if len(places) > 1 else LOCATION_TEXT[k]
-        for k in places
-    )
-    lost_at = f"lost at {where}" if places and places != ["unlocated"] else "where no counter saw"
-    return f", with datagrams {lost_at} on {names} {page}"
+            port = r["losses"]["detail"]["port"]
+            sockets += sum(v for k, v in port.items() if k.endswith("socket drops"))
+    total = sum(sums.values()) or 1
+    words = dict(LOCATION_TEXT)
+    if sums.get("port") and sockets == sums["port"]:
+        words["port"] = "the datapath's receive sockets (the emulator's loss)"
+    places = sorted((k for k, v in sums.items() if v / total >= 0.05), key=lambda k: -sums[k])
+    where = ", ".join(f"{sums[k] / total:.0%} at {words[k]}" for k in places)
+    where = where.replace("at no counter saw where", "where no counter saw")
+    names = " and ".join(LABEL[f] for f in hit)
+    return f", datagrams lost on {names}: {where}; {trust} ({page})"
 
 
 def fine_figures(folder: Path = DATA) -> dict[str, str]:
