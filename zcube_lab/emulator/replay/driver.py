@@ -322,10 +322,11 @@ def _incomplete(rec: Recording, lines: Sequence[dict[str, Any]]) -> int:
 
 class CounterReader:
     """The lab's loss counters and the machine's CPU, read at two marks (`mark`: agents ready,
-    agents done): every shaped port's qdisc drops and tx/rx drops (switch ports in the root
-    namespace, host ports in each host's), the CPUs' input-queue drops, each host's UDP
-    counters, ovs-vswitchd's packet sockets' drops and logged send errors, /proc/stat. A part
-    that cannot be read is named in `missing` (the verdict then says it was unchecked)."""
+    agents done): every shaped port's qdisc drops and backlog and its tx/rx drops (switch ports
+    in the root namespace, host ports in each host's), the CPUs' input-queue drops, each host's
+    UDP counters, ovs-vswitchd's packet sockets' drops, per-interface drops, drop coverage
+    counters and logged send errors, /proc/stat. A part that cannot be read is named in
+    `missing` (the verdict then says it was unchecked)."""
 
     def __init__(self, lab: Lab) -> None:
         from zcube_lab.core.fabric.linkplan import port_rates
