@@ -13,15 +13,19 @@ planes) and Clos at the 16-GPU structure-keeping sizes, at the finest frame this
 - `victim`: a 7-to-1 incast of 16 MB and, from the first incast sender to another host, a 64 MB
   victim transfer: its time beside the incast over its time alone.
 
-Every row records the resolution and XOFF it ran at. JSON to bench/results/replay/<test>.json.
+Every row records the resolution and XOFF it ran at, where its lost datagrams were counted and
+its verdict (`zcube_lab.core.replay.losses`); `--trials N` replays each row N times on the same lab
+(rows keep each trial as `repeat`; the tables show the median and [min-max]). JSON to
+bench/results/replay/<test>.json.
 
-    sudo .venv/bin/python -m bench.replay_draft pfc
+    sudo .venv/bin/python -m bench.replay_draft pfc --trials 3
     sudo .venv/bin/python -m bench.replay_draft mix victim --fabrics zcube,roft
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -86,6 +90,9 @@ def run_all(
                     "classes": res["classes"],
                     "pauses": res["pauses"],
                     "reaction_p99_us": res["pause_reaction_p99_us"],
+                    "losses": res.get("losses"),
+                    "cpu": res.get("cpu"),
+                    "verdict": res.get("verdict"),
                     "wall_s": round(time.monotonic() - w0, 2),
                 }
                 rows.append(row)
@@ -97,8 +104,15 @@ def run_all(
 
 def short(row: dict[str, Any]) -> dict[str, Any]:
     """A row's headline for the terminal."""
-    out = {k: v for k, v in row.items() if k not in ("classes", "resolution", "pauses")}
+    from zcube_lab.core.replay.losses import verdict_line, where_text
+
+    skip = ("classes", "resolution", "pauses", "losses", "verdict", "lab")
+    out = {k: v for k, v in row.items() if k not in skip}
     out["pauses"] = row["pauses"]["pause_frames"]
+    if row.get("losses"):
+        out["lost"] = where_text(row["losses"])
+    if row.get("verdict"):
+        out["verdict"] = verdict_line(row["verdict"])
     out["paused_us"] = row["pauses"]["pause_total_us"]
     for cls, c in row["classes"].items():
         out[f"{cls}_p99_us"] = None if c["fct_s"]["p99"] is None else round(c["fct_s"]["p99"] * 1e6)
@@ -131,13 +145,18 @@ def pfc(fabrics: dict[str, Fabric], frame_us: float, repeat: int) -> dict[str, A
     return out
 
 
-def mix(fabrics: dict[str, Fabric], frame_us: float, repeat: int) -> dict[str, Any]:
+LOADS = (0.5, 0.75)
+
+
+def mix(
+    fabrics: dict[str, Fabric], frame_us: float, repeat: int, loads: tuple[float, ...] = LOADS
+) -> dict[str, Any]:
     slowest = slowest_port_gbps(list(fabrics.values()))
     hosts = [h.name for h in next(iter(fabrics.values())).hosts]
     group, sources = hosts[:8], hosts[8:]
     xoff = chip_port_share_bytes("51.2t", slowest)
     out: dict[str, Any] = {"rows": [], "contention": []}
-    for load in (0.5, 0.75):
+    for load in loads:
         full = ep_kv_mix(hosts, group, sources, load, layers=20, seed=1)
         recs = [
             ({"kv_load": load, "replayed": "mixed"}, full),
@@ -184,15 +203,32 @@ def main() -> int:
     p.add_argument("tests", nargs="+", choices=("pfc", "mix", "victim"))
     p.add_argument("--fabrics", default=",".join(FABRICS))
     p.add_argument("--frame-us", type=float, default=2.0)
-    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument(
+        "--trials",
+        "--repeat",
+        dest="repeat",
+        type=int,
+        default=1,
+        help="replays of each row on the same lab; every trial is kept, the tables show the "
+        "median and [min-max]",
+    )
+    p.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS), help="mix's KV loads")
     args = p.parse_args()
+    if args.repeat < 1:
+        p.error("--trials: at least 1")
     fabrics = {name: build(name) for name in args.fabrics.split(",")}
     OUT.mkdir(parents=True, exist_ok=True)
+    loads = tuple(float(x) for x in args.loads.split(","))
     for test in args.tests:
-        fn = {"pfc": pfc, "mix": mix, "victim": victim_flow}[test]
+        fn = {
+            "pfc": pfc,
+            "mix": functools.partial(mix, loads=loads),
+            "victim": victim_flow,
+        }[test]
         result = {
             "test": test,
             "frame_us": args.frame_us,
+            "trials": args.repeat,
             **fn(fabrics, args.frame_us, args.repeat),
         }
         path = OUT / f"{test}.json"

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.generated import rewrite_blocks
+from zcube_lab.core.replay.losses import LOCATION_TEXT
 from zcube_lab.core.replay.timescale import LADDER_US, derive
+from zcube_lab.core.replay.trials import spread
+from zcube_lab.core.replay.trials import text as spread_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "results" / "replay"
@@ -43,6 +46,69 @@ def s_us(x: float | None) -> str:
 
 def ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
+
+
+def grouped(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[list[dict[str, Any]]]:
+    """The rows' trials (rows alike but for `repeat`) together, in the rows' order."""
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    return list(out.values())
+
+
+def med(values: Sequence[float | None], fmt: str = ",.0f", scale: float = 1.0) -> str:
+    """`median [min-max]` over trials (the value alone for one trial or when they agree)."""
+    return spread_text(spread(values), fmt, scale)
+
+
+def trusted(rows: Sequence[dict[str, Any]]) -> str:
+    """`k/N` trials trusted; `-` for rows from before replays judged themselves."""
+    vs = [r.get("verdict") for r in rows]
+    if any(v is None for v in vs):
+        return "-"
+    ok = f"{sum(1 for v in vs if v and v['trusted'])}/{len(vs)}"
+    why = sorted({why_not(v["reasons"][0]) for v in vs if v and not v["trusted"]})
+    return ok + (f" ({', '.join(why)})" if why else "")
+
+
+def why_not(reason: str) -> str:
+    """A first reason in a word or two, for a table cell."""
+    for start, short in (
+        ("the machine's CPUs", "CPU busy"),
+        ("CPU steal", "steal"),
+        ("lossless agent", "agent"),
+    ):
+        if reason.startswith(start):
+            return short
+    if "datagrams lost" in reason or "still queued" in reason:
+        return "lost"
+    if "incomplete" in reason:
+        return "incomplete"
+    return "unchecked" if "not read" in reason else reason
+
+
+SHORT_PLACE = {
+    "host_send_queue": "send queue",
+    "switch_queue": "switch queue",
+    "port": "port",
+    "receiver": "receiver",
+    "unlocated": "unlocated",
+}
+
+
+def lost(rows: Sequence[dict[str, Any]]) -> str:
+    """Datagrams lost per trial (median [min-max]) and where, each place's median; `-` for rows
+    from before replays counted them."""
+    ls = [r.get("losses") for r in rows]
+    if any(x is None for x in ls):
+        return "-"
+    total = med([x["lost_datagrams"] for x in ls])
+    places = []
+    for where, label in SHORT_PLACE.items():
+        vs = [(x["datagrams"].get(where) if where != "unlocated" else x["unlocated"]) for x in ls]
+        if any(vs):
+            places.append(f"{label} {med(vs)}")
+    return total + (f" ({', '.join(places)})" if places else "")
 
 
 def settings(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -144,48 +210,90 @@ def victim_table(folder: Path = DATA) -> list[str]:
 def mix_table(folder: Path = DATA) -> list[str]:
     data = load("mix", folder)
     rows = data["rows"]
+    n = data.get("trials", 1)
     out = [
         "| fabric | KV load | EP exchange p99 alone / beside KV (µs) | ratio | KV p99 alone / "
-        "beside EP (µs) | ratio | pauses (mixed) | incomplete (mixed) |",
-        "|---|---|---|---|---|---|---|---|",
+        "beside EP (µs) | ratio | pauses (mixed) | incomplete (mixed) | trusted (mixed) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in data["contention"]:
-        f, load_, rep = c["fabric"], c["kv_load"], c["repeat"]
+    cases = grouped(data["contention"], ("fabric", "kv_load"))
+    for cs in cases:
+        f, load_ = cs[0]["fabric"], cs[0]["kv_load"]
         of = {
-            r["replayed"]: r
-            for r in rows
-            if r["fabric"] == f and r["kv_load"] == load_ and r["repeat"] == rep
+            k: [
+                r for r in rows if r["fabric"] == f and r["kv_load"] == load_ and r["replayed"] == k
+            ]
+            for k in ("mixed", "ep", "kv")
         }
-        ep_alone = of["ep"]["classes"]["ep"]["exchange_s"]["p99"]
-        ep_mixed = of["mixed"]["classes"]["ep"]["exchange_s"]["p99"]
-        kv_alone = of["kv"]["classes"]["kv"]["fct_s"]["p99"]
-        kv_mixed = of["mixed"]["classes"]["kv"]["fct_s"]["p99"]
-        inc = sum(x["incomplete"] for x in of["mixed"]["classes"].values())
+
+        def p99(k: str, cls: str, key: str, of: dict[str, Any] = of) -> str:
+            return med([r["classes"][cls][key]["p99"] for r in of[k]], ",.0f", 1e6)
+
+        inc = [sum(x["incomplete"] for x in r["classes"].values()) for r in of["mixed"]]
         out.append(
-            f"| {LABEL.get(f, f)} | {load_:.0%} | {s_us(ep_alone)} / {s_us(ep_mixed)} | "
-            f"{ratio(c['ep'].get('exchange_p99_ratio'))} | {s_us(kv_alone)} / {s_us(kv_mixed)} | "
-            f"{ratio(c['kv'].get('fct_p99_ratio'))} | {of['mixed']['pauses']['pause_frames']:,} "
-            f"| {inc} |"
+            f"| {LABEL.get(f, f)} | {load_:.0%} | {p99('ep', 'ep', 'exchange_s')} / "
+            f"{p99('mixed', 'ep', 'exchange_s')} | "
+            f"{med([c['ep'].get('exchange_p99_ratio') for c in cs], '.2f')}x | "
+            f"{p99('kv', 'kv', 'fct_s')} / {p99('mixed', 'kv', 'fct_s')} | "
+            f"{med([c['kv'].get('fct_p99_ratio') for c in cs], '.2f')}x | "
+            f"{med([r['pauses']['pause_frames'] for r in of['mixed']])} | {med(inc)} | "
+            f"{trusted(of['mixed'])} |"
         )
+    out += ["", per_trials(n)]
     out += settings(rows)
+    return out
+
+
+def per_trials(n: int) -> str:
+    if n == 1:
+        return "One trial per row."
+    return f"Each figure: the median of {n} trials on the same lab, [min-max] when they differ."
+
+
+def mix_losses_table(folder: Path = DATA) -> list[str]:
+    """Where each §7.4 replay lost datagrams, its CPU and its verdict."""
+    data = load("mix", folder)
+    out = [
+        "| fabric | KV load | replayed | incomplete | datagrams lost (where) | host rx drops | "
+        "CPU busy | trusted | first reason (first untrusted trial) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rs in grouped(data["rows"], ("fabric", "kv_load", "replayed")):
+        r0 = rs[0]
+        if r0.get("losses") is None:
+            continue
+        reasons = [r["verdict"]["reasons"][0] for r in rs if not r["verdict"]["trusted"]]
+        out.append(
+            f"| {LABEL.get(r0['fabric'], r0['fabric'])} | {r0['kv_load']:.0%} | "
+            f"{r0['replayed']} | "
+            f"{med([sum(x['incomplete'] for x in r['classes'].values()) for r in rs])} | "
+            f"{lost(rs)} | {med([r['losses']['host_rx_dropped'] for r in rs])} | "
+            f"{med([r['cpu']['busy'] for r in rs], '.0%')} | {trusted(rs)} | "
+            f"{reasons[0] if reasons else '-'} |"
+        )
     return out
 
 
 def pfc_table(folder: Path = DATA) -> list[str]:
     data = load("pfc", folder)
+    n = data.get("trials", 1)
     out = [
         "| fabric | XOFF (real B) | N_burst | within (µs) | pauses | paused, all ports (µs) | "
-        "KV completion p50 / max (µs) | incomplete |",
-        "|---|---|---|---|---|---|---|---|",
+        "KV completion p50 / max (µs) | incomplete | datagrams lost (where) | trusted |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in data["rows"]:
-        kv = r["classes"]["kv"]
+    for rs in grouped(data["rows"], ("fabric", "xoff_bytes", "n_burst", "within_us")):
+        r = rs[0]
+        kv = [x["classes"]["kv"] for x in rs]
         out.append(
             f"| {LABEL.get(r['fabric'], r['fabric'])} | {r['xoff_bytes']:,.0f} | {r['n_burst']} | "
-            f"{r['within_us']:g} | {r['pauses']['pause_frames']:,} | "
-            f"{us(r['pauses']['pause_total_us'])} | {s_us(kv['fct_s']['p50'])} / "
-            f"{s_us(kv['fct_s']['max'])} | {kv['incomplete']} |"
+            f"{r['within_us']:g} | {med([x['pauses']['pause_frames'] for x in rs])} | "
+            f"{med([x['pauses']['pause_total_us'] for x in rs])} | "
+            f"{med([k['fct_s']['p50'] for k in kv], ',.0f', 1e6)} / "
+            f"{med([k['fct_s']['max'] for k in kv], ',.0f', 1e6)} | "
+            f"{med([k['incomplete'] for k in kv])} | {lost(rs)} | {trusted(rs)} |"
         )
+    out += ["", per_trials(n)]
     out += settings(data["rows"])
     for ref in data.get("refused", []):
         out += [
@@ -226,6 +334,7 @@ def table(name: str, folder: Path = DATA) -> list[str]:
     tables = {
         "victim": victim_table,
         "mix": mix_table,
+        "mix-losses": mix_losses_table,
         "pfc": pfc_table,
         "production": production_table,
     }
@@ -243,6 +352,59 @@ def span_text(values: Sequence[float], fmt: str) -> str:
     """`a-b` of the values' range in `fmt` (one value when they agree in that format)."""
     lo, hi = format(min(values), fmt), format(max(values), fmt)
     return lo if lo == hi else f"{lo}-{hi}"
+
+
+def times(values: Sequence[float | None]) -> str:
+    """A ratio over trials: `2.9x`, or `2.9x [2.5-3.1]` when the trials differ."""
+    sp = spread(values)
+    if sp["median"] is None:
+        return "-"
+    m, lo, hi = (f"{sp[k]:.1f}" for k in ("median", "min", "max"))
+    return f"{m}x" if lo == hi else f"{m}x [{lo}-{hi}]"
+
+
+def mix_lost(rows: Sequence[dict[str, Any]], order: Sequence[str]) -> str:
+    """The answer's words on the §7.4 mixed replays' losses: on which fabrics, where the
+    counters put most of the lost datagrams (each place with at least a twentieth), and how many
+    of the replays were trusted (rows from before replays counted them: incomplete transfers
+    only)."""
+    counted = all(r.get("losses") is not None for r in rows)
+    if counted:
+        hit = [f for f in order if any(r["fabric"] == f and r["losses"]["lost_datagrams"]
+                                       for r in rows)]  # fmt: skip
+    else:
+        hit = [f for f in order
+               if any(r["fabric"] == f and c["incomplete"] for r in rows
+                      for c in r["classes"].values())]  # fmt: skip
+    page = "[the page](results/fine-scale.md)"
+    if not counted:
+        return (
+            f", with transfers lost on {' and '.join(LABEL[f] for f in hit)} ({page})"
+            if hit
+            else ""
+        )
+    ok = sum(1 for r in rows if (r.get("verdict") or {}).get("trusted"))
+    trust = f"{ok} of {len(rows)} replays trusted"
+    if not hit:
+        return f", no datagram lost, {trust} ({page})"
+    sums: dict[str, int] = {}
+    sockets = 0
+    for r in rows:
+        if r["fabric"] in hit:
+            for k, v in r["losses"]["datagrams"].items():
+                sums[k] = sums.get(k, 0) + v
+            sums["unlocated"] = sums.get("unlocated", 0) + r["losses"].get("unlocated", 0)
+            port = r["losses"]["detail"]["port"]
+            sockets += sum(v for k, v in port.items() if k.endswith("socket drops"))
+    total = sum(sums.values()) or 1
+    words = dict(LOCATION_TEXT)
+    if sums.get("port") and sockets == sums["port"]:
+        words["port"] = "the datapath's receive sockets (the emulator's loss)"
+    places = sorted((k for k, v in sums.items() if v / total >= 0.05), key=lambda k: -sums[k])
+    where = ", ".join(f"{sums[k] / total:.0%} at {words[k]}" for k in places)
+    where = where.replace("at no counter saw where", "where no counter saw")
+    names = " and ".join(LABEL[f] for f in hit)
+    return f", datagrams lost on {names}: {where}; {trust} ({page})"
 
 
 def fine_figures(folder: Path = DATA) -> dict[str, str]:
@@ -267,25 +429,16 @@ def fine_figures(folder: Path = DATA) -> dict[str, str]:
         "alike on every fabric" if max(keeps) - min(keeps) <= 0.05 else "differing by fabric"
     )
     low = min(c["kv_load"] for c in mix["contention"])
-    by = {c["fabric"]: c for c in mix["contention"] if c["kv_load"] == low}
+    by = {
+        f: [c for c in mix["contention"] if c["fabric"] == f and c["kv_load"] == low] for f in order
+    }
+    by = {f: cs for f, cs in by.items() if cs}
     out["mix_load"] = f"{low:.0%}"
     out["mix_fabrics"] = " / ".join(LABEL[f] for f in order if f in by)
-    lost = [
-        LABEL[f]
-        for f in order
-        if any(
-            r["fabric"] == f and r["kv_load"] == low and c["incomplete"]
-            for r in mix["rows"]
-            for c in r["classes"].values()
-        )
-    ]
-    out["mix_lost"] = (
-        f", with transfers lost on {' and '.join(lost)} ([the page](results/fine-scale.md))"
-        if lost
-        else ""
-    )
+    mixed_low = [r for r in mix["rows"] if r["kv_load"] == low and r["replayed"] == "mixed"]
+    out["mix_lost"] = mix_lost(mixed_low, order)
     out["mix_ep"] = " / ".join(
-        f"{by[f]['ep']['exchange_p99_ratio']:.1f}x" for f in order if f in by
+        times([c["ep"].get("exchange_p99_ratio") for c in by[f]]) for f in order if f in by
     )
     p = prod["fabrics"]
     a, b = next(iter(p.values()))["mixed"]["recording"]["window_s"]

@@ -50,6 +50,10 @@ def test_an_incast_completes_near_line_rate_and_pauses_only_when_xoff_is_small(
     assert ideal * 0.95 <= last <= ideal * 2.0, (last, ideal)
     assert small["pauses"]["pause_frames"] > 0, small["pauses"]
     assert small["resolution"]["frame_us"] == 7.0 and small["xoff"]["frames"] == 5
+    # it judged itself: a lossless incast loses nothing anywhere, and the CPU was read
+    losses = small["losses"]
+    assert losses["lost_datagrams"] == 0 and not any(losses["datagrams"].values()), losses
+    assert small["cpu"]["busy"] is not None and "trusted" in small["verdict"]
     # XOFF above the whole burst (64 MB): no queue can reach it, so nothing pauses
     big = run_incast(tmp_path / "big", xoff_bytes=80e6)
     assert big["classes"]["kv"]["incomplete"] == 0

@@ -38,3 +38,37 @@ def test_a_rung_that_could_not_hold_the_threshold_says_so():
     rows = table(ladder[0])
     raised = [r for r in rows if "| 720 |" in r]
     assert raised and all("raised to 2 frames" in r for r in raised)
+
+
+def _mixed(fabric: str, port: dict, switch: int, unlocated: int, trusted: bool) -> dict:
+    lost = sum(port.values()) + switch + unlocated
+    return {
+        "fabric": fabric,
+        "losses": {
+            "lost_datagrams": lost,
+            "datagrams": {"host_send_queue": 0, "switch_queue": switch,
+                          "port": sum(port.values()), "receiver": 0},
+            "unlocated": unlocated,
+            "detail": {"port": {"ports": {}, "softnet": 0, **port}},
+        },
+        "verdict": {"trusted": trusted, "reasons": [] if trusted else ["x"]},
+        "classes": {},
+    }  # fmt: skip
+
+
+def test_the_answer_says_where_the_mixed_replays_lost_datagrams_and_how_many_were_trusted():
+    from bench.replay_tables import mix_lost
+
+    order = ("zcube", "roft", "clos")
+    rows = [
+        _mixed("zcube", {}, 0, 0, True),
+        _mixed("roft", {"leaf4-eth1 socket drops": 90}, 2, 8, False),
+    ]
+    text = mix_lost(rows, order)
+    assert text.startswith(", datagrams lost on ROFT: 90% at the datapath's receive sockets")
+    assert "8% where no counter saw" in text and "a switch queue" not in text  # 2% left out
+    assert "1 of 2 replays trusted" in text
+    # a port drop that is not a socket's is named as a port
+    rows[1] = _mixed("roft", {"leaf4-eth1 socket drops": 50, "send errors logged": 50}, 0, 0, False)
+    assert "100% at a port or the datapath" in mix_lost(rows, order)
+    assert mix_lost(rows[:1], order).startswith(", no datagram lost, 1 of 1 replays trusted")

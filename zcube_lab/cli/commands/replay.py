@@ -134,8 +134,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any) -> int:
+    from zcube_lab.core.replay import trials as tr
     from zcube_lab.core.replay.figures import contention
-    from zcube_lab.emulator.replay.driver import replay, slowest_port_gbps
+    from zcube_lab.emulator.replay.driver import lab_for, replay, slowest_port_gbps
 
     slowest = slowest_port_gbps(fabrics)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -146,21 +147,54 @@ def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any)
         f"({slowest:g} Gb/s), byte scale {res['bandwidth_scale']:g}, MTU {ts.mtu}, "
         f"k={ts.dilation:g} ({ts.dilation:g} wall s per modelled s); XOFF {threshold.source}"
     )
-    results: dict[str, Any] = {"resolution": res, "xoff": threshold.source, "fabrics": {}}
+    results: dict[str, Any] = {
+        "resolution": res,
+        "xoff": threshold.source,
+        "trials": cfg.trials,
+        "fabrics": {},
+    }
     classes = sorted({t.cls for t in rec.transfers})
+    isolate = cfg.isolate and len(classes) > 1
     for fabric in fabrics:
         name = fabric.kind
-        mixed = replay(rec, fabric, ts, threshold, out / name)
-        entry: dict[str, Any] = {"mixed": mixed}
-        if cfg.isolate and len(classes) > 1:
-            iso: dict[str, Any] = {}
-            for cls in classes:
-                alone = replay(rec.of_class([cls]), fabric, ts, threshold, out / f"{name}-{cls}")
-                iso[cls] = alone["classes"][cls]
-            entry["isolated"] = iso
-            entry["contention"] = contention(iso, mixed["classes"])
-        results["fabrics"][name] = entry
-        _print(name, entry)
+        (out / name).mkdir(parents=True, exist_ok=True)
+        lab = lab_for(fabric, ts, threshold, out / name)
+        print(f"bringing up {name} at a {res['frame_us']:g} µs frame, k={ts.dilation:g}")
+        lab.start()
+        runs: list[dict[str, Any]] = []
+        try:
+            for i in range(cfg.trials):
+                sub = f"-t{i + 1}" if cfg.trials > 1 else ""
+                mixed = replay(rec, fabric, ts, threshold, out / f"{name}{sub}", lab=lab)
+                entry: dict[str, Any] = {"mixed": mixed}
+                if isolate:
+                    iso: dict[str, Any] = {}
+                    for cls in classes:
+                        alone = replay(
+                            rec.of_class([cls]), fabric, ts, threshold,
+                            out / f"{name}-{cls}{sub}", lab=lab,
+                        )  # fmt: skip
+                        iso[cls] = alone["classes"][cls]
+                        entry.setdefault("isolated_verdicts", {})[cls] = alone.get("verdict")
+                    entry["isolated"] = iso
+                    entry["contention"] = contention(iso, mixed["classes"])
+                runs.append(entry)
+                head = name if cfg.trials == 1 else f"{name}, trial {i + 1} of {cfg.trials}"
+                _print(head, entry)
+        finally:
+            lab.stop()
+        if cfg.trials == 1:
+            results["fabrics"][name] = runs[0]
+        else:
+            spread = {
+                "mixed": tr.aggregate([r["mixed"] for r in runs]),
+                "contention": tr.contention_spread([r.get("contention", {}) for r in runs]),
+                "trusted_trials": sum(
+                    1 for r in runs if (r["mixed"].get("verdict") or {}).get("trusted")
+                ),
+            }
+            results["fabrics"][name] = {"trials": runs, "spread": spread}
+            _print_spread(name, spread, cfg.trials)
     (out / "replay.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"written: {out / 'replay.json'}")
     return 0
@@ -171,6 +205,8 @@ def _us(x: float | None) -> str:
 
 
 def _print(name: str, entry: dict[str, Any]) -> None:
+    from zcube_lab.core.replay.losses import verdict_line, where_text
+
     mixed = entry["mixed"]
     p = mixed["pauses"]
     print(
@@ -196,3 +232,34 @@ def _print(name: str, entry: dict[str, Any]) -> None:
                 f"{k.split('_')[0]} {v:.2f}x" for k, v in ratio.items() if k.endswith("ratio")
             )
         print(line)
+    if "losses" in mixed:
+        print(f"  lost: {where_text(mixed['losses'])}")
+        cpu = mixed["cpu"]
+        if cpu.get("busy") is not None:
+            print(f"  CPU: {cpu['busy']:.0%} busy, {cpu['steal']:.1%} steal")
+    if "verdict" in mixed:
+        print(f"  {verdict_line(mixed['verdict'])}")
+    for cls, v in (entry.get("isolated_verdicts") or {}).items():
+        if v is not None:
+            print(f"  {cls} alone: {verdict_line(v)}")
+
+
+def _print_spread(name: str, spread: dict[str, Any], n: int) -> None:
+    """Each headline figure as `median [min-max]` over the trials."""
+    from zcube_lab.core.replay.trials import text
+
+    m = spread["mixed"]
+    print(f"{name} over {n} trials (median [min-max]):")
+    for key, s in m.items():
+        if key.endswith("_s"):
+            print(f"  {key.removesuffix('_s')}: {text(s, ',.1f', 1e6)} µs")
+        elif key == "trusted":
+            print(f"  trusted: {spread['trusted_trials']} of {n}")
+        elif key.startswith("cpu."):
+            print(f"  {key}: {text(s, '.0%')}")
+        else:
+            print(f"  {key}: {text(s, ',.0f')}")
+    for cls, ratios in spread["contention"].items():
+        for k, s in ratios.items():
+            if k.endswith("ratio"):
+                print(f"  {cls} contended/isolated {k.split('_')[0]} p99: {text(s, '.2f')}x")

@@ -50,6 +50,11 @@ class ReplayConfig:
         help="also replay each class alone, and report the contended / isolated p99 per class "
         "(the draft's §7.4)",
     )
+    trials: int = option(
+        1,
+        help="replay each N times on the same lab (mixed and, with --isolate, each class "
+        "alone); the figures as the median and [min-max] of the trials, every trial kept",
+    )
     xoff_bytes: float | None = option(
         None,
         type=float,
@@ -78,6 +83,8 @@ class ReplayConfig:
             raise ConfigError("busiest", self.busiest, "a positive number of seconds")
         if self.ep_split < 1:
             raise ConfigError("ep_split", self.ep_split, "a whole number >= 1")
+        if self.trials < 1:
+            raise ConfigError("trials", self.trials, "a whole number >= 1")
         if self.incast is not None and self.incast < 1:
             raise ConfigError("incast", self.incast, "at least 1 sender")
         if self.window:

@@ -21,8 +21,10 @@ PLAN.json: `{"host", "dilation", "mtu", "port", "listen": [addresses], "deadline
 "out": [{"id", "start_s", "bytes", "after", "gap_s", "lanes": [[src, dst], ...]}],
 "expect": {"<id>": bytes}}` with lab bytes. The agent binds its receivers, prints "ready", reads
 one line `go T0` (the wall-clock origin on the shared monotonic clock, the same in every
-namespace), runs, and writes one JSON line per transfer it sent (`{"id", "sent_s"}`: when it
-started, modelled seconds from T0) and per transfer it received (`{"id", "arrived_s",
+namespace), runs, and writes one JSON line per transfer it sent (`{"id", "sent_s", "sent_bytes"}`:
+when it started, modelled seconds from T0, and the payload bytes its lanes handed to the kernel:
+what the fabric was given, so that sent minus received is what was lost on the way) and per
+transfer it received (`{"id", "arrived_s",
 "first_s", "bytes"}`), then prints "done".
 """
 
@@ -90,6 +92,8 @@ class Agent:
         self.first: dict[int, float] = {}
         self.arrived: dict[int, float] = {}
         self.sent: dict[int, float] = {}
+        self.sent_bytes: dict[int, int] = {}  # payload bytes the kernel took, per transfer
+        self.sent_lock = threading.Lock()
         self.t0 = 0.0
         self.cond = threading.Condition()
         self.socks = []
@@ -161,6 +165,7 @@ class Agent:
             s.bind((src, 0))
         seq = 0
         body = bytes(self.payload)
+        given = 0
         try:
             while nbytes > 0 and not self.stop.is_set():
                 n = min(self.payload, nbytes)
@@ -171,9 +176,12 @@ class Agent:
                     time.sleep(0.0002)
                     continue
                 nbytes -= n
+                given += n
                 seq += 1
         finally:
             s.close()
+            with self.sent_lock:
+                self.sent_bytes[tid] = self.sent_bytes.get(tid, 0) + given
 
     def run(self, t0: float, out: Path) -> None:
         self.t0 = t0
@@ -204,7 +212,10 @@ class Agent:
         for th in self.senders:
             th.join(timeout=1.0)
         rx.join(timeout=1.0)
-        lines = [json.dumps({"id": i, "sent_s": s}) for i, s in sorted(self.sent.items())]
+        lines = [
+            json.dumps({"id": i, "sent_s": s, "sent_bytes": self.sent_bytes.get(i, 0)})
+            for i, s in sorted(self.sent.items())
+        ]
         after = udp_errors()
         lost = {k: after[k] - errors_before.get(k, 0) for k in after}
         lines.append(json.dumps({"host": self.plan["host"], "udp_errors": lost}))

@@ -186,9 +186,11 @@ def replay(
     procs: list[subprocess.Popen[str]] = []
     try:
         before = _pauses(lab)
-        lines = _run_agents(lab, plans, run_dir, procs, ts, progress)
+        counters = CounterReader(lab)
+        lines = _run_agents(lab, plans, run_dir, procs, ts, progress, mark=counters.mark)
         after = _pauses(lab)
-        return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir)
+        judged = counters.judge(lines, ts.mtu, _incomplete(rec, lines))
+        return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir, judged)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -212,7 +214,10 @@ def _run_agents(
     procs: list[subprocess.Popen[str]],
     ts: TimeScale,
     progress: Callable[[str], None],
+    mark: Callable[[], None] = lambda: None,
 ) -> list[dict[str, Any]]:
+    """Start every agent, `mark()` once all are ready (just before they go) and once all are
+    done, and return their lines."""
     from zcube_lab.emulator.probes.hostprobe import ProbeOutput
 
     assert lab.net is not None
@@ -235,6 +240,7 @@ def _run_agents(
         outs[host] = (ProbeOutput(proc, host), of)
     for out, _ in outs.values():
         out.until("ready", 30)
+    mark()
     t0 = time.monotonic() + START_DELAY_WALL_S
     for out, _ in outs.values():
         assert out.proc.stdin is not None
@@ -245,9 +251,11 @@ def _run_agents(
     progress(f"replaying {sum(len(p['out']) for p in plans.values())} transfers over "
              f"{len(plans)} hosts (up to {wall:.0f} wall s)")  # fmt: skip
     lines: list[dict[str, Any]] = []
-    for out, of in outs.values():
+    for out, _of in outs.values():
         left = max(1.0, t0 + wall - time.monotonic()) + 10.0
         out.until("done", left)
+    mark()
+    for _out, of in outs.values():
         lines.extend(json.loads(ln) for ln in of.read_text().splitlines() if ln.strip())
     return lines
 
@@ -262,6 +270,7 @@ def _figures(
     after: dict[str, dict[str, float]],
     lab: Lab,
     run_dir: Path,
+    judged: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     sent, got = figures.outcomes(lines)
     delta = {
@@ -296,9 +305,203 @@ def _figures(
         "pause_reaction_p99_us": None
         if report is None or report.reaction_p99_s is None
         else round(ts.clock.modelled(report.reaction_p99_s) * 1e6, 2),
+        **(judged or {}),
     }
     (run_dir / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _incomplete(rec: Recording, lines: Sequence[dict[str, Any]]) -> int:
+    sent, got = figures.outcomes(lines)
+    return sum(
+        1
+        for t in rec.transfers
+        if t.id not in sent or (got.get(t.id) or {}).get("arrived_s") is None
+    )
+
+
+class CounterReader:
+    """The lab's loss counters and the machine's CPU, read at two marks (`mark`: agents ready,
+    agents done): every shaped port's qdisc drops and backlog and its tx/rx drops (switch ports
+    in the root namespace, host ports in each host's), the CPUs' input-queue drops, each host's
+    UDP counters, ovs-vswitchd's packet sockets' drops, per-interface drops, drop coverage
+    counters and logged send errors, /proc/stat. A part that cannot be read is named in
+    `missing` (the verdict then says it was unchecked)."""
+
+    def __init__(self, lab: Lab) -> None:
+        from zcube_lab.core.fabric.linkplan import port_rates
+
+        self.lab = lab
+        self.ports = set(port_rates(lab.fabric, lab.options.scale))
+        self.switches = {n for n in self._nodes() if lab.fabric.is_switch(n)}
+        self.readings: list[dict[str, dict[str, float]]] = []
+        self.missing: set[str] = set()
+        self.log_at = 0
+        self.agent_errors = 0
+
+    def _nodes(self) -> set[str]:
+        return {p.rsplit("-eth", 1)[0] for p in self.ports}
+
+    def is_switch_port(self, dev: str) -> bool:
+        return dev.rsplit("-eth", 1)[0] in self.switches
+
+    def mark(self) -> None:
+        if not self.readings:
+            report = self.lab.lossless_report()  # refreshed just before (`_pauses`)
+            self.agent_errors = report.errors if report is not None else 0
+        self.readings.append(self.read())
+
+    def read(self) -> dict[str, dict[str, float]]:
+        from zcube_lab.emulator.lab import ovs
+        from zcube_lab.emulator.verdict.netstats import parse_proc_table, parse_softnet
+
+        out: dict[str, dict[str, float]] = {
+            "qdisc_drops": {}, "tx_dropped": {}, "rx_dropped": {}, "udp": {}, "datapath": {},
+        }  # fmt: skip
+        if self.readings:  # the CPU's window closes before this reading's own work ...
+            self._cpu(out)
+        self._ports(out, [], Path("/proc/net/dev"), "switch ports")
+        try:
+            out["softnet"] = {
+                k: float(v)
+                for k, v in parse_softnet(Path("/proc/net/softnet_stat").read_text()).items()
+            }
+        except (OSError, ValueError):
+            self.missing.add("the CPUs' input queues (/proc/net/softnet_stat)")
+        assert self.lab.net is not None
+        for h in self.lab.fabric.hosts:
+            pid = self.lab.net.get(h.name).pid
+            ns = ["nsenter", f"--net=/proc/{pid}/ns/net"]
+            self._ports(out, ns, Path(f"/proc/{pid}/net/dev"), f"{h.name}'s ports")
+            try:
+                udp = parse_proc_table(Path(f"/proc/{pid}/net/snmp").read_text()).get("Udp", {})
+            except (OSError, ValueError):
+                self.missing.add(f"{h.name}'s UDP counters")
+                continue
+            for k in ("InErrors", "RcvbufErrors", "SndbufErrors"):
+                out["udp"][f"{h.name} {k}"] = float(udp.get(k, 0))
+        if self.lab.datapath == "user":
+            for sock in ovs.packet_sockets():
+                if not sock.is_send_socket:
+                    dev = sock.local.split(":", 1)[-1]
+                    out["datapath"][f"{dev} socket drops"] = float(sock.drops)
+            out["ovs_coverage"] = {k: float(v) for k, v in ovs_drop_counters().items()}
+            for name, stats in ovs_port_drops().items():
+                if name in self.ports:
+                    for k in ("tx_dropped", "rx_dropped"):
+                        out.setdefault(f"ovs_{k}", {})[name] = float(stats.get(k, 0))
+            if not self.readings:
+                self.log_at = ovs.log_size()
+                out["datapath"]["send errors logged"] = 0.0
+            else:
+                out["datapath"]["send errors logged"] = float(
+                    len(ovs.send_errors_since(self.log_at))
+                )
+        if not self.readings:  # ... and opens after it
+            self._cpu(out)
+        return out
+
+    def _cpu(self, out: dict[str, dict[str, float]]) -> None:
+        from zcube_lab.emulator.verdict.cpustats import parse_proc_stat
+
+        try:
+            cpu = parse_proc_stat(Path("/proc/stat").read_text())["cpu"]
+            out["cpu"] = {"total": cpu.total, "busy": cpu.busy, "steal": cpu.steal}
+        except (OSError, ValueError):
+            self.missing.add("CPU times (/proc/stat)")
+
+    def _ports(self, out: dict[str, dict[str, float]], ns: list[str], dev: Path, what: str) -> None:
+        from zcube_lab.emulator.verdict.netstats import parse_net_dev, parse_qdiscs, root_qdiscs
+
+        try:
+            text = subprocess.run(
+                [*ns, "tc", "-s", "-j", "qdisc", "show"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout  # fmt: skip
+            for name, q in root_qdiscs(parse_qdiscs(text)).items():
+                if name in self.ports:
+                    out["qdisc_drops"][name] = float(q.drops)
+                    out.setdefault("backlog", {})[name] = float(q.backlog_packets)
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+            self.missing.add(f"{what}' queues (tc)")
+        try:
+            for name, c in parse_net_dev(dev.read_text()).items():
+                if name in self.ports:
+                    out["tx_dropped"][name] = float(c.tx_dropped)
+                    out["rx_dropped"][name] = float(c.rx_dropped)
+        except (OSError, ValueError):
+            self.missing.add(f"{what}' counters ({dev})")
+
+    def judge(self, lines: Sequence[dict[str, Any]], mtu: int, incomplete: int) -> dict[str, Any]:
+        """`losses` (where the datagrams went), `cpu` (busy and steal shares between the two
+        marks) and `verdict` (trusted, reasons) for the replay's result."""
+        from zcube_lab.core.replay import losses
+        from zcube_lab.emulator.replay.agent import HEADER, IP_UDP_BYTES
+        from zcube_lab.emulator.verdict.limits import Limits
+
+        if len(self.readings) < 2:
+            return {}
+        delta = losses.diff(self.readings[0], self.readings[-1])
+        flight = losses.in_flight(lines, mtu - IP_UDP_BYTES - HEADER.size)
+        located = losses.locate(
+            delta, self.is_switch_port, flight["datagrams"], end=self.readings[-1]
+        )
+        located["lost_bytes"] = flight["bytes"]
+        located["unsent_bytes"] = flight["unsent_bytes"]
+        cpu = losses.cpu_shares(delta)
+        report = self.lab.lossless_report()  # refreshed just before (`_pauses`)
+        lossless = None
+        if report is not None:
+            errors = max(0, report.errors - self.agent_errors)
+            lossless = {"alive": self.lab.lossless_alive(), "errors": errors}
+        limits = Limits()
+        v = losses.verdict(
+            located,
+            cpu,
+            incomplete=incomplete,
+            lossless=lossless,
+            missing=sorted(self.missing),
+            steal_limit=limits.steal_mean,
+            busy_limit=limits.machine_cpu,
+        )
+        return {"losses": located, "cpu": cpu, "verdict": v}
+
+
+def ovs_drop_counters() -> dict[str, int]:
+    """ovs-vswitchd's coverage counters whose name says drop (`ovs-appctl coverage/show`
+    lists those counted so far, with their totals); empty when it does not answer."""
+    try:
+        out = subprocess.run(
+            ["ovs-appctl", "coverage/show"], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if parts and "drop" in parts[0] and "total:" in parts:
+            with contextlib.suppress(ValueError, IndexError):
+                found[parts[0]] = int(parts[parts.index("total:") + 1])
+    return found
+
+
+def ovs_port_drops() -> dict[str, dict[str, int]]:
+    """Each OVS interface's statistics as ovs-vswitchd counts them (`ovs-vsctl list Interface`):
+    its tx_dropped counts the packets of a batch it could not send (after a send the port's
+    queue refused, the rest of that batch goes too, which the queue never counted)."""
+    try:
+        out = subprocess.run(
+            ["ovs-vsctl", "--format=json", "--columns=name,statistics", "list", "Interface"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+        rows = json.loads(out)["data"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return {}
+    found = {}
+    for name, stats in rows:
+        if isinstance(stats, list) and stats[:1] == ["map"]:
+            found[str(name)] = {str(k): int(v) for k, v in stats[1]}
+    return found
 
 
 def thresholds_for(chip: str | None, xoff_bytes: float | None, port_gbps: float) -> Threshold:
