@@ -154,6 +154,9 @@ def main() -> int:
                         "busy_cores": round((b1 - b0) / (t1 - t0) * 2, 2) if t1 > t0 else None,
                         **figs,
                         "incomplete": sum(r["incomplete"] for r in res["classes"].values()),
+                        # where lost datagrams were counted, and the replay's own verdict
+                        "losses": res.get("losses"),
+                        "verdict": res.get("verdict"),
                     }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
