@@ -88,6 +88,18 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
             "8.2: HOL_delay is a 1 MB other-class flow's worst delay beyond its time alone, "
             "one per burst between hosts the burst leaves free (none when N_burst > hosts - 3)"
         )
+    if "5.1" in {t.section for t in tests}:
+        notes.append(
+            "5.1: a QP is one of the pair's parallel transfers (each already spread over every "
+            "NIC port of its hosts); KV_xfer_bandwidth is every byte over first start to last "
+            "arrival"
+        )
+    if "5.2" in {t.section for t in tests}:
+        notes.append(
+            "5.2: the background is every other host pair (host i to host i + half) at the "
+            f"level of its NIC in {bplan.BG_BYTES:,.0f} B messages; a trial whose background "
+            f"carried under {report.LOAD_REACHED:.0%} of that is out of reach"
+        )
     return RunPlan(tests, fabrics, hosts, ts, cases, refused, est, share, notes)
 
 
