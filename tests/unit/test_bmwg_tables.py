@@ -17,7 +17,8 @@ def test_the_page_is_the_generator_s_output_from_the_committed_json():
 def test_the_committed_runs_cover_pfc_and_ep_kv_on_three_fabrics():
     sections = {s for d in bt.load() for s in d["sections"]}
     fabrics = {f for d in bt.load() for f in d["fabrics"]}
-    assert {"8.2", "7.4"} <= sections and {"zcube", "roft", "clos"} <= fabrics
+    assert {"8.2", "7.4", "5.1", "5.2", "5.3"} <= sections
+    assert {"zcube", "roft", "clos"} <= fabrics
 
 
 def _doc(zcube, roft):
@@ -53,3 +54,31 @@ def test_the_page_lists_every_not_representable_test_with_its_reason():
     for t in TESTS:
         if t.status == NOT:
             assert f"| {t.section} | {t.name} | {t.reason} |" in page
+
+
+def test_an_older_run_s_1e_plus_06_label_prints_as_the_new_runs_write_it():
+    doc = _doc((100, 101, 99), (200, 202, 198))
+    for c in [*doc["summary"], *doc["comparison"]]:
+        c["case"] = "n_burst=4, xoff_bytes=1e+06"
+    text = "\n".join(bt.answer([doc]) + bt.result_rows([doc]))
+    assert "xoff_bytes=1000000" in text and "1e+06" not in text
+
+
+def test_5_1_has_a_throughput_table_per_qp_count_by_message_size():
+    rows = [
+        {"section": "5.1", "case": f"size_bytes={size:g}, qps={q}",
+         "params": {"size_bytes": size, "qps": q}, "fabric": fab, "trial": i,
+         "figures": {"KV_xfer_bandwidth_GBps": bw + i, "incomplete": 0}}
+        for fab in ("zcube", "roft") for q, size, bw in ((1, 64e3, 10.0), (1, 16e6, 40.0),
+                                                        (8, 64e3, 20.0))
+        for i in range(2)
+    ]  # fmt: skip
+    summary = summarize(rows)
+    doc = {"sections": ["5.1"], "fabrics": ["zcube", "roft"], "summary": summary}
+    text = "\n".join(bt.qp_tables(doc))
+    assert "§5.1 throughput against message size, 1 QP " in text
+    assert "§5.1 throughput against message size, 8 QPs " in text
+    # 64 KB at S = 33.3 is 1,920 lab bytes; two trials 10 and 11: mean 10.5 ± 6.35
+    assert "| 64 KB | 1,920 B | 10.5 ± 6.35 | 10.5 ± 6.35 |" in text
+    assert "| 16 MB | 480,000 B | 40.5 ± 6.35 | 40.5 ± 6.35 |" in text
+    assert "| 64 KB | 1,920 B | 20.5 ± 6.35 | 20.5 ± 6.35 |" in text

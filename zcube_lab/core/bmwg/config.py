@@ -57,6 +57,18 @@ class BmwgConfig:
         "", metavar="N,...", help="5.3: concurrent pairs (default: the draft's 1-128, capped "
         "to half the hosts)"
     )  # fmt: skip
+    sizes: str = option(
+        "", metavar="BYTES,...", help="5.1, 5.2: KV message sizes in real bytes (default: the "
+        "draft's; a size whose round does not fit the trial is reported, not run)"
+    )  # fmt: skip
+    qps: str = option(
+        "", metavar="N,...", help="5.1: parallel transfers (QPs) of the pair (default: the "
+        "draft's 1-128, capped to 8)"
+    )  # fmt: skip
+    loads: str = option(
+        "", metavar="FRACTION,...", help="5.2: background load as a share of each background "
+        "host's NIC (default: the draft's 0.25, 0.5, 0.75, 0.9)"
+    )  # fmt: skip
     seed: int = option(1, help="seed of the bursts' and pulls' start times (trial i: seed + i)")
     results: Path = option(  # noqa: RUF009 (a field; a Path is immutable)
         Path("results"), type=Path, help="where bmwg-<time>/ goes"
@@ -77,15 +89,25 @@ class BmwgConfig:
         for v in self.kv_loads or ():
             if not 0 < v < 1:
                 raise ConfigError("kv_load", v, "a fraction above 0 and below 1")
+        for v in self.bg_loads or ():
+            if not 0 <= v < 1:
+                raise ConfigError("loads", v, "a fraction from 0 up to below 1")
+        for v in self.message_sizes or ():
+            if v <= 0:
+                raise ConfigError("sizes", v, "a positive number of bytes")
         for v in self.windows_us or ():
             if v < 0:
                 raise ConfigError("within_us", v, "a window of 0 µs or more")
         for v in self.thresholds or ():
             if v <= 0:
                 raise ConfigError("xoff_bytes", v, "a positive number of bytes")
-        for v in numbers(self.n_burst, "n_burst") + numbers(self.pairs, "pairs"):
+        for v in (
+            numbers(self.n_burst, "n_burst")
+            + numbers(self.pairs, "pairs")
+            + numbers(self.qps, "qps")
+        ):
             if v != int(v):
-                raise ConfigError("n_burst/pairs", v, "whole numbers")
+                raise ConfigError("n_burst/pairs/qps", v, "whole numbers")
 
     @property
     def fabric_kinds(self) -> list[str]:
@@ -110,3 +132,15 @@ class BmwgConfig:
     @property
     def kv_loads(self) -> tuple[float, ...] | None:
         return numbers(self.kv_load, "kv_load") or None
+
+    @property
+    def message_sizes(self) -> tuple[float, ...] | None:
+        return numbers(self.sizes, "sizes") or None
+
+    @property
+    def qp_counts(self) -> tuple[int, ...] | None:
+        return tuple(int(v) for v in numbers(self.qps, "qps")) or None
+
+    @property
+    def bg_loads(self) -> tuple[float, ...] | None:
+        return numbers(self.loads, "loads") or None

@@ -4,6 +4,14 @@ each trial replays, the thresholds the time scale cannot hold, and the estimated
 
 §8.2: a trial is N_burst transfers of 16 MB into one host, their starts spread over the window,
 repeated every `burst_period_s` for the trial's modelled seconds (at least once).
+§5.1: a trial is rounds of Q parallel transfers (the draft's QPs) of one message size between
+one pair of hosts on different servers (the first host and the one half the list on), each
+round as the previous one would end at line rate, at most ROUNDS_MAX rounds and as many as
+fill the trial; a (size, QPs) whose one round is longer than the trial is refused.
+§5.2: a trial is the same pair's KV messages, one every KV_SPACING line-rate times of a
+message (at most KV_MAX of them, as many as fill the trial), while every other host pair
+(host i to host i + half) sends BG_BYTES messages of class "other" at the background load of
+its NIC, crossing the same switches.
 §5.3: a trial is N disjoint pairs each sending 16 MB messages back to back at line rate.
 §7.4: a trial is the EP group (the first half of the hosts) exchanging layer by layer for the
 trial's modelled seconds, KV pulls of 16 MB from the other half into its members at the load;
@@ -19,7 +27,7 @@ from typing import Any
 
 from zcube_lab.core.bmwg import catalogue as cat
 from zcube_lab.core.bmwg.config import BmwgConfig
-from zcube_lab.core.bmwg.scaling import check_counts, lab_counts
+from zcube_lab.core.bmwg.scaling import check_counts, lab_counts, lab_qps
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.replay import synthetic
 from zcube_lab.core.replay.recording import Recording, Transfer
@@ -39,7 +47,43 @@ DRAIN_SLACK = 1.5
 # slower than their bytes; §5.3: 1.3-4.1 s a trial for 1-8 pairs, so per pair).
 LAB_WALL_S = 5.0
 REPLAY_FIXED_WALL_S = 0.8
-SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.6}
+# §5.1 and §5.2 are not fitted yet: §5.3's one-pair figure, §5.2's per pair of hosts.
+SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.6, "5.1": 0.6, "5.2": 0.6}
+ROUNDS_MAX = 16
+KV_SPACING = 4.0
+KV_MAX = 64
+BG_BYTES = 1e6
+DRAFT_SIZES_51 = cat.BY_SECTION["5.1"].params[0].draft
+DRAFT_SIZES_52 = cat.BY_SECTION["5.2"].params[0].draft
+DRAFT_BG_LOADS = cat.BY_SECTION["5.2"].params[1].draft
+
+
+def value_text(v: Any) -> str:
+    """A parameter's value in a case label, one way for every run: a whole number as its
+    digits (1e6 and 1000000 both "1000000"), another number by `g`, anything else as is."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if float(v).is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:g}"
+
+
+def label_of(params: Mapping[str, Any]) -> str:
+    """A case's label: "name=value, ..." in the params' order (`value_text`)."""
+    return ", ".join(f"{k}={value_text(v)}" for k, v in params.items())
+
+
+def relabel(label: str) -> str:
+    """A label written by an older run (where 1e6 printed as "1e+06") as `label_of` writes it
+    now; parts that are not "name=number" kept as they are."""
+    out = []
+    for part in label.split(", "):
+        k, eq, v = part.partition("=")
+        try:
+            out.append(f"{k}={value_text(float(v))}" if eq else part)
+        except ValueError:
+            out.append(part)
+    return ", ".join(out)
 
 
 @dataclass(frozen=True)
@@ -54,9 +98,7 @@ class Case:
 
     @property
     def label(self) -> str:
-        return ", ".join(
-            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params.items()
-        )
+        return label_of(self.params)
 
 
 @dataclass(frozen=True)
@@ -150,6 +192,71 @@ def pairs(hosts: Sequence[str], n_pairs: int, trial_s: float, seed: int) -> Reco
     return Recording(tuple(out), tuple(hosts), meta)
 
 
+def line_s(nbytes: float) -> float:
+    """Modelled seconds of `nbytes` real bytes at one NIC's line rate."""
+    return nbytes * 8 / (NIC_GBPS * 1e9)
+
+
+def xfer_pair(hosts: Sequence[str]) -> tuple[str, str]:
+    """§5.1's and §5.2's pair: the first host and the one half the list on (different servers
+    on the fabrics here: two GPU hosts a server)."""
+    return hosts[0], hosts[len(hosts) // 2]
+
+
+def qp_rounds(size: float, qps: int, trial_s: float) -> int:
+    """§5.1's rounds in a trial: as many line-rate rounds as fill it, 1 to ROUNDS_MAX."""
+    return max(1, min(ROUNDS_MAX, math.floor(trial_s / line_s(qps * size) + 1e-9)))
+
+
+def qp_trains(hosts: Sequence[str], size: float, qps: int, trial_s: float) -> Recording:
+    """§5.1's trial (module docstring): `qp_rounds` rounds of `qps` transfers of `size` real
+    bytes from the pair's first host to its second, all of a round starting together; each
+    transfer's `exchange` names its QP."""
+    src, dst = xfer_pair(hosts)
+    step = line_s(qps * size)
+    out = [Transfer(r * qps + q, "kv", r * step, src, dst, size, exchange=f"qp{q}")
+           for r in range(qp_rounds(size, qps, trial_s)) for q in range(qps)]  # fmt: skip
+    meta = {"synthetic": "bmwg 5.1 QPs", "rounds": len(out) // qps, "period_s": step}
+    return Recording(tuple(out), tuple(hosts), meta)
+
+
+def kv_count(size: float, trial_s: float) -> int:
+    """§5.2's KV messages in a trial: one every KV_SPACING line-rate times, 1 to KV_MAX."""
+    return max(1, min(KV_MAX, math.floor(trial_s / (KV_SPACING * line_s(size)) + 1e-9)))
+
+
+def loaded(hosts: Sequence[str], size: float, load: float, trial_s: float, seed: int) -> Recording:
+    """§5.2's trial (module docstring): the pair's `kv_count` KV messages of `size`, and for
+    the span they cover every other pair (host i to host i + half, i > 0) sending BG_BYTES
+    messages of class "other" every BG_BYTES / (load x line rate), the first at a random
+    phase within one period (`seed`); no background at load 0."""
+    import random
+
+    src, dst = xfer_pair(hosts)
+    period = KV_SPACING * line_s(size)
+    n = kv_count(size, trial_s)
+    span = n * period
+    out = [Transfer(i, "kv", i * period, src, dst, size) for i in range(n)]
+    rng = random.Random(seed)
+    half = len(hosts) // 2
+    if load > 0:
+        bg = line_s(BG_BYTES) / load
+        for i in range(1, half):
+            start = rng.uniform(0, bg)
+            while start < span:
+                out.append(Transfer(len(out), "other", start, hosts[i], hosts[i + half],
+                                    BG_BYTES, exchange=f"bg{i}"))  # fmt: skip
+                start += bg
+    meta = {"synthetic": "bmwg 5.2 loaded", "kv_messages": n, "period_s": period,
+            "bg_load": load, "span_s": span}  # fmt: skip
+    return Recording(tuple(out), tuple(hosts), meta)
+
+
+def bg_offered_gbps(hosts: Sequence[str], load: float) -> float:
+    """§5.2's background as offered (real GB/s): every other pair at `load` of its NIC."""
+    return (len(hosts) // 2 - 1) * load * NIC_GBPS / 8
+
+
 def trial_recordings(
     case: Case, hosts: Sequence[str], trial_s: float, seed: int
 ) -> dict[str, Recording]:
@@ -161,6 +268,11 @@ def trial_recordings(
         return mix(hosts, float(p["kv_load"]), trial_s, seed)
     if case.section == "5.3":
         return {"pairs": pairs(hosts, int(p["pairs"]), trial_s, seed)}
+    if case.section == "5.1":
+        return {"qps": qp_trains(hosts, float(p["size_bytes"]), int(p["qps"]), trial_s)}
+    if case.section == "5.2":
+        return {"loaded": loaded(hosts, float(p["size_bytes"]), float(p["bg_load"]), trial_s,
+                                 seed)}  # fmt: skip
     raise ConfigError("section", case.section, f"one of {', '.join(cat.RUNNERS)}")
 
 
@@ -200,6 +312,35 @@ def cases(
                 out.append(Case("5.3", {"pairs": n}, chip_share,
                                 f"51.2T chip's per-port share ({chip_share:,.0f} B)",
                                 ("pairs",)))  # fmt: skip
+        elif t.section == "5.1":
+            qs = lab_qps(cfg.qp_counts or cat.BY_SECTION["5.1"].params[1].draft)
+            if (cfg.qp_counts and max(cfg.qp_counts) > cat.MAX_QPS) or min(qs) < 1:
+                raise ConfigError("qps", cfg.qp_counts, f"1 to {cat.MAX_QPS}")
+            for q in qs:
+                for size in cfg.message_sizes or DRAFT_SIZES_51:
+                    params = {"size_bytes": size, "qps": q}
+                    if line_s(q * size) > cfg.trial_seconds:
+                        refused.append(Refused("5.1", params, (
+                            f"one round of {q} x {size:,.0f} B takes "
+                            f"{line_s(q * size) * 1e3:.3g} modelled ms at line rate, longer "
+                            f"than the trial's {cfg.trial_seconds * 1e3:g} ms")))  # fmt: skip
+                        continue
+                    out.append(Case("5.1", params, chip_share,
+                                    f"51.2T chip's per-port share ({chip_share:,.0f} B)",
+                                    ("qps",)))  # fmt: skip
+        elif t.section == "5.2":
+            for size in cfg.message_sizes or DRAFT_SIZES_52:
+                for load in cfg.bg_loads or DRAFT_BG_LOADS:
+                    params = {"size_bytes": size, "bg_load": load}
+                    if KV_SPACING * line_s(size) > cfg.trial_seconds:
+                        refused.append(Refused("5.2", params, (
+                            f"one {size:,.0f} B message and its spacing take "
+                            f"{KV_SPACING * line_s(size) * 1e3:.3g} modelled ms, longer than "
+                            f"the trial's {cfg.trial_seconds * 1e3:g} ms")))  # fmt: skip
+                        continue
+                    out.append(Case("5.2", params, chip_share,
+                                    f"51.2T chip's per-port share ({chip_share:,.0f} B)",
+                                    ("loaded",)))  # fmt: skip
         elif t.section == "7.4":
             for load in cfg.kv_loads or DRAFT_KV_LOADS:
                 out.append(
@@ -230,6 +371,16 @@ def trial_size(case: Case, hosts: Sequence[str], trial_s: float) -> tuple[int, f
     if case.section == "5.3":
         count = max(1, math.floor(trial_s / (KV_BYTES * 8 / (NIC_GBPS * 1e9)) + 1e-9))
         return count * int(p["pairs"]), trial_s
+    if case.section == "5.1":
+        size, q = float(p["size_bytes"]), int(p["qps"])
+        rounds = qp_rounds(size, q, trial_s)
+        return rounds * q, rounds * line_s(q * size)
+    if case.section == "5.2":
+        size, load = float(p["size_bytes"]), float(p["bg_load"])
+        n = kv_count(size, trial_s)
+        span = n * KV_SPACING * line_s(size)
+        bg = 0 if load <= 0 else math.ceil(span * load / line_s(BG_BYTES))
+        return n + (len(hosts) // 2 - 1) * bg, span
     g = len(hosts) // 2
     layer_s = float(synthetic.ep_kv_mix(hosts, hosts[:g], hosts[g:], 0.0, 1).meta["layer_s"])
     span = max(2, round(trial_s / layer_s)) * layer_s
@@ -254,6 +405,13 @@ def check_size(plan_cases: Sequence[Case], hosts: Sequence[str], trial_s: float)
             )
 
 
+def _pairs(c: Case, hosts: Sequence[str]) -> int:
+    """Host pairs a case's trial keeps busy (the cost model's multiplier)."""
+    if c.section == "5.2":
+        return len(hosts) // 2 if float(c.params["bg_load"]) > 0 else 1
+    return int(c.params.get("pairs", 1))
+
+
 def estimate_wall_s(
     plan_cases: Sequence[Case], hosts: Sequence[str], fabrics: int, trials: int,
     trial_s: float, ts: TimeScale,
@@ -265,6 +423,6 @@ def estimate_wall_s(
         _, modelled = trial_size(c, hosts, trial_s)
         per_fabric += trials * (
             len(c.replays) * REPLAY_FIXED_WALL_S
-            + ts.clock.wall(modelled) * SLOWDOWN[c.section] * int(c.params.get("pairs", 1))
+            + ts.clock.wall(modelled) * SLOWDOWN[c.section] * _pairs(c, hosts)
         )
     return labs * LAB_WALL_S + fabrics * per_fabric

@@ -15,6 +15,8 @@ from zcube_lab.core.bmwg.trials import NO_SPREAD, OUT_OF_REACH, mean_ci, versus
 
 # Per section: the figures the comparison judges.
 HEADLINE: Mapping[str, tuple[str, ...]] = {
+    "5.1": ("KV_xfer_bandwidth_GBps",),
+    "5.2": ("KV_xfer_latency_p50_us", "KV_xfer_latency_p99_us", "KV_xfer_latency_p999_us"),
     "5.3": ("KV_xfer_bandwidth_GBps", "Fabric_FCT_p99_us", "JFI"),
     "8.2": ("Fabric_FCT_p99_us", "PFC_frame_count", "PAUSE_duration_us", "HOL_delay_us"),
     "7.4": (
@@ -27,6 +29,8 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
 # Figures where more is better; lower is better for the rest.
 HIGHER_IS_BETTER = ("KV_xfer_bandwidth_GBps", "JFI")
 REFERENCE = "zcube"
+# Figures whose mean above 0 makes a case's comparison out of reach.
+UNRESOLVED = ("incomplete", "load_short")
 
 
 def _us(x: float | None) -> float | None:
@@ -131,6 +135,55 @@ def pair_figures(
     }
 
 
+# §5.2: the background counts as at its level when it carried at least this share of what it
+# offered; below it the lab did not load the fabric as asked (`load_short`: out of reach).
+LOAD_REACHED = 0.9
+
+
+def latency_figures(
+    transfers: Sequence[Any],
+    sent: Mapping[int, float],
+    got: Mapping[int, Mapping[str, Any]],
+    offered_gbps: float | None = None,
+) -> dict[str, Any]:
+    """§5.2's figures from one trial's transfers and the agents' times: the KV messages'
+    completion times p50, p99 and p99.9 (µs; with few messages the upper ones approach the
+    worst), their tail spread (p99 over p50), the background's throughput while they ran
+    (GB/s, its completed bytes over its first start to last arrival) against `offered_gbps`
+    (GB/s; `load_short` 1 when it carried less than LOAD_REACHED of it) and the transfers of
+    either class that never completed."""
+    from zcube_lab.core.stats import quantile
+
+    kv: list[float] = []
+    bg: list[tuple[float, float, float]] = []
+    incomplete = 0
+    for t in transfers:
+        arrived = (got.get(t.id) or {}).get("arrived_s")
+        if t.id not in sent or arrived is None:
+            incomplete += 1
+            continue
+        if t.cls == "kv":
+            kv.append(float(arrived) - sent[t.id])
+        else:
+            bg.append((sent[t.id], float(arrived), t.bytes))
+    kv.sort()
+    p50, p99 = quantile(kv, 0.5), quantile(kv, 0.99)
+    span = max(e for _, e, _ in bg) - min(s for s, _, _ in bg) if bg else 0.0
+    carried = sum(b for *_, b in bg) / span / 1e9 if span else None
+    short = bool(offered_gbps) and (carried or 0.0) < LOAD_REACHED * float(offered_gbps or 0)
+    return {
+        "KV_xfer_latency_p50_us": _us(p50),
+        "KV_xfer_latency_p99_us": _us(p99),
+        "KV_xfer_latency_p999_us": _us(quantile(kv, 0.999)),
+        "tail_spread": _ratio(p99, p50),
+        "background_GBps": carried,
+        "background_offered_GBps": offered_gbps,
+        "load_short": int(short),
+        "incomplete": incomplete,
+        "transfers": len(transfers),
+    }
+
+
 def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per (section, case, fabric): every figure's mean and 95% interval over its trials
     (trials without the figure left out; `trials` counts them all)."""
@@ -168,7 +221,8 @@ def _interval(fig: Mapping[str, Any] | None) -> Any:
 def compare(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per (section, case, headline figure, other fabric): ZCube's mean against the other's,
     HIGHER/LOWER when their 95% intervals do not overlap, WITHIN otherwise; OUT_OF_REACH where
-    either has no value or a trial's transfers did not all complete."""
+    either has no value, a trial's transfers did not all complete or (§5.2) a trial's
+    background fell short of its level (`UNRESOLVED` figures)."""
     by = {(s["section"], s["case"], s["fabric"]): s for s in summary}
     out = []
     for (section, case, fabric), s in by.items():
@@ -182,7 +236,9 @@ def compare(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     continue  # not measured in this run
                 a, b = _interval(s["figures"].get(fig)), _interval(other["figures"].get(fig))
                 incomplete = any(
-                    (x["figures"].get("incomplete") or {}).get("mean", 0) for x in (s, other)
+                    (x["figures"].get(u) or {}).get("mean", 0)
+                    for x in (s, other)
+                    for u in UNRESOLVED
                 )
                 unresolved = a is None or b is None or incomplete
                 verdict = OUT_OF_REACH if unresolved else versus(a, b)

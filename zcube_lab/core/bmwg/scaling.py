@@ -17,7 +17,9 @@ from zcube_lab.core.bmwg.catalogue import (
     EP_SIZE,
     FINE,
     LEVEL,
+    MAX_QPS,
     PAIRS,
+    QPS,
     SENDERS,
     THRESHOLD,
     WORKERS,
@@ -62,6 +64,12 @@ def lab_counts(kind: str, values: Iterable[float], hosts: int) -> tuple[int, ...
     """The draft's counts the fabric carries, those above its limit capped to it once."""
     limit = host_limit(kind, hosts)
     return tuple(sorted({min(int(v), limit) for v in values}))
+
+
+def lab_qps(values: Iterable[float]) -> tuple[int, ...]:
+    """The draft's QP counts as the lab runs them: parallel transfers of one pair, those above
+    MAX_QPS capped to it once."""
+    return tuple(sorted({min(int(v), MAX_QPS) for v in values}))
 
 
 def check_counts(kind: str, name: str, values: Sequence[int], hosts: int) -> None:
@@ -109,6 +117,13 @@ def lab_value(p: Param, ts: TimeScale, hosts: int) -> str:
             except ConfigError:
                 parts.append("out of reach")
         return ", ".join(parts)
+    if p.kind == QPS:
+        kept = lab_qps(p.draft)
+        capped = [int(v) for v in p.draft if v > MAX_QPS]
+        text = ", ".join(str(v) for v in kept) + " parallel transfers of the pair"
+        if capped:
+            text += f" ({', '.join(map(str, capped))}: capped to {MAX_QPS})"
+        return text
     if p.kind in (SENDERS, PAIRS, EP_SIZE, WORKERS):
         kept = lab_counts(p.kind, p.draft, hosts)
         text = ", ".join(str(v) for v in kept)

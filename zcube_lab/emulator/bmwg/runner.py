@@ -88,6 +88,18 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
             "8.2: HOL_delay is a 1 MB other-class flow's worst delay beyond its time alone, "
             "one per burst between hosts the burst leaves free (none when N_burst > hosts - 3)"
         )
+    if "5.1" in {t.section for t in tests}:
+        notes.append(
+            "5.1: a QP is one of the pair's parallel transfers (each already spread over every "
+            "NIC port of its hosts); KV_xfer_bandwidth is every byte over first start to last "
+            "arrival"
+        )
+    if "5.2" in {t.section for t in tests}:
+        notes.append(
+            "5.2: the background is every other host pair (host i to host i + half) at the "
+            f"level of its NIC in {bplan.BG_BYTES:,.0f} B messages; a trial whose background "
+            f"carried under {report.LOAD_REACHED:.0%} of that is out of reach"
+        )
     return RunPlan(tests, fabrics, hosts, ts, cases, refused, est, share, notes)
 
 
@@ -245,7 +257,7 @@ def _trial(
                 **{
                     m: v
                     for m, v in r.meta.items()
-                    if m in ("bursts", "period_s", "layers", "kv_load")
+                    if m in ("bursts", "period_s", "layers", "kv_load", "rounds", "kv_messages")
                 },
             }
             for k, r in recs.items()
@@ -258,16 +270,22 @@ def _trial(
 
 def _figures(case: bplan.Case, recs: dict[str, Any], results: dict[str, Any],
              run_dir: Path) -> dict[str, Any]:  # fmt: skip
-    """The trial's figures; §5.3's from the agents' per-transfer times (the driver's output)."""
-    if case.section != "5.3":
+    """The trial's figures; §5.1's, §5.2's and §5.3's from the agents' per-transfer times (the
+    driver's output)."""
+    name = {"5.3": "pairs", "5.1": "qps", "5.2": "loaded"}.get(case.section)
+    if name is None:
         return report.trial_figures(case.section, results)
     from zcube_lab.core.replay.figures import outcomes
 
-    lines = [json.loads(ln) for f in sorted((run_dir / "pairs" / "agents").glob("*.out.jsonl"))
+    lines = [json.loads(ln) for f in sorted((run_dir / name / "agents").glob("*.out.jsonl"))
              for ln in f.read_text().splitlines() if ln.strip()]  # fmt: skip
     sent, got = outcomes(lines)
-    figs = report.pair_figures(recs["pairs"].transfers, sent, got)
-    figs["PFC_frame_count"] = results["pairs"]["pauses"]["pause_frames"]
+    if case.section == "5.2":
+        offered = bplan.bg_offered_gbps(recs[name].hosts, float(case.params["bg_load"]))
+        figs = report.latency_figures(recs[name].transfers, sent, got, offered)
+    else:
+        figs = report.pair_figures(recs[name].transfers, sent, got)
+    figs["PFC_frame_count"] = results[name]["pauses"]["pause_frames"]
     return figs
 
 
@@ -280,7 +298,11 @@ def _headline(row: dict[str, Any]) -> str:
             f"FCT p99 {'-' if p99 is None else f'{p99:,.0f}'} µs, "
             f"{f['incomplete']} incomplete"
         )
-    if row["section"] == "5.3":
+    if row["section"] == "5.2":
+        vals = [f.get(k) for k in report.HEADLINE["5.2"]]
+        text = "/".join("-" if v is None else f"{v:,.0f}" for v in vals)
+        return f"KV FCT p50/p99/p99.9 {text} µs, {f['incomplete']} incomplete"
+    if row["section"] in ("5.3", "5.1"):
         bw, jfi = f.get("KV_xfer_bandwidth_GBps"), f.get("JFI")
         bw_t = "-" if bw is None else f"{bw:.1f}"
         jfi_t = "-" if jfi is None else f"{jfi:.3f}"
