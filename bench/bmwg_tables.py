@@ -178,8 +178,41 @@ def refused(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     return _table(["test", "configuration", "why (out of reach at this time scale)"], rows)
 
 
+def _span(values: Sequence[float], digits: int = 0) -> str:
+    """`lo-hi` of `values` rounded (one figure when they round alike); `?` when there are none."""
+    if not values:
+        return "?"
+    lo, hi = round(min(values), digits), round(max(values), digits)
+    return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+
+
+def kv_spans(docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The §5.1 and §5.2 figures the page's prose quotes, from the summaries: §5.1's mean
+    throughput (GB/s) at 16 MB and more and at 4 MB (any fabric, any QP count); §5.2's
+    background carried and offered (GB/s) at every level above 0."""
+    rows = [s for d in docs for s in d.get("summary", [])]
+
+    def means(section: str, fig: str, keep: Any) -> list[float]:
+        out = []
+        for s in rows:
+            f = s["figures"].get(fig)
+            if s["section"] == section and f and f.get("mean") is not None and keep(s["params"]):
+                out.append(float(f["mean"]))
+        return out
+
+    bw = "KV_xfer_bandwidth_GBps"
+    loaded = lambda p: p.get("bg_load", 0) > 0  # noqa: E731
+    return {
+        "big": _span(means("5.1", bw, lambda p: p["size_bytes"] >= 16e6)),
+        "mid": _span(means("5.1", bw, lambda p: p["size_bytes"] == 4e6)),
+        "carried": _span(means("5.2", "background_GBps", loaded)),
+        "offered": _span(means("5.2", "background_offered_GBps", loaded), 1),
+    }
+
+
 def render(docs: Sequence[Mapping[str, Any]]) -> str:
     """The whole page."""
+    kv = kv_spans(docs)
     lines = [
         f"# The IETF draft's tests on the lab ({DRAFT})",
         "",
@@ -207,11 +240,15 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "the fabrics' shared links or this 2-core machine's datapath bounds them is not yet",
         "separated; the lab's pause reaction (tens of modelled µs, docs/REPLAY.md) is slower than",
         "a switch's, so pause counts and durations are the lab's, larger than a real fabric's.",
-        "In §5.1 (one pair, rounds of 1, 4 or 8 parallel transfers) every fabric carries 44-47",
-        "GB/s of the NIC's 50 at 16 MB and more (39-46 at 4 MB); below that the throughput falls",
+        "In §5.1 (one pair, rounds of 1, 4 or 8 parallel transfers) every fabric carries "
+        f"{kv['big']}",
+        f"GB/s of the NIC's 50 at 16 MB and more ({kv['mid']} at 4 MB); below that the "
+        "throughput falls",
         "and its intervals widen (a 64 KB message is 1.3 frames here), which the lab does not",
-        "separate from the replay agents' cost per transfer. In §5.2 the lab carried 45-74",
-        "GB/s of background on every fabric against the 87.5-315 GB/s each level offers (every",
+        "separate from the replay agents' cost per transfer. In §5.2 the lab carried "
+        f"{kv['carried']}",
+        f"GB/s of background on every fabric against the {kv['offered']} GB/s each level "
+        "offers (every",
         "other pair at the level of its NIC), so no trial under load reached its level: those",
         "comparisons are out of reach at this time scale, and only the unloaded KV latency is",
         "compared.",

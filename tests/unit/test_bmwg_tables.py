@@ -82,3 +82,49 @@ def test_5_1_has_a_throughput_table_per_qp_count_by_message_size():
     assert "| 64 KB | 1,920 B | 10.5 ± 6.35 | 10.5 ± 6.35 |" in text
     assert "| 16 MB | 480,000 B | 40.5 ± 6.35 | 40.5 ± 6.35 |" in text
     assert "| 64 KB | 1,920 B | 20.5 ± 6.35 | 20.5 ± 6.35 |" in text
+
+
+def _kv(section: str, params: dict, **figs: float) -> dict:
+    return {
+        "section": section,
+        "params": params,
+        "figures": {k: {"mean": v} for k, v in figs.items()},
+    }
+
+
+def test_the_prose_figures_of_5_1_and_5_2_come_from_the_summaries():
+    """The page's §5.1/§5.2 sentences quote spans computed from the JSON (hand answers), and a
+    figure changed in the data changes the sentence."""
+    docs = [
+        {
+            "summary": [
+                _kv("5.1", {"size_bytes": 64e3, "qps": 1}, KV_xfer_bandwidth_GBps=12.0),
+                _kv("5.1", {"size_bytes": 4e6, "qps": 1}, KV_xfer_bandwidth_GBps=39.4),
+                _kv("5.1", {"size_bytes": 4e6, "qps": 8}, KV_xfer_bandwidth_GBps=45.6),
+                _kv("5.1", {"size_bytes": 16e6, "qps": 1}, KV_xfer_bandwidth_GBps=44.2),
+                _kv("5.1", {"size_bytes": 64e6, "qps": 4}, KV_xfer_bandwidth_GBps=46.8),
+                _kv("5.2", {"size_bytes": 1e6, "bg_load": 0.0}, background_offered_GBps=0.0),
+                _kv(
+                    "5.2",
+                    {"size_bytes": 1e6, "bg_load": 0.25},
+                    background_GBps=45.2,
+                    background_offered_GBps=87.5,
+                ),
+                _kv(
+                    "5.2",
+                    {"size_bytes": 1e6, "bg_load": 0.9},
+                    background_GBps=73.6,
+                    background_offered_GBps=315.0,
+                ),
+            ]
+        }
+    ]
+    assert bt.kv_spans(docs) == {
+        "big": "44-47",
+        "mid": "39-46",
+        "carried": "45-74",
+        "offered": "87.5-315",
+    }
+    docs[0]["summary"][3]["figures"]["KV_xfer_bandwidth_GBps"]["mean"] = 30.0
+    assert bt.kv_spans(docs)["big"] == "30-47"
+    assert bt.kv_spans([{"summary": []}])["big"] == "?"
