@@ -37,6 +37,7 @@ from typing import TypeVar
 
 import pytest
 
+from bench.procwatch import parse_stat
 from zcube_lab.emulator.verdict.cpustats import CpuTimes, cpu_share, parse_proc_stat
 from zcube_lab.emulator.verdict.judge import HealthVerdict
 from zcube_lab.emulator.verdict.limits import Limits
@@ -149,18 +150,9 @@ class Snapshot:
 
 
 def parse_proc(text: str, same_pidns: bool = True) -> Proc:
-    """A /proc/<pid>/stat line (the name is in parentheses and may hold spaces and ')')."""
-    head, _, rest = text.rpartition(")")
-    pid_text, _, name = head.partition("(")
-    fields = rest.split()  # fields[0] is field 3 (state) of proc(5)
-    return Proc(
-        pid=int(pid_text),
-        ppid=int(fields[1]),
-        start=int(fields[19]),
-        ticks=int(fields[11]) + int(fields[12]),
-        name=name,
-        same_pidns=same_pidns,
-    )
+    """A /proc/<pid>/stat line, read by the benchmarks' `procwatch.parse_stat`."""
+    s = parse_stat(text)
+    return Proc(s.pid, s.ppid, s.start, s.ticks, s.comm, same_pidns)
 
 
 def ours(snapshots: Sequence[Snapshot], me: int) -> set[tuple[int, int]]:

@@ -101,13 +101,10 @@ class BmwgConfig:
         for v in self.thresholds or ():
             if v <= 0:
                 raise ConfigError("xoff_bytes", v, "a positive number of bytes")
-        for v in (
-            numbers(self.n_burst, "n_burst")
-            + numbers(self.pairs, "pairs")
-            + numbers(self.qps, "qps")
-        ):
-            if v != int(v):
-                raise ConfigError("n_burst/pairs/qps", v, "whole numbers")
+        for name in ("n_burst", "pairs", "qps"):
+            for v in numbers(getattr(self, name), name):
+                if v != int(v):
+                    raise ConfigError(name, v, "whole numbers")
 
     @property
     def fabric_kinds(self) -> list[str]:

@@ -283,6 +283,7 @@ def cases(
     ConfigError for a count the fabric cannot carry."""
     out: list[Case] = []
     refused: list[Refused] = []
+    share = f"51.2T chip's per-port share ({chip_share:,.0f} B)"  # where XOFF comes from
     for t in tests:
         if t.section == "8.2":
             if cfg.bursts is None:
@@ -310,7 +311,7 @@ def cases(
                 check_counts(cat.PAIRS, "pairs", ps, hosts)
             for n in ps:
                 out.append(Case("5.3", {"pairs": n}, chip_share,
-                                f"51.2T chip's per-port share ({chip_share:,.0f} B)",
+                                share,
                                 ("pairs",)))  # fmt: skip
         elif t.section == "5.1":
             qs = lab_qps(cfg.qp_counts or cat.BY_SECTION["5.1"].params[1].draft)
@@ -326,7 +327,7 @@ def cases(
                             f"than the trial's {cfg.trial_seconds * 1e3:g} ms")))  # fmt: skip
                         continue
                     out.append(Case("5.1", params, chip_share,
-                                    f"51.2T chip's per-port share ({chip_share:,.0f} B)",
+                                    share,
                                     ("qps",)))  # fmt: skip
         elif t.section == "5.2":
             for size in cfg.message_sizes or DRAFT_SIZES_52:
@@ -339,7 +340,7 @@ def cases(
                             f"the trial's {cfg.trial_seconds * 1e3:g} ms")))  # fmt: skip
                         continue
                     out.append(Case("5.2", params, chip_share,
-                                    f"51.2T chip's per-port share ({chip_share:,.0f} B)",
+                                    share,
                                     ("loaded",)))  # fmt: skip
         elif t.section == "7.4":
             for load in cfg.kv_loads or DRAFT_KV_LOADS:
@@ -348,7 +349,7 @@ def cases(
                         "7.4",
                         {"kv_load": load},
                         chip_share,
-                        f"51.2T chip's per-port share ({chip_share:,.0f} B)",
+                        share,
                         ("mixed", "ep", "kv"),
                     )
                 )
