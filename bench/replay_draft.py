@@ -35,7 +35,7 @@ from typing import Any
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
-from zcube_lab.core.fabric.scaledown import scaled_sizes
+from zcube_lab.core.fabric.scaledown import scaled_fabric, scaled_sizes
 from zcube_lab.core.replay.figures import contention
 from zcube_lab.core.replay.recording import Recording
 from zcube_lab.core.replay.synthetic import ep_kv_mix, incast, victim
@@ -53,7 +53,7 @@ def build(name: str, gpus: int = 16) -> Fabric:
     if name == "roft2":
         sizes = scaled_sizes("roft", gpus, spines=1)
         return build_fabric(FabricSpec.of("roft", **sizes, planes=2))
-    return build_fabric(FabricSpec.of(name, **scaled_sizes(name, gpus)))
+    return scaled_fabric(name, gpus)
 
 
 def run_all(

@@ -43,17 +43,10 @@ def config_of(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def _fabric(kind: str, gpus: int) -> Any:
-    from zcube_lab.core.fabric.builders import build_fabric
-    from zcube_lab.core.fabric.description import FabricSpec
-    from zcube_lab.core.fabric.scaledown import scaled_sizes
-
-    return build_fabric(FabricSpec.of(kind, **scaled_sizes(kind, gpus)))
-
-
 def plan(cfg: Any, source: Path | None) -> tuple[Any, list[Any], Any]:
     """(recording, fabrics, time scale) the config asks for, every check done before any lab
     is built."""
+    from zcube_lab.core.fabric.scaledown import scaled_fabric
     from zcube_lab.core.replay import synthetic
     from zcube_lab.core.replay.recording import busiest_window
     from zcube_lab.core.replay.timescale import derive, own, parse_frame_us
@@ -62,7 +55,7 @@ def plan(cfg: Any, source: Path | None) -> tuple[Any, list[Any], Any]:
 
     kinds = cfg.fabric_kinds
     if cfg.incast is not None:
-        fabrics = [_fabric(k, cfg.gpus) for k in (kinds or ["zcube", "roft"])]
+        fabrics = [scaled_fabric(k, cfg.gpus) for k in (kinds or ["zcube", "roft"])]
         hosts = [h.name for h in fabrics[0].hosts]
         receiver = hosts[len(hosts) // 3]
         rec = synthetic.incast(
@@ -77,7 +70,7 @@ def plan(cfg: Any, source: Path | None) -> tuple[Any, list[Any], Any]:
             raise ConfigError("source", str(source), "a run whose engines moved bytes")
         gpus = len(rec.hosts)
         if kinds:
-            fabrics = [_fabric(k, gpus) for k in kinds]
+            fabrics = [scaled_fabric(k, gpus) for k in kinds]
         else:
             fabrics = [run_fabric({"fabric": rec.meta["fabric_spec"]})]
     if cfg.window:

@@ -30,10 +30,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.fullsize import FULL_GPUS, FULL_GPUS_PER_SERVER, FULL_SWITCH_PORTS
 from zcube_lab.core.fabric.structure import SHARE_GOAL_POINTS
+
+if TYPE_CHECKING:
+    from zcube_lab.core.fabric.description import Fabric
 
 # Full size: servers under one ZCube A switch, and under one ROFT rail leaf.
 FULL_SERVERS_PER_SEGMENT = math.isqrt(FULL_GPUS) // FULL_GPUS_PER_SERVER
@@ -84,6 +88,14 @@ def structure_gpus(limit: int = 144) -> list[int]:
         if gps and structure_servers_per_leaf(side * side // gps, side * side):
             out.append(side * side)
     return out
+
+
+def scaled_fabric(kind: str, gpus: int) -> Fabric:
+    """A `kind` fabric of `gpus` GPU hosts at the structure-keeping sizes (`scaled_sizes`)."""
+    from zcube_lab.core.fabric.builders import build_fabric
+    from zcube_lab.core.fabric.description import FabricSpec
+
+    return build_fabric(FabricSpec.of(kind, **scaled_sizes(kind, gpus)))
 
 
 def scaled_sizes(

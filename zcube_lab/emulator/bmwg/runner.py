@@ -27,6 +27,7 @@ from zcube_lab.core.bmwg.catalogue import DRAFT, BmwgTest
 from zcube_lab.core.bmwg.config import BmwgConfig
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.scaledown import scaled_fabric
 from zcube_lab.core.replay.timescale import TimeScale
 
 RESULTS_FILE = "bmwg.json"
@@ -47,21 +48,13 @@ class RunPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def build(kind: str, gpus: int) -> Fabric:
-    from zcube_lab.core.fabric.builders import build_fabric
-    from zcube_lab.core.fabric.description import FabricSpec
-    from zcube_lab.core.fabric.scaledown import scaled_sizes
-
-    return build_fabric(FabricSpec.of(kind, **scaled_sizes(kind, gpus)))
-
-
 def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
     """The run's plan; ConfigError for anything the fabrics or the time scale cannot carry."""
     from zcube_lab.core.replay.timescale import chip_port_share_bytes, derive, parse_frame_us
     from zcube_lab.emulator.lab.datapath_ceiling import datapath_ceiling
     from zcube_lab.emulator.replay.driver import slowest_port_gbps
 
-    fabrics = {k: build(k, cfg.gpus) for k in cfg.fabric_kinds}
+    fabrics = {k: scaled_fabric(k, cfg.gpus) for k in cfg.fabric_kinds}
     host_sets = {k: [h.name for h in f.hosts] for k, f in fabrics.items()}
     hosts = next(iter(host_sets.values()))
     for k, hs in host_sets.items():
