@@ -128,7 +128,8 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                      str(s["trials"]), *(_cell(s["figures"].get(f)) for f in figs)]
                     for s in d["summary"] if s["section"] == section]  # fmt: skip
             out += [f"### §{section} {test_of(section).name} ({_src(d)})", ""]
-            out += [*_table(["test", "case", "fabric", "trials", *figs], rows), ""]
+            if section != "10.4":  # its rows: one per fabric, `level_tables`
+                out += [*_table(["test", "case", "fabric", "trials", *figs], rows), ""]
             if section == "5.1":
                 out += qp_tables(d)
             if section == "5.2":
@@ -328,7 +329,7 @@ def _draw(section: str, d: Mapping[str, Any], path: Path) -> None:
     else:
         sizes = sorted({s["params"]["size_bytes"] for s in d["summary"]
                         if s["section"] == section and "bg_load" in s["params"]})  # fmt: skip
-        fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 3.8), squeeze=False)
+        fig, axes = plt.subplots(1, len(sizes), figsize=(7 * len(sizes), 4.2), squeeze=False)
         for ax, size in zip(axes[0], sizes, strict=True):
             series = _series(d, section, "bg_load", "KV_xfer_latency_p99_us", size_bytes=size)
             shorts = _series(d, section, "bg_load", "load_short", size_bytes=size)
@@ -423,9 +424,44 @@ def kv_spans(docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     }
 
 
+def level_facts(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The §10.4 sentence the page's prose quotes, per committed §10.4 run and fabric, from the
+    run's rows: each trial's inflection point, and the highest level up to which every trial
+    of every level carried its background (none short: `LOAD_REACHED` of what it offered)."""
+    from zcube_lab.core.bmwg.report import inflection_rows
+
+    parts = []
+    for d in docs:
+        if "10.4" not in d["sections"]:
+            continue
+        for fab in d["fabrics"]:
+            found = sorted(
+                (r["trial"], r["figures"].get("inflection_point"))
+                for r in inflection_rows(d.get("rows", []))
+                if r["fabric"] == fab
+            )
+            if not found:
+                continue
+            levels = sorted(
+                (s["params"]["bg_load"], (s["figures"].get("load_short") or {}).get("mean", 0))
+                for s in d["summary"]
+                if s["section"] == "10.4" and s["fabric"] == fab and "bg_load" in s["params"]
+            )
+            carried = None
+            for level, short in levels:
+                if short:
+                    break
+                carried = level
+            trials = ", ".join("none" if v is None else _pct(v) for _, v in found)
+            upto = "no level" if carried is None else f"{_pct(carried)}"
+            parts.append(f"{LABEL.get(fab, fab)} {trials} (carried up to {upto})")
+    return parts
+
+
 def render(docs: Sequence[Mapping[str, Any]]) -> str:
     """The whole page."""
     kv = kv_spans(docs)
+    facts = level_facts(docs)
     lines = [
         f"# The IETF draft's tests on the lab ({DRAFT})",
         "",
@@ -465,6 +501,14 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "other pair at the level of its NIC), so no trial under load reached its level: those",
         "comparisons are out of reach at this time scale, and only the unloaded KV latency is",
         "compared.",
+        *([] if not facts else [
+            "In §10.4 (§5.2's trial at background levels 0-95% in 5% steps) each trial's",
+            f"inflection point, and the highest level up to which every trial carried at least "
+            f"{LOAD_REACHED:.0%}",
+            "of the background it offered: " + "; ".join(facts) + ". Above those levels the",
+            "background fell short, so a fabric's inflection is judged only where no trial fell",
+            "short at or below it.",
+        ]),
         "",
         "## The answer: where ZCube differs from ROFT and Clos by more than the trials' spread",
         "",

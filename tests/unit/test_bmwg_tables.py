@@ -17,7 +17,7 @@ def test_the_page_is_the_generator_s_output_from_the_committed_json():
 def test_the_committed_runs_cover_pfc_and_ep_kv_on_three_fabrics():
     sections = {s for d in bt.load() for s in d["sections"]}
     fabrics = {f for d in bt.load() for f in d["fabrics"]}
-    assert {"8.2", "7.4", "5.1", "5.2", "5.3"} <= sections
+    assert {"8.2", "7.4", "5.1", "5.2", "5.3", "10.4"} <= sections
     assert {"zcube", "roft", "clos"} <= fabrics
 
 
@@ -135,7 +135,7 @@ def test_every_graph_the_page_links_is_written_and_one_per_drawn_test():
     page = bt.PAGE.read_text()
     specs = bt.graph_specs(docs)
     drawn = {name.split("-", 1)[0] for name, _, _ in specs}
-    assert {"5.1", "5.2", "5.3"} <= drawn and "8.2" not in drawn and "7.4" not in drawn
+    assert {"5.1", "5.2", "5.3", "10.4"} <= drawn and "8.2" not in drawn and "7.4" not in drawn
     for name, caption, _ in specs:
         assert f"![{caption}](bmwg/{name})" in page
         png = bt.GRAPHS / name
@@ -182,3 +182,24 @@ def test_inflection_cells_say_none_and_partial():
     assert bt.inflection_text(fig, {"mean": 0.0}, 0.95) == "15% ± 5%"
     assert bt.inflection_text(fig, {"mean": 0.5}, 0.95) == "15% ± 5% (none in 50% of trials)"
     assert bt.inflection_text(None, {"mean": 1.0}, 0.95) == "none up to 95%"
+
+
+def test_the_10_4_sentence_quotes_each_trial_s_inflection_and_the_level_carried():
+    # ZCube: trial 0 doubles (> 2 x 50) from 10%, trial 1 never; 10% fell short in trial 1
+    curves = {("zcube", 0): (50, 60, 120), ("zcube", 1): (50, 60, 70),
+              ("roft", 0): (50, 110, 120), ("roft", 1): (50, 120, 130)}  # fmt: skip
+    rows = [
+        {"section": "10.4", "case": f"size_bytes=1000000, bg_load={lv}",
+         "params": {"size_bytes": 1e6, "bg_load": lv}, "fabric": fab, "trial": t,
+         "figures": {"KV_xfer_latency_p99_us": p99,
+                     "load_short": int(fab == "zcube" and t == 1 and lv == 0.1)}}
+        for (fab, t), curve in curves.items()
+        for lv, p99 in zip((0.0, 0.05, 0.1), curve, strict=True)
+    ]  # fmt: skip
+    doc = {"sections": ["10.4"], "fabrics": ["zcube", "roft"], "rows": rows,
+           "summary": summary_of(rows)}  # fmt: skip
+    assert bt.level_facts([doc]) == [
+        "ZCube 10%, none (carried up to 5%)",
+        "ROFT 5%, 5% (carried up to 10%)",
+    ]
+    assert bt.level_facts([{**doc, "sections": ["5.2"]}]) == []

@@ -39,7 +39,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     ),
 }
 # Figures where more is better; lower is better for the rest.
-HIGHER_IS_BETTER = ("KV_xfer_bandwidth_GBps", "JFI")
+HIGHER_IS_BETTER = ("KV_xfer_bandwidth_GBps", "JFI", "inflection_point")
 REFERENCE = "zcube"
 # Figures whose mean above 0 makes a case's comparison out of reach.
 UNRESOLVED = ("incomplete", "load_short")
