@@ -31,7 +31,7 @@ fits it can still fall short of its level, which the results say (`load_short`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -292,8 +292,8 @@ def trial_recordings(
 def max_level(hosts: int, ts: TimeScale, ceiling_mbps: float) -> float:
     """The highest background level (`loaded`) whose offered wall rate fits the datapath's
     ceiling: the KV pair at a NIC's shaped wall rate and the other hosts // 2 - 1 pairs at the
-    level of it, so (ceiling / wall rate - 1) / (pairs); at most MAX_LEVEL, at least 0 (None
-    when not even the KV pair fits: -1)."""
+    level of it, so (ceiling / wall rate - 1) / (pairs), at most MAX_LEVEL; -1 when not even
+    the KV pair fits."""
     bg_pairs = hosts // 2 - 1
     room = ceiling_mbps / ts.wall_nic_mbps - 1
     if room < 0:
@@ -340,7 +340,11 @@ def check_pairs(n: int, ts: TimeScale, ceiling_mbps: float | None) -> None:
 
 
 def _carried(
-    section: str, params: Mapping[str, Any], check: Any, asked: bool, refused: list[Refused]
+    section: str,
+    params: Mapping[str, Any],
+    check: Callable[[], None],
+    asked: bool,
+    refused: list[Refused],
 ) -> bool:
     """Run `check`; a ConfigError raises for a value the run asked for and is recorded as
     refused (False) for one of the draft's defaults."""
