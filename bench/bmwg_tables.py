@@ -425,15 +425,18 @@ def kv_spans(docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def level_facts(docs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The §10.4 sentence the page's prose quotes, per committed §10.4 run and fabric, from the
-    run's rows: each trial's inflection point, and the highest level up to which every trial
+    """The §10.4 sentences the page's prose quotes, one per committed §10.4 run, from its rows:
+    per fabric each trial's inflection point, and the highest level up to which every trial
     of every level carried its background (none short: `LOAD_REACHED` of what it offered)."""
     from zcube_lab.core.bmwg.report import inflection_rows
 
-    parts = []
+    out = []
     for d in docs:
         if "10.4" not in d["sections"]:
             continue
+        parts = []
+        every = sorted({s["params"]["bg_load"] for s in d["summary"]
+                        if s["section"] == "10.4" and "bg_load" in s["params"]})  # fmt: skip
         for fab in d["fabrics"]:
             found = sorted(
                 (r["trial"], r["figures"].get("inflection_point"))
@@ -455,7 +458,10 @@ def level_facts(docs: Sequence[Mapping[str, Any]]) -> list[str]:
             trials = ", ".join("none" if v is None else _pct(v) for _, v in found)
             upto = "no level" if carried is None else f"{_pct(carried)}"
             parts.append(f"{LABEL.get(fab, fab)} {trials} (carried up to {upto})")
-    return parts
+        if parts:
+            head = f"{_src(d)} ({_pct(every[0])}-{_pct(every[-1])}, {d.get('trials', '?')} trials)"
+            out.append(f"{head}: " + "; ".join(parts))
+    return out
 
 
 def render(docs: Sequence[Mapping[str, Any]]) -> str:
@@ -502,12 +508,13 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "comparisons are out of reach at this time scale, and only the unloaded KV latency is",
         "compared.",
         *([] if not facts else [
-            "In §10.4 (§5.2's trial at background levels 0-95% in 5% steps) each trial's",
-            f"inflection point, and the highest level up to which every trial carried at least "
+            "In §10.4 (§5.2's trial at background levels in 5% steps), per run, each trial's",
+            f"inflection point and the highest level up to which every trial carried at least "
             f"{LOAD_REACHED:.0%}",
-            "of the background it offered: " + "; ".join(facts) + ". Above those levels the",
-            "background fell short, so a fabric's inflection is judged only where no trial fell",
-            "short at or below it.",
+            "of the background it offered.",
+            *(f"{f}." for f in facts),
+            "Above those levels the background fell short, so a fabric's inflection is judged",
+            "only where no trial fell short at or below it.",
         ]),
         "",
         "## The answer: where ZCube differs from ROFT and Clos by more than the trials' spread",

@@ -196,10 +196,10 @@ def test_the_10_4_sentence_quotes_each_trial_s_inflection_and_the_level_carried(
         for (fab, t), curve in curves.items()
         for lv, p99 in zip((0.0, 0.05, 0.1), curve, strict=True)
     ]  # fmt: skip
-    doc = {"sections": ["10.4"], "fabrics": ["zcube", "roft"], "rows": rows,
-           "summary": summary_of(rows)}  # fmt: skip
+    doc = {"sections": ["10.4"], "fabrics": ["zcube", "roft"], "rows": rows, "trials": 2,
+           "summary": summary_of(rows), "source": "q.json"}  # fmt: skip
     assert bt.level_facts([doc]) == [
-        "ZCube 10%, none (carried up to 5%)",
-        "ROFT 5%, 5% (carried up to 10%)",
+        "`q.json` (0%-10%, 2 trials): ZCube 10%, none (carried up to 5%); "
+        "ROFT 5%, 5% (carried up to 10%)"
     ]
     assert bt.level_facts([{**doc, "sections": ["5.2"]}]) == []
