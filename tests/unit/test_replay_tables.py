@@ -137,3 +137,66 @@ def test_production_windows_figures_known_answer(tmp_path: Path):
     figs = fine_figures(tmp_path)
     assert figs["prod_window"] == "0.1" and figs["prod_fabrics"] == "ZCube"
     assert figs["prod_ep"] == "2.21x" and figs["prod_fine_pauses"] == "2,351"
+
+
+def _losses(switch: int, unlocated: int, port: int = 0) -> dict:
+    return {
+        "datagrams": {"host_send_queue": 0, "switch_queue": switch, "port": port, "receiver": 0},
+        "unlocated": unlocated,
+        "still_queued": {},
+        "lost_datagrams": switch + unlocated + port,
+    }
+
+
+def test_the_long_incasts_paragraph_quotes_the_data_known_answer():
+    from bench.replay_tables import incast_shape, long_incast, long_incast_text, where_lost
+
+    assert incast_shape("incast15x100MB") == (15, 100e6, 16)
+    assert incast_shape("incast8x16MB-64gpus-2us") == (8, 16e6, 64)
+    with pytest.raises(ValueError):
+        incast_shape("run-20261207")
+    # 4 senders of 50 MB into a 400 Gb/s NIC: 200 MB x 8 / 400e9 b/s = 4 ms at line rate;
+    # two rungs (7 and 2 µs) on two fabrics, one row short of bytes
+    ladder = {
+        "scenario": "incast4x50MB",
+        "rows": [
+            {"fabric": f, "frame_us": fr, "incomplete": n}
+            for f, fr, n in (
+                ("zcube", 7.0, 0),
+                ("zcube", 2.0, 3),
+                ("clos", 7.0, 0),
+                ("clos", 2.0, 0),
+            )
+        ],
+    }
+    rerun = {
+        "scenario": "incast4x50MB-64gpus-2us",
+        "rows": [{"fabric": "roft", "frame_us": 2.0, "incomplete": 3,
+                  "losses": _losses(switch=1200, unlocated=34)}],
+    }  # fmt: skip
+    f = long_incast(ladder, rerun)
+    assert {k: f[k] for k in ("senders", "mb", "line_ms", "rungs", "short_rows")} == {
+        "senders": "4", "mb": "50", "line_ms": "4", "rungs": "7,2", "short_rows": "1 of 4",
+    }  # fmt: skip
+    # the re-run: 1,200 + 34 = 1,234 lost, 3 of its 4 transfers short: 1 completed
+    assert f["rerun_lost"] == "1,234" and f["rerun_done"] == "1 of its 4"
+    assert f["rerun_where"] == "1,200 at switch queues, 34 where no counter saw them"
+    assert f["rerun_gpus"] == "64" and f["rerun_fabric"] == "ROFT" and f["rerun_frame"] == "2"
+    assert f["counted_span"] == ""  # these rows ran before replays counted losses
+    rerun["rows"][0]["incomplete"] = 4
+    assert long_incast(ladder, rerun)["rerun_done"] == "none of its 4 transfers"
+    # rows that counted their losses say how many, 0 to 5 a replay
+    for r, n in zip(ladder["rows"], (0, 5, 0, 2), strict=True):
+        r["losses"] = _losses(switch=n, unlocated=0)
+    assert long_incast(ladder, rerun)["counted_span"] == "0-5"
+    del ladder["rows"][0]["losses"]
+    with pytest.raises(ValueError, match="some rows counted"):
+        long_incast(ladder, rerun)
+    assert where_lost(_losses(0, 0, port=7)) == "7 at ports"
+    assert where_lost(_losses(0, 0)) == "none placed by a counter"
+    # the committed data's own figures, as the page quotes them
+    text = " ".join(long_incast_text())
+    assert "lost 7,276 datagrams (278 at switch queues, 6,998 where no counter saw them)" in text
+    assert "none of its 15 transfers completed" in text and "3 of 6 rows" in text
+    assert "(30 ms at line rate)" in text
+    assert all(len(line) <= 96 for line in long_incast_text())
