@@ -69,6 +69,11 @@ class BmwgConfig:
         "", metavar="FRACTION,...", help="5.2: background load as a share of each background "
         "host's NIC (default: the draft's 0.25, 0.5, 0.75, 0.9)"
     )  # fmt: skip
+    prompts: str = option(
+        "", metavar="N,...", help="6.1: prompt lengths in tokens (default: the draft's 128, "
+        "512, 1024, 2048, 4096, 8192, 16384)"
+    )  # fmt: skip
+    rate: float = option(1.0, help="6.1: requests per modelled second of each live run")
     seed: int = option(1, help="seed of the bursts' and pulls' start times (trial i: seed + i)")
     results: Path = option(  # noqa: RUF009 (a field; a Path is immutable)
         Path("results"), type=Path, help="where bmwg-<time>/ goes"
@@ -101,6 +106,9 @@ class BmwgConfig:
         for v in self.thresholds or ():
             if v <= 0:
                 raise ConfigError("xoff_bytes", v, "a positive number of bytes")
+        if not self.rate > 0:
+            raise ConfigError("rate", self.rate, "a positive rate in requests per second")
+        self.prompt_lengths  # noqa: B018 (checks the field: a ConfigError naming it)
         for name in ("n_burst", "pairs", "qps"):
             for v in numbers(getattr(self, name), name):
                 if v != int(v):
@@ -137,6 +145,12 @@ class BmwgConfig:
     @property
     def qp_counts(self) -> tuple[int, ...] | None:
         return tuple(int(v) for v in numbers(self.qps, "qps")) or None
+
+    @property
+    def prompt_lengths(self) -> tuple[int, ...]:
+        from zcube_lab.core.bmwg.ttft import prompt_lengths
+
+        return prompt_lengths(self.prompts)
 
     @property
     def bg_loads(self) -> tuple[float, ...] | None:
