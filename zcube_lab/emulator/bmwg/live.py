@@ -126,9 +126,12 @@ def _headline(f: dict[str, Any]) -> str:
 def _document(fabrics: Sequence[str], gpus: int, prompts: Sequence[int], trials: int,
               trial_seconds: float, rate: float, rows: list[dict[str, Any]], t0: float,
               est: float, done: bool) -> dict[str, Any]:  # fmt: skip
+    from zcube_lab.core.bmwg.catalogue import test_of
+    from zcube_lab.core.bmwg.scaling import scale_for
     from zcube_lab.emulator.bmwg.runner import software
 
     summary = report.summarize(rows)
+    test = test_of(t61.SECTION)
     return {
         "draft": DRAFT,
         "sections": [t61.SECTION],
@@ -136,6 +139,8 @@ def _document(fabrics: Sequence[str], gpus: int, prompts: Sequence[int], trials:
         "gpus": gpus,
         "trials": trials,
         "trial_seconds": trial_seconds,
+        "draft_trials": {test.section: [test.trials, test.trial_s]},
+        "resolution": scale_for(test).describe(),  # the live lab's default scale
         "rate": rate,
         "prompts": list(prompts),
         "estimate_wall_s": round(est, 1),
@@ -143,8 +148,9 @@ def _document(fabrics: Sequence[str], gpus: int, prompts: Sequence[int], trials:
         "complete": done,
         "software": {**software(), "transport": "kernel TCP (live serving runs)"},
         "notes": [
-            "6.1: live serving runs at the default time scale (one lab frame is 120 µs of "
-            "modelled time); T_prefill, T_transfer and T_decode_init are per request from the "
+            "6.1: live serving runs at the default time scale (one lab frame of 1,500 B is "
+            f"{scale_for(test).describe()['frame_us']:g} µs of modelled time on the slowest "
+            "host port); T_prefill, T_transfer and T_decode_init are per request from the "
             "gateway's and the KV logs and sum to its TTFT at the gateway; a run the lab's "
             "verdict did not trust is kept, its comparison out of reach"
         ],
