@@ -30,6 +30,9 @@ def test_prompt_lengths_default_to_the_drafts_and_refuse_what_is_out_of_range() 
         BmwgConfig(prompts="128,999999")
     with pytest.raises(ConfigError, match="rate"):
         BmwgConfig(rate=0)
+    with pytest.raises(ConfigError, match=r"trial_seconds.*at least 5 s"):
+        t61.check_trial_seconds(0.002)  # a replay test's trial, not a live run's
+    t61.check_trial_seconds(5.0)
 
 
 def test_a_cases_profile_is_single_turn_at_exactly_its_prompt_length(tmp_path: Path) -> None:

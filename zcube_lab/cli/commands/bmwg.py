@@ -106,6 +106,7 @@ def run_tests(args: argparse.Namespace) -> int:
     from zcube_lab.adapters.procs import interrupt_on_stop_signals
     from zcube_lab.core.bmwg.catalogue import runnable_sections
     from zcube_lab.core.bmwg.config import BmwgConfig
+    from zcube_lab.core.bmwg.ttft import check_trial_seconds
     from zcube_lab.core.options import from_args
     from zcube_lab.emulator.bmwg.live import run_ttft
     from zcube_lab.emulator.bmwg.runner import plan_run, run_plan
@@ -115,6 +116,8 @@ def run_tests(args: argparse.Namespace) -> int:
     tests = runnable_sections(args.sections)  # an unknown or unbuilt section: exit 2
     live = [t for t in tests if t.section in LIVE_SECTIONS]
     replayed = [t for t in tests if t.section not in LIVE_SECTIONS]
+    if live:
+        check_trial_seconds(cfg.trial_seconds)
     plan = plan_run(cfg, replayed) if replayed else None  # every check before any lab
     if os.geteuid() != 0:
         print(

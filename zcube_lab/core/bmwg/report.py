@@ -132,6 +132,9 @@ def pair_figures(
         "JFI": jain(rates) if rates else None,
         "Fabric_FCT_p50_us": _us(quantile(sorted(fcts), 0.5)) if fcts else None,
         "Fabric_FCT_p99_us": _us(quantile(sorted(fcts), 0.99)) if fcts else None,
+        # a message is one KV transfer: its completion time is the draft's KV_xfer_latency too
+        "KV_xfer_latency_p50_us": _us(quantile(sorted(fcts), 0.5)) if fcts else None,
+        "KV_xfer_latency_p99_us": _us(quantile(sorted(fcts), 0.99)) if fcts else None,
         "incomplete": incomplete,
         "transfers": len(transfers),
     }
