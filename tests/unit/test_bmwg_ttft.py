@@ -110,3 +110,47 @@ def test_a_trial_is_one_zcube_lab_run_and_the_estimate_counts_them(tmp_path: Pat
     assert (args.duration, args.seed) == (20.0, 3)
     # 3 prompts x 2 fabrics x 2 trials of (20 s + the run's overhead)
     assert estimate_wall_s(3, 2, 2, 20.0) == pytest.approx(12 * (20 + 45.0))
+
+
+def test_a_trial_the_machine_spoiled_runs_again_and_keeps_the_spoiled_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`live._trial` against a fake `zcube-lab run`: each call writes the next summary."""
+    from zcube_lab.emulator.bmwg import live
+    from zcube_lab.emulator.verdict import judge, retry
+
+    verdicts = iter([
+        {"trustworthy": False, "health": {"why": "machine"}},
+        {"trustworthy": True, "health": {}},
+        {"trustworthy": False, "health": {"why": "fabric"}},
+        {"trustworthy": False, "health": {"why": "machine"}},
+        {"trustworthy": False, "health": {"why": "machine"}},
+    ])  # fmt: skip
+    calls = []
+
+    def fake_run(argv, **_kw):
+        calls.append(argv)
+        folder = Path(argv[0]) / f"run-{len(calls)}"  # the trial's own results folder
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps(next(verdicts)))
+        return argv_done
+
+    class argv_done:  # stands for a CompletedProcess
+        returncode, stderr = 0, ""
+
+    monkeypatch.setattr(live.subprocess, "run", fake_run)
+    monkeypatch.setattr(judge.HealthVerdict, "from_dict", staticmethod(lambda d: d))
+    monkeypatch.setattr(
+        retry, "retry_decision",
+        lambda v: retry.RetryDecision(v["why"] == "machine", f"the {v['why']}'s"),
+    )  # fmt: skip
+    said: list[str] = []
+    trial = [tmp_path / f"t{i}" for i in range(3)]
+    path, spoiled = live._trial([str(trial[0])], trial[0], 2, said.append)
+    assert path.parent.name == "run-2" and [p.name for p in spoiled] == ["run-1"]
+    assert "spoiled by the machine (the machine's)" in said[0]
+    path, spoiled = live._trial([str(trial[1])], trial[1], 2, said.append)
+    assert path.parent.name == "run-3" and spoiled == []  # the fabric's: kept as it is
+    path, spoiled = live._trial([str(trial[2])], trial[2], 1, said.append)
+    assert path.parent.name == "run-5" and len(spoiled) == 1  # retries spent: the last kept
+    assert len(calls) == 5

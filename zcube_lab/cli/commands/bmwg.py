@@ -130,7 +130,7 @@ def run_tests(args: argparse.Namespace) -> int:
         if live:
             out = run_ttft(
                 cfg.fabric_kinds, cfg.gpus, cfg.prompt_lengths, cfg.trials, cfg.trial_seconds,
-                cfg.seed, cfg.results, rate=cfg.rate,
+                cfg.seed, cfg.results, rate=cfg.rate, retries=cfg.retries,
             )  # fmt: skip
             print(f"results folder: {out.parent}")
         if plan is not None:

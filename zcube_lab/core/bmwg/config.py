@@ -74,6 +74,10 @@ class BmwgConfig:
         "512, 1024, 2048, 4096, 8192, 16384)"
     )  # fmt: skip
     rate: float = option(1.0, help="6.1: requests per modelled second of each live run")
+    retries: int = option(
+        2, help="6.1: run a live run again (same seed) when the lab's verdict rejected it for "
+        "the machine's reasons alone, up to this many times"
+    )  # fmt: skip
     seed: int = option(1, help="seed of the bursts' and pulls' start times (trial i: seed + i)")
     results: Path = option(  # noqa: RUF009 (a field; a Path is immutable)
         Path("results"), type=Path, help="where bmwg-<time>/ goes"
@@ -106,6 +110,8 @@ class BmwgConfig:
         for v in self.thresholds or ():
             if v <= 0:
                 raise ConfigError("xoff_bytes", v, "a positive number of bytes")
+        if self.retries < 0:
+            raise ConfigError("retries", self.retries, "0 or more")
         if not self.rate > 0:
             raise ConfigError("rate", self.rate, "a positive rate in requests per second")
         self.prompt_lengths  # noqa: B018 (checks the field: a ConfigError naming it)

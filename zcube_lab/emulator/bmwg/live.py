@@ -50,8 +50,10 @@ def run_ttft(
     results: Path,
     rate: float = t61.RATE,
     progress: Callable[[str], None] = print,
+    retries: int = 2,
 ) -> Path:
-    """Every case's trials on every fabric; the path of bmwg.json."""
+    """Every case's trials on every fabric; the path of bmwg.json. A run the machine alone
+    spoiled runs again, up to `retries` times (`_trial`)."""
     out = results / f"bmwg-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     est = estimate_wall_s(len(prompts), len(fabrics), trials, trial_seconds)
@@ -72,13 +74,7 @@ def run_ttft(
                 run_dir = out / f"{fabric}-{n}-t{trial}"
                 argv = run_argv(fabric, gpus, workload, trial_seconds, seed + trial, run_dir)
                 w0 = time.monotonic()
-                done = subprocess.run(argv, capture_output=True, text=True, check=False)
-                if done.returncode != 0:
-                    raise RuntimeError(
-                        f"§6.1 {fabric} {n} tokens trial {trial + 1}: `zcube-lab run` exited "
-                        f"{done.returncode}:\n{done.stderr[-2000:]}"
-                    )
-                (summary_path,) = run_dir.glob("*/summary.json")
+                summary_path, spoiled = _trial(argv, run_dir, retries, progress)
                 summary = json.loads(summary_path.read_text())
                 rows.append(
                     {
@@ -88,6 +84,7 @@ def run_ttft(
                         "fabric": fabric,
                         "trial": trial,
                         "run": str(summary_path.parent.relative_to(out)),
+                        "spoiled_by_machine": [str(p.relative_to(out)) for p in spoiled],
                         "figures": t61.trial_figures(summary),
                         "wall_s": round(time.monotonic() - w0, 1),
                     }
@@ -108,6 +105,36 @@ def run_ttft(
         progress(f"§6.1 {c['case']}: {c['figure']} zcube vs {c['versus']}: {c['verdict']}")
     progress(f"written: {path}")
     return path
+
+
+def _trial(argv: list[str], run_dir: Path, retries: int,
+           progress: Callable[[str], None]) -> tuple[Path, list[Path]]:  # fmt: skip
+    """One trial's run: run again (same seed) while the lab's verdict rejected it for the
+    machine's reasons alone (`zcube_lab.emulator.verdict.retry`, as `compare` does), at most
+    `retries` times; the summary kept and the spoiled runs' folders."""
+    from zcube_lab.emulator.verdict.judge import HealthVerdict
+    from zcube_lab.emulator.verdict.retry import retry_decision
+
+    seen: set[Path] = set()
+    spoiled: list[Path] = []
+    for attempt in range(retries + 1):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"§6.1 {run_dir.name}: `zcube-lab run` exited {done.returncode}:\n"
+                f"{done.stderr[-2000:]}"
+            )
+        (path,) = set(run_dir.glob("*/summary.json")) - seen
+        seen.add(path)
+        summary = json.loads(path.read_text())
+        if summary.get("trustworthy") or attempt == retries:
+            return path, spoiled
+        decision = retry_decision(HealthVerdict.from_dict(summary["health"]))
+        if not decision.retry:
+            return path, spoiled
+        spoiled.append(path.parent)
+        progress(f"  {run_dir.name}: spoiled by the machine ({decision.why}): run again")
+    raise AssertionError("unreachable")
 
 
 def _headline(f: dict[str, Any]) -> str:
