@@ -135,11 +135,11 @@ def run_tests(args: argparse.Namespace) -> int:
             print(f"results folder: {out.parent}")
         if plan is not None:
             out = run_plan(plan, cfg)
+            print(f"results folder: {out.parent}")
     except (LabError, RuntimeError) as exc:
         print(f"zcube-lab bmwg run: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("zcube-lab bmwg run: interrupted; the lab is torn down", file=sys.stderr)
         return 130
-    print(f"results folder: {out.parent}")
     return 0
