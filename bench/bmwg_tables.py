@@ -136,7 +136,34 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 out += load_table(d)
             if section == "10.4":
                 out += level_tables(d)
+            if section == "6.1":
+                out += ttft_table(d)
     return out
+
+
+def ttft_table(d: Mapping[str, Any]) -> list[str]:
+    """§6.1's TTFT per prompt length and fabric, split into its parts (modelled ms, p50 over
+    the requests of a trial, mean over trials), each part's share of the median request, and
+    the runs the lab's verdict trusted."""
+    from zcube_lab.core.bmwg.ttft import PARTS, shares
+
+    rows = []
+    for s in d["summary"]:
+        if s["section"] != "6.1":
+            continue
+        trials = [r for r in d["rows"] if (r["section"], r["case"], r["fabric"]) ==
+                  ("6.1", s["case"], s["fabric"])]  # fmt: skip
+        share = shares(trials)
+        f = s["figures"]
+        trusted = sum(1 for r in trials if not r["figures"].get("untrusted"))
+        rows.append([f"{s['params']['prompt_tokens']:,}", LABEL.get(s["fabric"], s["fabric"]),
+                     *(_cell(f.get(f"{p}_p50_ms")) for p in PARTS),
+                     " / ".join("-" if share[p] is None else f"{share[p]:.0%}"
+                                for p in PARTS[1:]),
+                     _cell(f.get("T_transfer_p99_ms")), f"{trusted} of {len(trials)}"])  # fmt: skip
+    head = ["prompt tokens", "fabric", *(f"{p} p50 ms" for p in PARTS),
+            "prefill / transfer / decode init", "T_transfer p99 ms", "runs trusted"]  # fmt: skip
+    return ["§6.1 TTFT and its parts per prompt length:", "", *_table(head, rows), ""]
 
 
 def _mb(real: float) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.scaledown import scaled_fabric, scaled_sizes
-from zcube_lab.core.replay.figures import contention
+from zcube_lab.core.replay.figures import contention, victim_keeps
 from zcube_lab.core.replay.recording import Recording
 from zcube_lab.core.replay.synthetic import ep_kv_mix, incast, victim
 from zcube_lab.core.replay.timescale import DRAFT_THRESHOLDS_BYTES, chip_port_share_bytes, derive
@@ -191,8 +190,8 @@ def victim_flow(fabrics: dict[str, Fabric], frame_us: float, repeat: int) -> dic
         beside = [
             r["classes"]["other"]["fct_s"]["max"] for r in rows if r["case"] == "incast+victim"
         ]
-        if alone and beside and all(alone) and all(beside):
-            keeps = statistics.median(alone) / statistics.median(beside)
+        keeps = victim_keeps(alone, beside)
+        if keeps is not None:
             out["victim"].append({"fabric": name, "keeps_of_its_rate": round(keeps, 3)})
             print(f"{name}: the victim keeps {keeps:.2f} of its rate beside the incast")
     return out

@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.generated import rewrite_blocks
-from zcube_lab.core.replay.losses import LOCATION_TEXT
+from zcube_lab.core.replay.losses import LOCATION_TEXT, LOCATIONS
 from zcube_lab.core.replay.timescale import LADDER_US, derive
 from zcube_lab.core.replay.trials import spread
 from zcube_lab.core.replay.trials import text as spread_text
@@ -326,9 +327,103 @@ def production_table(folder: Path = DATA) -> list[str]:
     return out
 
 
+# The 16-GPU fabrics' host NIC: ZCube's two 200 Gb/s ports, ROFT's and Clos's one 400 Gb/s port
+HOST_NIC_GBPS = 400.0
+INCAST = re.compile(r"incast(\d+)x([\d.]+)MB(?:-(\d+)gpus)?")
+
+
+def incast_shape(scenario: str) -> tuple[int, float, int]:
+    """An incast ladder's senders, bytes each and GPUs (16 unless named) from its scenario name
+    (`bench.replay_ladder`'s `incast{senders}x{MB}MB`, a re-run's `-{gpus}gpus` after it)."""
+    m = INCAST.match(scenario)
+    if m is None:
+        raise ValueError(f"scenario {scenario!r} is not an incast{{N}}x{{MB}}MB ladder")
+    return int(m.group(1)), float(m.group(2)) * 1e6, int(m.group(3) or 16)
+
+
+def where_lost(losses: dict[str, Any]) -> str:
+    """Where a replay's counters put its lost datagrams, each place with its count."""
+    parts = [
+        f"{losses['datagrams'][k]:,} at {SHORT_PLACE[k]}s"
+        for k in LOCATIONS
+        if losses["datagrams"].get(k)
+    ]
+    if losses.get("unlocated"):
+        parts.append(f"{losses['unlocated']:,} where no counter saw them")
+    queued = sum((losses.get("still_queued") or {}).values())
+    if queued:
+        parts.append(f"{queued:,} still queued at the end (not lost)")
+    return ", ".join(parts) or "none placed by a counter"
+
+
+def long_incast(ladder: dict[str, Any], rerun: dict[str, Any]) -> dict[str, str]:
+    """The figures the fine-scale page quotes on the long incast (its 16-GPU ladder) and on the
+    re-run of one rung with the loss accounting (one row)."""
+    n, nbytes, _ = incast_shape(ladder["scenario"])
+    rows = ladder["rows"]
+    out = {
+        "senders": str(n),
+        "mb": f"{nbytes / 1e6:g}",
+        "line_ms": f"{n * nbytes * 8 / (HOST_NIC_GBPS * 1e9) * 1e3:g}",
+        "rungs": ",".join(f"{f:g}" for f in dict.fromkeys(r["frame_us"] for r in rows)),
+        "short_rows": f"{sum(1 for r in rows if r.get('incomplete'))} of {len(rows)}",
+    }
+    counted = [r["losses"]["lost_datagrams"] for r in rows if r.get("losses") is not None]
+    if counted and len(counted) < len(rows):
+        raise ValueError(f"{ladder['scenario']}: some rows counted lost datagrams, some not")
+    out["counted_span"] = span_text(counted, ",d") if counted else ""
+    if len(rerun["rows"]) != 1:
+        raise ValueError(f"{rerun['scenario']}: one re-run row, got {len(rerun['rows'])}")
+    r = rerun["rows"][0]
+    rn, _, gpus = incast_shape(rerun["scenario"])
+    done = rn - r["incomplete"]
+    out |= {
+        "rerun_gpus": str(gpus),
+        "rerun_fabric": LABEL.get(r["fabric"], r["fabric"]),
+        "rerun_frame": f"{r['frame_us']:g}",
+        "rerun_lost": f"{r['losses']['lost_datagrams']:,}",
+        "rerun_where": where_lost(r["losses"]),
+        "rerun_done": f"none of its {rn} transfers" if done == 0 else f"{done} of its {rn}",
+    }
+    return out
+
+
+def long_incast_text(folder: Path = DATA) -> list[str]:
+    """The page's paragraph on the long incast, its figures from the committed JSON."""
+    ladder = load("ladder-incast15x100MB", folder)
+    rerun_name = "ladder-incast15x100MB-64gpus-2us"
+    f = long_incast(ladder, load(rerun_name, folder))
+    head = (
+        f"And a long one, {f['senders']} transfers of {f['mb']} MB into one host "
+        f"({f['line_ms']} ms at line rate), at the two finest rungs (`--senders {f['senders']} "
+        f"--bytes {f['mb']}e6 --rungs {f['rungs']}`). {f['short_rows']} rows have incomplete "
+        "transfers: those ran into the replay's deadline."
+    )
+    if f["counted_span"]:
+        return wrap(head + f" These rows lost {f['counted_span']} datagrams a replay.")
+    rerun = (
+        f" These rows ran before replays counted lost datagrams (no `losses` in their JSON): the "
+        f"{f['rerun_gpus']}-GPU {f['rerun_fabric']}'s {f['rerun_frame']} µs rung, re-run with "
+        f"that accounting (`{rerun_name}.json`, docs/BENCHMARKS.md), lost {f['rerun_lost']} "
+        f"datagrams ({f['rerun_where']}) and {f['rerun_done']} completed, since the replay's "
+        "sender does not retransmit. So lost datagrams, the lab's, may hold these rows too; "
+        "they are not re-run yet:"
+    )
+    return wrap(head + rerun)
+
+
+def wrap(text: str, width: int = 96) -> list[str]:
+    """`text` as the page's lines of at most `width`, never breaking inside `code`."""
+    spans = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
+    lines = textwrap.wrap(spans, width, break_long_words=False, break_on_hyphens=False)
+    return [ln.replace("\0", " ") for ln in lines]
+
+
 def table(name: str, folder: Path = DATA) -> list[str]:
     if name == "resolution":
         return resolution_table()
+    if name == "long-incast":
+        return long_incast_text(folder)
     if name.startswith("ladder-"):
         return ladder_table(name, folder)
     tables = {
@@ -339,7 +434,9 @@ def table(name: str, folder: Path = DATA) -> list[str]:
         "production": production_table,
     }
     if name not in tables:
-        raise ValueError(f"no table {name!r}: resolution, ladder-NAME, {', '.join(tables)}")
+        raise ValueError(
+            f"no table {name!r}: resolution, ladder-NAME, long-incast, {', '.join(tables)}"
+        )
     return tables[name](folder)
 
 
@@ -457,7 +554,10 @@ def fine_figures(folder: Path = DATA) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--table", help="resolution, ladder-NAME, victim, mix, pfc, production")
+    p.add_argument(
+        "--table",
+        help="resolution, ladder-NAME, long-incast, victim, mix, mix-losses, pfc, production",
+    )
     p.add_argument("--write", action="store_true", help="rewrite docs/results/fine-scale.md")
     args = p.parse_args(argv)
     if args.write:

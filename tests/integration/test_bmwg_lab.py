@@ -70,3 +70,54 @@ def test_kv_throughput_and_latency_under_load_on_zcube(tmp_path: Path, lab_avail
         assert 20 <= f["KV_xfer_latency_p50_us"] <= f["KV_xfer_latency_p99_us"]
         assert f["background_offered_GBps"] == 7 * 0.25 * 50
         assert f["background_GBps"] > 0
+
+
+def _kpis_carried(section: str, figures: dict) -> set[str]:
+    """The test's KPIs (the catalogue's names) that a trial's figures carry, by name prefix."""
+    from zcube_lab.core.bmwg.catalogue import test_of
+
+    return {k for k in test_of(section).kpis if any(f.startswith(k) for f in figures)}
+
+
+def test_three_tests_on_two_fabrics_carry_the_kpis_they_name(
+    tmp_path: Path, lab_available: None
+) -> None:
+    """Issue 46's short form: §8.2 and §5.3 as replays and §6.1 as live serving runs, each on
+    ZCube and ROFT, one trial; every trial's figures carry the KPIs the test's catalogue entry
+    names, and the comparison has a verdict for each fabric pair. About 3 minutes."""
+    replays = [sys.executable, "-m", "zcube_lab.cli", "bmwg", "run", "8.2", "5.3", "--fabrics",
+               "zcube,roft", "--trials", "1", "--trial-seconds", "0.001", "--n-burst", "4",
+               "--within-us", "100", "--xoff-bytes", "1e5", "--pairs", "2",
+               "--results", str(tmp_path / "replays")]  # fmt: skip
+    live = [sys.executable, "-m", "zcube_lab.cli", "bmwg", "run", "6.1", "--fabrics",
+            "zcube,roft", "--trials", "1", "--trial-seconds", "8", "--prompts", "2048",
+            "--results", str(tmp_path / "live")]  # fmt: skip
+    docs = []
+    for cmd in (replays, live):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        (path,) = (Path(cmd[-1])).glob("bmwg-*/bmwg.json")
+        docs.append(json.loads(path.read_text()))
+    rows = [r for d in docs for r in d["rows"]]
+    assert {(r["section"], r["fabric"]) for r in rows} == {
+        (s, f) for s in ("8.2", "5.3", "6.1") for f in ("zcube", "roft")
+    }
+    # Every KPI the catalogue names for the test, but §5.3's Link_utilization: a replay reads
+    # no port counters over its span yet (said in the closing note of issue 46)
+    want = {"8.2": {"PFC_frame_count", "PAUSE_duration", "Fabric_FCT", "HOL_delay"},
+            "5.3": {"KV_xfer_bandwidth", "KV_xfer_latency", "Fabric_FCT", "JFI"},
+            "6.1": {"TTFT", "TTFT_fabric", "T_prefill", "T_transfer", "T_decode_init",
+                    "fabric_fraction"}}  # fmt: skip
+    for r in rows:
+        carried = _kpis_carried(r["section"], r["figures"])
+        assert want[r["section"]] <= carried, (r["section"], r["fabric"], sorted(r["figures"]))
+    for r in (r for r in rows if r["section"] == "6.1"):
+        f = r["figures"]
+        assert f["requests"] and f["requests"] >= 4, f
+        # the medians of the parts are each a request's part: none exceeds TTFT's median much
+        parts = [f[f"{p}_p50_ms"] for p in ("T_prefill", "T_transfer", "T_decode_init")]
+        assert all(v > 0 for v in parts) and max(parts) <= f["TTFT_p50_ms"] * 1.1, f
+        # 2,048 tokens of GLM-5.1 KV (184 MB) take at least 3.7 ms at 400 Gb/s
+        assert f["T_transfer_p50_ms"] >= 3.6, f
+    verdicts = {(c["section"], c["versus"]) for d in docs for c in d["comparison"]}
+    assert {("8.2", "roft"), ("5.3", "roft"), ("6.1", "roft")} <= verdicts

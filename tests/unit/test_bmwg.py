@@ -49,6 +49,9 @@ def _transfers() -> TransferFigures:
         "alltoall_p50_s": 0.0005, "alltoall_p99_s": 0.002, "kv_bytes_total": 4e9,
         "kv_xfer_total_s": 2.0, "alltoall_bytes_total": 1e9, "fabric_fraction_p50": 0.2,
         "fabric_fraction_p99": 0.6, "fabric_fraction_requests": 5,
+        "ttft_prefill_p50_s": 0.05, "ttft_prefill_p99_s": 0.2, "ttft_transfer_p50_s": 0.004,
+        "ttft_transfer_p99_s": 0.02, "ttft_decode_init_p50_s": 0.001,
+        "ttft_decode_init_p99_s": 0.003, "ttft_parts_requests": 5, "ttft_parts_left_out": 0,
     })  # fmt: skip
 
 
@@ -68,7 +71,8 @@ def test_a_run_without_kv_ep_or_lossless_has_the_client_and_link_kpis_only() -> 
                                      "peak": pytest.approx(100 * u.link_util_max)}  # fmt: skip
     for absent in ("TTFT_fabric", "Fabric_FCT", "ITL_fabric", "EP_alltoall_latency",
                    "fabric_fraction", "KV_xfer_bandwidth", "Fabric_Goodput", "PFC_frame_count",
-                   "Packet_drop_rate", "TPS_per_GPU"):  # fmt: skip
+                   "Packet_drop_rate", "TPS_per_GPU", "T_prefill", "T_transfer",
+                   "T_decode_init"):  # fmt: skip
         assert absent not in k  # no figure in this run: left out, not zero
 
 
@@ -93,6 +97,10 @@ def test_transfer_lossless_and_drop_figures_are_the_fabric_kpis_in_the_drafts_un
     assert k.itl_fabric == Quantiles(pytest.approx(0.5), pytest.approx(2.0))  # ms
     assert k.ep_alltoall_latency is not None and k.ep_alltoall_latency.p99 == pytest.approx(2e3)
     assert k.fabric_fraction == Quantiles(0.2, 0.6)
+    # TTFT's parts in ms (modelled already: the summary's transfer times are undilated)
+    assert k.t_prefill == Quantiles(pytest.approx(50.0), pytest.approx(200.0))
+    assert k.t_transfer == Quantiles(pytest.approx(4.0), pytest.approx(20.0))
+    assert k.t_decode_init == Quantiles(pytest.approx(1.0), pytest.approx(3.0))
     # 4 GB of pulls over the 10 modelled seconds (20 s of wall at k=2); 2 GB/s while pulling
     assert k.kv_xfer_bandwidth == KvBandwidth(pytest.approx(0.4), pytest.approx(2.0))
     assert k.fabric_goodput == pytest.approx(0.5)  # the all-to-all's 1 GB too

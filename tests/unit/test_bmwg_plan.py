@@ -187,6 +187,8 @@ def test_pair_figures_by_hand():
     assert f["KV_xfer_bandwidth_GBps"] == pytest.approx(1.5)
     assert f["JFI"] == pytest.approx(1.0) and f["incomplete"] == 0
     assert f["Fabric_FCT_p99_us"] == pytest.approx(1e6)
+    # every message took 1 s: its KV_xfer_latency is its completion time
+    assert f["KV_xfer_latency_p50_us"] == f["KV_xfer_latency_p99_us"] == pytest.approx(1e6)
     f = report.pair_figures(ts, {0: 0.0, 1: 0.0}, {0: {"arrived_s": 0.5}, 1: {"arrived_s": 1.0}})
     # pair0 2 GB/s, pair1 1 GB/s: (3)^2 / (2 x 5) = 0.9; one message never sent
     assert f["JFI"] == pytest.approx(0.9) and f["incomplete"] == 1

@@ -203,3 +203,32 @@ def test_the_10_4_sentence_quotes_each_trial_s_inflection_and_the_level_carried(
         "ROFT 5%, 5% (carried up to 10%)"
     ]
     assert bt.level_facts([{**doc, "sections": ["5.2"]}]) == []
+
+
+def test_the_ttft_table_splits_each_prompt_lengths_ttft_into_its_parts():
+    def row(fab, trial, prefill, transfer, decode, untrusted=0):
+        figs = {
+            "TTFT_p50_ms": prefill + transfer + decode,
+            "T_prefill_p50_ms": prefill,
+            "T_transfer_p50_ms": transfer,
+            "T_decode_init_p50_ms": decode,
+            "T_transfer_p99_ms": 2 * transfer,
+            "untrusted": untrusted,
+        }
+        return {"section": "6.1", "case": "prompt_tokens=2048",
+                "params": {"prompt_tokens": 2048}, "fabric": fab, "trial": trial,
+                "figures": figs}  # fmt: skip
+
+    rows = [row("zcube", 0, 120, 30, 10), row("zcube", 1, 140, 50, 10),
+            row("roft", 0, 100, 90, 10, untrusted=1)]  # fmt: skip
+    d = {"rows": rows, "summary": summarize(rows)}
+    lines = bt.ttft_table(d)
+    (zc,) = [ln for ln in lines if "| ZCube |" in ln]
+    (rf,) = [ln for ln in lines if "| ROFT |" in ln]
+    # ZCube: TTFT 160 and 200 (mean 180), prefill 130, transfer 40, decode init 10; of the
+    # summed medians 260 + 80 + 20 = 360: 72% / 22% / 6%; both runs trusted
+    cells = [c.strip() for c in zc.strip("|").split("|")]
+    assert cells[0] == "2,048" and cells[2].startswith("180 ± ") and cells[3].startswith("130")
+    assert cells[4].startswith("40 ± ") and cells[5] == "10 ± 0"
+    assert cells[6] == "72% / 22% / 6%" and cells[-1] == "2 of 2"
+    assert rf.endswith("| 0 of 1 |") and "50% / 45% / 5%" in rf

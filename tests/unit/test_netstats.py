@@ -300,3 +300,31 @@ def test_a_sampler_refuses_rate_limits_other_than_its_own() -> None:
     assert sampler.evidence(limits=RateLimits(over=1.2)).events == ()
     with pytest.raises(ValueError, match="differ"):
         sampler.evidence(limits=RateLimits())
+
+
+def test_the_counter_readers_read_the_namespace_asked(tmp_path: Path, monkeypatch) -> None:
+    """The sampler's readers (shared with the replay's CounterReader): /proc/net of the root
+    namespace or of a host's process, and tc in it through nsenter."""
+    from types import SimpleNamespace
+
+    from zcube_lab.emulator.lab import netsampler as ns
+
+    _fake_proc(tmp_path, NETSTAT)
+    assert ns.net_path("dev", 4242, tmp_path) == tmp_path / "4242" / "net" / "dev"
+    assert ns.net_path("dev", None, tmp_path) == tmp_path / "net" / "dev"
+    assert ns.dev_counters(4242, tmp_path) == parse_net_dev((DATA / "h0-dev.txt").read_text())
+    softnet = parse_softnet((DATA / "softnet_stat.txt").read_text())
+    assert ns.softnet_counters(tmp_path) == softnet
+    calls: list[list[str]] = []
+
+    def tc(argv: list[str], **_: object) -> SimpleNamespace:
+        calls.append(argv)
+        return SimpleNamespace(stdout=(DATA / "h0-qdisc.json").read_text())
+
+    monkeypatch.setattr(ns.subprocess, "run", tc)
+    want = root_qdiscs(parse_qdiscs((DATA / "h0-qdisc.json").read_text()))
+    assert ns.qdisc_stats(4242, tmp_path) == want
+    assert calls[-1] == ["nsenter", f"--net={tmp_path}/4242/ns/net", *ns.TC_QDISCS]
+    assert ns.qdisc_stats() == want and calls[-1] == list(ns.TC_QDISCS)
+    with pytest.raises(OSError):
+        ns.dev_counters(9999, tmp_path)  # a host that is gone

@@ -193,3 +193,38 @@ def test_the_busy_limit_is_the_live_verdicts(busy: float):
     clean = locate(diff(BEFORE, BEFORE), switch_port, lost_datagrams=0)
     v = verdict(clean, {"busy": busy, "steal": 0.0}, busy_limit=Limits().machine_cpu)
     assert not v["trusted"]
+
+
+def test_the_driver_reads_a_hosts_ports_through_the_samplers_readers(monkeypatch):
+    from zcube_lab.emulator.lab import netsampler as ns
+    from zcube_lab.emulator.replay.driver import CounterReader
+    from zcube_lab.emulator.verdict.netstats import DevCounters, QdiscStats
+
+    asked: list[tuple[str, int | None]] = []
+
+    def qdiscs(pid=None, proc=None, timeout=5.0):
+        asked.append(("tc", pid))
+        return {"h0-eth0": QdiscStats("h0-eth0", "tbf", "1:", "root", drops=3, backlog_packets=2),
+                "lo": QdiscStats("lo", "noqueue", "0:", "root", drops=9)}  # fmt: skip
+
+    def devs(pid=None, proc=None):
+        asked.append(("dev", pid))
+        return {"h0-eth0": DevCounters(tx_dropped=4, rx_dropped=5), "lo": DevCounters(1, 1)}
+
+    monkeypatch.setattr(ns, "qdisc_stats", qdiscs)
+    monkeypatch.setattr(ns, "dev_counters", devs)
+    reader = CounterReader(FakeLab())  # type: ignore[arg-type]
+    out: dict = {"qdisc_drops": {}, "tx_dropped": {}, "rx_dropped": {}}
+    reader._ports(out, 4242, "h0's ports")
+    assert asked == [("tc", 4242), ("dev", 4242)]  # the host's namespace, not the root's
+    assert out == {  # only the shaped ports
+        "qdisc_drops": {"h0-eth0": 3.0}, "backlog": {"h0-eth0": 2.0},
+        "tx_dropped": {"h0-eth0": 4.0}, "rx_dropped": {"h0-eth0": 5.0},
+    }  # fmt: skip
+
+    def gone(pid=None, proc=None):
+        raise OSError("no such process")
+
+    monkeypatch.setattr(ns, "dev_counters", gone)
+    reader._ports(out, 4242, "h0's ports")
+    assert reader.missing == {"h0's ports' counters (/proc/4242/net/dev)"}

@@ -109,3 +109,36 @@ def test_the_fabric_fraction_is_per_request_pull_time_over_gateway_ttft() -> Non
     assert f["fabric_fraction_requests"] == 2
     assert f["fabric_fraction_p50"] == pytest.approx((0.2 + 0.8) / 2)
     assert f["fabric_fraction_p99"] == pytest.approx(0.2 + 0.99 * 0.6)
+
+
+def test_ttft_parts_split_the_gateway_ttft_at_the_first_pull_start_and_last_pull_end() -> None:
+    from zcube_lab.emulator.results.fabric.transfers import ttft_parts
+
+    pulls = [
+        # a: a failed attempt 1.2-1.3 and its retry 1.4-1.6: transfer 1.2 to 1.6
+        ("decode-4", {"request_id": "a", "start": 1.2, "end": 1.3, "ok": False}),
+        ("decode-4", {"request_id": "a", "start": 1.4, "end": 1.6, "ok": True}),
+        ("decode-5", {"request_id": "b", "start": 10.5, "end": 10.6, "ok": True}),
+        ("decode-5", {"request_id": "c", "start": 20.0, "end": 21.0, "ok": True}),
+        ("decode-5", {"request_id": "e", "start": None, "end": 3.0, "ok": False}),
+    ]
+    gateway = [
+        {"request_id": "a", "arrival": 1.0, "first_token": 1.7, "ttft_s": 0.7},
+        {"request_id": "b", "arrival": 10.0, "first_token": 10.9, "ttft_s": 0.9},
+        {"request_id": "c", "arrival": 20.5, "first_token": 21.5},  # pulled before it arrived
+        {"request_id": "d", "arrival": 5.0, "first_token": 5.5},  # no pull logged
+        {"request_id": "e", "arrival": 2.0, "first_token": 3.5},  # its one pull has no start
+    ]
+    f = ttft_parts(pulls, gateway)
+    # a: prefill 0.2, transfer 0.4, decode_init 0.1; b: prefill 0.5, transfer 0.1, decode 0.3
+    assert (f["ttft_parts_requests"], f["ttft_parts_left_out"]) == (2, 1)
+    assert f["ttft_prefill_p50_s"] == pytest.approx(0.35)
+    assert f["ttft_prefill_p99_s"] == pytest.approx(0.2 + 0.99 * 0.3)
+    assert f["ttft_transfer_p50_s"] == pytest.approx(0.25)
+    assert f["ttft_decode_init_p50_s"] == pytest.approx(0.2)
+    assert f["ttft_decode_init_p99_s"] == pytest.approx(0.1 + 0.99 * 0.2)
+    # the parts of one request sum to its TTFT at the gateway
+    only_a = ttft_parts(pulls[:2], gateway[:1])
+    total = sum(only_a[f"ttft_{p}_p50_s"] for p in ("prefill", "transfer", "decode_init"))
+    assert total == pytest.approx(gateway[0]["ttft_s"])
+    assert ttft_parts([], gateway)["ttft_prefill_p50_s"] is None

@@ -23,15 +23,14 @@ OLD = Path(__file__).parent / "data" / "summary-zcube.json"
 
 
 class Prometheus:
-    """Port counters of one busy host uplink (h5 into a1:2): 2.5 MB/s for 2 s, then idle."""
+    """Port counters of one busy host uplink (h5 into a1:2): 2.5 MB/s for 2 s, then idle. Raw
+    samples only: the totals are their steps."""
 
     def query(self, promql: str, time: float | None = None) -> list[dict[str, Any]]:
         port = {"switch": "a1", "port": "2", "peer": "h5"}
         if promql == "zcube_port_rx_bytes_total[15s]":
             values = [[990.0 + i, str(v)] for i, v in enumerate([0, 2.5e6, 5e6, 5e6, 5e6])]
             return [{"metric": port, "values": values}]
-        if promql == "increase(zcube_port_rx_bytes_total[15s])":
-            return [{"metric": port, "value": [1000.0, "5e6"]}]
         return []
 
     def query_value(self, promql: str, time: float | None = None) -> float | None:

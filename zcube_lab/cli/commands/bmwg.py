@@ -1,8 +1,8 @@
 """`zcube-lab bmwg`: the IETF draft draft-calabria-bmwg-ai-fabric-inference-bench-05's tests
 by name. `bmwg list`: every test of §5-§13, what the lab can do with it and why; `bmwg run
-SECTION...`: the tests built so far (5.1, 5.2, 5.3, 7.4, 8.2, 10.4) on several fabrics at
-the fine time scale, the draft's trials, a results folder with bmwg.json (docs/BMWG.md; issue
-46). `run` needs root."""
+SECTION...`: the tests built so far (5.1, 5.2, 5.3, 7.4, 8.2, 10.4 at the fine time scale as
+replays; 6.1 as live serving runs) on several fabrics, the draft's trials, a results folder
+with bmwg.json (docs/BMWG.md; issue 46). `run` needs root."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from zcube_lab.core.options import option
+
+# Sections run as live serving runs (`zcube_lab.emulator.bmwg.live`), not as replays.
+LIVE_SECTIONS = ("6.1",)
 
 
 @dataclass(frozen=True)
@@ -103,13 +106,19 @@ def run_tests(args: argparse.Namespace) -> int:
     from zcube_lab.adapters.procs import interrupt_on_stop_signals
     from zcube_lab.core.bmwg.catalogue import runnable_sections
     from zcube_lab.core.bmwg.config import BmwgConfig
+    from zcube_lab.core.bmwg.ttft import check_trial_seconds
     from zcube_lab.core.options import from_args
+    from zcube_lab.emulator.bmwg.live import run_ttft
     from zcube_lab.emulator.bmwg.runner import plan_run, run_plan
     from zcube_lab.emulator.lab.system import LabError
 
     cfg = from_args(BmwgConfig, args)
     tests = runnable_sections(args.sections)  # an unknown or unbuilt section: exit 2
-    plan = plan_run(cfg, tests)  # every check before any lab is built
+    live = [t for t in tests if t.section in LIVE_SECTIONS]
+    replayed = [t for t in tests if t.section not in LIVE_SECTIONS]
+    if live:
+        check_trial_seconds(cfg.trial_seconds)
+    plan = plan_run(cfg, replayed) if replayed else None  # every check before any lab
     if os.geteuid() != 0:
         print(
             "zcube-lab bmwg run: needs root (it builds Mininet labs): run it with sudo",
@@ -118,12 +127,19 @@ def run_tests(args: argparse.Namespace) -> int:
         return 1
     interrupt_on_stop_signals()
     try:
-        out = run_plan(plan, cfg)
+        if live:
+            out = run_ttft(
+                cfg.fabric_kinds, cfg.gpus, cfg.prompt_lengths, cfg.trials, cfg.trial_seconds,
+                cfg.seed, cfg.results, rate=cfg.rate, retries=cfg.retries,
+            )  # fmt: skip
+            print(f"results folder: {out.parent}")
+        if plan is not None:
+            out = run_plan(plan, cfg)
+            print(f"results folder: {out.parent}")
     except (LabError, RuntimeError) as exc:
         print(f"zcube-lab bmwg run: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("zcube-lab bmwg run: interrupted; the lab is torn down", file=sys.stderr)
         return 130
-    print(f"results folder: {out.parent}")
     return 0

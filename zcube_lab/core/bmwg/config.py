@@ -76,6 +76,15 @@ class BmwgConfig:
         "", metavar="FRACTION,...", help="10.4: background levels, 0 to 0.95 (default: the "
         "draft's 0 to 0.95 in steps of 0.05; fewer for a quick look)"
     )  # fmt: skip
+    prompts: str = option(
+        "", metavar="N,...", help="6.1: prompt lengths in tokens (default: the draft's 128, "
+        "512, 1024, 2048, 4096, 8192, 16384)"
+    )  # fmt: skip
+    rate: float = option(1.0, help="6.1: requests per modelled second of each live run")
+    retries: int = option(
+        2, help="6.1: run a live run again (same seed) when the lab's verdict rejected it for "
+        "the machine's reasons alone, up to this many times"
+    )  # fmt: skip
     seed: int = option(1, help="seed of the bursts' and pulls' start times (trial i: seed + i)")
     results: Path = option(  # noqa: RUF009 (a field; a Path is immutable)
         Path("results"), type=Path, help="where bmwg-<time>/ goes"
@@ -109,6 +118,11 @@ class BmwgConfig:
         for v in self.thresholds or ():
             if v <= 0:
                 raise ConfigError("xoff_bytes", v, "a positive number of bytes")
+        if self.retries < 0:
+            raise ConfigError("retries", self.retries, "0 or more")
+        if not self.rate > 0:
+            raise ConfigError("rate", self.rate, "a positive rate in requests per second")
+        self.prompt_lengths  # noqa: B018 (checks the field: a ConfigError naming it)
         for name in ("n_burst", "pairs", "qps"):
             for v in numbers(getattr(self, name), name):
                 if v != int(v):
@@ -145,6 +159,12 @@ class BmwgConfig:
     @property
     def qp_counts(self) -> tuple[int, ...] | None:
         return tuple(int(v) for v in numbers(self.qps, "qps")) or None
+
+    @property
+    def prompt_lengths(self) -> tuple[int, ...]:
+        from zcube_lab.core.bmwg.ttft import prompt_lengths
+
+        return prompt_lengths(self.prompts)
 
     @property
     def bg_loads(self) -> tuple[float, ...] | None:

@@ -8,12 +8,15 @@ From the agents' lines (when each transfer left, when its last byte arrived) and
   dispatch's start to its last combine's arrival;
 - transfers that never completed (a lost datagram is not retransmitted);
 - with an isolated replay of each class beside the mixed one, the head-of-line delay one class
-  imposed on the other: the contended p99 over the isolated p99 (the draft's §7.4 ratio).
+  imposed on the other: the contended p99 over the isolated p99 (the draft's §7.4 ratio);
+- a victim transfer's share of its rate beside other traffic: its time alone over its time
+  beside (`victim_keeps`).
 Times are modelled seconds throughout.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -157,6 +160,17 @@ def contention(isolated: Mapping[str, Any], mixed: Mapping[str, Any]) -> dict[st
                 row[key.replace("_s", "_p99_added_s")] = b - a
         out[cls] = row
     return out
+
+
+def victim_keeps(alone: Sequence[float | None], beside: Sequence[float | None]) -> float | None:
+    """The share of its rate a victim transfer keeps beside other traffic: the median of its
+    completion times alone over the median of its times beside, one per trial; None when a trial
+    has no time (the victim incomplete) or either list is empty."""
+    a = [float(x) for x in alone if x]
+    b = [float(x) for x in beside if x]
+    if not a or not b or len(a) < len(alone) or len(b) < len(beside):
+        return None
+    return statistics.median(a) / statistics.median(b)
 
 
 def pause_figures(ports: Mapping[str, Mapping[str, float]], clock: Clock) -> dict[str, Any]:

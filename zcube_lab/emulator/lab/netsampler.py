@@ -30,12 +30,13 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.emulator.verdict.netstats import (
+    DevCounters,
     NetReading,
     NetTally,
     QdiscStats,
@@ -55,7 +56,38 @@ from zcube_lab.emulator.verdict.network import (
 )
 
 TC_QDISCS = ("tc", "-s", "-j", "qdisc", "show")
+PROC = Path("/proc")
+# what a read of the counters below raises when a part cannot be read or parsed
+READ_ERRORS = (OSError, subprocess.SubprocessError, ValueError, KeyError)
 T = TypeVar("T")
+
+
+def qdisc_stats(
+    pid: int | None = None, proc: Path = PROC, timeout: float = 5.0
+) -> dict[str, QdiscStats]:
+    """Every root qdisc's counters by device (`tc -s -j qdisc show`), in the root namespace or,
+    with `pid`, in that process's (through nsenter); raises one of `READ_ERRORS`."""
+    argv = list(TC_QDISCS)
+    if pid is not None:
+        argv = ["nsenter", f"--net={proc}/{pid}/ns/net", *argv]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True)
+    return root_qdiscs(parse_qdiscs(out.stdout))
+
+
+def net_path(name: str, pid: int | None = None, proc: Path = PROC) -> Path:
+    """/proc/net/NAME of the root namespace, or /proc/PID/net/NAME of that process's."""
+    return proc / "net" / name if pid is None else proc / str(pid) / "net" / name
+
+
+def dev_counters(pid: int | None = None, proc: Path = PROC) -> dict[str, DevCounters]:
+    """Every interface's counters (/proc/net/dev) in the root namespace or `pid`'s; raises
+    OSError (not readable) or ValueError (not parsed)."""
+    return parse_net_dev(net_path("dev", pid, proc).read_text())
+
+
+def softnet_counters(proc: Path = PROC) -> dict[str, int]:
+    """The CPUs' input-queue counters (/proc/net/softnet_stat); raises OSError or ValueError."""
+    return parse_softnet(net_path("softnet_stat", None, proc).read_text())
 
 
 def engine_overrun_buckets(
@@ -210,26 +242,20 @@ class NetSampler:
 
     def _read_root(self) -> NetReading | None:
         t0 = time.monotonic()
-        qdiscs = self._qdiscs(TC_QDISCS)
-        devs = self._text(self.proc / "net" / "dev")
-        softnet = self._text(self.proc / "net" / "softnet_stat")
+        qdiscs = self._qdiscs(None)
+        devs = self._read(lambda: dev_counters(None, self.proc))
+        softnet = self._read(lambda: softnet_counters(self.proc))
         t1 = time.monotonic()
         return NetReading(
-            t0,
-            t1,
-            qdiscs=qdiscs,
-            devs=self._shaped(parse_net_dev(devs)) if devs else {},
-            softnet=parse_softnet(softnet) if softnet else {},
+            t0, t1, qdiscs=qdiscs, devs=self._shaped(devs or {}), softnet=softnet or {}
         )
 
     def _read_host(self, host: str, pid: int, with_qdiscs: bool) -> NetReading | None:
-        base = self.proc / str(pid) / "net"
         t0 = time.monotonic()
-        qdiscs = {}
-        if with_qdiscs:
-            qdiscs = self._qdiscs(("nsenter", f"--net={self.proc}/{pid}/ns/net", *TC_QDISCS))
-        netstat, snmp = self._text(base / "netstat"), self._text(base / "snmp")
-        devs = self._text(base / "dev")
+        qdiscs = self._qdiscs(pid) if with_qdiscs else {}
+        netstat = self._read(net_path("netstat", pid, self.proc).read_text)
+        snmp = self._read(net_path("snmp", pid, self.proc).read_text)
+        devs = self._read(lambda: dev_counters(pid, self.proc))
         t1 = time.monotonic()
         if netstat is None or snmp is None:
             return None  # the host is gone
@@ -238,20 +264,21 @@ class NetSampler:
             t1,
             tcp={host: parse_tcp_counters(netstat, snmp)},
             qdiscs=qdiscs,
-            devs=self._shaped(parse_net_dev(devs)) if devs else {},
+            devs=self._shaped(devs or {}),
         )
 
-    def _qdiscs(self, argv: Sequence[str]) -> dict[str, QdiscStats]:
+    def _qdiscs(self, pid: int | None) -> dict[str, QdiscStats]:
         try:
-            out = subprocess.run(list(argv), capture_output=True, text=True, timeout=5, check=True)
-            return self._shaped(root_qdiscs(parse_qdiscs(out.stdout)))
-        except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+            return self._shaped(qdisc_stats(pid, self.proc))
+        except READ_ERRORS:
             self._fail()
             return {}
 
-    def _text(self, path: Path) -> str | None:
+    def _read(self, read: Callable[[], T]) -> T | None:
+        """`read()`, or None (counted as a failure) when its file cannot be read; text it
+        cannot parse raises ValueError, which fails the whole reading (`_read_all`)."""
         try:
-            return path.read_text()
+            return read()
         except OSError:
             self._fail()
             return None

@@ -3,9 +3,13 @@ the metric names the components export (`zcube_lab.serving.vllm_metrics`,
 `zcube_lab.controller.port_metrics`, `zcube_lab.workloads.client_metrics`), returning typed figures.
 
 Every query is an instant query at the end of the run `t1` over a range of the window plus 5 s
-(so the first scrape after the load started is inside it). A query that fails or finds no series
-gives None: a gap in the report, not a failed run. Port peaks come from the raw samples of the
-port counters over the same range (a range vector at `t1`): the rate between consecutive
+(so the last scrape before the load started is inside it). Totals (bytes, failures, port
+counters) are the exact sum of the raw samples' steps over that range (`counter_increase`), not
+PromQL's `increase()`: that one scales the sampled increase up to the whole range, by a factor
+that depends on where each target's scrapes fall (a few percent over a 30 s run), so two totals
+taken from different targets would not compare (the fabric's bytes against the servers'). A
+query that fails or finds no series gives None: a gap in the report, not a failed run. Port
+peaks come from the same raw samples (a range vector at `t1`): the rate between consecutive
 scrapes, at their own timestamps, so a peak is over one scrape interval and never resampled.
 
 KV pull and all-to-all times are not asked here: they come exactly from the engines' logs
@@ -102,25 +106,46 @@ def server_figures(
             key = f"{name}_p{q}_s"
             figures[key] = getattr(transfers, key) if transfers is not None else None
     for name, series in TOTALS:
-        figures[name] = value(prom, f"sum(increase({series}{rng}))", t1)
+        figures[name] = total_increase(prom, series, t1, window_s)
     return ServerFigures(**figures)
 
 
-def port_increase(prom: PromQuery, metric: str, t1: float, window_s: float) -> dict[PortKey, float]:
-    """Increase of a per-port counter over the window, by (switch, port); empty on failure."""
-    try:
-        series = prom.query(f"increase({metric}{window_range(window_s)})", time=t1)
-    except Exception:
-        return {}
-    out: dict[PortKey, float] = {}
-    for s in series:
-        m = s.get("metric", {})
-        if "switch" in m and "port" in m:
-            out[(m["switch"], int(m["port"]))] = float(s["value"][1])
-    return out
-
-
 Samples = list[tuple[float, float]]
+
+
+def counter_increase(values: Samples) -> float:
+    """What a counter counted between its first and last sample: the sum of its steps, a step
+    down being a restart from zero (the new value counts whole). No extrapolation."""
+    total = 0.0
+    for (_, a), (_, b) in pairwise(values):
+        total += b - a if b >= a else b
+    return total
+
+
+def _raw(prom: PromQuery, metric: str, t1: float, window_s: float) -> list[dict[str, Any]]:
+    return prom.query(f"{metric}{window_range(window_s)}", time=t1)
+
+
+def _values(series: dict[str, Any]) -> Samples:
+    return [(float(t), float(v)) for t, v in series.get("values") or ()]
+
+
+def total_increase(prom: PromQuery, metric: str, t1: float, window_s: float) -> float | None:
+    """What every series of a counter counted over the window, summed (`counter_increase`);
+    None when the query fails or finds no series."""
+    try:
+        found = _raw(prom, metric, t1, window_s)
+    except Exception:  # a missing series is a gap in the report, not a failed run
+        return None
+    if not found:
+        return None
+    return sum(counter_increase(_values(s)) for s in found)
+
+
+def port_increase(prom: PromQuery, metric: str, t1: float, window_s: float) -> dict[PortKey, float]:
+    """What a per-port counter counted over the window (`counter_increase`), by (switch, port);
+    empty on failure."""
+    return {key: counter_increase(v) for key, v in port_samples(prom, metric, t1, window_s).items()}
 
 
 def port_samples(
@@ -129,14 +154,14 @@ def port_samples(
     """The raw (time, value) samples of a per-port counter over the window, by (switch, port);
     empty on failure."""
     try:
-        series = prom.query(f"{metric}{window_range(window_s)}", time=t1)
+        series = _raw(prom, metric, t1, window_s)
     except Exception:
         return {}
     out: dict[PortKey, Samples] = {}
     for s in series:
         m = s.get("metric", {})
         if "switch" in m and "port" in m:
-            values = [(float(t), float(v)) for t, v in s.get("values") or ()]
+            values = _values(s)
             out[(m["switch"], int(m["port"]))] = sorted(values)
     return out
 
@@ -163,8 +188,8 @@ def port_counters(prom: PromQuery, t1: float, window_s: float) -> SwitchPortTraf
     tx = port_samples(prom, fabric_metrics.PORT_TX_BYTES, t1, window_s)
     rx = port_samples(prom, fabric_metrics.PORT_RX_BYTES, t1, window_s)
     return SwitchPortTraffic(
-        tx_bytes=port_increase(prom, fabric_metrics.PORT_TX_BYTES, t1, window_s),
-        rx_bytes=port_increase(prom, fabric_metrics.PORT_RX_BYTES, t1, window_s),
+        tx_bytes={key: counter_increase(v) for key, v in tx.items()},
+        rx_bytes={key: counter_increase(v) for key, v in rx.items()},
         drops=sum(sum(port_increase(prom, m, t1, window_s).values()) for m in dropped),
         tx_peak_bytes_per_s=_peaks(tx),
         rx_peak_bytes_per_s=_peaks(rx),

@@ -353,28 +353,25 @@ class CounterReader:
 
     def read(self) -> dict[str, dict[str, float]]:
         from zcube_lab.emulator.lab import ovs
-        from zcube_lab.emulator.verdict.netstats import parse_proc_table, parse_softnet
+        from zcube_lab.emulator.lab.netsampler import net_path, softnet_counters
+        from zcube_lab.emulator.verdict.netstats import parse_proc_table
 
         out: dict[str, dict[str, float]] = {
             "qdisc_drops": {}, "tx_dropped": {}, "rx_dropped": {}, "udp": {}, "datapath": {},
         }  # fmt: skip
         if self.readings:  # the CPU's window closes before this reading's own work ...
             self._cpu(out)
-        self._ports(out, [], Path("/proc/net/dev"), "switch ports")
+        self._ports(out, None, "switch ports")
         try:
-            out["softnet"] = {
-                k: float(v)
-                for k, v in parse_softnet(Path("/proc/net/softnet_stat").read_text()).items()
-            }
+            out["softnet"] = {k: float(v) for k, v in softnet_counters().items()}
         except (OSError, ValueError):
             self.missing.add("the CPUs' input queues (/proc/net/softnet_stat)")
         assert self.lab.net is not None
         for h in self.lab.fabric.hosts:
             pid = self.lab.net.get(h.name).pid
-            ns = ["nsenter", f"--net=/proc/{pid}/ns/net"]
-            self._ports(out, ns, Path(f"/proc/{pid}/net/dev"), f"{h.name}'s ports")
+            self._ports(out, pid, f"{h.name}'s ports")
             try:
-                udp = parse_proc_table(Path(f"/proc/{pid}/net/snmp").read_text()).get("Udp", {})
+                udp = parse_proc_table(net_path("snmp", pid).read_text()).get("Udp", {})
             except (OSError, ValueError):
                 self.missing.add(f"{h.name}'s UDP counters")
                 continue
@@ -410,27 +407,29 @@ class CounterReader:
         except (OSError, ValueError):
             self.missing.add("CPU times (/proc/stat)")
 
-    def _ports(self, out: dict[str, dict[str, float]], ns: list[str], dev: Path, what: str) -> None:
-        from zcube_lab.emulator.verdict.netstats import parse_net_dev, parse_qdiscs, root_qdiscs
+    def _ports(self, out: dict[str, dict[str, float]], pid: int | None, what: str) -> None:
+        """The shaped ports' queue and device counters in the root namespace or `pid`'s."""
+        from zcube_lab.emulator.lab.netsampler import (
+            READ_ERRORS,
+            dev_counters,
+            net_path,
+            qdisc_stats,
+        )
 
         try:
-            text = subprocess.run(
-                [*ns, "tc", "-s", "-j", "qdisc", "show"],
-                capture_output=True, text=True, timeout=10, check=True,
-            ).stdout  # fmt: skip
-            for name, q in root_qdiscs(parse_qdiscs(text)).items():
+            for name, q in qdisc_stats(pid, timeout=10).items():
                 if name in self.ports:
                     out["qdisc_drops"][name] = float(q.drops)
                     out.setdefault("backlog", {})[name] = float(q.backlog_packets)
-        except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        except READ_ERRORS:
             self.missing.add(f"{what}' queues (tc)")
         try:
-            for name, c in parse_net_dev(dev.read_text()).items():
+            for name, c in dev_counters(pid).items():
                 if name in self.ports:
                     out["tx_dropped"][name] = float(c.tx_dropped)
                     out["rx_dropped"][name] = float(c.rx_dropped)
         except (OSError, ValueError):
-            self.missing.add(f"{what}' counters ({dev})")
+            self.missing.add(f"{what}' counters ({net_path('dev', pid)})")
 
     def judge(self, lines: Sequence[dict[str, Any]], mtu: int, incomplete: int) -> dict[str, Any]:
         """`losses` (where the datagrams went), `cpu` (busy and steal shares between the two

@@ -13,6 +13,14 @@ The fabric fraction (the BMWG draft's T_transfer / TTFT, its section 6.1) is per
 time of all its pull attempts over its TTFT at the gateway, both on the wall clock (a ratio,
 the same at every dilation); its quantiles are over the requests in both logs with a TTFT.
 
+TTFT's parts (the draft's §6.1: T_prefill, T_transfer, T_decode_init) are per request too, on
+the wall clock of the one machine every log is written on: T_prefill from the gateway's arrival
+to the first pull's start (routing, prefill's queue and compute, the hand-over to decode),
+T_transfer from the first pull's start to the last pull's end (retries included), T_decode_init
+from that end to the first token at the gateway (decode's first step and the stream back). The
+three sum to the gateway's TTFT; a request whose parts do not line up (a clock step, a pull
+logged outside its request) is left out and counted.
+
 The Prometheus histograms of the same times stay for Grafana; their quantiles are exact only to
 their buckets (0.25-1 s and 1-5 s at the top), which hides the 1 s stalls the issue is about.
 
@@ -203,6 +211,40 @@ def fabric_fraction(attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row])
     }
 
 
+def ttft_parts(attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row]) -> dict[str, Any]:
+    """TTFT's three parts' p50 and p99 in wall seconds (see the module docstring), and the
+    requests they are over and those left out."""
+    spans: dict[str, tuple[float, float]] = {}
+    for _, row in attempts:
+        rid = row.get("request_id")
+        if not rid or row.get("start") is None or row.get("end") is None:
+            continue
+        a, b = float(row["start"]), float(row["end"])
+        lo, hi = spans.get(rid, (a, b))
+        spans[rid] = (min(lo, a), max(hi, b))
+    parts: dict[str, list[float]] = {"prefill": [], "transfer": [], "decode_init": []}
+    left_out = 0
+    for r in gateway:
+        rid = r.get("request_id")
+        if rid not in spans or r.get("arrival") is None or r.get("first_token") is None:
+            continue
+        start, end = spans[rid]
+        arrival, first = float(r["arrival"]), float(r["first_token"])
+        if not arrival <= start <= end <= first:
+            left_out += 1
+            continue
+        parts["prefill"].append(start - arrival)
+        parts["transfer"].append(end - start)
+        parts["decode_init"].append(first - end)
+    out: dict[str, Any] = {}
+    for name, values in parts.items():
+        for q in (50, 99):
+            out[f"ttft_{name}_p{q}_s"] = quantile(values, q / 100)
+    out["ttft_parts_requests"] = len(parts["prefill"])
+    out["ttft_parts_left_out"] = left_out
+    return out
+
+
 def kv_path_busy(
     fabric: Fabric,
     sent: Mapping[tuple[str, int], float],
@@ -322,8 +364,10 @@ def transfer_figures(
     kv = read_logs(log_dir, KV_LOG_PREFIX)
     ep_files = list(log_dir.glob(f"{EP_LOG_PREFIX}*.jsonl"))
     ep = [row for _, row in read_logs(log_dir, EP_LOG_PREFIX)] if ep_files else None
+    gateway = read_jsonl(log_dir / GATEWAY_LOG)
     return TransferFigures(
         **kv_figures(kv, engine_rates(fabric, scale, engine_hosts), scale.clock),
         **ep_figures(ep),
-        **fabric_fraction(kv, read_jsonl(log_dir / GATEWAY_LOG)),
+        **fabric_fraction(kv, gateway),
+        **ttft_parts(kv, gateway),
     )

@@ -7,7 +7,9 @@ From what (docs/GLOSSARY.md, "The draft's KPIs", says it for readers):
 - latencies (TTFT, ITL, E2E_latency) are the client's quantiles; TTFT_fabric, KV_xfer_latency
   and Fabric_FCT are the exact KV pull times (`TransferFigures`), ITL_fabric and
   EP_alltoall_latency the exact all-to-all exchange times, all in modelled time;
-  fabric_fraction is per request (`zcube_lab.emulator.results.fabric.transfers.fabric_fraction`);
+  fabric_fraction is per request (`zcube_lab.emulator.results.fabric.transfers.fabric_fraction`),
+  and so are TTFT's parts T_prefill, T_transfer and T_decode_init (`...transfers.ttft_parts`, in
+  modelled ms);
 - token rates count the requests that arrived in the load window (`window_s`, `--duration`),
   over it: TPS_input the prompt tokens of completed requests, TPS_output the output tokens
   streamed to every request (a failed stream's tokens were generated too), Inference_Goodput
@@ -82,6 +84,11 @@ def run_kpis(
         )
         if t.fabric_fraction_requests:
             out["fabric_fraction"] = _quantiles(t.fabric_fraction_p50, t.fabric_fraction_p99, 1)
+        if t.ttft_parts_requests:
+            for part in ("prefill", "transfer", "decode_init"):
+                out[f"t_{part}"] = _quantiles(
+                    getattr(t, f"ttft_{part}_p50_s"), getattr(t, f"ttft_{part}_p99_s"), 1e3
+                )
     if t is not None and ep:
         out["itl_fabric"] = _quantiles(t.alltoall_p50_s, t.alltoall_p99_s, 1e3)
         out["ep_alltoall_latency"] = _quantiles(t.alltoall_p50_s, t.alltoall_p99_s, 1e6)

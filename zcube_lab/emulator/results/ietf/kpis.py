@@ -78,6 +78,12 @@ KPIS: tuple[Kpi, ...] = (
     Kpi("ITL_fabric", "itl_fabric", "ms", "engines' exact all-to-all log: one exchange"),
     Kpi("fabric_fraction", "fabric_fraction", "ratio",
         "per request: its KV pull time / its TTFT at the gateway (KV and gateway logs)"),
+    Kpi("T_prefill", "t_prefill", "ms",
+        "per request: gateway arrival to its first KV pull's start (queue, prefill, hand-over)"),
+    Kpi("T_transfer", "t_transfer", "ms",
+        "per request: its first KV pull's start to its last pull's end (retries included)"),
+    Kpi("T_decode_init", "t_decode_init", "ms",
+        "per request: its last KV pull's end to its first token at the gateway"),
     Kpi("TPS_input", "tps_input", "tokens/s", "prompt tokens of completed requests"),
     Kpi("TPS_output", "tps_output", "tokens/s", "output tokens streamed, every request"),
     Kpi("TPS_per_GPU", "tps_per_gpu", "tokens/s/GPU",
@@ -107,7 +113,8 @@ _RECORDS: dict[str, type] = {
     "link_utilization": MeanPeak,
 }
 _QUANTILES = ("ttft", "itl", "e2e_latency", "ttft_fabric", "itl_fabric", "kv_xfer_latency",
-              "ep_alltoall_latency", "fabric_fct")  # fmt: skip
+              "ep_alltoall_latency", "fabric_fct", "t_prefill", "t_transfer",
+              "t_decode_init")  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +127,9 @@ class DraftKpis:
     ttft_fabric: Quantiles | None = None
     itl_fabric: Quantiles | None = None
     fabric_fraction: Quantiles | None = None
+    t_prefill: Quantiles | None = None
+    t_transfer: Quantiles | None = None
+    t_decode_init: Quantiles | None = None
     tps_input: float | None = None
     tps_output: float | None = None
     tps_per_gpu: PerGpu | None = None

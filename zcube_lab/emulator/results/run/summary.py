@@ -186,6 +186,16 @@ class TransferFigures:
     fabric_fraction_p50: float | None = None
     fabric_fraction_p99: float | None = None
     fabric_fraction_requests: int | None = None  # requests in both logs, with a TTFT
+    # TTFT's parts (the draft's §6.1), per request from the gateway's and the KV logs
+    # (`zcube_lab.emulator.results.fabric.transfers.ttft_parts`).
+    ttft_prefill_p50_s: float | None = None
+    ttft_prefill_p99_s: float | None = None
+    ttft_transfer_p50_s: float | None = None
+    ttft_transfer_p99_s: float | None = None
+    ttft_decode_init_p50_s: float | None = None
+    ttft_decode_init_p99_s: float | None = None
+    ttft_parts_requests: int | None = None
+    ttft_parts_left_out: int | None = None
 
 
 # --- the run ---------------------------------------------------------------------------------
