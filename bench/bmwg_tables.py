@@ -1,13 +1,17 @@
 """docs/BMWG.md, generated whole from the committed results of `zcube-lab bmwg run` in
 bench/results/bmwg/*.json and the catalogue (`zcube_lab.core.bmwg`; issue 46).
 
-    python -m bench.bmwg_tables --write     rewrite docs/BMWG.md
+    python -m bench.bmwg_tables --write     rewrite docs/BMWG.md and its graphs, docs/bmwg/*.png
     python -m bench.bmwg_tables             print it
 
 At the top, the answer to "in which of the draft's tests does ZCube differ from ROFT and Clos by
 more than the trials' spread, and in which direction", from the data; then one row per test
-case and fabric, what ran, the parameters (draft vs lab) and the tests the lab cannot represent.
-tests/unit/test_bmwg_tables.py regenerates the page and compares.
+case and fabric, what ran, the parameters (draft vs lab) and the tests the lab cannot represent;
+one graph per committed run of a test whose report the draft draws (§5.1 throughput against
+message size per QP count; §5.3 aggregate throughput and JFI against concurrent pairs; §5.2
+and §10.4 p99 against background level with the inflection point), linked from the page.
+tests/unit/test_bmwg_tables.py regenerates the page and compares (the graphs: that each linked
+one exists, not their bytes).
 """
 
 from __future__ import annotations
@@ -20,13 +24,20 @@ from typing import Any
 
 from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, RUNNERS, TESTS, test_of
 from zcube_lab.core.bmwg.plan import relabel
-from zcube_lab.core.bmwg.report import HEADLINE, HIGHER_IS_BETTER
+from zcube_lab.core.bmwg.report import (
+    HEADLINE,
+    HIGHER_IS_BETTER,
+    INFLECTION_RISE,
+    LOAD_REACHED,
+    inflection_point,
+)
 from zcube_lab.core.bmwg.scaling import parameter_rows
 from zcube_lab.core.bmwg.trials import HIGHER, LOWER, NO_SPREAD, OUT_OF_REACH, WITHIN
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "results" / "bmwg"
 PAGE = ROOT / "docs" / "BMWG.md"
+GRAPHS = ROOT / "docs" / "bmwg"  # the page links them as bmwg/<name>.png
 LABEL = {"zcube": "ZCube", "roft": "ROFT", "clos": "Clos"}
 ORDER = (LOWER, HIGHER, WITHIN, NO_SPREAD, OUT_OF_REACH)
 
@@ -117,11 +128,14 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                      str(s["trials"]), *(_cell(s["figures"].get(f)) for f in figs)]
                     for s in d["summary"] if s["section"] == section]  # fmt: skip
             out += [f"### §{section} {test_of(section).name} ({_src(d)})", ""]
-            out += [*_table(["test", "case", "fabric", "trials", *figs], rows), ""]
+            if section != "10.4":  # its rows: one per fabric, `level_tables`
+                out += [*_table(["test", "case", "fabric", "trials", *figs], rows), ""]
             if section == "5.1":
                 out += qp_tables(d)
             if section == "5.2":
                 out += load_table(d)
+            if section == "10.4":
+                out += level_tables(d)
             if section == "6.1":
                 out += ttft_table(d)
     return out
@@ -197,12 +211,212 @@ def load_table(d: Mapping[str, Any]) -> list[str]:
     return ["§5.2 KV latency per background level:", "", *_table(head, rows), ""]
 
 
+def _pct(x: float) -> str:
+    return f"{x * 100:.3g}%"
+
+
+def inflection_text(fig: Mapping[str, Any] | None, none: Mapping[str, Any] | None,
+                    top: float) -> str:  # fmt: skip
+    """A §10.4 inflection cell: the level's mean ± half its interval, "none up to <top>" when
+    no trial found one, and how many trials found none when some did."""
+    share = None if none is None else none["mean"]
+    if fig is None or share == 1:
+        return f"none up to {_pct(top)}"
+    text = _pct(fig["mean"])
+    if fig["ci95_high"] is not None:
+        text += f" ± {_pct(fig['ci95_high'] - fig['mean'])}"
+    if share:
+        text += f" (none in {share:.0%} of trials)"
+    return text
+
+
+def level_tables(d: Mapping[str, Any]) -> list[str]:
+    """§10.4 per KV message size: one row per fabric with the KV p99 (µs) at each background
+    level, the inflection point and the degradation factor; then the background each carried
+    of what it offered, per level."""
+    out = []
+    s104 = [s for s in d["summary"] if s["section"] == "10.4"]
+    for size in sorted({s["params"]["size_bytes"] for s in s104}):
+        per_level = [s for s in s104 if "bg_load" in s["params"]
+                     and s["params"]["size_bytes"] == size]  # fmt: skip
+        levels = sorted({s["params"]["bg_load"] for s in per_level})
+        p99_rows, carried_rows = [], []
+        for fab in d["fabrics"]:
+            at = {s["params"]["bg_load"]: s["figures"] for s in per_level if s["fabric"] == fab}
+            if not at:
+                continue
+            infl = next((s["figures"] for s in s104 if s["fabric"] == fab
+                         and s["params"] == {"size_bytes": size}), {})  # fmt: skip
+            p99_rows.append([LABEL.get(fab, fab),
+                             *(_cell(at.get(v, {}).get("KV_xfer_latency_p99_us")) for v in levels),
+                             inflection_text(infl.get("inflection_point"),
+                                             infl.get("no_inflection"), max(levels)),
+                             _cell(infl.get("degradation_factor")),
+                             _cell(infl.get("load_short"))])  # fmt: skip
+            carried = []
+            for v in levels:
+                f = at.get(v, {})
+                got, offered = f.get("background_GBps"), f.get("background_offered_GBps")
+                if not got or not offered or not offered["mean"]:
+                    carried.append("-")
+                else:
+                    carried.append(f"{got['mean'] / offered['mean']:.0%}")
+            carried_rows.append([LABEL.get(fab, fab), *carried])
+        heads = [_pct(v) for v in levels]
+        out += [f"§10.4 KV p99 (µs) against background level, {_mb(size)} KV messages; the "
+                f"inflection point is the lowest level from which the p99 stays above "
+                f"{1 + INFLECTION_RISE:g} times its value at {_pct(levels[0])}, per trial, "
+                f"its mean ± half the 95% interval; degradation is the p99 at {_pct(levels[-1])} "
+                f"over the p99 at {_pct(levels[0])}:", ""]  # fmt: skip
+        short = "share of trials short of the level at or below it"
+        out += [*_table(["fabric", *heads, "inflection", "degradation", short], p99_rows), ""]
+        out += ["§10.4 background carried of offered (mean over trials):", ""]
+        out += [*_table(["fabric", *heads], carried_rows), ""]
+    return out
+
+
+def _stem(doc: Mapping[str, Any]) -> str:
+    return Path(str(doc.get("source", "unsaved"))).stem
+
+
+def graph_specs(docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(file name, caption, run) of every graph the page links: one per committed run of a
+    section whose report the draft draws (5.1, 5.3, 5.2, 10.4)."""
+    captions = {
+        "5.1": "§5.1 KV_xfer_bandwidth against message size, one panel per QP count",
+        "5.3": "§5.3 aggregate KV_xfer_bandwidth and JFI against concurrent pairs",
+        "5.2": "§5.2 KV p99 against background level; dashed: the inflection of the mean p99",
+        "10.4": "§10.4 KV p99 against background level; dashed: the trials' mean inflection point",
+    }
+    return [(f"{section}-{_stem(d)}.png", f"{captions[section]} ({_src(d)})", d)
+            for d in docs for section in d["sections"] if section in captions]  # fmt: skip
+
+
+def graph_links(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    specs = graph_specs(docs)
+    if not specs:
+        return ["None yet.", ""]
+    return [line for name, caption, _ in specs
+            for line in (f"![{caption}](bmwg/{name})", "", caption, "")]  # fmt: skip
+
+
+def _mean_half(fig: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    if not fig or fig.get("mean") is None:
+        return None
+    high = fig.get("ci95_high")
+    return float(fig["mean"]), 0.0 if high is None else float(high) - float(fig["mean"])
+
+
+def _series(d: Mapping[str, Any], section: str, x_key: str, fig: str,
+            **fixed: Any) -> dict[str, list[tuple[float, float, float]]]:  # fmt: skip
+    """Per fabric: (x, mean, half interval) of `fig` over the section's summaries whose params
+    match `fixed`, by x."""
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for s in d["summary"]:
+        p = s["params"]
+        if s["section"] != section or x_key not in p:
+            continue
+        if any(p.get(k) != v for k, v in fixed.items()):
+            continue
+        mh = _mean_half(s["figures"].get(fig))
+        if mh is not None:
+            out.setdefault(s["fabric"], []).append((float(p[x_key]), *mh))
+    return {f: sorted(v) for f, v in out.items()}
+
+
+def _lines(ax: Any, series: Mapping[str, Sequence[tuple[float, float, float]]]) -> None:
+    for fab, pts in series.items():
+        xs, ys, hs = zip(*pts, strict=True)
+        ax.errorbar(xs, ys, yerr=hs, marker="o", capsize=3, label=LABEL.get(fab, fab))
+
+
+def _draw(section: str, d: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if section == "5.1":
+        qps = sorted({s["params"]["qps"] for s in d["summary"] if s["section"] == "5.1"})
+        fig, axes = plt.subplots(1, len(qps), figsize=(4.2 * len(qps), 3.6), squeeze=False)
+        for ax, q in zip(axes[0], qps, strict=True):
+            _lines(ax, _series(d, "5.1", "size_bytes", "KV_xfer_bandwidth_GBps", qps=q))
+            ax.set(xscale="log", title=f"{q} QP{'s' if q > 1 else ''}",
+                   xlabel="message size (real bytes)", ylabel="GB/s (real)")  # fmt: skip
+    elif section == "5.3":
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), squeeze=False)
+        panels = (("KV_xfer_bandwidth_GBps", "aggregate GB/s"), ("JFI", "JFI over pairs"))
+        for ax, (name, label) in zip(axes[0], panels, strict=True):
+            series = _series(d, "5.3", "pairs", name)
+            _lines(ax, series)
+            ticks = sorted({x for pts in series.values() for x, _, _ in pts})
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.set(xlabel="concurrent pairs", ylabel=label)
+    else:
+        sizes = sorted({s["params"]["size_bytes"] for s in d["summary"]
+                        if s["section"] == section and "bg_load" in s["params"]})  # fmt: skip
+        fig, axes = plt.subplots(1, len(sizes), figsize=(7 * len(sizes), 4.2), squeeze=False)
+        for ax, size in zip(axes[0], sizes, strict=True):
+            series = _series(d, section, "bg_load", "KV_xfer_latency_p99_us", size_bytes=size)
+            shorts = _series(d, section, "bg_load", "load_short", size_bytes=size)
+            for fab, pts in series.items():
+                at = _inflection_of(d, section, fab, size, pts)
+                label = f"{LABEL.get(fab, fab)}, inflection " + ("none" if at is None
+                                                                 else _pct(at))  # fmt: skip
+                xs, ys, hs = zip(*pts, strict=True)
+                line = ax.errorbar(xs, ys, yerr=hs, marker="o", capsize=3, label=label)
+                color = line.lines[0].get_color()
+                short = {x for x, m, _ in shorts.get(fab, []) if m > 0}
+                hollow = [(x, y) for x, y, _ in pts if x in short]
+                if hollow:
+                    ax.plot(*zip(*hollow, strict=True), "o", color=color, mfc="white", zorder=4)
+                if at is not None:
+                    ax.axvline(at, linestyle="--", color=color, alpha=0.6)
+            ax.set(yscale="log", title=f"{_mb(size)} KV messages",
+                   xlabel="background level offered (share of each NIC); hollow: carried "
+                   f"under {LOAD_REACHED:.0%} of it", ylabel="KV p99 µs (modelled)")  # fmt: skip
+    for ax in fig.axes:
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{DRAFT} §{section}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _inflection_of(d: Mapping[str, Any], section: str, fabric: str, size: float,
+                   pts: Sequence[tuple[float, float, float]]) -> float | None:  # fmt: skip
+    """§10.4: the mean of the trials' inflection points (None when most trials found none);
+    §5.2: the inflection of the mean p99 over the levels."""
+    if section == "10.4":
+        s = next((s for s in d["summary"] if s["section"] == "10.4" and s["fabric"] == fabric
+                  and s["params"] == {"size_bytes": size}), None)  # fmt: skip
+        fig = None if s is None else s["figures"].get("inflection_point")
+        none = None if s is None else (s["figures"].get("no_inflection") or {}).get("mean")
+        return None if fig is None or (none or 0) > 0.5 else float(fig["mean"])
+    if len(pts) < 2 or pts[0][1] <= 0:
+        return None
+    return inflection_point([p[0] for p in pts], [p[1] for p in pts])
+
+
+def write_graphs(docs: Sequence[Mapping[str, Any]], folder: Path = GRAPHS) -> list[Path]:
+    """Draw every graph `graph_specs` names into `folder`; the paths written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, _caption, d in graph_specs(docs):
+        section = name.split("-", 1)[0]
+        _draw(section, d, folder / name)
+        out.append(folder / name)
+    return out
+
+
 def refused(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = [[f"§{r['section']}", json.dumps(r["params"]), r["why"]]
             for d in docs for r in d["refused"]]  # fmt: skip
     if not rows:
         return ["None."]
-    return _table(["test", "configuration", "why (out of reach at this time scale)"], rows)
+    return _table(["test", "configuration", "why"], rows)
 
 
 def _span(values: Sequence[float], digits: int = 0) -> str:
@@ -237,9 +451,50 @@ def kv_spans(docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     }
 
 
+def level_facts(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The §10.4 sentences the page's prose quotes, one per committed §10.4 run, from its rows:
+    per fabric each trial's inflection point, and the highest level up to which every trial
+    of every level carried its background (none short: `LOAD_REACHED` of what it offered)."""
+    from zcube_lab.core.bmwg.report import inflection_rows
+
+    out = []
+    for d in docs:
+        if "10.4" not in d["sections"]:
+            continue
+        parts = []
+        every = sorted({s["params"]["bg_load"] for s in d["summary"]
+                        if s["section"] == "10.4" and "bg_load" in s["params"]})  # fmt: skip
+        for fab in d["fabrics"]:
+            found = sorted(
+                (r["trial"], r["figures"].get("inflection_point"))
+                for r in inflection_rows(d.get("rows", []))
+                if r["fabric"] == fab
+            )
+            if not found:
+                continue
+            levels = sorted(
+                (s["params"]["bg_load"], (s["figures"].get("load_short") or {}).get("mean", 0))
+                for s in d["summary"]
+                if s["section"] == "10.4" and s["fabric"] == fab and "bg_load" in s["params"]
+            )
+            carried = None
+            for level, short in levels:
+                if short:
+                    break
+                carried = level
+            trials = ", ".join("none" if v is None else _pct(v) for _, v in found)
+            upto = "no level" if carried is None else f"{_pct(carried)}"
+            parts.append(f"{LABEL.get(fab, fab)} {trials} (carried up to {upto})")
+        if parts:
+            head = f"{_src(d)} ({_pct(every[0])}-{_pct(every[-1])}, {d.get('trials', '?')} trials)"
+            out.append(f"{head}: " + "; ".join(parts))
+    return out
+
+
 def render(docs: Sequence[Mapping[str, Any]]) -> str:
     """The whole page."""
     kv = kv_spans(docs)
+    facts = level_facts(docs)
     lines = [
         f"# The IETF draft's tests on the lab ({DRAFT})",
         "",
@@ -279,6 +534,15 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "other pair at the level of its NIC), so no trial under load reached its level: those",
         "comparisons are out of reach at this time scale, and only the unloaded KV latency is",
         "compared.",
+        *([] if not facts else [
+            "In §10.4 (§5.2's trial at background levels in 5% steps), per run, each trial's",
+            f"inflection point and the highest level up to which every trial carried at least "
+            f"{LOAD_REACHED:.0%}",
+            "of the background it offered.",
+            *(f"{f}." for f in facts),
+            "Above those levels the background fell short, so a fabric's inflection is judged",
+            "only where no trial fell short at or below it.",
+        ]),
         "",
         "## The answer: where ZCube differs from ROFT and Clos by more than the trials' spread",
         "",
@@ -286,6 +550,10 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "## What ran",
         "",
         *what_ran(docs),
+        "",
+        "## Graphs",
+        "",
+        *graph_links(docs),
         "",
         "## Results: one row per test case and fabric",
         "",
@@ -318,6 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     page = render(load())
     if args.write:
         PAGE.write_text(page)
+        write_graphs(load())
     else:
         print(page)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench import bmwg_tables as bt
 from zcube_lab.core.bmwg.catalogue import NOT, TESTS
-from zcube_lab.core.bmwg.report import compare, summarize
+from zcube_lab.core.bmwg.report import compare, summarize, summary_of
 
 
 def test_the_page_is_the_generator_s_output_from_the_committed_json():
@@ -17,7 +17,7 @@ def test_the_page_is_the_generator_s_output_from_the_committed_json():
 def test_the_committed_runs_cover_pfc_and_ep_kv_on_three_fabrics():
     sections = {s for d in bt.load() for s in d["sections"]}
     fabrics = {f for d in bt.load() for f in d["fabrics"]}
-    assert {"8.2", "7.4", "5.1", "5.2", "5.3"} <= sections
+    assert {"8.2", "7.4", "5.1", "5.2", "5.3", "10.4"} <= sections
     assert {"zcube", "roft", "clos"} <= fabrics
 
 
@@ -128,6 +128,81 @@ def test_the_prose_figures_of_5_1_and_5_2_come_from_the_summaries():
     docs[0]["summary"][3]["figures"]["KV_xfer_bandwidth_GBps"]["mean"] = 30.0
     assert bt.kv_spans(docs)["big"] == "30-47"
     assert bt.kv_spans([{"summary": []}])["big"] == "?"
+
+
+def test_every_graph_the_page_links_is_written_and_one_per_drawn_test():
+    docs = bt.load()
+    page = bt.PAGE.read_text()
+    specs = bt.graph_specs(docs)
+    drawn = {name.split("-", 1)[0] for name, _, _ in specs}
+    assert {"5.1", "5.2", "5.3", "10.4"} <= drawn and "8.2" not in drawn and "7.4" not in drawn
+    for name, caption, _ in specs:
+        assert f"![{caption}](bmwg/{name})" in page
+        png = bt.GRAPHS / name
+        assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_graphs_are_drawn_from_a_run_into_a_folder(tmp_path):
+    rows = [
+        {"section": "10.4", "case": f"size_bytes=1000000, bg_load={lv}",
+         "params": {"size_bytes": 1e6, "bg_load": lv}, "fabric": fab, "trial": t,
+         "figures": {"KV_xfer_latency_p99_us": p99 + t, "load_short": int(lv > 0.05)}}
+        for fab in ("zcube", "roft") for t in range(2)
+        for lv, p99 in ((0.0, 50.0), (0.05, 60.0), (0.1, 400.0))
+    ]  # fmt: skip
+    summary = summary_of(rows)
+    doc = {"sections": ["10.4"], "fabrics": ["zcube", "roft"], "summary": summary,
+           "source": "x.json"}  # fmt: skip
+    [path] = bt.write_graphs([doc], tmp_path)
+    assert path.name == "10.4-x.png" and path.stat().st_size > 1000
+
+
+def test_10_4_table_has_a_row_per_fabric_with_p99_per_level_and_the_inflection():
+    rows = [
+        {"section": "10.4", "case": f"size_bytes=1000000, bg_load={lv}",
+         "params": {"size_bytes": 1e6, "bg_load": lv}, "fabric": fab, "trial": t,
+         "figures": {"KV_xfer_latency_p99_us": p99 + 10 * t, "load_short": 0,
+                     "background_GBps": 10.0, "background_offered_GBps": 200.0 * lv}}
+        for fab, curve in (("zcube", (50, 60, 400)), ("roft", (50, 60, 70)))
+        for t in range(2) for lv, p99 in zip((0.0, 0.05, 0.1), curve, strict=True)
+    ]  # fmt: skip
+    doc = {"sections": ["10.4"], "fabrics": ["zcube", "roft"], "summary": summary_of(rows)}
+    text = "\n".join(bt.level_tables(doc))
+    # p99s 50/60 at 0%: mean 55 ± 12.706 x 7.07 / 1.414 = 63.5; ZCube inflects at 10% in both
+    # trials (400, 410 > 2 x 50, 2 x 60); degradation 405/55 ± ...; ROFT never doubles
+    assert "| fabric | 0% | 5% | 10% | inflection | degradation |" in text
+    assert "| ZCube | 55 ± 63.5 | 65 ± 63.5 | 405 ± 63.5 | 10% ± 0% |" in text
+    assert "| ROFT | 55 ± 63.5 | 65 ± 63.5 | 75 ± 63.5 | none up to 10% |" in text
+    # carried 10 GB/s of 0 (no background), 10 and 20 offered
+    assert "| ZCube | - | 100% | 50% |" in text
+
+
+def test_inflection_cells_say_none_and_partial():
+    fig = {"mean": 0.15, "ci95_low": 0.1, "ci95_high": 0.2, "n": 2}
+    assert bt.inflection_text(fig, {"mean": 0.0}, 0.95) == "15% ± 5%"
+    assert bt.inflection_text(fig, {"mean": 0.5}, 0.95) == "15% ± 5% (none in 50% of trials)"
+    assert bt.inflection_text(None, {"mean": 1.0}, 0.95) == "none up to 95%"
+
+
+def test_the_10_4_sentence_quotes_each_trial_s_inflection_and_the_level_carried():
+    # ZCube: trial 0 doubles (> 2 x 50) from 10%, trial 1 never; 10% fell short in trial 1
+    curves = {("zcube", 0): (50, 60, 120), ("zcube", 1): (50, 60, 70),
+              ("roft", 0): (50, 110, 120), ("roft", 1): (50, 120, 130)}  # fmt: skip
+    rows = [
+        {"section": "10.4", "case": f"size_bytes=1000000, bg_load={lv}",
+         "params": {"size_bytes": 1e6, "bg_load": lv}, "fabric": fab, "trial": t,
+         "figures": {"KV_xfer_latency_p99_us": p99,
+                     "load_short": int(fab == "zcube" and t == 1 and lv == 0.1)}}
+        for (fab, t), curve in curves.items()
+        for lv, p99 in zip((0.0, 0.05, 0.1), curve, strict=True)
+    ]  # fmt: skip
+    doc = {"sections": ["10.4"], "fabrics": ["zcube", "roft"], "rows": rows, "trials": 2,
+           "summary": summary_of(rows), "source": "q.json"}  # fmt: skip
+    assert bt.level_facts([doc]) == [
+        "`q.json` (0%-10%, 2 trials): ZCube 10%, none (carried up to 5%); "
+        "ROFT 5%, 5% (carried up to 10%)"
+    ]
+    assert bt.level_facts([{**doc, "sections": ["5.2"]}]) == []
 
 
 def test_the_ttft_table_splits_each_prompt_lengths_ttft_into_its_parts():

@@ -11,6 +11,9 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.options import option
 
 FABRIC_KINDS = ("zcube", "roft", "clos")
+# The highest background level a run takes: the draft's §10.4 sweeps 0-95%, and a sender paced
+# at its whole line rate leaves its pacing no slack.
+MAX_LEVEL = 0.95
 
 
 def numbers(text: str, name: str) -> tuple[float, ...]:
@@ -58,8 +61,8 @@ class BmwgConfig:
         "to half the hosts)"
     )  # fmt: skip
     sizes: str = option(
-        "", metavar="BYTES,...", help="5.1, 5.2: KV message sizes in real bytes (default: the "
-        "draft's; a size whose round does not fit the trial is reported, not run)"
+        "", metavar="BYTES,...", help="5.1, 5.2, 10.4: KV message sizes in real bytes (default: "
+        "the draft's; 10.4: 1 MB; a size whose round does not fit the trial is reported, not run)"
     )  # fmt: skip
     qps: str = option(
         "", metavar="N,...", help="5.1: parallel transfers (QPs) of the pair (default: the "
@@ -67,7 +70,11 @@ class BmwgConfig:
     )  # fmt: skip
     loads: str = option(
         "", metavar="FRACTION,...", help="5.2: background load as a share of each background "
-        "host's NIC (default: the draft's 0.25, 0.5, 0.75, 0.9)"
+        "host's NIC, 0 to 0.95 (default: the draft's 0.25, 0.5, 0.75, 0.9)"
+    )  # fmt: skip
+    levels: str = option(
+        "", metavar="FRACTION,...", help="10.4: background levels, 0 to 0.95 (default: the "
+        "draft's 0 to 0.95 in steps of 0.05; fewer for a quick look)"
     )  # fmt: skip
     prompts: str = option(
         "", metavar="N,...", help="6.1: prompt lengths in tokens (default: the draft's 128, "
@@ -98,9 +105,10 @@ class BmwgConfig:
         for v in self.kv_loads or ():
             if not 0 < v < 1:
                 raise ConfigError("kv_load", v, "a fraction above 0 and below 1")
-        for v in self.bg_loads or ():
-            if not 0 <= v < 1:
-                raise ConfigError("loads", v, "a fraction from 0 up to below 1")
+        for name, vals in (("loads", self.bg_loads), ("levels", self.bg_levels)):
+            for v in vals or ():
+                if not 0 <= v <= MAX_LEVEL:
+                    raise ConfigError(name, v, f"a fraction from 0 to {MAX_LEVEL:g}")
         for v in self.message_sizes or ():
             if v <= 0:
                 raise ConfigError("sizes", v, "a positive number of bytes")
@@ -161,3 +169,7 @@ class BmwgConfig:
     @property
     def bg_loads(self) -> tuple[float, ...] | None:
         return numbers(self.loads, "loads") or None
+
+    @property
+    def bg_levels(self) -> tuple[float, ...] | None:
+        return numbers(self.levels, "levels") or None

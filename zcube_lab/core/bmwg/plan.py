@@ -12,21 +12,31 @@ fill the trial; a (size, QPs) whose one round is longer than the trial is refuse
 message (at most KV_MAX of them, as many as fill the trial), while every other host pair
 (host i to host i + half) sends BG_BYTES messages of class "other" at the background load of
 its NIC, crossing the same switches.
+§10.4: §5.2's trial with one KV message size (SIZE_104 unless `--sizes`) at each background
+level from 0 to 0.95 in steps of 0.05 (`--levels` for fewer); the inflection point comes from
+the p99 over the levels (`zcube_lab.core.bmwg.report.inflection_point`).
 §5.3: a trial is N disjoint pairs each sending 16 MB messages back to back at line rate.
 §7.4: a trial is the EP group (the first half of the hosts) exchanging layer by layer for the
 trial's modelled seconds, KV pulls of 16 MB from the other half into its members at the load;
 replayed mixed, then each class alone (the draft's isolated cases).
+
+Before any lab, a background level or pair count the lab cannot carry is refused: a level
+outside 0-0.95, or one whose offered wall rate (every sender at its share of a NIC's shaped
+wall rate) is past the datapath's measured ceiling (`check_level`, `check_pairs`). A value the
+run was asked for is a ConfigError naming the field and the allowed range; one of the draft's
+defaults is reported as not run. That bound is necessary, not sufficient: a background that
+fits it can still fall short of its level, which the results say (`load_short`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from zcube_lab.core.bmwg import catalogue as cat
-from zcube_lab.core.bmwg.config import BmwgConfig
+from zcube_lab.core.bmwg.config import MAX_LEVEL, BmwgConfig
 from zcube_lab.core.bmwg.scaling import check_counts, lab_counts, lab_qps
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.replay import synthetic
@@ -48,7 +58,7 @@ DRAIN_SLACK = 1.5
 LAB_WALL_S = 5.0
 REPLAY_FIXED_WALL_S = 0.8
 # §5.1 and §5.2 are not fitted yet: §5.3's one-pair figure, §5.2's per pair of hosts.
-SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.6, "5.1": 0.6, "5.2": 0.6}
+SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.6, "5.1": 0.6, "5.2": 0.6, "10.4": 0.6}
 ROUNDS_MAX = 16
 KV_SPACING = 4.0
 KV_MAX = 64
@@ -56,6 +66,9 @@ BG_BYTES = 1e6
 DRAFT_SIZES_51 = cat.BY_SECTION["5.1"].params[0].draft
 DRAFT_SIZES_52 = cat.BY_SECTION["5.2"].params[0].draft
 DRAFT_BG_LOADS = cat.BY_SECTION["5.2"].params[1].draft
+DRAFT_LEVELS_104 = cat.BY_SECTION["10.4"].params[0].draft
+SIZE_104 = 1e6
+LOADED = ("5.2", "10.4")  # the sections whose trial is `loaded`
 
 
 def value_text(v: Any) -> str:
@@ -270,17 +283,93 @@ def trial_recordings(
         return {"pairs": pairs(hosts, int(p["pairs"]), trial_s, seed)}
     if case.section == "5.1":
         return {"qps": qp_trains(hosts, float(p["size_bytes"]), int(p["qps"]), trial_s)}
-    if case.section == "5.2":
+    if case.section in LOADED:
         return {"loaded": loaded(hosts, float(p["size_bytes"]), float(p["bg_load"]), trial_s,
                                  seed)}  # fmt: skip
     raise ConfigError("section", case.section, f"one of {', '.join(cat.RUNNERS)}")
 
 
+def max_level(hosts: int, ts: TimeScale, ceiling_mbps: float) -> float:
+    """The highest background level (`loaded`) whose offered wall rate fits the datapath's
+    ceiling: the KV pair at a NIC's shaped wall rate and the other hosts // 2 - 1 pairs at the
+    level of it, so (ceiling / wall rate - 1) / (pairs), at most MAX_LEVEL; -1 when not even
+    the KV pair fits."""
+    bg_pairs = hosts // 2 - 1
+    room = ceiling_mbps / ts.wall_nic_mbps - 1
+    if room < 0:
+        return -1.0
+    return MAX_LEVEL if bg_pairs < 1 else min(MAX_LEVEL, room / bg_pairs)
+
+
+def check_level(
+    name: str, level: float, hosts: int, ts: TimeScale, ceiling_mbps: float | None
+) -> None:
+    """A ConfigError naming `name` when the lab cannot carry background `level` (module
+    docstring): outside 0-MAX_LEVEL, or past `max_level` (unchecked when `ceiling_mbps` is
+    None)."""
+    if not 0 <= level <= MAX_LEVEL:
+        raise ConfigError(name, level, f"a fraction from 0 to {MAX_LEVEL:g}")
+    if ceiling_mbps is None:
+        return
+    top = max_level(hosts, ts, ceiling_mbps)
+    if level > top + 1e-9:
+        bg = hosts // 2 - 1
+        offered = ts.wall_nic_mbps * (1 + bg * level)
+        allowed = f"0 to {top:.2f}" if top >= 0 else "none (not even the KV pair fits)"
+        why = (
+            f"{allowed} on {hosts} GPU hosts: the KV pair and {bg} background pairs at "
+            f"{level:.0%} of a NIC's {ts.wall_nic_mbps:g} Mb/s wall rate offer "
+            f"{offered:,.0f} Mb/s, past the datapath's ceiling of {ceiling_mbps:,.0f} Mb/s"
+        )
+        raise ConfigError(name, level, why)
+
+
+def check_pairs(n: int, ts: TimeScale, ceiling_mbps: float | None) -> None:
+    """A ConfigError naming "pairs" when `n` pairs at a NIC's shaped wall rate each (§5.3's
+    trains) offer more than the datapath's `ceiling_mbps` (unchecked when None)."""
+    if ceiling_mbps is None:
+        return
+    most = math.floor(ceiling_mbps / ts.wall_nic_mbps + 1e-9)
+    if n > most:
+        why = (
+            f"1 to {most}: {n} pairs at a NIC's {ts.wall_nic_mbps:g} Mb/s wall rate offer "
+            f"{n * ts.wall_nic_mbps:,.0f} Mb/s, past the datapath's ceiling of "
+            f"{ceiling_mbps:,.0f} Mb/s"
+        )
+        raise ConfigError("pairs", n, why)
+
+
+def _carried(
+    section: str,
+    params: Mapping[str, Any],
+    check: Callable[[], None],
+    asked: bool,
+    refused: list[Refused],
+) -> bool:
+    """Run `check`; a ConfigError raises for a value the run asked for and is recorded as
+    refused (False) for one of the draft's defaults."""
+    try:
+        check()
+    except ConfigError as e:
+        if asked:
+            raise
+        refused.append(Refused(section, params, str(e)))
+        return False
+    return True
+
+
 def cases(
-    cfg: BmwgConfig, tests: Sequence[cat.BmwgTest], hosts: int, ts: TimeScale, chip_share: float
+    cfg: BmwgConfig,
+    tests: Sequence[cat.BmwgTest],
+    hosts: int,
+    ts: TimeScale,
+    chip_share: float,
+    ceiling_mbps: float | None = None,
 ) -> tuple[list[Case], list[Refused]]:
     """Every case of `tests` the config asks for, and those the time scale refuses.
-    ConfigError for a count the fabric cannot carry."""
+    ConfigError for a count the fabric cannot carry, or a background level or pair count the
+    datapath's `ceiling_mbps` (Mb/s of wall rate in all; None: not checked) cannot carry
+    (module docstring)."""
     out: list[Case] = []
     refused: list[Refused] = []
     share = f"51.2T chip's per-port share ({chip_share:,.0f} B)"  # where XOFF comes from
@@ -310,6 +399,10 @@ def cases(
                 ps = cfg.pair_counts
                 check_counts(cat.PAIRS, "pairs", ps, hosts)
             for n in ps:
+                check = lambda n=n: check_pairs(n, ts, ceiling_mbps)  # noqa: E731
+                if not _carried("5.3", {"pairs": n}, check, cfg.pair_counts is not None,
+                                refused):  # fmt: skip
+                    continue
                 out.append(Case("5.3", {"pairs": n}, chip_share,
                                 share,
                                 ("pairs",)))  # fmt: skip
@@ -329,17 +422,26 @@ def cases(
                     out.append(Case("5.1", params, chip_share,
                                     share,
                                     ("qps",)))  # fmt: skip
-        elif t.section == "5.2":
-            for size in cfg.message_sizes or DRAFT_SIZES_52:
-                for load in cfg.bg_loads or DRAFT_BG_LOADS:
+        elif t.section in LOADED:
+            if t.section == "5.2":
+                sizes, asked = cfg.message_sizes or DRAFT_SIZES_52, cfg.bg_loads
+                levels, field = cfg.bg_loads or DRAFT_BG_LOADS, "loads"
+            else:
+                sizes, asked = cfg.message_sizes or (SIZE_104,), cfg.bg_levels
+                levels, field = cfg.bg_levels or DRAFT_LEVELS_104, "levels"
+            for size in sizes:
+                for load in levels:
                     params = {"size_bytes": size, "bg_load": load}
                     if KV_SPACING * line_s(size) > cfg.trial_seconds:
-                        refused.append(Refused("5.2", params, (
+                        refused.append(Refused(t.section, params, (
                             f"one {size:,.0f} B message and its spacing take "
                             f"{KV_SPACING * line_s(size) * 1e3:.3g} modelled ms, longer than "
                             f"the trial's {cfg.trial_seconds * 1e3:g} ms")))  # fmt: skip
                         continue
-                    out.append(Case("5.2", params, chip_share,
+                    check = lambda f=field, v=load: check_level(f, v, hosts, ts, ceiling_mbps)  # noqa: E731
+                    if not _carried(t.section, params, check, asked is not None, refused):
+                        continue
+                    out.append(Case(t.section, params, chip_share,
                                     share,
                                     ("loaded",)))  # fmt: skip
         elif t.section == "7.4":
@@ -376,7 +478,7 @@ def trial_size(case: Case, hosts: Sequence[str], trial_s: float) -> tuple[int, f
         size, q = float(p["size_bytes"]), int(p["qps"])
         rounds = qp_rounds(size, q, trial_s)
         return rounds * q, rounds * line_s(q * size)
-    if case.section == "5.2":
+    if case.section in LOADED:
         size, load = float(p["size_bytes"]), float(p["bg_load"])
         n = kv_count(size, trial_s)
         span = n * KV_SPACING * line_s(size)
@@ -408,7 +510,7 @@ def check_size(plan_cases: Sequence[Case], hosts: Sequence[str], trial_s: float)
 
 def _pairs(c: Case, hosts: Sequence[str]) -> int:
     """Host pairs a case's trial keeps busy (the cost model's multiplier)."""
-    if c.section == "5.2":
+    if c.section in LOADED:
         return len(hosts) // 2 if float(c.params["bg_load"]) > 0 else 1
     return int(c.params.get("pairs", 1))
 

@@ -8,10 +8,21 @@ per headline figure: higher, lower, or within the trials' spread.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from zcube_lab.core.bmwg.trials import NO_SPREAD, OUT_OF_REACH, mean_ci, versus
+from zcube_lab.core.bmwg.trials import (
+    HIGHER,
+    LOWER,
+    NO_SPREAD,
+    OUT_OF_REACH,
+    WITHIN,
+    Interval,
+    mean_ci,
+    versus,
+)
+from zcube_lab.core.errors import ConfigError
 
 # Per section: the figures the comparison judges.
 HEADLINE: Mapping[str, tuple[str, ...]] = {
@@ -19,6 +30,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     "5.2": ("KV_xfer_latency_p50_us", "KV_xfer_latency_p99_us", "KV_xfer_latency_p999_us"),
     "5.3": ("KV_xfer_bandwidth_GBps", "Fabric_FCT_p99_us", "JFI"),
     "8.2": ("Fabric_FCT_p99_us", "PFC_frame_count", "PAUSE_duration_us", "HOL_delay_us"),
+    "10.4": ("KV_xfer_latency_p99_us", "inflection_point"),
     "6.1": ("TTFT_p50_ms", "T_transfer_p50_ms", "T_transfer_p99_ms"),
     "7.4": (
         "contention_penalty_kv",
@@ -28,7 +40,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     ),
 }
 # Figures where more is better; lower is better for the rest.
-HIGHER_IS_BETTER = ("KV_xfer_bandwidth_GBps", "JFI")
+HIGHER_IS_BETTER = ("KV_xfer_bandwidth_GBps", "JFI", "inflection_point")
 REFERENCE = "zcube"
 # Figures whose mean above 0 makes a case's comparison out of reach (§6.1: a live run the lab's
 # verdict did not trust).
@@ -189,6 +201,127 @@ def latency_figures(
     }
 
 
+# §10.4: the inflection point is where the KV p99 exceeds its unloaded value by more than this
+# share (1.0: more than doubles) and stays above it at every higher level.
+INFLECTION_RISE = 1.0
+
+
+def inflection_point(
+    levels: Sequence[float], p99s: Sequence[float], rise: float = INFLECTION_RISE
+) -> float | None:
+    """§10.4's inflection point: the lowest background level L, above the first level, such
+    that the p99 at L and at every level above L is more than (1 + `rise`) times the p99 at
+    the first level (the unloaded value when the levels start at 0). None when no level is
+    (the p99 never rises that far, or is back at or below it by the highest level). A single
+    level above the bound followed by one below it is noise, not an inflection.
+
+    `levels` strictly ascending, one p99 each, at least two; the first p99 positive; `rise`
+    above 0: ConfigError otherwise."""
+    xs, ys = [float(v) for v in levels], [float(v) for v in p99s]
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ConfigError("levels", list(xs), "at least two levels, one p99 each")
+    if any(b <= a for a, b in itertools.pairwise(xs)):
+        raise ConfigError("levels", list(xs), "strictly ascending levels")
+    if not ys[0] > 0 or not rise > 0:
+        raise ConfigError("p99", (ys[0], rise), "a positive unloaded p99 and rise")
+    bound = (1 + rise) * ys[0]
+    found = None  # the lowest level of the run above the bound that reaches the highest
+    for x, y in zip(xs[1:], ys[1:], strict=True):
+        found = (x if found is None else found) if y > bound else None
+    return found
+
+
+def degradation_factor(p99s: Sequence[float]) -> float | None:
+    """§10.4's degradation factor: the p99 at the highest level over the p99 at the lowest
+    (None when the lowest is not positive)."""
+    return _ratio(float(p99s[-1]), float(p99s[0])) if p99s and p99s[0] > 0 else None
+
+
+def inflection_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """§10.4 per (message size, fabric, trial), in the trial rows' shape, case "size_bytes=N":
+    the trial's `inflection_point` over its levels' KV p99 (None when none; `no_inflection`
+    1 then), its `degradation_factor`, and `load_short` and `incomplete` over the levels that
+    decide the inflection (those at or below it, every level when there is none): a level past
+    the inflection that fell short or lost transfers does not move it."""
+    from zcube_lab.core.bmwg.plan import label_of
+
+    groups: dict[tuple[float, str, int], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r["section"] == "10.4":
+            key = (float(r["params"]["size_bytes"]), r["fabric"], int(r["trial"]))
+            groups.setdefault(key, []).append(r)
+    out = []
+    for (size, fabric, trial), rs in groups.items():
+        pts = sorted(
+            (float(r["params"]["bg_load"]), r["figures"].get("KV_xfer_latency_p99_us"), r)
+            for r in rs
+            if r["figures"].get("KV_xfer_latency_p99_us") is not None
+        )
+        figs: dict[str, Any] = {"levels": len(pts)}
+        if len(pts) >= 2 and pts[0][1] > 0:
+            levels, p99s = [p[0] for p in pts], [p[1] for p in pts]
+            figs["level_step"] = round(min(b - a for a, b in itertools.pairwise(levels)), 9)
+            at = inflection_point(levels, p99s)
+            deciding = [p[2]["figures"] for p in pts if at is None or p[0] <= at]
+            figs.update(
+                inflection_point=at,
+                no_inflection=int(at is None),
+                degradation_factor=degradation_factor(p99s),
+                load_short=int(any(f.get("load_short") for f in deciding)),
+                incomplete=sum(int(f.get("incomplete") or 0) for f in deciding),
+            )
+        out.append(
+            {
+                "section": "10.4",
+                "case": label_of({"size_bytes": size}),
+                "params": {"size_bytes": size},
+                "fabric": fabric,
+                "trial": trial,
+                "figures": figs,
+            }
+        )
+    return out
+
+
+def inflection_verdict(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """ZCube's §10.4 inflection (summary `a`) against another fabric's (`b`): by their 95%
+    intervals, each widened by half the levels' step (the grid's resolution: inflections at
+    adjacent levels are a tie), when every trial of both found one; WITHIN when neither found
+    one in any trial (both beyond the highest level run); HIGHER (later) when `a` found none in
+    any trial and `b` one in every trial, LOWER the other way round; WITHIN when the trials
+    disagree within a fabric. NO_SPREAD with one trial."""
+    if min(int(a["trials"]), int(b["trials"])) < 2:
+        return NO_SPREAD
+
+    def none_share(s: Mapping[str, Any]) -> float:
+        return float((s["figures"].get("no_inflection") or {}).get("mean", 1.0))
+
+    na, nb = none_share(a), none_share(b)
+    if na == 0 and nb == 0:
+        step = max(float(s["figures"]["level_step"]["mean"]) for s in (a, b))
+        # touching intervals overlap (`versus` is strict); the 1e-9 keeps rounding out of it
+        by = step / 2 + 1e-9
+        return versus(*(_widened(s["figures"]["inflection_point"], by) for s in (a, b)))
+    if na == 1 and nb == 0:
+        return HIGHER
+    if na == 0 and nb == 1:
+        return LOWER
+    return WITHIN
+
+
+def _widened(fig: Mapping[str, Any], by: float) -> Interval:
+    """A figure's interval widened by `by` each side (a one-trial figure gets one of `by`)."""
+    low, high = fig["ci95_low"], fig["ci95_high"]
+    mean = float(fig["mean"])
+    return Interval(mean, (mean if low is None else low) - by,
+                    (mean if high is None else high) + by, int(fig["n"]))  # fmt: skip
+
+
+def summary_of(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`summarize` of the trial rows and of §10.4's per-trial inflection rows."""
+    return summarize([*rows, *inflection_rows(rows)])
+
+
 def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per (section, case, fabric): every figure's mean and 95% interval over its trials
     (trials without the figure left out; `trials` counts them all)."""
@@ -216,8 +349,6 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _interval(fig: Mapping[str, Any] | None) -> Any:
-    from zcube_lab.core.bmwg.trials import Interval
-
     if fig is None:
         return None
     return Interval(fig["mean"], fig["ci95_low"], fig["ci95_high"], fig["n"])
@@ -225,7 +356,8 @@ def _interval(fig: Mapping[str, Any] | None) -> Any:
 
 def compare(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per (section, case, headline figure, other fabric): ZCube's mean against the other's,
-    HIGHER/LOWER when their 95% intervals do not overlap, WITHIN otherwise; OUT_OF_REACH where
+    HIGHER/LOWER when their 95% intervals do not overlap, WITHIN otherwise (§10.4's inflection
+    point: `inflection_verdict`); OUT_OF_REACH where
     either has no value, a trial's transfers did not all complete or (§5.2) a trial's
     background fell short of its level (`UNRESOLVED` figures)."""
     by = {(s["section"], s["case"], s["fabric"]): s for s in summary}
@@ -245,8 +377,11 @@ def compare(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     for x in (s, other)
                     for u in UNRESOLVED
                 )
-                unresolved = a is None or b is None or incomplete
-                verdict = OUT_OF_REACH if unresolved else versus(a, b)
+                if fig == "inflection_point":
+                    verdict = OUT_OF_REACH if incomplete else inflection_verdict(s, other)
+                else:
+                    unresolved = a is None or b is None or incomplete
+                    verdict = OUT_OF_REACH if unresolved else versus(a, b)
                 out.append(
                     {
                         "section": section,
@@ -269,4 +404,13 @@ def verdict_counts(comparisons: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return out
 
 
-__all__ = ["HEADLINE", "NO_SPREAD", "compare", "summarize", "trial_figures", "verdict_counts"]
+__all__ = [
+    "HEADLINE",
+    "NO_SPREAD",
+    "Interval",
+    "compare",
+    "inflection_point",
+    "summarize",
+    "trial_figures",
+    "verdict_counts",
+]

@@ -65,7 +65,7 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
     ceiling = datapath_ceiling(1500).mbps
     ts = derive(parse_frame_us(cfg.resolution), nic, slowest, ceiling_mbps=ceiling)
     share = chip_port_share_bytes("51.2t", slowest)
-    cases, refused = bplan.cases(cfg, tests, len(hosts), ts, share)
+    cases, refused = bplan.cases(cfg, tests, len(hosts), ts, share, ceiling_mbps=ceiling)
     if not cases:
         raise ConfigError("sections", [t.section for t in tests], "a case the time scale holds")
     est = bplan.estimate_wall_s(cases, hosts, len(fabrics), cfg.trials, cfg.trial_seconds, ts)
@@ -92,6 +92,13 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
             "5.2: the background is every other host pair (host i to host i + half) at the "
             f"level of its NIC in {bplan.BG_BYTES:,.0f} B messages; a trial whose background "
             f"carried under {report.LOAD_REACHED:.0%} of that is out of reach"
+        )
+    if "10.4" in {t.section for t in tests}:
+        notes.append(
+            "10.4: §5.2's trial at each background level; the inflection point is the lowest "
+            f"level from which the KV p99 stays above {1 + report.INFLECTION_RISE:g} times its "
+            "value at the lowest level, per trial; a trial whose levels up to it fell short "
+            "of their background or lost transfers is out of reach"
         )
     return RunPlan(tests, fabrics, hosts, ts, cases, refused, est, share, notes)
 
@@ -120,7 +127,7 @@ def software() -> dict[str, str]:
 def _document(
     plan: RunPlan, cfg: BmwgConfig, rows: list[dict[str, Any]], t0: float, done: bool
 ) -> dict[str, Any]:
-    summary = report.summarize(rows)
+    summary = report.summary_of(rows)
     comparisons = report.compare(summary)
     return {
         "draft": DRAFT,
@@ -164,7 +171,7 @@ def run_plan(plan: RunPlan, cfg: BmwgConfig, progress: Callable[[str], None] = p
         f"{res['dilation']:g}"
     )
     for r in plan.refused:
-        progress(f"  not run: §{r.section} {dict(r.params)}: out of reach at this time scale")
+        progress(f"  not run: §{r.section} {dict(r.params)}: {r.why}")
     progress(f"estimated wall time: {_hms(plan.estimate_s)}")
     total = len(plan.cases) * cfg.trials * len(plan.fabrics)
     rows: list[dict[str, Any]] = []
@@ -263,9 +270,9 @@ def _trial(
 
 def _figures(case: bplan.Case, recs: dict[str, Any], results: dict[str, Any],
              run_dir: Path) -> dict[str, Any]:  # fmt: skip
-    """The trial's figures; §5.1's, §5.2's and §5.3's from the agents' per-transfer times (the
-    driver's output)."""
-    name = {"5.3": "pairs", "5.1": "qps", "5.2": "loaded"}.get(case.section)
+    """The trial's figures; §5.1's, §5.2's, §5.3's and §10.4's from the agents' per-transfer
+    times (the driver's output)."""
+    name = {"5.3": "pairs", "5.1": "qps", "5.2": "loaded", "10.4": "loaded"}.get(case.section)
     if name is None:
         return report.trial_figures(case.section, results)
     from zcube_lab.core.replay.figures import outcomes
@@ -273,7 +280,7 @@ def _figures(case: bplan.Case, recs: dict[str, Any], results: dict[str, Any],
     lines = [json.loads(ln) for f in sorted((run_dir / name / "agents").glob("*.out.jsonl"))
              for ln in f.read_text().splitlines() if ln.strip()]  # fmt: skip
     sent, got = outcomes(lines)
-    if case.section == "5.2":
+    if case.section in bplan.LOADED:
         offered = bplan.bg_offered_gbps(recs[name].hosts, float(case.params["bg_load"]))
         figs = report.latency_figures(recs[name].transfers, sent, got, offered)
     else:
@@ -291,7 +298,7 @@ def _headline(row: dict[str, Any]) -> str:
             f"FCT p99 {'-' if p99 is None else f'{p99:,.0f}'} µs, "
             f"{f['incomplete']} incomplete"
         )
-    if row["section"] == "5.2":
+    if row["section"] in bplan.LOADED:
         vals = [f.get(k) for k in report.HEADLINE["5.2"]]
         text = "/".join("-" if v is None else f"{v:,.0f}" for v in vals)
         return f"KV FCT p50/p99/p99.9 {text} µs, {f['incomplete']} incomplete"
