@@ -491,6 +491,44 @@ def level_facts(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+def ttft_split(docs: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, tuple[float, float]]]:
+    """§6.1 per prompt length: each part's share of the median request's TTFT (`shares`) over
+    the trusted trials, its lowest and highest across the fabrics."""
+    from zcube_lab.core.bmwg.ttft import PARTS, shares
+
+    out: dict[int, dict[str, tuple[float, float]]] = {}
+    for d in docs:
+        groups: dict[tuple[int, str], list[Mapping[str, Any]]] = {}
+        for r in d.get("rows", []):
+            if r["section"] == "6.1" and not r["figures"].get("untrusted"):
+                groups.setdefault((r["params"]["prompt_tokens"], r["fabric"]), []).append(r)
+        for (n, _), rows in sorted(groups.items()):
+            for part, v in shares(rows).items():
+                if v is None:
+                    continue
+                lo, hi = out.setdefault(n, {}).get(part, (v, v))
+                out[n][part] = (min(lo, v), max(hi, v))
+    return {n: {p: out[n][p] for p in PARTS[1:] if p in out[n]} for n in sorted(out)}
+
+
+def ttft_sentences(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The page's §6.1 sentence, from `ttft_split`."""
+    split = ttft_split(docs)
+    if not split:
+        return []
+
+    def pct(lo: float, hi: float) -> str:
+        a, b = round(100 * lo), round(100 * hi)
+        return f"{a}%" if a == b else f"{a}-{b}%"
+
+    parts = [f"at {n:,} prompt tokens " + " / ".join(pct(*split[n][p]) for p in split[n])
+             for n in split]  # fmt: skip
+    return [
+        "In §6.1 the median request's TTFT splits into prefill / transfer / decode init as",
+        "follows (trusted runs, the range across the fabrics): " + "; ".join(parts) + ".",
+    ]
+
+
 def render(docs: Sequence[Mapping[str, Any]]) -> str:
     """The whole page."""
     kv = kv_spans(docs)
@@ -510,7 +548,9 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "transfers in a trial (never completed: the replay's sender does not retransmit, and",
         "the lab lost datagrams) or had no figure, so the lab does not judge it. A",
         "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
-        "the first quick run) or has no value for that case.",
+        "the first quick run) or has no value for that case. §6.1 is the exception: live",
+        "serving runs (`zcube-lab run`) at the live lab's default time scale, its figures",
+        "modelled ms, and its \"out of reach\" a run the lab's verdict did not trust.",
         "",
         "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",
         "",
@@ -534,6 +574,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "other pair at the level of its NIC), so no trial under load reached its level: those",
         "comparisons are out of reach at this time scale, and only the unloaded KV latency is",
         "compared.",
+        *ttft_sentences(docs),
         *([] if not facts else [
             "In §10.4 (§5.2's trial at background levels in 5% steps), per run, each trial's",
             f"inflection point and the highest level up to which every trial carried at least "

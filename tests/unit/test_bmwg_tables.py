@@ -232,3 +232,29 @@ def test_the_ttft_table_splits_each_prompt_lengths_ttft_into_its_parts():
     assert cells[4].startswith("40 ± ") and cells[5] == "10 ± 0"
     assert cells[6] == "72% / 22% / 6%" and cells[-1] == "2 of 2"
     assert rf.endswith("| 0 of 1 |") and "50% / 45% / 5%" in rf
+
+
+def test_the_ttft_sentence_gives_each_parts_share_across_fabrics_from_trusted_runs():
+    def row(fab, n, prefill, transfer, decode, untrusted=0):
+        figs = {
+            "T_prefill_p50_ms": prefill,
+            "T_transfer_p50_ms": transfer,
+            "T_decode_init_p50_ms": decode,
+            "untrusted": untrusted,
+        }
+        return {"section": "6.1", "case": f"prompt_tokens={n}", "params": {"prompt_tokens": n},
+                "fabric": fab, "trial": 0, "figures": figs}  # fmt: skip
+
+    rows = [row("zcube", 128, 20, 5, 25), row("roft", 128, 20, 10, 20),
+            row("roft", 128, 90, 90, 20, untrusted=1),  # left out
+            row("clos", 2048, 150, 30, 20)]  # fmt: skip
+    split = bt.ttft_split([{"rows": rows}])
+    # 128: ZCube 20/5/25 of 50 = 40/10/50%; ROFT 20/10/20 = 40/20/40%; 2048: 75/15/10%
+    assert split[128]["T_prefill"] == (0.4, 0.4)
+    assert split[128]["T_transfer"] == (0.1, 0.2) and split[128]["T_decode_init"] == (0.4, 0.5)
+    text = " ".join(bt.ttft_sentences([{"rows": rows}]))
+    assert (
+        "at 128 prompt tokens 40% / 10-20% / 40-50%; at 2,048 prompt tokens 75% / 15% / 10%."
+        in text
+    )
+    assert bt.ttft_sentences([{"rows": []}]) == []
