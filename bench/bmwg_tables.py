@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -523,10 +524,56 @@ def ttft_sentences(docs: Sequence[Mapping[str, Any]]) -> list[str]:
 
     parts = [f"at {n:,} prompt tokens " + " / ".join(pct(*split[n][p]) for p in split[n])
              for n in split]  # fmt: skip
+    heads = untrusted_reasons(docs)
+    why = []
+    for h, ns in heads.items():
+        lengths = ", ".join(f"{n:,}" for n in sorted(set(ns)))
+        why.append(f"{h} ({len(ns)} run{'s' if len(ns) > 1 else ''}: {lengths} tokens)")
+    frames = "; ".join(f"{n:,} tokens {b:,.0f} lab bytes, {math.ceil(b / 1500)} frames"
+                       for n, b in pull_lab_bytes(docs).items())  # fmt: skip
+    untrusted = [
+        "Runs the lab's verdict did not trust, by the kind of their reasons (a run may have",
+        "several): " + "; ".join(why) + ". The KV-pull reason is the verdict's end-host rule:",
+        "pulls slower than 1.5x their ideal after a fixed cost while their links idled. A",
+        f"request's KV pull at this scale: {frames}.",
+    ] if why else []  # fmt: skip
     return [
         "In §6.1 the median request's TTFT splits into prefill / transfer / decode init as",
         "follows (trusted runs, the range across the fabrics): " + "; ".join(parts) + ".",
+        *untrusted,
     ]
+
+
+def pull_lab_bytes(docs: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+    """§6.1's KV bytes of one request in the lab, per prompt length: the model's KV bytes per
+    token times the prompt over the run's byte scale."""
+    from zcube_lab.core.bmwg.ttft import MODEL
+    from zcube_lab.serving.models import get_profile
+
+    per_token = get_profile(MODEL).kv_bytes_per_token
+    out: dict[int, float] = {}
+    for d in docs:
+        if "6.1" in d.get("sections", ()):
+            for n in d.get("prompts", ()):
+                out[n] = n * per_token / d["resolution"]["bandwidth_scale"]
+    return dict(sorted(out.items()))
+
+
+def untrusted_reasons(docs: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """§6.1's untrusted runs by the kind of each reason (its text before the first ":" or
+    " in <number>", the core number dropped): the prompt length of every run that had one."""
+    import re
+
+    out: dict[str, list[int]] = {}
+    for d in docs:
+        for r in d.get("rows", []):
+            if r["section"] != "6.1" or not r["figures"].get("untrusted"):
+                continue
+            heads = {re.sub(r"^cpu\d+", "a core", re.split(r":| in \d", reason)[0])
+                     for reason in r.get("reasons", [])}  # fmt: skip
+            for h in sorted(heads):
+                out.setdefault(h, []).append(r["params"]["prompt_tokens"])
+    return dict(sorted(out.items(), key=lambda kv: -len(kv[1])))
 
 
 def render(docs: Sequence[Mapping[str, Any]]) -> str:

@@ -3,6 +3,8 @@ its answer says what the data says (issue 46)."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench import bmwg_tables as bt
 from zcube_lab.core.bmwg.catalogue import NOT, TESTS
 from zcube_lab.core.bmwg.report import compare, summarize, summary_of
@@ -258,3 +260,19 @@ def test_the_ttft_sentence_gives_each_parts_share_across_fabrics_from_trusted_ru
         in text
     )
     assert bt.ttft_sentences([{"rows": []}]) == []
+
+
+def test_untrusted_runs_are_counted_by_the_kind_of_their_reasons():
+    def row(n, untrusted, reasons):
+        return {"section": "6.1", "params": {"prompt_tokens": n},
+                "figures": {"untrusted": untrusted}, "reasons": reasons}  # fmt: skip
+
+    rows = [row(128, 1, ["KV pulls: p50 2.37x their ideal", "cpu1 above 95% busy in 24% of x"]),
+            row(2048, 1, ["cpu0 above 95% busy in 38% of samples"]),
+            row(2048, 1, ["KV pulls: p50 1.6x"]),
+            row(16384, 0, ["KV pulls: a trusted run's reason is not counted"])]  # fmt: skip
+    heads = bt.untrusted_reasons([{"rows": rows}])
+    assert heads == {"KV pulls": [128, 2048], "a core above 95% busy": [128, 2048]}
+    # GLM-5.1's 89,856 B of KV a token: 128 tokens over S = 4,000 are 2,875 lab bytes
+    doc = {"sections": ["6.1"], "prompts": [128], "resolution": {"bandwidth_scale": 4000.0}}
+    assert bt.pull_lab_bytes([doc]) == {128: pytest.approx(2875.392)}

@@ -109,7 +109,7 @@ def test_a_trial_is_one_zcube_lab_run_and_the_estimate_counts_them(tmp_path: Pat
     args = parser.parse_args(ns)  # the run command takes every flag
     assert (args.duration, args.seed) == (20.0, 3)
     # 3 prompts x 2 fabrics x 2 trials of (20 s + the run's overhead)
-    assert estimate_wall_s(3, 2, 2, 20.0) == pytest.approx(12 * (20 + 45.0))
+    assert estimate_wall_s(3, 2, 2, 20.0) == pytest.approx(12 * (20 + 23.0))
 
 
 def test_a_trial_the_machine_spoiled_runs_again_and_keeps_the_spoiled_folder(

@@ -21,8 +21,8 @@ from zcube_lab.core.bmwg.catalogue import DRAFT
 
 RESULTS_FILE = "bmwg.json"
 # Wall seconds a run costs besides its load (lab, servers, Prometheus, collection, teardown),
-# measured on this machine's quick §6.1 (docs/BENCHMARKS.md, bmwg).
-RUN_OVERHEAD_S = 45.0
+# measured on this machine's quick §6.1: 36.5-39.7 wall s for a 15 s run (docs/BENCHMARKS.md, bmwg).
+RUN_OVERHEAD_S = 23.0
 
 
 def estimate_wall_s(cases: int, fabrics: int, trials: int, trial_seconds: float) -> float:
@@ -86,6 +86,7 @@ def run_ttft(
                         "run": str(summary_path.parent.relative_to(out)),
                         "spoiled_by_machine": [str(p.relative_to(out)) for p in spoiled],
                         "figures": t61.trial_figures(summary),
+                        "reasons": list((summary.get("health") or {}).get("reasons") or []),
                         "wall_s": round(time.monotonic() - w0, 1),
                     }
                 )
