@@ -208,3 +208,36 @@ def test_the_replay_config_refuses_a_dilation_outside_the_fine_clock():
     for bad in (0.5, 5000.0):
         with pytest.raises(ConfigError, match="dilation"):
             ReplayConfig(dilation=bad)
+
+
+def test_zcube_lab_replay_plans_every_fabric_at_one_k_from_the_measured_pps(monkeypatch, tmp_path):
+    import argparse
+
+    from zcube_lab.cli.commands import replay as cmd
+    from zcube_lab.emulator.lab import datapath_ceiling as dc
+    from zcube_lab.emulator.replay.driver import payload_bytes
+
+    path = tmp_path / "datapath.json"
+    dc.DatapathResults(
+        "m", 2, "2026-12-01T00:00:00+00:00", 30.0, 1, (dc.Measurement(1500, 1, 0.1, 10_000),)
+    ).write(path)
+    monkeypatch.setattr(dc, "RESULTS_PATH", path)
+    monkeypatch.setattr(dc, "machine_id", lambda: "m")
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+
+    def planned(*flags: str):
+        args = parser.parse_args(
+            [*flags, "--incast", "4", "--fabrics", "zcube,clos", "--bytes", "1e9"]
+        )
+        return cmd.plan(cmd.config_of(args), None)
+
+    _rec, fabrics, ts, p = planned()
+    # an incast goes through its receiver's NIC one transfer at a time: 1.5e9 lab B/s in
+    # datagrams of 1,464 B, 2 switches each on ZCube; allowed 0.7 x 10,000 pps
+    assert p.needed["zcube"] == math.ceil(2 * 1.5e9 / payload_bytes(1500) / 7_000) == 293
+    assert p.needed["clos"] > p.needed["zcube"]  # some of its senders cross 3 switches
+    assert ts.dilation == p.dilation == max(p.needed.values())
+    assert set(p.loads) == {f.kind for f in fabrics} and all(x.within for x in p.loads.values())
+    _rec, _f, ts, p = planned("--dilation", "200")
+    assert ts.dilation == 200 and "zcube" in p.warning and "clos" in p.warning
