@@ -1,6 +1,8 @@
 """Benchmark: the fine time scale's measurements of issue 45 item 5, on ZCube, ROFT (1 and 2
 planes) and Clos at the 16-GPU structure-keeping sizes, at the finest frame this machine carries
-(2 µs on the slowest host port; k = 120).
+(2 µs on the slowest host port; k = 120 from the per-port budget, or with `--dilation load` the
+smallest k that keeps every fabric's and row's datapath load within its share of the ceiling,
+one k for all: `zcube_lab.core.replay.load`; each row records its `load` and `pace`).
 
 - `pfc` (draft-calabria-bmwg-ai-fabric-inference-bench-05 §8.2): N_burst transfers of 16 MB into
   one host, their starts spread over 100 µs, 1 ms or 10 ms, XOFF 100 KB or 1 MB (10 KB needs a
@@ -20,6 +22,8 @@ bench/results/replay/<test>.json.
 
     sudo .venv/bin/python -m bench.replay_draft pfc --trials 3
     sudo .venv/bin/python -m bench.replay_draft mix victim --fabrics zcube,roft
+    sudo .venv/bin/python -m bench.replay_draft mix --fabrics zcube,roft,clos --loads 0.5 \
+        --trials 3 --dilation load --tag load
 """
 
 from __future__ import annotations
