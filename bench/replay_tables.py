@@ -471,6 +471,7 @@ def table(name: str, folder: Path = DATA) -> list[str]:
         "mix-losses": mix_losses_table,
         "mix-pace": mix_pace_table,
         "mix-load-losses": lambda folder: mix_losses_table(folder, "mix-load"),
+        "mix-port-losses": lambda folder: mix_losses_table(folder, "mix-port"),
         "pfc": pfc_table,
         "production": production_table,
     }
