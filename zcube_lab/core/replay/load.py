@@ -269,15 +269,15 @@ def fit_dilation(
     if not ceiling_pps > 0:
         raise ConfigError("ceiling", ceiling_pps, "a positive number of packets per second")
 
-    def at(k: float) -> Load:
+    def paced_at(k: float) -> Load:
         return load_at(
             d, ts.at_dilation(k), payload_bytes, ceiling_pps, real_bytes, share, window_wall_s
         )
 
-    low = at(ts.dilation)
+    low = paced_at(ts.dilation)
     if low.within:
         return low
-    top = at(max_dilation)
+    top = paced_at(max_dilation)
     if not top.within:
         raise ConfigError(
             "dilation",
@@ -287,14 +287,14 @@ def fit_dilation(
             f"{top.of_ceiling:.0%} of the datapath's {ceiling_pps:,.0f} pps (at most "
             f"{share:.0%}); a coarser --resolution or a shorter window fits",
         )
-    lo, hi = int(ts.dilation), int(max_dilation)  # at(lo) is over, at(hi) within
+    lo, hi = int(ts.dilation), int(max_dilation)  # paced_at(lo) is over, paced_at(hi) within
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if at(mid).within:
+        if paced_at(mid).within:
             hi = mid
         else:
             lo = mid
-    return at(float(hi))
+    return paced_at(float(hi))
 
 
 @dataclass(frozen=True)
@@ -333,7 +333,7 @@ def choose(
     ceiling (refused when one needs more than the clock allows), or `explicit` when given,
     with a warning naming each case whose peak it leaves above the share (the replay runs)."""
 
-    def at(d: Demand, rb: float, k: float) -> Load:
+    def paced_at(d: Demand, rb: float, k: float) -> Load:
         return load_at(d, ts.at_dilation(k), payload_bytes, ceiling_pps, rb, share, window_wall_s)
 
     needed: dict[str, float] = {}
@@ -348,7 +348,7 @@ def choose(
     if explicit is not None:
         k = float(explicit)
         ts.at_dilation(k)  # refused below the per-port k or outside the clock's range
-        loads = {c: at(d, rb, k) for c, (d, rb) in demands.items()}
+        loads = {c: paced_at(d, rb, k) for c, (d, rb) in demands.items()}
         over = [c for c, ld in loads.items() if not ld.within]
         reason = f"given (--dilation {k:g})"
         warning = ""
@@ -364,7 +364,7 @@ def choose(
         return Pace(k, reason, loads, needed, ts.dilation, warning)
     case = max(needed, key=lambda c: (needed[c], c))
     k = needed[case]
-    loads = {c: at(d, rb, k) for c, (d, rb) in demands.items()}
+    loads = {c: paced_at(d, rb, k) for c, (d, rb) in demands.items()}
     if k == ts.dilation:
         reason = (
             f"the per-port budget's: every case's busiest {window_wall_s:g} s within "
