@@ -19,20 +19,22 @@ on a shortest path, as the controller routes).
 
 The peak is taken over windows of `WINDOW_WALL_S` of wall time (`Demand.peak`: the most
 byte-hops in any window of that length), since what the datapath's receive sockets absorb is
-set on the wall clock: 0.3 s is about what one port's socket buffer (rmem_default 8 MB, each
-1,500-byte datagram taking ~2.3 KB of it) holds of its port's 100 Mb/s wall rate when nothing
-reads it, so a shorter overload is absorbed and a longer one drops. Wall packet-hops per
-second at dilation k are the modelled rate over k, the window covering 1/k as much modelled
-time, so the peak only falls as k grows and the smallest k that keeps it within a share of the
-ceiling is found by bisection (`fit_dilation`).
+set on the wall clock: one port's socket buffer (rmem_default 8 MB, each 1,500-byte datagram
+taking ~2.3 KB of it) holds ~0.4 s of its port's 100 Mb/s wall rate when nothing reads it, so
+a shorter overload is absorbed and a longer one drops; 0.3 s stays a little under that.
+Wall packet-hops per second at dilation k are the modelled rate over k, the window covering
+1/k as much modelled time, so the peak only falls as k grows and the smallest k that keeps it
+within a share of the ceiling is found by bisection (`fit_dilation`).
 
 `LOAD_SHARE`, the share of the measured ceiling (packets per second through one bridge,
 `bench/datapath.py`, which had both cores to itself) a replay may plan for, is chosen from the
-§7.4 mix replays at k = 120 (bench/results/replay/mix.json, 27 replays): those that lost
-datagrams at the datapath's sockets planned for 103-105% of the ceiling (ROFT and Clos mixed,
-ROFT's KV alone); those that lost none for 58-80% (every EP alone, ZCube's mixed and KV), and
-Clos's KV alone 105% without a loss (so the peak does not say all). 70% leaves the agents'
-and the lossless agent's CPU room and is the figure ZCube's mix (lossless) ran at.
+§7.4 mix replays at k = 120 (bench/results/replay/mix.json, 27 replays): by this count those
+that lost datagrams at the datapath's sockets asked 103-105% of the ceiling (ROFT and Clos
+mixed, ROFT's KV alone), those that lost none 58-80% (every EP alone, ZCube's mixed and KV),
+and Clos's KV alone 105% without a loss (so the peak does not say all). 70% leaves the agents'
+and the lossless agent's CPU room and is what ZCube's mix (lossless) asked. Paced to it
+(k = 185, mix-load.json) Clos's mix lost nothing and ROFT's lost far fewer, at its uplink
+queues and where no counter saw them rather than at the sockets (docs/results/fine-scale.md).
 """
 
 from __future__ import annotations
