@@ -1,6 +1,8 @@
 """Benchmark: the fine time scale's measurements of issue 45 item 5, on ZCube, ROFT (1 and 2
 planes) and Clos at the 16-GPU structure-keeping sizes, at the finest frame this machine carries
-(2 µs on the slowest host port; k = 120).
+(2 µs on the slowest host port; k = 120 from the per-port budget, or with `--dilation load` the
+smallest k that keeps every fabric's and row's datapath load within its share of the ceiling,
+one k for all: `zcube_lab.core.replay.load`; each row records its `load` and `pace`).
 
 - `pfc` (draft-calabria-bmwg-ai-fabric-inference-bench-05 §8.2): N_burst transfers of 16 MB into
   one host, their starts spread over 100 µs, 1 ms or 10 ms, XOFF 100 KB or 1 MB (10 KB needs a
@@ -20,6 +22,8 @@ bench/results/replay/<test>.json.
 
     sudo .venv/bin/python -m bench.replay_draft pfc --trials 3
     sudo .venv/bin/python -m bench.replay_draft mix victim --fabrics zcube,roft
+    sudo .venv/bin/python -m bench.replay_draft mix --fabrics zcube,roft,clos --loads 0.5 \
+        --trials 3 --dilation load --tag load
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import functools
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +40,25 @@ from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.builders import build_fabric
 from zcube_lab.core.fabric.description import Fabric, FabricSpec
 from zcube_lab.core.fabric.scaledown import scaled_fabric, scaled_sizes
+from zcube_lab.core.replay import load
 from zcube_lab.core.replay.figures import contention, victim_keeps
+from zcube_lab.core.replay.load import Pace
 from zcube_lab.core.replay.recording import Recording
 from zcube_lab.core.replay.synthetic import ep_kv_mix, incast, victim
-from zcube_lab.core.replay.timescale import DRAFT_THRESHOLDS_BYTES, chip_port_share_bytes, derive
-from zcube_lab.emulator.replay.driver import Threshold, lab_for, replay, slowest_port_gbps
+from zcube_lab.core.replay.timescale import (
+    DRAFT_THRESHOLDS_BYTES,
+    TimeScale,
+    chip_port_share_bytes,
+    derive,
+)
+from zcube_lab.emulator.replay.driver import (
+    Threshold,
+    demand_on,
+    lab_for,
+    payload_bytes,
+    replay,
+    slowest_port_gbps,
+)
 
 OUT = Path(__file__).resolve().parent / "results" / "replay"
 FABRICS = ("zcube", "roft", "roft2", "clos")
@@ -55,17 +74,49 @@ def build(name: str, gpus: int = 16) -> Fabric:
     return scaled_fabric(name, gpus)
 
 
+def pace(
+    fabrics: dict[str, Fabric],
+    recs: list[tuple[dict[str, Any], Recording]],
+    frame_us: float,
+    dilation: str | float,
+) -> tuple[TimeScale, Pace]:
+    """The time scale every fabric and recording of a test runs at: k from the per-port
+    budget (`port`, as before the load model), from the datapath load of every fabric and
+    recording (`load`: the largest any needs), or a number; with each case's load there."""
+    from zcube_lab.emulator.lab.datapath_ceiling import datapath_ceiling
+
+    fs = list(fabrics.values())
+    base = derive(frame_us, fs[0].nic_gbps, slowest_port_gbps(fs))
+    demands = {
+        case_name(name, key): demand_on(rec, fabric)
+        for name, fabric in fabrics.items()
+        for key, rec in recs
+    }
+    ceiling = datapath_ceiling(base.mtu).packets_per_s(base.mtu)
+    explicit = (
+        None if dilation == "load" else base.dilation if dilation == "port" else float(dilation)
+    )
+    p = load.choose(demands, base, payload_bytes(base.mtu), ceiling, explicit=explicit)
+    if dilation == "port":
+        p = replace(p, reason=f"the per-port budget's (k={base.dilation:g})")
+    print(f"k={p.dilation:g}: {p.reason}" + (f"; warning: {p.warning}" if p.warning else ""))
+    return base.at_dilation(p.dilation), p
+
+
+def case_name(fabric: str, key: dict[str, Any]) -> str:
+    return " ".join([fabric, *(f"{k}={v}" for k, v in key.items())])
+
+
 def run_all(
     fabric: Fabric,
     name: str,
-    frame_us: float,
+    ts: TimeScale,
     xoff: float,
     recs: list[tuple[dict[str, Any], Recording]],
-    slowest: float,
     repeat: int,
+    p: Pace,
 ) -> list[dict[str, Any]]:
-    """Each recording `repeat` times on one lab of `fabric` at the frame and XOFF."""
-    ts = derive(frame_us, fabric.nic_gbps, slowest)
+    """Each recording `repeat` times on one lab of `fabric` at the time scale and XOFF."""
     th = Threshold(xoff, f"{xoff:,.0f} real B")
     run_dir = Path(f"/tmp/zcube-replay-draft/{name}-{xoff:g}")
     lab = lab_for(fabric, ts, th, run_dir)
@@ -83,6 +134,8 @@ def run_all(
                     **key,
                     "repeat": rep,
                     "resolution": res["resolution"],
+                    "load": p.loads[case_name(name, key)].describe(),
+                    "pace": p.reason,
                     "lab": res.get("lab"),
                     "xoff_bytes": xoff,
                     "xoff_frames": res["xoff"]["frames"],
@@ -105,7 +158,7 @@ def short(row: dict[str, Any]) -> dict[str, Any]:
     """A row's headline for the terminal."""
     from zcube_lab.core.replay.losses import verdict_line, where_text
 
-    skip = ("classes", "resolution", "pauses", "losses", "verdict", "lab")
+    skip = ("classes", "resolution", "pauses", "losses", "verdict", "lab", "load", "pace")
     out = {k: v for k, v in row.items() if k not in skip}
     out["pauses"] = row["pauses"]["pause_frames"]
     if row.get("losses"):
@@ -113,6 +166,8 @@ def short(row: dict[str, Any]) -> dict[str, Any]:
     if row.get("verdict"):
         out["verdict"] = verdict_line(row["verdict"])
     out["paused_us"] = row["pauses"]["pause_total_us"]
+    out["k"] = row["resolution"]["dilation"]
+    out["load_of_ceiling"] = row["load"]["of_ceiling"]
     for cls, c in row["classes"].items():
         out[f"{cls}_p99_us"] = None if c["fct_s"]["p99"] is None else round(c["fct_s"]["p99"] * 1e6)
         out[f"{cls}_incomplete"] = c["incomplete"]
@@ -121,26 +176,27 @@ def short(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def pfc(fabrics: dict[str, Fabric], frame_us: float, repeat: int) -> dict[str, Any]:
-    slowest = slowest_port_gbps(list(fabrics.values()))
+def pfc(
+    fabrics: dict[str, Fabric], frame_us: float, repeat: int, dilation: str | float
+) -> dict[str, Any]:
     hosts = [h.name for h in next(iter(fabrics.values())).hosts]
     receiver = hosts[len(hosts) // 3]
-    out: dict[str, Any] = {"rows": [], "refused": []}
+    recs = [
+        ({"n_burst": n, "within_us": w}, incast(hosts, receiver, n, 16e6, w * 1e-6))
+        for n in BURSTS
+        for w in WITHIN_US
+    ]
+    ts, p = pace(fabrics, recs, frame_us, dilation)
+    out: dict[str, Any] = {"rows": [], "refused": [], "pace": p.describe()}
     for xoff in THRESHOLDS:
-        ts = derive(frame_us, 400.0, slowest)
         try:
             ts.threshold_frames(xoff)
         except ConfigError as e:
             out["refused"].append({"xoff_bytes": xoff, "why": str(e)})
             print(f"XOFF {xoff:g} B: out of reach at this time scale: {e}")
             continue
-        recs = [
-            ({"n_burst": n, "within_us": w}, incast(hosts, receiver, n, 16e6, w * 1e-6))
-            for n in BURSTS
-            for w in WITHIN_US
-        ]
         for name, fabric in fabrics.items():
-            out["rows"] += run_all(fabric, name, frame_us, xoff, recs, slowest, repeat)
+            out["rows"] += run_all(fabric, name, ts, xoff, recs, repeat, p)
     return out
 
 
@@ -148,43 +204,54 @@ LOADS = (0.5, 0.75)
 
 
 def mix(
-    fabrics: dict[str, Fabric], frame_us: float, repeat: int, loads: tuple[float, ...] = LOADS
+    fabrics: dict[str, Fabric],
+    frame_us: float,
+    repeat: int,
+    dilation: str | float,
+    loads: tuple[float, ...] = LOADS,
 ) -> dict[str, Any]:
     slowest = slowest_port_gbps(list(fabrics.values()))
     hosts = [h.name for h in next(iter(fabrics.values())).hosts]
     group, sources = hosts[:8], hosts[8:]
     xoff = chip_port_share_bytes("51.2t", slowest)
-    out: dict[str, Any] = {"rows": [], "contention": []}
-    for load in loads:
-        full = ep_kv_mix(hosts, group, sources, load, layers=20, seed=1)
+    out: dict[str, Any] = {"rows": [], "contention": [], "pace": {}}
+    for kv_load in loads:
+        full = ep_kv_mix(hosts, group, sources, kv_load, layers=20, seed=1)
         recs = [
-            ({"kv_load": load, "replayed": "mixed"}, full),
-            ({"kv_load": load, "replayed": "ep"}, full.of_class(["ep"])),
-            ({"kv_load": load, "replayed": "kv"}, full.of_class(["kv"])),
+            ({"kv_load": kv_load, "replayed": "mixed"}, full),
+            ({"kv_load": kv_load, "replayed": "ep"}, full.of_class(["ep"])),
+            ({"kv_load": kv_load, "replayed": "kv"}, full.of_class(["kv"])),
         ]
+        ts, p = pace(fabrics, recs, frame_us, dilation)
+        out["pace"][f"{kv_load:g}"] = p.describe()
         for name, fabric in fabrics.items():
-            rows = run_all(fabric, name, frame_us, xoff, recs, slowest, repeat)
+            w0 = time.monotonic()
+            rows = run_all(fabric, name, ts, xoff, recs, repeat, p)
+            out.setdefault("wall_s", {})[f"{name} {kv_load:g}"] = round(time.monotonic() - w0, 1)
             out["rows"] += rows
             for rep in range(repeat):
                 of = {r["replayed"]: r for r in rows if r["repeat"] == rep}
                 mixed = of["mixed"]
                 iso = {cls: of[cls]["classes"][cls] for cls in ("ep", "kv")}
                 c = contention(iso, mixed["classes"])
-                out["contention"].append({"fabric": name, "kv_load": load, "repeat": rep, **c})
-                print(json.dumps({"fabric": name, "kv_load": load, "contention": c}), flush=True)
+                out["contention"].append({"fabric": name, "kv_load": kv_load, "repeat": rep, **c})
+                print(json.dumps({"fabric": name, "kv_load": kv_load, "contention": c}), flush=True)
     return out
 
 
-def victim_flow(fabrics: dict[str, Fabric], frame_us: float, repeat: int) -> dict[str, Any]:
+def victim_flow(
+    fabrics: dict[str, Fabric], frame_us: float, repeat: int, dilation: str | float
+) -> dict[str, Any]:
     slowest = slowest_port_gbps(list(fabrics.values()))
     hosts = [h.name for h in next(iter(fabrics.values())).hosts]
     receiver, senders, pair = "h5", ["h0", "h1", "h2", "h8", "h10", "h12", "h15"], ("h0", "h9")
     xoff = chip_port_share_bytes("51.2t", slowest)
     both = victim(hosts, receiver, senders, pair, 16e6, 64e6)
     recs = [({"case": "incast+victim"}, both), ({"case": "victim alone"}, both.of_class(["other"]))]
-    out: dict[str, Any] = {"rows": [], "victim": []}
+    ts, p = pace(fabrics, recs, frame_us, dilation)
+    out: dict[str, Any] = {"rows": [], "victim": [], "pace": p.describe()}
     for name, fabric in fabrics.items():
-        rows = run_all(fabric, name, frame_us, xoff, recs, slowest, repeat)
+        rows = run_all(fabric, name, ts, xoff, recs, repeat, p)
         out["rows"] += rows
         alone = [r["classes"]["other"]["fct_s"]["max"] for r in rows if r["case"] == "victim alone"]
         beside = [
@@ -212,9 +279,22 @@ def main() -> int:
         "median and [min-max]",
     )
     p.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS), help="mix's KV loads")
+    p.add_argument(
+        "--dilation",
+        default="port",
+        help="k: 'port' (the per-port wall budget's, as the committed results ran), 'load' "
+        "(the smallest that keeps every fabric's and row's datapath load within its share of "
+        "the ceiling, one k for all: zcube_lab.core.replay.load), or a number",
+    )
+    p.add_argument("--tag", default="", help="write <test>-<tag>.json instead of <test>.json")
     args = p.parse_args()
     if args.repeat < 1:
         p.error("--trials: at least 1")
+    if args.dilation not in ("port", "load"):
+        try:
+            float(args.dilation)
+        except ValueError:
+            p.error("--dilation: port, load or a number")
     fabrics = {name: build(name) for name in args.fabrics.split(",")}
     OUT.mkdir(parents=True, exist_ok=True)
     loads = tuple(float(x) for x in args.loads.split(","))
@@ -224,13 +304,17 @@ def main() -> int:
             "mix": functools.partial(mix, loads=loads),
             "victim": victim_flow,
         }[test]
+        w0 = time.monotonic()
+        dilation = args.dilation if args.dilation in ("port", "load") else float(args.dilation)
         result = {
             "test": test,
             "frame_us": args.frame_us,
             "trials": args.repeat,
-            **fn(fabrics, args.frame_us, args.repeat),
+            "dilation_asked": args.dilation,
+            **fn(fabrics, args.frame_us, args.repeat, dilation),
         }
-        path = OUT / f"{test}.json"
+        result["wall_s_total"] = round(time.monotonic() - w0, 1)
+        path = OUT / (f"{test}-{args.tag}.json" if args.tag else f"{test}.json")
         path.write_text(json.dumps(result, indent=2) + "\n")
         print(f"written: {path}")
     return 0

@@ -245,15 +245,54 @@ def mix_table(folder: Path = DATA) -> list[str]:
     return out
 
 
+# The §7.4 mix at 50% load paced two ways: k from the per-port budget (mix.json, and mix-port.json
+# re-run beside the other) and k
+# from the datapath load (`bench.replay_draft mix --dilation load --tag load`).
+PACE_RUNS = ("mix", "mix-port", "mix-load")
+
+
+def mix_pace_table(folder: Path = DATA) -> list[str]:
+    """The §7.4 mix's mixed replays at each pace: k, the datapath load each fabric was paced
+    for (`-` for rows from before replays recorded it), trusted, lost datagrams and where, CPU,
+    the EP and KV contention ratios, the replays' wall time (lab bring-up not counted)."""
+    out = [
+        "| run | fabric | k | datapath load, mixed (of the ceiling) | trusted (mixed) | "
+        "datagrams lost, mixed (where) | CPU busy (mixed) | EP exchange p99 ratio | "
+        "KV p99 ratio | wall s (9 replays) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in PACE_RUNS:
+        if not (folder / f"{name}.json").exists():
+            continue
+        data = load(name, folder)
+        low = min(c["kv_load"] for c in data["contention"])
+        for f in dict.fromkeys(r["fabric"] for r in data["rows"]):
+            rows = [r for r in data["rows"] if r["fabric"] == f and r["kv_load"] == low]
+            mixed = [r for r in rows if r["replayed"] == "mixed"]
+            cs = [c for c in data["contention"] if c["fabric"] == f and c["kv_load"] == low]
+            loads = [r.get("load") for r in mixed]
+            planned = "-" if None in loads else med([x["of_ceiling"] for x in loads], ".0%")
+            out.append(
+                f"| {name}.json | {LABEL.get(f, f)} | "
+                f"{med([r['resolution']['dilation'] for r in mixed], 'g')} | {planned} | "
+                f"{trusted(mixed)} | {lost(mixed)} | "
+                f"{med([(r.get('cpu') or {}).get('busy') for r in mixed], '.0%')} | "
+                f"{med([c['ep'].get('exchange_p99_ratio') for c in cs], '.2f')}x | "
+                f"{med([c['kv'].get('fct_p99_ratio') for c in cs], '.2f')}x | "
+                f"{sum(r['wall_s'] for r in rows):,.0f} |"
+            )
+    return out
+
+
 def per_trials(n: int) -> str:
     if n == 1:
         return "One trial per row."
     return f"Each figure: the median of {n} trials on the same lab, [min-max] when they differ."
 
 
-def mix_losses_table(folder: Path = DATA) -> list[str]:
-    """Where each §7.4 replay lost datagrams, its CPU and its verdict."""
-    data = load("mix", folder)
+def mix_losses_table(folder: Path = DATA, name: str = "mix") -> list[str]:
+    """Where each §7.4 replay (of `name`.json) lost datagrams, its CPU and its verdict."""
+    data = load(name, folder)
     out = [
         "| fabric | KV load | replayed | incomplete | datagrams lost (where) | host rx drops | "
         "CPU busy | trusted | first reason (first untrusted trial) |",
@@ -430,6 +469,9 @@ def table(name: str, folder: Path = DATA) -> list[str]:
         "victim": victim_table,
         "mix": mix_table,
         "mix-losses": mix_losses_table,
+        "mix-pace": mix_pace_table,
+        "mix-load-losses": lambda folder: mix_losses_table(folder, "mix-load"),
+        "mix-port-losses": lambda folder: mix_losses_table(folder, "mix-port"),
         "pfc": pfc_table,
         "production": production_table,
     }

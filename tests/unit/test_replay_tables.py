@@ -200,3 +200,21 @@ def test_the_long_incasts_paragraph_quotes_the_data_known_answer():
     assert "none of its 15 transfers completed" in text and "3 of 6 rows" in text
     assert "(30 ms at line rate)" in text
     assert all(len(line) <= 96 for line in long_incast_text())
+
+
+def test_the_pace_table_shows_each_runs_k_and_the_load_it_planned_for(tmp_path: Path):
+    from bench.replay_tables import mix_pace_table
+
+    for f in DATA.glob("mix*.json"):
+        shutil.copy(f, tmp_path / f.name)
+    data = json.loads((tmp_path / "mix-load.json").read_text())
+    for r in data["rows"]:
+        if r["fabric"] == "clos" and r["replayed"] == "mixed":
+            r["load"]["of_ceiling"] = 0.5
+            r["resolution"]["dilation"] = 200.0
+    (tmp_path / "mix-load.json").write_text(json.dumps(data))
+    rows = [ln for ln in mix_pace_table(tmp_path) if ln.startswith("| mix-load.json | Clos |")]
+    assert len(rows) == 1 and "| 200 | 50% |" in rows[0]
+    # rows from before replays recorded their load show none
+    before = [ln for ln in mix_pace_table(tmp_path) if ln.startswith("| mix.json | Clos |")]
+    assert "| 120 | - |" in before[0]

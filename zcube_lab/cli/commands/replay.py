@@ -43,9 +43,9 @@ def config_of(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def plan(cfg: Any, source: Path | None) -> tuple[Any, list[Any], Any]:
-    """(recording, fabrics, time scale) the config asks for, every check done before any lab
-    is built."""
+def plan(cfg: Any, source: Path | None) -> tuple[Any, list[Any], Any, Any]:
+    """(recording, fabrics, time scale, pace) the config asks for, every check done before any
+    lab is built: the time scale's k is the pace's (`pace`)."""
     from zcube_lab.core.fabric.scaledown import scaled_fabric
     from zcube_lab.core.replay import synthetic
     from zcube_lab.core.replay.recording import busiest_window
@@ -92,7 +92,29 @@ def plan(cfg: Any, source: Path | None) -> tuple[Any, list[Any], Any]:
 
         ceiling = datapath_ceiling(cfg.mtu).mbps
         ts = derive(parse_frame_us(cfg.resolution), nic, slowest, cfg.mtu, ceiling_mbps=ceiling)
-    return rec, fabrics, ts
+    p = pace(cfg, rec, fabrics, ts)
+    return rec, fabrics, ts.at_dilation(p.dilation), p
+
+
+def pace(cfg: Any, rec: Any, fabrics: list[Any], ts: Any) -> Any:
+    """The k every fabric replays at (`zcube_lab.core.replay.load.choose`): the smallest that
+    keeps each fabric's datapath load, with each class alone too under --isolate, within its
+    share of the measured ceiling, one k for all; or --dilation (warned of when it leaves a
+    fabric above the share); at --resolution run, the run's own k unless --dilation."""
+    from zcube_lab.core.replay import load
+    from zcube_lab.emulator.lab.datapath_ceiling import datapath_ceiling
+    from zcube_lab.emulator.replay.driver import demand_on, payload_bytes
+
+    recs = {"": rec}
+    classes = sorted({t.cls for t in rec.transfers})
+    if cfg.isolate and len(classes) > 1:
+        recs |= {f" {c} alone": rec.of_class([c]) for c in classes}
+    demands = {f.kind + what: demand_on(r, f) for f in fabrics for what, r in recs.items()}
+    ceiling = datapath_ceiling(ts.mtu).packets_per_s(ts.mtu)
+    explicit = cfg.dilation
+    if explicit is None and cfg.resolution == "run":
+        explicit = ts.dilation
+    return load.choose(demands, ts, payload_bytes(ts.mtu), ceiling, explicit=explicit)
 
 
 def _threshold(cfg: Any, ts: Any, slowest: float) -> Any:
@@ -113,11 +135,11 @@ def run(args: argparse.Namespace) -> int:
     from zcube_lab.emulator.replay.driver import slowest_port_gbps
 
     cfg = config_of(args)
-    rec, fabrics, ts = plan(cfg, args.source)  # every check before a lab is built
+    rec, fabrics, ts, p = plan(cfg, args.source)  # every check before a lab is built
     threshold = _threshold(cfg, ts, slowest_port_gbps(fabrics))
     interrupt_on_stop_signals()
     try:
-        return _replay_all(cfg, rec, fabrics, ts, threshold)
+        return _replay_all(cfg, rec, fabrics, ts, threshold, p)
     except (LabError, RuntimeError) as exc:
         print(f"zcube-lab replay: {exc}", file=sys.stderr)
         return 1
@@ -126,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any) -> int:
+def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any, pace: Any) -> int:
     from zcube_lab.core.replay import trials as tr
     from zcube_lab.core.replay.figures import contention
     from zcube_lab.emulator.replay.driver import lab_for, replay, slowest_port_gbps
@@ -140,8 +162,18 @@ def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any)
         f"({slowest:g} Gb/s), byte scale {res['bandwidth_scale']:g}, MTU {ts.mtu}, "
         f"k={ts.dilation:g} ({ts.dilation:g} wall s per modelled s); XOFF {threshold.source}"
     )
+    print(f"k={pace.dilation:g}: {pace.reason}")
+    for case, ld in pace.loads.items():
+        print(
+            f"  datapath load, {case}: {ld.peak_pps:,.0f} packet-hops/s in its busiest "
+            f"{ld.window_wall_s:g} s, {ld.of_ceiling:.0%} of {ld.ceiling_pps:,.0f} pps "
+            f"(allowed {ld.share:.0%}; {ld.mean_hops:.2f} switches a datagram)"
+        )
+    if pace.warning:
+        print(f"warning: {pace.warning}", file=sys.stderr)
     results: dict[str, Any] = {
         "resolution": res,
+        "pace": pace.describe(),
         "xoff": threshold.source,
         "trials": cfg.trials,
         "fabrics": {},
@@ -158,7 +190,10 @@ def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any)
         try:
             for i in range(cfg.trials):
                 sub = f"-t{i + 1}" if cfg.trials > 1 else ""
-                mixed = replay(rec, fabric, ts, threshold, out / f"{name}{sub}", lab=lab)
+                mixed = replay(
+                    rec, fabric, ts, threshold, out / f"{name}{sub}", lab=lab,
+                    load=pace.loads[name].describe(),
+                )  # fmt: skip
                 entry: dict[str, Any] = {"mixed": mixed}
                 if isolate:
                     iso: dict[str, Any] = {}
@@ -166,6 +201,7 @@ def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any)
                         alone = replay(
                             rec.of_class([cls]), fabric, ts, threshold,
                             out / f"{name}-{cls}{sub}", lab=lab,
+                            load=pace.loads[f"{name} {cls} alone"].describe(),
                         )  # fmt: skip
                         iso[cls] = alone["classes"][cls]
                         entry.setdefault("isolated_verdicts", {})[cls] = alone.get("verdict")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from zcube_lab.core.clock import check_fine_dilation
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.queues import CHIPS
 from zcube_lab.core.options import option
@@ -37,6 +38,15 @@ class ReplayConfig:
         "(the recorded run's own scale)",
     )
     mtu: int = option(1500, help="MTU at a chosen resolution")
+    dilation: float | None = option(
+        None,
+        type=float,
+        metavar="K",
+        help="the time dilation k, instead of the one chosen from the datapath load (the "
+        "smallest that keeps every fabric's busiest 0.3 wall s within 0.7 of the datapath's "
+        "measured packets/s, one k for all fabrics); a k that leaves a fabric above that is "
+        "warned of and run; below the per-port budget's k it is refused",
+    )
     window: str = option(
         "", help="START:END modelled seconds of the run to replay (default: all, or --busiest)"
     )
@@ -85,6 +95,8 @@ class ReplayConfig:
             raise ConfigError("ep_split", self.ep_split, "a whole number >= 1")
         if self.trials < 1:
             raise ConfigError("trials", self.trials, "a whole number >= 1")
+        if self.dilation is not None:
+            check_fine_dilation(self.dilation)
         if self.incast is not None and self.incast < 1:
             raise ConfigError("incast", self.incast, "at least 1 sender")
         if self.window:

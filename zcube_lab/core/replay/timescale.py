@@ -21,9 +21,9 @@ scale that would represent it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from zcube_lab.core.clock import MAX_FINE_DILATION, Clock
+from zcube_lab.core.clock import MAX_FINE_DILATION, Clock, check_fine_dilation
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.queues import CHIPS
 
@@ -61,6 +61,20 @@ class TimeScale:
     def wall_nic_mbps(self) -> float:
         """The rate a whole NIC is shaped at on the wall clock."""
         return self.clock.wall_rate(self.nic_mbps)
+
+    def at_dilation(self, dilation: float) -> TimeScale:
+        """The same resolution at another k (the bytes, rates and frame unchanged; only the
+        wall pace): refused below this scale's own k, which keeps every port within its wall
+        budget, or outside the fine clock's range."""
+        check_fine_dilation(dilation)
+        if dilation < self.dilation:
+            raise ConfigError(
+                "dilation",
+                dilation,
+                f"at least {self.dilation:g}, the k that keeps a NIC within its wall budget "
+                f"({self.wall_nic_mbps:g} Mb/s) at this resolution",
+            )
+        return replace(self, dilation=float(dilation))
 
     def frame_us_at(self, port_gbps: float) -> float:
         """Modelled µs of one frame on a port of full-scale rate `port_gbps`."""

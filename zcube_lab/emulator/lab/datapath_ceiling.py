@@ -81,6 +81,14 @@ class DatapathResults:
         chosen = below[-1] if below else mtus[0]
         return max(p.gbps for p in self.points if p.mtu == chosen) * 1000.0
 
+    def total_pps(self, mtu: int) -> float:
+        """The most packets per second the datapath carried through one bridge (any flow
+        count), at the MTU `total_mbps` chooses."""
+        mtus = sorted({p.mtu for p in self.points})
+        below = [m for m in mtus if m <= mtu]
+        chosen = below[-1] if below else mtus[0]
+        return max(p.pps for p in self.points if p.mtu == chosen)
+
 
 @dataclass(frozen=True)
 class DatapathCeiling:
@@ -89,6 +97,11 @@ class DatapathCeiling:
     mbps: float
     source: str
     measured: bool = False  # False: the default, for want of a measurement of this machine
+    pps: float | None = None  # packets per second through one bridge, when measured
+
+    def packets_per_s(self, mtu: int) -> float:
+        """Packets per second through one bridge: measured, else the Mb/s in `mtu` frames."""
+        return self.pps if self.pps is not None else self.mbps * 1e6 / (mtu * 8)
 
 
 class UnmeasuredCeiling(UserWarning):
@@ -132,6 +145,7 @@ def ceiling_from(
         results.total_mbps(mtu),
         f"measured {results.measured_at} by bench/datapath.py ({where})",
         measured=True,
+        pps=results.total_pps(mtu),
     )
 
 

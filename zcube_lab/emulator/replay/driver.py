@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.replay import figures
+from zcube_lab.core.replay.load import Demand
 from zcube_lab.core.replay.recording import Recording, Transfer
 from zcube_lab.core.replay.timescale import TimeScale
 
@@ -91,6 +92,28 @@ def lanes(fabric: Fabric, src: str, dst: str) -> list[list[str]]:
 
     smap = kv_source_map(fabric, fabric.host(src))
     return [[pick_source(ip, smap) or "", ip] for ip in peer_addresses(fabric, src, dst)]
+
+
+def demand_on(rec: Recording, fabric: Fabric) -> tuple[Demand, float]:
+    """What `rec` asks of `fabric`'s switches (`zcube_lab.core.replay.load`), each pair's
+    switch count from the lanes its transfers take, and the recording's real bytes."""
+    from zcube_lab.core.replay.load import fabric_demand
+
+    cache: dict[tuple[str, str], list[list[str]]] = {}
+
+    def lanes_of(src: str, dst: str) -> list[list[str]]:
+        if (src, dst) not in cache:
+            cache[(src, dst)] = lanes(fabric, src, dst)
+        return cache[(src, dst)]
+
+    return fabric_demand(rec, fabric, lanes_of), sum(t.bytes for t in rec.transfers)
+
+
+def payload_bytes(mtu: int) -> int:
+    """Lab bytes a replay datagram carries at `mtu`."""
+    from zcube_lab.emulator.replay.agent import HEADER, IP_UDP_BYTES
+
+    return mtu - IP_UDP_BYTES - HEADER.size
 
 
 def deadline_s(rec: Recording, fabric: Fabric) -> float:
@@ -172,8 +195,10 @@ def replay(
     run_dir: Path,
     progress: Callable[[str], None] = print,
     lab: Lab | None = None,
+    load: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Replay `rec` on `fabric` at `ts`; the figures (also written to run_dir/replay.json).
+    """Replay `rec` on `fabric` at `ts`; the figures (also written to run_dir/replay.json),
+    with `load` (the datapath load it was paced for, `Load.describe()`) when given.
     With `lab` given (started by the caller) it is used and left running."""
     plans = host_plans(rec, fabric, ts)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -190,7 +215,10 @@ def replay(
         lines = _run_agents(lab, plans, run_dir, procs, ts, progress, mark=counters.mark)
         after = _pauses(lab)
         judged = counters.judge(lines, ts.mtu, _incomplete(rec, lines))
-        return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir, judged)
+        extra = dict(judged or {})
+        if load is not None:
+            extra["load"] = dict(load)
+        return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir, extra)
     finally:
         for p in procs:
             if p.poll() is None:
