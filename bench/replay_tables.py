@@ -347,19 +347,25 @@ def production_table(folder: Path = DATA) -> list[str]:
     data = load("production-busiest", folder)
     out = [
         "| fabric | KV completion max (µs) | EP exchange p99 alone / beside KV (µs) | ratio | "
-        "pauses (mixed) | pause reaction p99 (µs) |",
-        "|---|---|---|---|---|---|",
+        "added to ITL_fabric, p99 of an exchange (µs) | EP exchanges | TTFT_fabric: KV p99 "
+        "beside EP / alone | pauses (mixed) | pause reaction p99 (µs) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for f, e in data["fabrics"].items():
         mixed = e["mixed"]["classes"]
         iso = e.get("isolated", {})
         ep_alone = (iso.get("ep") or {}).get("exchange_s", {}).get("p99")
         ep_mixed = (mixed.get("ep") or {}).get("exchange_s", {}).get("p99")
+        exchanges = (mixed.get("ep") or {}).get("exchange_s", {}).get("n")
         kv_max = (mixed.get("kv") or {}).get("fct_s", {}).get("max")
-        r = (e.get("contention", {}).get("ep") or {}).get("exchange_p99_ratio")
+        ep_c = e.get("contention", {}).get("ep") or {}
+        kv_r = (e.get("contention", {}).get("kv") or {}).get("fct_p99_ratio")
+        added = ep_c.get("exchange_p99_added_s")
         out.append(
             f"| {LABEL.get(f, f)} | {s_us(kv_max)} | {s_us(ep_alone)} / {s_us(ep_mixed)} | "
-            f"{ratio(r)} | {e['mixed']['pauses']['pause_frames']:,} | "
+            f"{ratio(ep_c.get('exchange_p99_ratio'))} | {s_us(added)} | "
+            f"{'-' if exchanges is None else exchanges} | {ratio(kv_r)} | "
+            f"{e['mixed']['pauses']['pause_frames']:,} | "
             f"{us(e['mixed']['pause_reaction_p99_us'])} |"
         )
     out += settings([e["mixed"] for e in data["fabrics"].values()])
