@@ -508,11 +508,34 @@ def times(values: Sequence[float | None]) -> str:
     return f"{m}x" if lo == hi else f"{m}x [{lo}-{hi}]"
 
 
-def mix_lost(rows: Sequence[dict[str, Any]], order: Sequence[str]) -> str:
+def mix_paced(folder: Path = DATA, name: str = "mix-load") -> str:
+    """The answer's words on the §7.4 mix paced to the datapath's load (`name`.json): its k, the
+    lost datagrams per mixed replay by fabric, and the mixed replays trusted; empty without it."""
+    path = folder / f"{name}.json"
+    if not path.exists():
+        return ""
+    data = json.loads(path.read_text())
+    mixed = [r for r in data["rows"] if r["replayed"] == "mixed"]
+    ks = sorted({float(r["resolution"]["dilation"]) for r in mixed})
+    parts = []
+    for f in ("zcube", "roft", "clos"):
+        lost = [int(r["losses"]["lost_datagrams"]) for r in mixed if r["fabric"] == f]
+        if lost:
+            lo, hi = min(lost), max(lost)
+            parts.append(f"{LABEL[f]} {lo:,}" if lo == hi else f"{LABEL[f]} {lo:,}-{hi:,}")
+    ok = sum(1 for r in mixed if (r.get("verdict") or {}).get("trusted"))
+    k = " and ".join(f"{x:g}" for x in ks)
+    return (
+        f"; paced to the datapath's load (k = {k}), datagrams lost a mixed replay "
+        f"{' / '.join(parts)}, {ok} of {len(mixed)} trusted"
+    )
+
+
+def mix_lost(rows: Sequence[dict[str, Any]], order: Sequence[str], then: str = "") -> str:
     """The answer's words on the §7.4 mixed replays' losses: on which fabrics, where the
     counters put most of the lost datagrams (each place with at least a twentieth), and how many
     of the replays were trusted (rows from before replays counted them: incomplete transfers
-    only)."""
+    only); `then` goes after them, before the page's link."""
     counted = all(r.get("losses") is not None for r in rows)
     if counted:
         hit = [f for f in order if any(r["fabric"] == f and r["losses"]["lost_datagrams"]
@@ -524,14 +547,14 @@ def mix_lost(rows: Sequence[dict[str, Any]], order: Sequence[str]) -> str:
     page = "[the page](results/fine-scale.md)"
     if not counted:
         return (
-            f", with transfers lost on {' and '.join(LABEL[f] for f in hit)} ({page})"
+            f", with transfers lost on {' and '.join(LABEL[f] for f in hit)}{then} ({page})"
             if hit
-            else ""
+            else then
         )
     ok = sum(1 for r in rows if (r.get("verdict") or {}).get("trusted"))
     trust = f"{ok} of {len(rows)} replays trusted"
     if not hit:
-        return f", no datagram lost, {trust} ({page})"
+        return f", no datagram lost, {trust}{then} ({page})"
     sums: dict[str, int] = {}
     sockets = 0
     for r in rows:
@@ -549,7 +572,7 @@ def mix_lost(rows: Sequence[dict[str, Any]], order: Sequence[str]) -> str:
     where = ", ".join(f"{sums[k] / total:.0%} at {words[k]}" for k in places)
     where = where.replace("at no counter saw where", "where no counter saw")
     names = " and ".join(LABEL[f] for f in hit)
-    return f", datagrams lost on {names}: {where}; {trust} ({page})"
+    return f", datagrams lost on {names}: {where}; {trust}{then} ({page})"
 
 
 def fine_figures(folder: Path = DATA) -> dict[str, str]:
@@ -581,7 +604,7 @@ def fine_figures(folder: Path = DATA) -> dict[str, str]:
     out["mix_load"] = f"{low:.0%}"
     out["mix_fabrics"] = " / ".join(LABEL[f] for f in order if f in by)
     mixed_low = [r for r in mix["rows"] if r["kv_load"] == low and r["replayed"] == "mixed"]
-    out["mix_lost"] = mix_lost(mixed_low, order)
+    out["mix_lost"] = mix_lost(mixed_low, order, mix_paced(folder))
     out["mix_ep"] = " / ".join(
         times([c["ep"].get("exchange_p99_ratio") for c in by[f]]) for f in order if f in by
     )

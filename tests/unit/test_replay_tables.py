@@ -221,3 +221,22 @@ def test_the_pace_table_shows_each_runs_k_and_the_load_it_planned_for(tmp_path: 
     # rows from before replays recorded their load show none
     before = [ln for ln in mix_pace_table(tmp_path) if ln.startswith("| mix.json | Clos |")]
     assert "| 120 | - |" in before[0]
+
+
+def test_the_paced_mix_names_its_k_losses_by_fabric_and_trusted_replays(tmp_path: Path):
+    from bench.replay_tables import mix_paced
+
+    def row(fabric, replayed, lost, trusted):
+        return {"fabric": fabric, "replayed": replayed, "resolution": {"dilation": 185.0},
+                "losses": {"lost_datagrams": lost}, "verdict": {"trusted": trusted}}  # fmt: skip
+
+    rows = [row("zcube", "mixed", 0, False), row("zcube", "mixed", 0, False),
+            row("roft", "mixed", 1968, False), row("roft", "mixed", 407, False),
+            row("roft", "kv", 3836, False),  # KV alone: not a mixed replay
+            row("clos", "mixed", 0, True)]  # fmt: skip
+    (tmp_path / "mix-load.json").write_text(json.dumps({"rows": rows}))
+    assert mix_paced(tmp_path) == (
+        "; paced to the datapath's load (k = 185), datagrams lost a mixed replay "
+        "ZCube 0 / ROFT 407-1,968 / Clos 0, 1 of 5 trusted"
+    )
+    assert mix_paced(tmp_path, "absent") == ""
