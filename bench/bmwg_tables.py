@@ -106,6 +106,15 @@ def answer(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _ks(d: Mapping[str, Any]) -> str:
+    """The k a run's replays ran at: its cases' own (rows from the datapath-load pace on), a
+    range when they differ; else the run's one k."""
+    ks = sorted({float(r["dilation"]) for r in d.get("rows", []) if r.get("dilation")})
+    if not ks:
+        return f"{d['resolution']['dilation']:g}"
+    return f"{ks[0]:g}" if len(ks) == 1 else f"{ks[0]:g}-{ks[-1]:g} by case"
+
+
 def what_ran(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = []
     for d in docs:
@@ -113,7 +122,7 @@ def what_ran(docs: Sequence[Mapping[str, Any]]) -> list[str]:
         draft = "; ".join(f"§{s}: {n} x {t:g} s" for s, (n, t) in d["draft_trials"].items())
         rows.append([_src(d), ", ".join(f"§{s}" for s in d["sections"]), ", ".join(d["fabrics"]),
                      f"{d['trials']} x {d['trial_seconds']:g} s", draft,
-                     f"{r['frame_us']:g} µs, S = {r['bandwidth_scale']:g}, k = {r['dilation']:g}",
+                     f"{r['frame_us']:g} µs, S = {r['bandwidth_scale']:g}, k = {_ks(d)}",
                      f"{d['wall_s'] / 60:.1f} min (estimated {d['estimate_wall_s'] / 60:.1f})",
                      f"{sw['kernel']}, {sw['ovs']}"])  # fmt: skip
     return _table(["file", "tests", "fabrics", "trials here", "draft's trials", "resolution",

@@ -192,3 +192,37 @@ def test_pair_figures_by_hand():
     f = report.pair_figures(ts, {0: 0.0, 1: 0.0}, {0: {"arrived_s": 0.5}, 1: {"arrived_s": 1.0}})
     # pair0 2 GB/s, pair1 1 GB/s: (3)^2 / (2 x 5) = 0.9; one message never sent
     assert f["JFI"] == pytest.approx(0.9) and f["incomplete"] == 1
+
+
+def test_a_case_at_its_own_k_costs_its_time_at_that_k_and_a_lab_of_its_own():
+    from dataclasses import replace
+
+    (case,) = _cases(n_burst="4", within_us="100", xoff_bytes="1e6", kv_load="0.5")[0][:1]
+    one = plan.estimate_wall_s([case], HOSTS, 1, 1, 0.01, FINE)
+    slow = replace(case, dilation=2 * FINE.dilation)
+    two = plan.estimate_wall_s([case, slow], HOSTS, 1, 1, 0.01, FINE)
+    _, modelled = plan.trial_size(case, HOSTS, 0.01)
+    # the slow copy: one more lab, the same fixed cost, and its modelled time at twice the k
+    extra = (plan.LAB_WALL_S + len(case.replays) * plan.REPLAY_FIXED_WALL_S
+             + 2 * FINE.clock.wall(modelled) * plan.SLOWDOWN["8.2"])  # fmt: skip
+    assert two == pytest.approx(one + extra)
+
+
+def test_the_pace_gives_a_case_more_k_where_its_datapath_load_needs_it(tmp_path, monkeypatch):
+    """`runner.paced` on the real 16-GPU fabrics, against the unmeasured machine's default
+    ceiling (every machine alike): one pair stays at the per-port budget's k, four disjoint
+    pairs crossing ROFT's spines need more; one k per case for every fabric."""
+    import warnings
+
+    from zcube_lab.emulator.bmwg.runner import plan_run
+    from zcube_lab.emulator.lab import datapath_ceiling
+
+    monkeypatch.setattr(datapath_ceiling, "RESULTS_PATH", tmp_path / "unmeasured.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the unmeasured ceiling's warning
+        p = plan_run(BmwgConfig(fabrics="zcube,roft", pairs="1,4", trial_seconds=0.005,
+                                trials=1), cat.runnable_sections(["5.3"]))  # fmt: skip
+    k = {c.params["pairs"]: c.dilation for c in p.cases}
+    assert k[1] == p.ts.dilation == FINE.dilation and k[4] > k[1], k
+    assert p.pace["per_case"] == {"§5.3 pairs=1": k[1], "§5.3 pairs=4": k[4]}
+    assert any(n.startswith("pace: k = ") for n in p.notes)

@@ -108,6 +108,9 @@ class Case:
     xoff_bytes: float
     xoff_source: str
     replays: tuple[str, ...]  # "burst"; or "mixed", "ep", "kv"
+    # k the case replays at on every fabric (the runner's pace, `...emulator.bmwg.runner.paced`);
+    # 0: the plan's time scale's own
+    dilation: float = 0.0
 
     @property
     def label(self) -> str:
@@ -519,13 +522,15 @@ def estimate_wall_s(
     plan_cases: Sequence[Case], hosts: Sequence[str], fabrics: int, trials: int,
     trial_s: float, ts: TimeScale,
 ) -> float:  # fmt: skip
-    """Wall seconds the run should take (the cost model above)."""
-    labs = len({c.xoff_bytes for c in plan_cases}) * fabrics
+    """Wall seconds the run should take (the cost model above); a case at its own k (its
+    `dilation`) costs its modelled time at that k, and each (XOFF, k) is a lab."""
+    labs = len({(c.xoff_bytes, c.dilation) for c in plan_cases}) * fabrics
     per_fabric = 0.0
     for c in plan_cases:
         _, modelled = trial_size(c, hosts, trial_s)
+        clock = ts.at_dilation(c.dilation).clock if c.dilation else ts.clock
         per_fabric += trials * (
             len(c.replays) * REPLAY_FIXED_WALL_S
-            + ts.clock.wall(modelled) * SLOWDOWN[c.section] * _pairs(c, hosts)
+            + clock.wall(modelled) * SLOWDOWN[c.section] * _pairs(c, hosts)
         )
     return labs * LAB_WALL_S + fabrics * per_fabric

@@ -46,6 +46,7 @@ class RunPlan:
     estimate_s: float
     chip_share: float
     notes: list[str] = field(default_factory=list)
+    pace: dict[str, Any] = field(default_factory=dict)  # `Pace.describe()`: the k and why
 
 
 def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
@@ -68,6 +69,7 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
     cases, refused = bplan.cases(cfg, tests, len(hosts), ts, share, ceiling_mbps=ceiling)
     if not cases:
         raise ConfigError("sections", [t.section for t in tests], "a case the time scale holds")
+    cases, pace = paced(cases, fabrics, hosts, cfg, ts)
     est = bplan.estimate_wall_s(cases, hosts, len(fabrics), cfg.trials, cfg.trial_seconds, ts)
     try:
         bplan.check_size(cases, hosts, cfg.trial_seconds)
@@ -100,7 +102,42 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
             "value at the lowest level, per trial; a trial whose levels up to it fell short "
             "of their background or lost transfers is out of reach"
         )
-    return RunPlan(tests, fabrics, hosts, ts, cases, refused, est, share, notes)
+    ks = sorted({c.dilation for c in cases})
+    notes.append(
+        f"pace: k = {', '.join(f'{k:g}' for k in ks)} by case (the per-port budget's "
+        f"{ts.dilation:g} where that keeps the datapath within its share): {pace}"
+    )
+    return RunPlan(tests, fabrics, hosts, ts, cases, refused, est, share, notes,
+                   {"per_case": {f"§{c.section} {c.label}": c.dilation for c in cases},
+                    "port_budget_dilation": ts.dilation})  # fmt: skip
+
+
+def paced(cases: list[bplan.Case], fabrics: dict[str, Fabric], hosts: list[str],
+          cfg: BmwgConfig, ts: TimeScale) -> tuple[list[bplan.Case], str]:  # fmt: skip
+    """Each case at one k on every fabric (`zcube_lab.core.replay.load.choose`): the smallest,
+    at least the per-port budget's, that keeps its first trial, on every fabric and in every
+    replay of it (§7.4's mixed and each class alone), within the datapath's share of its
+    measured packets per second, so the compared fabrics run at one wall pace and a fabric
+    whose paths cross more switches does not lose datagrams to the lab's own datapath
+    (docs/REPLAY.md, pace); light cases keep the budget's k. The cases with their k, and the
+    reason of the case that needed the most."""
+    from dataclasses import replace
+
+    from zcube_lab.core.replay import load
+    from zcube_lab.emulator.lab.datapath_ceiling import datapath_ceiling
+    from zcube_lab.emulator.replay.driver import demand_on, payload_bytes
+
+    ceiling = datapath_ceiling(ts.mtu).packets_per_s(ts.mtu)
+    out, worst = [], None
+    for case in cases:
+        recs = bplan.trial_recordings(case, hosts, cfg.trial_seconds, cfg.seed)
+        demands = {f"{name} {case.label} {what}": demand_on(rec, fabric)
+                   for what, rec in recs.items() for name, fabric in fabrics.items()}  # fmt: skip
+        pace = load.choose(demands, ts, payload_bytes(ts.mtu), ceiling)
+        out.append(replace(case, dilation=pace.dilation))
+        if worst is None or pace.dilation > worst.dilation:
+            worst = pace
+    return out, worst.reason if worst is not None else ""
 
 
 def software() -> dict[str, str]:
@@ -138,6 +175,7 @@ def _document(
         "trial_seconds": cfg.trial_seconds,
         "draft_trials": {t.section: [t.trials, t.trial_s] for t in plan.tests},
         "resolution": plan.ts.describe(),
+        "pace": {k: v for k, v in plan.pace.items() if k != "loads"},
         "estimate_wall_s": round(plan.estimate_s, 1),
         "wall_s": round(time.monotonic() - t0, 1),
         "complete": done,
@@ -168,7 +206,8 @@ def run_plan(plan: RunPlan, cfg: BmwgConfig, progress: Callable[[str], None] = p
         f"{DRAFT} §{', §'.join(t.section for t in plan.tests)} on {', '.join(plan.fabrics)}: "
         f"{len(plan.cases)} cases x {cfg.trials} trials of {cfg.trial_seconds:g} modelled s "
         f"(the draft asks 20 of >= 60 s), a {res['frame_us']:g} µs frame, k = "
-        f"{res['dilation']:g}"
+        f"{', '.join(f'{k:g}' for k in sorted({c.dilation for c in plan.cases}))} (by case: "
+        "each the smallest that keeps the datapath within its share on every fabric)"
     )
     for r in plan.refused:
         progress(f"  not run: §{r.section} {dict(r.params)}: {r.why}")
@@ -178,12 +217,13 @@ def run_plan(plan: RunPlan, cfg: BmwgConfig, progress: Callable[[str], None] = p
     t0 = time.monotonic()
     path = out / RESULTS_FILE
     for name, fabric in plan.fabrics.items():
-        for xoff in dict.fromkeys(c.xoff_bytes for c in plan.cases):
-            cases = [c for c in plan.cases if c.xoff_bytes == xoff]
+        for xoff, k in dict.fromkeys((c.xoff_bytes, c.dilation) for c in plan.cases):
+            cases = [c for c in plan.cases if (c.xoff_bytes, c.dilation) == (xoff, k)]
             th = Threshold(xoff, cases[0].xoff_source)
-            lab_dir = out / f"{name}-xoff{xoff:g}"
-            progress(f"bringing up {name} (XOFF {th.source})")
-            lab = lab_for(fabric, plan.ts, th, lab_dir)
+            ts = plan.ts.at_dilation(k) if k else plan.ts
+            lab_dir = out / f"{name}-xoff{xoff:g}-k{ts.dilation:g}"
+            progress(f"bringing up {name} (XOFF {th.source}, k = {ts.dilation:g})")
+            lab = lab_for(fabric, ts, th, lab_dir)
             lab.start()
             try:
                 for ci, case in enumerate(cases):
@@ -191,6 +231,7 @@ def run_plan(plan: RunPlan, cfg: BmwgConfig, progress: Callable[[str], None] = p
                         rows.append(
                             _trial(
                                 plan,
+                                ts,
                                 cfg,
                                 name,
                                 fabric,
@@ -224,6 +265,7 @@ def run_plan(plan: RunPlan, cfg: BmwgConfig, progress: Callable[[str], None] = p
 
 def _trial(
     plan: RunPlan,
+    ts: TimeScale,
     cfg: BmwgConfig,
     name: str,
     fabric: Fabric,
@@ -237,7 +279,7 @@ def _trial(
     w0 = time.monotonic()
     recs = bplan.trial_recordings(case, plan.hosts, cfg.trial_seconds, cfg.seed + trial)
     results = {
-        k: replay(rec, fabric, plan.ts, th, run_dir / k, progress=lambda _m: None, lab=lab)
+        k: replay(rec, fabric, ts, th, run_dir / k, progress=lambda _m: None, lab=lab)
         for k, rec in recs.items()
     }
     return {
@@ -246,10 +288,11 @@ def _trial(
         "params": dict(case.params),
         "fabric": name,
         "trial": trial,
+        "dilation": ts.dilation,
         "xoff": {
             "real_bytes": th.xoff_bytes,
             "source": th.source,
-            "frames": plan.ts.threshold_frames(th.xoff_bytes),
+            "frames": ts.threshold_frames(th.xoff_bytes),
         },
         "recordings": {
             k: {
