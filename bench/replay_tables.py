@@ -511,10 +511,9 @@ def times(values: Sequence[float | None]) -> str:
 def mix_paced(folder: Path = DATA, name: str = "mix-load") -> str:
     """The answer's words on the §7.4 mix paced to the datapath's load (`name`.json): its k, the
     lost datagrams per mixed replay by fabric, and the mixed replays trusted; empty without it."""
-    path = folder / f"{name}.json"
-    if not path.exists():
+    if not (folder / f"{name}.json").exists():
         return ""
-    data = json.loads(path.read_text())
+    data = load(name, folder)
     mixed = [r for r in data["rows"] if r["replayed"] == "mixed"]
     ks = sorted({float(r["resolution"]["dilation"]) for r in mixed})
     parts = []

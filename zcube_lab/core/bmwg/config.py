@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from zcube_lab.core.bmwg.ttft import prompt_lengths
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.options import option
 
@@ -122,7 +123,7 @@ class BmwgConfig:
             raise ConfigError("retries", self.retries, "0 or more")
         if not self.rate > 0:
             raise ConfigError("rate", self.rate, "a positive rate in requests per second")
-        self.prompt_lengths  # noqa: B018 (checks the field: a ConfigError naming it)
+        prompt_lengths(self.prompts)  # a ConfigError naming the field
         for name in ("n_burst", "pairs", "qps"):
             for v in numbers(getattr(self, name), name):
                 if v != int(v):
@@ -162,8 +163,6 @@ class BmwgConfig:
 
     @property
     def prompt_lengths(self) -> tuple[int, ...]:
-        from zcube_lab.core.bmwg.ttft import prompt_lengths
-
         return prompt_lengths(self.prompts)
 
     @property

@@ -138,15 +138,17 @@ def pair_figures(
              for ms in per_pair.values()]  # fmt: skip
     every = [m for ms in per_pair.values() for m in ms]
     span = max(e for _, e, _ in every) - min(s for s, _, _ in every) if every else 0.0
+    p50 = _us(quantile(sorted(fcts), 0.5)) if fcts else None
+    p99 = _us(quantile(sorted(fcts), 0.99)) if fcts else None
     return {
         "KV_xfer_bandwidth_GBps": sum(b for *_, b in every) / span / 1e9 if span else None,
         "pair_bandwidth_min_GBps": min(rates) / 1e9 if rates else None,
         "JFI": jain(rates) if rates else None,
-        "Fabric_FCT_p50_us": _us(quantile(sorted(fcts), 0.5)) if fcts else None,
-        "Fabric_FCT_p99_us": _us(quantile(sorted(fcts), 0.99)) if fcts else None,
+        "Fabric_FCT_p50_us": p50,
+        "Fabric_FCT_p99_us": p99,
         # a message is one KV transfer: its completion time is the draft's KV_xfer_latency too
-        "KV_xfer_latency_p50_us": _us(quantile(sorted(fcts), 0.5)) if fcts else None,
-        "KV_xfer_latency_p99_us": _us(quantile(sorted(fcts), 0.99)) if fcts else None,
+        "KV_xfer_latency_p50_us": p50,
+        "KV_xfer_latency_p99_us": p99,
         "incomplete": incomplete,
         "transfers": len(transfers),
     }

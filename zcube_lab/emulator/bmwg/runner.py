@@ -46,7 +46,7 @@ class RunPlan:
     estimate_s: float
     chip_share: float
     notes: list[str] = field(default_factory=list)
-    pace: dict[str, Any] = field(default_factory=dict)  # `Pace.describe()`: the k and why
+    pace: dict[str, Any] = field(default_factory=dict)  # each case's k, the per-port k
 
 
 def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
@@ -175,7 +175,7 @@ def _document(
         "trial_seconds": cfg.trial_seconds,
         "draft_trials": {t.section: [t.trials, t.trial_s] for t in plan.tests},
         "resolution": plan.ts.describe(),
-        "pace": {k: v for k, v in plan.pace.items() if k != "loads"},
+        "pace": plan.pace,
         "estimate_wall_s": round(plan.estimate_s, 1),
         "wall_s": round(time.monotonic() - t0, 1),
         "complete": done,
