@@ -68,6 +68,21 @@ def wait_listening(
     raise LabError(f"controller did not start listening within {timeout:.0f}s; see {log}")
 
 
+def wait_resynced(
+    proc: subprocess.Popen[bytes], switches: list[str], timeout: float, log: Path, offset: int
+) -> list[str]:
+    """Wait until every switch in `switches` has reconnected and had its rules installed
+    again, after byte `offset` of the controller's log; returns the ones that have not."""
+    deadline = time.monotonic() + timeout
+    missing = list(switches)
+    while True:
+        text = log.read_bytes()[offset:].decode(errors="replace") if log.exists() else ""
+        missing = [s for s in switches if f"{s}: rules installed" not in text]
+        if not missing or time.monotonic() > deadline or proc.poll() is not None:
+            return missing
+        time.sleep(0.05)
+
+
 def wait_routed(
     expected: dict[str, int], installed: Callable[[], dict[str, int]], timeout: float, log: Path
 ) -> dict[str, int]:

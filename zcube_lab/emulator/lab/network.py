@@ -41,7 +41,12 @@ from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.hostplan import MGMT_BRIDGE, management_address, management_peer
 from zcube_lab.core.fabric.linkplan import LinkSettings
 from zcube_lab.emulator.lab import classcounterproc, links, losslessproc, ovs, ovsbridges
-from zcube_lab.emulator.lab.controlplane import controller_argv, wait_listening, wait_routed
+from zcube_lab.emulator.lab.controlplane import (
+    controller_argv,
+    wait_listening,
+    wait_resynced,
+    wait_routed,
+)
 from zcube_lab.emulator.lab.hostnet import check_host_network
 from zcube_lab.emulator.lab.lossless import AgentReport, read_report
 from zcube_lab.emulator.lab.machineprep import ensure_congestion_control, prepare_datapath
@@ -56,6 +61,10 @@ from zcube_lab.emulator.lab.state import (
     write_state,
 )
 from zcube_lab.emulator.lab.system import LabError
+
+# A switch tries its controller again at most this often (Open vSwitch's default backoff grows
+# to 8 s, so after a controller outage a switch could stay away for most of a short run).
+RECONNECT_MS = 1000
 
 
 @dataclass
@@ -331,14 +340,20 @@ class Lab:
             self.controller = None
 
     def restart_controller(self) -> int:
-        """Start the controller again with the same options (its log appended to); the
-        switches reconnect by themselves. Returns its pid."""
+        """Start the controller again with the same options (its log appended to) and wait
+        until every switch has reconnected (within `RECONNECT_MS`) and had its rules installed
+        again. Returns its pid."""
         if self.controller is not None and self.controller.poll() is None:
             return self.controller.pid
+        offset = self.controller_log.stat().st_size if self.controller_log.exists() else 0
         self._start_controller(append=True)
         assert self.controller is not None
         state = read_state(self.state_file)
         self._write_state([*(state.pids if state else []), self.controller.pid])
+        names = [s.name for s in self.fabric.switches]
+        missing = wait_resynced(self.controller, names, 15.0, self.controller_log, offset)
+        if missing:
+            self.progress(f"switches not back on the restarted controller: {', '.join(missing)}")
         return self.controller.pid
 
     def _start_controller(self, append: bool = False) -> None:
@@ -391,6 +406,7 @@ class Lab:
                 datapath=self.datapath,
                 failMode="secure",
                 protocols="OpenFlow13",
+                reconnectms=RECONNECT_MS,
                 batch=True,
                 **params,
             )
