@@ -114,3 +114,58 @@ def test_the_replay_config_refuses_bad_choices_by_name():
     ):
         with pytest.raises(ConfigError, match=field):
             ReplayConfig(**kwargs)
+
+
+def test_shared_striping_keeps_the_live_pulls_lanes_chunks_and_window():
+    # The live pull: 2 connections a prefill address, 4 chunks a lane (at most kv_chunk_bytes
+    # of the recorded run), 2 chunk requests outstanding a lane.
+    f = fabric("zcube")
+    ts = derive(2.0, f.nic_gbps, slowest_port_gbps([f]))
+    hosts = tuple(h.name for h in f.hosts)
+    rec = Recording(
+        (Transfer(0, "kv", 0.0, "h0", "h5", 4e6), Transfer(1, "ep", 0.0, "h0", "h6", 1e6)),
+        hosts,
+        {"bandwidth_scale": 4000.0},
+    )
+    even = host_plans(rec, f, ts)
+    shared = host_plans(rec, f, ts, striping="shared")
+    kv, ep = shared["h0"]["out"]
+    pairs = even["h0"]["out"][0]["lanes"]
+    assert kv["lanes"] == [pairs[0], pairs[0], pairs[1], pairs[1]]
+    nbytes = round(4e6 / ts.bandwidth_scale)  # 120,000 lab bytes
+    assert kv["bytes"] == nbytes and kv["window"] == 2
+    assert kv["chunk"] == -(-nbytes // 16) == 7500  # 4 lanes x 4 chunks, far below the cap
+    assert shared["h5"]["chunks"] == {"0": 7500}
+    # EP and even striping: no chunks, one lane a pair, as before
+    assert "chunk" not in ep and shared["h6"]["chunks"] == {}
+    assert "chunk" not in even["h0"]["out"][0] and even["h5"]["chunks"] == {}
+    with pytest.raises(ConfigError, match="striping"):
+        host_plans(rec, f, ts, striping="spray")
+
+
+def test_a_shared_chunk_is_capped_at_the_recorded_runs_chunk_carried_to_this_scale():
+    from zcube_lab.core.replay.timescale import TimeScale
+    from zcube_lab.emulator.replay.driver import shared_chunk
+
+    f = fabric("zcube")
+    ts = derive(2.0, f.nic_gbps, slowest_port_gbps([f]))
+    run = Recording((Transfer(0, "kv", 0.0, "h0", "h5", 1e6),), meta={"bandwidth_scale": 4000.0})
+    # 256 KiB lab bytes at byte scale 4,000 is 1.05 GB real: at this scale's 33.3 that is
+    # 31.5 MB of lab bytes, so a 100 MB lab transfer over 4 lanes needs 4 chunks a lane of
+    # 6.25 MB, under the cap.
+    assert shared_chunk(run, ts, 100_000_000, 4) == 6_250_000
+    # At the run's own scale the cap is the live 256 KiB: 16 MB over 4 lanes takes 16 a lane.
+    own = TimeScale(
+        frame_s=720e-6, mtu=9000, bandwidth_scale=4000.0, nic_gbps=400.0, slowest_port_gbps=200.0,
+        nic_mbps=100.0, dilation=1.0,
+    )  # fmt: skip
+    assert shared_chunk(run, own, 16 * 2**20, 4) == 2**18
+
+
+def test_auto_striping_is_the_live_pulls_rule_at_the_runs_own_scale_and_even_elsewhere():
+    from zcube_lab.core.replay.config import ReplayConfig
+
+    assert ReplayConfig(resolution="run").kv_striping == "shared"
+    assert ReplayConfig().kv_striping == "even"  # finest
+    assert ReplayConfig(resolution="run", striping="even").kv_striping == "even"
+    assert ReplayConfig(striping="shared").kv_striping == "shared"

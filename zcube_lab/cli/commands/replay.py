@@ -160,7 +160,8 @@ def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any,
     print(
         f"resolution: a {res['frame_us']:g} µs frame on the slowest host port "
         f"({slowest:g} Gb/s), byte scale {res['bandwidth_scale']:g}, MTU {ts.mtu}, "
-        f"k={ts.dilation:g} ({ts.dilation:g} wall s per modelled s); XOFF {threshold.source}"
+        f"k={ts.dilation:g} ({ts.dilation:g} wall s per modelled s); XOFF {threshold.source}; "
+        f"KV striping {cfg.kv_striping}"
     )
     print(f"k={pace.dilation:g}: {pace.reason}")
     for case, ld in pace.loads.items():
@@ -175,6 +176,7 @@ def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any,
         "resolution": res,
         "pace": pace.describe(),
         "xoff": threshold.source,
+        "striping": cfg.kv_striping,
         "trials": cfg.trials,
         "fabrics": {},
     }
@@ -192,7 +194,7 @@ def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any,
                 sub = f"-t{i + 1}" if cfg.trials > 1 else ""
                 mixed = replay(
                     rec, fabric, ts, threshold, out / f"{name}{sub}", lab=lab,
-                    load=pace.loads[name].describe(),
+                    load=pace.loads[name].describe(), striping=cfg.kv_striping,
                 )  # fmt: skip
                 entry: dict[str, Any] = {"mixed": mixed}
                 if isolate:
@@ -202,6 +204,7 @@ def _replay_all(cfg: Any, rec: Any, fabrics: list[Any], ts: Any, threshold: Any,
                             rec.of_class([cls]), fabric, ts, threshold,
                             out / f"{name}-{cls}{sub}", lab=lab,
                             load=pace.loads[f"{name} {cls} alone"].describe(),
+                            striping=cfg.kv_striping,
                         )  # fmt: skip
                         iso[cls] = alone["classes"][cls]
                         entry.setdefault("isolated_verdicts", {})[cls] = alone.get("verdict")

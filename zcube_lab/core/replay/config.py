@@ -12,6 +12,8 @@ from zcube_lab.core.options import option
 from zcube_lab.core.replay.recording import CLASSES
 
 FABRIC_KINDS = ("zcube", "roft", "clos")
+# How a replay spreads a KV transfer's bytes over its lanes (`zcube_lab.emulator.replay.agent`).
+STRIPINGS = ("even", "shared")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,14 @@ class ReplayConfig:
         "(the recorded run's own scale)",
     )
     mtu: int = option(1500, help="MTU at a chosen resolution")
+    striping: str = option(
+        "auto",
+        choices=["auto", *STRIPINGS],
+        help="how a KV transfer's bytes go over its lanes: 'even' (an equal share a NIC port, "
+        "as an RDMA NIC's static multi-rail split), 'shared' (the live pull's chunks dealt from "
+        "one queue, so a loaded path carries fewer), 'auto' (shared at --resolution run, "
+        "where the replay is set against the live pulls; even otherwise)",
+    )
     dilation: float | None = option(
         None,
         type=float,
@@ -101,6 +111,13 @@ class ReplayConfig:
             raise ConfigError("incast", self.incast, "at least 1 sender")
         if self.window:
             self.window_s  # noqa: B018 (parsed here, refused here)
+
+    @property
+    def kv_striping(self) -> str:
+        """The striping of KV transfers: 'auto' resolved by the resolution."""
+        if self.striping != "auto":
+            return self.striping
+        return "shared" if self.resolution == "run" else "even"
 
     @property
     def fabric_kinds(self) -> list[str]:

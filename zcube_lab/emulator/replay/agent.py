@@ -10,16 +10,25 @@ queue (the NIC's line rate, paused by the lossless agent as the switch ports are
 socket blocks while its bytes sit there. Nothing is retransmitted: a replay runs lossless, and a
 transfer still short of bytes at the deadline is reported incomplete with what arrived.
 
-A transfer's bytes are split evenly over its lanes (`[source address, destination address]`
-pairs: on ZCube one per NIC port, each on its own link-disjoint path, as the KV pulls and the EP
-exchanges of a live run use them); each lane has its own thread and socket. A datagram carries a
-12-byte header (transfer id, lane, sequence) and fills the MTU.
+A transfer's lanes are `[source address, destination address]` pairs (on ZCube one per NIC
+port, each on its own link-disjoint path, as the KV pulls and the EP exchanges of a live run use
+them); each lane has its own thread and socket. A datagram carries a 12-byte header (transfer
+id, lane, sequence) and fills the MTU. The bytes go over the lanes one of two ways (striping):
+- even (the default; RDMA multi-rail, as DeepEP and a NIC's static split send): each lane
+  carries an equal share, whatever its path's load;
+- shared (the live KV pull's rule, `zcube_lab.serving.kvwire.pull`): the transfer is cut into
+  chunks of `chunk` bytes dealt from one queue; a lane keeps up to `window` chunks unacknowledged
+  (a second one only while the queue holds a chunk for every lane) and takes the next when the
+  receiver acknowledges one, so a lane on a loaded path carries fewer. The sequence field then
+  holds the chunk's index, and the receiver answers each whole chunk with one header-only
+  datagram to the lane's socket.
 
     python -m zcube_lab.emulator.replay.agent PLAN.json OUT.jsonl
 
 PLAN.json: `{"host", "dilation", "mtu", "port", "listen": [addresses], "deadline_s" (modelled),
-"out": [{"id", "start_s", "bytes", "after", "gap_s", "lanes": [[src, dst], ...]}],
-"expect": {"<id>": bytes}}` with lab bytes. The agent binds its receivers, prints "ready", reads
+"out": [{"id", "start_s", "bytes", "after", "gap_s", "lanes": [[src, dst], ...], and for shared
+striping "chunk", "window"}], "expect": {"<id>": bytes}, "chunks": {"<id>": chunk bytes} (shared
+striping)}` with lab bytes. The agent binds its receivers, prints "ready", reads
 one line `go T0` (the wall-clock origin on the shared monotonic clock, the same in every
 namespace), runs, and writes one JSON line per transfer it sent (`{"id", "sent_s", "sent_bytes"}`:
 when it started, modelled seconds from T0, and the payload bytes its lanes handed to the kernel:
@@ -45,7 +54,8 @@ from zcube_lab.core.clock import Clock
 from zcube_lab.core.replay.chains import HostChains
 from zcube_lab.core.replay.recording import Transfer
 
-HEADER = struct.Struct("!IHH")  # transfer id, lane, sequence (wraps: only counted)
+HEADER = struct.Struct("!IHH")  # transfer id, lane, sequence (wraps: only counted) or chunk
+ACK_WAIT_WALL_S = 0.02  # a shared lane's wait for an acknowledgement before it looks at `stop`
 IP_UDP_BYTES = 28
 SNDBUF_BYTES = 16_384  # a few frames per lane: the shaped queue, not the socket, holds the rest
 RCVBUF_BYTES = 8 << 20
@@ -65,6 +75,30 @@ def udp_errors() -> dict[str, int]:
         return {}
     wanted = ("InErrors", "RcvbufErrors", "SndbufErrors")
     return {k: int(v) for k, v in zip(udp[0], udp[1], strict=False) if k in wanted}
+
+
+class ChunkQueue:
+    """A transfer's chunks, `(index, bytes)`, dealt in order to whichever lane asks (threads)."""
+
+    def __init__(self, total: int, chunk: int) -> None:
+        self.total, self.chunk = total, max(1, chunk)
+        self.count = max(1, -(-total // self.chunk))
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def left(self) -> int:
+        """Chunks not yet taken."""
+        with self.lock:
+            return self.count - self.next
+
+    def take(self) -> tuple[int, int] | None:
+        """The next chunk, or None when all are taken."""
+        with self.lock:
+            if self.next >= self.count:
+                return None
+            i = self.next
+            self.next += 1
+        return i, min(self.chunk, self.total - i * self.chunk)
 
 
 class Agent:
@@ -87,6 +121,15 @@ class Agent:
             for o in plan.get("out", [])
         }
         self.lanes = {int(o["id"]): [tuple(x) for x in o["lanes"]] for o in plan.get("out", [])}
+        # shared striping: id -> (chunk bytes, window) of a transfer sent; id -> chunk bytes of
+        # one received, and the bytes each of its chunks has so far
+        self.chunked = {
+            int(o["id"]): (int(o["chunk"]), int(o.get("window", 2)))
+            for o in plan.get("out", [])
+            if o.get("chunk")
+        }
+        self.ack_chunks = {int(k): int(v) for k, v in plan.get("chunks", {}).items()}
+        self.chunk_got: dict[tuple[int, int], int] = {}
         self.chains = HostChains(self.outbound.values())
         self.received: dict[int, float] = {}
         self.first: dict[int, float] = {}
@@ -123,13 +166,35 @@ class Agent:
             for s in ready:
                 while True:
                     try:
-                        n = s.recv_into(buf)
+                        n, sender = s.recvfrom_into(buf)
                     except BlockingIOError:
                         break
                     if n < HEADER.size:
                         continue
-                    tid = HEADER.unpack_from(buf)[0]
+                    tid, lane, seq = HEADER.unpack_from(buf)
                     self._count(tid, n - HEADER.size)
+                    if tid in self.ack_chunks:
+                        self._chunk_part(s, sender, tid, lane, seq, n - HEADER.size)
+
+    def _chunk_part(
+        self, sock: socket.socket, sender: tuple[str, int], tid: int, lane: int, chunk: int,
+        nbytes: int,
+    ) -> None:  # fmt: skip
+        """Count a shared-striping datagram toward its chunk; acknowledge a whole chunk to the
+        lane that sent it (one header-only datagram, retried while the socket is full)."""
+        size = self.ack_chunks[tid]
+        want = min(size, round(self.expect.get(tid, 0.0)) - chunk * size)
+        key = (tid, chunk)
+        got = self.chunk_got.get(key, 0) + nbytes
+        self.chunk_got[key] = got
+        if got - nbytes < want <= got:
+            ack = HEADER.pack(tid, lane, chunk)
+            for _ in range(100):
+                try:
+                    sock.sendto(ack, sender)
+                    return
+                except BlockingIOError:
+                    time.sleep(POLL_WALL_S)
 
     def _count(self, tid: int, nbytes: int) -> None:
         now = self.now()
@@ -149,11 +214,23 @@ class Agent:
         total = round(self.outbound[tid].bytes)
         lanes = self.lanes[tid]
         n = len(lanes)
-        share = [total // n + (1 if i < total % n else 0) for i in range(n)]
-        threads = [
-            threading.Thread(target=self._lane, args=(tid, i, src, dst, share[i]), daemon=True)
-            for i, (src, dst) in enumerate(lanes)
-        ]
+        if tid in self.chunked:
+            chunk, window = self.chunked[tid]
+            queue = ChunkQueue(total, chunk)
+            threads = [
+                threading.Thread(
+                    target=self._shared_lane,
+                    args=(tid, i, src, dst, queue, window, n),
+                    daemon=True,
+                )
+                for i, (src, dst) in enumerate(lanes)
+            ]
+        else:
+            share = [total // n + (1 if i < total % n else 0) for i in range(n)]
+            threads = [
+                threading.Thread(target=self._lane, args=(tid, i, src, dst, share[i]), daemon=True)
+                for i, (src, dst) in enumerate(lanes)
+            ]
         for t in threads:
             t.start()
         self.senders.extend(threads)
@@ -182,6 +259,63 @@ class Agent:
             s.close()
             with self.sent_lock:
                 self.sent_bytes[tid] = self.sent_bytes.get(tid, 0) + given
+
+    def _shared_lane(
+        self, tid: int, lane: int, src: str, dst: str, queue: ChunkQueue, window: int, lanes: int
+    ) -> None:
+        """One lane of shared striping: take chunks from `queue` while fewer than `window` are
+        unacknowledged (a second only while the queue holds one for every lane), send each
+        whole, and wait for the receiver's acknowledgements."""
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+        if src:
+            s.bind((src, 0))
+        s.settimeout(ACK_WAIT_WALL_S)
+        body = bytes(self.payload)
+        given = 0
+        waiting: set[int] = set()
+        try:
+            while not self.stop.is_set():
+                if not waiting or (len(waiting) < window and queue.left() >= lanes):
+                    taken = queue.take()
+                    if taken is not None:
+                        index, nbytes = taken
+                        given += self._send_chunk(s, tid, index, dst, nbytes, body)
+                        waiting.add(index)
+                        continue
+                if not waiting:
+                    break
+                try:
+                    data = s.recv(64)
+                except (TimeoutError, BlockingIOError):
+                    continue
+                if len(data) >= HEADER.size:
+                    got_tid, _lane, index = HEADER.unpack_from(data)
+                    if got_tid == tid:
+                        waiting.discard(index)
+        finally:
+            s.close()
+            with self.sent_lock:
+                self.sent_bytes[tid] = self.sent_bytes.get(tid, 0) + given
+
+    def _send_chunk(
+        self, s: socket.socket, tid: int, index: int, dst: str, nbytes: int, body: bytes
+    ) -> int:
+        """Send one chunk's datagrams (blocking on the host queue); the payload bytes given."""
+        given = 0
+        while nbytes > 0 and not self.stop.is_set():
+            n = min(self.payload, nbytes)
+            pkt = HEADER.pack(tid, 0, index & 0xFFFF) + body[:n]
+            try:
+                s.sendto(pkt, (dst, self.port))
+            except TimeoutError:  # the socket's timeout also bounds a blocked send: try again
+                continue
+            except OSError:  # ENOBUFS: the host queue is full; wait a frame and retry
+                time.sleep(0.0002)
+                continue
+            nbytes -= n
+            given += n
+        return given
 
     def run(self, t0: float, out: Path) -> None:
         self.t0 = t0

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.replay import figures
+from zcube_lab.core.replay.config import STRIPINGS
 from zcube_lab.core.replay.load import Demand
 from zcube_lab.core.replay.recording import Recording, Transfer
 from zcube_lab.core.replay.timescale import TimeScale
@@ -45,6 +46,10 @@ BURST_FRAMES = 2
 # after another, DEADLINE_FACTOR times over (an incast through one NIC takes their sum at line
 # rate, and the lab's pauses waste some of it), at least the floor. Only a replay that does not
 # finish waits this long.
+# A live KV pull's TCP connections per prefill address (DecodeConfig.kv_streams' default), which
+# shared striping keeps as lanes; a chunk's index rides in the header's 16-bit sequence field.
+LIVE_STREAMS = 2
+MAX_CHUNKS = 1 << 16
 DEADLINE_FLOOR_S = 0.05
 DEADLINE_FACTOR = 5.0
 
@@ -123,10 +128,34 @@ def deadline_s(rec: Recording, fabric: Fabric) -> float:
     return rec.duration_s + max(DEADLINE_FLOOR_S, DEADLINE_FACTOR * total)
 
 
+def shared_chunk(rec: Recording, ts: TimeScale, nbytes: int, lanes: int) -> int:
+    """Lab bytes of a chunk of a KV transfer of `nbytes` lab bytes over `lanes` lanes under
+    shared striping: the live pull's rule (`chunk_size`: `CHUNKS_PER_LANE` chunks a lane, at
+    most the decode's `kv_chunk_bytes` of the recorded run, carried to this scale)."""
+    from zcube_lab.serving.config import DecodeConfig
+    from zcube_lab.serving.kvwire.paths import chunk_size
+
+    most = DecodeConfig.kv_chunk_bytes
+    scale = rec.meta.get("bandwidth_scale")
+    largest = max(1, round(ts.lab_bytes(most * float(scale)))) if scale else nbytes
+    return chunk_size(nbytes, lanes, largest)
+
+
 def host_plans(
-    rec: Recording, fabric: Fabric, ts: TimeScale, port: int = REPLAY_PORT
+    rec: Recording,
+    fabric: Fabric,
+    ts: TimeScale,
+    port: int = REPLAY_PORT,
+    striping: str = "even",
 ) -> dict[str, dict[str, Any]]:
-    """Each host's agent plan (see `zcube_lab.emulator.replay.agent`)."""
+    """Each host's agent plan (see `zcube_lab.emulator.replay.agent`). `striping` "shared"
+    sends KV transfers as the live pull does (`LIVE_STREAMS` lanes per address pair, chunks
+    dealt from one queue, `LANE_WINDOW` unacknowledged a lane); "even" splits every transfer
+    evenly over its address pairs."""
+    from zcube_lab.serving.kvwire.pull import LANE_WINDOW
+
+    if striping not in STRIPINGS:
+        raise ConfigError("striping", striping, ", ".join(STRIPINGS))
     check_hosts(rec, fabric)
     deadline = deadline_s(rec, fabric)
     plans: dict[str, dict[str, Any]] = {}
@@ -140,6 +169,7 @@ def host_plans(
             "deadline_s": deadline,
             "out": [],
             "expect": {},
+            "chunks": {},
         }
     lane_cache: dict[tuple[str, str], list[list[str]]] = {}
     for t in rec.transfers:
@@ -147,16 +177,22 @@ def host_plans(
         key = (t.src, t.dst)
         if key not in lane_cache:
             lane_cache[key] = lanes(fabric, t.src, t.dst)
-        plans[t.src]["out"].append(
-            {
-                "id": t.id,
-                "start_s": t.start_s,
-                "bytes": nbytes,
-                "after": list(t.after),
-                "gap_s": t.gap_s,
-                "lanes": lane_cache[key],
-            }
-        )
+        out: dict[str, Any] = {
+            "id": t.id,
+            "start_s": t.start_s,
+            "bytes": nbytes,
+            "after": list(t.after),
+            "gap_s": t.gap_s,
+            "lanes": lane_cache[key],
+        }
+        if striping == "shared" and t.cls == "kv":
+            out["lanes"] = [lane for lane in lane_cache[key] for _ in range(LIVE_STREAMS)]
+            chunk = shared_chunk(rec, ts, nbytes, len(out["lanes"]))
+            out["chunk"], out["window"] = chunk, LANE_WINDOW
+            if -(-nbytes // chunk) > MAX_CHUNKS:
+                raise ConfigError("striping", striping, f"at most {MAX_CHUNKS} chunks a transfer")
+            plans[t.dst]["chunks"][str(t.id)] = chunk
+        plans[t.src]["out"].append(out)
         plans[t.dst]["expect"][str(t.id)] = nbytes
     return {h: p for h, p in plans.items() if p["out"] or p["expect"]}
 
@@ -196,11 +232,13 @@ def replay(
     progress: Callable[[str], None] = print,
     lab: Lab | None = None,
     load: Mapping[str, Any] | None = None,
+    striping: str = "even",
 ) -> dict[str, Any]:
     """Replay `rec` on `fabric` at `ts`; the figures (also written to run_dir/replay.json),
-    with `load` (the datapath load it was paced for, `Load.describe()`) when given.
+    with `load` (the datapath load it was paced for, `Load.describe()`) when given, and the
+    `striping` of its KV transfers (`host_plans`).
     With `lab` given (started by the caller) it is used and left running."""
-    plans = host_plans(rec, fabric, ts)
+    plans = host_plans(rec, fabric, ts, striping=striping)
     run_dir.mkdir(parents=True, exist_ok=True)
     own = lab is None
     if lab is None:
@@ -218,6 +256,7 @@ def replay(
         extra = dict(judged or {})
         if load is not None:
             extra["load"] = dict(load)
+        extra["striping"] = striping
         return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir, extra)
     finally:
         for p in procs:
