@@ -264,6 +264,15 @@ def _print(name: str, entry: dict[str, Any]) -> None:
                 f"{k.split('_')[0]} {v:.2f}x" for k, v in ratio.items() if k.endswith("ratio")
             )
         print(line)
+    v = mixed.get("victims")
+    if v and v.get("pauses"):
+        raised = ", ".join(
+            f"{c} {t['pauses_raised']}" for c, t in v["classes"].items() if t["pauses_raised"]
+        )
+        print(
+            f"  victims: {v['ep_victims']} of {v['ep_exchanges']} EP exchanges behind a pause "
+            f"another class raised; {v['pauses']} episodes (raised by {raised or 'none known'})"
+        )
     if "losses" in mixed:
         print(f"  lost: {where_text(mixed['losses'])}")
         cpu = mixed["cpu"]

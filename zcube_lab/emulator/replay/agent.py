@@ -26,15 +26,15 @@ id, lane, sequence) and fills the MTU. The bytes go over the lanes one of two wa
     python -m zcube_lab.emulator.replay.agent PLAN.json OUT.jsonl
 
 PLAN.json: `{"host", "dilation", "mtu", "port", "listen": [addresses], "deadline_s" (modelled),
-"out": [{"id", "start_s", "bytes", "after", "gap_s", "lanes": [[src, dst], ...], and for shared
-striping "chunk", "window"}], "expect": {"<id>": bytes}, "chunks": {"<id>": chunk bytes} (shared
-striping)}` with lab bytes. The agent binds its receivers, prints "ready", reads
-one line `go T0` (the wall-clock origin on the shared monotonic clock, the same in every
-namespace), runs, and writes one JSON line per transfer it sent (`{"id", "sent_s", "sent_bytes"}`:
-when it started, modelled seconds from T0, and the payload bytes its lanes handed to the kernel:
-what the fabric was given, so that sent minus received is what was lost on the way) and per
-transfer it received (`{"id", "arrived_s",
-"first_s", "bytes"}`), then prints "done".
+"out": [{"id", "start_s", "bytes", "after", "gap_s", "lanes": [[src, dst], ...], "tos" (the
+class's IP TOS byte, optional), and for shared striping "chunk", "window"}], "expect": {"<id>":
+bytes}, "chunks": {"<id>": chunk bytes} (shared striping)}` with lab bytes. The agent binds its
+receivers, prints "ready", reads one line `go T0` (the wall-clock origin on the shared monotonic
+clock, the same in every namespace), runs, and writes one JSON line per transfer it sent
+(`{"id", "sent_s", "sent_bytes"}`: when it started, modelled seconds from T0, and the payload
+bytes its lanes handed to the kernel: what the fabric was given, so that sent minus received is
+what was lost on the way) and per transfer it received (`{"id", "arrived_s", "first_s",
+"bytes"}`), then prints "done".
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ class Agent:
             for o in plan.get("out", [])
         }
         self.lanes = {int(o["id"]): [tuple(x) for x in o["lanes"]] for o in plan.get("out", [])}
+        self.tos = {int(o["id"]): int(o.get("tos", 0)) for o in plan.get("out", [])}
         # shared striping: id -> (chunk bytes, window) of a transfer sent; id -> chunk bytes of
         # one received, and the bytes each of its chunks has so far
         self.chunked = {
@@ -238,6 +239,8 @@ class Agent:
     def _lane(self, tid: int, lane: int, src: str, dst: str, nbytes: int) -> None:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+        if self.tos.get(tid):  # the class's DSCP mark, as the live lab's connections carry
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos[tid])
         if src:
             s.bind((src, 0))
         seq = 0
@@ -268,6 +271,8 @@ class Agent:
         whole, and wait for the receiver's acknowledgements."""
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+        if self.tos.get(tid):  # the class's DSCP mark, as the live lab's connections carry
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos[tid])
         if src:
             s.bind((src, 0))
         s.settimeout(ACK_WAIT_WALL_S)

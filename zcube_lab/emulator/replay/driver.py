@@ -153,6 +153,7 @@ def host_plans(
     dealt from one queue, `LANE_WINDOW` unacknowledged a lane); "even" splits every transfer
     evenly over its address pairs."""
     from zcube_lab.serving.kvwire.pull import LANE_WINDOW
+    from zcube_lab.serving.trafficclass import DSCP, tos_byte
 
     if striping not in STRIPINGS:
         raise ConfigError("striping", striping, ", ".join(STRIPINGS))
@@ -185,6 +186,8 @@ def host_plans(
             "gap_s": t.gap_s,
             "lanes": lane_cache[key],
         }
+        if t.cls in DSCP:  # marked as the live lab marks the class (its counters see them)
+            out["tos"] = tos_byte(t.cls)
         if striping == "shared" and t.cls == "kv":
             out["lanes"] = [lane for lane in lane_cache[key] for _ in range(LIVE_STREAMS)]
             chunk = shared_chunk(rec, ts, nbytes, len(out["lanes"]))
@@ -250,10 +253,12 @@ def replay(
     try:
         before = _pauses(lab)
         counters = CounterReader(lab)
-        lines = _run_agents(lab, plans, run_dir, procs, ts, progress, mark=counters.mark)
-        after = _pauses(lab)
+        lines, wall0 = _run_agents(lab, plans, run_dir, procs, ts, progress, mark=counters.mark)
+        wall_end = time.time()
+        after = _pauses(lab)  # asks the agent for its report: its episodes are written with it
         judged = counters.judge(lines, ts.mtu, _incomplete(rec, lines))
         extra = dict(judged or {})
+        extra["victims"] = _victims(rec, fabric, ts, lab, lines, wall0, wall_end)
         if load is not None:
             extra["load"] = dict(load)
         extra["striping"] = striping
@@ -269,6 +274,31 @@ def replay(
             lab.stop()
 
 
+def _victims(
+    rec: Recording,
+    fabric: Fabric,
+    ts: TimeScale,
+    lab: Lab,
+    lines: Sequence[dict[str, Any]],
+    wall0: float,
+    wall_end: float,
+) -> dict[str, Any] | None:
+    """The replay's victims as a live run counts them (`zcube_lab.emulator.replay.victims`);
+    None when the lab recorded no pause episodes (no class counters)."""
+    from zcube_lab.core.fabric.pauseepisodes import EPISODES_FILE
+    from zcube_lab.emulator.replay.victims import replay_victims
+    from zcube_lab.emulator.results.lossless.victimlogs import read_episodes
+
+    path = lab.lossless_report_path.parent / EPISODES_FILE
+    if not path.is_file():
+        return None
+    sent, got = figures.outcomes(lines)
+    report = replay_victims(
+        rec.transfers, sent, got, fabric, wall0, ts.clock, read_episodes(path), wall_end
+    )
+    return report.to_dict()
+
+
 def _pauses(lab: Lab) -> dict[str, dict[str, float]]:
     report = lab.lossless_report(fresh=True)
     return dict(report.ports) if report is not None else {}
@@ -282,9 +312,9 @@ def _run_agents(
     ts: TimeScale,
     progress: Callable[[str], None],
     mark: Callable[[], None] = lambda: None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], float]:
     """Start every agent, `mark()` once all are ready (just before they go) and once all are
-    done, and return their lines."""
+    done; their lines and the origin T0 on the wall clock (`time.time()`)."""
     from zcube_lab.emulator.probes.hostprobe import ProbeOutput
 
     assert lab.net is not None
@@ -309,6 +339,7 @@ def _run_agents(
         out.until("ready", 30)
     mark()
     t0 = time.monotonic() + START_DELAY_WALL_S
+    wall0 = time.time() + (t0 - time.monotonic())
     for out, _ in outs.values():
         assert out.proc.stdin is not None
         out.proc.stdin.write(f"go {t0!r}\n")
@@ -324,7 +355,7 @@ def _run_agents(
     mark()
     for _out, of in outs.values():
         lines.extend(json.loads(ln) for ln in of.read_text().splitlines() if ln.strip())
-    return lines
+    return lines, wall0
 
 
 def _figures(
