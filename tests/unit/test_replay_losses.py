@@ -228,3 +228,21 @@ def test_the_driver_reads_a_hosts_ports_through_the_samplers_readers(monkeypatch
     monkeypatch.setattr(ns, "dev_counters", gone)
     reader._ports(out, 4242, "h0's ports")
     assert reader.missing == {"h0's ports' counters (/proc/4242/net/dev)"}
+
+
+def test_losses_of_a_replay_paced_above_the_datapaths_share_name_the_pace_first():
+    over = {"within_share": False, "window_wall_s": 0.3, "of_ceiling": 0.84,
+            "ceiling_pps": 92006, "share": 0.7}  # fmt: skip
+    d = diff(BEFORE, AFTER)
+    lossy = locate(d, switch_port, lost_datagrams=60)
+    v = verdict(lossy, {}, load=over)
+    assert v["reasons"][0] == (
+        "paced above the datapath's share: its busiest 0.3 wall s at 84% of the measured "
+        "92,006 pps (allowed 70%), so its losses may be the machine's: a higher --dilation"
+    )
+    assert v["reasons"][1].startswith("42 datagrams lost at the host's send queue")
+    # within its share, or nothing lost: no such reason
+    within = {**over, "within_share": True}
+    assert verdict(lossy, {}, load=within)["reasons"][0].startswith("42 datagrams")
+    clean = locate(diff(BEFORE, BEFORE), switch_port, lost_datagrams=0)
+    assert verdict(clean, {}, load=over) == {"trusted": True, "reasons": []}

@@ -204,12 +204,27 @@ def verdict(
     missing: Iterable[str] = (),
     steal_limit: float = STEAL_LIMIT,
     busy_limit: float = BUSY_LIMIT,
+    load: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Whether to trust a replay, with every reason (the first decides what the line says):
     counters not read, the lossless agent gone or failing, datagrams lost anywhere (a lossless
     replay loses none; each place named with its ports), transfers short at the deadline, CPU
-    steal or the machine's busy share over the live verdict's limits."""
+    steal or the machine's busy share over the live verdict's limits. With `load` (the datagram
+    load it was paced for, `zcube_lab.core.replay.load.Load.describe()`) above its share of the
+    datapath's measured packets/s, a replay that lost datagrams says so first: the likely cause
+    is the machine's datapath, not the fabric."""
     reasons = [f"{what} not read: unchecked" for what in missing]
+    lost_any = bool(
+        located.get("lost_datagrams")
+        or any(located["datagrams"].values())
+        or located.get("unlocated")
+    )
+    if load is not None and lost_any and not load.get("within_share", True):
+        reasons.append(
+            f"paced above the datapath's share: its busiest {load['window_wall_s']:g} wall s at "
+            f"{load['of_ceiling']:.0%} of the measured {load['ceiling_pps']:,.0f} pps (allowed "
+            f"{load['share']:.0%}), so its losses may be the machine's: a higher --dilation"
+        )
     if lossless is not None:
         if not lossless.get("alive", True):
             reasons.append("lossless agent: exited before the replay ended")

@@ -256,7 +256,7 @@ def replay(
         lines, wall0 = _run_agents(lab, plans, run_dir, procs, ts, progress, mark=counters.mark)
         wall_end = time.time()
         after = _pauses(lab)  # asks the agent for its report: its episodes are written with it
-        judged = counters.judge(lines, ts.mtu, _incomplete(rec, lines))
+        judged = counters.judge(lines, ts.mtu, _incomplete(rec, lines), load)
         extra = dict(judged or {})
         extra["victims"] = _victims(rec, fabric, ts, lab, lines, wall0, wall_end)
         if load is not None:
@@ -529,9 +529,16 @@ class CounterReader:
         except (OSError, ValueError):
             self.missing.add(f"{what}' counters ({net_path('dev', pid)})")
 
-    def judge(self, lines: Sequence[dict[str, Any]], mtu: int, incomplete: int) -> dict[str, Any]:
+    def judge(
+        self,
+        lines: Sequence[dict[str, Any]],
+        mtu: int,
+        incomplete: int,
+        load: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """`losses` (where the datagrams went), `cpu` (busy and steal shares between the two
-        marks) and `verdict` (trusted, reasons) for the replay's result."""
+        marks) and `verdict` (trusted, reasons; `load`: the pace's load, `losses.verdict`) for
+        the replay's result."""
         from zcube_lab.core.replay import losses
         from zcube_lab.emulator.replay.agent import HEADER, IP_UDP_BYTES
         from zcube_lab.emulator.verdict.limits import Limits
@@ -560,6 +567,7 @@ class CounterReader:
             missing=sorted(self.missing),
             steal_limit=limits.steal_mean,
             busy_limit=limits.machine_cpu,
+            load=load,
         )
         return {"losses": located, "cpu": cpu, "verdict": v}
 
