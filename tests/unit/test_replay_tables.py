@@ -240,3 +240,33 @@ def test_the_paced_mix_names_its_k_losses_by_fabric_and_trusted_replays(tmp_path
         "ZCube 0 / ROFT 407-1,968 / Clos 0, 1 of 5 trusted"
     )
     assert mix_paced(tmp_path, "absent") == ""
+
+
+def test_the_finer_rungs_paragraph_counts_untrusted_replays_known_answer():
+    from bench.replay_tables import finer_rungs, finer_rungs_text
+
+    def row(fabric: str, frame: float, k: float, trusted: bool, lost: int = 0, switch: int = 0,
+            incomplete: int = 0) -> dict:  # fmt: skip
+        losses = _losses(switch=switch, unlocated=lost - switch)
+        losses["lost_datagrams"] = lost
+        return {"fabric": fabric, "frame_us": frame, "dilation": k, "incomplete": incomplete,
+                "verdict": {"trusted": trusted}, "losses": losses}  # fmt: skip
+
+    ladder = {"scenario": "incast8x16MB-sub2us", "rows": [
+        row("zcube", 2.0, 120, True), row("zcube", 1.0, 240, False, 141, 25, 2),
+        row("clos", 2.0, 120, True), row("clos", 1.0, 240, True),
+        row("clos", 0.5, 480, False, 483, 20, 4),
+    ]}  # fmt: skip
+    f = finer_rungs(ladder)
+    assert f["rungs"] == "1 and 0.5" and f["ks"] == "240 and 480"
+    assert (f["replays"], f["untrusted"], f["trusted"]) == ("3", "2", "Clos at 1 µs")
+    assert (f["lost"], f["switch"], f["incomplete"]) == ("141-483", "20-25", "2-4")
+    assert f["finest_all"] == "2 µs"  # at 1 µs ZCube's replay was not trusted
+    ladder["rows"][0]["verdict"]["trusted"] = False
+    assert finer_rungs(ladder)["finest_all"] == "none"
+    with pytest.raises(ValueError, match="no rung finer"):
+        finer_rungs({"scenario": "x", "rows": [row("zcube", 2.0, 120, True)]})
+    # the committed data's own figures, as the page quotes them
+    text = " ".join(finer_rungs_text())
+    assert "5 of 6 replays were not trusted" in text and "Trusted: Clos at 1 µs" in text
+    assert "carried trusted is 2 µs" in text
