@@ -171,3 +171,37 @@ def test_parameters_name_the_drafts_beside_the_runs() -> None:
 def test_bmwg_run_refuses_a_12_3_trial_too_short_before_any_lab(capsys) -> None:
     assert main(["bmwg", "run", "12.3", "--trial-seconds", "6"]) == 2
     assert "at least 10 s" in capsys.readouterr().err
+
+
+def test_the_failed_links_utilization_is_its_busier_direction() -> None:
+    summary = {"port_util": {"a3:5": 0.0002, "b0:8": 0.0175, "a3:6": 0.5}}
+    assert lf.link_util_pct(summary, "a3:5-b0:8") == pytest.approx(1.75)
+    assert lf.link_util_pct({"port_util": {}}, "a3:5-b0:8") is None
+    f = lf.trial_figures({**_summary(), **summary}, [_req(1, 1.0)], [], "a3:5-b0:8")
+    assert f["failed_link_util_pct"] == pytest.approx(1.75)
+    assert "failed_link_util_pct" not in lf.trial_figures(_summary(), [], [])
+
+
+def test_refigure_computes_a_runs_figures_again_from_its_folders(tmp_path: Path) -> None:
+    from zcube_lab.emulator.bmwg.linkfail import refigure
+
+    rows = []
+    for i, (fabric, ttft) in enumerate((("zcube", 1.0), ("zcube", 1.1), ("roft", 2.0))):
+        run = tmp_path / f"{fabric}-t{i}" / "run"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({**_summary(), "port_util": {"x:1": 0.1}}))
+        reqs = [_req(1, ttft), _req(9, ttft), _req(14, ttft)]
+        (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reqs))
+        (run / "faults.jsonl").write_text("".join(json.dumps(e) + "\n" for e in _events(8.0, 13.0)))
+        rows.append({"section": "12.3", "case": lf.case_label(), "params": {},
+                     "fabric": fabric, "trial": i, "run": f"{fabric}-t{i}/run",
+                     "failed_link": {"link": "x:1-y:2"}, "figures": {}})  # fmt: skip
+    path = tmp_path / "bmwg.json"
+    path.write_text(json.dumps({"rows": rows, "summary": [], "comparison": []}))
+    doc = refigure(path)
+    f = doc["rows"][2]["figures"]
+    assert f["TTFT_p99_during_ms"] == pytest.approx(2000.0) and f["requests_during"] == 1
+    assert f["failed_link_util_pct"] == pytest.approx(10.0)
+    (z,) = [s for s in doc["summary"] if s["fabric"] == "zcube"]
+    assert z["trials"] == 2 and z["figures"]["TTFT_p50_before_ms"]["mean"] == pytest.approx(1050)
+    assert {c["versus"] for c in doc["comparison"]} == {"roft"}

@@ -279,15 +279,29 @@ def phase_figures(
     return figs
 
 
+def link_util_pct(summary: Mapping[str, Any], link: str) -> float | None:
+    """The busier direction of `link` ("a3:5-b0:8") over the run: each end's egress mean
+    utilization (the summary's `port_util`, "switch:port" -> share), in %; None without
+    either end's figure."""
+    util = summary.get("port_util") or {}
+    ends = [util.get(end) for end in link.split("-")]
+    vals = [float(v) for v in ends if v is not None]
+    return max(vals) * 100 if vals else None
+
+
 def trial_figures(
     summary: Mapping[str, Any],
     requests: Sequence[Mapping[str, Any]],
     events: Sequence[Mapping[str, Any]],
+    link: str = "",
 ) -> dict[str, Any]:
     """A trial's figures (the module docstring) from its run's summary.json, its client
     records (`requests.jsonl`) and its fault records (`faults.jsonl`). `fault_held_s` is the
     failure's span as recorded (down to up); without a `down` record the failure never
-    happened: `fault_held_s` None and the phase and recovery figures None."""
+    happened: `fault_held_s` None and the phase and recovery figures None. With the failed
+    `link` ("a3:5-b0:8"), `failed_link_util_pct`: its busier direction's mean utilization over
+    the run (`link_util_pct`), which shows it carried traffic (the KV pulls into the decode
+    hosts) while it was up."""
     faults = summary.get("faults") or {}
     kpis = summary.get("bmwg") or {}
     window = fault_window(events)
@@ -310,6 +324,8 @@ def trial_figures(
     figs["recovery_kv_first_s"] = faults.get("recovery_kv_first_s")
     figs["TPS_output"] = kpis.get("TPS_output")
     figs["Packet_drop_rate"] = kpis.get("Packet_drop_rate")
+    if link:
+        figs["failed_link_util_pct"] = link_util_pct(summary, link)
     figs["untrusted"] = 0 if summary.get("trustworthy") else 1
     return figs
 

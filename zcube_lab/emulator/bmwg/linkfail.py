@@ -41,6 +41,27 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
+def _figures(run: Path, link: str) -> dict[str, Any]:
+    """A trial's figures from its run folder (`linkfail.trial_figures`)."""
+    summary = json.loads((run / "summary.json").read_text())
+    return lf.trial_figures(
+        summary, _jsonl(run / "requests.jsonl"), _jsonl(run / "faults.jsonl"), link
+    )
+
+
+def refigure(path: Path) -> dict[str, Any]:
+    """A §12.3 bmwg.json with every trial's figures computed again from its run folder (kept
+    beside it) by today's `linkfail.trial_figures`, and its summary and comparison with them:
+    for a figure added or defined anew after the runs. The runs' own records are not
+    touched."""
+    doc = json.loads(path.read_text())
+    for r in doc["rows"]:
+        r["figures"] = _figures(path.parent / r["run"], r["failed_link"]["link"])
+    doc["summary"] = report.summarize(doc["rows"])
+    doc["comparison"] = report.compare(doc["summary"])
+    return doc
+
+
 def run_link_failure(
     fabrics: Sequence[str],
     gpus: int,
@@ -85,9 +106,7 @@ def run_link_failure(
             summary_path, spoiled = _trial(argv, run_dir, retries, progress)
             run = summary_path.parent
             summary = json.loads(summary_path.read_text())
-            figs = lf.trial_figures(
-                summary, _jsonl(run / "requests.jsonl"), _jsonl(run / "faults.jsonl")
-            )
+            figs = _figures(run, links[fabric].to_dict()["link"])
             rows.append(
                 {
                     "section": lf.SECTION,
