@@ -205,3 +205,23 @@ def test_refigure_computes_a_runs_figures_again_from_its_folders(tmp_path: Path)
     (z,) = [s for s in doc["summary"] if s["fabric"] == "zcube"]
     assert z["trials"] == 2 and z["figures"]["TTFT_p50_before_ms"]["mean"] == pytest.approx(1050)
     assert {c["versus"] for c in doc["comparison"]} == {"roft"}
+
+
+def test_the_pages_table_and_sentence_carry_each_fabrics_link_and_figures() -> None:
+    from bench.bmwg_tables import linkfail_sentences, linkfail_table
+
+    rows = _rows("zcube", [0, 2]) + _rows("clos", [1, 1])
+    rows[1]["figures"].update(kv_hit_transfers=3, KV_pulls_retried=1, disruption_time_s=2.0)
+    link = {"spec": "a3-b0", "why": "a3-b0: 1 of the 4 fabric-facing links of a3"}
+    doc = {"rows": rows, "summary": report.summarize(rows), "failed_links": {"zcube": link},
+           "fail_at_s": 8.0, "fail_for_s": 5.0, "policy": "ff", "rate": 4.0,
+           "prompt_tokens": 16384, "notes": ["12.3: how", "6.1: not this one"]}  # fmt: skip
+    text = "\n".join(linkfail_table(doc))
+    (z,) = [ln for ln in text.splitlines() if ln.startswith("| ZCube")]
+    assert "`a3-b0`" in z and "| 1 ± 12.7 |" in z and z.endswith("| 2 of 2 |")
+    assert "at 8 s for 5 s" in text and "`ff`" in text and "- ZCube lost a3-b0: 1 of" in text
+    assert "- 12.3: how" in text and "6.1" not in text
+    said = " ".join(linkfail_sentences([doc]))
+    assert "(4 trials" in said and "4 requests failed" in said and "met 3 KV pulls" in said
+    assert "1 were retried and 2 s were disrupted" in said
+    assert linkfail_sentences([{"rows": []}]) == []
