@@ -148,7 +148,62 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 out += level_tables(d)
             if section == "6.1":
                 out += ttft_table(d)
+            if section == "12.3":
+                out += linkfail_table(d)
     return out
+
+
+def linkfail_table(d: Mapping[str, Any]) -> list[str]:
+    """§12.3 per fabric: the link it lost (why it is comparable: `linkfail.failed_link`), TTFT
+    p50 and p99 before, during and after the failure (modelled ms, mean over trials), failed
+    requests, recovery and disruption time, KV pulls retried and hit, the runs trusted; the
+    link's load: its busier direction's mean utilization over the run, in %."""
+    from zcube_lab.core.bmwg.linkfail import PHASES
+
+    rows = []
+    for s in d["summary"]:
+        if s["section"] != "12.3":
+            continue
+        trials = [r for r in d["rows"] if (r["section"], r["fabric"]) == ("12.3", s["fabric"])]
+        f = s["figures"]
+        trusted = sum(1 for r in trials if not r["figures"].get("untrusted"))
+        link = (d.get("failed_links") or {}).get(s["fabric"]) or {}
+        rows.append([LABEL.get(s["fabric"], s["fabric"]), f"`{link.get('spec', '-')}`",
+                     _cell(f.get("failed_link_util_pct")),
+                     *(" / ".join(_cell(f.get(f"TTFT_{q}_{p}_ms")) for p in PHASES)
+                       for q in ("p50", "p99")),
+                     _cell(f.get("failed_requests")), _cell(f.get("recovery_time_s")),
+                     _cell(f.get("disruption_time_s")), _cell(f.get("KV_pulls_retried")),
+                     _cell(f.get("kv_hit_transfers")), f"{trusted} of {len(trials)}"])  # fmt: skip
+    head = ["fabric", "link failed", "its load %", "TTFT p50 ms before / during / after",
+            "TTFT p99 ms before / during / after", "failed requests", "recovery s",
+            "disruption s", "KV pulls retried", "KV pulls hit", "runs trusted"]  # fmt: skip
+    why = [
+        f"- {LABEL.get(k, k)} lost {v['why']}." for k, v in (d.get("failed_links") or {}).items()
+    ]
+    return [f"§12.3 one link failed at {d.get('fail_at_s', 0):g} s for {d.get('fail_for_s', 0):g} "
+            f"s of each trial, routing policy `{d.get('policy')}`, {d.get('rate', 0):g} req/s of "
+            f"{d.get('prompt_tokens', 0):,} prompt tokens:", "", *_table(head, rows), "", *why,
+            "", *[f"- {n}" for n in d.get("notes", []) if n.startswith("12.3")], ""]  # fmt: skip
+
+
+def linkfail_sentences(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The page's §12.3 sentence: over every committed §12.3 trial, the requests that failed,
+    the KV pulls the failure met in flight and retried, and the disrupted seconds."""
+    rows = [r for d in docs for r in d.get("rows", []) if r["section"] == "12.3"]
+    if not rows:
+        return []
+
+    def total(name: str) -> int:
+        return round(sum(r["figures"].get(name) or 0 for r in rows))
+
+    return [
+        f"In §12.3 ({len(rows)} trials over the fabrics, one link failed during serving under",
+        f"fast failover) {total('failed_requests')} requests failed, the failure met "
+        f"{total('kv_hit_transfers')} KV pulls in flight,",
+        f"{total('KV_pulls_retried')} were retried and {total('disruption_time_s')} s were "
+        "disrupted (a second out of the before window's TTFT range).",
+    ]
 
 
 def ttft_table(d: Mapping[str, Any]) -> list[str]:
@@ -606,7 +661,8 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
         "the first quick run) or has no value for that case. §6.1 is the exception: live",
         "serving runs (`zcube-lab run`) at the live lab's default time scale, its figures",
-        "modelled ms, and its \"out of reach\" a run the lab's verdict did not trust.",
+        "modelled ms, and its \"out of reach\" a run the lab's verdict did not trust; §12.3",
+        "(a link failed during serving) is run the same way.",
         "",
         "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",
         "",
@@ -634,6 +690,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "comparisons are out of reach at this time scale, and only the unloaded KV latency is",
         "compared.",
         *ttft_sentences(docs),
+        *linkfail_sentences(docs),
         *([] if not facts else [
             "In §10.4 (§5.2's trial at background levels in 5% steps), per run, each trial's",
             f"inflection point and the highest level up to which every trial carried at least "

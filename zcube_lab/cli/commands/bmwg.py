@@ -1,7 +1,7 @@
 """`zcube-lab bmwg`: the IETF draft draft-calabria-bmwg-ai-fabric-inference-bench-05's tests
 by name. `bmwg list`: every test of §5-§13, what the lab can do with it and why; `bmwg run
 SECTION...`: the tests built so far (5.1, 5.2, 5.3, 7.4, 8.2, 10.4 at the fine time scale as
-replays; 6.1 as live serving runs) on several fabrics, the draft's trials, a results folder
+replays; 6.1 and 12.3 as live serving runs) on several fabrics, the draft's trials, a results folder
 with bmwg.json (docs/BMWG.md; issue 46). `run` needs root."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from zcube_lab.core.options import option
 
 # Sections run as live serving runs (`zcube_lab.emulator.bmwg.live`), not as replays.
-LIVE_SECTIONS = ("6.1",)
+LIVE_SECTIONS = ("6.1", "12.3")
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,14 @@ def list_tests(cfg: ListConfig) -> int:
     return 0
 
 
+def check_live(sections: list[str], trial_seconds: float) -> None:
+    """The live sections' own checks before any lab: a ConfigError naming the field."""
+    if "12.3" in sections:
+        from zcube_lab.core.bmwg.linkfail import check_trial_seconds as check_12_3
+
+        check_12_3(trial_seconds)
+
+
 def run_tests(args: argparse.Namespace) -> int:
     from zcube_lab.adapters.procs import interrupt_on_stop_signals
     from zcube_lab.core.bmwg.catalogue import runnable_sections
@@ -117,7 +125,8 @@ def run_tests(args: argparse.Namespace) -> int:
     live = [t for t in tests if t.section in LIVE_SECTIONS]
     replayed = [t for t in tests if t.section not in LIVE_SECTIONS]
     if live:
-        check_trial_seconds(cfg.trial_seconds)
+        check_trial_seconds(cfg.trial_seconds)  # 12.3's minimum is higher: `check_live`
+        check_live([t.section for t in live], cfg.trial_seconds)
     plan = plan_run(cfg, replayed) if replayed else None  # every check before any lab
     if os.geteuid() != 0:
         print(
@@ -127,11 +136,17 @@ def run_tests(args: argparse.Namespace) -> int:
         return 1
     interrupt_on_stop_signals()
     try:
-        if live:
+        if any(t.section == "6.1" for t in live):
             out = run_ttft(
                 cfg.fabric_kinds, cfg.gpus, cfg.prompt_lengths, cfg.trials, cfg.trial_seconds,
                 cfg.seed, cfg.results, rate=cfg.rate, retries=cfg.retries,
             )  # fmt: skip
+            print(f"results folder: {out.parent}")
+        if any(t.section == "12.3" for t in live):
+            from zcube_lab.emulator.bmwg.linkfail import run_link_failure
+
+            out = run_link_failure(cfg.fabric_kinds, cfg.gpus, cfg.trials, cfg.trial_seconds,
+                                   cfg.seed, cfg.results, retries=cfg.retries)  # fmt: skip
             print(f"results folder: {out.parent}")
         if plan is not None:
             out = run_plan(plan, cfg)

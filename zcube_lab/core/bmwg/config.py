@@ -83,8 +83,8 @@ class BmwgConfig:
     )  # fmt: skip
     rate: float = option(1.0, help="6.1: requests per modelled second of each live run")
     retries: int = option(
-        2, help="6.1: run a live run again (same seed) when the lab's verdict rejected it for "
-        "the machine's reasons alone, up to this many times"
+        2, help="6.1, 12.3: run a live run again (same seed) when the lab's verdict rejected it "
+        "for the machine's reasons alone, up to this many times"
     )  # fmt: skip
     seed: int = option(1, help="seed of the bursts' and pulls' start times (trial i: seed + i)")
     results: Path = option(  # noqa: RUF009 (a field; a Path is immutable)

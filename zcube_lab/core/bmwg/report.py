@@ -32,6 +32,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     "8.2": ("Fabric_FCT_p99_us", "PFC_frame_count", "PAUSE_duration_us", "HOL_delay_us"),
     "10.4": ("KV_xfer_latency_p99_us", "inflection_point"),
     "6.1": ("TTFT_p50_ms", "T_transfer_p50_ms", "T_transfer_p99_ms"),
+    "12.3": ("failed_requests", "TTFT_p99_during_ms", "recovery_time_s"),
     "7.4": (
         "contention_penalty_kv",
         "contention_penalty_ep",
