@@ -372,6 +372,31 @@ def production_table(folder: Path = DATA) -> list[str]:
     return out
 
 
+def production_victims_table(folder: Path = DATA) -> list[str]:
+    """Production's busiest window replayed in trials, each mixed replay's victims as a live
+    run counts them, with the replay's own verdict and the machine's busy share."""
+    data = load("production-busiest-trials", folder)
+    out = [
+        "| fabric | trial | EP exchanges behind a KV-raised pause | EP time behind pauses (µs) "
+        "| pause episodes (raised by KV / EP / unknown) | CPU busy | trusted |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f, e in data["fabrics"].items():
+        for i, t in enumerate(e["trials"], 1):
+            m = t["mixed"]
+            v = m["victims"]
+            c = v["classes"]
+            kv, ep = (c.get(k, {}).get("pauses_raised", 0) for k in ("kv", "ep"))
+            first = m["verdict"]["reasons"][0] if m["verdict"]["reasons"] else ""
+            out.append(
+                f"| {LABEL.get(f, f)} | {i} | {v['ep_victims']} of {v['ep_exchanges']} | "
+                f"{s_us(c['ep']['seconds_behind'])} | {v['pauses']:,} ({kv:,} / {ep:,} / "
+                f"{v['pauses_unattributed']:,}) | {m['cpu']['busy']:.0%} | "
+                f"{'yes' if m['verdict']['trusted'] else 'no: ' + first} |"
+            )
+    return out
+
+
 # The 16-GPU fabrics' host NIC: ZCube's two 200 Gb/s ports, ROFT's and Clos's one 400 Gb/s port
 HOST_NIC_GBPS = 400.0
 INCAST = re.compile(r"incast(\d+)x([\d.]+)MB(?:-(\d+)gpus)?")
@@ -545,6 +570,7 @@ def table(name: str, folder: Path = DATA) -> list[str]:
         "mix-port-losses": lambda folder: mix_losses_table(folder, "mix-port"),
         "pfc": pfc_table,
         "production": production_table,
+        "production-victims": production_victims_table,
     }
     if name not in tables:
         raise ValueError(

@@ -270,3 +270,30 @@ def test_the_finer_rungs_paragraph_counts_untrusted_replays_known_answer():
     text = " ".join(finer_rungs_text())
     assert "5 of 6 replays were not trusted" in text and "Trusted: Clos at 1 µs" in text
     assert "carried trusted is 2 µs" in text
+
+
+def test_the_production_victims_table_reads_each_trials_victims_known_answer(tmp_path: Path):
+    from bench.replay_tables import production_victims_table
+
+    def trial(victims: int, behind_s: float, kv: int, unknown: int, busy: float,
+              reasons: list[str]) -> dict:  # fmt: skip
+        return {"mixed": {
+            "victims": {"ep_victims": victims, "ep_exchanges": 4, "pauses": kv + unknown,
+                        "pauses_unattributed": unknown,
+                        "classes": {"ep": {"seconds_behind": behind_s, "pauses_raised": 0},
+                                    "kv": {"pauses_raised": kv}}},
+            "cpu": {"busy": busy},
+            "verdict": {"trusted": not reasons, "reasons": reasons},
+        }}  # fmt: skip
+
+    doc = {"fabrics": {"zcube": {"trials": [
+        trial(1, 17e-6, 773, 13, 0.93, ["the machine's CPUs averaged 93% busy (allowed 90%)"]),
+        trial(0, 0.0, 10, 0, 0.5, []),
+    ]}}}  # fmt: skip
+    (tmp_path / "production-busiest-trials.json").write_text(json.dumps(doc))
+    rows = production_victims_table(tmp_path)[2:]
+    assert rows == [
+        "| ZCube | 1 | 1 of 4 | 17 | 786 (773 / 0 / 13) | 93% | no: the machine's CPUs "
+        "averaged 93% busy (allowed 90%) |",
+        "| ZCube | 2 | 0 of 4 | 0 | 10 (10 / 0 / 0) | 50% | yes |",
+    ]
