@@ -67,7 +67,7 @@ def test_the_knee_is_the_prefill_pool_s_compute_and_the_profile_runs_at_its_shar
         f94.profile(0, 16)
 
 
-def _line(metric: str, engine: str, value: float, ts: int, job: str = "decode") -> str:
+def _line(metric: str, engine: str, value: float | str, ts: int, job: str = "decode") -> str:
     return (f'{{__name__="{metric}", engine="{engine}", fabric="zcube", instance="x:8200", '
             f'job="{job}", model_name="glm-5.1", run="r"}} {value} {ts}')  # fmt: skip
 
@@ -86,6 +86,9 @@ def test_a_dump_is_read_per_metric_job_and_engine_and_a_counter_s_reset_is_count
     assert f94.counter_total([(1, 0), (2, 16), (3, 48)]) == 48
     # a restart after 48: 48 before it and 10 after
     assert f94.counter_total([(1, 16), (2, 48), (3, 4), (4, 10)]) == 58
+    # the staleness marker Prometheus writes when the engine stops at teardown
+    stale = f94.parse_dump(_line(TOK, "12", 16, 1000) + "\n" + _line(TOK, "12", "NaN", 2000))
+    assert f94.counter_total(stale[(TOK, "decode", "12")]) == 16
     shares = f94.totals(series, ["12", "13"])
     assert shares["decode"] == {"12": 48.0, "13": None}  # prefill's series not a decode's
 

@@ -29,6 +29,7 @@ KV pulls enough to keep their requests outstanding longer.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -146,9 +147,12 @@ def parse_dump(text: str) -> dict[tuple[str, str, str], list[tuple[int, float]]]
 
 def counter_total(samples: Sequence[tuple[int, float]]) -> float:
     """What a counter that started at 0 counted over its samples: its last value, plus the
-    value before each reset (a drop)."""
+    value before each reset (a drop). NaN samples are skipped: Prometheus writes one (a
+    staleness marker) when the run's teardown stops the engine."""
     total, prev = 0.0, 0.0
     for _, v in samples:
+        if math.isnan(v):
+            continue
         if v < prev:
             total += prev
         prev = v
