@@ -54,17 +54,20 @@ def test_the_knee_is_the_prefill_pool_s_compute_and_the_profile_runs_at_its_shar
 ) -> None:
     # 8 prefill GPUs of 16, each 10 ms + 16,384 / 18,000 tokens/s = 0.9202 s a prompt
     assert f94.decode_workers(16) == 8 and f94.prefill_gpus(16) == 8
-    assert f94.knee_rate(16) == pytest.approx(8 / (0.010 + 16384 / 18000))
+    assert live94.knee(16) == pytest.approx(8 / (0.010 + 16384 / 18000))
+    assert f94.knee_rate(16, 0.5) == 16.0 and f94.rate_of(0.5, 8.6936) == 4.347
+    with pytest.raises(ConfigError, match="prefill_step_s"):
+        f94.knee_rate(16, 0)
     path = tmp_path / "w.json"
-    path.write_text(json.dumps(f94.profile(0.5, 16)))
+    path.write_text(json.dumps(f94.profile(0.5, live94.knee(16))))
     p = load_profile(str(path))  # the lab's own profile reader accepts it
     assert p.session is None and p.prefix_cache_hit_rate == 0.0
     assert p.prompt.min == p.prompt.max == f94.PROMPT_TOKENS
     assert p.output.min == p.output.max == f94.OUTPUT_TOKENS
-    assert p.arrival.rate == pytest.approx(0.5 * f94.knee_rate(16), abs=1e-3)
+    assert p.arrival.rate == pytest.approx(0.5 * live94.knee(16), abs=1e-3)
     assert p.prefill_servers == 2  # of 4 in the profile's terms: half the servers
     with pytest.raises(ConfigError, match="jfi_loads"):
-        f94.profile(0, 16)
+        f94.profile(0, 8.0)
 
 
 def _line(metric: str, engine: str, value: float | str, ts: int, job: str = "decode") -> str:
@@ -144,7 +147,7 @@ def test_a_trial_row_reads_the_decode_engines_of_the_placement_and_checks_the_kv
     monkeypatch.setattr(live94, "read_series", lambda _dir: f94.parse_dump(dump))
     row = live94.trial_row(run / "summary.json", "zcube", 0.5, 16, 0, tmp_path / "bmwg-x", [])
     assert row["case"] == "load=0.5" and row["run"] == "zcube-0.5-t0/r"
-    assert row["params"] == {"load": 0.5, "rate": f94.rate_of(0.5, 16)}
+    assert row["params"] == {"load": 0.5, "rate": f94.rate_of(0.5, live94.knee(16))}
     # 3 and 1 requests: (3 + 1)^2 / (2 (9 + 1)) = 0.8 for every metric
     for k in ("JFI_decode", "JFI_kv", "JFI_busy"):
         assert row["figures"][k] == pytest.approx(0.8)

@@ -82,30 +82,31 @@ def decode_workers(gpus: int) -> int:
     return gpus - prefill_gpus(gpus)
 
 
-def knee_rate(gpus: int, prompt_tokens: int = PROMPT_TOKENS) -> float:
+def knee_rate(gpus: int, prefill_step_s: float) -> float:
     """Requests per modelled second the prefill pool computes at most: its engines over one
-    prompt's prefill step (GLM-5.1's compute model)."""
-    from zcube_lab.serving.models import get_profile, prefill_step_seconds
-
-    return prefill_gpus(gpus) / prefill_step_seconds(get_profile(MODEL), prompt_tokens)
-
-
-def rate_of(load: float, gpus: int) -> float:
-    """The offered rate (req/s, 3 decimals) of a load level."""
-    return round(load * knee_rate(gpus), 3)
+    prompt's prefill step (`prefill_step_s`, the model's compute for `PROMPT_TOKENS`: the
+    caller's `zcube_lab.serving.models.prefill_step_seconds`)."""
+    if not prefill_step_s > 0:
+        raise ConfigError("prefill_step_s", prefill_step_s, "a positive step time")
+    return prefill_gpus(gpus) / prefill_step_s
 
 
-def profile(load: float, gpus: int) -> dict[str, Any]:
+def rate_of(load: float, knee: float) -> float:
+    """The offered rate (req/s, 3 decimals) of a load level, a share of the `knee` (req/s)."""
+    return round(load * knee, 3)
+
+
+def profile(load: float, knee: float) -> dict[str, Any]:
     """The workload profile of one case: single-turn completions of exactly `PROMPT_TOKENS`
     prompt and `OUTPUT_TOKENS` output tokens, no prefix cache, Poisson arrivals at `load` of the
-    knee, half the servers prefilling."""
+    `knee` (req/s), half the servers prefilling."""
     if load <= 0:
         raise ConfigError("jfi_loads", load, "a positive share of the knee")
 
     def fixed(n: int) -> dict[str, float]:
         return {"median": n, "sigma": 0.0, "min": n, "max": n}
 
-    rate = rate_of(load, gpus)
+    rate = rate_of(load, knee)
     return {
         "name": f"bmwg-9.4-{load:g}",
         "description": f"BMWG §9.4: single-turn requests of {PROMPT_TOKENS} prompt and "

@@ -25,6 +25,15 @@ PROMTOOL = "promtool"
 DRAIN_S = 5.0
 
 
+def knee(gpus: int) -> float:
+    """§9.4's knee on a fabric of `gpus` GPU hosts (req/s): the prefill pool over GLM-5.1's
+    prefill of one `PROMPT_TOKENS` prompt."""
+    from zcube_lab.serving.models import get_profile, prefill_step_seconds
+
+    step = prefill_step_seconds(get_profile(f94.MODEL), f94.PROMPT_TOKENS)
+    return f94.knee_rate(gpus, step)
+
+
 def estimate_wall_s(cases: int, fabrics: int, trials: int, trial_seconds: float) -> float:
     """Wall seconds of a §9.4 run: one live run per load level, fabric and trial."""
     return cases * fabrics * trials * (trial_seconds + RUN_OVERHEAD_S + DRAIN_S)
@@ -96,7 +105,7 @@ def run_fairness(
     for fabric in fabrics:
         for load in levels:
             workload = out / f"workload-{load:g}.json"
-            workload.write_text(json.dumps(f94.profile(load, gpus), indent=1) + "\n")
+            workload.write_text(json.dumps(f94.profile(load, knee(gpus)), indent=1) + "\n")
             for trial in range(trials):
                 run_dir = out / f"{fabric}-{load:g}-t{trial}"
                 argv = run_argv(fabric, gpus, workload, trial_seconds, seed + trial, run_dir)
@@ -130,7 +139,7 @@ def trial_row(summary_path: Path, fabric: str, load: float, gpus: int, trial: in
     return {
         "section": f94.SECTION,
         "case": f94.case_label(load),
-        "params": {"load": load, "rate": f94.rate_of(load, gpus)},
+        "params": {"load": load, "rate": f94.rate_of(load, knee(gpus))},
         "fabric": fabric,
         "trial": trial,
         "run": str(run_dir.relative_to(out)),
@@ -160,14 +169,14 @@ def parameter_lines(gpus: int, levels: Sequence[float], trials: int,
     from zcube_lab.core.bmwg.catalogue import test_of
 
     t = test_of(f94.SECTION)
-    knee = f94.knee_rate(gpus)
-    rates = ", ".join(f"{v:g} ({f94.rate_of(v, gpus):g} req/s)" for v in levels)
+    at = knee(gpus)
+    rates = ", ".join(f"{v:g} ({f94.rate_of(v, at):g} req/s)" for v in levels)
     return [
         "§9.4 parameters, draft -> this run:",
         f"  decode workers N_D: {', '.join(map(str, f94.DRAFT_WORKERS))} -> "
         f"{f94.decode_workers(gpus)} (half of {gpus} GPU hosts; the other half prefill)",
         f"  load: a sustained request stream (no rate named) -> {rates} of the knee, "
-        f"{knee:.2f} req/s (prefill of {f94.PROMPT_TOKENS:,} tokens on "
+        f"{at:.2f} req/s (prefill of {f94.PROMPT_TOKENS:,} tokens on "
         f"{f94.prefill_gpus(gpus)} GPUs)",
         f"  requests: -> {f94.PROMPT_TOKENS:,} prompt + {f94.OUTPUT_TOKENS} output tokens "
         f"({f94.MODEL}, CFG-E), no prefix cache",
@@ -196,7 +205,7 @@ def _document(fabrics: Sequence[str], gpus: int, levels: Sequence[float], trials
         "draft_trials": {test.section: [test.trials, test.trial_s]},
         "resolution": scale_for(test).describe(),  # the live lab's default scale
         "levels": list(levels),
-        "knee_rate": round(f94.knee_rate(gpus), 3),
+        "knee_rate": round(knee(gpus), 3),
         "decode_workers": f94.decode_workers(gpus),
         "prompt_tokens": f94.PROMPT_TOKENS,
         "output_tokens": f94.OUTPUT_TOKENS,
