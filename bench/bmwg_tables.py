@@ -150,6 +150,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 out += ttft_table(d)
             if section == "12.3":
                 out += linkfail_table(d)
+            if section == "9.4":
+                from bench.bmwg_jfi import fairness_section
+
+                out += fairness_section(d, _table, _cell)
     return out
 
 
@@ -659,9 +663,9 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "transfers in a trial (never completed: the replay's sender does not retransmit, and",
         "the lab lost datagrams) or had no figure, so the lab does not judge it. A",
         "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
-        "the first quick run) or has no value for that case. §6.1 is the exception: live",
-        "serving runs (`zcube-lab run`) at the live lab's default time scale, its figures",
-        "modelled ms, and its \"out of reach\" a run the lab's verdict did not trust; §12.3",
+        "the first quick run) or has no value for that case. §6.1 and §9.4 are the exception:",
+        "live serving runs (`zcube-lab run`) at the live lab's default time scale, their times",
+        "modelled ms, and their \"out of reach\" a run the lab's verdict did not trust; §12.3",
         "(a link failed during serving) is run the same way.",
         "",
         "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",

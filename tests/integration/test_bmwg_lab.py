@@ -121,3 +121,45 @@ def test_three_tests_on_two_fabrics_carry_the_kpis_they_name(
         assert f["T_transfer_p50_ms"] >= 3.6, f
     verdicts = {(c["section"], c["versus"]) for d in docs for c in d["comparison"]}
     assert {("8.2", "roft"), ("5.3", "roft"), ("6.1", "roft")} <= verdicts
+
+
+def test_decode_worker_fairness_on_two_fabrics_is_jain_over_the_decode_pool(
+    tmp_path: Path, lab_available: None
+) -> None:
+    """§9.4 at its smallest: one 5 s trial at half the knee on ZCube and ROFT. Each trial's
+    indexes are in (0, 1], over the 8 decode workers of its placement, and agree with the run's
+    own records: the engines' token and KV-byte counters against their KV logs (every request
+    pulls once and generates the profile's output tokens), the requests against the client's."""
+    from zcube_lab.core.bmwg import fairness as f94
+    from zcube_lab.core.bmwg.trials import jain
+
+    cmd = [sys.executable, "-m", "zcube_lab.cli", "bmwg", "run", "9.4", "--fabrics",
+           "zcube,roft", "--trials", "1", "--trial-seconds", "5", "--jfi-loads", "0.5",
+           "--results", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "estimated wall time" in proc.stdout and "8, 16, 32, 64 -> 8" in proc.stdout
+    assert "[2/2] §9.4 roft load 0.5 trial 1" in proc.stdout
+    (path,) = tmp_path.glob("bmwg-*/bmwg.json")
+    doc = json.loads(path.read_text())
+    assert doc["complete"] and doc["sections"] == ["9.4"] and doc["decode_workers"] == 8
+    assert {r["fabric"] for r in doc["rows"]} == {"zcube", "roft"}
+    for r in doc["rows"]:
+        f, w = r["figures"], r["workers"]
+        run = json.loads((path.parent / r["run"] / "config.json").read_text())
+        decodes = [e["engine_id"] for e in run["placement"] if e["role"] == "decode"]
+        assert f["decode_workers"] == len(decodes) == len(w["engines"]) == 8
+        assert [f"decode-{e}" for e in w["engines"]] == decodes
+        for k in ("JFI_decode", "JFI_kv", "JFI_busy"):
+            assert 1 / 8 - 1e-9 <= f[k] <= 1.0, (k, f[k])
+        tokens = w["decode"]
+        pulled = w["kv_log"]["requests"]
+        assert f["JFI_decode"] == jain(list(tokens.values()))
+        for e in w["engines"]:
+            # the engine's own counters against its KV log
+            assert tokens[e] == f94.OUTPUT_TOKENS * pulled[e], (e, tokens, pulled)
+            assert w["kv"][e] == w["kv_log"]["kv_bytes"][e]
+        summary = json.loads(next((path.parent / r["run"]).glob("summary.json")).read_text())
+        assert sum(pulled.values()) == summary["client"]["completed"] == f["requests"] > 0
+    verdicts = {(c["figure"], c["versus"]) for c in doc["comparison"]}
+    assert ("JFI_decode", "roft") in verdicts and ("TTFT_p99_ms", "roft") in verdicts

@@ -176,9 +176,11 @@ TESTS: tuple[BmwgTest, ...] = (
              "live KV pulls and EP exchanges under the controller's routing policies",
              ("JFI", "Link_utilization")),
     BmwgTest("9.4", "Jain fairness index for decode worker utilization", RUNNABLE,
-             "live serving; decode pools as far as the fabric's GPU hosts reach",
+             "live serving; decode pools as far as the fabric's GPU hosts reach (half of "
+             "them, the other half prefilling: 8 on 16)",
              ("JFI_decode", "TPS_output"),
-             (Param("decode workers", (8, 16, 32, 64), WORKERS),)),
+             (Param("decode workers", (8, 16, 32, 64), WORKERS),),
+             runner=True),
     BmwgTest("10.1", "TTFT under varying prompt lengths", RUNNABLE,
              "single requests on the live lab, TTFT split as in 6.1",
              ("TTFT", "T_transfer", "fabric_fraction"),

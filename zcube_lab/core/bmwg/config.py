@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from zcube_lab.core.bmwg.fairness import loads as jfi_levels
 from zcube_lab.core.bmwg.ttft import prompt_lengths
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.options import option
@@ -82,6 +83,10 @@ class BmwgConfig:
         "512, 1024, 2048, 4096, 8192, 16384)"
     )  # fmt: skip
     rate: float = option(1.0, help="6.1: requests per modelled second of each live run")
+    jfi_loads: str = option(
+        "", metavar="SHARE,...", help="9.4: offered load as a share of the prefill pool's "
+        "knee, 0.05 to 1.5 (default: 0.5, 0.9; the draft names no rate)"
+    )  # fmt: skip
     retries: int = option(
         2, help="6.1, 12.3: run a live run again (same seed) when the lab's verdict rejected it "
         "for the machine's reasons alone, up to this many times"
@@ -124,6 +129,7 @@ class BmwgConfig:
         if not self.rate > 0:
             raise ConfigError("rate", self.rate, "a positive rate in requests per second")
         prompt_lengths(self.prompts)  # a ConfigError naming the field
+        jfi_levels(self.jfi_loads)
         for name in ("n_burst", "pairs", "qps"):
             for v in numbers(getattr(self, name), name):
                 if v != int(v):
@@ -164,6 +170,10 @@ class BmwgConfig:
     @property
     def prompt_lengths(self) -> tuple[int, ...]:
         return prompt_lengths(self.prompts)
+
+    @property
+    def jfi_levels(self) -> tuple[float, ...]:
+        return jfi_levels(self.jfi_loads)
 
     @property
     def bg_loads(self) -> tuple[float, ...] | None:

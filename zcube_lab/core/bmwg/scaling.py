@@ -55,9 +55,9 @@ def scale_for(test: BmwgTest, slowest_port_gbps: float = SLOWEST_PORT_GBPS) -> T
 
 def host_limit(kind: str, hosts: int) -> int:
     """The most of a host count the fabric carries: senders into one host (hosts - 1),
-    disjoint pairs (hosts / 2), EP ranks (hosts), decode workers beside one prefill
-    (hosts - 1)."""
-    return {SENDERS: hosts - 1, PAIRS: hosts // 2, EP_SIZE: hosts, WORKERS: hosts - 1}[kind]
+    disjoint pairs (hosts / 2), EP ranks (hosts), decode workers beside as many prefill
+    GPU hosts (hosts / 2: §9.4's pools)."""
+    return {SENDERS: hosts - 1, PAIRS: hosts // 2, EP_SIZE: hosts, WORKERS: hosts // 2}[kind]
 
 
 def lab_counts(kind: str, values: Iterable[float], hosts: int) -> tuple[int, ...]:

@@ -36,8 +36,9 @@ def check_trial_seconds(seconds: float) -> None:
     the field (the replay tests' trials are milliseconds: run §6.1 in a command of its own)."""
     if seconds < MIN_RUN_S:
         raise ConfigError(
-            "trial_seconds", seconds, f"at least {MIN_RUN_S:g} s for §6.1's live serving runs "
-            "(run 6.1 in its own command when the replay tests' trials are shorter)"
+            "trial_seconds", seconds, f"at least {MIN_RUN_S:g} s for the live serving runs "
+            "(§6.1, §9.4, §12.3: run them in a command of their own when the replay tests' "
+            "trials are shorter)"
         )  # fmt: skip
 
 

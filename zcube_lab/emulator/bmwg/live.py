@@ -122,8 +122,7 @@ def _trial(argv: list[str], run_dir: Path, retries: int,
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(
-                f"{run_dir.name}: `zcube-lab run` exited {done.returncode}:\n"
-                f"{done.stderr[-2000:]}"
+                f"{run_dir.name}: `zcube-lab run` exited {done.returncode}:\n{done.stderr[-2000:]}"
             )
         (path,) = set(run_dir.glob("*/summary.json")) - seen
         seen.add(path)
