@@ -470,10 +470,10 @@ defined once in [the glossary]({glossary}).
   a frame of {frame_us} µs against a buffer share's {share_us} µs). [Replayed at a {fine_frame} µs
   frame](results/fine-scale.md), pauses form on {fine_paused}: EP beside KV at {mix_load} of its
   NICs took {mix_ep} its time alone ({mix_fabrics}{mix_lost}), in production's
-  busiest {prod_window} s {prod_ep} ({prod_fabrics}); a victim beside a {incast} incast keeps
-  {fine_victim} of its rate, {fine_victim_way} (live: {victim_zcube} on ZCube, {victim_roft} on
-  {roft2}, {way}). The lab's pause reaction ({fine_reaction} µs) is {fine_late} a tenth of a
-  share's drain: which fabric the mechanism favours is {fine_word}.
+  busiest {prod_window} s {prod_ep} ({prod_fabrics}), where {prod_victims}; a victim
+  beside a {incast} incast keeps {fine_victim} of its rate, {fine_victim_way} (live: {victim_zcube}
+  on ZCube, {victim_roft} on {roft2}, {way}). The lab's pause reaction ({fine_reaction} µs) is
+  {fine_late} a tenth of a share's drain: which fabric the mechanism favours is {fine_word}.
 - **CapEx ({claim_capex}): reproduced as arithmetic**: `zcube-lab cost` at {cost_gpus} GPUs
   prices {cost_z_switches} switches against {cost_r_switches} ({cost_switches_pct}), optics
   {cost_optics_pct}.

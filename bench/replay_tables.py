@@ -711,7 +711,38 @@ def fine_figures(folder: Path = DATA) -> dict[str, str]:
     out["prod_fine_pauses"] = " / ".join(
         f"{p[f]['mixed']['pauses']['pause_frames']:,}" for f in order if f in p
     )
+    out["prod_victims"] = production_victims(load("production-busiest-trials", folder), order)
     return out
+
+
+def production_victims(data: dict[str, Any], order: Sequence[str]) -> str:
+    """What the trials of production's busiest window say of EP victims, as the answer puts it:
+    one figure when every trial on every fabric agrees, else each fabric's range."""
+    per = {
+        f: [t["mixed"]["victims"] for t in data["fabrics"][f]["trials"]]
+        for f in order
+        if f in data["fabrics"]
+    }
+    runs = [v for vs in per.values() for v in vs]
+    trusted = sum(
+        t["mixed"]["verdict"]["trusted"] for e in data["fabrics"].values() for t in e["trials"]
+    )
+    counts = {(v["ep_victims"], v["ep_exchanges"]) for v in runs}
+    trials = {len(vs) for vs in per.values()}
+    each = f"each of {trials.pop()} trials" if len(trials) == 1 else "every trial"
+    if len(counts) == 1:
+        (victims, exchanges) = counts.pop()
+        head = (
+            f"{victims} of its {exchanges} EP exchanges waited behind a KV-raised pause in "
+            f"{each} on every fabric"
+        )
+    else:
+        head = (
+            "EP exchanges behind a KV-raised pause "
+            + " / ".join(span_text([v["ep_victims"] for v in per[f]], "d") for f in per)
+            + f" ({' / '.join(LABEL[f] for f in per)})"
+        )
+    return f"{head} ({trusted} of {len(runs)} replays trusted)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

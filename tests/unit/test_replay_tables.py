@@ -297,3 +297,23 @@ def test_the_production_victims_table_reads_each_trials_victims_known_answer(tmp
         "averaged 93% busy (allowed 90%) |",
         "| ZCube | 2 | 0 of 4 | 0 | 10 (10 / 0 / 0) | 50% | yes |",
     ]
+
+
+def test_the_answer_says_the_production_windows_victims_known_answer():
+    from bench.replay_tables import production_victims
+
+    def t(victims: int, trusted: bool) -> dict:
+        return {"mixed": {"victims": {"ep_victims": victims, "ep_exchanges": 4},
+                          "verdict": {"trusted": trusted}}}  # fmt: skip
+
+    agree = {"fabrics": {"zcube": {"trials": [t(1, True), t(1, False)]},
+                         "roft": {"trials": [t(1, False), t(1, False)]}}}  # fmt: skip
+    assert production_victims(agree, ["zcube", "roft", "clos"]) == (
+        "1 of its 4 EP exchanges waited behind a KV-raised pause in each of 2 trials on every "
+        "fabric (1 of 4 replays trusted)"
+    )
+    differ = {"fabrics": {"zcube": {"trials": [t(0, True), t(2, True)]},
+                          "roft": {"trials": [t(1, True), t(1, True)]}}}  # fmt: skip
+    assert production_victims(differ, ["zcube", "roft"]) == (
+        "EP exchanges behind a KV-raised pause 0-2 / 1 (ZCube / ROFT) (4 of 4 replays trusted)"
+    )
