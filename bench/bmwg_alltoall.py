@@ -22,18 +22,19 @@ def alltoall_section(d: Mapping[str, Any], section: str, table: Callable[..., li
                      cell: Callable[[Any], str]) -> list[str]:  # fmt: skip
     """The extra table of a §7.1 or §7.3 run: one row per measured case and fabric."""
     head = ["EP size", "tokens a GPU", "dispatch a peer", "fabric", "k", "ideal µs",
-            "p50 / ideal", "exchanges a trial", "PFC frames"]  # fmt: skip
+            "p50 / ideal", "exchanges measured", "PFC frames"]  # fmt: skip
     rows = []
     for s in d["summary"]:
         p, f = s["params"], s["figures"]
         if s["section"] != section or "vs_ep_size" in p:
             continue
-        ideal = f.get("EP_alltoall_latency_ideal_us") or {}
+        ideal = (f.get("EP_alltoall_latency_ideal_us") or {}).get("mean")
         size = (f.get("dispatch_bytes_per_peer") or {}).get("mean")
         rows.append([str(p["ep_size"]), str(p["tokens"]),
                      "-" if size is None else f"{size / 1e3:,.0f} KB",
                      LABEL.get(s["fabric"], s["fabric"]), _ks(d, section, s["case"], s["fabric"]),
-                     cell(ideal) if ideal else "-", cell(f.get("latency_over_ideal_p50")),
+                     "-" if ideal is None else f"{ideal:,.0f}",
+                     cell(f.get("latency_over_ideal_p50")),
                      cell(f.get("exchanges")), cell(f.get("PFC_frame_count"))])  # fmt: skip
     if not rows:
         return []
