@@ -137,6 +137,8 @@ def test_scaling_efficiency_is_each_size_over_the_smallest_in_its_trial():
     assert got[(1, "ep_size=16, tokens=128, vs_ep_size=4")] == {
         "scaling_efficiency": 0.75, "incomplete": 1}  # fmt: skip
     assert len(got) == 3
+    params = {"ep_size": 16, "tokens": 128, "vs_ep_size": 4}
+    assert plan.label_of(params) == "ep_size=16, tokens=128, vs_ep_size=4"
 
 
 def test_the_comparison_judges_bandwidth_higher_and_latency_lower_as_better():

@@ -177,8 +177,6 @@ def scaling_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     bandwidth per GPU holds as the group widens: the bytes a GPU sends per exchange barely
     change with the size); case "ep_size=G, tokens=T, vs_ep_size=G0"; `incomplete` from both
     rows (any lost transfer makes it out of reach)."""
-    from zcube_lab.core.bmwg.plan import label_of
-
     groups: dict[tuple[int, str, int], list[Mapping[str, Any]]] = {}
     for r in rows:
         if r["section"] == "7.3" and "ep_size" in r["params"]:
@@ -196,12 +194,18 @@ def scaling_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             lost = int(r["figures"].get("incomplete") or 0)
             lost += int(base["figures"].get("incomplete") or 0)
             out.append({
-                "section": "7.3", "case": label_of(params), "params": params,
+                "section": "7.3", "case": _label(params), "params": params,
                 "fabric": fabric, "trial": trial,
                 "figures": {"scaling_efficiency": b / b0 if b is not None and b0 else None,
                             "incomplete": lost},
             })  # fmt: skip
     return out
+
+
+def _label(params: Mapping[str, int]) -> str:
+    """A case label as `zcube_lab.core.bmwg.plan.label_of` writes whole numbers (not imported:
+    plan imports this module)."""
+    return ", ".join(f"{k}={int(v)}" for k, v in params.items())
 
 
 def note(sections: Sequence[str]) -> list[str]:
