@@ -150,6 +150,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 out += ttft_table(d)
             if section == "12.3":
                 out += linkfail_table(d)
+            if section in ("7.1", "7.3"):
+                from bench.bmwg_alltoall import alltoall_section
+
+                out += alltoall_section(d, section, _table, _cell)
             if section == "9.4":
                 from bench.bmwg_jfi import fairness_section
 

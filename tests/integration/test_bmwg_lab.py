@@ -163,3 +163,38 @@ def test_decode_worker_fairness_on_two_fabrics_is_jain_over_the_decode_pool(
         assert sum(pulled.values()) == summary["client"]["completed"] == f["requests"] > 0
     verdicts = {(c["figure"], c["versus"]) for c in doc["comparison"]}
     assert ("JFI_decode", "roft") in verdicts and ("TTFT_p99_ms", "roft") in verdicts
+
+
+def test_ep_alltoall_dispatch_on_two_fabrics_carries_latency_and_throughput(
+    tmp_path: Path, lab_available: None
+) -> None:
+    """§7.1 at its smallest: 128 tokens a GPU at EP 4, one 1 ms trial on ZCube and ROFT. Every
+    exchange's latency is at least its time alone at line rate, so a GPU's throughput is at
+    most its NIC's 50 GB/s; the KPIs the test names are carried and compared."""
+    from zcube_lab.core.bmwg import alltoall as a2a
+
+    cmd = [sys.executable, "-m", "zcube_lab.cli", "bmwg", "run", "7.1", "--fabrics",
+           "zcube,roft", "--trials", "1", "--trial-seconds", "0.001", "--tokens", "128",
+           "--ep-sizes", "4", "--results", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "[2/2] §7.1 roft ep_size=4, tokens=128 trial 1" in proc.stdout
+    (path,) = tmp_path.glob("bmwg-*/bmwg.json")
+    doc = json.loads(path.read_text())
+    assert doc["complete"] and doc["sections"] == ["7.1"]
+    assert {r["fabric"] for r in doc["rows"]} == {"zcube", "roft"}
+    ideal_us = a2a.ideal_s(128, 4) * 1e6  # 3 x 256 tokens x 21,728 B through 400 Gb/s: 334 µs
+    for r in doc["rows"]:
+        f = r["figures"]
+        assert r["dilation"] >= 120 and r["recordings"]["ep"]["transfers"] == f["transfers"]
+        assert {"EP_alltoall_latency", "EP_alltoall_bandwidth"} <= _kpis_carried("7.1", f)
+        assert f["dispatch_bytes_per_peer"] == 256 * 7392
+        if f["incomplete"]:
+            continue  # a lost datagram leaves its exchange out; the comparison says so
+        assert f["exchanges"] == f["exchanges_run"] >= 2
+        assert ideal_us * 0.98 <= f["EP_alltoall_latency_p50_us"]
+        assert f["EP_alltoall_latency_p50_us"] <= f["EP_alltoall_latency_p99_us"]
+        assert 0 < f["EP_alltoall_bandwidth_GBps"] <= 50 * 1.02
+    verdicts = {(c["figure"], c["versus"]) for c in doc["comparison"]}
+    assert ("EP_alltoall_bandwidth_GBps", "roft") in verdicts
+    assert ("EP_alltoall_latency_p99_us", "roft") in verdicts

@@ -78,6 +78,14 @@ class BmwgConfig:
         "", metavar="FRACTION,...", help="10.4: background levels, 0 to 0.95 (default: the "
         "draft's 0 to 0.95 in steps of 0.05; fewer for a quick look)"
     )  # fmt: skip
+    tokens: str = option(
+        "", metavar="N,...", help="7.1, 7.3: tokens a GPU dispatches per exchange (default: "
+        "7.1 8, 32, 128, 512; 7.3 the draft's 128; a dispatch under 2 frames is not run)"
+    )  # fmt: skip
+    ep_sizes: str = option(
+        "", metavar="N,...", help="7.1, 7.3: EP group sizes, 2 to the GPU hosts (default: 7.1 "
+        "8; 7.3 4, 8, 16, as far as the hosts reach)"
+    )  # fmt: skip
     prompts: str = option(
         "", metavar="N,...", help="6.1: prompt lengths in tokens (default: the draft's 128, "
         "512, 1024, 2048, 4096, 8192, 16384)"
@@ -130,7 +138,7 @@ class BmwgConfig:
             raise ConfigError("rate", self.rate, "a positive rate in requests per second")
         prompt_lengths(self.prompts)  # a ConfigError naming the field
         jfi_levels(self.jfi_loads)
-        for name in ("n_burst", "pairs", "qps"):
+        for name in ("n_burst", "pairs", "qps", "tokens", "ep_sizes"):
             for v in numbers(getattr(self, name), name):
                 if v != int(v):
                     raise ConfigError(name, v, "whole numbers")
@@ -166,6 +174,14 @@ class BmwgConfig:
     @property
     def qp_counts(self) -> tuple[int, ...] | None:
         return tuple(int(v) for v in numbers(self.qps, "qps")) or None
+
+    @property
+    def ep_tokens(self) -> tuple[int, ...] | None:
+        return tuple(int(v) for v in numbers(self.tokens, "tokens")) or None
+
+    @property
+    def ep_group_sizes(self) -> tuple[int, ...] | None:
+        return tuple(int(v) for v in numbers(self.ep_sizes, "ep_sizes")) or None
 
     @property
     def prompt_lengths(self) -> tuple[int, ...]:

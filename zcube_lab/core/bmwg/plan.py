@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from zcube_lab.core.bmwg import alltoall as a2a
 from zcube_lab.core.bmwg import catalogue as cat
 from zcube_lab.core.bmwg.config import MAX_LEVEL, BmwgConfig
 from zcube_lab.core.bmwg.scaling import check_counts, lab_counts, lab_qps
@@ -59,6 +60,8 @@ LAB_WALL_S = 5.0
 REPLAY_FIXED_WALL_S = 0.8
 # §5.1 and §5.2 are not fitted yet: §5.3's one-pair figure, §5.2's per pair of hosts.
 SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.6, "5.1": 0.6, "5.2": 0.6, "10.4": 0.6}
+# §7.1 and §7.3 (EP alone): §7.4's chained EP figure until fitted
+SLOWDOWN.update({s: 5.5 for s in a2a.SECTIONS})
 ROUNDS_MAX = 16
 KV_SPACING = 4.0
 KV_MAX = 64
@@ -286,6 +289,8 @@ def trial_recordings(
         return {"pairs": pairs(hosts, int(p["pairs"]), trial_s, seed)}
     if case.section == "5.1":
         return {"qps": qp_trains(hosts, float(p["size_bytes"]), int(p["qps"]), trial_s)}
+    if case.section in a2a.SECTIONS:
+        return {"ep": a2a.exchanges(hosts, int(p["tokens"]), int(p["ep_size"]), trial_s)}
     if case.section in LOADED:
         return {"loaded": loaded(hosts, float(p["size_bytes"]), float(p["bg_load"]), trial_s,
                                  seed)}  # fmt: skip
@@ -447,6 +452,10 @@ def cases(
                     out.append(Case(t.section, params, chip_share,
                                     share,
                                     ("loaded",)))  # fmt: skip
+        elif t.section in a2a.SECTIONS:
+            ok, no = a2a.case_params(t.section, hosts, ts, cfg.ep_tokens, cfg.ep_group_sizes)
+            refused += [Refused(t.section, params, why) for params, why in no]
+            out += [Case(t.section, params, chip_share, share, ("ep",)) for params in ok]
         elif t.section == "7.4":
             for load in cfg.kv_loads or DRAFT_KV_LOADS:
                 out.append(
@@ -481,6 +490,8 @@ def trial_size(case: Case, hosts: Sequence[str], trial_s: float) -> tuple[int, f
         size, q = float(p["size_bytes"]), int(p["qps"])
         rounds = qp_rounds(size, q, trial_s)
         return rounds * q, rounds * line_s(q * size)
+    if case.section in a2a.SECTIONS:
+        return a2a.trial_size(int(p["tokens"]), int(p["ep_size"]), trial_s)
     if case.section in LOADED:
         size, load = float(p["size_bytes"]), float(p["bg_load"])
         n = kv_count(size, trial_s)

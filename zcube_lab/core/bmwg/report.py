@@ -34,6 +34,17 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     "6.1": ("TTFT_p50_ms", "T_transfer_p50_ms", "T_transfer_p99_ms"),
     "12.3": ("failed_requests", "TTFT_p99_during_ms", "recovery_time_s"),
     "9.4": ("JFI_decode", "JFI_kv", "JFI_busy", "TTFT_p99_ms"),
+    "7.1": (
+        "EP_alltoall_latency_p50_us",
+        "EP_alltoall_latency_p99_us",
+        "EP_alltoall_bandwidth_GBps",
+    ),
+    "7.3": (
+        "EP_alltoall_latency_p50_us",
+        "EP_alltoall_latency_p99_us",
+        "EP_alltoall_bandwidth_GBps",
+        "scaling_efficiency",
+    ),
     "7.4": (
         "contention_penalty_kv",
         "contention_penalty_ep",
@@ -44,6 +55,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
 # Figures where more is better; lower is better for the rest.
 HIGHER_IS_BETTER = (
     "KV_xfer_bandwidth_GBps", "JFI", "inflection_point", "JFI_decode", "JFI_kv", "JFI_busy",
+    "EP_alltoall_bandwidth_GBps", "scaling_efficiency",
 )  # fmt: skip
 REFERENCE = "zcube"
 # Figures whose mean above 0 makes a case's comparison out of reach (§6.1, §9.4: a live run
@@ -324,8 +336,11 @@ def _widened(fig: Mapping[str, Any], by: float) -> Interval:
 
 
 def summary_of(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """`summarize` of the trial rows and of §10.4's per-trial inflection rows."""
-    return summarize([*rows, *inflection_rows(rows)])
+    """`summarize` of the trial rows, of §10.4's per-trial inflection rows and of §7.3's
+    scaling rows."""
+    from zcube_lab.core.bmwg.alltoall import scaling_rows
+
+    return summarize([*rows, *inflection_rows(rows), *scaling_rows(rows)])
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

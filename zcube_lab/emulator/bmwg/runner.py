@@ -102,6 +102,9 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
             "value at the lowest level, per trial; a trial whose levels up to it fell short "
             "of their background or lost transfers is out of reach"
         )
+    from zcube_lab.core.bmwg.alltoall import note as a2a_note
+
+    notes += a2a_note([t.section for t in tests])
     ks = sorted({c.dilation for c in cases})
     notes.append(
         f"pace: k = {', '.join(f'{k:g}' for k in ks)} by case (the per-port budget's "
@@ -315,6 +318,10 @@ def _figures(case: bplan.Case, recs: dict[str, Any], results: dict[str, Any],
              run_dir: Path) -> dict[str, Any]:  # fmt: skip
     """The trial's figures; §5.1's, §5.2's, §5.3's and §10.4's from the agents' per-transfer
     times (the driver's output)."""
+    if case.section in ("7.1", "7.3"):
+        from zcube_lab.core.bmwg.alltoall import trial_figures as a2a_figures
+
+        return a2a_figures(recs["ep"], results["ep"])
     name = {"5.3": "pairs", "5.1": "qps", "5.2": "loaded", "10.4": "loaded"}.get(case.section)
     if name is None:
         return report.trial_figures(case.section, results)
@@ -345,6 +352,14 @@ def _headline(row: dict[str, Any]) -> str:
         vals = [f.get(k) for k in report.HEADLINE["5.2"]]
         text = "/".join("-" if v is None else f"{v:,.0f}" for v in vals)
         return f"KV FCT p50/p99/p99.9 {text} µs, {f['incomplete']} incomplete"
+    if row["section"] in ("7.1", "7.3"):
+        vals = [f.get(k) for k in ("EP_alltoall_latency_p50_us", "EP_alltoall_latency_p99_us")]
+        bw = f.get("EP_alltoall_bandwidth_GBps")
+        return (
+            f"EP_alltoall_latency p50/p99 "
+            f"{'/'.join('-' if v is None else f'{v:,.0f}' for v in vals)} µs, "
+            f"{'-' if bw is None else f'{bw:.1f}'} GB/s a GPU, {f['incomplete']} incomplete"
+        )
     if row["section"] in ("5.3", "5.1"):
         bw, jfi = f.get("KV_xfer_bandwidth_GBps"), f.get("JFI")
         bw_t = "-" if bw is None else f"{bw:.1f}"
