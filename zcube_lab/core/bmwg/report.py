@@ -34,6 +34,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     "6.1": ("TTFT_p50_ms", "T_transfer_p50_ms", "T_transfer_p99_ms"),
     "12.3": ("failed_requests", "TTFT_p99_during_ms", "recovery_time_s"),
     "9.4": ("JFI_decode", "JFI_kv", "JFI_busy", "TTFT_p99_ms"),
+    "10.2": ("ITL_p50_ms", "ITL_p99_ms", "ITL_p999_ms", "stall_share"),
     "7.4": (
         "contention_penalty_kv",
         "contention_penalty_ep",
