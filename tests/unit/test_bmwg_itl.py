@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import bmwg_itl
+from bench.bmwg_tables import _cell, _table
 from zcube_lab.cli import main
 from zcube_lab.core.bmwg import catalogue as cat
 from zcube_lab.core.bmwg import itl, report
@@ -150,3 +152,41 @@ def test_10_2_is_run_by_bmwg_run(capsys) -> None:
     assert "  run  " in line
     assert main(["bmwg", "run", "10.2", "--trial-seconds", "1"]) == 2  # a live run's minimum
     assert "trial_seconds" in capsys.readouterr().err
+
+
+def _doc(rows: list[dict]) -> dict:
+    summary = report.summarize(rows)
+    return {"sections": ["10.2"], "fabrics": ["zcube", "roft", "clos"], "trials": 2,
+            "trial_seconds": 15, "draft_trials": {"10.2": [20, 60.0]}, "rates": [1.0],
+            "rows": rows, "summary": summary, "comparison": report.compare(summary)}  # fmt: skip
+
+
+def test_the_page_s_section_has_the_parameters_a_row_per_fabric_and_says_what_sets_the_gaps(
+) -> None:  # fmt: skip
+    rows = [_srow("zcube", 0, 40.0), _srow("zcube", 1, 40.2),
+            _srow("roft", 0, 40.1), _srow("roft", 1, 40.0)]  # fmt: skip
+    d = _doc(rows)
+    text = "\n".join(bmwg_itl.itl_section(d, _table, _cell))
+    assert "| trials | 20 x 60 s | 2 x 15 s |" in text
+    assert "| 1 req/s | ZCube | 30.1 ± 0.635 | - | 40.1 ± 1.27 |" in text
+    assert "| 1 req/s | ROFT |" in text and "2 of 2 |" in text
+    assert "decode step" in text and "measured tie" in text
+    assert "All 4 comparisons" in text  # roft only: 4 headline figures, all within
+    (line,) = bmwg_itl.itl_sentences([d])
+    assert "p50 spans 30.1-30.1 ms" in line and "4 of 4 comparisons" in line
+    assert bmwg_itl.itl_sentences([]) == []
+
+
+def test_the_cdf_graph_draws_one_line_a_trial_labelled_once_a_fabric() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [{**_srow(f, t, 40.0), "itl_cdf_ms": [[30.0, 0.5], [45.0, 1.0]]}
+            for f in ("zcube", "roft") for t in (0, 1)]  # fmt: skip
+    fig, ax = plt.subplots()
+    bmwg_itl.draw_cdf(ax, _doc(rows))
+    assert len(ax.lines) == 4
+    assert [t.get_text() for t in ax.legend().get_texts()] == ["ZCube", "ROFT"]
+    plt.close(fig)
