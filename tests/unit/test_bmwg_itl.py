@@ -91,8 +91,12 @@ def test_a_trial_pools_every_gap_of_every_completed_request_and_takes_tpot_per_r
 
 
 def test_the_cdf_points_end_at_the_largest_gap_and_rise() -> None:
-    pts = itl.cdf_points([0.010, 0.020, 0.030, 0.040], points=4)
+    pts = itl.cdf_points([0.010, 0.020, 0.030, 0.040], points=4, tail=False)
     assert pts == [[10.0, 0.25], [20.0, 0.5], [30.0, 0.75], [40.0, 1.0]]
+    # 10,000 gaps of 1..10,000 µs: the tail points are the order statistics at those shares
+    tail = dict((s, ms) for ms, s in itl.cdf_points([k / 1e6 for k in range(1, 10001)], 4))
+    assert tail[0.999] == 9.99 and tail[0.9999] == 9.999 and tail[0.5] == 5.0
+    assert tail[1.0] == 10.0 and len(tail) == 4 + 18
     assert itl.cdf_points([]) == []
 
 

@@ -153,15 +153,19 @@ def trial_figures(summary: Mapping[str, Any], records: Sequence[Mapping[str, Any
     return figs
 
 
-def cdf_points(gaps_s: Sequence[float], points: int = 200) -> list[list[float]]:
+def cdf_points(gaps_s: Sequence[float], points: int = 200, tail: bool = True) -> list[list[float]]:
     """A compact empirical CDF of the gaps: [ms, share at or below] at `points` evenly spaced
-    shares, plus the maximum (for a graph without keeping every gap)."""
+    shares and, with `tail`, at 0.991-0.999 and 0.9991-0.9999 too (the tail a CCDF draws),
+    ending at the maximum (for a graph without keeping every gap)."""
     data = sorted(gaps_s)
     if not data:
         return []
+    shares = {i / points for i in range(1, points + 1)}
+    if tail:
+        shares |= {round(1 - k / 1000, 6) for k in range(1, 10)}
+        shares |= {round(1 - k / 10000, 6) for k in range(1, 10)}
     out = []
-    for i in range(1, points + 1):
-        share = i / points
+    for share in sorted(shares):
         k = max(0, math.ceil(share * len(data)) - 1)
         out.append([round(data[k] * 1e3, 4), round(share, 6)])
     return out
