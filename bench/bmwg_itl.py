@@ -6,10 +6,12 @@ fabric, every trial's gaps). `bench.bmwg_tables` puts them in place."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from zcube_lab.core.bmwg import itl as i102
+from zcube_lab.core.bmwg import report
 from zcube_lab.core.bmwg.trials import HIGHER, LOWER, OUT_OF_REACH, WITHIN
 
 LABEL = {"zcube": "ZCube", "roft": "ROFT", "clos": "Clos"}
@@ -51,6 +53,28 @@ def fabric_rows(d: Mapping[str, Any], cell: Callable[[Any], str]) -> list[list[s
     return out
 
 
+def raw_comparison(d: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The comparison over every trial's figures as if the lab's verdict had trusted each run:
+    what the figures say, shown beside the verdict when a run was not trusted (not a
+    verdict itself)."""
+    rows = [{**r, "figures": {**r["figures"], "untrusted": 0}} for r in d["rows"]
+            if r["section"] == "10.2"]  # fmt: skip
+    return report.compare(report.summarize(rows))
+
+
+def untrusted_kinds(d: Mapping[str, Any]) -> dict[str, int]:
+    """The lab verdict's reasons of the untrusted §10.2 trials, by kind (the reason's text
+    before its first ":" or number), as the count of trials carrying each."""
+    out: dict[str, int] = {}
+    for r in d["rows"]:
+        if r["section"] != "10.2" or not r["figures"].get("untrusted"):
+            continue
+        kinds = {re.split(r"[:0-9]", x, maxsplit=1)[0].strip() for x in r.get("reasons") or []}
+        for k in kinds:
+            out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def verdict_words(d: Mapping[str, Any]) -> str:
     """The fabric comparison of a §10.2 run in a sentence."""
     cs = [c for c in d["comparison"] if c["section"] == "10.2"]
@@ -74,7 +98,18 @@ def verdict_words(d: Mapping[str, Any]) -> str:
         text += f", {len(reach)} out of reach (a run the lab's verdict did not trust)"
     if parts:
         text += "; beyond it: " + "; ".join(parts)
-    return text + "."
+    text += "."
+    if reach:
+        kinds = "; ".join(
+            f"{k} ({n} trial{'' if n == 1 else 's'})" for k, n in untrusted_kinds(d).items()
+        )
+        raw = raw_comparison(d)
+        same = sum(1 for c in raw if c["verdict"] == WITHIN)
+        text += (
+            f" The verdict's reasons: {kinds}. Taking every trial's figures as they are (not "
+            f"a verdict), {same} of {len(raw)} comparisons are within the trials' spread."
+        )
+    return text
 
 
 def itl_section(d: Mapping[str, Any], table: Callable[..., list[str]],
@@ -112,11 +147,22 @@ def itl_sentences(docs: Sequence[Mapping[str, Any]]) -> list[str]:
 
     cs = [c for d in ds for c in d["comparison"] if c["section"] == "10.2"]
     within = sum(1 for c in cs if c["verdict"] == WITHIN)
-    return [
+    reach = sum(1 for c in cs if c["verdict"] == OUT_OF_REACH)
+    raw = [c for d in ds for c in raw_comparison(d)]
+    raw_within = sum(1 for c in raw if c["verdict"] == WITHIN)
+    text = (
         f"In §10.2 (long-output requests, every token stamped) the fabrics' mean ITL p50 spans "
         f"{span('ITL_p50_ms')} ms and p99.9 {span('ITL_p999_ms')} ms; {within} of {len(cs)} "
-        "comparisons are within the trials' spread: the decode step, not the fabric, sets the "
-        "gaps at this time scale."
+        "comparisons are within the trials' spread"
+    )
+    if reach:
+        text += (
+            f" and {reach} out of reach (runs the lab's verdict did not trust), while every "
+            f"trial's figures taken as they are put {raw_within} of {len(raw)} within it"
+        )
+    return [
+        text + ": at this time scale the decode step, not the fabric, sets the gaps (no "
+        "background load or EP dispatches ran beside them)."
     ]
 
 

@@ -361,7 +361,7 @@ def graph_specs(docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, Mappi
         "5.3": "§5.3 aggregate KV_xfer_bandwidth and JFI against concurrent pairs",
         "5.2": "§5.2 KV p99 against background level; dashed: the inflection of the mean p99",
         "10.4": "§10.4 KV p99 against background level; dashed: the trials' mean inflection point",
-        "10.2": "§10.2 ITL CDF per fabric, every trial's gaps",
+        "10.2": "§10.2 ITL complementary CDF per fabric, one line a trial",
     }
     return [(f"{section}-{_stem(d)}.png", f"{captions[section]} ({_src(d)})", d)
             for d in docs for section in d["sections"] if section in captions]  # fmt: skip

@@ -118,7 +118,7 @@ def test_the_parameters_are_printed_beside_the_draft_s() -> None:
     assert "2,048 output tokens" in rows["requests"][1] and "512 output" in rows["requests"][2]
     assert rows["trials"][1:] == ("20 x 60 s", "2 x 15 s")
     assert "100 ms" in rows["stall"][1]
-    assert rows["samples"][2] == "~7,665 a trial"  # 1 req/s x 15 s x 511 gaps
+    assert rows["samples"][2] == "~7,665 a trial, ~15,330 over the trials"  # 1 x 15 x 511
 
 
 def test_the_wall_estimate_counts_every_run_with_its_drain() -> None:
@@ -194,3 +194,19 @@ def test_the_cdf_graph_draws_one_line_a_trial_labelled_once_a_fabric() -> None:
     assert len(ax.lines) == 4
     assert [t.get_text() for t in ax.legend().get_texts()] == ["ZCube", "ROFT"]
     plt.close(fig)
+
+
+def test_an_untrusted_run_puts_the_verdict_out_of_reach_and_the_page_says_why_and_the_raw_tie(
+) -> None:  # fmt: skip
+    cpu_kv, kv = ["cpu1 above 95% busy in 26%", "KV pulls: p50 1.52x"], ["KV pulls: p50 1.82x"]
+    rows = [_srow("zcube", 0, 40.0), _srow("zcube", 1, 40.2),
+            {**_srow("roft", 0, 40.1, untrusted=1), "reasons": cpu_kv},
+            {**_srow("roft", 1, 40.0, untrusted=1), "reasons": kv}]  # fmt: skip
+    d = _doc(rows)
+    assert bmwg_itl.untrusted_kinds(d) == {"KV pulls": 2, "cpu": 1}
+    words = bmwg_itl.verdict_words(d)
+    assert "0 of 4 comparisons within the trials' spread, 4 out of reach" in words
+    assert "KV pulls (2 trials); cpu (1 trial)" in words
+    assert "(not a verdict), 4 of 4 comparisons are within" in words
+    (line,) = bmwg_itl.itl_sentences([d])
+    assert "0 of 4 comparisons" in line and "4 out of reach" in line and "put 4 of 4" in line

@@ -191,6 +191,7 @@ def parameter_rows(trials: int, trial_seconds: float, draft_trials: int, draft_s
         ("stall", f"ITL > {DRAFT_STALL_MS:g} ms (count)",
          f"count > {DRAFT_STALL_MS:g} ms, and share > {STALL_FACTOR:g} x the trial's p50"),
         ("samples", f">= {DRAFT_SAMPLES:,} gaps a condition",
-         f"~{rate * trial_seconds * (OUTPUT_TOKENS - 1):,.0f} a trial"),
+         f"~{rate * trial_seconds * (OUTPUT_TOKENS - 1):,.0f} a trial, "
+         f"~{trials * rate * trial_seconds * (OUTPUT_TOKENS - 1):,.0f} over the trials"),
         ("trials", f"{draft_trials} x {draft_s:g} s", f"{trials} x {trial_seconds:g} s"),
     ]  # fmt: skip
