@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.bmwg_itl import itl_sentences
 from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, RUNNERS, TESTS, test_of
 from zcube_lab.core.bmwg.plan import relabel
 from zcube_lab.core.bmwg.report import (
@@ -158,6 +159,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_jfi import fairness_section
 
                 out += fairness_section(d, _table, _cell)
+            if section == "10.2":
+                from bench.bmwg_itl import itl_section
+
+                out += itl_section(d, _table, _cell)
     return out
 
 
@@ -360,6 +365,7 @@ def graph_specs(docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, Mappi
         "5.3": "§5.3 aggregate KV_xfer_bandwidth and JFI against concurrent pairs",
         "5.2": "§5.2 KV p99 against background level; dashed: the inflection of the mean p99",
         "10.4": "§10.4 KV p99 against background level; dashed: the trials' mean inflection point",
+        "10.2": "§10.2 ITL complementary CDF per fabric, one line a trial",
     }
     return [(f"{section}-{_stem(d)}.png", f"{captions[section]} ({_src(d)})", d)
             for d in docs for section in d["sections"] if section in captions]  # fmt: skip
@@ -426,6 +432,11 @@ def _draw(section: str, d: Mapping[str, Any], path: Path) -> None:
             ax.set_xscale("log", base=2)
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             ax.set(xlabel="concurrent pairs", ylabel=label)
+    elif section == "10.2":
+        from bench.bmwg_itl import draw_cdf
+
+        fig, axes = plt.subplots(1, 1, figsize=(7, 4.2), squeeze=False)
+        draw_cdf(axes[0][0], d)
     else:
         sizes = sorted({s["params"]["size_bytes"] for s in d["summary"]
                         if s["section"] == section and "bg_load" in s["params"]})  # fmt: skip
@@ -670,7 +681,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "the first quick run) or has no value for that case. §6.1 and §9.4 are the exception:",
         "live serving runs (`zcube-lab run`) at the live lab's default time scale, their times",
         "modelled ms, and their \"out of reach\" a run the lab's verdict did not trust; §12.3",
-        "(a link failed during serving) is run the same way.",
+        "(a link failed during serving) and §10.2 (ITL tails) are run the same way.",
         "",
         "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",
         "",
@@ -699,6 +710,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "compared.",
         *ttft_sentences(docs),
         *linkfail_sentences(docs),
+        *itl_sentences(docs),
         *([] if not facts else [
             "In §10.4 (§5.2's trial at background levels in 5% steps), per run, each trial's",
             f"inflection point and the highest level up to which every trial carried at least "

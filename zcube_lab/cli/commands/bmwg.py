@@ -1,7 +1,7 @@
 """`zcube-lab bmwg`: the IETF draft draft-calabria-bmwg-ai-fabric-inference-bench-05's tests
 by name. `bmwg list`: every test of §5-§13, what the lab can do with it and why; `bmwg run
 SECTION...`: the tests built so far (5.1-5.3, 7.1, 7.3, 7.4, 8.2, 10.4 at the fine time scale as
-replays; 6.1, 9.4 and 12.3 as live serving runs) on several fabrics, the draft's trials, a
+replays; 6.1, 9.4, 10.2 and 12.3 as live serving runs) on several fabrics, the draft's trials, a
 results folder with bmwg.json (docs/BMWG.md; issue 46). `run` needs root."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from zcube_lab.core.options import option
 
 # Sections run as live serving runs (`zcube_lab.emulator.bmwg.live`), not as replays.
-LIVE_SECTIONS = ("6.1", "9.4", "12.3")
+LIVE_SECTIONS = ("6.1", "9.4", "10.2", "12.3")
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,12 @@ def run_tests(args: argparse.Namespace) -> int:
                 cfg.fabric_kinds, cfg.gpus, cfg.jfi_levels, cfg.trials, cfg.trial_seconds,
                 cfg.seed, cfg.results, retries=cfg.retries,
             )  # fmt: skip
+            print(f"results folder: {out.parent}")
+        if any(t.section == "10.2" for t in live):
+            from zcube_lab.emulator.bmwg.itl import run_itl
+
+            out = run_itl(cfg.fabric_kinds, cfg.gpus, [cfg.rate], cfg.trials, cfg.trial_seconds,
+                          cfg.seed, cfg.results, retries=cfg.retries)  # fmt: skip
             print(f"results folder: {out.parent}")
         if any(t.section == "12.3" for t in live):
             from zcube_lab.emulator.bmwg.linkfail import run_link_failure

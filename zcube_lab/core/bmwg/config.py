@@ -90,7 +90,7 @@ class BmwgConfig:
         "", metavar="N,...", help="6.1: prompt lengths in tokens (default: the draft's 128, "
         "512, 1024, 2048, 4096, 8192, 16384)"
     )  # fmt: skip
-    rate: float = option(1.0, help="6.1: requests per modelled second of each live run")
+    rate: float = option(1.0, help="6.1, 10.2: requests per modelled second of each live run")
     jfi_loads: str = option(
         "", metavar="SHARE,...", help="9.4: offered load as a share of the prefill pool's "
         "knee, 0.05 to 1.5 (default: 0.5, 0.9; the draft names no rate)"

@@ -45,6 +45,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
         "EP_alltoall_bandwidth_GBps",
         "scaling_efficiency",
     ),
+    "10.2": ("ITL_p50_ms", "ITL_p99_ms", "ITL_p999_ms", "stall_share"),
     "7.4": (
         "contention_penalty_kv",
         "contention_penalty_ep",
