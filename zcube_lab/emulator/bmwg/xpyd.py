@@ -56,7 +56,9 @@ def plan(split: x62.Split, load: float = x62.LOAD) -> dict[str, float]:
     s = steps()
     k = x62.knees(split, s["prefill_step_s"], s["decode_step_s"], int(s["max_num_seqs"]))
     return {
-        **{f"knee_{n}": round(v, 3) for n, v in k.items()},
+        "knee_prefill": round(k["prefill"], 3),
+        "knee_decode": round(k["decode"], 3),
+        "knee": round(k["knee"], 3),
         "rate": x62.rate_of(k["knee"], load),
     }
 
