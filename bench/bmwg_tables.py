@@ -150,6 +150,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 out += ttft_table(d)
             if section == "12.3":
                 out += linkfail_table(d)
+            if section == "6.2":
+                from bench.bmwg_xpyd import xpyd_section
+
+                out += xpyd_section(d, _table, _cell)
             if section == "9.4":
                 from bench.bmwg_jfi import fairness_section
 

@@ -186,3 +186,27 @@ def test_bmwg_list_marks_6_2_run_and_the_cli_refuses_a_split_before_any_lab(
         main(["bmwg", "run", "6.2", "--xpyd", "5", "--trials", "1", "--trial-seconds", "10"]) == 2
     )
     assert "2, 4, 6, 8, 10, 12, 14" in capsys.readouterr().err
+
+
+def test_the_page_names_the_best_split_its_ties_and_the_comparison_in_words() -> None:
+    from bench import bmwg_xpyd
+
+    rows = [
+        _row("zcube", "4P12D", 1.0), _row("zcube", "4P12D", 1.1, trial=1),
+        _row("zcube", "8P8D", 6.0), _row("zcube", "8P8D", 6.4, trial=1),
+        _row("roft", "4P12D", 1.0), _row("roft", "4P12D", 1.1, trial=1),
+        _row("roft", "8P8D", 6.0, met=0), _row("roft", "8P8D", 6.4, met=0, trial=1),
+    ]  # fmt: skip
+    summary = report.summarize(rows)
+    d = {
+        "summary": summary,
+        "comparison": report.compare(summary),
+        "best_split": [{"fabric": f, "best": None, "detail": x62.best_split(summary, f)}
+                       for f in ("zcube", "roft")],
+    }  # fmt: skip
+    words = bmwg_xpyd.best_words(d)
+    assert "ZCube: 8P8D (6.2 tokens/s per GPU" in words and "ROFT: 4P12D (1.05" in words
+    # same figures on both fabrics: TTFT p99 and goodput, 2 splits, all measured ties
+    assert bmwg_xpyd.verdict_words(d).startswith("4 of 4 comparisons within the trials' spread")
+    one = report.summarize([_row("zcube", "8P8D", 6.0), _row("roft", "8P8D", 5.0)])
+    assert "no spread to judge by" in bmwg_xpyd.verdict_words({"comparison": report.compare(one)})
