@@ -99,6 +99,9 @@ def verdict_words(d: Mapping[str, Any]) -> str:
     text = f"{len(within)} of {len(cs)} comparisons within the trials' spread (measured ties)"
     if reach:
         text += f", {len(reach)} out of reach (a run the lab's verdict did not trust)"
+    lone = [c for c in cs if c["verdict"] == NO_SPREAD]
+    if lone:
+        text += f", {len(lone)} with one trial (no spread to judge by: neither tie nor difference)"
     if differ:
         text += "; beyond it: " + "; ".join(
             f"ZCube's {c['figure']} {c['verdict']} than {LABEL.get(c['versus'], c['versus'])}'s "

@@ -210,3 +210,11 @@ def test_the_page_names_the_best_split_its_ties_and_the_comparison_in_words() ->
     assert bmwg_xpyd.verdict_words(d).startswith("4 of 4 comparisons within the trials' spread")
     one = report.summarize([_row("zcube", "8P8D", 6.0), _row("roft", "8P8D", 5.0)])
     assert "no spread to judge by" in bmwg_xpyd.verdict_words({"comparison": report.compare(one)})
+    # 8P8D with two trials on both fabrics (TTFT p99, goodput: 2 ties; 4P12D has no ROFT
+    # row), 2P14D with one trial each (2 without spread)
+    mixed = report.summarize(
+        [*rows[:4], _row("roft", "8P8D", 6.1), _row("roft", "8P8D", 6.2, trial=1)]
+    )
+    mixed += report.summarize([_row("zcube", "2P14D", 1.0), _row("roft", "2P14D", 1.0)])
+    text = bmwg_xpyd.verdict_words({"comparison": report.compare(mixed)})
+    assert text.startswith("2 of 4 comparisons within") and "2 with one trial" in text
