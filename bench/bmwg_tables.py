@@ -155,6 +155,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_alltoall import alltoall_section
 
                 out += alltoall_section(d, section, _table, _cell)
+            if section == "6.2":
+                from bench.bmwg_xpyd import xpyd_section
+
+                out += xpyd_section(d, _table, _cell)
             if section == "9.4":
                 from bench.bmwg_jfi import fairness_section
 
@@ -678,10 +682,10 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "transfers in a trial (never completed: the replay's sender does not retransmit, and",
         "the lab lost datagrams) or had no figure, so the lab does not judge it. A",
         "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
-        "the first quick run) or has no value for that case. §6.1 and §9.4 are the exception:",
-        "live serving runs (`zcube-lab run`) at the live lab's default time scale, their times",
-        "modelled ms, and their \"out of reach\" a run the lab's verdict did not trust; §12.3",
-        "(a link failed during serving) and §10.2 (ITL tails) are run the same way.",
+        "the first quick run) or has no value for that case. §6.1, §6.2, §9.4, §10.2 and §12.3",
+        "are the exception: live serving runs (`zcube-lab run`) at the live lab's default time",
+        "scale, their times modelled ms, and their \"out of reach\" a run the lab's verdict did",
+        "not trust.",
         "",
         "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",
         "",

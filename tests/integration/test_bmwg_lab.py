@@ -198,3 +198,41 @@ def test_ep_alltoall_dispatch_on_two_fabrics_carries_latency_and_throughput(
     verdicts = {(c["figure"], c["versus"]) for c in doc["comparison"]}
     assert ("EP_alltoall_bandwidth_GBps", "roft") in verdicts
     assert ("EP_alltoall_latency_p99_us", "roft") in verdicts
+
+
+def test_xpyd_smallest_split_on_two_fabrics_places_x_prefill_and_y_decode(
+    tmp_path: Path, lab_available: None
+) -> None:
+    """§6.2 at its smallest: one 5 s trial of 2P14D on ZCube and ROFT. Each run placed 2
+    prefill and 14 decode engines, its figures are the run's own (T_transfer inside TTFT,
+    goodput at the SLO no more than the tokens carried, per GPU over all 16), and the report
+    names a best split per fabric and compares the headline figures."""
+    from zcube_lab.core.bmwg import xpyd as x62
+
+    cmd = [sys.executable, "-m", "zcube_lab.cli", "bmwg", "run", "6.2", "--fabrics",
+           "zcube,roft", "--trials", "1", "--trial-seconds", "5", "--xpyd", "2",
+           "--results", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "estimated wall time" in proc.stdout and "-> 2P14D of 16 GPU hosts" in proc.stdout
+    assert "[2/2] §6.2 roft 2P14D trial 1" in proc.stdout
+    (path,) = tmp_path.glob("bmwg-*/bmwg.json")
+    doc = json.loads(path.read_text())
+    assert doc["complete"] and doc["sections"] == ["6.2"] and doc["splits"] == ["2P14D"]
+    assert {r["fabric"] for r in doc["rows"]} == {"zcube", "roft"}
+    for r in doc["rows"]:
+        f = r["figures"]
+        run = json.loads((path.parent / r["run"] / "config.json").read_text())
+        roles = [e["role"] for e in run["placement"]]
+        assert roles.count("prefill") == 2 and roles.count("decode") == 14
+        summary = json.loads(next((path.parent / r["run"]).glob("summary.json")).read_text())
+        assert f["requests"] == summary["client"]["completed"] > 0
+        assert 0 < f["T_transfer_p50_ms"] < f["TTFT_p50_ms"]
+        assert f["TPS_per_GPU"] == summary["bmwg"]["TPS_output"] / 16
+        assert 0 <= f["goodput_per_GPU"] <= f["TPS_per_GPU"] + 1e-9
+        assert r["slo"]["good"] <= r["slo"]["requests"]
+        assert r["params"]["rate"] == pytest.approx(x62.LOAD * r["params"]["knee"], abs=1e-3)
+    assert {b["fabric"] for b in doc["best_split"]} == {"zcube", "roft"}
+    verdicts = {(c["figure"], c["versus"]) for c in doc["comparison"]}
+    assert {("TTFT_p99_ms", "roft"), ("T_transfer_p99_ms", "roft"),
+            ("goodput_per_GPU", "roft")} <= verdicts  # fmt: skip

@@ -1,8 +1,8 @@
 """`zcube-lab bmwg`: the IETF draft draft-calabria-bmwg-ai-fabric-inference-bench-05's tests
 by name. `bmwg list`: every test of §5-§13, what the lab can do with it and why; `bmwg run
 SECTION...`: the tests built so far (5.1-5.3, 7.1, 7.3, 7.4, 8.2, 10.4 at the fine time scale as
-replays; 6.1, 9.4, 10.2 and 12.3 as live serving runs) on several fabrics, the draft's trials, a
-results folder with bmwg.json (docs/BMWG.md; issue 46). `run` needs root."""
+replays; 6.1, 6.2, 9.4, 10.2 and 12.3 as live serving runs) on several fabrics, the draft's
+trials, a results folder with bmwg.json (docs/BMWG.md; issue 46). `run` needs root."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 from zcube_lab.core.options import option
 
 # Sections run as live serving runs (`zcube_lab.emulator.bmwg.live`), not as replays.
-LIVE_SECTIONS = ("6.1", "9.4", "10.2", "12.3")
+LIVE_SECTIONS = ("6.1", "6.2", "9.4", "10.2", "12.3")
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,11 @@ def run_tests(args: argparse.Namespace) -> int:
     if live:
         check_trial_seconds(cfg.trial_seconds)  # 12.3's minimum is higher: `check_live`
         check_live([t.section for t in live], cfg.trial_seconds)
+        if any(t.section == "6.2" for t in live):  # the splits, before any lab
+            from zcube_lab.core.bmwg.xpyd import splits
+            from zcube_lab.emulator.bmwg.xpyd import per_server
+
+            splits(cfg.xpyd, cfg.gpus, per_server(cfg.fabric_kinds, cfg.gpus))
     plan = plan_run(cfg, replayed) if replayed else None  # every check before any lab
     if os.geteuid() != 0:
         print(
@@ -142,6 +147,12 @@ def run_tests(args: argparse.Namespace) -> int:
                 cfg.fabric_kinds, cfg.gpus, cfg.prompt_lengths, cfg.trials, cfg.trial_seconds,
                 cfg.seed, cfg.results, rate=cfg.rate, retries=cfg.retries,
             )  # fmt: skip
+            print(f"results folder: {out.parent}")
+        if any(t.section == "6.2" for t in live):
+            from zcube_lab.emulator.bmwg.xpyd import run_xpyd
+
+            out = run_xpyd(cfg.fabric_kinds, cfg.gpus, cfg.xpyd, cfg.trials, cfg.trial_seconds,
+                           cfg.seed, cfg.results, retries=cfg.retries)  # fmt: skip
             print(f"results folder: {out.parent}")
         if any(t.section == "9.4" for t in live):
             out = run_fairness(

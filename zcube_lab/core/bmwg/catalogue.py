@@ -111,7 +111,8 @@ TESTS: tuple[BmwgTest, ...] = (
     BmwgTest("6.2", "xPyD ratio optimization", RUNNABLE,
              "live serving over the fabric's GPU hosts, x prefill and y decode",
              ("TTFT", "ITL", "TPS_output", "Inference_Goodput"),
-             (Param("prefill share of 12 nodes", (1, 2, 3, 4, 6, 8, 10, 11)),)),
+             (Param("prefill share of 12 nodes", (1, 2, 3, 4, 6, 8, 10, 11)),),
+             runner=True),
     BmwgTest("6.3", "Heterogeneous parallelism configuration", NOT,
              "the mock engines run one engine per GPU host: no TP or DP-attention groups "
              "whose flow counts could change", ("TTFT", "ITL", "KV_xfer_bandwidth")),

@@ -95,6 +95,10 @@ class BmwgConfig:
         "", metavar="SHARE,...", help="9.4: offered load as a share of the prefill pool's "
         "knee, 0.05 to 1.5 (default: 0.5, 0.9; the draft names no rate)"
     )  # fmt: skip
+    xpyd: str = option(
+        "", metavar="X,...", help="6.2: prefill GPU hosts of each split, whole servers "
+        "(default: the draft's prefill shares of 12 nodes, to whole servers)"
+    )  # fmt: skip
     retries: int = option(
         2, help="6.1, 12.3: run a live run again (same seed) when the lab's verdict rejected it "
         "for the machine's reasons alone, up to this many times"

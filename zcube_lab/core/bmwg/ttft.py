@@ -37,8 +37,8 @@ def check_trial_seconds(seconds: float) -> None:
     if seconds < MIN_RUN_S:
         raise ConfigError(
             "trial_seconds", seconds, f"at least {MIN_RUN_S:g} s for the live serving runs "
-            "(§6.1, §9.4, §10.2, §12.3: run them in a command of their own when the replay tests' "
-            "trials are shorter)"
+            "(§6.1, §6.2, §9.4, §10.2, §12.3: run them in a command of their own when the "
+            "replay tests' trials are shorter)"
         )  # fmt: skip
 
 
