@@ -288,3 +288,24 @@ def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk_as_vllm() -
     req = _parse({"model": "tiny", "prompt": "a b", **alone})
     assert not req.continuous_usage
     assert "usage" not in json.loads(ChunkWriter(req, "r", 0).token(" x", None)[6:])
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tokens"),
+    [
+        ([5, 0, 7], 3),  # plain ints: the fast check
+        ([5, 2.0, 7], 3),  # a whole float: the per-item rule
+        ([2**70, 3], 2),  # beyond 64 bits is still an integer
+    ],
+)
+def test_token_id_prompts_count_one_token_per_id(prompt: list, tokens: int) -> None:
+    assert _parse({"model": "tiny", "prompt": prompt, "max_tokens": 1}).prompt_tokens == tokens
+
+
+@pytest.mark.parametrize(
+    "prompt", [[1, -1], [1, True], [1, 2.5], [1, float("nan")], [1, "a"], [1, None], []]
+)
+def test_token_id_prompts_refuse_what_is_no_token_id(prompt: list) -> None:
+    with pytest.raises(ApiError) as exc:
+        _parse({"model": "tiny", "prompt": prompt, "max_tokens": 1})
+    assert exc.value.status == 400 and exc.value.param == "prompt"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import aiohttp
+import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -36,6 +37,7 @@ from zcube_lab.serving.openai_api import (
     SSE_DONE,
     ApiError,
     parse_request,
+    plain_token_ids,
     sse_error,
 )
 from zcube_lab.serving.openapi import OPENAPI_PATH, document
@@ -104,7 +106,25 @@ def _prefill_body(body: dict[str, Any], kind: str) -> bytes:
         "remote_host": None,
         "remote_port": None,
     }
-    return json.dumps(b, separators=(",", ":")).encode()
+    return body_bytes(b)
+
+
+def body_bytes(body: dict[str, Any]) -> bytes:
+    """`body` as compact JSON for an engine. A prompt of token ids (plain ints), the bulk of a
+    long request (tens of thousands of them), is written by orjson and placed last; the rest,
+    and any other prompt (text, whole floats, integers beyond 64 bits), by `json`. The engine
+    reads the same object either way."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and plain_token_ids(prompt):
+        try:
+            ids = orjson.dumps(prompt)
+        except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits
+            pass
+        else:
+            rest = {k: v for k, v in body.items() if k != "prompt"}
+            head = json.dumps(rest, separators=(",", ":")).encode()
+            return head[:-1] + (b',"prompt":' if rest else b'"prompt":') + ids + b"}"
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _relay_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
@@ -227,7 +247,7 @@ async def _decode_on(
     try:
         async with state.session.post(
             backend.url + ROUTES[kind],
-            data=json.dumps(b, separators=(",", ":")).encode(),
+            data=body_bytes(b),
             headers={"Content-Type": "application/json", "X-Request-Id": timing.request_id},
         ) as dresp:
             ctype = dresp.headers.get("Content-Type", "")

@@ -113,14 +113,24 @@ def _opt_bool(body: Mapping[str, Any], key: str, default: bool, within: str = ""
     return v
 
 
+def plain_token_ids(prompt: list[Any]) -> bool:
+    """Whether every item is a non-negative `int` (no bool, no float): a prompt of token ids
+    as clients send it, checked in C (a prompt holds tens of thousands of ids, and a check
+    per item in Python cost each role milliseconds per request)."""
+    return set(map(type, prompt)) == {int} and min(prompt) >= 0
+
+
 def _prompt(body: Mapping[str, Any]) -> str | list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
         return prompt
-    if isinstance(prompt, list) and prompt and all(is_integer(t) and t >= 0 for t in prompt):
-        return [int(t) for t in prompt]
+    if isinstance(prompt, list) and prompt:
+        if plain_token_ids(prompt):
+            return prompt
+        if all(is_integer(t) and t >= 0 for t in prompt):
+            return [int(t) for t in prompt]
     if prompt is None:
         raise _bad("'prompt' is required", "prompt")
     raise _bad(

@@ -235,10 +235,16 @@ def _trace_requests(
 # -- rendering ---------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
+def _block_offsets(count: int) -> tuple[int, ...]:
+    # The position part of `_block_values`, the same for every block of this length.
+    return tuple(j * 40_503 + (j * j) % 7919 for j in range(count))
+
+
 def _block_values(block_id: int, count: int, modulus: int) -> list[int]:
     # A cheap fixed mixing of (block id, position): identical ids give identical content.
     base = (block_id * 2_654_435_761) % modulus
-    return [(base + j * 40_503 + (j * j) % 7919) % modulus for j in range(count)]
+    return [(base + off) % modulus for off in _block_offsets(count)]
 
 
 def prompt_token_ids(req: PlannedRequest) -> list[int]:
@@ -270,7 +276,7 @@ def _block_json(block_id: int, count: int) -> str:
     # Sessions resend all their earlier blocks every step: caching each block's JSON text
     # makes encoding a 50K-token prompt a join instead of 50K integer conversions. That time
     # matters: all greenlets share one thread, so encoding delays other requests' timestamps.
-    return ",".join(str(1 + v) for v in _block_values(block_id, count, VOCAB_SIZE - 1))
+    return ",".join([str(1 + v) for v in _block_values(block_id, count, VOCAB_SIZE - 1)])
 
 
 def encode_request(req: PlannedRequest, stream: bool = True) -> bytes:

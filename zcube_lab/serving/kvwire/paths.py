@@ -11,6 +11,7 @@ the pull): an answer clears the suspicion, silence for the stall timeout renews 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import math
 import time
@@ -28,9 +29,15 @@ def pick_source(remote: str, source_map: Sequence[tuple[str, str]]) -> str | Non
         return None
     addr = ipaddress.ip_address(remote)
     for cidr, local in source_map:
-        if addr in ipaddress.ip_network(cidr, strict=False):
+        if addr in _network(cidr):
             return local
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    # Parsed once: every lane of every pull looks its source up in the same few networks.
+    return ipaddress.ip_network(cidr, strict=False)
 
 
 # Chunks each lane gets of a transfer (when the maximum chunk size allows it), and the smallest
