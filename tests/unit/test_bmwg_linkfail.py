@@ -225,3 +225,18 @@ def test_the_pages_table_and_sentence_carry_each_fabrics_link_and_figures() -> N
     assert "(4 trials" in said and "4 requests failed" in said and "met 3 KV pulls" in said
     assert "1 were retried and 2 s were disrupted" in said
     assert linkfail_sentences([{"rows": []}]) == []
+
+
+def test_a_run_that_never_recovered_puts_the_recovery_comparison_out_of_reach() -> None:
+    # ZCube recovers in 3 s in both trials; ROFT in 1 s once and never in the other. ROFT's mean
+    # over its one recovered trial would flatter it: that figure is out of reach, the others
+    # are still judged.
+    zcube = _rows("zcube", [0, 0])
+    for r in zcube:
+        r["figures"].update(recovery_time_s=3.0, unrecovered=0)
+    roft = _rows("roft", [0, 0])
+    roft[0]["figures"].update(recovery_time_s=1.0, unrecovered=0)
+    roft[1]["figures"].update(recovery_time_s=None, unrecovered=1)
+    got = {c["figure"]: c["verdict"] for c in report.compare(report.summarize(zcube + roft))}
+    assert got["recovery_time_s"] == OUT_OF_REACH
+    assert got["failed_requests"] != OUT_OF_REACH

@@ -87,3 +87,49 @@ def test_without_acknowledgements_a_shared_lane_holds_its_window_until_the_deadl
     assert sent["sent_bytes"] == got["bytes"] == 20_000
     assert got["arrived_s"] is None
     assert took >= 0.5
+
+
+class _NoRouteBack:
+    """A receiving socket whose acknowledgements cannot leave (no route back)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def recvfrom_into(self, buf: bytearray) -> tuple[int, tuple[str, int]]:
+        return self.sock.recvfrom_into(buf)
+
+    def sendto(self, data: bytes, addr: tuple[str, int]) -> int:
+        raise OSError(101, "Network is unreachable")
+
+
+def test_an_acknowledgement_that_cannot_leave_does_not_stop_the_receiver(tmp_path: Path):
+    # One lane, two chunks unacknowledged at most: both chunks arrive and are counted though
+    # neither acknowledgement could be sent; the lane then waits for the deadline.
+    port = _free_udp_port()
+    base = {"dilation": 1.0, "mtu": 1500, "port": port, "deadline_s": 0.5}
+    plans = {
+        "s": {**base, "host": "s", "listen": [], "expect": {}, "out": [
+            {"id": 4, "start_s": 0.0, "bytes": 100_000, "after": [], "gap_s": 0.0,
+             "lanes": [["127.0.0.1", "127.0.0.1"]], "chunk": 10_000, "window": 2},
+        ]},
+        "r": {**base, "host": "r", "listen": ["127.0.0.1"], "out": [],
+              "expect": {"4": 100_000}, "chunks": {"4": 10_000}},
+    }  # fmt: skip
+    agents = {h: Agent(p) for h, p in plans.items()}
+    agents["r"].socks = [_NoRouteBack(s) for s in agents["r"].socks]
+    t0 = time.monotonic() + 0.05
+    threads = [threading.Thread(target=a.run, args=(t0, tmp_path / f"{h}.jsonl"))
+               for h, a in agents.items()]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    got = next(
+        json.loads(x)
+        for x in (tmp_path / "r.jsonl").read_text().splitlines()
+        if json.loads(x).get("id") == 4
+    )
+    assert got["bytes"] == 20_000 and got["arrived_s"] is None

@@ -63,6 +63,10 @@ REFERENCE = "zcube"
 # Figures whose mean above 0 makes a case's comparison out of reach (§6.1, §9.4: a live run
 # the lab's verdict did not trust).
 UNRESOLVED = ("incomplete", "load_short", "untrusted")
+# Figures that a trial leaves without a value of its own: §12.3's recovery time of a run that
+# never recovered is None, so the mean over the others alone would flatter its fabric; that
+# comparison is out of reach (the failed requests and TTFT comparisons still stand).
+FIGURE_UNRESOLVED: Mapping[str, tuple[str, ...]] = {"recovery_time_s": ("unrecovered",)}
 
 
 def _us(x: float | None) -> float | None:
@@ -398,7 +402,7 @@ def compare(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 incomplete = any(
                     (x["figures"].get(u) or {}).get("mean", 0)
                     for x in (s, other)
-                    for u in UNRESOLVED
+                    for u in (*UNRESOLVED, *FIGURE_UNRESOLVED.get(fig, ()))
                 )
                 if fig == "inflection_point":
                     verdict = OUT_OF_REACH if incomplete else inflection_verdict(s, other)

@@ -62,8 +62,8 @@ from zcube_lab.emulator.lab.state import (
 )
 from zcube_lab.emulator.lab.system import LabError
 
-# A switch tries its controller again at most this often (Open vSwitch's default backoff grows
-# to 8 s, so after a controller outage a switch could stay away for most of a short run).
+# A switch tries its controller again at most this often (Open vSwitch's own default backoff
+# grows to 8 s; Mininet's OVSSwitch already asks for 1 s, said here so it does not depend on it).
 RECONNECT_MS = 1000
 
 

@@ -196,6 +196,8 @@ class Agent:
                     return
                 except BlockingIOError:
                     time.sleep(POLL_WALL_S)
+                except OSError:  # no route back now: the lane waits, as for a lost datagram
+                    return
 
     def _count(self, tid: int, nbytes: int) -> None:
         now = self.now()
