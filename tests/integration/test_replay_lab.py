@@ -54,12 +54,15 @@ def test_an_incast_completes_near_line_rate_and_pauses_only_when_xoff_is_small(
     losses = small["losses"]
     assert losses["lost_datagrams"] == 0 and not any(losses["datagrams"].values()), losses
     assert small["cpu"]["busy"] is not None and "trusted" in small["verdict"]
-    # its pauses counted as a live run counts them: the datagrams carry KV's DSCP mark, so the
-    # lab's per-class counters name KV as the raiser of every episode they attribute
+    # its pauses counted as a live run counts them: every KV transfer waited behind an episode,
+    # and no episode is put on EP, which sent nothing (an episode this short, 70 wall ms, often
+    # ends before the class counters' next reading, so it may stay unattributed; production's
+    # 12 wall s window attributes nearly all to KV: docs/results/fine-scale.md)
     victims = small["victims"]
-    assert victims["pauses"] > 0 and victims["classes"]["kv"]["transfers"] == SENDERS
-    assert victims["classes"]["kv"]["pauses_raised"] == victims["pauses"] - victims[
-        "pauses_unattributed"] > 0, victims  # fmt: skip
+    kv_tally = victims["classes"]["kv"]
+    assert victims["pauses"] > 0 and kv_tally["transfers"] == kv_tally["delayed"] == SENDERS
+    assert kv_tally["pauses_raised"] + victims["pauses_unattributed"] == victims["pauses"]
+    assert victims["classes"].get("ep", {}).get("pauses_raised", 0) == 0, victims
     assert victims["ep_exchanges"] == 0 and victims["ep_victims"] == 0
     # XOFF above the whole burst (64 MB): no queue can reach it, so nothing pauses
     big = run_incast(tmp_path / "big", xoff_bytes=80e6)
