@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-LABEL = {"zcube": "ZCube", "roft": "ROFT", "clos": "Clos"}
+from bench.bmwg_common import LABEL, trials_of
 
 
 def _ks(d: Mapping[str, Any], section: str, case: str, fabric: str) -> str:
-    ks = sorted({float(r["dilation"]) for r in d["rows"]
-                 if (r["section"], r["case"], r["fabric"]) == (section, case, fabric)})  # fmt: skip
+    ks = sorted({float(r["dilation"]) for r in trials_of(d, section, case, fabric)})
     return ", ".join(f"{k:g}" for k in ks) or "-"
 
 

@@ -10,11 +10,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bench.bmwg_common import LABEL, comparison_words, trials_of, trusted
 from zcube_lab.core.bmwg import itl as i102
 from zcube_lab.core.bmwg import report
-from zcube_lab.core.bmwg.trials import HIGHER, LOWER, OUT_OF_REACH, WITHIN
+from zcube_lab.core.bmwg.trials import OUT_OF_REACH, WITHIN
 
-LABEL = {"zcube": "ZCube", "roft": "ROFT", "clos": "Clos"}
 COLUMNS = (
     ("ITL_p50_ms", "ITL p50"), ("ITL_p90_ms", "p90"), ("ITL_p99_ms", "p99"),
     ("ITL_p999_ms", "p99.9"), ("ITL_max_ms", "max"), ("ITL_stdev_ms", "stdev"),
@@ -44,12 +44,10 @@ def fabric_rows(d: Mapping[str, Any], cell: Callable[[Any], str]) -> list[list[s
     summary = [s for s in d["summary"] if s["section"] == "10.2"]
     out = []
     for s in sorted(summary, key=lambda s: (s["params"]["rate"], order.get(s["fabric"], 9))):
-        trials = [r for r in d["rows"] if (r["section"], r["case"], r["fabric"])
-                  == ("10.2", s["case"], s["fabric"])]  # fmt: skip
-        trusted = sum(1 for r in trials if not r["figures"].get("untrusted"))
+        trials = trials_of(d, "10.2", s["case"], s["fabric"])
         out.append([f"{s['params']['rate']:g} req/s", LABEL.get(s["fabric"], s["fabric"]),
                     *(cell(s["figures"].get(k)) for k, _ in COLUMNS),
-                    f"{trusted} of {len(trials)}"])  # fmt: skip
+                    trusted(trials)])  # fmt: skip
     return out
 
 
@@ -77,29 +75,13 @@ def untrusted_kinds(d: Mapping[str, Any]) -> dict[str, int]:
 
 def verdict_words(d: Mapping[str, Any]) -> str:
     """The fabric comparison of a §10.2 run in a sentence."""
-    cs = [c for c in d["comparison"] if c["section"] == "10.2"]
-    if not cs:
-        return "No fabric comparison (one fabric, or no trial had figures)."
-    differ = [c for c in cs if c["verdict"] in (HIGHER, LOWER)]
-    reach = [c for c in cs if c["verdict"] == OUT_OF_REACH]
-    within = [c for c in cs if c["verdict"] == WITHIN]
-    if len(within) == len(cs):
-        return (
-            f"All {len(cs)} comparisons (ITL p50, p99, p99.9 and the stall share, ZCube "
-            "against each other fabric) are within the trials' spread: a measured tie."
-        )
-    parts = [
-        f"ZCube's {c['figure']} {c['verdict']} than {LABEL.get(c['versus'], c['versus'])}'s "
-        f"({c['zcube']:.3g} against {c['other']:.3g})"
-        for c in differ
-    ]
-    text = f"{len(within)} of {len(cs)} comparisons within the trials' spread"
-    if reach:
-        text += f", {len(reach)} out of reach (a run the lab's verdict did not trust)"
-    if parts:
-        text += "; beyond it: " + "; ".join(parts)
-    text += "."
-    if reach:
+    text = comparison_words(
+        d, "10.2",
+        "All {n} comparisons (ITL p50, p99, p99.9 and the stall share, ZCube "
+        "against each other fabric) are within the trials' spread: a measured tie.",
+        at_case=False,
+    )  # fmt: skip
+    if any(c["verdict"] == OUT_OF_REACH for c in d["comparison"] if c["section"] == "10.2"):
         kinds = "; ".join(
             f"{k} ({n} trial{'' if n == 1 else 's'})" for k, n in untrusted_kinds(d).items()
         )

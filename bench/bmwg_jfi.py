@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bench.bmwg_common import LABEL, comparison_words, trials_of, trusted
 from zcube_lab.core.bmwg import fairness as f94
-from zcube_lab.core.bmwg.trials import HIGHER, LOWER, OUT_OF_REACH, WITHIN
 
-LABEL = {"zcube": "ZCube", "roft": "ROFT", "clos": "Clos"}
 INDEXES = ("JFI_decode", "JFI_kv", "JFI_busy")
 
 
@@ -42,44 +41,25 @@ def level_rows(d: Mapping[str, Any], cell: Callable[[Any], str]) -> list[list[st
     summary = [s for s in d["summary"] if s["section"] == "9.4"]
     for s in sorted(summary, key=lambda s: (s["params"]["load"], order.get(s["fabric"], 9))):
         f = s["figures"]
-        trials = [r for r in d["rows"] if (r["section"], r["case"], r["fabric"])
-                  == ("9.4", s["case"], s["fabric"])]  # fmt: skip
-        trusted = sum(1 for r in trials if not r["figures"].get("untrusted"))
+        trials = trials_of(d, "9.4", s["case"], s["fabric"])
         workers = {r["figures"].get("decode_workers") for r in trials}
         out.append([f"{s['params']['load']:g} ({s['params']['rate']:g} req/s)",
                     LABEL.get(s["fabric"], s["fabric"]),
                     ", ".join(str(w) for w in sorted(workers, key=str)),
                     *(cell(f.get(k)) for k in INDEXES), cell(f.get("maxmin_decode")),
                     cell(f.get("TTFT_p50_ms")), cell(f.get("TTFT_p99_ms")),
-                    cell(f.get("requests")), f"{trusted} of {len(trials)}"])  # fmt: skip
+                    cell(f.get("requests")), trusted(trials)])  # fmt: skip
     return out
 
 
 def verdict_words(d: Mapping[str, Any]) -> str:
     """The fabric comparison of a §9.4 run in a sentence: a measured tie when every index and
     TTFT p99 is within the trials' spread against every other fabric at every level."""
-    cs = [c for c in d["comparison"] if c["section"] == "9.4"]
-    if not cs:
-        return "No fabric comparison (one fabric, or no trial had figures)."
-    differ = [c for c in cs if c["verdict"] in (HIGHER, LOWER)]
-    reach = [c for c in cs if c["verdict"] == OUT_OF_REACH]
-    within = [c for c in cs if c["verdict"] == WITHIN]
-    if len(within) == len(cs):
-        return (
-            f"All {len(cs)} comparisons (three indexes and TTFT p99, per level, ZCube against "
-            "each other fabric) are within the trials' spread: a measured tie."
-        )
-    parts = [
-        f"ZCube's {c['figure']} {c['verdict']} than {LABEL.get(c['versus'], c['versus'])}'s "
-        f"at {c['case']} ({c['zcube']:.3g} against {c['other']:.3g})"
-        for c in differ
-    ]
-    text = f"{len(within)} of {len(cs)} comparisons within the trials' spread"
-    if reach:
-        text += f", {len(reach)} out of reach (a run the lab's verdict did not trust)"
-    if parts:
-        text += "; beyond it: " + "; ".join(parts)
-    return text + "."
+    return comparison_words(
+        d, "9.4",
+        "All {n} comparisons (three indexes and TTFT p99, per level, ZCube against "
+        "each other fabric) are within the trials' spread: a measured tie.",
+    )  # fmt: skip
 
 
 def fairness_section(d: Mapping[str, Any], table: Callable[..., list[str]],

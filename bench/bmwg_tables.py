@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.bmwg_common import LABEL, trials_of, trusted
 from bench.bmwg_itl import itl_sentences
 from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, RUNNERS, TESTS, test_of
 from zcube_lab.core.bmwg.plan import relabel
@@ -40,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "results" / "bmwg"
 PAGE = ROOT / "docs" / "BMWG.md"
 GRAPHS = ROOT / "docs" / "bmwg"  # the page links them as bmwg/<name>.png
-LABEL = {"zcube": "ZCube", "roft": "ROFT", "clos": "Clos"}
 ORDER = (LOWER, HIGHER, WITHIN, NO_SPREAD, OUT_OF_REACH)
 
 
@@ -183,7 +183,6 @@ def linkfail_table(d: Mapping[str, Any]) -> list[str]:
             continue
         trials = [r for r in d["rows"] if (r["section"], r["fabric"]) == ("12.3", s["fabric"])]
         f = s["figures"]
-        trusted = sum(1 for r in trials if not r["figures"].get("untrusted"))
         link = (d.get("failed_links") or {}).get(s["fabric"]) or {}
         rows.append([LABEL.get(s["fabric"], s["fabric"]), f"`{link.get('spec', '-')}`",
                      _cell(f.get("failed_link_util_pct")),
@@ -191,7 +190,7 @@ def linkfail_table(d: Mapping[str, Any]) -> list[str]:
                        for q in ("p50", "p99")),
                      _cell(f.get("failed_requests")), _cell(f.get("recovery_time_s")),
                      _cell(f.get("disruption_time_s")), _cell(f.get("KV_pulls_retried")),
-                     _cell(f.get("kv_hit_transfers")), f"{trusted} of {len(trials)}"])  # fmt: skip
+                     _cell(f.get("kv_hit_transfers")), trusted(trials)])  # fmt: skip
     head = ["fabric", "link failed", "its load %", "TTFT p50 ms before / during / after",
             "TTFT p99 ms before / during / after", "failed requests", "recovery s",
             "disruption s", "KV pulls retried", "KV pulls hit", "runs trusted"]  # fmt: skip
@@ -233,16 +232,14 @@ def ttft_table(d: Mapping[str, Any]) -> list[str]:
     for s in d["summary"]:
         if s["section"] != "6.1":
             continue
-        trials = [r for r in d["rows"] if (r["section"], r["case"], r["fabric"]) ==
-                  ("6.1", s["case"], s["fabric"])]  # fmt: skip
+        trials = trials_of(d, "6.1", s["case"], s["fabric"])
         share = shares(trials)
         f = s["figures"]
-        trusted = sum(1 for r in trials if not r["figures"].get("untrusted"))
         rows.append([f"{s['params']['prompt_tokens']:,}", LABEL.get(s["fabric"], s["fabric"]),
                      *(_cell(f.get(f"{p}_p50_ms")) for p in PARTS),
                      " / ".join("-" if share[p] is None else f"{share[p]:.0%}"
                                 for p in PARTS[1:]),
-                     _cell(f.get("T_transfer_p99_ms")), f"{trusted} of {len(trials)}"])  # fmt: skip
+                     _cell(f.get("T_transfer_p99_ms")), trusted(trials)])  # fmt: skip
     head = ["prompt tokens", "fabric", *(f"{p} p50 ms" for p in PARTS),
             "prefill / transfer / decode init", "T_transfer p99 ms", "runs trusted"]  # fmt: skip
     return ["§6.1 TTFT and its parts per prompt length:", "", *_table(head, rows), ""]

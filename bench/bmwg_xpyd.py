@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bench.bmwg_common import LABEL, comparison_words, trials_of, trusted
 from zcube_lab.core.bmwg import xpyd as x62
-from zcube_lab.core.bmwg.trials import HIGHER, LOWER, NO_SPREAD, OUT_OF_REACH, WITHIN
 
-LABEL = {"zcube": "ZCube", "roft": "ROFT", "clos": "Clos"}
 FIGURES = (
     "TTFT_p50_ms", "TTFT_p99_ms", "ITL_p50_ms", "ITL_p99_ms", "TPOT_p50_ms", "TPOT_p99_ms",
     "T_transfer_p50_ms", "T_transfer_p99_ms", "TPS_per_GPU", "goodput_per_GPU", "prefill_util",
@@ -54,13 +53,11 @@ def split_rows(d: Mapping[str, Any], cell: Callable[[Any], str]) -> list[list[st
     out = []
     for s in sorted(summary, key=lambda s: (splits.get(s["case"], 99), order.get(s["fabric"], 9))):
         f = s["figures"]
-        trials = [r for r in d["rows"] if (r["section"], r["case"], r["fabric"])
-                  == ("6.2", s["case"], s["fabric"])]  # fmt: skip
+        trials = trials_of(d, "6.2", s["case"], s["fabric"])
         met = sum(1 for r in trials if r["figures"].get("slo_met"))
-        trusted = sum(1 for r in trials if not r["figures"].get("untrusted"))
         out.append([s["case"].split("=", 1)[-1], f"{s['params']['rate']:g}",
                     LABEL.get(s["fabric"], s["fabric"]), *(cell(f.get(k)) for k in FIGURES),
-                    f"{met} of {len(trials)}", f"{trusted} of {len(trials)}"])  # fmt: skip
+                    f"{met} of {len(trials)}", trusted(trials)])  # fmt: skip
     return out
 
 
@@ -84,31 +81,14 @@ def best_words(d: Mapping[str, Any]) -> str:
 
 
 def verdict_words(d: Mapping[str, Any]) -> str:
-    cs = [c for c in d["comparison"] if c["section"] == "6.2"]
-    if not cs:
-        return "No fabric comparison (one fabric, or no trial had figures)."
-    if all(c["verdict"] == NO_SPREAD for c in cs):
-        return (
-            f"The {len(cs)} comparisons (TTFT p99, T_transfer p99 and goodput per GPU, per "
-            "split, ZCube against each other fabric) have one trial each: no spread to judge "
-            "by, so this run shows neither a difference nor a tie; more trials decide it."
-        )
-    differ = [c for c in cs if c["verdict"] in (HIGHER, LOWER)]
-    within = [c for c in cs if c["verdict"] == WITHIN]
-    reach = [c for c in cs if c["verdict"] == OUT_OF_REACH]
-    text = f"{len(within)} of {len(cs)} comparisons within the trials' spread (measured ties)"
-    if reach:
-        text += f", {len(reach)} out of reach (a run the lab's verdict did not trust)"
-    lone = [c for c in cs if c["verdict"] == NO_SPREAD]
-    if lone:
-        text += f", {len(lone)} with one trial (no spread to judge by: neither tie nor difference)"
-    if differ:
-        text += "; beyond it: " + "; ".join(
-            f"ZCube's {c['figure']} {c['verdict']} than {LABEL.get(c['versus'], c['versus'])}'s "
-            f"at {c['case']} ({c['zcube']:.3g} against {c['other']:.3g})"
-            for c in differ
-        )
-    return text + "."
+    return comparison_words(
+        d, "6.2",
+        "{n} of {n} comparisons within the trials' spread (measured ties).",
+        no_spread="The {n} comparisons (TTFT p99, T_transfer p99 and goodput per GPU, per "
+        "split, ZCube against each other fabric) have one trial each: no spread to judge "
+        "by, so this run shows neither a difference nor a tie; more trials decide it.",
+        within_note=" (measured ties)",
+    )  # fmt: skip
 
 
 def xpyd_section(d: Mapping[str, Any], table: Callable[..., list[str]],

@@ -20,6 +20,7 @@ from zcube_lab.core.bmwg.config import BmwgConfig
 from zcube_lab.core.bmwg.trials import HIGHER, OUT_OF_REACH, WITHIN, jain
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.emulator.bmwg import fairness as live94
+from zcube_lab.emulator.bmwg.live import RUN_OVERHEAD_S, estimate_wall_s
 from zcube_lab.workloads.profiles import load_profile
 
 
@@ -145,9 +146,11 @@ def test_a_trial_row_reads_the_decode_engines_of_the_placement_and_checks_the_kv
         for line in (_line(TOK, e, 32 * n, 5), _line(KV, e, 100 * n, 5), _line(BUSY, e, n, 5))
     )
     monkeypatch.setattr(live94, "read_series", lambda _dir: f94.parse_dump(dump))
-    row = live94.trial_row(run / "summary.json", "zcube", 0.5, 16, 0, tmp_path / "bmwg-x", [])
-    assert row["case"] == "load=0.5" and row["run"] == "zcube-0.5-t0/r"
-    assert row["params"] == {"load": 0.5, "rate": f94.rate_of(0.5, live94.knee(16))}
+    sec = live94.section(BmwgConfig(jfi_loads="0.5", gpus=16))
+    (case,) = sec.cases
+    assert case.label == "load=0.5" and case.key == "0.5"
+    assert case.params == {"load": 0.5, "rate": f94.rate_of(0.5, live94.knee(16))}
+    row = sec.row(run, "zcube", case)
     # 3 and 1 requests: (3 + 1)^2 / (2 (9 + 1)) = 0.8 for every metric
     for k in ("JFI_decode", "JFI_kv", "JFI_busy"):
         assert row["figures"][k] == pytest.approx(0.8)
@@ -159,7 +162,8 @@ def test_a_trial_row_reads_the_decode_engines_of_the_placement_and_checks_the_kv
 
 
 def test_the_estimate_counts_every_run_and_the_parameters_print_beside_the_draft_s() -> None:
-    assert live94.estimate_wall_s(2, 3, 2, 10.0) == 12 * (10 + live94.RUN_OVERHEAD_S + 5)
+    sec = live94.section(BmwgConfig(jfi_loads="0.5,0.9"))
+    assert estimate_wall_s(2, 3, 2, 10.0, sec.drain_s) == 12 * (10 + RUN_OVERHEAD_S + 5)
     text = "\n".join(live94.parameter_lines(16, (0.5, 0.9), 2, 10.0))
     assert "8, 16, 32, 64 -> 8" in text
     assert "20 x 60 s -> 2 x 10 s" in text

@@ -15,9 +15,11 @@ from bench.bmwg_tables import _cell, _table
 from zcube_lab.cli import main
 from zcube_lab.core.bmwg import catalogue as cat
 from zcube_lab.core.bmwg import itl, report
+from zcube_lab.core.bmwg.config import BmwgConfig
 from zcube_lab.core.bmwg.trials import HIGHER, OUT_OF_REACH, WITHIN
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.emulator.bmwg import itl as live102
+from zcube_lab.emulator.bmwg.live import estimate_wall_s
 from zcube_lab.workloads.profiles import load_profile
 
 
@@ -122,9 +124,10 @@ def test_the_parameters_are_printed_beside_the_draft_s() -> None:
 
 
 def test_the_wall_estimate_counts_every_run_with_its_drain() -> None:
-    one = live102.estimate_wall_s(1, 1, 1, 15)
-    assert one > 15 + live102.DRAIN_S
-    assert live102.estimate_wall_s(1, 3, 2, 15) == pytest.approx(6 * one)
+    sec = live102.section(BmwgConfig(trial_seconds=15, trials=2))
+    one = estimate_wall_s(1, 1, 1, 15, sec.drain_s)
+    assert sec.drain_s == live102.DRAIN_S and one > 15 + live102.DRAIN_S
+    assert estimate_wall_s(1, 3, 2, 15, sec.drain_s) == pytest.approx(6 * one)
 
 
 def _srow(fabric: str, trial: int, p99: float, untrusted: int = 0) -> dict:

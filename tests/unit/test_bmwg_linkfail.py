@@ -15,7 +15,8 @@ from zcube_lab.core.bmwg import linkfail as lf
 from zcube_lab.core.bmwg.trials import HIGHER, OUT_OF_REACH
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.scaledown import scaled_fabric
-from zcube_lab.emulator.bmwg.linkfail import estimate_wall_s, links_of
+from zcube_lab.emulator.bmwg.linkfail import links_of
+from zcube_lab.emulator.bmwg.live import estimate_wall_s
 from zcube_lab.workloads.profiles import load_profile
 
 
@@ -64,7 +65,7 @@ def test_timing_and_trial_length() -> None:
     assert lf.fault_timing(10) == (4.0, 2.5)
     with pytest.raises(ConfigError, match=r"trial_seconds.*at least 10 s"):
         lf.fault_timing(8)
-    assert estimate_wall_s(3, 2, 20) == 6 * (20 + 23)
+    assert estimate_wall_s(1, 3, 2, 20) == 6 * (20 + 23)  # one case on 3 fabrics, 2 trials
 
 
 def test_the_trials_profile_is_read_by_the_labs_profile_reader(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from zcube_lab.core.bmwg import xpyd as x62
 from zcube_lab.core.bmwg.config import BmwgConfig
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.emulator.bmwg import xpyd as live62
+from zcube_lab.emulator.bmwg.live import RUN_OVERHEAD_S, estimate_wall_s
 from zcube_lab.workloads.profiles import load_profile
 
 
@@ -171,7 +172,7 @@ def test_headline_and_parameter_lines_name_the_draft_s_and_the_run_s() -> None:
     f = x62.trial_figures(SUMMARY, s[0], {"good_output_tokens": 960, "window_s": 10.0,
                                           "met": True}, 3.2, 1.0)  # fmt: skip
     assert "SLO met" in live62.headline(f) and "8.00 tokens/s per GPU" in live62.headline(f)
-    assert live62.estimate_wall_s(3, 3, 1, 10) == 9 * (10 + live62.RUN_OVERHEAD_S + 5)
+    assert estimate_wall_s(3, 3, 1, 10, live62.DRAIN_S) == 9 * (10 + RUN_OVERHEAD_S + 5)
 
 
 def test_bmwg_list_marks_6_2_run_and_the_cli_refuses_a_split_before_any_lab(

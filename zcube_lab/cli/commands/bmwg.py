@@ -15,9 +15,6 @@ from typing import Any
 
 from zcube_lab.core.options import option
 
-# Sections run as live serving runs (`zcube_lab.emulator.bmwg.live`), not as replays.
-LIVE_SECTIONS = ("6.1", "6.2", "9.4", "10.2", "12.3")
-
 
 @dataclass(frozen=True)
 class ListConfig:
@@ -102,38 +99,25 @@ def list_tests(cfg: ListConfig) -> int:
     return 0
 
 
-def check_live(sections: list[str], trial_seconds: float) -> None:
-    """The live sections' own checks before any lab: a ConfigError naming the field."""
-    if "12.3" in sections:
-        from zcube_lab.core.bmwg.linkfail import check_trial_seconds as check_12_3
-
-        check_12_3(trial_seconds)
-
-
 def run_tests(args: argparse.Namespace) -> int:
     from zcube_lab.adapters.procs import interrupt_on_stop_signals
     from zcube_lab.core.bmwg.catalogue import runnable_sections
     from zcube_lab.core.bmwg.config import BmwgConfig
     from zcube_lab.core.bmwg.ttft import check_trial_seconds
     from zcube_lab.core.options import from_args
-    from zcube_lab.emulator.bmwg.fairness import run_fairness
-    from zcube_lab.emulator.bmwg.live import run_ttft
+    from zcube_lab.emulator.bmwg.live import SECTIONS as LIVE_SECTIONS
+    from zcube_lab.emulator.bmwg.live import build, run_section
     from zcube_lab.emulator.bmwg.runner import plan_run, run_plan
     from zcube_lab.emulator.lab.system import LabError
 
     cfg = from_args(BmwgConfig, args)
     tests = runnable_sections(args.sections)  # an unknown or unbuilt section: exit 2
-    live = [t for t in tests if t.section in LIVE_SECTIONS]
+    live = [t for t in tests if t.section in LIVE_SECTIONS]  # live serving runs; others replay
     replayed = [t for t in tests if t.section not in LIVE_SECTIONS]
     if live:
-        check_trial_seconds(cfg.trial_seconds)  # 12.3's minimum is higher: `check_live`
-        check_live([t.section for t in live], cfg.trial_seconds)
-        if any(t.section == "6.2" for t in live):  # the splits, before any lab
-            from zcube_lab.core.bmwg.xpyd import splits
-            from zcube_lab.emulator.bmwg.xpyd import per_server
-
-            splits(cfg.xpyd, cfg.gpus, per_server(cfg.fabric_kinds, cfg.gpus))
-    plan = plan_run(cfg, replayed) if replayed else None  # every check before any lab
+        check_trial_seconds(cfg.trial_seconds)  # a section may ask more: its own build
+    sections = [build(t.section, cfg) for t in live]  # every check before any lab
+    plan = plan_run(cfg, replayed) if replayed else None
     if os.geteuid() != 0:
         print(
             "zcube-lab bmwg run: needs root (it builds Mininet labs): run it with sudo",
@@ -142,35 +126,9 @@ def run_tests(args: argparse.Namespace) -> int:
         return 1
     interrupt_on_stop_signals()
     try:
-        if any(t.section == "6.1" for t in live):
-            out = run_ttft(
-                cfg.fabric_kinds, cfg.gpus, cfg.prompt_lengths, cfg.trials, cfg.trial_seconds,
-                cfg.seed, cfg.results, rate=cfg.rate, retries=cfg.retries,
-            )  # fmt: skip
-            print(f"results folder: {out.parent}")
-        if any(t.section == "6.2" for t in live):
-            from zcube_lab.emulator.bmwg.xpyd import run_xpyd
-
-            out = run_xpyd(cfg.fabric_kinds, cfg.gpus, cfg.xpyd, cfg.trials, cfg.trial_seconds,
-                           cfg.seed, cfg.results, retries=cfg.retries)  # fmt: skip
-            print(f"results folder: {out.parent}")
-        if any(t.section == "9.4" for t in live):
-            out = run_fairness(
-                cfg.fabric_kinds, cfg.gpus, cfg.jfi_levels, cfg.trials, cfg.trial_seconds,
-                cfg.seed, cfg.results, retries=cfg.retries,
-            )  # fmt: skip
-            print(f"results folder: {out.parent}")
-        if any(t.section == "10.2" for t in live):
-            from zcube_lab.emulator.bmwg.itl import run_itl
-
-            out = run_itl(cfg.fabric_kinds, cfg.gpus, [cfg.rate], cfg.trials, cfg.trial_seconds,
-                          cfg.seed, cfg.results, retries=cfg.retries)  # fmt: skip
-            print(f"results folder: {out.parent}")
-        if any(t.section == "12.3" for t in live):
-            from zcube_lab.emulator.bmwg.linkfail import run_link_failure
-
-            out = run_link_failure(cfg.fabric_kinds, cfg.gpus, cfg.trials, cfg.trial_seconds,
-                                   cfg.seed, cfg.results, retries=cfg.retries)  # fmt: skip
+        for sec in sections:
+            out = run_section(sec, cfg.fabric_kinds, cfg.gpus, cfg.trials, cfg.trial_seconds,
+                              cfg.seed, cfg.results, retries=cfg.retries)  # fmt: skip
             print(f"results folder: {out.parent}")
         if plan is not None:
             out = run_plan(plan, cfg)

@@ -34,11 +34,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from zcube_lab.core.bmwg import workload
 from zcube_lab.core.bmwg.trials import jain
+from zcube_lab.core.bmwg.workload import single_turn
 from zcube_lab.core.errors import ConfigError
 
 SECTION = "9.4"
-MODEL = "glm-5.1"
+MODEL = workload.MODEL
 PROMPT_TOKENS = 16384
 OUTPUT_TOKENS = 32
 # Offered load as a share of `knee_rate`: below the knee and near it.
@@ -102,26 +104,14 @@ def profile(load: float, knee: float) -> dict[str, Any]:
     `knee` (req/s), half the servers prefilling."""
     if load <= 0:
         raise ConfigError("jfi_loads", load, "a positive share of the knee")
-
-    def fixed(n: int) -> dict[str, float]:
-        return {"median": n, "sigma": 0.0, "min": n, "max": n}
-
     rate = rate_of(load, knee)
-    return {
-        "name": f"bmwg-9.4-{load:g}",
-        "description": f"BMWG §9.4: single-turn requests of {PROMPT_TOKENS} prompt and "
+    return single_turn(
+        f"bmwg-9.4-{load:g}",
+        f"BMWG §9.4: single-turn requests of {PROMPT_TOKENS} prompt and "
         f"{OUTPUT_TOKENS} output tokens at {load:g} of the prefill pool's knee ({rate:g} req/s), "
         "no prefix cache, half the servers prefill.",
-        "model": MODEL,
-        "endpoint": "completions",
-        "placement": "default",
-        "length_scale": 1.0,
-        "arrival": {"process": "poisson", "rate": rate},
-        "prompt": fixed(PROMPT_TOKENS),
-        "output": fixed(OUTPUT_TOKENS),
-        "prefix_cache_hit_rate": 0.0,
-        "prefill_servers": PROFILE_PREFILL_SERVERS,
-    }
+        PROMPT_TOKENS, OUTPUT_TOKENS, rate, prefill_servers=PROFILE_PREFILL_SERVERS,
+    )  # fmt: skip
 
 
 def case_label(load: float) -> str:

@@ -39,11 +39,13 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from zcube_lab.core.bmwg import workload
+from zcube_lab.core.bmwg.workload import single_turn
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.stats import quantile
 
 SECTION = "10.2"
-MODEL = "glm-5.1"
+MODEL = workload.MODEL
 PROMPT_TOKENS = 1024
 OUTPUT_TOKENS = 512
 RATE = 1.0  # requests per modelled second
@@ -62,25 +64,12 @@ MIN_RUN_S = 5.0
 def profile(rate: float = RATE) -> dict[str, Any]:
     """The workload profile of one case: single-turn completions of exactly `PROMPT_TOKENS`
     prompt and `OUTPUT_TOKENS` output tokens, no prefix cache, Poisson arrivals at `rate`."""
-    if not rate > 0:
-        raise ConfigError("rate", rate, "a positive rate in requests per second")
-
-    def fixed(n: int) -> dict[str, float]:
-        return {"median": n, "sigma": 0.0, "min": n, "max": n}
-
-    return {
-        "name": f"bmwg-10.2-{rate:g}",
-        "description": f"BMWG §10.2: single-turn requests of {PROMPT_TOKENS} prompt and "
+    return single_turn(
+        f"bmwg-10.2-{rate:g}",
+        f"BMWG §10.2: single-turn requests of {PROMPT_TOKENS} prompt and "
         f"{OUTPUT_TOKENS} output tokens at {rate:g} req/s, no prefix cache.",
-        "model": MODEL,
-        "endpoint": "completions",
-        "placement": "default",
-        "length_scale": 1.0,
-        "arrival": {"process": "poisson", "rate": rate},
-        "prompt": fixed(PROMPT_TOKENS),
-        "output": fixed(OUTPUT_TOKENS),
-        "prefix_cache_hit_rate": 0.0,
-    }
+        PROMPT_TOKENS, OUTPUT_TOKENS, rate,
+    )  # fmt: skip
 
 
 def case_label(rate: float) -> str:

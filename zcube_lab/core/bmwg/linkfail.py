@@ -44,12 +44,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zcube_lab.core.bmwg import workload
+from zcube_lab.core.bmwg.workload import single_turn
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric, Link
 from zcube_lab.core.stats import quantile
 
 SECTION = "12.3"
-MODEL = "glm-5.1"
+MODEL = workload.MODEL
 PROMPT_TOKENS = 16384
 OUTPUT_TOKENS = 16
 # Requests per modelled second: a 16k-token GLM-5.1 prefill takes about a second on one
@@ -170,24 +172,12 @@ def fail_spec(link: FailedLink, trial_seconds: float) -> str:
 def profile(rate: float = RATE, prompt_tokens: int = PROMPT_TOKENS) -> dict[str, Any]:
     """The workload profile of a trial: single-turn completions of exactly `prompt_tokens`
     prompt tokens and `OUTPUT_TOKENS` output tokens, no prefix cache, Poisson at `rate`."""
-    if rate <= 0:
-        raise ConfigError("rate", rate, "a positive rate in requests per second")
-    fixed = {"median": prompt_tokens, "sigma": 0.0, "min": prompt_tokens, "max": prompt_tokens}
-    out = {"median": OUTPUT_TOKENS, "sigma": 0.0, "min": OUTPUT_TOKENS, "max": OUTPUT_TOKENS}
-    return {
-        "name": f"bmwg-12.3-{prompt_tokens}",
-        "description": f"BMWG §12.3: single-turn requests of exactly {prompt_tokens} prompt "
+    return single_turn(
+        f"bmwg-12.3-{prompt_tokens}",
+        f"BMWG §12.3: single-turn requests of exactly {prompt_tokens} prompt "
         f"tokens and {OUTPUT_TOKENS} output tokens at {rate:g} req/s, one link failed.",
-        "model": MODEL,
-        "endpoint": "completions",
-        "placement": "default",
-        "length_scale": 1.0,
-        "arrival": {"process": "poisson", "rate": rate},
-        "prompt": fixed,
-        "output": out,
-        "prefix_cache_hit_rate": 0.0,
-        "prefill_servers": 3,
-    }
+        prompt_tokens, OUTPUT_TOKENS, rate, prefill_servers=3,
+    )  # fmt: skip
 
 
 def case_label() -> str:

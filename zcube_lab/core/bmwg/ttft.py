@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from zcube_lab.core.bmwg import workload
+from zcube_lab.core.bmwg.workload import single_turn
 from zcube_lab.core.errors import ConfigError
 
 SECTION = "6.1"
@@ -23,7 +25,7 @@ MIN_RUN_S = 5.0  # the shortest live run a trial may be (modelled seconds of arr
 # Requests per modelled second: one GLM-5.1 prefill of 16k tokens on the lab's compute model
 # takes about a second on one prefill server, and the kv-heavy placement has three.
 RATE = 1.0
-MODEL = "glm-5.1"
+MODEL = workload.MODEL
 # The figures a trial keeps (p50 and p99 each, modelled ms) and the draft's KPI they come from.
 PARTS = ("TTFT", "T_prefill", "T_transfer", "T_decode_init")
 # Kept beside them: one KV pull's time (the draft's TTFT_fabric; T_transfer is a request's
@@ -61,24 +63,12 @@ def profile(prompt_tokens: int, rate: float = RATE) -> dict[str, Any]:
     """The workload profile of one case: single-turn completions of exactly `prompt_tokens`
     prompt tokens and `OUTPUT_TOKENS` output tokens, no prefix cache (the whole prompt is
     prefilled and its whole KV moves), three prefill servers to one decode server."""
-    if rate <= 0:
-        raise ConfigError("rate", rate, "a positive rate in requests per second")
-    fixed = {"median": prompt_tokens, "sigma": 0.0, "min": prompt_tokens, "max": prompt_tokens}
-    out = {"median": OUTPUT_TOKENS, "sigma": 0.0, "min": OUTPUT_TOKENS, "max": OUTPUT_TOKENS}
-    return {
-        "name": f"bmwg-6.1-{prompt_tokens}",
-        "description": f"BMWG §6.1: single-turn requests of exactly {prompt_tokens} prompt "
+    return single_turn(
+        f"bmwg-6.1-{prompt_tokens}",
+        f"BMWG §6.1: single-turn requests of exactly {prompt_tokens} prompt "
         f"tokens and {OUTPUT_TOKENS} output tokens, no prefix cache.",
-        "model": MODEL,
-        "endpoint": "completions",
-        "placement": "default",
-        "length_scale": 1.0,
-        "arrival": {"process": "poisson", "rate": rate},
-        "prompt": fixed,
-        "output": out,
-        "prefix_cache_hit_rate": 0.0,
-        "prefill_servers": 3,
-    }
+        prompt_tokens, OUTPUT_TOKENS, rate, prefill_servers=3,
+    )  # fmt: skip
 
 
 def case_label(prompt_tokens: int) -> str:

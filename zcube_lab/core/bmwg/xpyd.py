@@ -34,10 +34,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zcube_lab.core.bmwg import workload
+from zcube_lab.core.bmwg.workload import single_turn
 from zcube_lab.core.errors import ConfigError
 
 SECTION = "6.2"
-MODEL = "glm-5.1"
+MODEL = workload.MODEL
 PROMPT_TOKENS = 16384
 OUTPUT_TOKENS = 32
 LOAD = 0.8  # every split at this share of its own knee
@@ -140,25 +142,12 @@ def rate_of(knee: float, load: float = LOAD) -> float:
 def profile(split: Split, rate: float) -> dict[str, Any]:
     """The workload profile of one split: fixed prompt and output lengths, no prefix cache,
     Poisson arrivals at `rate` (the run's --prefill-servers sets the split)."""
-    if rate <= 0:
-        raise ConfigError("rate", rate, "a positive rate in requests per second")
-
-    def fixed(n: int) -> dict[str, float]:
-        return {"median": n, "sigma": 0.0, "min": n, "max": n}
-
-    return {
-        "name": f"bmwg-6.2-{split.label}",
-        "description": f"BMWG §6.2: {split.label}, single-turn requests of {PROMPT_TOKENS} "
+    return single_turn(
+        f"bmwg-6.2-{split.label}",
+        f"BMWG §6.2: {split.label}, single-turn requests of {PROMPT_TOKENS} "
         f"prompt and {OUTPUT_TOKENS} output tokens at {rate:g} req/s, no prefix cache.",
-        "model": MODEL,
-        "endpoint": "completions",
-        "placement": "default",
-        "length_scale": 1.0,
-        "arrival": {"process": "poisson", "rate": rate},
-        "prompt": fixed(PROMPT_TOKENS),
-        "output": fixed(OUTPUT_TOKENS),
-        "prefix_cache_hit_rate": 0.0,
-    }
+        PROMPT_TOKENS, OUTPUT_TOKENS, rate,
+    )  # fmt: skip
 
 
 def case_label(split: Split) -> str:

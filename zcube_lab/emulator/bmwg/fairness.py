@@ -1,24 +1,23 @@
 """`zcube-lab bmwg run 9.4`: Jain's fairness index over the decode workers on each fabric, as
 live serving runs (`zcube_lab.core.bmwg.fairness` says what a case, a trial and a worker's
-share are). Each trial is one `zcube-lab run` in its own process, as §6.1's
-(`zcube_lab.emulator.bmwg.live`); after it, the decode engines' own counters are read from the
-run's Prometheus database (`promtool tsdb dump`, the lab's Prometheus tools) and the engines'
-KV logs are kept beside them as a check. `bmwg.json` is written after every trial."""
+share are), run by the live sections' runner (`zcube_lab.emulator.bmwg.live`). After each
+trial the decode engines' own counters are read from the run's Prometheus database (`promtool
+tsdb dump`, the lab's Prometheus tools) and the engines' KV logs are kept beside them as a
+check."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import fairness as f94
-from zcube_lab.core.bmwg import report
-from zcube_lab.core.bmwg.catalogue import DRAFT
-from zcube_lab.emulator.bmwg.live import RESULTS_FILE, RUN_OVERHEAD_S, _trial, run_argv
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+
+if TYPE_CHECKING:
+    from zcube_lab.core.bmwg.config import BmwgConfig
 
 PROMTOOL = "promtool"
 # The run drains its requests after the load: at 0.9 of the knee up to a few seconds more.
@@ -32,11 +31,6 @@ def knee(gpus: int) -> float:
 
     step = prefill_step_seconds(get_profile(f94.MODEL), f94.PROMPT_TOKENS)
     return f94.knee_rate(gpus, step)
-
-
-def estimate_wall_s(cases: int, fabrics: int, trials: int, trial_seconds: float) -> float:
-    """Wall seconds of a §9.4 run: one live run per load level, fabric and trial."""
-    return cases * fabrics * trials * (trial_seconds + RUN_OVERHEAD_S + DRAIN_S)
 
 
 def decode_engines(run_dir: Path) -> list[str]:
@@ -76,77 +70,47 @@ def kv_log_shares(run_dir: Path, engines: Sequence[str]) -> dict[str, dict[str, 
     return out
 
 
-def run_fairness(
-    fabrics: Sequence[str],
-    gpus: int,
-    levels: Sequence[float],
-    trials: int,
-    trial_seconds: float,
-    seed: int,
-    results: Path,
-    progress: Callable[[str], None] = print,
-    retries: int = 2,
-) -> Path:
-    """Every load level's trials on every fabric; the path of bmwg.json."""
-    out = results / f"bmwg-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    est = estimate_wall_s(len(levels), len(fabrics), trials, trial_seconds)
-    for line in parameter_lines(gpus, levels, trials, trial_seconds):
-        progress(line)
-    progress(f"{DRAFT} §9.4 on {', '.join(fabrics)}: estimated wall time {est / 60:.1f} min")
-    rows: list[dict[str, Any]] = []
-    total = len(levels) * len(fabrics) * trials
-    t0 = time.monotonic()
-    path = out / RESULTS_FILE
-
-    def document(done: bool) -> dict[str, Any]:
-        return _document(fabrics, gpus, levels, trials, trial_seconds, rows, t0, est, done)
-
-    for fabric in fabrics:
-        for load in levels:
-            workload = out / f"workload-{load:g}.json"
-            workload.write_text(json.dumps(f94.profile(load, knee(gpus)), indent=1) + "\n")
-            for trial in range(trials):
-                run_dir = out / f"{fabric}-{load:g}-t{trial}"
-                argv = run_argv(fabric, gpus, workload, trial_seconds, seed + trial, run_dir)
-                w0 = time.monotonic()
-                summary_path, spoiled = _trial(argv, run_dir, retries, progress)
-                rows.append(trial_row(summary_path, fabric, load, gpus, trial, out, spoiled))
-                rows[-1]["wall_s"] = round(time.monotonic() - w0, 1)
-                el = time.monotonic() - t0
-                left = el / len(rows) * (total - len(rows))
-                progress(
-                    f"[{len(rows)}/{total}] §9.4 {fabric} load {load:g} trial {trial + 1}: "
-                    f"{headline(rows[-1]['figures'])} ({el / 60:.1f} min in, "
-                    f"~{left / 60:.1f} min left)"
-                )
-                path.write_text(json.dumps(document(False), indent=1))
-    doc = document(True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    for c in doc["comparison"]:
-        progress(f"§9.4 {c['case']}: {c['figure']} zcube vs {c['versus']}: {c['verdict']}")
-    progress(f"written: {path}")
-    return path
+def section(cfg: BmwgConfig) -> LiveSection:
+    """§9.4 over the run's load levels (shares of the knee on its fabrics' GPU hosts)."""
+    at = knee(cfg.gpus)
+    cases = tuple(
+        LiveCase(
+            f"{load:g}",
+            f94.case_label(load),
+            {"load": load, "rate": f94.rate_of(load, at)},
+            f94.profile(load, at),
+            shown=f"load {load:g}",
+        )
+        for load in cfg.jfi_levels
+    )
+    return LiveSection(
+        section=f94.SECTION,
+        cases=cases,
+        row=lambda run, _fabric, _case: trial_row(run),
+        headline=headline,
+        head={
+            "levels": list(cfg.jfi_levels),
+            "knee_rate": round(at, 3),
+            "decode_workers": f94.decode_workers(cfg.gpus),
+            "prompt_tokens": f94.PROMPT_TOKENS,
+            "output_tokens": f94.OUTPUT_TOKENS,
+        },
+        notes=NOTES,
+        parameter_lines=tuple(
+            parameter_lines(cfg.gpus, cfg.jfi_levels, cfg.trials, cfg.trial_seconds)
+        ),
+        drain_s=DRAIN_S,
+    )
 
 
-def trial_row(summary_path: Path, fabric: str, load: float, gpus: int, trial: int, out: Path,
-              spoiled: Sequence[Path]) -> dict[str, Any]:  # fmt: skip
-    """One trial's row: the figures, each worker's shares and the KV logs' check."""
-    run_dir = summary_path.parent
-    summary = json.loads(summary_path.read_text())
+def trial_row(run_dir: Path) -> dict[str, Any]:
+    """A trial's figures, each worker's shares and the KV logs' check, from its run folder."""
+    summary = json.loads((run_dir / "summary.json").read_text())
     engines = decode_engines(run_dir)
     shares = f94.totals(read_series(run_dir), engines)
     return {
-        "section": f94.SECTION,
-        "case": f94.case_label(load),
-        "params": {"load": load, "rate": f94.rate_of(load, knee(gpus))},
-        "fabric": fabric,
-        "trial": trial,
-        "run": str(run_dir.relative_to(out)),
-        "spoiled_by_machine": [str(p.relative_to(out)) for p in spoiled],
         "figures": f94.trial_figures(summary, shares, len(engines)),
         "workers": {"engines": engines, **shares, "kv_log": kv_log_shares(run_dir, engines)},
-        "reasons": list((summary.get("health") or {}).get("reasons") or []),
     }
 
 
@@ -186,41 +150,9 @@ def parameter_lines(gpus: int, levels: Sequence[float], trials: int,
     ]
 
 
-def _document(fabrics: Sequence[str], gpus: int, levels: Sequence[float], trials: int,
-              trial_seconds: float, rows: list[dict[str, Any]], t0: float, est: float,
-              done: bool) -> dict[str, Any]:  # fmt: skip
-    from zcube_lab.core.bmwg.catalogue import test_of
-    from zcube_lab.core.bmwg.scaling import scale_for
-    from zcube_lab.emulator.bmwg.runner import software
-
-    summary = report.summarize(rows)
-    test = test_of(f94.SECTION)
-    return {
-        "draft": DRAFT,
-        "sections": [f94.SECTION],
-        "fabrics": list(fabrics),
-        "gpus": gpus,
-        "trials": trials,
-        "trial_seconds": trial_seconds,
-        "draft_trials": {test.section: [test.trials, test.trial_s]},
-        "resolution": scale_for(test).describe(),  # the live lab's default scale
-        "levels": list(levels),
-        "knee_rate": round(knee(gpus), 3),
-        "decode_workers": f94.decode_workers(gpus),
-        "prompt_tokens": f94.PROMPT_TOKENS,
-        "output_tokens": f94.OUTPUT_TOKENS,
-        "estimate_wall_s": round(est, 1),
-        "wall_s": round(time.monotonic() - t0, 1),
-        "complete": done,
-        "software": {**software(), "transport": "kernel TCP (live serving runs)"},
-        "notes": [
-            "9.4: live serving runs at the default time scale; each decode worker's share is "
-            "its own counters' total (tokens generated, KV bytes pulled, request-seconds in "
-            "decode), Jain's index over the workers; the gateway's routing policy (least "
-            "outstanding requests) decides the balance, the fabric only through the KV pulls"
-        ],
-        "refused": [],
-        "rows": rows,
-        "summary": summary,
-        "comparison": report.compare(summary),
-    }
+NOTES = (
+    "9.4: live serving runs at the default time scale; each decode worker's share is "
+    "its own counters' total (tokens generated, KV bytes pulled, request-seconds in "
+    "decode), Jain's index over the workers; the gateway's routing policy (least "
+    "outstanding requests) decides the balance, the fabric only through the KV pulls",
+)

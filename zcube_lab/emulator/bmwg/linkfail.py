@@ -1,27 +1,22 @@
 """`zcube-lab bmwg run 12.3`: the draft's link failure during serving on each fabric, as live
 serving runs (`zcube_lab.core.bmwg.linkfail` says what a trial is, which link each fabric loses
-and how the figures are defined). Each trial is one `zcube-lab run --policy ff --fail 'link ...'`
-in its own process (as §6.1's, `zcube_lab.emulator.bmwg.live`), its folder kept under the
-results folder; `bmwg.json` is written after every trial in the shape of the other tests'."""
+and how the figures are defined), run by the live sections' runner
+(`zcube_lab.emulator.bmwg.live`): each trial is one `zcube-lab run --policy ff --fail 'link
+...'`."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import linkfail as lf
 from zcube_lab.core.bmwg import report
-from zcube_lab.core.bmwg.catalogue import DRAFT
-from zcube_lab.emulator.bmwg.live import RESULTS_FILE, RUN_OVERHEAD_S, _trial, run_argv
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
 
-
-def estimate_wall_s(fabrics: int, trials: int, trial_seconds: float) -> float:
-    """Wall seconds of a §12.3 run: one live run per fabric and trial."""
-    return fabrics * trials * (trial_seconds + RUN_OVERHEAD_S)
+if TYPE_CHECKING:
+    from zcube_lab.core.bmwg.config import BmwgConfig
 
 
 def links_of(fabrics: Sequence[str], gpus: int) -> dict[str, lf.FailedLink]:
@@ -62,83 +57,74 @@ def refigure(path: Path) -> dict[str, Any]:
     return doc
 
 
-def run_link_failure(
-    fabrics: Sequence[str],
-    gpus: int,
-    trials: int,
-    trial_seconds: float,
-    seed: int,
-    results: Path,
-    progress: Callable[[str], None] = print,
-    retries: int = 2,
-) -> Path:
-    """Every fabric's trials; the path of bmwg.json."""
+def section(cfg: BmwgConfig) -> LiveSection:
+    """§12.3 on the run's fabrics: each loses its own link (`links_of`) during every trial."""
     from zcube_lab.core.bmwg.catalogue import test_of
     from zcube_lab.core.fabric.scaledown import scaled_fabric
 
-    lf.check_trial_seconds(trial_seconds)
-    links = links_of(fabrics, gpus)
-    out = results / f"bmwg-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
+    lf.check_trial_seconds(cfg.trial_seconds)
+    fabrics = cfg.fabric_kinds
+    links = links_of(fabrics, cfg.gpus)
+    specs = {k: lf.fail_spec(links[k], cfg.trial_seconds) for k in fabrics}
+    prefill = {k: lf.prefill_servers(scaled_fabric(k, cfg.gpus)) for k in fabrics}
     test = test_of(lf.SECTION)
-    est = estimate_wall_s(len(fabrics), trials, trial_seconds)
-    progress(f"{DRAFT} §12.3 on {', '.join(fabrics)}: {trials} trials of {trial_seconds:g} s "
-             f"each; estimated wall time {est / 60:.1f} min")  # fmt: skip
-    progress("parameters (the draft's | this run's):")
-    for line in lf.parameter_lines(trials, trial_seconds, test.trials, test.trial_s):
-        progress(line)
-    for kind, link in links.items():
-        progress(f"  {kind} loses {link.describe()}")
-    workload = out / "workload-12.3.json"
-    workload.write_text(json.dumps(lf.profile(), indent=1) + "\n")
-    rows: list[dict[str, Any]] = []
-    total = len(fabrics) * trials
-    t0 = time.monotonic()
-    path = out / RESULTS_FILE
-    for fabric in fabrics:
-        spec = lf.fail_spec(links[fabric], trial_seconds)
-        prefill = lf.prefill_servers(scaled_fabric(fabric, gpus))
-        for trial in range(trials):
-            run_dir = out / f"{fabric}-t{trial}"
-            argv = run_argv(fabric, gpus, workload, trial_seconds, seed + trial, run_dir)
-            argv += ["--policy", lf.POLICY, "--prefill-servers", str(prefill), "--fail", spec]
-            w0 = time.monotonic()
-            summary_path, spoiled = _trial(argv, run_dir, retries, progress)
-            run = summary_path.parent
-            summary = json.loads(summary_path.read_text())
-            figs = _figures(run, links[fabric].to_dict()["link"])
-            rows.append(
-                {
-                    "section": lf.SECTION,
-                    "case": lf.case_label(),
-                    "params": {"prompt_tokens": lf.PROMPT_TOKENS, "rate": lf.RATE},
-                    "fabric": fabric,
-                    "trial": trial,
-                    "failed_link": links[fabric].to_dict(),
-                    "fail": spec,
-                    "policy": summary.get("policy"),
-                    "run": str(run.relative_to(out)),
-                    "spoiled_by_machine": [str(p.relative_to(out)) for p in spoiled],
-                    "figures": figs,
-                    "reasons": list((summary.get("health") or {}).get("reasons") or []),
-                    "wall_s": round(time.monotonic() - w0, 1),
-                }
-            )
-            el = time.monotonic() - t0
-            left = el / len(rows) * (total - len(rows))
-            progress(f"[{len(rows)}/{total}] §12.3 {fabric} trial {trial + 1}: {_headline(figs)} "
-                     f"({el / 60:.1f} min in, ~{left / 60:.1f} min left)")  # fmt: skip
-            doc = _document(fabrics, gpus, trials, trial_seconds, links, rows, t0, est, False)
-            path.write_text(json.dumps(doc, indent=1))
-    doc = _document(fabrics, gpus, trials, trial_seconds, links, rows, t0, est, True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    for c in doc["comparison"]:
-        progress(f"§12.3: {c['figure']} zcube vs {c['versus']}: {c['verdict']}")
-    progress(f"written: {path}")
-    return path
+    at, span = lf.fault_timing(cfg.trial_seconds)
+
+    def argv(fabric: str, _case: LiveCase) -> list[str]:
+        return ["--policy", lf.POLICY, "--prefill-servers", str(prefill[fabric]),
+                "--fail", specs[fabric]]  # fmt: skip
+
+    def row(run: Path, fabric: str, _case: LiveCase) -> dict[str, Any]:
+        summary = json.loads((run / "summary.json").read_text())
+        return {
+            "failed_link": links[fabric].to_dict(),
+            "fail": specs[fabric],
+            "policy": summary.get("policy"),
+            "figures": _figures(run, links[fabric].to_dict()["link"]),
+        }
+
+    return LiveSection(
+        section=lf.SECTION,
+        cases=(
+            LiveCase(
+                "12.3",
+                lf.case_label(),
+                {"prompt_tokens": lf.PROMPT_TOKENS, "rate": lf.RATE},
+                lf.profile(),
+                shown="",
+            ),
+        ),
+        row=row,
+        headline=_headline,
+        head={
+            "rate": lf.RATE,
+            "prompt_tokens": lf.PROMPT_TOKENS,
+            "policy": lf.POLICY,
+            "fail_at_s": at,
+            "fail_for_s": span,
+            "failed_links": {k: v.to_dict() for k, v in links.items()},
+        },
+        notes=(
+            f"12.3: live serving runs at the default time scale, routing policy {lf.POLICY}; "
+            f"each fabric loses one switch-to-switch link at {at:g} s for {span:g} s, the first "
+            "fabric-facing link of the switch with the most decode host ports (the KV pulls "
+            "into those decode hosts cross that switch's fabric-facing links); a "
+            f"{lf.BIN_S:g} s bin (by send time, from the onset) is disrupted when a request "
+            f"sent in it failed or its TTFT p99 is more than {lf.TOLERANCE:.0%} above the "
+            "highest TTFT sent before the onset; recovery_time_s: the onset to the end of the "
+            "last disrupted bin (0: none), disruption_time_s: the disrupted bins' seconds; a "
+            "run the lab's verdict did not trust is kept, its comparison out of reach",
+        ),
+        parameter_lines=(
+            "§12.3 parameters (the draft's | this run's):",
+            *lf.parameter_lines(cfg.trials, cfg.trial_seconds, test.trials, test.trial_s),
+            *(f"  {kind} loses {link.describe()}" for kind, link in links.items()),
+        ),
+        fabric_argv=argv,
+    )
 
 
-def _headline(f: dict[str, Any]) -> str:
+def _headline(f: Mapping[str, Any]) -> str:
     def num(name: str, unit: str = "") -> str:
         v = f.get(name)
         return "-" if v is None else f"{v:,.1f}{unit}"
@@ -150,50 +136,3 @@ def _headline(f: dict[str, Any]) -> str:
         f"{num('TTFT_p99_during_ms')}/{num('TTFT_p99_after_ms')} ms, recovered in "
         f"{num('recovery_time_s', ' s')}, KV pulls retried {f.get('KV_pulls_retried')}, {trusted}"
     )
-
-
-def _document(fabrics: Sequence[str], gpus: int, trials: int, trial_seconds: float,
-              links: dict[str, lf.FailedLink], rows: list[dict[str, Any]], t0: float,
-              est: float, done: bool) -> dict[str, Any]:  # fmt: skip
-    from zcube_lab.core.bmwg.catalogue import test_of
-    from zcube_lab.core.bmwg.scaling import scale_for
-    from zcube_lab.emulator.bmwg.runner import software
-
-    summary = report.summarize(rows)
-    test = test_of(lf.SECTION)
-    at, span = lf.fault_timing(trial_seconds)
-    return {
-        "draft": DRAFT,
-        "sections": [lf.SECTION],
-        "fabrics": list(fabrics),
-        "gpus": gpus,
-        "trials": trials,
-        "trial_seconds": trial_seconds,
-        "draft_trials": {test.section: [test.trials, test.trial_s]},
-        "resolution": scale_for(test).describe(),  # the live lab's default scale
-        "rate": lf.RATE,
-        "prompt_tokens": lf.PROMPT_TOKENS,
-        "policy": lf.POLICY,
-        "fail_at_s": at,
-        "fail_for_s": span,
-        "failed_links": {k: v.to_dict() for k, v in links.items()},
-        "estimate_wall_s": round(est, 1),
-        "wall_s": round(time.monotonic() - t0, 1),
-        "complete": done,
-        "software": {**software(), "transport": "kernel TCP (live serving runs)"},
-        "notes": [
-            f"12.3: live serving runs at the default time scale, routing policy {lf.POLICY}; "
-            f"each fabric loses one switch-to-switch link at {at:g} s for {span:g} s, the first "
-            "fabric-facing link of the switch with the most decode host ports (the KV pulls "
-            "into those decode hosts cross that switch's fabric-facing links); a "
-            f"{lf.BIN_S:g} s bin (by send time, from the onset) is disrupted when a request "
-            f"sent in it failed or its TTFT p99 is more than {lf.TOLERANCE:.0%} above the "
-            "highest TTFT sent before the onset; recovery_time_s: the onset to the end of the "
-            "last disrupted bin (0: none), disruption_time_s: the disrupted bins' seconds; a "
-            "run the lab's verdict did not trust is kept, its comparison out of reach"
-        ],
-        "refused": [],
-        "rows": rows,
-        "summary": summary,
-        "comparison": report.compare(summary),
-    }

@@ -1,23 +1,21 @@
 """`zcube-lab bmwg run 6.2`: the draft's xPyD ratio optimization on each fabric, as live serving
-runs (`zcube_lab.core.bmwg.xpyd` says what a split, its load and a trial are). Each trial is one
-`zcube-lab run` in its own process with `--prefill-servers` setting the split, as §6.1's
-(`zcube_lab.emulator.bmwg.live`: retries of machine-spoiled runs); after it, the client's
-request records are held to the SLO (`zcube_lab.emulator.results.run.goodput`). `bmwg.json` is
-written after every trial."""
+runs (`zcube_lab.core.bmwg.xpyd` says what a split, its load and a trial are), run by the live
+sections' runner (`zcube_lab.emulator.bmwg.live`) with `--prefill-servers` setting the split.
+After each trial the client's request records are held to the SLO
+(`zcube_lab.emulator.results.run.goodput`)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zcube_lab.core.bmwg import report
 from zcube_lab.core.bmwg import xpyd as x62
-from zcube_lab.core.bmwg.catalogue import DRAFT
-from zcube_lab.emulator.bmwg.live import RESULTS_FILE, RUN_OVERHEAD_S, _trial, run_argv
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+
+if TYPE_CHECKING:
+    from zcube_lab.core.bmwg.config import BmwgConfig
 
 DRAIN_S = 5.0  # the run drains its requests after the load
 
@@ -63,11 +61,6 @@ def plan(split: x62.Split, load: float = x62.LOAD) -> dict[str, float]:
     }
 
 
-def estimate_wall_s(cases: int, fabrics: int, trials: int, trial_seconds: float) -> float:
-    """Wall seconds of a §6.2 run: one live run per split, fabric and trial."""
-    return cases * fabrics * trials * (trial_seconds + RUN_OVERHEAD_S + DRAIN_S)
-
-
 def slo_check(run_dir: Path, window_s: float) -> dict[str, Any]:
     """The run's requests against `SLO_TEXT`: the output tokens of those meeting it, the
     requests, the attainment per target and whether the run met it."""
@@ -95,83 +88,67 @@ def slo_check(run_dir: Path, window_s: float) -> dict[str, Any]:
     }
 
 
-def run_xpyd(
-    fabrics: Sequence[str],
-    gpus: int,
-    xpyd: str,
-    trials: int,
-    trial_seconds: float,
-    seed: int,
-    results: Path,
-    progress: Callable[[str], None] = print,
-    retries: int = 2,
-) -> Path:
-    """Every split's trials on every fabric; the path of bmwg.json."""
-    splits = x62.splits(xpyd, gpus, per_server(fabrics, gpus))
-    out = results / f"bmwg-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    est = estimate_wall_s(len(splits), len(fabrics), trials, trial_seconds)
+def section(cfg: BmwgConfig) -> LiveSection:
+    """§6.2 over the run's splits, each at `LOAD` of its own knee (a split the fabrics cannot
+    carry: a ConfigError, before any lab)."""
+    splits = x62.splits(cfg.xpyd, cfg.gpus, per_server(cfg.fabric_kinds, cfg.gpus))
     plans = {s.label: plan(s) for s in splits}
-    for line in parameter_lines(gpus, splits, plans, trials, trial_seconds):
-        progress(line)
-    progress(f"{DRAFT} §6.2 on {', '.join(fabrics)}: estimated wall time {est / 60:.1f} min")
-    rows: list[dict[str, Any]] = []
-    total = len(splits) * len(fabrics) * trials
-    t0 = time.monotonic()
-    path = out / RESULTS_FILE
     pre_step = steps()["prefill_step_s"]
+    by_label = {s.label: s for s in splits}
+    window_s = cfg.trial_seconds  # the load window
 
-    def document(done: bool) -> dict[str, Any]:
-        return _document(fabrics, gpus, splits, plans, trials, trial_seconds, rows, t0, est, done)
+    def row(run: Path, _fabric: str, case: LiveCase) -> dict[str, Any]:
+        split = by_label[case.key]
+        summary = json.loads((run / "summary.json").read_text())
+        good = slo_check(run, window_s)
+        rate = plans[split.label]["rate"]
+        return {"figures": x62.trial_figures(summary, split, good, rate, pre_step), "slo": good}
 
-    for fabric in fabrics:
-        for split in splits:
-            rate = plans[split.label]["rate"]
-            workload = out / f"workload-{split.label}.json"
-            workload.write_text(json.dumps(x62.profile(split, rate), indent=1) + "\n")
-            for trial in range(trials):
-                run_dir = out / f"{fabric}-{split.label}-t{trial}"
-                argv = run_argv(fabric, gpus, workload, trial_seconds, seed + trial, run_dir)
-                argv += ["--prefill-servers", str(split.prefill_servers)]
-                w0 = time.monotonic()
-                summary_path, spoiled = _trial(argv, run_dir, retries, progress)
-                summary = json.loads(summary_path.read_text())
-                good = slo_check(summary_path.parent, trial_seconds)  # the load window
-                rows.append(
-                    {
-                        "section": x62.SECTION,
-                        "case": x62.case_label(split),
-                        "params": {
-                            "prefill": split.prefill,
-                            "decode": split.decode,
-                            **plans[split.label],
-                        },
-                        "fabric": fabric,
-                        "trial": trial,
-                        "run": str(summary_path.parent.relative_to(out)),
-                        "spoiled_by_machine": [str(p.relative_to(out)) for p in spoiled],
-                        "figures": x62.trial_figures(summary, split, good, rate, pre_step),
-                        "slo": good,
-                        "reasons": list((summary.get("health") or {}).get("reasons") or []),
-                        "wall_s": round(time.monotonic() - w0, 1),
-                    }
-                )
-                el = time.monotonic() - t0
-                left = el / len(rows) * (total - len(rows))
-                progress(
-                    f"[{len(rows)}/{total}] §6.2 {fabric} {split.label} trial {trial + 1}: "
-                    f"{headline(rows[-1]['figures'])} ({el / 60:.1f} min in, "
-                    f"~{left / 60:.1f} min left)"
-                )
-                path.write_text(json.dumps(document(False), indent=1))
-    doc = document(True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    for b in doc["best_split"]:
-        progress(f"§6.2 best split on {b['fabric']}: {b['best'] or 'none met the SLO'}")
-    for c in doc["comparison"]:
-        progress(f"§6.2 {c['case']}: {c['figure']} zcube vs {c['versus']}: {c['verdict']}")
-    progress(f"written: {path}")
-    return path
+    def best(doc: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "best_split": [
+                {"fabric": f, "best": (b := x62.best_split(doc["summary"], f)) and b["case"],
+                 "detail": b}
+                for f in doc["fabrics"]
+            ]
+        }  # fmt: skip
+
+    return LiveSection(
+        section=x62.SECTION,
+        cases=tuple(
+            LiveCase(
+                s.label,
+                x62.case_label(s),
+                {"prefill": s.prefill, "decode": s.decode, **plans[s.label]},
+                x62.profile(s, plans[s.label]["rate"]),
+                argv=("--prefill-servers", str(s.prefill_servers)),
+                shown=s.label,
+            )
+            for s in splits
+        ),
+        row=row,
+        headline=headline,
+        head={
+            "splits": [s.label for s in splits],
+            "plans": plans,
+            "load": x62.LOAD,
+            "slo": x62.SLO_TEXT,
+            "slo_attainment": x62.SLO_ATTAINMENT,
+            "steps": steps(),
+            "prompt_tokens": x62.PROMPT_TOKENS,
+            "output_tokens": x62.OUTPUT_TOKENS,
+        },
+        notes=tuple(NOTES),
+        parameter_lines=tuple(
+            parameter_lines(cfg.gpus, splits, plans, cfg.trials, cfg.trial_seconds)
+        ),
+        drain_s=DRAIN_S,
+        finish=best,
+        closing=lambda doc: [
+            f"§6.2 best split on {b['fabric']}: {b['best'] or 'none met the SLO'}"
+            for b in doc["best_split"]
+        ],
+    )
 
 
 def headline(f: Mapping[str, Any]) -> str:
@@ -220,46 +197,3 @@ NOTES = [
     "and the fabric moves only T_transfer (the KV pulls, a few percent of TTFT); a fabric "
     "comparison within the trials' spread is a measured tie, not a missing measurement",
 ]
-
-
-def _document(fabrics: Sequence[str], gpus: int, splits: Sequence[x62.Split],
-              plans: Mapping[str, Any], trials: int, trial_seconds: float,
-              rows: list[dict[str, Any]], t0: float, est: float,
-              done: bool) -> dict[str, Any]:  # fmt: skip
-    from zcube_lab.core.bmwg.catalogue import test_of
-    from zcube_lab.core.bmwg.scaling import scale_for
-    from zcube_lab.emulator.bmwg.runner import software
-
-    summary = report.summarize(rows)
-    test = test_of(x62.SECTION)
-    return {
-        "draft": DRAFT,
-        "sections": [x62.SECTION],
-        "fabrics": list(fabrics),
-        "gpus": gpus,
-        "trials": trials,
-        "trial_seconds": trial_seconds,
-        "draft_trials": {test.section: [test.trials, test.trial_s]},
-        "resolution": scale_for(test).describe(),
-        "splits": [s.label for s in splits],
-        "plans": dict(plans),
-        "load": x62.LOAD,
-        "slo": x62.SLO_TEXT,
-        "slo_attainment": x62.SLO_ATTAINMENT,
-        "steps": steps(),
-        "prompt_tokens": x62.PROMPT_TOKENS,
-        "output_tokens": x62.OUTPUT_TOKENS,
-        "estimate_wall_s": round(est, 1),
-        "wall_s": round(time.monotonic() - t0, 1),
-        "complete": done,
-        "software": {**software(), "transport": "kernel TCP (live serving runs)"},
-        "notes": NOTES,
-        "refused": [],
-        "rows": rows,
-        "summary": summary,
-        "best_split": [
-            {"fabric": f, "best": (b := x62.best_split(summary, f)) and b["case"], "detail": b}
-            for f in fabrics
-        ],
-        "comparison": report.compare(summary),
-    }
