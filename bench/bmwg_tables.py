@@ -36,6 +36,7 @@ from zcube_lab.core.bmwg.report import (
 )
 from zcube_lab.core.bmwg.scaling import parameter_rows
 from zcube_lab.core.bmwg.trials import HIGHER, LOWER, NO_SPREAD, OUT_OF_REACH, WITHIN
+from zcube_lab.emulator.bmwg.live import SECTIONS as LIVE_SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "results" / "bmwg"
@@ -68,6 +69,11 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(str(c).replace("|", "/") for c in r) + " |" for r in rows]
     return out
+
+
+def _and(items: Sequence[str]) -> str:
+    """ "a, b and c"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _src(doc: Mapping[str, Any]) -> str:
@@ -167,6 +173,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_itl import itl_section
 
                 out += itl_section(d, _table, _cell)
+            if section == "13.3":
+                from bench.bmwg_soak import soak_section
+
+                out += soak_section(d, _table, _cell)
     return out
 
 
@@ -679,7 +689,8 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "transfers in a trial (never completed: the replay's sender does not retransmit, and",
         "the lab lost datagrams) or had no figure, so the lab does not judge it. A",
         "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
-        "the first quick run) or has no value for that case. §6.1, §6.2, §9.4, §10.2 and §12.3",
+        "the first quick run) or has no value for that case. "
+        + _and([f"§{x}" for x in LIVE_SECTIONS]),
         "are the exception: live serving runs (`zcube-lab run`) at the live lab's default time",
         "scale, their times modelled ms, and their \"out of reach\" a run the lab's verdict did",
         "not trust.",

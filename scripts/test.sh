@@ -18,4 +18,5 @@ echo "[test] ruff"
 echo "[test] shellcheck"
 shellcheck scripts/*.sh .ci/run
 echo "[test] pytest"
-exec "$VENV/bin/python" -m pytest "${@:-tests}"
+# The 30 slowest tests are listed at the end: where the suite's wall time goes (issue 48).
+exec "$VENV/bin/python" -m pytest --durations=30 "${@:-tests}"

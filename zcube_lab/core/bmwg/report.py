@@ -33,6 +33,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     "10.4": ("KV_xfer_latency_p99_us", "inflection_point"),
     "6.1": ("TTFT_p50_ms", "T_transfer_p50_ms", "T_transfer_p99_ms"),
     "12.3": ("failed_requests", "TTFT_p99_during_ms", "recovery_time_s"),
+    "13.3": ("failed_requests", "recovery_time_s", "TTFT_p99_drift", "Buffer_utilization_pct"),
     "9.4": ("JFI_decode", "JFI_kv", "JFI_busy", "TTFT_p99_ms"),
     "7.1": (
         "EP_alltoall_latency_p50_us",
