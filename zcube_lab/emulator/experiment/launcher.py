@@ -122,6 +122,8 @@ class Launcher:
         cfg["link_mtu"] = mtu
         cfg["queues"] = queue_summary(plan.fabric, plan.scale, mtu, plan.config.queue_model())
         cfg["placement"] = [asdict(e) for e in plan.placement.engines]
+        if plan.config.lossless:  # how its agent runs (priority, poll), as a replay records it
+            cfg["lab"] = self.lab_options().lossless_agent()
         (self.dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
         write_run_structure(self.dir, cfg)  # scaled vs full size, for this run's pairs
 
@@ -143,10 +145,11 @@ class Launcher:
                 if self.lab is not None:
                     self.lab.stop()
 
-    def start_lab(self) -> None:
-        """The fabric in Mininet with its controller and management network, all-pairs checked."""
+    def lab_options(self, of_port: int = 0, metrics_port: int = 0) -> LabOptions:
+        """The live lab's options for this run's plan (the controller's and metrics' ports
+        given); the lossless agent at `LabOptions`' real-time priority, as a replay's."""
         plan = self.plan
-        opts = LabOptions(
+        return LabOptions(
             scale=plan.scale,
             # The controller's port statistics, like every sampler, every modelled second.
             poll_interval=plan.clock.wall(SAMPLE_INTERVAL_S),
@@ -161,9 +164,14 @@ class Launcher:
             recompute=plan.policy.recompute,
             management=True,
             log_dir=self.dir / "logs",
-            of_port=free_port(),
-            metrics_port=free_port(),
+            of_port=of_port,
+            metrics_port=metrics_port,
         )
+
+    def start_lab(self) -> None:
+        """The fabric in Mininet with its controller and management network, all-pairs checked."""
+        plan = self.plan
+        opts = self.lab_options(of_port=free_port(), metrics_port=free_port())
         self.progress(
             f"fabric {plan.fabric.kind}: {len(plan.fabric.hosts)} GPU hosts, "
             f"{len(plan.fabric.switches)} switches (bandwidth scale "

@@ -25,6 +25,11 @@ from zcube_lab.emulator.lab.state import STATE_DIR
 
 DATAPATHS = ("auto", "user", "kernel")
 MAX_OVS_INSTANCES = 64
+# The lossless agent's real-time priority (SCHED_FIFO) in every lab, live runs and replays: it
+# stands for a switch's PFC logic, which no CPU load delays. At normal priority a live incast's
+# reaction p99 was 6.0-9.0 wall ms, at this one 1.8-2.2 (docs/LOSSLESS.md, issue 48). It sleeps
+# between readings (at least as long as each took: `lossless.rest_s`), so it cannot hold a core.
+LOSSLESS_PRIORITY = 10
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,9 @@ class LabOptions:
     lossless: bool = False  # PFC-like pauses instead of drops (zcube_lab.emulator.lab.lossless)
     lossless_poll_s: float = LOSSLESS_POLL_S  # the agent's poll interval
     # 0: the agent runs as any process; N: at real-time priority N (SCHED_FIFO), as a switch's
-    # PFC logic is hardware that no CPU load delays (the fine time scale's replays use it)
-    lossless_priority: int = 0
+    # PFC logic is hardware that no CPU load delays; where the kernel refuses, it runs as any
+    # process and its log says so (losslessproc.realtime)
+    lossless_priority: int = LOSSLESS_PRIORITY
     # every shaped port's HTB burst in bytes; None: Mininet's 15k. At a fine time scale 15 KB is
     # a real half megabyte arriving faster than line rate: a replay keeps it to two frames.
     htb_burst_bytes: int | None = None
@@ -107,8 +113,17 @@ class LabOptions:
             "mtu": self.mtu,
             "congestion_control": self.congestion_control,
             "lossless": self.lossless,
+            **(self.lossless_agent() if self.lossless else {}),
             "queue_model": self.queue.describe() if self.shaped else "unshaped",
             "queues": queue_summary(fabric, self.scale, self.mtu, self.queue)
             if self.shaped
             else [],
+        }
+
+    def lossless_agent(self) -> dict[str, object]:
+        """How the lossless agent runs (a run's config records it, as a replay's result does):
+        its real-time priority (0: none) and poll interval."""
+        return {
+            "lossless_priority": self.lossless_priority,
+            "lossless_poll_s": self.lossless_poll_s,
         }
