@@ -28,6 +28,7 @@ from zcube_lab.core.replay.config import STRIPINGS
 from zcube_lab.core.replay.load import Demand
 from zcube_lab.core.replay.recording import Recording, Transfer
 from zcube_lab.core.replay.timescale import TimeScale
+from zcube_lab.emulator.lab.options import LOSSLESS_PRIORITY as _LAB_PRIORITY
 
 if TYPE_CHECKING:
     from zcube_lab.emulator.lab.network import Lab
@@ -36,8 +37,9 @@ AGENT_MODULE = "zcube_lab.emulator.replay.agent"
 REPLAY_PORT = 7470
 START_DELAY_WALL_S = 0.5
 # The lossless agent stands for a switch's PFC logic, which is hardware: at k = 120 every wall
-# millisecond it waits for a CPU is 8 modelled µs, so it runs at real-time priority.
-LOSSLESS_PRIORITY = 10
+# millisecond it waits for a CPU is 8 modelled µs, so it runs at real-time priority (as in live
+# lossless runs: the lab's default).
+LOSSLESS_PRIORITY = _LAB_PRIORITY
 # Frames an HTB class may send at once above its rate. Mininet's 15 KB is a real half megabyte
 # at a 2 µs frame (S = 33), more than XOFF for a chip's share (12 frames): a single flow would
 # pause itself. A real port sends one frame at a time at line rate; two frames keep HTB exact.
