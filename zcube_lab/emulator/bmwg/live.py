@@ -45,6 +45,7 @@ SECTIONS: dict[str, str] = {
     "9.4": "zcube_lab.emulator.bmwg.fairness:section",
     "10.2": "zcube_lab.emulator.bmwg.itl:section",
     "12.3": "zcube_lab.emulator.bmwg.linkfail:section",
+    "11.1": "zcube_lab.emulator.bmwg.throughput:section",
 }
 
 
