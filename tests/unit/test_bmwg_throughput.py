@@ -21,7 +21,7 @@ from zcube_lab.workloads.profiles import load_profile
 
 
 def test_the_ladder_defaults_sorts_drops_repeats_and_refuses_bad_shares() -> None:
-    assert t111.rates("") == t111.RATES == (0.25, 0.5, 0.75, 1.0, 1.25)
+    assert t111.rates("") == t111.RATES == (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2)
     assert t111.rates("1, 0.5,0.5") == (0.5, 1.0)
     for bad in ("a", ",", "0", "0.01", "2.5", "-1"):
         with pytest.raises(ConfigError, match="tps_rates"):
@@ -39,6 +39,14 @@ def test_the_knee_is_the_prefill_pool_over_one_prefill_and_a_rung_a_share_of_it(
         t111.knee_rate(0, 0.25)
     with pytest.raises(ConfigError):
         t111.knee_rate(2, 0.0)
+
+
+def test_a_quarter_of_the_servers_prefill_at_least_one_leaving_one_to_decode() -> None:
+    assert t111.prefill_servers(8) == 2 and t111.prefill_servers(32) == 8
+    assert t111.prefill_servers(2) == 1 and t111.prefill_servers(3) == 1
+    assert t111.prefill_servers(6) == 2  # 1.5 rounds to 2
+    with pytest.raises(ConfigError, match="two servers"):
+        t111.prefill_servers(1)
 
 
 def test_the_prompt_leaves_room_under_the_draft_s_ttft_and_a_decode_step_is_under_its_itl() -> None:
@@ -209,17 +217,17 @@ def test_the_slo_check_counts_the_window_s_requests_and_the_tokens_of_those_meet
     assert row["slo"]["slo"] == t111.SLO_TEXT
 
 
-def test_the_section_builds_its_ladder_on_one_prefill_server_of_each_fabric() -> None:
+def test_the_section_builds_its_ladder_on_the_default_quarter_of_the_servers() -> None:
     cfg = BmwgConfig(trials=2, trial_seconds=10, tps_rates="0.5,1")
     sec = live.build("11.1", cfg)
     step = live111.prefill_step_s()
-    knee = 2 / step  # one server of 2 GPU hosts prefills
+    knee = 4 / step  # 2 servers of 2 GPU hosts prefill, as the lab's default split
     assert sec.head["knee_rate"] == pytest.approx(knee, abs=1e-3)
-    assert sec.head["prefill_gpus"] == 2 and sec.head["ladder"] == [0.5, 1.0]
+    assert sec.head["prefill_gpus"] == 4 and sec.head["ladder"] == [0.5, 1.0]
     assert [c.params["rate"] for c in sec.cases] == [
         t111.rate_of(0.5, knee), t111.rate_of(1.0, knee),
     ]  # fmt: skip
-    assert all(c.argv == ("--prefill-servers", "1") for c in sec.cases)
+    assert all(c.argv == ("--prefill-servers", "2") for c in sec.cases)
     assert [c.key for c in sec.cases] == ["0.5", "1"]
     lines = "\n".join(sec.parameter_lines)
     assert "from 1 req/s up until the SLO breaks" in lines and "trials: 20 x 60 s -> 2 x 10 s" in (

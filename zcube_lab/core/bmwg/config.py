@@ -102,8 +102,8 @@ class BmwgConfig:
     )  # fmt: skip
     tps_rates: str = option(
         "", metavar="SHARE,...", help="11.1: the ladder of offered rates as shares of the "
-        "prefill knee, 0.05 to 2 (default: 0.25, 0.5, 0.75, 1, 1.25; the draft starts at 1 "
-        "req/s)"
+        "prefill knee, 0.05 to 2 (default: 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.2; the draft starts "
+        "at 1 req/s)"
     )  # fmt: skip
     retries: int = option(
         2, help="6.1, 12.3: run a live run again (same seed) when the lab's verdict rejected it "

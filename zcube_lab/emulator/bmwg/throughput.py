@@ -31,17 +31,19 @@ def prefill_step_s() -> float:
     return prefill_step_seconds(get_profile(t111.MODEL), t111.PROMPT_TOKENS)
 
 
-def prefill_gpus(fabrics: Sequence[str], gpus: int) -> int:
-    """GPU hosts prefilling on `PREFILL_SERVERS` whole servers (the same on every fabric
-    compared: `xpyd.per_server` refuses fabrics that differ)."""
+def cell(fabrics: Sequence[str], gpus: int) -> dict[str, int]:
+    """The cell's split on the fabrics compared: GPU hosts to a server (the same on each:
+    `xpyd.per_server` refuses fabrics that differ), servers and GPU hosts prefilling."""
     from zcube_lab.emulator.bmwg.xpyd import per_server
 
-    return t111.PREFILL_SERVERS * per_server(fabrics, gpus)
+    per = per_server(fabrics, gpus)
+    servers = t111.prefill_servers(gpus // per)
+    return {"per_server": per, "prefill_servers": servers, "prefill_gpus": servers * per}
 
 
 def knee(fabrics: Sequence[str], gpus: int) -> float:
     """The cell's knee (req/s): its prefill GPU hosts over one prompt's prefill."""
-    return t111.knee_rate(prefill_gpus(fabrics, gpus), prefill_step_s())
+    return t111.knee_rate(cell(fabrics, gpus)["prefill_gpus"], prefill_step_s())
 
 
 def slo_check(run_dir: Path, window_s: float) -> dict[str, Any]:
@@ -79,6 +81,7 @@ def trial_row(run_dir: Path, window_s: float) -> dict[str, Any]:
 def section(cfg: BmwgConfig) -> LiveSection:
     """§11.1 up the run's ladder (shares of the cell's knee on its fabrics' GPU hosts)."""
     at = knee(cfg.fabric_kinds, cfg.gpus)
+    split = cell(cfg.fabric_kinds, cfg.gpus)
     shares = cfg.tps_ladder
     window_s = cfg.trial_seconds  # the load window
 
@@ -93,7 +96,7 @@ def section(cfg: BmwgConfig) -> LiveSection:
                 t111.case_label(s),
                 {"load": s, "rate": t111.rate_of(s, at)},
                 t111.profile(s, at),
-                argv=("--prefill-servers", str(t111.PREFILL_SERVERS)),
+                argv=("--prefill-servers", str(split["prefill_servers"])),
                 shown=f"{t111.rate_of(s, at):g} req/s",
             )
             for s in shares
@@ -104,7 +107,7 @@ def section(cfg: BmwgConfig) -> LiveSection:
             "ladder": list(shares),
             "rates": [t111.rate_of(s, at) for s in shares],
             "knee_rate": round(at, 3),
-            "prefill_gpus": prefill_gpus(cfg.fabric_kinds, cfg.gpus),
+            "prefill_gpus": split["prefill_gpus"],
             "prefill_step_s": round(prefill_step_s(), 6),
             "prompt_tokens": t111.PROMPT_TOKENS,
             "output_tokens": t111.OUTPUT_TOKENS,
@@ -144,7 +147,8 @@ def parameter_lines(cfg: BmwgConfig, at: float, shares: Sequence[float]) -> list
     from zcube_lab.core.bmwg.catalogue import test_of
 
     t = test_of(t111.SECTION)
-    pre = prefill_gpus(cfg.fabric_kinds, cfg.gpus)
+    split = cell(cfg.fabric_kinds, cfg.gpus)
+    pre = split["prefill_gpus"]
     ladder = ", ".join(f"{s:g} ({t111.rate_of(s, at):g})" for s in shares)
     return [
         "§11.1 parameters, draft -> this run:",
@@ -152,7 +156,8 @@ def parameter_lines(cfg: BmwgConfig, at: float, shares: Sequence[float]) -> list
         f"ladder, shares of the knee (req/s): {ladder}, the same on every fabric; the draft's "
         f"1 req/s is {t111.draft_share(at):.2f} of this cell's knee",
         f"  knee: -> {at:.2f} req/s, prefill compute: {pre} prefill GPU hosts "
-        f"({t111.PREFILL_SERVERS} server) over one {t111.PROMPT_TOKENS:,}-token prefill "
+        f"({split['prefill_servers']} servers, the lab's default quarter) over one "
+        f"{t111.PROMPT_TOKENS:,}-token prefill "
         f"({prefill_step_s() * 1e3:.0f} modelled ms); the other {cfg.gpus - pre} decode",
         f"  SLO: TTFT p99 {t111.TTFT_P99_MS:g} ms, ITL p99 {t111.ITL_P99_MS:g} ms -> the same, "
         f"in modelled ms; goodput per request: {t111.SLO_TEXT}",
