@@ -132,6 +132,9 @@ def test_a_trial_s_figures_from_its_summary_and_its_requests_against_the_slo() -
     assert f["slo_met"] == 1 and f["untrusted"] == 0 and f["requests"] == 11
     # the run's 20 s window over its 10 s of load: the means doubled
     assert f["Link_utilization_mean"] == pytest.approx(35)
+    # dilated twice, the 10 modelled s of load lasted the run's 20 wall s: the means as read
+    k2 = t111.trial_figures(_summary(480.0, 40.0), good, 10.0, load_wall_s=20.0)
+    assert k2["Link_utilization_mean"] == pytest.approx(17.5)
     missed = t111.trial_figures(_summary(510.0, 40.0, trusted=False), good, 10.0)
     assert missed["slo_met"] == 0 and missed["untrusted"] == 1
     with pytest.raises(ConfigError):
@@ -210,11 +213,15 @@ def test_the_slo_check_counts_the_window_s_requests_and_the_tokens_of_those_meet
     g = live111.slo_check(tmp_path, 10.0)
     assert (g["requests"], g["completed"], g["good"]) == (5, 4, 2)
     assert g["good_output_tokens"] == 128
-    (tmp_path / "summary.json").write_text(json.dumps(_summary(450.0, 35.0)))
+    # a real run's summary (its clock: no dilation) with this trial's figures and links
+    base = json.loads((Path(__file__).parent / "data" / "summary-zcube.json").read_text())
+    (tmp_path / "summary.json").write_text(json.dumps({**base, **_summary(450.0, 35.0)}))
     row = live111.trial_row(tmp_path, 10.0)
     assert row["figures"]["Inference_Goodput"] == pytest.approx(12.8)
     assert row["figures"]["Request_Rate"] == pytest.approx(0.4)
     assert row["slo"]["slo"] == t111.SLO_TEXT
+    # the run's 20 wall s over the 10 s of load: the link means doubled
+    assert row["figures"]["Link_utilization_mean"] == pytest.approx(35)
 
 
 def test_the_section_builds_its_ladder_on_the_default_quarter_of_the_servers() -> None:

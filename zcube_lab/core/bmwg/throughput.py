@@ -179,13 +179,16 @@ def met_slo(ttft_p99_ms: float | None, itl_p99_ms: float | None) -> bool:
     return ttft_p99_ms <= TTFT_P99_MS and itl_p99_ms <= ITL_P99_MS
 
 
-def trial_figures(summary: Mapping[str, Any], good: Mapping[str, Any],
-                  window_s: float) -> dict[str, Any]:  # fmt: skip
+def trial_figures(summary: Mapping[str, Any], good: Mapping[str, Any], window_s: float,
+                  load_wall_s: float | None = None) -> dict[str, Any]:  # fmt: skip
     """A trial's figures from its run's summary.json and `good`, its requests against the
     per-request SLO over the load window `window_s` (modelled s): the caller's
-    `good_output_tokens` and `completed` (requests that arrived in the window and completed)."""
+    `good_output_tokens` and `completed` (requests that arrived in the window and completed).
+    `load_wall_s` is the load window in wall seconds (the run's clock's; `window_s` when None),
+    which the link means are taken over (the summary's `window_s` is wall seconds too)."""
     if not window_s > 0:
         raise ConfigError("window_s", window_s, "a positive load window")
+    load_wall_s = window_s if load_wall_s is None else load_wall_s
     kpis = summary.get("bmwg") or {}
     figs: dict[str, Any] = {
         "TPS_output": kpis.get("TPS_output"),
@@ -200,9 +203,8 @@ def trial_figures(summary: Mapping[str, Any], good: Mapping[str, Any],
     done = good.get("completed")
     figs["Request_Rate"] = None if done is None else done / window_s
     figs["slo_met"] = 1 if met_slo(figs["TTFT_p99_ms"], figs["ITL_p99_ms"]) else 0
-    dilation = float(summary.get("dilation") or 1)
-    wall = float(summary.get("window_s") or 0)
-    scale = wall / (window_s * dilation) if wall > 0 else 1.0
+    wall = float(summary.get("window_s") or 0)  # the run's window, wall seconds
+    scale = wall / load_wall_s if wall > 0 and load_wall_s else 1.0
     figs.update(link_figures(summary.get("link_util") or {}, scale))
     figs["requests"] = good.get("requests")
     figs["untrusted"] = 0 if summary.get("trustworthy") else 1

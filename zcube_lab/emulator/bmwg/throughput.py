@@ -73,9 +73,12 @@ def slo_check(run_dir: Path, window_s: float) -> dict[str, Any]:
 
 def trial_row(run_dir: Path, window_s: float) -> dict[str, Any]:
     """A trial's figures and its requests against the SLO, from its run folder."""
+    from zcube_lab.emulator.results.run.summary import RunSummary
+
     summary = json.loads((run_dir / "summary.json").read_text())
     good = slo_check(run_dir, window_s)
-    return {"figures": t111.trial_figures(summary, good, window_s), "slo": good}
+    load_wall_s = RunSummary.read(run_dir).clock.wall(window_s)
+    return {"figures": t111.trial_figures(summary, good, window_s, load_wall_s), "slo": good}
 
 
 def section(cfg: BmwgConfig) -> LiveSection:
