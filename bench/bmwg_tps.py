@@ -120,6 +120,24 @@ def boundary_words(d: Mapping[str, Any]) -> str:
     return "The fabrics' SLO boundaries differ: " + "; ".join(parts) + "."
 
 
+def miss_words(d: Mapping[str, Any]) -> str:
+    """What the trials that missed the SLO missed, over every rung and fabric: how many passed
+    the TTFT p99 threshold and how many the ITL p99 one (from the rows)."""
+    missed = [r["figures"] for r in d["rows"]
+              if r["section"] == t111.SECTION and not r["figures"].get("slo_met")]  # fmt: skip
+    if not missed:
+        return "No trial missed the SLO."
+
+    def over(name: str, limit: float) -> int:
+        return sum(1 for f in missed if f.get(name) is None or f[name] > limit)
+
+    return (
+        f"Of the {len(missed)} trials that missed the SLO, {over('TTFT_p99_ms', t111.TTFT_P99_MS)}"
+        f" passed TTFT p99 {t111.TTFT_P99_MS:g} ms and {over('ITL_p99_ms', t111.ITL_P99_MS)} "
+        f"ITL p99 {t111.ITL_P99_MS:g} ms."
+    )
+
+
 def tps_section(d: Mapping[str, Any], table: Callable[..., list[str]],
                 cell: Callable[[Any], str]) -> list[str]:  # fmt: skip
     """The §11.1 part of a committed run's results."""
@@ -146,8 +164,10 @@ def tps_section(d: Mapping[str, Any], table: Callable[..., list[str]],
         "",
         *table(bhead, boundary_rows(d)),
         "",
-        "Prefill compute sets the knee: the SLO is lost where the prefill queue grows, and "
-        "the fabric moves only the KV pulls inside TTFT. "
+        "Prefill compute sets the knee (the decode pool's is far above it, and the KV pulls use "
+        "a few percent of the links), so the fabric moves only the KV pulls inside TTFT. "
+        + miss_words(d)
+        + " "
         + boundary_words(d)
         + " "
         + verdict_words(d),

@@ -276,6 +276,8 @@ def test_the_page_part_has_a_row_per_rate_and_fabric_and_the_boundary_per_fabric
     assert text.count("0 of 2 | 2 of 2 |") == 2  # the 0.75 rung: missed, trusted
     assert "| ZCube | 4 | 6 |" in text and "| ROFT | 4 | 6 |" in text
     assert "Every fabric's SLO boundary is the same rung, at 4 req/s." in text
+    # the 0.75 rung's four trials missed on TTFT (600 ms), none on ITL (35 ms)
+    assert "Of the 4 trials that missed the SLO, 4 passed TTFT p99 500 ms and 0 ITL p99" in text
     assert "the draft's 1 req/s is 0.12 of this cell's knee" in text
 
 
