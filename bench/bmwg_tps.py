@@ -111,13 +111,27 @@ def boundary_words(d: Mapping[str, Any]) -> str:
     if len(rates) == 1:
         (r,) = rates
         where = "below the ladder's lowest rate" if r is None else f"at {r:g} req/s"
-        return f"Every fabric's SLO boundary is the same rung, {where}."
+        return f"Every fabric's SLO boundary is the same rung, {where}." + _links_at(bs)
     parts = [
         f"{LABEL.get(b['fabric'], b['fabric'])} "
         + ("none" if b["rate"] is None else f"{b['rate']:g} req/s")
         for b in bs
     ]
-    return "The fabrics' SLO boundaries differ: " + "; ".join(parts) + "."
+    return "The fabrics' SLO boundaries differ: " + "; ".join(parts) + "." + _links_at(bs)
+
+
+def _links_at(bs: list[Mapping[str, Any]]) -> str:
+    """The fabrics' link utilization at their boundaries (the draft's efficiency metric)."""
+    parts = [
+        f"{LABEL.get(b['fabric'], b['fabric'])} {b['figures']['Link_utilization_mean']:.2f}% "
+        f"mean, busiest {b['figures']['Link_utilization_max']:.2f}%"
+        for b in bs
+        if b["figures"].get("Link_utilization_mean") is not None
+        and b["figures"].get("Link_utilization_max") is not None
+    ]
+    if not parts:
+        return ""
+    return " Link utilization there, over the load: " + "; ".join(parts) + "."
 
 
 def miss_words(d: Mapping[str, Any]) -> str:
@@ -147,7 +161,7 @@ def tps_section(d: Mapping[str, Any], table: Callable[..., list[str]],
             "runs trusted"]  # fmt: skip
     bhead = ["fabric", "SLO boundary req/s", "first missed req/s", "TPS_output", "TPS_input",
              "goodput", "TTFT p99 ms", "ITL p99 ms", "links mean %", "busiest link %",
-             "busiest switch-switch %", "trials not trusted"]  # fmt: skip
+             "busiest switch-switch %", "trials not trusted to first missed"]  # fmt: skip
     return [
         "§11.1 parameters, the draft's and this run's:",
         "",

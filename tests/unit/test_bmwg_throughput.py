@@ -167,7 +167,7 @@ def test_the_boundary_is_the_rate_below_the_first_a_trial_missed() -> None:
     assert b["figures"]["Link_utilization_max"] == pytest.approx(1.0)
     assert b["figures"]["TTFT_p99_ms"] is None  # not in these rows
     assert "4 req/s (load 0.5; 6 req/s missed it)" in t111.boundary_words(b)
-    assert "1 trial(s) up to it not trusted" in t111.boundary_words(b)
+    assert "1 trial(s) up to the first missed rate not trusted" in t111.boundary_words(b)
 
 
 def test_a_boundary_is_censored_when_no_rate_missed_and_none_when_the_lowest_did() -> None:
@@ -251,7 +251,8 @@ def _doc() -> dict[str, Any]:
         for load, met in ((0.25, [1, 1]), (0.5, [1, 1]), (0.75, [0, 0])):
             for r in _rung(fab, load, met):
                 r["figures"].update({"TTFT_p99_ms": 300 + 400 * load, "Inference_Goodput": 90.0,
-                                     "ITL_p99_ms": 35.0, "Request_Rate": load * 8})  # fmt: skip
+                                     "ITL_p99_ms": 35.0, "Request_Rate": load * 8,
+                                     "Link_utilization_mean": load})  # fmt: skip
                 rows.append(r)
     summary = report.summarize(rows)
     return {
@@ -276,6 +277,7 @@ def test_the_page_part_has_a_row_per_rate_and_fabric_and_the_boundary_per_fabric
     assert text.count("0 of 2 | 2 of 2 |") == 2  # the 0.75 rung: missed, trusted
     assert "| ZCube | 4 | 6 |" in text and "| ROFT | 4 | 6 |" in text
     assert "Every fabric's SLO boundary is the same rung, at 4 req/s." in text
+    assert "Link utilization there, over the load: ZCube 0.50% mean, busiest 1.00%; ROFT" in text
     # the 0.75 rung's four trials missed on TTFT (600 ms), none on ITL (35 ms)
     assert "Of the 4 trials that missed the SLO, 4 passed TTFT p99 500 ms and 0 ITL p99" in text
     assert "the draft's 1 req/s is 0.12 of this cell's knee" in text

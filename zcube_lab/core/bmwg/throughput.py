@@ -266,7 +266,8 @@ def boundary_words(b: Mapping[str, Any] | None) -> str:
         else f"{b['rate']:g} req/s (load {b['load']:g}; {b['first_failed_rate']:g} req/s missed it)"
     )
     trust = (
-        f"; {b['untrusted_trials']} trial(s) up to it not trusted by the lab's verdict"
+        f"; {b['untrusted_trials']} trial(s) up to the first missed rate not trusted by the "
+        "lab's verdict"
         if b["untrusted_trials"]
         else ""
     )
