@@ -177,6 +177,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_soak import soak_section
 
                 out += soak_section(d, _table, _cell)
+            if section == "11.1":
+                from bench.bmwg_tps import tps_section
+
+                out += tps_section(d, _table, _cell)
     return out
 
 
@@ -377,6 +381,8 @@ def graph_specs(docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, Mappi
         "5.2": "§5.2 KV p99 against background level; dashed: the inflection of the mean p99",
         "10.4": "§10.4 KV p99 against background level; dashed: the trials' mean inflection point",
         "10.2": "§10.2 ITL complementary CDF per fabric, one line a trial",
+        "11.1": "§11.1 TPS_output and goodput at the SLO against the offered rate, TTFT p99 "
+        "beside; dotted: each fabric's SLO boundary",
     }
     return [(f"{section}-{_stem(d)}.png", f"{captions[section]} ({_src(d)})", d)
             for d in docs for section in d["sections"] if section in captions]  # fmt: skip
@@ -448,6 +454,11 @@ def _draw(section: str, d: Mapping[str, Any], path: Path) -> None:
 
         fig, axes = plt.subplots(1, 1, figsize=(7, 4.2), squeeze=False)
         draw_cdf(axes[0][0], d)
+    elif section == "11.1":
+        from bench.bmwg_tps import draw
+
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), squeeze=False)
+        draw(axes[0], d)
     else:
         sizes = sorted({s["params"]["size_bytes"] for s in d["summary"]
                         if s["section"] == section and "bg_load" in s["params"]})  # fmt: skip

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zcube_lab.core.bmwg.fairness import loads as jfi_levels
+from zcube_lab.core.bmwg.throughput import rates as tps_ladder
 from zcube_lab.core.bmwg.ttft import prompt_lengths
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.options import option
@@ -99,6 +100,11 @@ class BmwgConfig:
         "", metavar="X,...", help="6.2: prefill GPU hosts of each split, whole servers "
         "(default: the draft's prefill shares of 12 nodes, to whole servers)"
     )  # fmt: skip
+    tps_rates: str = option(
+        "", metavar="SHARE,...", help="11.1: the ladder of offered rates as shares of the "
+        "prefill knee, 0.05 to 2 (default: 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.2; the draft starts "
+        "at 1 req/s)"
+    )  # fmt: skip
     retries: int = option(
         2, help="6.1, 12.3: run a live run again (same seed) when the lab's verdict rejected it "
         "for the machine's reasons alone, up to this many times"
@@ -142,6 +148,7 @@ class BmwgConfig:
             raise ConfigError("rate", self.rate, "a positive rate in requests per second")
         prompt_lengths(self.prompts)  # a ConfigError naming the field
         jfi_levels(self.jfi_loads)
+        tps_ladder(self.tps_rates)
         for name in ("n_burst", "pairs", "qps", "tokens", "ep_sizes"):
             for v in numbers(getattr(self, name), name):
                 if v != int(v):
@@ -194,6 +201,10 @@ class BmwgConfig:
     @property
     def jfi_levels(self) -> tuple[float, ...]:
         return jfi_levels(self.jfi_loads)
+
+    @property
+    def tps_ladder(self) -> tuple[float, ...]:
+        return tps_ladder(self.tps_rates)
 
     @property
     def bg_loads(self) -> tuple[float, ...] | None:

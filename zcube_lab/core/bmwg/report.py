@@ -48,6 +48,13 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     ),
     "10.2": ("ITL_p50_ms", "ITL_p99_ms", "ITL_p999_ms", "stall_share"),
     "6.2": ("TTFT_p99_ms", "T_transfer_p99_ms", "goodput_per_GPU"),
+    "11.1": (
+        "TPS_output",
+        "Inference_Goodput",
+        "TTFT_p99_ms",
+        "ITL_p99_ms",
+        "Link_utilization_max",
+    ),
     "7.4": (
         "contention_penalty_kv",
         "contention_penalty_ep",
@@ -59,6 +66,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
 HIGHER_IS_BETTER = (
     "KV_xfer_bandwidth_GBps", "JFI", "inflection_point", "JFI_decode", "JFI_kv", "JFI_busy",
     "EP_alltoall_bandwidth_GBps", "scaling_efficiency", "goodput_per_GPU",
+    "TPS_output", "Inference_Goodput",
 )  # fmt: skip
 REFERENCE = "zcube"
 # Figures whose mean above 0 makes a case's comparison out of reach (§6.1, §9.4: a live run

@@ -46,6 +46,7 @@ SECTIONS: dict[str, str] = {
     "10.2": "zcube_lab.emulator.bmwg.itl:section",
     "12.3": "zcube_lab.emulator.bmwg.linkfail:section",
     "13.3": "zcube_lab.emulator.bmwg.soak:section",
+    "11.1": "zcube_lab.emulator.bmwg.throughput:section",
 }
 
 
