@@ -218,7 +218,8 @@ def test_the_driver_reads_a_hosts_ports_through_the_samplers_readers(monkeypatch
     reader._ports(out, 4242, "h0's ports")
     assert asked == [("tc", 4242), ("dev", 4242)]  # the host's namespace, not the root's
     assert out == {  # only the shaped ports
-        "qdisc_drops": {"h0-eth0": 3.0}, "backlog": {"h0-eth0": 2.0},
+        "qdisc_drops": {"h0-eth0": 3.0}, "qdisc_packets": {"h0-eth0": 0.0},
+        "backlog": {"h0-eth0": 2.0},
         "tx_dropped": {"h0-eth0": 4.0}, "rx_dropped": {"h0-eth0": 5.0},
     }  # fmt: skip
 

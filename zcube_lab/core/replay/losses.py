@@ -12,6 +12,9 @@ numbers, so nothing here reads the machine):
   drop a packet its peer's input queue refused); `ovs_tx_dropped`, `ovs_rx_dropped`: the switch
   ports' as ovs-vswitchd counts them (when a send is refused, the rest of its batch is dropped
   too, which no queue counts);
+- `refused`: per switch port, the packets ovs-vswitchd's OpenFlow rules forwarded to it less
+  those its queue took (`zcube_lab.emulator.replay.ovsflows`): when a full queue refuses one
+  packet of a batch, ovs-vswitchd drops the rest of the batch and no other counter sees them;
 - `softnet`: the CPUs' input queues' drops; `datapath`: ovs-vswitchd's packet sockets' drops and
   the send errors it logged;
 - `udp`: each host's UDP counters (`<host> <counter>`): SndbufErrors (a send the host's own
@@ -113,7 +116,13 @@ def locate(
 
     host_queue = _nonzero({d: v for d, v in qdisc.items() if not is_switch_port(d)})
     sndbuf = by_host("SndbufErrors")
-    switch_queue = _nonzero({d: v for d, v in qdisc.items() if is_switch_port(d)})
+    # a switch queue's own count of its drops, or what ovs-vswitchd forwarded to the port less
+    # what the queue took (`refused`: also the rest of each batch a full queue refused, which
+    # ovs-vswitchd drops uncounted), the larger
+    queue_counted = _nonzero({d: v for d, v in qdisc.items() if is_switch_port(d)})
+    switch_queue = _larger(
+        queue_counted, {d: v for d, v in delta.get("refused", {}).items() if is_switch_port(d)}
+    )
     # the kernel's count of a port's drops and ovs-vswitchd's (which adds the packets of a batch
     # it dropped after a refused send) overlap: the larger of the two per port
     tx = _larger(delta.get("tx_dropped", {}), delta.get("ovs_tx_dropped", {}))
@@ -150,6 +159,8 @@ def locate(
             "port": {"ports": dict(sorted(ports.items())), "softnet": softnet, **datapath},
             "receiver": dict(sorted(receiver.items())),
         },
+        # the switch queues' own count (without the rest of their refused batches)
+        "switch_queue_counted": sum(queue_counted.values()),
         "host_rx_dropped": sum(rx_host.values()),
         "pipeline_drops": pipeline,
         "still_queued": _nonzero(end.get("backlog", {})) if end is not None else {},

@@ -32,11 +32,12 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from zcube_lab.core.fabric.description import Fabric
+from zcube_lab.core.fabric.description import Fabric, Route
+from zcube_lab.core.fabric.hostplan import kv_source_map
 from zcube_lab.core.fabric.linkplan import PortShape
 from zcube_lab.core.fabric.lossless import (
     FRAME_OVERHEAD,
@@ -115,6 +116,29 @@ class AgentPlan:
         )
 
 
+def bound_feeders(fabric: Fabric) -> dict[str, frozenset[str]]:
+    """`feeders` as the hosts' routes pick their egress, and also as the lab's senders that
+    bind a source address send: on ZCube the KV pulls, the EP lanes and a replay's lanes bind
+    port 1 for group B's addresses and port 2 for group A's (`hostplan.kv_source_map`, the two
+    link-disjoint paths), and the host's source rules send such a packet out of the bound port
+    even where its own routes pick the other (a same-segment or same-rail peer). From there a
+    route crosses a switch port `feeders` never gives it: ZCube-16's h9, bound to its A port,
+    reaches h5's B address (on h9's own B switch b1) through a2's port up to b1, which
+    `feeders` gives only a2's other three hosts. A congestion there must pause it too (PFC
+    pauses every ingress whose bytes wait at the congested port), so the agent pauses the
+    union. Fabrics without a source map (ROFT, Clos) are unchanged."""
+    out = {port: set(ups) for port, ups in feeders(fabric).items()}
+    hosts = []
+    for h in fabric.hosts:
+        index = {i.ip: i.index for i in h.interfaces}
+        bound = tuple(Route(cidr, index[ip]) for cidr, ip in kv_source_map(fabric, h))
+        hosts.append(replace(h, routes=bound) if bound else h)
+    if any(a is not b for a, b in zip(hosts, fabric.hosts, strict=True)):
+        for port, ups in feeders(replace(fabric, hosts=tuple(hosts))).items():
+            out.setdefault(port, set()).update(ups)
+    return {port: frozenset(ups) for port, ups in sorted(out.items())}
+
+
 def agent_plan(
     fabric: Fabric,
     shapes: Mapping[str, PortShape],
@@ -127,7 +151,9 @@ def agent_plan(
     packets = {name: shape.packets for name, shape in shapes.items()}
     rates = {name: shape.mbps for name, shape in shapes.items()}
     limits = port_thresholds(fabric, packets, rates, mtu)
-    feeds = {port: tuple(sorted(ups)) for port, ups in feeders(fabric).items() if port in limits}
+    feeds = {
+        port: tuple(sorted(ups)) for port, ups in bound_feeders(fabric).items() if port in limits
+    }
     pausable = sorted({up for ups in feeds.values() for up in ups})
     fifo = {}
     for port in pausable:

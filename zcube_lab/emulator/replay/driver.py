@@ -483,6 +483,7 @@ class CounterReader:
                     dev = sock.local.split(":", 1)[-1]
                     out["datapath"][f"{dev} socket drops"] = float(sock.drops)
             out["ovs_coverage"] = {k: float(v) for k, v in ovs_drop_counters().items()}
+            self._refused(out)
             for name, stats in ovs_port_drops().items():
                 if name in self.ports:
                     for k in ("tx_dropped", "rx_dropped"):
@@ -497,6 +498,24 @@ class CounterReader:
         if not self.readings:  # ... and opens after it
             self._cpu(out)
         return out
+
+    def _refused(self, out: dict[str, dict[str, float]]) -> None:
+        """Per switch port, what ovs-vswitchd forwarded to it less what its queue took, less the
+        lossless agent's resume frames (its pauses so far): `ovsflows.refused`, cumulative."""
+        from zcube_lab.emulator.replay import ovsflows
+
+        forwarded = ovs_forwarded(sorted(self.switches))
+        if not forwarded:  # the agents' own count still finds such losses, as unlocated
+            return
+        # the agent writes its report every second; the opening reading follows a fresh one
+        report = self.lab.lossless_report(fresh=bool(self.readings))
+        kicks = {p: float(v.get("pauses", 0)) for p, v in (report.ports if report else {}).items()}
+        out["refused"] = ovsflows.refused(
+            {p: float(n) for p, n in forwarded.items() if self.is_switch_port(p)},
+            out.get("qdisc_packets", {}),
+            out.get("backlog", {}),
+            kicks,
+        )
 
     def _cpu(self, out: dict[str, dict[str, float]]) -> None:
         from zcube_lab.emulator.verdict.cpustats import parse_proc_stat
@@ -520,6 +539,7 @@ class CounterReader:
             for name, q in qdisc_stats(pid, timeout=10).items():
                 if name in self.ports:
                     out["qdisc_drops"][name] = float(q.drops)
+                    out.setdefault("qdisc_packets", {})[name] = float(q.packets)
                     out.setdefault("backlog", {})[name] = float(q.backlog_packets)
         except READ_ERRORS:
             self.missing.add(f"{what}' queues (tc)")
@@ -589,6 +609,36 @@ def ovs_drop_counters() -> dict[str, int]:
         if parts and "drop" in parts[0] and "total:" in parts:
             with contextlib.suppress(ValueError, IndexError):
                 found[parts[0]] = int(parts[parts.index("total:") + 1])
+    return found
+
+
+def ovs_forwarded(bridges: Sequence[str]) -> dict[str, int]:
+    """Packets ovs-vswitchd's OpenFlow rules sent to each port of `bridges` (interface name),
+    after one revalidation round (the rules' counters follow the datapath's only then); empty
+    when it does not answer. `ovsflows` says why a replay reads them."""
+    from zcube_lab.emulator.replay import ovsflows
+
+    def ask(argv: list[str]) -> str:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True).stdout
+
+    try:
+        ask(["ovs-appctl", "revalidator/wait"])
+        rows = json.loads(
+            ask(["ovs-vsctl", "--format=json", "--columns=name,ofport", "list", "Interface"])
+        )["data"]
+        found: dict[str, int] = {}
+        for bridge in bridges:
+            dumps = [
+                ask(["ovs-ofctl", "-O", "OpenFlow13", "--no-names", what, bridge])
+                for what in ("dump-flows", "dump-groups", "dump-group-stats")
+            ]
+            sent = ovsflows.forwarded(*dumps)
+            for name, number in rows:
+                mine = str(name).rsplit("-eth", 1)[0] == bridge
+                if mine and isinstance(number, int) and number in sent:
+                    found[str(name)] = sent[number]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return {}
     return found
 
 
