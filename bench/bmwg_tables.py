@@ -25,6 +25,7 @@ from typing import Any
 
 from bench.bmwg_common import LABEL, trials_of, trusted
 from bench.bmwg_itl import itl_sentences
+from bench.bmwg_ttftlen import config_lines, ttftlen_sentences
 from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, RUNNERS, TESTS, test_of
 from zcube_lab.core.bmwg.plan import relabel
 from zcube_lab.core.bmwg.report import (
@@ -167,6 +168,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_itl import itl_section
 
                 out += itl_section(d, _table, _cell)
+            if section == "10.1":
+                from bench.bmwg_ttftlen import ttftlen_section
+
+                out += ttftlen_section(d, _table, _cell)
     return out
 
 
@@ -367,6 +372,7 @@ def graph_specs(docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, Mappi
         "5.2": "§5.2 KV p99 against background level; dashed: the inflection of the mean p99",
         "10.4": "§10.4 KV p99 against background level; dashed: the trials' mean inflection point",
         "10.2": "§10.2 ITL complementary CDF per fabric, one line a trial",
+        "10.1": "§10.1 TTFT p50 and p99 against prompt length, T_transfer shaded, per fabric",
     }
     return [(f"{section}-{_stem(d)}.png", f"{captions[section]} ({_src(d)})", d)
             for d in docs for section in d["sections"] if section in captions]  # fmt: skip
@@ -433,6 +439,12 @@ def _draw(section: str, d: Mapping[str, Any], path: Path) -> None:
             ax.set_xscale("log", base=2)
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             ax.set(xlabel="concurrent pairs", ylabel=label)
+    elif section == "10.1":
+        from bench.bmwg_ttftlen import draw
+
+        n = len(d["fabrics"])
+        fig = plt.figure(figsize=(4.2 * n, 3.8))
+        draw(fig, d)
     elif section == "10.2":
         from bench.bmwg_itl import draw_cdf
 
@@ -679,10 +691,10 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "transfers in a trial (never completed: the replay's sender does not retransmit, and",
         "the lab lost datagrams) or had no figure, so the lab does not judge it. A",
         "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
-        "the first quick run) or has no value for that case. §6.1, §6.2, §9.4, §10.2 and §12.3",
-        "are the exception: live serving runs (`zcube-lab run`) at the live lab's default time",
-        "scale, their times modelled ms, and their \"out of reach\" a run the lab's verdict did",
-        "not trust.",
+        "the first quick run) or has no value for that case. §6.1, §6.2, §9.4, §10.1, §10.2 and",
+        "§12.3 are the exception: live serving runs (`zcube-lab run`) at the live lab's default",
+        "time scale, their times modelled ms, and their \"out of reach\" a run the lab's verdict",
+        "did not trust.",
         "",
         "Built into `bmwg run` so far: " + ", ".join(f"§{r}" for r in RUNNERS) + ".",
         "",
@@ -712,6 +724,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         *ttft_sentences(docs),
         *linkfail_sentences(docs),
         *itl_sentences(docs),
+        *ttftlen_sentences(docs),
         *([] if not facts else [
             "In §10.4 (§5.2's trial at background levels in 5% steps), per run, each trial's",
             f"inflection point and the highest level up to which every trial carried at least "
@@ -748,6 +761,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "",
         *_table(["test", "parameter", "draft", "lab", "scale"], parameter_rows(TESTS)),
         "",
+        *config_lines(_table),
         "## Tests the lab cannot represent",
         "",
         *_table(["test", "name", "why"],
