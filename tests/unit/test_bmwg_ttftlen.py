@@ -18,6 +18,7 @@ from zcube_lab.core.bmwg import ttftlen as t101
 from zcube_lab.core.bmwg.catalogue import test_of as catalogue_test
 from zcube_lab.core.bmwg.config import BmwgConfig
 from zcube_lab.core.bmwg.trials import OUT_OF_REACH
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.workloads.arrivals import ArrivalSpec, schedule
 from zcube_lab.workloads.profiles import load_profile
@@ -105,7 +106,7 @@ def test_a_trials_figures_from_hand_made_records() -> None:
 
 def test_a_failed_request_and_a_dilated_run() -> None:
     records = [*RECORDS, _rec(1.5, 0.2, None, outcome="timeout")]  # type: ignore[arg-type]
-    f = t101.trial_figures({"trustworthy": False, "dilation": 2.0}, records, PARTS)
+    f = t101.trial_figures({"trustworthy": False}, records, PARTS, Clock(2.0))
     assert f["repetitions"] == 5 and f["untrusted"] == 1
     # the logs' wall seconds halve into modelled ones; the client's are modelled already
     assert f["T_transfer_p50_ms"] == pytest.approx(15.0)
@@ -198,3 +199,7 @@ def test_a_trial_row_from_a_run_folder(tmp_path: Path) -> None:
     assert f["requests"] == 5 and f["parts_left_out"] == 1
     assert f["T_transfer_p50_ms"] == pytest.approx(30.0)
     assert f["T_transfer_over_TTFT_p50"] == pytest.approx(0.25)
+    # a dilated run: its logs' wall seconds are not modelled ones, refused rather than misread
+    (tmp_path / "summary.json").write_text(json.dumps({"trustworthy": True, "dilation": 2.0}))
+    with pytest.raises(RuntimeError, match="dilated"):
+        trial_row(tmp_path)

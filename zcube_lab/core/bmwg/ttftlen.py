@@ -33,6 +33,7 @@ from zcube_lab.core.bmwg import ttft as t61
 from zcube_lab.core.bmwg import workload
 from zcube_lab.core.bmwg.configs import LAB, describe
 from zcube_lab.core.bmwg.workload import single_turn
+from zcube_lab.core.clock import Clock
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.stats import quantile
 
@@ -52,6 +53,7 @@ MIN_GAP_S = 0.25
 GAP_STEP_S = 0.05
 OVERHEAD_S = 0.05
 RATIO = "T_transfer_over_TTFT"
+UNDILATED = Clock()  # the live lab's default scale (k = 1)
 
 
 def prompt_lengths(text: str) -> tuple[int, ...]:
@@ -117,26 +119,28 @@ def in_flight_max(records: Iterable[Mapping[str, Any]]) -> int:
 
 def samples(records: Sequence[Mapping[str, Any]],
             parts: Sequence[tuple[float, float, float]],
-            dilation: float = 1.0) -> dict[str, list[float]]:  # fmt: skip
+            clock: Clock = UNDILATED) -> dict[str, list[float]]:  # fmt: skip
     """Per figure, every request's value in modelled seconds: TTFT of each completed request
     at the client; T_prefill, T_transfer and T_decode_init of each request the logs split
-    (`parts`: wall seconds, divided by the run's `dilation`); and the ratio T_transfer/TTFT,
+    (`parts`: wall seconds, made modelled by the run's `clock`); and the ratio T_transfer/TTFT,
     its transfer over the three parts' sum (its TTFT at the gateway)."""
     ok = [r for r in records if r.get("outcome") == "ok" and r.get("ttft_s") is not None]
     out: dict[str, list[float]] = {"TTFT": [float(r["ttft_s"]) for r in ok]}
     for i, name in enumerate(t61.PARTS[1:]):
-        out[name] = [p[i] / dilation for p in parts]
+        out[name] = [clock.modelled(p[i]) for p in parts]
     out[RATIO] = [p[1] / sum(p) for p in parts if sum(p) > 0]
     return out
 
 
 def trial_figures(summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
-                  parts: Sequence[tuple[float, float, float]]) -> dict[str, Any]:  # fmt: skip
+                  parts: Sequence[tuple[float, float, float]],
+                  clock: Clock = UNDILATED) -> dict[str, Any]:  # fmt: skip
     """A trial's figures: §6.1's (`ttft.trial_figures`) at p50, p95 and p99 over every
     request, T_transfer/TTFT at the same quantiles, the repetitions (completed requests), the
     requests the logs split, `in_flight_max` and `overlapped` (1 when requests overlapped:
-    not §10.1's single requests), and `untrusted` from the lab's verdict."""
-    got = samples(records, parts, float(summary.get("dilation") or 1.0))
+    not §10.1's single requests), and `untrusted` from the lab's verdict. `clock`: the run's
+    (`RunSummary.clock`), which turns the logs' wall seconds into modelled ones."""
+    got = samples(records, parts, clock)
     figs = t61.trial_figures(summary, got, QUANTILES)
     for q in QUANTILES:
         figs[f"{RATIO}_p{q}"] = quantile(got[RATIO], q / 100)

@@ -53,6 +53,8 @@ def trial_row(run_dir: Path) -> dict[str, Any]:
     )
 
     summary = json.loads((run_dir / "summary.json").read_text())
+    if summary.get("dilation", 1) != 1:  # the logs' wall seconds would need the run's clock
+        raise RuntimeError(f"§10.1 {run_dir.name}: a dilated run; §10.1 runs undilated")
     logs = run_dir / "logs"
     parts, left_out = request_parts(read_logs(logs, KV_LOG_PREFIX), _jsonl(logs / GATEWAY_LOG))
     figs = t101.trial_figures(summary, _jsonl(run_dir / "requests.jsonl"), parts)
