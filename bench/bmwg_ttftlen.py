@@ -8,6 +8,7 @@ place."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -60,12 +61,31 @@ def fabric_rows(d: Mapping[str, Any], cell: Callable[[Any], str]) -> list[list[s
     return out
 
 
+def untrusted(d: Mapping[str, Any]) -> list[str]:
+    """The untrusted §10.1 trials: "fabric, N tokens, trial i: the verdict's reasons by kind
+    (each reason's text before its first ":" or " in <number>", a core's number dropped)"."""
+    out = []
+    for r in d["rows"]:
+        if r["section"] != S or not r["figures"].get("untrusted"):
+            continue
+        kinds = dict.fromkeys(re.sub(r"^cpu\d+", "a core", re.split(r":| in \d", x)[0])
+                              for x in r.get("reasons") or [])  # fmt: skip
+        reasons = "; ".join(kinds) or "no reason given"
+        out.append(f"{LABEL.get(r['fabric'], r['fabric'])} {r['params']['prompt_tokens']:,} "
+                   f"tokens trial {r['trial'] + 1}: {reasons}")  # fmt: skip
+    return out
+
+
 def verdict_words(d: Mapping[str, Any]) -> str:
-    return comparison_words(
+    text = comparison_words(
         d, S,
         "All {n} comparisons (TTFT p50 and p99, T_transfer p50 and T_transfer/TTFT p50 at "
         "each prompt length, ZCube against each other fabric) are within the trials' spread.",
     )  # fmt: skip
+    why = untrusted(d)
+    if why:
+        text += " Runs the lab's verdict did not trust: " + "; ".join(why) + "."
+    return text
 
 
 def ttftlen_section(d: Mapping[str, Any], table: Callable[..., list[str]],

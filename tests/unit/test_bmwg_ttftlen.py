@@ -203,3 +203,27 @@ def test_a_trial_row_from_a_run_folder(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text(json.dumps({"trustworthy": True, "dilation": 2.0}))
     with pytest.raises(RuntimeError, match="dilated"):
         trial_row(tmp_path)
+
+
+def test_the_pages_sentence_and_untrusted_runs() -> None:
+    from bench.bmwg_ttftlen import ttftlen_sentences, untrusted
+
+    def row(fabric: str, trial: int, n: int, ttft: float, ratio: float) -> dict:
+        r = _row(fabric, trial, ttft)
+        r["case"], r["params"] = f"prompt_tokens={n}", {"prompt_tokens": n}
+        r["figures"].update(T_transfer_over_TTFT_p50=ratio, in_flight_max=1)
+        return r
+
+    rows = [row(f, t, n, ttft, ratio) for f in ("zcube", "clos") for t in (0, 1)
+            for n, ttft, ratio in ((128, 60.0, 0.08), (16384, 1000.0, 0.04))]  # fmt: skip
+    rows[0]["figures"]["untrusted"] = 1
+    rows[0]["reasons"] = ["cpu1 above 95% busy in 40% of samples", "KV pulls: p50 12x"]
+    summary = report.summarize(rows)
+    doc = {"sections": ["10.1"], "fabrics": ["zcube", "clos"], "rows": rows,
+           "summary": summary, "comparison": report.compare(summary)}  # fmt: skip
+    (text,) = ttftlen_sentences([doc])
+    assert "mean TTFT p50 is 60 ms at 128 prompt tokens and 1,000 ms at 16,384" in text
+    assert "(p50) 8.0% and 4.0%: the share falls as the prompt grows" in text
+    assert "at most 1 in flight" in text and "out of reach" in text
+    assert untrusted(doc) == ["ZCube 128 tokens trial 1: a core above 95% busy; KV pulls"]
+    assert ttftlen_sentences([{**doc, "sections": ["10.2"]}]) == []
