@@ -25,6 +25,7 @@ from typing import Any
 
 from bench.bmwg_common import LABEL, trials_of, trusted
 from bench.bmwg_itl import itl_sentences
+from bench.bmwg_ttftlen import config_lines, ttftlen_sentences
 from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, RUNNERS, TESTS, test_of
 from zcube_lab.core.bmwg.plan import relabel
 from zcube_lab.core.bmwg.report import (
@@ -181,6 +182,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_tps import tps_section
 
                 out += tps_section(d, _table, _cell)
+            if section == "10.1":
+                from bench.bmwg_ttftlen import ttftlen_section
+
+                out += ttftlen_section(d, _table, _cell)
     return out
 
 
@@ -383,6 +388,7 @@ def graph_specs(docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, Mappi
         "10.2": "§10.2 ITL complementary CDF per fabric, one line a trial",
         "11.1": "§11.1 TPS_output and goodput at the SLO against the offered rate, TTFT p99 "
         "beside; dotted: each fabric's SLO boundary",
+        "10.1": "§10.1 TTFT p50 and p99 against prompt length, T_transfer shaded, per fabric",
     }
     return [(f"{section}-{_stem(d)}.png", f"{captions[section]} ({_src(d)})", d)
             for d in docs for section in d["sections"] if section in captions]  # fmt: skip
@@ -449,6 +455,12 @@ def _draw(section: str, d: Mapping[str, Any], path: Path) -> None:
             ax.set_xscale("log", base=2)
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             ax.set(xlabel="concurrent pairs", ylabel=label)
+    elif section == "10.1":
+        from bench.bmwg_ttftlen import draw
+
+        n = len(d["fabrics"])
+        fig = plt.figure(figsize=(4.2 * n, 3.8))
+        draw(fig, d)
     elif section == "10.2":
         from bench.bmwg_itl import draw_cdf
 
@@ -734,6 +746,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         *ttft_sentences(docs),
         *linkfail_sentences(docs),
         *itl_sentences(docs),
+        *ttftlen_sentences(docs),
         *([] if not facts else [
             "In §10.4 (§5.2's trial at background levels in 5% steps), per run, each trial's",
             f"inflection point and the highest level up to which every trial carried at least "
@@ -770,6 +783,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "",
         *_table(["test", "parameter", "draft", "lab", "scale"], parameter_rows(TESTS)),
         "",
+        *config_lines(_table),
         "## Tests the lab cannot represent",
         "",
         *_table(["test", "name", "why"],

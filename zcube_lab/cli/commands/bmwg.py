@@ -86,6 +86,7 @@ def list_tests(cfg: ListConfig) -> int:
         out: dict[str, Any] = {"draft": DRAFT, "tests": rows}
         if cfg.params:
             out["parameters"] = parameter_rows(TESTS)
+            out["configurations"] = config_rows()
         print(json.dumps(out, indent=2))
         return 0
     print(f"{DRAFT}: {len(rows)} tests of §5-§13 ('run' = `zcube-lab bmwg run` carries it)")
@@ -97,7 +98,41 @@ def list_tests(cfg: ListConfig) -> int:
         print("\nparameters (section, name, draft, lab, scale):")
         for row in parameter_rows(TESTS):
             print("  " + " | ".join(row))
+        print_configs()
     return 0
+
+
+def config_rows() -> list[dict[str, Any]]:
+    """The draft's reference configurations CFG-A..E: terms, S_KV and the lab's bytes."""
+    from zcube_lab.core.bmwg import configs
+    from zcube_lab.core.bmwg.scaling import default_scale
+
+    scale = default_scale().bandwidth_scale
+    return [
+        {"id": c.id, "profile": c.profile, "terms": c.terms(), "bytes_per_token":
+         c.bytes_per_token, "s_kv": {k: configs.size_of(c, n) for k, n in
+                                      configs.CONTEXTS.items()},
+         "lab": dict(zip(configs.CONTEXTS, row[3:], strict=True))}
+        for c, row in zip(configs.CONFIGS, configs.table_rows(scale), strict=True)
+    ]  # fmt: skip
+
+
+def print_configs() -> None:
+    """The reference configurations as `bmwg list --params` prints them."""
+    from zcube_lab.core.bmwg import configs
+    from zcube_lab.core.bmwg.scaling import default_scale
+
+    scale = default_scale().bandwidth_scale
+    timeout = configs.KV_TIMEOUT_S
+    print(
+        "\nreference configurations (S_KV = 2 x L x H_kv x D x C x P_bytes; lab bytes at "
+        f"S = {scale:g}, one pull within the {timeout:g} s pull timeout):"
+    )
+    for c, row in zip(configs.CONFIGS, configs.table_rows(scale), strict=True):
+        print(f"  {configs.describe(c)}")
+        for ctx, cell in zip(configs.CONTEXTS, row[3:], strict=True):
+            print(f"    {ctx}: {cell}")
+    print(f"  {configs.DRAFT_CHECK}")
 
 
 def run_tests(args: argparse.Namespace) -> int:

@@ -186,10 +186,10 @@ TESTS: tuple[BmwgTest, ...] = (
              (Param("decode workers", (8, 16, 32, 64), WORKERS),),
              runner=True),
     BmwgTest("10.1", "TTFT under varying prompt lengths", RUNNABLE,
-             "single requests on the live lab, TTFT split as in 6.1",
-             ("TTFT", "T_transfer", "fabric_fraction"),
+             "single requests one at a time on the live lab, TTFT split as in 6.1",
+             ("TTFT", "T_prefill", "T_transfer", "T_decode_init", "fabric_fraction"),
              (Param("prompt tokens", (128, 256, 512, 1024, 2048, 4096, 8192, 16384)),),
-             trials=100),
+             trials=100, runner=True),
     BmwgTest("10.2", "ITL characterization and tail latency", RUNNABLE,
              "a long-output request's token stamps at 1 ms; run below the knee, without the "
              "draft's background load or EP dispatches (512 output tokens, not 2,048)",

@@ -88,8 +88,8 @@ class BmwgConfig:
         "8; 7.3 4, 8, 16, as far as the hosts reach)"
     )  # fmt: skip
     prompts: str = option(
-        "", metavar="N,...", help="6.1: prompt lengths in tokens (default: the draft's 128, "
-        "512, 1024, 2048, 4096, 8192, 16384)"
+        "", metavar="N,...", help="6.1, 10.1: prompt lengths in tokens (default: the draft's "
+        "128, 512, 1024, 2048, 4096, 8192, 16384; 10.1 also 256)"
     )  # fmt: skip
     rate: float = option(1.0, help="6.1, 10.2: requests per modelled second of each live run")
     jfi_loads: str = option(

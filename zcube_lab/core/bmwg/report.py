@@ -47,6 +47,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
         "scaling_efficiency",
     ),
     "10.2": ("ITL_p50_ms", "ITL_p99_ms", "ITL_p999_ms", "stall_share"),
+    "10.1": ("TTFT_p50_ms", "TTFT_p99_ms", "T_transfer_p50_ms", "T_transfer_over_TTFT_p50"),
     "6.2": ("TTFT_p99_ms", "T_transfer_p99_ms", "goodput_per_GPU"),
     "11.1": (
         "TPS_output",
@@ -71,7 +72,7 @@ HIGHER_IS_BETTER = (
 REFERENCE = "zcube"
 # Figures whose mean above 0 makes a case's comparison out of reach (§6.1, §9.4: a live run
 # the lab's verdict did not trust).
-UNRESOLVED = ("incomplete", "load_short", "untrusted")
+UNRESOLVED = ("incomplete", "load_short", "untrusted", "overlapped")
 # Figures that a trial leaves without a value of its own: §12.3's recovery time of a run that
 # never recovered is None, so the mean over the others alone would flatter its fabric; that
 # comparison is out of reach (the failed requests and TTFT comparisons still stand).

@@ -16,6 +16,7 @@ from typing import Any
 from zcube_lab.core.bmwg import workload
 from zcube_lab.core.bmwg.workload import single_turn
 from zcube_lab.core.errors import ConfigError
+from zcube_lab.core.stats import quantile
 
 SECTION = "6.1"
 DRAFT_PROMPTS = (128, 512, 1024, 2048, 4096, 8192, 16384)
@@ -75,13 +76,26 @@ def case_label(prompt_tokens: int) -> str:
     return f"prompt_tokens={prompt_tokens}"
 
 
-def trial_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
+def trial_figures(
+    summary: Mapping[str, Any],
+    samples: Mapping[str, Sequence[float]] | None = None,
+    quantiles: Sequence[int] = (50, 99),
+) -> dict[str, Any]:
     """A trial's figures from its run's summary.json: each part's p50 and p99 in modelled ms,
     TTFT_fabric's, fabric_fraction's, the requests the parts are over, and `untrusted` (1 when
-    the lab's verdict did not trust the run: its figures are then unresolved)."""
+    the lab's verdict did not trust the run: its figures are then unresolved). With `samples`
+    (per part name, every request's value in modelled seconds, e.g. §10.1's), a part's figures
+    are its `quantiles` (percent) over them instead of the summary's p50 and p99 (the same
+    requests and quantile: the summary has no p95)."""
     kpis = summary.get("bmwg") or {}
     figs: dict[str, Any] = {}
     for name in (*PARTS, *KEPT):
+        values = None if samples is None else samples.get(name)
+        if values is not None:
+            for q in quantiles:
+                v = quantile(values, q / 100)
+                figs[f"{name}_p{q}_ms"] = None if v is None else v * 1e3
+            continue
         q = kpis.get(name) or {}
         figs[f"{name}_p50_ms"] = q.get("p50")
         figs[f"{name}_p99_ms"] = q.get("p99")

@@ -211,9 +211,11 @@ def fabric_fraction(attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row])
     }
 
 
-def ttft_parts(attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row]) -> dict[str, Any]:
-    """TTFT's three parts' p50 and p99 in wall seconds (see the module docstring), and the
-    requests they are over and those left out."""
+def request_parts(
+    attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row]
+) -> tuple[list[tuple[float, float, float]], int]:
+    """Per request, TTFT's three parts (T_prefill, T_transfer, T_decode_init) in wall seconds
+    (see the module docstring), in the gateway log's order; and the requests left out."""
     spans: dict[str, tuple[float, float]] = {}
     for _, row in attempts:
         rid = row.get("request_id")
@@ -222,7 +224,7 @@ def ttft_parts(attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row]) -> d
         a, b = float(row["start"]), float(row["end"])
         lo, hi = spans.get(rid, (a, b))
         spans[rid] = (min(lo, a), max(hi, b))
-    parts: dict[str, list[float]] = {"prefill": [], "transfer": [], "decode_init": []}
+    out: list[tuple[float, float, float]] = []
     left_out = 0
     for r in gateway:
         rid = r.get("request_id")
@@ -233,14 +235,23 @@ def ttft_parts(attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row]) -> d
         if not arrival <= start <= end <= first:
             left_out += 1
             continue
-        parts["prefill"].append(start - arrival)
-        parts["transfer"].append(end - start)
-        parts["decode_init"].append(first - end)
+        out.append((start - arrival, end - start, first - end))
+    return out, left_out
+
+
+def ttft_parts(attempts: Iterable[tuple[str, Row]], gateway: Iterable[Row]) -> dict[str, Any]:
+    """TTFT's three parts' p50 and p99 in wall seconds (`request_parts`), and the requests
+    they are over and those left out."""
+    per_request, left_out = request_parts(attempts, gateway)
+    parts = {
+        name: [p[i] for p in per_request]
+        for i, name in enumerate(("prefill", "transfer", "decode_init"))
+    }
     out: dict[str, Any] = {}
     for name, values in parts.items():
         for q in (50, 99):
             out[f"ttft_{name}_p{q}_s"] = quantile(values, q / 100)
-    out["ttft_parts_requests"] = len(parts["prefill"])
+    out["ttft_parts_requests"] = len(per_request)
     out["ttft_parts_left_out"] = left_out
     return out
 
