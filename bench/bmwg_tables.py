@@ -72,6 +72,10 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
+def _section_key(section: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in section.split("."))
+
+
 def _and(items: Sequence[str]) -> str:
     """ "a, b and c"."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
@@ -713,7 +717,7 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "the lab lost datagrams) or had no figure, so the lab does not judge it. A",
         "`-` in the results: the figure was not measured in that run (HOL_delay_us came after",
         "the first quick run) or has no value for that case. "
-        + _and([f"§{x}" for x in LIVE_SECTIONS]),
+        + _and([f"§{x}" for x in sorted(LIVE_SECTIONS, key=_section_key)]),
         "are the exception: live serving runs (`zcube-lab run`) at the live lab's default time",
         "scale, their times modelled ms, and their \"out of reach\" a run the lab's verdict did",
         "not trust.",
