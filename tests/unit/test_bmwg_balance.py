@@ -151,8 +151,8 @@ def test_the_scenarios_profiles_and_flags_shape_the_traffic_they_name() -> None:
     kv, ep, mixed = (b93.SCENARIOS[s] for s in ("kv", "ep", "mixed"))
     p = b93.profile(kv)
     assert p["prompt"]["median"] == 16384 and p["prompt"]["sigma"] == 0.0
-    assert p["prefix_cache_hit_rate"] == 0.9 and p["arrival"] == {"process": "poisson",
-                                                                 "rate": 8.0}  # fmt: skip
+    assert p["prefix_cache_hit_rate"] == 0.97 and p["arrival"] == {"process": "poisson",
+                                                                  "rate": 6.0}  # fmt: skip
     # the draft's 16 MB+ KV flows: 16,384 tokens x 89,856 B
     assert kv.prompt_tokens * b93.KV_BYTES_PER_TOKEN == 1_472_200_704 > b93.DRAFT_KV_BYTES
     assert kv.argv == ("--ep-servers", "1")
@@ -245,3 +245,25 @@ def test_9_3_is_run_by_bmwg_run(capsys) -> None:
     assert main(["bmwg", "list"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("9.3"))
     assert "  run  " in line
+
+
+def test_the_kv_pull_rule_alone_is_set_aside_in_the_kv_off_scenario_and_nowhere_else() -> None:
+    kv_rule = ("KV pulls: p50 22028.33x their ideal after 5 ms of fixed cost each over 40 pulls "
+               "(allowed 1.5x) while the median pull's busiest link was 2% busy as it ran "
+               "(under 20%): an end-host artifact, not the fabric")  # fmt: skip
+    cpu = "machine CPU above 90% in 19% of samples (allowed 5%; p95 96%)"
+
+    def summary(*reasons: str) -> dict:
+        return {"trustworthy": not reasons, "health": {"reasons": list(reasons)}}
+
+    assert b93.untrusted(summary(kv_rule), kv_off=True) == (0, [kv_rule])
+    assert b93.untrusted(summary(kv_rule), kv_off=False) == (1, [])
+    assert b93.untrusted(summary(kv_rule, cpu), kv_off=True) == (1, [kv_rule])
+    assert b93.untrusted(summary(), kv_off=True) == (0, [])
+    assert b93.untrusted({"trustworthy": False}, kv_off=True) == (1, [])  # no reason given
+    assert b93.SCENARIOS["ep"].kv_off and not b93.SCENARIOS["mixed"].kv_off
+    fab = _zcube()
+    util = {lk.forward: {"mean": 0.01} for lk in b93.tier_links(fab)}
+    s = {**_summary(util, trusted=False), "health": {"reasons": [kv_rule]}}
+    assert b93.trial_figures(s, fab, kv_off=True)["untrusted"] == 0
+    assert b93.trial_figures(s, fab)["untrusted"] == 1

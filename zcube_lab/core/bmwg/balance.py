@@ -5,7 +5,7 @@ load-balancing algorithm; a trial is one `zcube-lab run` of it on a fabric.
 The scenarios (`SCENARIOS`), each its own workload profile and run flags, on 16 GPU hosts
 (8 servers of 2; half prefill, half decode, as in §9.4):
 - `kv`: KV cache transfers only. Prompts of `KV_PROMPT_TOKENS` (16,384 tokens: 1.47 GB of
-  GLM-5.1 KV each, the draft's "16 MB+" many times over) at a 0.9 prefix-cache hit rate, so
+  GLM-5.1 KV each, the draft's "16 MB+" many times over) at a 0.97 prefix-cache hit rate, so
   prefill is cheap and every prompt's whole KV still moves (kv-heavy's device); expert
   parallelism off (`--ep-servers 1`: no all-to-all).
 - `ep`: EP all-to-all dispatches only. Short prompts (`EP_PROMPT_TOKENS`) and longer answers,
@@ -14,7 +14,9 @@ The scenarios (`SCENARIOS`), each its own workload profile and run flags, on 16 
   GPU of them (`--alltoall all`) so that they cross the switch tier on every fabric (with
   2-server instances a Clos leaf holds a whole instance, and rail-aligned exchanges stay under
   one ROFT leaf); `--kv-off`, so each KV pull moves one byte.
-- `mixed`: both at once: the `kv` requests with the `ep` scenario's expert parallelism.
+- `mixed`: both at once: the `kv` requests with the `ep` scenario's expert parallelism (its
+  prefill dispatches carry the uncached 3% of each prompt: about twice the KV bytes).
+Every scenario at `RATE` requests a second, Poisson.
 
 The load-balancing algorithms (`ALGORITHMS`) are the lab's run policies that spread traffic
 with every link up (`zcube_lab.core.policies`): `static` (one path per destination, the
@@ -64,11 +66,14 @@ MODEL = workload.MODEL
 KV_BYTES_PER_TOKEN = 89_856
 KV_PROMPT_TOKENS = 16384
 KV_OUTPUT_TOKENS = 32
-KV_PREFIX_HIT = 0.9
+# Prefill then computes 3% of a prompt, and its EP dispatch carries those tokens only: at 0.9
+# the first mixed run's EP moved 6.8 times the KV bytes (2.5 MB of lab bytes a request against
+# 0.37 MB) and loaded the 2-core machine into TCP timeouts; at 0.97 EP is about twice KV.
+KV_PREFIX_HIT = 0.97
 EP_PROMPT_TOKENS = 128
 EP_OUTPUT_TOKENS = 128
 EP_SERVERS = 4
-RATE = 8.0  # req/s, every scenario: the kv-heavy profile's rate
+RATE = 6.0  # req/s, every scenario
 # The workload profile's prefill servers, written for 4 servers (half: 4 of 8 servers).
 PROFILE_PREFILL_SERVERS = 2
 MIN_GPUS = 16  # 8 servers of 2: EP instances of 4 servers on each side
@@ -86,6 +91,11 @@ class Scenario:
     output_tokens: int
     prefix_hit: float
     argv: tuple[str, ...]
+
+    @property
+    def kv_off(self) -> bool:
+        """Its KV pulls move one byte each (the lab's KV-off control)."""
+        return "--kv-off" in self.argv
 
 
 SCENARIOS: Mapping[str, Scenario] = {
@@ -251,11 +261,32 @@ def link_figures(util: Mapping[str, float] | None) -> dict[str, Any]:
     }
 
 
-def trial_figures(summary: Mapping[str, Any], fabric: Fabric) -> dict[str, Any]:
+# The verdict's KV-pull rule (`zcube_lab.emulator.verdict.network`): a pull's time after a
+# fixed cost against its bytes at the link's rate. A one-byte pull of the KV-off control is all
+# fixed cost, so the rule fails it whatever the fabric did (p50 22,028x in the first EP-only
+# run on ZCube, its busiest link 2% busy): set aside in that scenario, and only there.
+KV_PULL_REASON = "KV pulls: "
+
+
+def untrusted(summary: Mapping[str, Any], kv_off: bool = False) -> tuple[int, list[str]]:
+    """1 when the lab's verdict did not trust the run (0 otherwise), and the reasons set
+    aside: with `kv_off`, the KV-pull rule's, when every other rule passed or failed alike."""
+    reasons = list((summary.get("health") or {}).get("reasons") or [])
+    if summary.get("trustworthy"):
+        return 0, []
+    aside = [r for r in reasons if kv_off and r.startswith(KV_PULL_REASON)]
+    kept = [r for r in reasons if r not in aside]
+    return (1 if kept or not reasons else 0), aside
+
+
+def trial_figures(
+    summary: Mapping[str, Any], fabric: Fabric, kv_off: bool = False
+) -> dict[str, Any]:
     """A trial's figures from its run's summary (`link_util`, the server's byte counters, the
     KPIs) and fabric: `link_figures` over the tier's links, the structural oversubscription,
     the links counted, the KV and EP bytes the engines moved (lab bytes: which traffic ran),
-    TTFT p99 (modelled ms) and `untrusted` (1 when the lab's verdict did not trust the run)."""
+    TTFT p99 (modelled ms) and `untrusted` (`untrusted`: 1 when the lab's verdict did not
+    trust the run, its KV-pull rule set aside when `kv_off`)."""
     links = tier_links(fabric)
     figs = link_figures(link_utilization(summary.get("link_util") or {}, links))
     server = summary.get("server") or {}
@@ -266,5 +297,5 @@ def trial_figures(summary: Mapping[str, Any], fabric: Fabric) -> dict[str, Any]:
     figs["EP_bytes_lab"] = server.get("alltoall_bytes")
     figs["TTFT_p99_ms"] = ((summary.get("bmwg") or {}).get("TTFT") or {}).get("p99")
     figs["requests"] = (summary.get("client") or {}).get("completed")
-    figs["untrusted"] = 0 if summary.get("trustworthy") else 1
+    figs["untrusted"] = untrusted(summary, kv_off)[0]
     return figs
