@@ -26,9 +26,10 @@ idea at connection granularity) and `mrc` (ECMP for TCP, and KV pulls as UDP dat
 over entropy values that name their paths: packet spraying). `ff` and `recompute` differ from
 `static` and `ecmp` only once a link fails, so they are not algorithms here. `spray` and `mrc`
 change the KV transport only: the `ep` scenario does not run them (its traffic would be
-`ecmp`'s). Every fabric takes every algorithm; on ZCube with one link per A-B pair a switch has
-a single shortest next hop to every address, so its balance is the host's (both NIC ports, the
-two link-disjoint 2-hop paths), the same under every algorithm.
+`ecmp`'s). Every fabric takes every algorithm. On ZCube with one link per A-B pair each KV lane
+and EP connection leaves from the NIC port whose path reaches the address it sends to (the KV
+source map), so every switch on its way has one next hop: the balance is the hosts' (both NIC
+ports, the two link-disjoint 2-hop paths), and the algorithms route alike there.
 
 Which links (`tier_links`): the fabric's switch-to-switch links of one tier (leaf-spine on ROFT
 and Clos, A-B on ZCube; the tier with the most links when a fabric file has several). Host
