@@ -84,7 +84,7 @@ def balance_section(d: Mapping[str, Any], table: Callable[..., list[str]],
             "max/mean", "oversubscription", "runs trusted"]  # fmt: skip
     return [
         "§9.3 runs as live serving runs (`zcube-lab run`, the live lab's default time scale), "
-        "as §9.4 does: its \"out of reach\" is a run the lab's verdict did not trust.",
+        'as §9.4 does: its "out of reach" is a run the lab\'s verdict did not trust.',
         "",
         "§9.3 parameters, the draft's and this run's:",
         "",
