@@ -99,7 +99,8 @@ def balance_section(d: Mapping[str, Any], table: Callable[..., list[str]],
         "",
         "On ZCube with one link per A-B pair each KV lane and EP connection leaves from the NIC "
         "port whose path reaches the address it sends to, so every switch on its way has one "
-        "next hop and the algorithms route alike there: the hosts, not the switches, spread "
-        "the traffic over both ports and the two link-disjoint 2-hop paths. " + verdict_words(d),
+        "next hop and the switches route alike under every algorithm there: the hosts spread "
+        "the traffic over both ports and the two link-disjoint 2-hop paths (spray still "
+        "changes how a host splits each pull over its subflows). " + verdict_words(d),
         "",
     ]
