@@ -170,6 +170,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_xpyd import xpyd_section
 
                 out += xpyd_section(d, _table, _cell)
+            if section == "9.3":
+                from bench.bmwg_balance import balance_section
+
+                out += balance_section(d, _table, _cell)
             if section == "9.4":
                 from bench.bmwg_jfi import fairness_section
 

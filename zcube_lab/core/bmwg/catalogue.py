@@ -178,7 +178,7 @@ TESTS: tuple[BmwgTest, ...] = (
              ("Prefix_cache_hit_rate", "TTFT", "TPS_output")),
     BmwgTest("9.3", "ECMP and dynamic load balancing under inference traffic", RUNNABLE,
              "live KV pulls and EP exchanges under the controller's routing policies",
-             ("JFI", "Link_utilization")),
+             ("JFI", "Link_utilization"), runner=True),
     BmwgTest("9.4", "Jain fairness index for decode worker utilization", RUNNABLE,
              "live serving; decode pools as far as the fabric's GPU hosts reach (half of "
              "them, the other half prefilling: 8 on 16)",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from zcube_lab.core.bmwg.balance import algorithms as balance_algorithms
 from zcube_lab.core.bmwg.fairness import loads as jfi_levels
 from zcube_lab.core.bmwg.throughput import rates as tps_ladder
 from zcube_lab.core.bmwg.ttft import prompt_lengths
@@ -96,6 +97,10 @@ class BmwgConfig:
         "", metavar="SHARE,...", help="9.4: offered load as a share of the prefill pool's "
         "knee, 0.05 to 1.5 (default: 0.5, 0.9; the draft names no rate)"
     )  # fmt: skip
+    balance: str = option(
+        "", metavar="ALG,...", help="9.3: load-balancing algorithms, from static, ecmp, spray "
+        "and mrc (default: static, ecmp, spray)"
+    )  # fmt: skip
     xpyd: str = option(
         "", metavar="X,...", help="6.2: prefill GPU hosts of each split, whole servers "
         "(default: the draft's prefill shares of 12 nodes, to whole servers)"
@@ -149,6 +154,7 @@ class BmwgConfig:
         prompt_lengths(self.prompts)  # a ConfigError naming the field
         jfi_levels(self.jfi_loads)
         tps_ladder(self.tps_rates)
+        balance_algorithms(self.balance)
         for name in ("n_burst", "pairs", "qps", "tokens", "ep_sizes"):
             for v in numbers(getattr(self, name), name):
                 if v != int(v):
@@ -205,6 +211,10 @@ class BmwgConfig:
     @property
     def tps_ladder(self) -> tuple[float, ...]:
         return tps_ladder(self.tps_rates)
+
+    @property
+    def balance_algorithms(self) -> tuple[str, ...]:
+        return balance_algorithms(self.balance)
 
     @property
     def bg_loads(self) -> tuple[float, ...] | None:

@@ -34,6 +34,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     "6.1": ("TTFT_p50_ms", "T_transfer_p50_ms", "T_transfer_p99_ms"),
     "12.3": ("failed_requests", "TTFT_p99_during_ms", "recovery_time_s"),
     "13.3": ("failed_requests", "recovery_time_s", "TTFT_p99_drift", "Buffer_utilization_pct"),
+    "9.3": ("JFI", "Link_utilization_max_pct", "Link_utilization_min_pct", "max_mean_ratio"),
     "9.4": ("JFI_decode", "JFI_kv", "JFI_busy", "TTFT_p99_ms"),
     "7.1": (
         "EP_alltoall_latency_p50_us",
@@ -68,6 +69,7 @@ HIGHER_IS_BETTER = (
     "KV_xfer_bandwidth_GBps", "JFI", "inflection_point", "JFI_decode", "JFI_kv", "JFI_busy",
     "EP_alltoall_bandwidth_GBps", "scaling_efficiency", "goodput_per_GPU",
     "TPS_output", "Inference_Goodput",
+    "Link_utilization_min_pct",
 )  # fmt: skip
 REFERENCE = "zcube"
 # Figures whose mean above 0 makes a case's comparison out of reach (§6.1, §9.4: a live run

@@ -42,6 +42,7 @@ LIVE_TRANSPORT = "kernel TCP (live serving runs)"
 SECTIONS: dict[str, str] = {
     "6.1": "zcube_lab.emulator.bmwg.live:ttft_section",
     "6.2": "zcube_lab.emulator.bmwg.xpyd:section",
+    "9.3": "zcube_lab.emulator.bmwg.balance:section",
     "9.4": "zcube_lab.emulator.bmwg.fairness:section",
     "10.1": "zcube_lab.emulator.bmwg.ttftlen:section",
     "10.2": "zcube_lab.emulator.bmwg.itl:section",
