@@ -231,18 +231,10 @@ def link_utilization(
 
 def structural_oversubscription(fabric: Fabric) -> float:
     """Host-facing over switch-facing capacity of the most oversubscribed switch with hosts
-    (1 at 1:1; inf when such a switch has no switch-facing link)."""
-    down: Counter[str] = Counter()
-    up: Counter[str] = Counter()
-    for lk in fabric.links:
-        ends = [n for n in (lk.node1, lk.node2) if fabric.is_switch(n)]
-        if len(ends) == 1:
-            down[ends[0]] += lk.gbps
-        else:
-            for n in ends:
-                up[n] += lk.gbps
-    ratios = [down[s] / up[s] if up[s] else math.inf for s in down]
-    return max(ratios, default=math.inf)
+    (1 at 1:1): the fabric description's own figure (`structure.oversubscription`)."""
+    from zcube_lab.core.fabric.structure import oversubscription
+
+    return oversubscription(fabric)
 
 
 def link_figures(util: Mapping[str, float] | None) -> dict[str, Any]:

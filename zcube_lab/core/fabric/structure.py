@@ -312,7 +312,7 @@ def _fabric_figures(
     rank0 = [h for h in fabric.hosts if h.rank == 0]
     per_rail = min(len({sig[h.name][i] for h in rank0}) for i in range(len(kept)))
     roles = tuple(sorted({_role(fabric, sig[first.name][i]) for i in range(len(kept))}))
-    over = _oversubscription(fabric)
+    over = oversubscription(fabric)
     params = dict(fabric.spec.params)
     label = f"{fabric.kind} " + " ".join(f"{k}={v}" for k, v in params.items() if k != "nic_gbps")
     return FabricStructure(
@@ -331,7 +331,7 @@ def _fabric_figures(
     )
 
 
-def _oversubscription(fabric: Fabric) -> float:
+def oversubscription(fabric: Fabric) -> float:
     """The largest host-facing : switch-facing capacity ratio of a switch with hosts."""
     down: Counter[str] = Counter()
     up: Counter[str] = Counter()
