@@ -167,6 +167,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_itl import itl_section
 
                 out += itl_section(d, _table, _cell)
+            if section == "8.4":
+                from bench.bmwg_pfcstorm import storm_section
+
+                out += storm_section(d, _table, _cell)
     return out
 
 

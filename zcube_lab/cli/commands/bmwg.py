@@ -1,7 +1,7 @@
 """`zcube-lab bmwg`: the IETF draft draft-calabria-bmwg-ai-fabric-inference-bench-05's tests
 by name. `bmwg list`: every test of §5-§13, what the lab can do with it and why; `bmwg run
-SECTION...`: the tests built so far (5.1-5.3, 7.1, 7.3, 7.4, 8.2, 10.4 at the fine time scale as
-replays; 6.1, 6.2, 9.4, 10.2 and 12.3 as live serving runs) on several fabrics, the draft's
+SECTION...`: the tests built so far (5.1-5.3, 7.1, 7.3, 7.4, 8.2, 8.4, 10.4 at the fine time scale
+as replays; 6.1, 6.2, 9.4, 10.2 and 12.3 as live serving runs) on several fabrics, the draft's
 trials, a results folder with bmwg.json (docs/BMWG.md; issue 46). `run` needs root."""
 
 from __future__ import annotations

@@ -44,9 +44,9 @@ from zcube_lab.core.fabric.description import Fabric
 from zcube_lab.core.fabric.lossless import dependency_cycle, feeders
 from zcube_lab.core.replay.recording import Recording, Transfer
 
-MSG_BYTES = 1e6
-IN_LOAD = 0.5  # into the stuck host, every sender together, of its NIC
-VICTIM_LOAD = 0.25  # each victim flow, of its sender's NIC
+MSG_BYTES = 256e3  # a message at line rate is 5 µs: the zero-throughput resolution
+IN_LOAD = 0.3  # into the stuck host, every sender together, of its NIC
+VICTIM_LOAD = 0.1  # each victim flow, of its sender's NIC
 WARM_SHARE = 0.1
 STUCK_SHARE = 0.15
 DEADLOCK_FACTOR = 4.0  # pauses still held this many windows after the release: a deadlock
@@ -154,6 +154,24 @@ def hop_distances(fabric: Fabric, sources: Iterable[str]) -> dict[str, int]:
                 dist[m] = dist[n] + 1
                 todo.append(m)
     return dist
+
+
+def reach(feeds: Mapping[str, Iterable[str]], stuck: Iterable[str]) -> set[str]:
+    """Every port a storm from the `stuck` ports can pause: their feeders, theirs, and on."""
+    seen = set(stuck)
+    todo = sorted(seen)
+    while todo:
+        for up in feeds.get(todo.pop(), ()):
+            if up not in seen:
+                seen.add(up)
+                todo.append(up)
+    return seen
+
+
+def possible_depth(fabric: Fabric, stuck: Sequence[str]) -> int:
+    """The most hops a storm from the `stuck` ports can spread on `fabric`'s routes."""
+    dist = hop_distances(fabric, {node_of(p) for p in stuck})
+    return max(dist.get(node_of(p), 0) for p in reach(feeders(fabric), stuck))
 
 
 def routing_cycle(fabric: Fabric) -> list[str] | None:

@@ -110,7 +110,8 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
             "8.4: the storm source is a stuck receiver: every switch port toward host "
             f"{ps.stuck_host(hosts)} held paused from {ps.WARM_SHARE:.0%} of the trial for "
             f"{ps.STUCK_SHARE:.0%} of it, the lossless agent's rules pausing the ports feeding "
-            "each queue that fills; KV messages of 1 MB into it from every other host (together "
+            f"each queue that fills; KV messages of {ps.MSG_BYTES / 1e3:g} KB into it from "
+            "every other host (together "
             f"{ps.IN_LOAD:.0%} of its NIC) and between every other pair i -> i + half at "
             f"{ps.VICTIM_LOAD:.0%} of a NIC (the victims); a deadlock is pauses still held "
             f"{ps.DEADLOCK_FACTOR:g} windows after the release; cyclic buffer dependency in "
@@ -345,7 +346,7 @@ def _storm_figures(rec: Any, result: dict[str, Any], fabric: Fabric,
                    run_dir: Path) -> dict[str, Any]:  # fmt: skip
     """§8.4's figures (`zcube_lab.core.bmwg.pfcstorm.storm_figures`) from the replay's pause
     log and the agents' arrivals."""
-    from zcube_lab.core.bmwg.pfcstorm import routing_cycle, storm_figures
+    from zcube_lab.core.bmwg.pfcstorm import possible_depth, routing_cycle, storm_figures
     from zcube_lab.core.replay.figures import outcomes
 
     lines = [json.loads(ln) for f in sorted((run_dir / "storm" / "agents").glob("*.out.jsonl"))
@@ -358,6 +359,7 @@ def _storm_figures(rec: Any, result: dict[str, Any], fabric: Fabric,
                          rec.transfers, got)  # fmt: skip
     figs["PFC_frame_count"] = result["pauses"]["pause_frames"]
     figs["routing_cycle"] = int(routing_cycle(fabric) is not None)
+    figs["possible_depth_hops"] = possible_depth(fabric, [p for p, _a, _b in storm["forced"]])
     figs["untrusted"] = int(not (result.get("verdict") or {}).get("trusted", False))
     return figs
 
