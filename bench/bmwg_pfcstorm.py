@@ -23,7 +23,11 @@ def parameter_table(d: Mapping[str, Any], table: Callable[..., list[str]]) -> li
     """The draft's §8.4 parameters beside the run's."""
     n, t = d["draft_trials"]["8.4"]
     trial = float(d["trial_seconds"])
-    a, b = ps.window_s(trial)
+    p = next(s["params"] for s in d["summary"] if s["section"] == "8.4")
+    share = float(p["stuck_share"])
+    a = ps.WARM_SHARE * trial
+    b = a + share * trial
+    msg = float(p.get("msg_bytes", 1e6))  # the first runs' messages were 1 MB
     rows = [
         ["storm source", "a circular buffer dependency across switches (the training "
          "document's scenario)",
@@ -32,13 +36,13 @@ def parameter_table(d: Mapping[str, Any], table: Callable[..., list[str]]) -> li
          "routes' buffer dependencies are checked for a cycle instead (the `cycle` column)"],
         ["stuck window", "-", f"{a * 1e3:g} to {b * 1e3:g} modelled ms of each trial"],
         ["traffic", "KV cache transfers on all affected paths",
-         f"{ps.MSG_BYTES / 1e3:g} KB KV messages into the stuck host from every other host "
-         f"({ps.IN_LOAD:.0%} of its "
-         f"NIC together) and between every other pair i -> i + half ({ps.VICTIM_LOAD:.0%} of a "
-         "NIC each: the victims)"],
+         f"{msg / 1e3:g} KB KV messages into the stuck host from every other host "
+         f"({float(p['in_load']):.0%} of its "
+         "NIC together) and between every other pair i -> i + half "
+         f"({float(p['victim_load']):.0%} of a NIC each: the victims)"],
         ["deadlock", "yes/no",
          f"pauses still held {ps.DEADLOCK_FACTOR:g} windows "
-         f"({ps.bound_s(trial) * 1e3:g} modelled ms) after the release"],
+         f"({ps.DEADLOCK_FACTOR * (b - a) * 1e3:g} modelled ms) after the release"],
         ["trials", f"{n} x {t:g} s (at least 300 s)",
          f"{d['trials']} x {trial:g} s (at k = 120 a modelled second is 2 wall minutes: "
          "short trials)"],

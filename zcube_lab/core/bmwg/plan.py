@@ -465,7 +465,8 @@ def cases(
         elif t.section == "8.4":
             pfcstorm.check_trial(cfg.trial_seconds)
             params = {"stuck_share": pfcstorm.STUCK_SHARE, "in_load": pfcstorm.IN_LOAD,
-                      "victim_load": pfcstorm.VICTIM_LOAD}  # fmt: skip
+                      "victim_load": pfcstorm.VICTIM_LOAD,
+                      "msg_bytes": pfcstorm.MSG_BYTES}  # fmt: skip
             out.append(Case("8.4", params, chip_share, share, ("storm",)))
         elif t.section == "7.4":
             for load in cfg.kv_loads or DRAFT_KV_LOADS:
