@@ -61,6 +61,9 @@ def fabric_rows(d: Mapping[str, Any], cell: Callable[[Any], str]) -> list[list[s
                     _share(trials, "PFC_deadlock"), cell(f.get("PAUSE_propagation_depth_hops")),
                     cell(f.get("possible_depth_hops")),
                     cell(f.get("zero_throughput_max_ms")), cell(f.get("recovery_time_ms")),
+                    cell(f.get("drain_time_ms")),
+                    f"{cell(f.get('pause_rate_before_per_ms'))} / "
+                    f"{cell(f.get('pause_rate_after_per_ms'))}",
                     cell(f.get("PFC_frame_count")), cell(f.get("ports_paused_storm")),
                     cell(f.get("pauses_before_window")),
                     "yes" if cycle == {1} else "no" if cycle == {0} else "-",
@@ -72,7 +75,8 @@ def storm_section(d: Mapping[str, Any], table: Callable[..., list[str]],
                   cell: Callable[[Any], str]) -> list[str]:  # fmt: skip
     """The §8.4 part of a committed run's results."""
     head = ["fabric", "storm", "deadlock", "PAUSE depth hops", "possible", "zero throughput ms",
-            "recovery ms", "PFC frames", "ports paused", "pauses before", "cycle",
+            "recovery ms", "drain ms", "pauses per ms before / after", "PFC frames",
+            "ports paused", "pauses before", "cycle",
             "incomplete", "runs trusted"]  # fmt: skip
     words = comparison_words(
         d, "8.4",
@@ -88,7 +92,10 @@ def storm_section(d: Mapping[str, Any], table: Callable[..., list[str]],
         "ports feeding the stuck one are 1), beside the most the routes allow (the ports "
         "feeding those, and on); zero throughput is the longest a victim flow had "
         "bytes due and received none; recovery from the release to the first instant no port "
-        "was paused (modelled ms, mean ± half the 95% interval); ports paused during the storm, "
+        "was paused; drain from the release until every victim message due before it had "
+        "arrived (modelled ms, mean ± half the 95% interval); pauses begun per modelled ms "
+        "before the window and over the deadlock bound after the release; ports paused during "
+        "the storm, "
         "pauses before the window (the traffic's own congestion); cycle: whether the lab's "
         "routes make a cyclic buffer dependency:",
         "",

@@ -176,6 +176,18 @@ def test_storm_figures_by_hand_on_clos():
     assert f["zero_throughput_max_ms"] == pytest.approx(3.2)  # due from 1.0 ms, first at 4.2
     assert f["pauses_before_window"] == 1 and f["ports_paused_storm"] == 4
     assert f["incomplete"] == 0
+    # the victim message due at 1.0 ms (before the 3 ms release) arrived at 4.3 ms
+    assert f["drain_time_ms"] == pytest.approx(1.3)
+    assert f["pause_rate_before_per_ms"] == pytest.approx(1.0)  # 1 pause in 1 ms
+    assert f["pause_rate_after_per_ms"] == pytest.approx(0.0)  # none begun in 3-11 ms
+
+
+def test_a_victim_message_held_past_the_end_leaves_no_drain_time():
+    victim = [Transfer(0, "kv", 0.002, "h0", "h8", 1e6, exchange="victim:h0>h8")]
+    log = [["leaf1-eth2", 0.001, 0.003], ["h0-eth0", 0.0031, 0.0032], ["h1-eth0", 0.004, 0.005]]
+    f = ps.storm_figures(log, ["leaf1-eth2"], (0.001, 0.003), 0.008, 0.02, CLOS, victim, {})
+    assert f["drain_time_ms"] is None and f["incomplete"] == 1
+    assert f["pause_rate_after_per_ms"] == pytest.approx(2 / 8)
 
 
 def test_a_pause_only_on_the_stuck_port_is_no_storm_and_recovers_at_once():

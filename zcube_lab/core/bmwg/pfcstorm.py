@@ -28,7 +28,13 @@ Figures (`storm_figures`, from the agent's pause log: each pause's port, start a
 - recovery_time_ms: from the release to the first instant no port is paused (the end of the
   run of overlapping pauses holding at the release); 0 when none held then;
 - PFC_deadlock: 1 when pauses were still held DEADLOCK_FACTOR x the window after the release
-  (or the log ends with them held), else 0; recovery_time_ms is then None.
+  (or the log ends with them held), else 0; recovery_time_ms is then None;
+- drain_time_ms: from the release until every victim message due before it has arrived (the
+  traffic the storm held delivered); None when one never arrived. Pauses can clear at once
+  and then recur while that backlog drains, so recovery_time_ms alone can flatter a fabric;
+- pause_rate_before_per_ms and pause_rate_after_per_ms: pauses begun per modelled ms before
+  the window and over the deadlock bound after the release (the traffic's own congestion
+  against the storm's aftermath).
 """
 
 from __future__ import annotations
@@ -248,6 +254,11 @@ def storm_figures(
             flows.setdefault(t.exchange, []).append(t)
     zero = max((zero_throughput_s(ts, got, seen_s) for ts in flows.values()), default=None)
     incomplete = sum(1 for t in transfers if (got.get(t.id) or {}).get("arrived_s") is None)
+    held_back = [(got.get(t.id) or {}).get("arrived_s") for ts in flows.values() for t in ts
+                 if t.start_s < b]  # fmt: skip
+    drain = None
+    if held_back and all(x is not None for x in held_back):
+        drain = max(0.0, max(float(x) for x in held_back) - b)
     return {
         "PFC_storm": int(bool(spread)),
         "PFC_deadlock": int(deadlock),
@@ -257,5 +268,13 @@ def storm_figures(
         "ports_paused_storm": len({p for p, _s, _e in storm}),
         "pauses_before_window": sum(1 for _p, s, _e in spans if s < a),
         "deadlock_bound_ms": bound * 1e3,
+        "drain_time_ms": None if drain is None else drain * 1e3,
+        "pause_rate_before_per_ms": sum(1 for _p, s, _e in spans if s < a) / (a * 1e3)
+        if a > 0
+        else None,
+        "pause_rate_after_per_ms": sum(1 for _p, s, _e in spans if b <= s < b + bound)
+        / (bound * 1e3)
+        if bound > 0
+        else None,
         "incomplete": incomplete,
     }

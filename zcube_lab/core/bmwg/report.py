@@ -36,6 +36,7 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
         "PAUSE_propagation_depth_hops",
         "zero_throughput_max_ms",
         "recovery_time_ms",
+        "drain_time_ms",
     ),
     "10.4": ("KV_xfer_latency_p99_us", "inflection_point"),
     "6.1": ("TTFT_p50_ms", "T_transfer_p50_ms", "T_transfer_p99_ms"),
