@@ -194,6 +194,10 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_ttftlen import ttftlen_section
 
                 out += ttftlen_section(d, _table, _cell)
+            if section == "8.4":
+                from bench.bmwg_pfcstorm import storm_section
+
+                out += storm_section(d, _table, _cell)
     return out
 
 

@@ -166,7 +166,7 @@ TESTS: tuple[BmwgTest, ...] = (
     BmwgTest("8.4", "PFC storm and deadlock resilience", FINE,
              "pauses must form and spread hop by hop: the fine scale's lossless agent; "
              "a 300 s trial is 10 wall hours at k = 120",
-             ("PFC_frame_count", "recovery_time"), trial_s=300.0),
+             ("PFC_frame_count", "recovery_time"), trial_s=300.0, runner=True),
     BmwgTest("9.1", "KV-aware request routing efficacy", NOT,
              "the gateway routes by outstanding requests; it has no KV-occupancy or "
              "path-congestion aware router to compare with round robin",

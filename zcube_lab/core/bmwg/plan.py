@@ -19,6 +19,8 @@ the p99 over the levels (`zcube_lab.core.bmwg.report.inflection_point`).
 §7.4: a trial is the EP group (the first half of the hosts) exchanging layer by layer for the
 trial's modelled seconds, KV pulls of 16 MB from the other half into its members at the load;
 replayed mixed, then each class alone (the draft's isolated cases).
+§8.4: a trial is `zcube_lab.core.bmwg.pfcstorm.storm_trial` (a stuck receiver's window in KV
+traffic on every path it can reach), one case.
 
 Before any lab, a background level or pair count the lab cannot carry is refused: a level
 outside 0-0.95, or one whose offered wall rate (every sender at its share of a NIC's shaped
@@ -37,6 +39,7 @@ from typing import Any
 
 from zcube_lab.core.bmwg import alltoall as a2a
 from zcube_lab.core.bmwg import catalogue as cat
+from zcube_lab.core.bmwg import pfcstorm
 from zcube_lab.core.bmwg.config import MAX_LEVEL, BmwgConfig
 from zcube_lab.core.bmwg.scaling import check_counts, lab_counts, lab_qps
 from zcube_lab.core.errors import ConfigError
@@ -62,6 +65,7 @@ REPLAY_FIXED_WALL_S = 0.8
 SLOWDOWN = {"8.2": 0.7, "7.4": 5.5, "5.3": 0.6, "5.1": 0.6, "5.2": 0.6, "10.4": 0.6}
 # §7.1 and §7.3 (EP alone): §7.4's chained EP figure until fitted
 SLOWDOWN.update({s: 5.5 for s in a2a.SECTIONS})
+SLOWDOWN["8.4"] = 0.7  # §8.2's figure until fitted
 ROUNDS_MAX = 16
 KV_SPACING = 4.0
 KV_MAX = 64
@@ -294,6 +298,8 @@ def trial_recordings(
     if case.section in LOADED:
         return {"loaded": loaded(hosts, float(p["size_bytes"]), float(p["bg_load"]), trial_s,
                                  seed)}  # fmt: skip
+    if case.section == "8.4":
+        return {"storm": pfcstorm.storm_trial(hosts, trial_s, seed)}
     raise ConfigError("section", case.section, f"one of {', '.join(cat.RUNNERS)}")
 
 
@@ -456,6 +462,12 @@ def cases(
             ok, no = a2a.case_params(t.section, hosts, ts, cfg.ep_tokens, cfg.ep_group_sizes)
             refused += [Refused(t.section, params, why) for params, why in no]
             out += [Case(t.section, params, chip_share, share, ("ep",)) for params in ok]
+        elif t.section == "8.4":
+            pfcstorm.check_trial(cfg.trial_seconds)
+            params = {"stuck_share": pfcstorm.STUCK_SHARE, "in_load": pfcstorm.IN_LOAD,
+                      "victim_load": pfcstorm.VICTIM_LOAD,
+                      "msg_bytes": pfcstorm.MSG_BYTES}  # fmt: skip
+            out.append(Case("8.4", params, chip_share, share, ("storm",)))
         elif t.section == "7.4":
             for load in cfg.kv_loads or DRAFT_KV_LOADS:
                 out.append(
@@ -492,6 +504,8 @@ def trial_size(case: Case, hosts: Sequence[str], trial_s: float) -> tuple[int, f
         return rounds * q, rounds * line_s(q * size)
     if case.section in a2a.SECTIONS:
         return a2a.trial_size(int(p["tokens"]), int(p["ep_size"]), trial_s)
+    if case.section == "8.4":
+        return pfcstorm.trial_size(hosts, trial_s), trial_s
     if case.section in LOADED:
         size, load = float(p["size_bytes"]), float(p["bg_load"])
         n = kv_count(size, trial_s)

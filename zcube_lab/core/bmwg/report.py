@@ -30,6 +30,14 @@ HEADLINE: Mapping[str, tuple[str, ...]] = {
     "5.2": ("KV_xfer_latency_p50_us", "KV_xfer_latency_p99_us", "KV_xfer_latency_p999_us"),
     "5.3": ("KV_xfer_bandwidth_GBps", "Fabric_FCT_p99_us", "JFI"),
     "8.2": ("Fabric_FCT_p99_us", "PFC_frame_count", "PAUSE_duration_us", "HOL_delay_us"),
+    "8.4": (
+        "PFC_storm",
+        "PFC_deadlock",
+        "PAUSE_propagation_depth_hops",
+        "zero_throughput_max_ms",
+        "recovery_time_ms",
+        "drain_time_ms",
+    ),
     "10.4": ("KV_xfer_latency_p99_us", "inflection_point"),
     "6.1": ("TTFT_p50_ms", "T_transfer_p50_ms", "T_transfer_p99_ms"),
     "12.3": ("failed_requests", "TTFT_p99_during_ms", "recovery_time_s"),
@@ -78,7 +86,10 @@ UNRESOLVED = ("incomplete", "load_short", "untrusted", "overlapped")
 # Figures that a trial leaves without a value of its own: §12.3's recovery time of a run that
 # never recovered is None, so the mean over the others alone would flatter its fabric; that
 # comparison is out of reach (the failed requests and TTFT comparisons still stand).
-FIGURE_UNRESOLVED: Mapping[str, tuple[str, ...]] = {"recovery_time_s": ("unrecovered",)}
+FIGURE_UNRESOLVED: Mapping[str, tuple[str, ...]] = {
+    "recovery_time_s": ("unrecovered",),
+    "recovery_time_ms": ("PFC_deadlock",),  # §8.4: a deadlocked trial has no recovery time
+}
 
 
 def _us(x: float | None) -> float | None:

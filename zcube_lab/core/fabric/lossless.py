@@ -24,6 +24,13 @@ buffer; XON is two frames lower (PFC's hysteresis: resume once room for a couple
 back), and never below half of XOFF. The port's real FIFO is larger by the headroom
 (`headroom_bytes`): what arrives while the pause takes effect, so a port never drops.
 
+Forced pauses (`ForcedPause`, opt-in, none unless given): a port held paused from one time to
+another whatever its queues, as a switch port toward a receiver whose NIC keeps sending PAUSE
+(bmwg §8.4's storm source); the machine's own rules then pause its feeders as its queue fills.
+With a forced pause given, the machine also keeps every pause's start and end (`history`).
+`dependency_cycle` finds a cyclic buffer dependency in the feeders (the condition a PFC
+deadlock needs).
+
 Names: ports are interface names `<node>-eth<port>`; times are seconds, passed in.
 """
 
@@ -32,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from zcube_lab.core.errors import ConfigError
 from zcube_lab.core.fabric.description import Fabric
@@ -276,6 +284,51 @@ class PortRecord:
 
 
 @dataclass(frozen=True)
+class ForcedPause:
+    """`port` held paused from `start` until `end` (seconds on the machine's clock)."""
+
+    port: str
+    start: float
+    end: float
+
+    def active(self, now: float) -> bool:
+        return self.start <= now < self.end
+
+
+def dependency_cycle(feeds: Mapping[str, Iterable[str]]) -> list[str] | None:
+    """A cycle of watched ports each feeding the next (a cyclic buffer dependency: every port
+    of it can be congested and paused at once, a deadlock), as the ports in order with the
+    first repeated at the end; None when the feeders have none. Only ports that are watched
+    themselves (keys of `feeds`) can close a cycle."""
+    # edges: u -> v when u feeds v (u's queue waits on v's)
+    succ: dict[str, list[str]] = {}
+    for v, ups in feeds.items():
+        for u in ups:
+            if u in feeds:
+                succ.setdefault(u, []).append(v)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in sorted(succ):
+        if state.get(root):
+            continue
+        path = [root]
+        state[root] = 1
+        stack = [iter(sorted(succ.get(root, ())))]
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+                continue
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(succ.get(nxt, ()))))
+    return None
+
+
+@dataclass(frozen=True)
 class Decision:
     """What one observation changes: ports to pause and to resume, and the egress ports that
     became congested (their feeders' pause is the reaction the agent times)."""
@@ -295,6 +348,23 @@ class PauseMachine:
     congested: set[str] = field(default_factory=set)
     paused: set[str] = field(default_factory=set)
     records: dict[str, PortRecord] = field(default_factory=dict)
+    forced: tuple[ForcedPause, ...] = ()
+    # (port, start, end) of every pause since `force`, end None while it lasts; None: not kept
+    history: list[list[Any]] | None = None
+    _open: dict[str, list[Any]] = field(default_factory=dict)
+
+    def force(self, pauses: Iterable[ForcedPause]) -> None:
+        """Hold these ports paused over their windows (replacing any given before) and keep
+        every pause's times from now on (`history`, started afresh; an empty list of pauses
+        stops keeping it). Takes effect at the next `observe`."""
+        self.forced = tuple(pauses)
+        self.history = [] if self.forced else None
+        self._open = {}
+        if self.history is not None:
+            for port in sorted(self.paused):
+                entry = [port, self.records[port].since, None]
+                self.history.append(entry)
+                self._open[port] = entry
 
     def quiet(self, backlogs: Mapping[str, int]) -> bool:
         """True when nothing is paused and every watched queue is below half its XOFF (the
@@ -320,12 +390,17 @@ class PauseMachine:
             elif port in self.congested and backlog <= lim.xon:
                 self.congested.discard(port)
         want = set().union(*(self.feeds.get(p, frozenset()) for p in self.congested))
+        want |= {f.port for f in self.forced if f.active(now)}
         pause = sorted(want - self.paused)
         resume = sorted(self.paused - want)
         for port in pause:
             record = self.records.setdefault(port, PortRecord())
             record.pauses += 1
             record.since = now
+            if self.history is not None:
+                entry = [port, now, None]
+                self.history.append(entry)
+                self._open[port] = entry
         for port in resume:
             self._close(port, now)
         self.paused = want
@@ -336,6 +411,9 @@ class PauseMachine:
         if record.since is not None:
             record.paused_s += max(0.0, now - record.since)
             record.since = None
+        entry = self._open.pop(port, None)
+        if entry is not None:
+            entry[2] = now
 
     def release_all(self, now: float) -> tuple[str, ...]:
         """End every pause (the agent stopping); returns the ports to resume."""

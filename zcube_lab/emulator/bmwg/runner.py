@@ -102,6 +102,21 @@ def plan_run(cfg: BmwgConfig, tests: list[BmwgTest]) -> RunPlan:
             "value at the lowest level, per trial; a trial whose levels up to it fell short "
             "of their background or lost transfers is out of reach"
         )
+    if "8.4" in {t.section for t in tests}:
+        from zcube_lab.core.bmwg import pfcstorm as ps
+
+        cycles = {k: "yes" if ps.routing_cycle(f) else "no" for k, f in fabrics.items()}
+        notes.append(
+            "8.4: the storm source is a stuck receiver: every switch port toward host "
+            f"{ps.stuck_host(hosts)} held paused from {ps.WARM_SHARE:.0%} of the trial for "
+            f"{ps.STUCK_SHARE:.0%} of it, the lossless agent's rules pausing the ports feeding "
+            f"each queue that fills; KV messages of {ps.MSG_BYTES / 1e3:g} KB into it from "
+            "every other host (together "
+            f"{ps.IN_LOAD:.0%} of its NIC) and between every other pair i -> i + half at "
+            f"{ps.VICTIM_LOAD:.0%} of a NIC (the victims); a deadlock is pauses still held "
+            f"{ps.DEADLOCK_FACTOR:g} windows after the release; cyclic buffer dependency in "
+            f"the routes: {', '.join(f'{k} {v}' for k, v in cycles.items())}"
+        )
     from zcube_lab.core.bmwg.alltoall import note as a2a_note
 
     notes += a2a_note([t.section for t in tests])
@@ -282,9 +297,10 @@ def _trial(
     w0 = time.monotonic()
     recs = bplan.trial_recordings(case, plan.hosts, cfg.trial_seconds, cfg.seed + trial)
     results = {
-        k: replay(rec, fabric, ts, th, run_dir / k, progress=lambda _m: None, lab=lab)
+        k: replay(rec, fabric, ts, th, run_dir / k, progress=lambda _m: None, lab=lab,
+                  **_forced(case, rec, fabric))
         for k, rec in recs.items()
-    }
+    }  # fmt: skip
     return {
         "section": case.section,
         "case": case.label,
@@ -308,10 +324,44 @@ def _trial(
             }
             for k, r in recs.items()
         },
-        "figures": _figures(case, recs, results, run_dir),
+        "figures": _storm_figures(recs["storm"], results["storm"], fabric, run_dir)
+        if case.section == "8.4"
+        else _figures(case, recs, results, run_dir),
         "receive_errors": {k: r.get("receive_errors") for k, r in results.items()},
         "wall_s": round(time.monotonic() - w0, 2),
     }
+
+
+def _forced(case: bplan.Case, rec: Any, fabric: Fabric) -> dict[str, Any]:
+    """§8.4's stuck receiver: every switch port toward its host paused over its window."""
+    if case.section != "8.4":
+        return {}
+    from zcube_lab.core.bmwg.pfcstorm import stuck_ports
+
+    a, b = rec.meta["window_s"]
+    return {"forced": [(p, a, b) for p in stuck_ports(fabric, rec.meta["stuck_host"])]}
+
+
+def _storm_figures(rec: Any, result: dict[str, Any], fabric: Fabric,
+                   run_dir: Path) -> dict[str, Any]:  # fmt: skip
+    """§8.4's figures (`zcube_lab.core.bmwg.pfcstorm.storm_figures`) from the replay's pause
+    log and the agents' arrivals."""
+    from zcube_lab.core.bmwg.pfcstorm import possible_depth, routing_cycle, storm_figures
+    from zcube_lab.core.replay.figures import outcomes
+
+    lines = [json.loads(ln) for f in sorted((run_dir / "storm" / "agents").glob("*.out.jsonl"))
+             for ln in f.read_text().splitlines() if ln.strip()]  # fmt: skip
+    _sent, got = outcomes(lines)
+    storm = result["storm"]
+    a, b = rec.meta["window_s"]
+    figs = storm_figures(storm["pause_log"], [p for p, _a, _b in storm["forced"]], (a, b),
+                         float(rec.meta["bound_s"]), float(storm["seen_s"]), fabric,
+                         rec.transfers, got)  # fmt: skip
+    figs["PFC_frame_count"] = result["pauses"]["pause_frames"]
+    figs["routing_cycle"] = int(routing_cycle(fabric) is not None)
+    figs["possible_depth_hops"] = possible_depth(fabric, [p for p, _a, _b in storm["forced"]])
+    figs["untrusted"] = int(not (result.get("verdict") or {}).get("trusted", False))
+    return figs
 
 
 def _figures(case: bplan.Case, recs: dict[str, Any], results: dict[str, Any],
@@ -339,8 +389,20 @@ def _figures(case: bplan.Case, recs: dict[str, Any], results: dict[str, Any],
     return figs
 
 
+def _yes(v: Any) -> str:
+    return "-" if v is None else ("yes" if v else "no")
+
+
 def _headline(row: dict[str, Any]) -> str:
     f = row["figures"]
+    if row["section"] == "8.4":
+        rec, zero = f.get("recovery_time_ms"), f.get("zero_throughput_max_ms")
+        return (
+            f"storm {_yes(f.get('PFC_storm'))}, deadlock {_yes(f.get('PFC_deadlock'))}, depth "
+            f"{f.get('PAUSE_propagation_depth_hops')} hops, zero throughput "
+            f"{'-' if zero is None else f'{zero:.3f}'} ms, recovery "
+            f"{'-' if rec is None else f'{rec:.3f}'} ms, {f['incomplete']} incomplete"
+        )
     if row["section"] == "8.2":
         p99 = f.get("Fabric_FCT_p99_us")
         return (

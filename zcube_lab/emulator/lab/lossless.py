@@ -12,6 +12,12 @@ changing a qdisc does not reschedule it, and a paused queue whose feeders are pa
 otherwise wait for its next arrival (the TBF watchdog set while paused fires hours later).
 Switches drop it (no rule matches: the table-miss drop), hosts drop it (no protocol handler).
 
+Forced pauses (opt-in; bmwg §8.4's stuck receiver): on SIGUSR2 the agent reads FORCED_FILE beside
+its report (`{"pauses": [[port, start, end], ...]}`, times on the monotonic clock every namespace
+shares), holds each port paused over its window (`PauseMachine.force`), polls at its busy
+interval until the last window has ended, and reports every pause's times (`pause_log`) and the
+windows it holds (`forced`) until the next such file; an empty list ends it.
+
 `python -m zcube_lab.emulator.lab.lossless PLAN OUT` runs the agent: every `poll_s` one qdisc dump
 of the root namespace (every switch port), the machine's decision, one netlink change per port to
 pause or resume (host ports through a socket opened in the host's namespace). It writes `OUT`
@@ -43,6 +49,7 @@ from zcube_lab.core.fabric.lossless import (
     FRAME_OVERHEAD,
     PASS_BURST,
     PASS_RATE_BYTES,
+    ForcedPause,
     Histogram,
     PauseMachine,
     PortThresholds,
@@ -68,6 +75,7 @@ from zcube_lab.emulator.lab.qdisc_netlink import (
 PAUSE_RATE_BYTES = 1
 POLL_S = 0.001
 REPORT_FILE = "lossless.json"
+FORCED_FILE = "lossless-forced.json"  # read on SIGUSR2 (forced pauses)
 REPORT_EVERY_S = 1.0
 STILL_S = 0.05  # still readings over this long, and the agent sleeps on its tap
 KICK_FRAME = (
@@ -192,6 +200,9 @@ class AgentReport:
     tap: bool = False  # it sleeps on a packet tap while the fabric is still (losslesstap)
     wakes: int = 0  # packets that woke it
     asleep_s: float = 0.0  # wall seconds it slept on the tap
+    forced: list[list[Any]] = field(default_factory=list)  # [port, start, end] it holds
+    # [port, start, end (None: still paused)] of every pause since the forced ones were given
+    pause_log: list[list[Any]] | None = None
 
     @property
     def cores(self) -> float:
@@ -229,6 +240,7 @@ class Agent:
         self.quiet = False  # the last reading found every queue below half XOFF
         self.stopping = False
         self.dump_now = False  # SIGUSR1: write the report at the next poll
+        self.force_now = False  # SIGUSR2: read the forced pauses at the next poll
         self.quiet_s = plan.idle_poll_s if plan.quiet_s is None else plan.quiet_s
         self.stillness = Stillness(STILL_S)
         self.sleepy = False  # the last readings were still for STILL_S: sleep on the tap
@@ -273,9 +285,32 @@ class Agent:
             print(f"lossless agent: no packet tap ({exc}); polling while idle", flush=True)
             return None
 
+    def force(self, path: Path) -> None:
+        """Hold the ports `path` names paused over their windows (module docstring); a port
+        the plan does not pause (a watched switch port) gets its FIFO limit from its
+        thresholds and its own packet socket."""
+        try:
+            rows = json.loads(path.read_text())["pauses"]
+            pauses = [ForcedPause(str(p), float(a), float(b)) for p, a, b in rows]
+            for f in pauses:
+                if f.port not in self.plan.thresholds and f.port not in self.plan.fifo_bytes:
+                    raise KeyError(f"{f.port} is neither watched nor pausable")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.errors += 1
+            self.last_error = f"forced pauses: {exc}"
+            return
+        for f in pauses:
+            if f.port not in self.kicks:
+                self.kicks.update(_packet_sockets(self.plan.namespaces.get(f.port), [f.port]))
+        self.machine.force(pauses)
+
+    def _pending(self, now: float) -> bool:
+        """A forced window has not ended yet: poll at the busy interval."""
+        return any(f.end > now for f in self.machine.forced)
+
     def _set(self, port: str, paused: bool) -> None:
         sock, ifindex = self.index[port]
-        limit = self.plan.fifo_bytes[port]
+        limit = self.plan.fifo_bytes.get(port) or self.plan.thresholds[port].limit
         if paused:
             rate, burst = PAUSE_RATE_BYTES, self.plan.mtu + FRAME_OVERHEAD
         else:
@@ -311,7 +346,7 @@ class Agent:
         if decision.congested and decision.pause:
             origin = reaction_origin(previous_start, self.quiet, self.quiet_s)
             self.reactions.add(max(0.0, time.monotonic() - origin))
-        self.quiet = self.machine.quiet(backlogs)
+        self.quiet = self.machine.quiet(backlogs) and not self._pending(start)
         self.sleepy = self.stillness.observe(start, self.quiet, backlogs, sum(sent.values()))
         return start
 
@@ -325,6 +360,9 @@ class Agent:
         next_report = previous + REPORT_EVERY_S
         heartbeat = False  # the last wait on the tap ended without a packet
         while not self.stopping:
+            if self.force_now:
+                self.force_now, self.dump_now = False, True
+                self.force(out.parent / FORCED_FILE)
             start = self.step(previous)
             if not self.first_poll and not heartbeat:
                 self.periods.add(start - previous)
@@ -405,6 +443,10 @@ class Agent:
             tap=self.tap is not None,
             wakes=self.wakes,
             asleep_s=round(self.asleep_s, 3),
+            forced=[[f.port, f.start, f.end] for f in self.machine.forced],
+            pause_log=None
+            if self.machine.history is None
+            else [list(e) for e in self.machine.history],
         )
 
 
@@ -467,7 +509,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+
+    def force(_sig: int, _frame: object) -> None:
+        agent.force_now = True
+
     signal.signal(signal.SIGUSR1, dump)
+    signal.signal(signal.SIGUSR2, force)
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write)  # a signal ends a sleep on the tap at once
     agent.wakeup_fd = wake_read

@@ -12,6 +12,7 @@ stops it (SIGTERM: it resumes every port and writes its last report; then its pr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from zcube_lab.adapters.procs import kill_group
 from zcube_lab.core.fabric.description import Fabric
-from zcube_lab.emulator.lab.lossless import REPORT_FILE, agent_plan
+from zcube_lab.emulator.lab.lossless import FORCED_FILE, REPORT_FILE, agent_plan, read_report
 from zcube_lab.emulator.lab.options import LabOptions
 from zcube_lab.emulator.lab.system import LabError
 
@@ -91,6 +92,27 @@ def refresh_report(agent: subprocess.Popen[bytes], report: Path) -> None:
         if report.exists() and report.stat().st_mtime_ns != before:
             break
         time.sleep(0.01)
+
+
+def force_pauses(
+    agent: subprocess.Popen[bytes], report: Path, pauses: list[tuple[str, float, float]]
+) -> bool:
+    """Give a running agent forced pauses (`[port, start, end]`, monotonic seconds; empty:
+    none) through FORCED_FILE beside its report and SIGUSR2; True once its report holds them
+    (within two seconds)."""
+    path = report.parent / FORCED_FILE
+    rows = [[p, float(a), float(b)] for p, a, b in pauses]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pauses": rows}))
+    tmp.replace(path)
+    agent.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        got = read_report(report)
+        if got is not None and got.forced == rows:
+            return True
+        time.sleep(0.01)
+    return False
 
 
 def stop_agent(agent: subprocess.Popen[bytes]) -> None:

@@ -318,6 +318,15 @@ class Lab:
             losslessproc.refresh_report(self.lossless_agent, path)
         return read_report(path)
 
+    def lossless_force(self, pauses: list[tuple[str, float, float]]) -> bool:
+        """Hold switch ports paused over windows on the monotonic clock (`[port, start, end]`;
+        empty: none), whatever their queues (bmwg §8.4's stuck receiver); True once the agent
+        holds them (`losslessproc.force_pauses`), False without an agent."""
+        if not self.lossless_alive():
+            return False
+        assert self.lossless_agent is not None
+        return losslessproc.force_pauses(self.lossless_agent, self.lossless_report_path, pauses)
+
     def class_counters(self) -> dict[str, dict[str, int]]:
         """Per switch port, per traffic class (`ep`, `kv`), the bytes into its queue so far
         (empty without `--lossless`)."""

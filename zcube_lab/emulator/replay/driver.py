@@ -238,11 +238,15 @@ def replay(
     lab: Lab | None = None,
     load: Mapping[str, Any] | None = None,
     striping: str = "even",
+    forced: Sequence[tuple[str, float, float]] = (),
 ) -> dict[str, Any]:
     """Replay `rec` on `fabric` at `ts`; the figures (also written to run_dir/replay.json),
     with `load` (the datapath load it was paced for, `Load.describe()`) when given, and the
     `striping` of its KV transfers (`host_plans`).
-    With `lab` given (started by the caller) it is used and left running."""
+    With `lab` given (started by the caller) it is used and left running.
+    `forced`: switch ports the lossless agent holds paused, `(port, start, end)` in modelled
+    seconds from the replay's origin (bmwg §8.4's stuck receiver; none by default); with them
+    the result's `storm` holds the windows and the agent's pause log in modelled seconds."""
     plans = host_plans(rec, fabric, ts, striping=striping)
     run_dir.mkdir(parents=True, exist_ok=True)
     own = lab is None
@@ -255,15 +259,27 @@ def replay(
     try:
         before = _pauses(lab)
         counters = CounterReader(lab)
-        lines, wall0 = _run_agents(lab, plans, run_dir, procs, ts, progress, mark=counters.mark)
+        origin: list[float] = []
+
+        def force(t0: float) -> None:
+            origin.append(t0)
+            windows = [(p, t0 + ts.clock.wall(a), t0 + ts.clock.wall(b)) for p, a, b in forced]
+            if not lab.lossless_force(windows):
+                raise RuntimeError("the lossless agent did not take the forced pauses")
+
+        lines, wall0 = _run_agents(lab, plans, run_dir, procs, ts, progress, mark=counters.mark,
+                                   before_go=force if forced else None)  # fmt: skip
         wall_end = time.time()
         after = _pauses(lab)  # asks the agent for its report: its episodes are written with it
+        storm = _storm(lab, ts, forced, origin[0]) if forced else None
         judged = counters.judge(lines, ts.mtu, _incomplete(rec, lines), load)
         extra = dict(judged or {})
         extra["victims"] = _victims(rec, fabric, ts, lab, lines, wall0, wall_end)
         if load is not None:
             extra["load"] = dict(load)
         extra["striping"] = striping
+        if storm is not None:
+            extra["storm"] = storm
         return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir, extra)
     finally:
         for p in procs:
@@ -274,6 +290,23 @@ def replay(
                 p.wait(timeout=5)
         if own:
             lab.stop()
+
+
+def _storm(
+    lab: Lab, ts: TimeScale, forced: Sequence[tuple[str, float, float]], t0: float
+) -> dict[str, Any]:
+    """The forced windows and the agent's pause log (just refreshed) in modelled seconds from
+    the origin `t0` (monotonic), and when it was read (`seen_s`); the agent then stops
+    forcing and logging."""
+    report = lab.lossless_report()
+    seen = ts.clock.modelled(time.monotonic() - t0)
+
+    def mod(x: float | None) -> float | None:
+        return None if x is None else ts.clock.modelled(float(x) - t0)
+
+    log = [[p, mod(a), mod(b)] for p, a, b in (report.pause_log or [])] if report else []
+    lab.lossless_force([])
+    return {"forced": [list(f) for f in forced], "pause_log": log, "seen_s": seen}
 
 
 def _victims(
@@ -314,9 +347,11 @@ def _run_agents(
     ts: TimeScale,
     progress: Callable[[str], None],
     mark: Callable[[], None] = lambda: None,
+    before_go: Callable[[float], None] | None = None,
 ) -> tuple[list[dict[str, Any]], float]:
     """Start every agent, `mark()` once all are ready (just before they go) and once all are
-    done; their lines and the origin T0 on the wall clock (`time.time()`)."""
+    done; their lines and the origin T0 on the wall clock (`time.time()`). `before_go` is
+    given the origin on the monotonic clock before the agents are told it."""
     from zcube_lab.emulator.probes.hostprobe import ProbeOutput
 
     assert lab.net is not None
@@ -342,6 +377,8 @@ def _run_agents(
     mark()
     t0 = time.monotonic() + START_DELAY_WALL_S
     wall0 = time.time() + (t0 - time.monotonic())
+    if before_go is not None:
+        before_go(t0)
     for out, _ in outs.values():
         assert out.proc.stdin is not None
         out.proc.stdin.write(f"go {t0!r}\n")
