@@ -17,6 +17,7 @@ one exists, not their bytes).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -141,6 +142,20 @@ def what_ran(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                    "wall", "software"], rows)  # fmt: skip
 
 
+# Sections whose own part of the page lives in a module of its own: section -> (module, function
+# taking the run's document, the table and the cell formatters).
+SECTION_PARTS: Mapping[str, tuple[str, str]] = {
+    "6.2": ("bench.bmwg_xpyd", "xpyd_section"),
+    "8.4": ("bench.bmwg_pfcstorm", "storm_section"),
+    "9.3": ("bench.bmwg_balance", "balance_section"),
+    "9.4": ("bench.bmwg_jfi", "fairness_section"),
+    "10.1": ("bench.bmwg_ttftlen", "ttftlen_section"),
+    "10.2": ("bench.bmwg_itl", "itl_section"),
+    "11.1": ("bench.bmwg_tps", "tps_section"),
+    "13.3": ("bench.bmwg_soak", "soak_section"),
+}
+
+
 def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
     for d in docs:
@@ -166,38 +181,9 @@ def result_rows(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 from bench.bmwg_alltoall import alltoall_section
 
                 out += alltoall_section(d, section, _table, _cell)
-            if section == "6.2":
-                from bench.bmwg_xpyd import xpyd_section
-
-                out += xpyd_section(d, _table, _cell)
-            if section == "9.3":
-                from bench.bmwg_balance import balance_section
-
-                out += balance_section(d, _table, _cell)
-            if section == "9.4":
-                from bench.bmwg_jfi import fairness_section
-
-                out += fairness_section(d, _table, _cell)
-            if section == "10.2":
-                from bench.bmwg_itl import itl_section
-
-                out += itl_section(d, _table, _cell)
-            if section == "13.3":
-                from bench.bmwg_soak import soak_section
-
-                out += soak_section(d, _table, _cell)
-            if section == "11.1":
-                from bench.bmwg_tps import tps_section
-
-                out += tps_section(d, _table, _cell)
-            if section == "10.1":
-                from bench.bmwg_ttftlen import ttftlen_section
-
-                out += ttftlen_section(d, _table, _cell)
-            if section == "8.4":
-                from bench.bmwg_pfcstorm import storm_section
-
-                out += storm_section(d, _table, _cell)
+            if section in SECTION_PARTS:
+                module, func = SECTION_PARTS[section]
+                out += getattr(importlib.import_module(module), func)(d, _table, _cell)
     return out
 
 
