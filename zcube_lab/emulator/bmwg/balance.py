@@ -7,13 +7,14 @@ direction) and the fabric its config.json records."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import balance as b93
-from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, figure_text, trusted_text
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -104,11 +105,8 @@ def ep_dispatch_bytes() -> dict[str, float]:
 
 
 def headline(f: Mapping[str, Any]) -> str:
-    def num(name: str, fmt: str) -> str:
-        v = f.get(name)
-        return "-" if v is None else format(v, fmt)
-
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    num = functools.partial(figure_text, f)
+    trusted = trusted_text(f)
     return (
         f"JFI over {f.get('links')} switch links {num('JFI', '.3f')}, utilization max "
         f"{num('Link_utilization_max_pct', '.2f')}% min {num('Link_utilization_min_pct', '.2f')}"

@@ -7,6 +7,7 @@ check."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import fairness as f94
-from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, figure_text, trusted_text
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -115,11 +116,8 @@ def trial_row(run_dir: Path) -> dict[str, Any]:
 
 
 def headline(f: Mapping[str, Any]) -> str:
-    def num(name: str, fmt: str) -> str:
-        v = f.get(name)
-        return "-" if v is None else format(v, fmt)
-
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    num = functools.partial(figure_text, f)
+    trusted = trusted_text(f)
     return (
         f"JFI over {f.get('decode_workers')} decode workers: tokens {num('JFI_decode', '.3f')}, "
         f"KV bytes {num('JFI_kv', '.3f')}, decode time {num('JFI_busy', '.3f')}; TTFT p99 "

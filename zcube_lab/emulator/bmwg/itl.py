@@ -5,13 +5,14 @@ from the run's requests.jsonl (the client's per-token stamps)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import itl as i102
-from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, figure_text, trusted_text
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -76,11 +77,8 @@ def section(cfg: BmwgConfig, rates: tuple[float, ...] | None = None) -> LiveSect
 
 
 def headline(f: Mapping[str, Any]) -> str:
-    def num(name: str, fmt: str = ",.1f") -> str:
-        v = f.get(name)
-        return "-" if v is None else format(v, fmt)
-
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    num = functools.partial(figure_text, f)
+    trusted = trusted_text(f)
     return (
         f"ITL p50 {num('ITL_p50_ms')} / p99 {num('ITL_p99_ms')} / p99.9 {num('ITL_p999_ms')} "
         f"ms over {f.get('itl_samples')} gaps, stalls > 2x p50 {num('stall_share', '.2%')}, "

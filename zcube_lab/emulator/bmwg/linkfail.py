@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import linkfail as lf
 from zcube_lab.core.bmwg import report
-from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, trusted_text
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -129,7 +129,7 @@ def _headline(f: Mapping[str, Any]) -> str:
         v = f.get(name)
         return "-" if v is None else f"{v:,.1f}{unit}"
 
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    trusted = trusted_text(f)
     return (
         f"link down {num('fault_held_s', ' s')}, failed {f.get('failed_requests')} of "
         f"{f.get('requests')}, TTFT p99 before/during/after {num('TTFT_p99_before_ms')}/"

@@ -15,6 +15,7 @@ them), checking its parameters there, before any lab. §6.1 (end-to-end disaggre
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import importlib
 import json
 import subprocess
@@ -306,6 +307,17 @@ def ttft_section(cfg: BmwgConfig) -> LiveSection:
     )
 
 
+def figure_text(f: Mapping[str, Any], name: str, fmt: str = ",.1f") -> str:
+    """A trial's figure for a progress line: formatted, "-" without a value."""
+    v = f.get(name)
+    return "-" if v is None else format(v, fmt)
+
+
+def trusted_text(f: Mapping[str, Any]) -> str:
+    """Whether the lab's verdict trusted the trial, for a progress line."""
+    return "not trusted" if f.get("untrusted") else "trusted"
+
+
 def _frame_us(section: str) -> float:
     from zcube_lab.core.bmwg.catalogue import test_of
     from zcube_lab.core.bmwg.scaling import scale_for
@@ -314,11 +326,8 @@ def _frame_us(section: str) -> float:
 
 
 def ttft_headline(f: Mapping[str, Any]) -> str:
-    def ms(name: str) -> str:
-        v = f.get(name)
-        return "-" if v is None else f"{v:,.1f}"
-
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    ms = functools.partial(figure_text, f)
+    trusted = trusted_text(f)
     return (
         f"TTFT p50 {ms('TTFT_p50_ms')} ms = prefill {ms('T_prefill_p50_ms')} + transfer "
         f"{ms('T_transfer_p50_ms')} + decode init {ms('T_decode_init_p50_ms')} ms (medians), "

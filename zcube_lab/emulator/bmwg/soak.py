@@ -6,6 +6,7 @@ trial is one `zcube-lab run --policy ff --fail 'link ... for 1s'` whose link is 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from zcube_lab.core.bmwg import linkfail as lf
 from zcube_lab.core.bmwg import soak
 from zcube_lab.emulator.bmwg.linkfail import links_of
-from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, figure_text, trusted_text
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -119,11 +120,8 @@ def section(cfg: BmwgConfig) -> LiveSection:
 
 
 def headline(f: Mapping[str, Any]) -> str:
-    def num(name: str, fmt: str = ",.1f") -> str:
-        v = f.get(name)
-        return "-" if v is None else format(v, fmt)
-
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    num = functools.partial(figure_text, f)
+    trusted = trusted_text(f)
     return (
         f"flap held {num('fault_held_s', '.2f')} s, failed {f.get('failed_requests')} of "
         f"{f.get('requests')}, recovered in {num('recovery_time_s')} s, TTFT p99 drift "

@@ -8,13 +8,14 @@ direction (`link_util`, from the switches' port counters in its Prometheus)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import throughput as t111
-from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, figure_text, trusted_text
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -130,11 +131,8 @@ def section(cfg: BmwgConfig) -> LiveSection:
 
 
 def headline(f: Mapping[str, Any]) -> str:
-    def num(name: str, fmt: str) -> str:
-        v = f.get(name)
-        return "-" if v is None else format(v, fmt)
-
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    num = functools.partial(figure_text, f)
+    trusted = trusted_text(f)
     met = "SLO met" if f.get("slo_met") else "SLO missed"
     return (
         f"TPS_output {num('TPS_output', ',.0f')}, TPS_input {num('TPS_input', ',.0f')}, "

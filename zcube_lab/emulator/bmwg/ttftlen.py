@@ -6,6 +6,7 @@ the client's requests.jsonl."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from zcube_lab.core.bmwg import configs
 from zcube_lab.core.bmwg import ttft as t61
 from zcube_lab.core.bmwg import ttftlen as t101
-from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, figure_text, trusted_text
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -99,11 +100,8 @@ def section(cfg: BmwgConfig) -> LiveSection:
 
 
 def headline(f: Mapping[str, Any]) -> str:
-    def num(name: str, fmt: str = ",.1f") -> str:
-        v = f.get(name)
-        return "-" if v is None else format(v, fmt)
-
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    num = functools.partial(figure_text, f)
+    trusted = trusted_text(f)
     return (
         f"TTFT p50 {num('TTFT_p50_ms')} / p95 {num('TTFT_p95_ms')} / p99 {num('TTFT_p99_ms')} "
         f"ms, T_transfer p50 {num('T_transfer_p50_ms')} ms "

@@ -6,13 +6,14 @@ After each trial the client's request records are held to the SLO
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import xpyd as x62
-from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection
+from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, figure_text, trusted_text
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -152,11 +153,8 @@ def section(cfg: BmwgConfig) -> LiveSection:
 
 
 def headline(f: Mapping[str, Any]) -> str:
-    def num(name: str, fmt: str) -> str:
-        v = f.get(name)
-        return "-" if v is None else format(v, fmt)
-
-    trusted = "not trusted" if f.get("untrusted") else "trusted"
+    num = functools.partial(figure_text, f)
+    trusted = trusted_text(f)
     met = "SLO met" if f.get("slo_met") else "SLO missed"
     return (
         f"TTFT p50/p99 {num('TTFT_p50_ms', ',.0f')}/{num('TTFT_p99_ms', ',.0f')} ms, TPOT p99 "
