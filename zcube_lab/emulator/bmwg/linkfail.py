@@ -7,7 +7,7 @@ and how the figures are defined), run by the live sections' runner
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,22 +57,31 @@ def refigure(path: Path) -> dict[str, Any]:
     return doc
 
 
+def fault_argv(specs: Mapping[str, str], gpus: int) -> Callable[[str, LiveCase], list[str]]:
+    """The `zcube-lab run` flags of a trial whose fabric's link `specs[fabric]` fails: the
+    fast-failover policy, §12.3's prefill split and the fault."""
+    from zcube_lab.core.fabric.scaledown import scaled_fabric
+
+    prefill = {k: lf.prefill_servers(scaled_fabric(k, gpus)) for k in specs}
+
+    def argv(fabric: str, _case: LiveCase) -> list[str]:
+        return ["--policy", lf.POLICY, "--prefill-servers", str(prefill[fabric]),
+                "--fail", specs[fabric]]  # fmt: skip
+
+    return argv
+
+
 def section(cfg: BmwgConfig) -> LiveSection:
     """§12.3 on the run's fabrics: each loses its own link (`links_of`) during every trial."""
     from zcube_lab.core.bmwg.catalogue import test_of
-    from zcube_lab.core.fabric.scaledown import scaled_fabric
 
     lf.check_trial_seconds(cfg.trial_seconds)
     fabrics = cfg.fabric_kinds
     links = links_of(fabrics, cfg.gpus)
     specs = {k: lf.fail_spec(links[k], cfg.trial_seconds) for k in fabrics}
-    prefill = {k: lf.prefill_servers(scaled_fabric(k, cfg.gpus)) for k in fabrics}
     test = test_of(lf.SECTION)
     at, span = lf.fault_timing(cfg.trial_seconds)
-
-    def argv(fabric: str, _case: LiveCase) -> list[str]:
-        return ["--policy", lf.POLICY, "--prefill-servers", str(prefill[fabric]),
-                "--fail", specs[fabric]]  # fmt: skip
+    argv = fault_argv(specs, cfg.gpus)
 
     def row(run: Path, fabric: str, _case: LiveCase) -> dict[str, Any]:
         summary = json.loads((run / "summary.json").read_text())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from zcube_lab.core.bmwg import linkfail as lf
 from zcube_lab.core.bmwg import soak
-from zcube_lab.emulator.bmwg.linkfail import links_of
+from zcube_lab.emulator.bmwg.linkfail import fault_argv, links_of
 from zcube_lab.emulator.bmwg.live import LiveCase, LiveSection, figure_text, trusted_text
 
 if TYPE_CHECKING:
@@ -61,14 +61,9 @@ def section(cfg: BmwgConfig) -> LiveSection:
     fabrics = cfg.fabric_kinds
     links = links_of(fabrics, cfg.gpus)
     specs = {k: soak.flap_spec(links[k], cfg.trial_seconds) for k in fabrics}
-    built = {k: scaled_fabric(k, cfg.gpus) for k in fabrics}
-    prefill = {k: lf.prefill_servers(f) for k, f in built.items()}
-    hosts = {k: tuple(h.name for h in f.hosts) for k, f in built.items()}
+    hosts = {k: tuple(h.name for h in scaled_fabric(k, cfg.gpus).hosts) for k in fabrics}
     test = test_of(soak.SECTION)
-
-    def argv(fabric: str, _case: LiveCase) -> list[str]:
-        return ["--policy", lf.POLICY, "--prefill-servers", str(prefill[fabric]),
-                "--fail", specs[fabric]]  # fmt: skip
+    argv = fault_argv(specs, cfg.gpus)
 
     def row(run: Path, fabric: str, _case: LiveCase) -> dict[str, Any]:
         figs = figures(run, hosts[fabric])
