@@ -5,7 +5,9 @@ bench/results/bmwg/*.json and the catalogue (`zcube_lab.core.bmwg`; issue 46).
     python -m bench.bmwg_tables             print it
 
 At the top, the answer to "in which of the draft's tests does ZCube differ from ROFT and Clos by
-more than the trials' spread, and in which direction", from the data; then one row per test
+more than the trials' spread, and in which direction", from the data: first one paragraph over
+every committed run (`summary`: the comparisons within the spread, beyond it and which, and out of
+reach by cause), then per test, figure and fabric pair (`answer`); then one row per test
 case and fabric, what ran, the parameters (draft vs lab) and the tests the lab cannot represent;
 one graph per committed run of a test whose report the draft draws (§5.1 throughput against
 message size per QP count; §5.3 aggregate throughput and JFI against concurrent pairs; §5.2
@@ -30,10 +32,13 @@ from bench.bmwg_ttftlen import config_lines, ttftlen_sentences
 from zcube_lab.core.bmwg.catalogue import DRAFT, NOT, RUNNERS, TESTS, test_of
 from zcube_lab.core.bmwg.plan import relabel
 from zcube_lab.core.bmwg.report import (
+    FIGURE_UNRESOLVED,
     HEADLINE,
     HIGHER_IS_BETTER,
     INFLECTION_RISE,
     LOAD_REACHED,
+    REFERENCE,
+    UNRESOLVED,
     inflection_point,
 )
 from zcube_lab.core.bmwg.scaling import parameter_rows
@@ -86,6 +91,101 @@ def _src(doc: Mapping[str, Any]) -> str:
     return f"`{doc['source']}`" if "source" in doc else "unsaved"
 
 
+def _pairs(doc: Mapping[str, Any], section: str, fig: str, other: str) -> list[dict[str, Any]]:
+    """The comparisons of one section's headline figure, ZCube against `other`."""
+    return [c for c in doc["comparison"] if c["section"] == section and c["figure"] == fig
+            and c["versus"] == other]  # fmt: skip
+
+
+def shown(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every comparison the answer lists for a run: per section, headline figure and other
+    fabric, in the answer's order."""
+    return [c for section in doc["sections"] for fig in HEADLINE[section]
+            for other in doc["fabrics"] if other != "zcube"
+            for c in _pairs(doc, section, fig, other)]  # fmt: skip
+
+
+# Why a comparison is out of reach, from the two fabrics' summaries, first cause first
+# (`zcube_lab.core.bmwg.report.compare` puts it out of reach for any of them): the figures whose
+# mean above 0 says so, then a figure without a value.
+REACH_CAUSES: Mapping[str, str] = {
+    "untrusted": "the lab's verdict did not trust a run",
+    "incomplete": "a trial's transfers did not all complete",
+    "load_short": "a trial's background fell short of its level",
+    "overlapped": "requests overlapped",
+    "unrecovered": "a trial never recovered",
+    "PFC_deadlock": "a trial deadlocked (no recovery time)",
+    "missing": "a figure had no value",
+}
+
+
+def reach_cause(doc: Mapping[str, Any], c: Mapping[str, Any]) -> str:
+    """The first of `REACH_CAUSES` that put comparison `c` out of reach."""
+    by = {(s["section"], s["case"], s["fabric"]): s["figures"] for s in doc["summary"]}
+    sides = [by.get((c["section"], c["case"], f)) or {} for f in (REFERENCE, c["versus"])]
+    own = (*UNRESOLVED, *FIGURE_UNRESOLVED.get(c["figure"], ()))
+    for cause in (k for k in REACH_CAUSES if k in own):
+        if any(((f.get(cause) or {}).get("mean") or 0) > 0 for f in sides):
+            return cause
+    return "missing"
+
+
+def _in(sections: Sequence[str]) -> str:
+    """ "§5.2, §10.4": the sections named, once each, in order."""
+    return ", ".join(f"§{x}" for x in sorted(set(sections), key=_section_key))
+
+
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}{'' if k == 1 else 's'}"
+
+
+def summary(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The answer in one paragraph, over every committed run: how many comparisons are within
+    the trials' spread, beyond it (by section, figure, direction and fabric), single-trial,
+    and out of reach at this time scale (by cause, `reach_cause`)."""
+    cs = [(d, c) for d in docs for c in shown(d)]
+    if not cs:
+        return []
+    count = {v: sum(1 for _, c in cs if c["verdict"] == v) for v in ORDER}
+    causes: dict[str, list[str]] = {}  # cause -> the section of each comparison it explains
+    for d, c in cs:
+        if c["verdict"] == OUT_OF_REACH:
+            causes.setdefault(reach_cause(d, c), []).append(c["section"])
+    lone = [c["section"] for _, c in cs if c["verdict"] == NO_SPREAD]
+    beyond: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+    for _, c in cs:
+        if c["verdict"] in (HIGHER, LOWER):
+            group = beyond.setdefault((c["section"], c["figure"]), {})
+            key = (c["verdict"], c["versus"])
+            group[key] = group.get(key, 0) + 1
+    sections = sorted({s for d in docs for s in d["sections"]}, key=_section_key)
+    text = (
+        f"**In short**, counted from the {len(docs)} committed runs of {len(sections)} tests "
+        "below (a test with more than one committed run counts in each): of "
+        f"{_n(len(cs), 'comparison')} (one headline figure in one case, ZCube against ROFT or "
+        f"Clos), {count[WITHIN]} are within the trials' spread, "
+        f"{count[HIGHER] + count[LOWER]} beyond it (ZCube lower in {count[LOWER]}, higher in "
+        f"{count[HIGHER]}), {count[NO_SPREAD]} have one trial (no spread to judge by"
+        f"{': ' + _in(lone) if lone else ''}) and "
+        f"{count[OUT_OF_REACH]} are out of reach at this time scale"
+    )
+    if causes:
+        text += " (" + "; ".join(f"{len(causes[k])} where {v}, in {_in(causes[k])}"
+                                 for k, v in REACH_CAUSES.items() if k in causes) + ")"  # fmt: skip
+    text += "."
+    if beyond:
+        parts = []
+        for (section, fig), group in sorted(
+            beyond.items(), key=lambda kv: (_section_key(kv[0][0]), kv[0][1])
+        ):
+            better = "higher" if fig in HIGHER_IS_BETTER else "lower"
+            ways = ", ".join(f"{way} than {LABEL.get(o, o)} in {_n(k, 'case')}"
+                             for (way, o), k in sorted(group.items()))  # fmt: skip
+            parts.append(f"§{section} {fig} ({better} is better): ZCube {ways}")
+        text += " Beyond the spread: " + "; ".join(parts) + "."
+    return [text, ""]
+
+
 def answer(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per test and headline figure: against each other fabric, the cases where ZCube is
     lower or higher than it beyond the 95% intervals, within them, or out of reach."""
@@ -97,9 +197,7 @@ def answer(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                          f"{doc['trial_seconds']:g} modelled s, {_src(doc)}):")  # fmt: skip
             for fig in HEADLINE[section]:
                 for other in [f for f in doc["fabrics"] if f != "zcube"]:
-                    cs = [c for c in doc["comparison"]
-                          if c["section"] == section and c["figure"] == fig
-                          and c["versus"] == other]  # fmt: skip
+                    cs = _pairs(doc, section, fig, other)
                     if not cs:
                         continue
                     counts = {v: [c for c in cs if c["verdict"] == v] for v in ORDER}
@@ -132,7 +230,9 @@ def what_ran(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = []
     for d in docs:
         r, sw = d["resolution"], d["software"]
-        draft = "; ".join(f"§{s}: {n} x {t:g} s" for s, (n, t) in d["draft_trials"].items())
+        # the draft's trials as the catalogue states them now (a run records them too, but as
+        # the catalogue stated them then: §10.1's "100 x 60 s" until corrected)
+        draft = "; ".join(f"§{s}: {test_of(s).trials_text}" for s in d["draft_trials"])
         rows.append([_src(d), ", ".join(f"§{s}" for s in d["sections"]), ", ".join(d["fabrics"]),
                      f"{d['trials']} x {d['trial_seconds']:g} s", draft,
                      f"{r['frame_us']:g} µs, S = {r['bandwidth_scale']:g}, k = {_ks(d)}",
@@ -760,6 +860,9 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         ]),
         "",
         "## The answer: where ZCube differs from ROFT and Clos by more than the trials' spread",
+        "",
+        *summary(docs),
+        "### Per test, headline figure and fabric pair",
         "",
         *answer(docs),
         "## What ran",

@@ -247,23 +247,24 @@ def test_9_3_is_run_by_bmwg_run(capsys) -> None:
     assert "  run  " in line
 
 
-def test_the_kv_pull_rule_alone_is_set_aside_in_the_kv_off_scenario_and_nowhere_else() -> None:
+def test_a_trial_is_untrusted_as_its_verdict_says_with_no_rule_set_aside_here(
+    tmp_path: Path,
+) -> None:
+    """The KV-pull rule under --kv-off is the verdict's business now (it does not judge the
+    one-byte pulls, and says so in `not_judged`): §9.3 takes the verdict as it is and carries
+    its note into the row."""
     kv_rule = ("KV pulls: p50 22028.33x their ideal after 5 ms of fixed cost each over 40 pulls "
                "(allowed 1.5x) while the median pull's busiest link was 2% busy as it ran "
                "(under 20%): an end-host artifact, not the fabric")  # fmt: skip
-    cpu = "machine CPU above 90% in 19% of samples (allowed 5%; p95 96%)"
-
-    def summary(*reasons: str) -> dict:
-        return {"trustworthy": not reasons, "health": {"reasons": list(reasons)}}
-
-    assert b93.untrusted(summary(kv_rule), kv_off=True) == (0, [kv_rule])
-    assert b93.untrusted(summary(kv_rule), kv_off=False) == (1, [])
-    assert b93.untrusted(summary(kv_rule, cpu), kv_off=True) == (1, [kv_rule])
-    assert b93.untrusted(summary(), kv_off=True) == (0, [])
-    assert b93.untrusted({"trustworthy": False}, kv_off=True) == (1, [])  # no reason given
-    assert b93.SCENARIOS["ep"].kv_off and not b93.SCENARIOS["mixed"].kv_off
     fab = _zcube()
     util = {lk.forward: {"mean": 0.01} for lk in b93.tier_links(fab)}
-    s = {**_summary(util, trusted=False), "health": {"reasons": [kv_rule]}}
-    assert b93.trial_figures(s, fab, kv_off=True)["untrusted"] == 0
-    assert b93.trial_figures(s, fab)["untrusted"] == 1
+    rejected = {**_summary(util, trusted=False), "health": {"reasons": [kv_rule]}}
+    assert b93.trial_figures(rejected, fab)["untrusted"] == 1
+    note = "KV pulls: not judged over 40 pulls: the run turned KV transfer off (--kv-off)"
+    kept = {**_summary(util), "health": {"reasons": [], "not_judged": [note]}}
+    assert b93.trial_figures(kept, fab)["untrusted"] == 0
+    (tmp_path / "summary.json").write_text(json.dumps(kept))
+    spec = {"kind": "zcube", "params": dict(fab.spec.params)}
+    (tmp_path / "config.json").write_text(json.dumps({"fabric": spec}))
+    row = live93.trial_row(tmp_path)
+    assert row["not_judged"] == [note] and "reasons_set_aside" not in row

@@ -28,7 +28,9 @@ def test_every_test_has_a_status_a_reason_and_named_kpis():
         assert t.status in cat.STATUSES, t.section
         assert t.reason.strip(), t.section
         assert set(t.kpis) <= known, (t.section, set(t.kpis) - known)
-        assert t.name and t.trials >= 1 and t.trial_s > 0
+        assert t.name and t.trials >= 1
+        # a duration, or (the draft naming none) what a repetition is
+        assert (t.trial_s > 0) if t.trial_s is not None else "{n}" in t.repetition, t.section
 
 
 def test_the_draft_s_trials_are_20_of_at_least_60_s_where_it_asks_them():
@@ -37,6 +39,24 @@ def test_the_draft_s_trials_are_20_of_at_least_60_s_where_it_asks_them():
         assert (t.trials, t.trial_s) == (20, 60.0)
     assert cat.test_of("5.2").trial_s == 120.0
     assert cat.test_of("8.4").trial_s == 300.0
+
+
+def test_10_1_repeats_a_single_request_100_times_a_length_as_the_draft_says_untimed(capsys):
+    """The draft's §10.1: single requests, no concurrent load, repeated at least 100 times per
+    prompt length; it names no trial duration (the catalogue said "100 x 60 s")."""
+    from zcube_lab.cli import main
+    from zcube_lab.core.bmwg import ttftlen
+
+    t = cat.test_of("10.1")
+    assert t.trials == ttftlen.DRAFT_REPETITIONS == 100 and t.trial_s is None
+    want = "at least 100 single requests per prompt length (no duration named)"
+    assert t.trials_text == want
+    draft, lab = scaling.trial_text(t, scaling.scale_for(t))
+    assert draft == want and " s modelled" not in lab and "wall h" not in lab
+    assert main(["bmwg", "list", "--params"]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if "10.1 | trials" in ln)
+    assert f"| {want} |" in row and "60 s" not in row
+    assert cat.test_of("6.1").trials_text == "20 x 60 s"  # a timed trial reads as before
 
 
 def test_ecn_storage_and_dcqcn_are_not_representable_and_say_why():

@@ -292,3 +292,73 @@ def test_the_pages_words_on_the_paced_run_are_what_its_rows_say():
     ks = sorted({r["dilation"] for r in rows})
     assert (ks[0], ks[-1]) == (120, 382)
     assert "k = 120-382), §7.4 still" in bt.PAGE.read_text().replace("\n", " ")
+
+
+def _independent_counts() -> tuple[dict[str, int], dict[str, int], dict[tuple, int]]:
+    """Counted here from the committed JSON alone: comparisons by verdict, the out-of-reach
+    ones by their first cause, and the ones beyond the spread by (section, figure, way, other
+    fabric)."""
+    import json
+    from pathlib import Path
+
+    verdicts: dict[str, int] = {}
+    causes: dict[str, int] = {}
+    beyond: dict[tuple, int] = {}
+    folder = Path(__file__).resolve().parents[2] / "bench" / "results" / "bmwg"
+    for path in sorted(folder.glob("*.json")):
+        d = json.loads(path.read_text())
+        figs = {(s["section"], s["case"], s["fabric"]): s["figures"] for s in d["summary"]}
+        for c in d["comparison"]:
+            v = c["verdict"]
+            verdicts[v] = verdicts.get(v, 0) + 1
+            if v in ("higher", "lower"):
+                key = (c["section"], c["figure"], v, c["versus"])
+                beyond[key] = beyond.get(key, 0) + 1
+            if v != "out of reach at this time scale":
+                continue
+            sides = [figs[(c["section"], c["case"], f)] for f in ("zcube", c["versus"])]
+            own = {"recovery_time_s": ["unrecovered"], "recovery_time_ms": ["PFC_deadlock"]}
+            keys = ["untrusted", "incomplete", "load_short", "overlapped",
+                    *own.get(c["figure"], [])]  # fmt: skip
+            hit = [k for k in keys if any((f.get(k) or {}).get("mean", 0) > 0 for f in sides)]
+            cause = hit[0] if hit else "missing"
+            causes[cause] = causes.get(cause, 0) + 1
+    return verdicts, causes, beyond
+
+
+def test_the_answer_s_summary_counts_what_the_committed_json_holds():
+    import re
+
+    verdicts, causes, beyond = _independent_counts()
+    page = bt.PAGE.read_text()
+    head = "## The answer: where ZCube differs from ROFT and Clos by more than the trials' spread"
+    after = page.split(head, 1)[1].split("### Per test, headline figure and fabric pair", 1)
+    assert len(after) == 2, "the summary comes first, the per-section detail under its heading"
+    text = after[0].strip()
+    assert text.startswith("**In short**") and "\n" not in text  # one paragraph
+
+    def number(pattern: str) -> int:
+        m = re.search(pattern, text)
+        assert m, pattern
+        return int(m.group(1))
+
+    assert number(r"of (\d+) comparisons") == sum(verdicts.values())
+    assert number(r"(\d+) are within the trials' spread") == verdicts.get("within spread", 0)
+    assert number(r"(\d+) beyond it") == verdicts.get("higher", 0) + verdicts.get("lower", 0)
+    assert number(r"ZCube lower in (\d+), higher") == verdicts.get("lower", 0)
+    assert number(r"higher in (\d+)\)") == verdicts.get("higher", 0)
+    assert number(r"(\d+) have one trial") == verdicts.get("one trial: no spread to judge by", 0)
+    out = verdicts.get("out of reach at this time scale", 0)
+    assert number(r"(\d+) are out of reach at this time scale") == out
+    words = {"untrusted": "the lab's verdict did not trust a run",
+             "incomplete": "a trial's transfers did not all complete",
+             "load_short": "a trial's background fell short of its level"}  # fmt: skip
+    assert set(causes) <= set(words), causes  # the committed runs have no other cause
+    for cause, n in causes.items():
+        assert number(rf"(\d+) where {re.escape(words[cause])}") == n
+    said = {}
+    listed = text.split("Beyond the spread: ", 1)[1]
+    for m in re.finditer(r"§([\d.]+) (\w+) \((?:higher|lower) is better\): ZCube ([^;]+)", listed):
+        for way, other, n in re.findall(r"(higher|lower) than (\w+) in (\d+) cases?", m.group(3)):
+            said[(m.group(1), m.group(2), way, other.lower())] = int(n)
+    assert said == beyond

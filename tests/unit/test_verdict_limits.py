@@ -123,6 +123,47 @@ def test_kv_pulls_near_their_ideal_or_on_busy_links_pass() -> None:
     assert _judge(NetworkEvidence(kv=KvPulls(9, 3.0, 0.01)), KV_JUDGED).trustworthy  # too few
 
 
+@pytest.mark.parametrize("kv_off", [True, False])
+def test_a_kv_off_run_s_one_byte_pulls_are_not_judged_and_the_verdict_says_why(
+    tmp_path: Path, kv_off: bool
+) -> None:
+    """With KV transfer off (the run's config) each pull moves one byte, all fixed cost: the
+    verdict does not judge the pulls and says so; a KV-on run with the same pulls fails."""
+    config = RunConfig(fabric=FabricSpec.of("zcube", n=4), results_root=tmp_path, kv_off=kv_off)
+    exp = Experiment(config)
+    exp._evidence = NetworkEvidence()
+    # the first §9.3 EP-only run on ZCube: 40 one-byte pulls, p50 22,028x, links 2% busy
+    pulls = KvPulls(40, 22028.33, 0.02, 0.005, seen_busy=0.02)
+    evidence = exp._load_evidence([{"lag_s": 0.001, "outcome": "ok"}], pulls)
+    assert evidence is not None and evidence.kv is not None
+    v = judge(QUIET, None, evidence)
+    stored = HealthVerdict.from_dict(json.loads(json.dumps(v.to_dict())))  # as summary.json
+    assert stored == v and stored.kv_pulls is not None and stored.kv_pulls.kv_off is kv_off
+    if kv_off:
+        assert stored.trustworthy and stored.reasons == ()
+        assert stored.not_judged == (
+            "KV pulls: not judged over 40 pulls (p50 22028.33x their ideal): the run turned KV "
+            "transfer off (--kv-off), so each pull moved one byte and its time was all fixed "
+            "cost, which says nothing of how fast the end hosts moved KV",
+        )
+    else:
+        assert not stored.trustworthy and stored.not_judged == ()
+        assert stored.reasons == (
+            "KV pulls: p50 22028.33x their ideal after 5 ms of fixed cost each over 40 pulls "
+            "(allowed 1.5x) while the median pull's busiest link was 2% busy as it ran (under "
+            "20%): an end-host artifact, not the fabric",
+        )
+
+
+def test_a_kv_off_run_is_still_judged_by_every_other_rule() -> None:
+    off = KvPulls(40, 22028.33, 0.02, 0.005, seen_busy=0.02, kv_off=True)
+    busy = judge(_samples([0.97] * 10), None, NetworkEvidence(kv=off))
+    assert not busy.trustworthy and len(busy.not_judged) == 1
+    assert [r.split(" ")[0] for r in busy.reasons] == ["machine", "cpu0", "cpu1"]
+    # the rule switched off by the limits: nothing judged, so nothing to say it did not apply
+    assert judge(QUIET, KV_RECORDED, NetworkEvidence(kv=off)).not_judged == ()
+
+
 def test_kv_pulls_without_their_links_load_are_unchecked() -> None:
     v = _judge(NetworkEvidence(kv=KvPulls(80, 1.1, None)), KV_JUDGED)
     assert not v.trustworthy and "the load of their links was not counted" in v.reasons[0]

@@ -93,11 +93,6 @@ class Scenario:
     prefix_hit: float
     argv: tuple[str, ...]
 
-    @property
-    def kv_off(self) -> bool:
-        """Its KV pulls move one byte each (the lab's KV-off control)."""
-        return "--kv-off" in self.argv
-
 
 SCENARIOS: Mapping[str, Scenario] = {
     s.name: s
@@ -254,32 +249,13 @@ def link_figures(util: Mapping[str, float] | None) -> dict[str, Any]:
     }
 
 
-# The verdict's KV-pull rule (`zcube_lab.emulator.verdict.network`): a pull's time after a
-# fixed cost against its bytes at the link's rate. A one-byte pull of the KV-off control is all
-# fixed cost, so the rule fails it whatever the fabric did (p50 22,028x in the first EP-only
-# run on ZCube, its busiest link 2% busy): set aside in that scenario, and only there.
-KV_PULL_REASON = "KV pulls: "
-
-
-def untrusted(summary: Mapping[str, Any], kv_off: bool = False) -> tuple[int, list[str]]:
-    """1 when the lab's verdict did not trust the run (0 otherwise), and the reasons set
-    aside: with `kv_off`, the KV-pull rule's, when every other rule passed or failed alike."""
-    reasons = list((summary.get("health") or {}).get("reasons") or [])
-    if summary.get("trustworthy"):
-        return 0, []
-    aside = [r for r in reasons if kv_off and r.startswith(KV_PULL_REASON)]
-    kept = [r for r in reasons if r not in aside]
-    return (1 if kept or not reasons else 0), aside
-
-
-def trial_figures(
-    summary: Mapping[str, Any], fabric: Fabric, kv_off: bool = False
-) -> dict[str, Any]:
+def trial_figures(summary: Mapping[str, Any], fabric: Fabric) -> dict[str, Any]:
     """A trial's figures from its run's summary (`link_util`, the server's byte counters, the
     KPIs) and fabric: `link_figures` over the tier's links, the structural oversubscription,
     the links counted, the KV and EP bytes the engines moved (lab bytes: which traffic ran),
-    TTFT p99 (modelled ms) and `untrusted` (`untrusted`: 1 when the lab's verdict did not
-    trust the run, its KV-pull rule set aside when `kv_off`)."""
+    TTFT p99 (modelled ms) and `untrusted` (1 when the lab's verdict did not trust the run;
+    under `--kv-off`, the EP-only scenario's, the verdict itself does not judge the one-byte KV
+    pulls: `zcube_lab.emulator.verdict.network`)."""
     links = tier_links(fabric)
     figs = link_figures(link_utilization(summary.get("link_util") or {}, links))
     server = summary.get("server") or {}
@@ -290,5 +266,5 @@ def trial_figures(
     figs["EP_bytes_lab"] = server.get("alltoall_bytes")
     figs["TTFT_p99_ms"] = ((summary.get("bmwg") or {}).get("TTFT") or {}).get("p99")
     figs["requests"] = (summary.get("client") or {}).get("completed")
-    figs["untrusted"] = untrusted(summary, kv_off)[0]
+    figs["untrusted"] = 0 if summary.get("trustworthy") else 1
     return figs

@@ -71,8 +71,19 @@ class BmwgTest:
     kpis: tuple[str, ...]
     params: tuple[Param, ...] = ()
     trials: int = 20
-    trial_s: float = 60.0
+    # A trial's duration; None where the draft names none because what it repeats is not timed
+    # (`repetition`, with {n} for `trials`, says what: §10.1 repeats a single request at least
+    # 100 times a prompt length).
+    trial_s: float | None = 60.0
     runner: bool = False
+    repetition: str = ""
+
+    @property
+    def trials_text(self) -> str:
+        """The draft's trials in words: "20 x 60 s", or what it repeats how many times."""
+        if self.trial_s is None:
+            return self.repetition.format(n=self.trials)
+        return f"{self.trials} x {self.trial_s:g} s"
 
 
 KB, MB, GB = 1e3, 1e6, 1e9
@@ -189,7 +200,8 @@ TESTS: tuple[BmwgTest, ...] = (
              "single requests one at a time on the live lab, TTFT split as in 6.1",
              ("TTFT", "T_prefill", "T_transfer", "T_decode_init", "fabric_fraction"),
              (Param("prompt tokens", (128, 256, 512, 1024, 2048, 4096, 8192, 16384)),),
-             trials=100, runner=True),
+             trials=100, trial_s=None, runner=True,
+             repetition="at least {n} single requests per prompt length (no duration named)"),
     BmwgTest("10.2", "ITL characterization and tail latency", RUNNABLE,
              "a long-output request's token stamps at 1 ms; run below the knee, without the "
              "draft's background load or EP dispatches (512 output tokens, not 2,048)",

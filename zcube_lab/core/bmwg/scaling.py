@@ -135,8 +135,11 @@ def lab_value(p: Param, ts: TimeScale, hosts: int) -> str:
 
 
 def trial_text(test: BmwgTest, ts: TimeScale) -> tuple[str, str]:
-    """(the draft's trials, what they cost here in wall time at `ts`)."""
-    draft = f"{test.trials} x {test.trial_s:g} s"
+    """(the draft's trials, what they cost here in wall time at `ts`); a test whose trials the
+    draft does not time (`BmwgTest.repetition`) repeats the same thing here, its cost untold."""
+    draft = test.trials_text
+    if test.trial_s is None:
+        return draft, "the same, counted over a case's trials (each a timed run of them)"
     wall_h = test.trials * ts.clock.wall(test.trial_s) / 3600
     return draft, f"{draft} modelled = {wall_h:,.3g} wall h at k = {ts.dilation:g}"
 

@@ -32,16 +32,16 @@ def run_fabric(run_dir: Path) -> Any:
     return build_fabric(FabricSpec.from_json(json.dumps(cfg["fabric"])))
 
 
-def trial_row(run_dir: Path, kv_off: bool = False) -> dict[str, Any]:
-    """A trial's figures, every tier link's utilization (%) and the verdict's reasons set
-    aside (`b93.untrusted`), from its run folder."""
+def trial_row(run_dir: Path) -> dict[str, Any]:
+    """A trial's figures, every tier link's utilization (%) and the rules the lab's verdict did
+    not apply to the run, with why (`not_judged`: KV pulls under --kv-off), from its run folder."""
     summary = json.loads((run_dir / "summary.json").read_text())
     fabric = run_fabric(run_dir)
     util = b93.link_utilization(summary.get("link_util") or {}, b93.tier_links(fabric))
     return {
-        "figures": b93.trial_figures(summary, fabric, kv_off),
+        "figures": b93.trial_figures(summary, fabric),
         "link_util_pct": {k: round(100 * v, 4) for k, v in (util or {}).items()},
-        "reasons_set_aside": b93.untrusted(summary, kv_off)[1],
+        "not_judged": list((summary.get("health") or {}).get("not_judged") or []),
     }
 
 
@@ -63,7 +63,7 @@ def section(cfg: BmwgConfig) -> LiveSection:
     return LiveSection(
         section=b93.SECTION,
         cases=cases,
-        row=lambda run, _fabric, case: trial_row(run, b93.SCENARIOS[case.params["traffic"]].kv_off),
+        row=lambda run, _fabric, _case: trial_row(run),
         headline=headline,
         head={
             "algorithms": list(algs),
@@ -147,7 +147,7 @@ NOTES = (
     "switch-to-switch links of the fabric's one switch tier (host links follow the placement, "
     "not the balancing); JFI, max and min over those links; oversubscription_ratio is the "
     "fabric's structural one, max_mean_ratio the measured hottest link over the mean",
-    "9.3: in the EP-only scenario each KV pull moves one byte (--kv-off), all fixed cost, "
-    "which the lab verdict's KV-pull rule fails whatever the fabric did; that rule alone is "
-    "set aside there (a row's reasons_set_aside), every other rule still decides `untrusted`",
+    "9.3: in the EP-only scenario each KV pull moves one byte (--kv-off), all fixed cost; the "
+    "lab's verdict does not judge KV pulls in a run with KV turned off (a row's not_judged "
+    "says so), and every other rule decides `untrusted`",
 )

@@ -246,7 +246,8 @@ class Experiment:
         return {**self.launcher.engine_metrics_urls(), GATEWAY: gateway}
 
     def _load_evidence(self, records: list[dict[str, Any]], kv: KvPulls) -> NetworkEvidence | None:
-        """The network evidence with the KV pulls and the load generator's send lag."""
+        """The network evidence with the KV pulls (marked off when the run's config turned KV
+        transfer off, so the verdict does not judge them) and the load generator's send lag."""
         if self._evidence is None:
             return None
         lags = [float(r["lag_s"]) for r in records if r.get("outcome") != "overload"]
@@ -255,6 +256,7 @@ class Experiment:
             loops[LOADGEN] = send_lag(lags, self.limits.send_lag_s)
         else:
             missing[LOADGEN] = "no request was recorded, so its send lag is unchecked"
+        kv = replace(kv, kv_off=self.config.kv_off)
         return replace(self._evidence, kv=kv, loops=loops, missing=missing)
 
     def _wait_loadgen(self, proc: subprocess.Popen[bytes], limit: float) -> None:

@@ -109,6 +109,7 @@ FIDELITY_FIELDS = (
     "kv_pulls",  # issue 20 from here
     "loop_lag",
     "missing",
+    "not_judged",  # from 2026-12-07
 )
 
 
@@ -139,6 +140,8 @@ class HealthVerdict:
     kv_pulls: KvPulls | None = None
     loop_lag: Mapping[str, LoopLag] = field(default_factory=dict)  # gateway, load generator
     missing: Mapping[str, str] = field(default_factory=dict)  # source -> what was not seen
+    # Rules that did not apply to this run, and why (not reasons): the KV-pull rule under --kv-off
+    not_judged: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """Plain data for summary.json. A fidelity field with nothing in it (a run without
@@ -156,6 +159,7 @@ class HealthVerdict:
         values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
         values["reasons"] = tuple(data.get("reasons") or ())
         values["explained"] = tuple(data.get("explained") or ())
+        values["not_judged"] = tuple(data.get("not_judged") or ())
         values["per_core_p95"] = tuple(data.get("per_core_p95") or ())
         for name in ("processes", "datapath_threads"):
             values[name] = {n: _typed(Usage, u) for n, u in (data.get(name) or {}).items()}
@@ -296,6 +300,7 @@ def _with_network(
         datapath_drops={k: v for k, v in evidence.datapath_drops.items() if v},
         step_overruns=evidence.overruns,
         explained=judged.explained,
+        not_judged=judged.not_judged,
         kv_pulls=evidence.kv,
         loop_lag=dict(evidence.loops),
         missing=dict(evidence.missing),

@@ -28,7 +28,10 @@ The CPU limits are explained in `zcube_lab.emulator.verdict.judge`, the network 
   busiest link's mean over the whole load: a hotspot loads a decode NIC for a few seconds and
   moves on, so that mean was 19-21% while the median pull met 48-53% (`bench/kv_seen.py`,
   docs/RESULTS.md), and three runs whose pulls were slowed by the hotspot itself were rejected
-  as an end-host artifact.
+  as an end-host artifact. Not judged, since 2026-12-07, in a run that turned KV transfer off
+  (`--kv-off`, the run's config): each pull moves one byte, so its time is all fixed cost and
+  its ratio to the ideal is huge whatever the hosts did (22,028x in the first §9.3 EP-only run);
+  the verdict says so in `not_judged` instead of a reason.
 - Engine lateness relative to the modelled step: a step whose compute sleep woke more than
   `late_share` (25%) of its modelled step time late stretches that step, and every token of it,
   by as much; more than `late_fraction` (1%) of all engine steps so late reaches the p99 (over

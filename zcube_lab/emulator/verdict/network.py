@@ -21,9 +21,11 @@ adds them to the CPU verdict. Judged, each unless a fault window explains it:
   `late_fraction` of all engines' steps: the report leads with p99, so a late share above 1%
   reaches it;
 - KV pulls slower than `kv_ratio_p50` x their ideal at p50 while their NIC links were under
-  `kv_path_busy` busy (`KvPulls`), the gateway's event-loop lag and the load generator's send
-  lag (`LoopLag`), and every source of evidence that did not answer (`NetworkEvidence.missing`):
-  `zcube_lab.emulator.verdict.limits` says why;
+  `kv_path_busy` busy (`KvPulls`; not judged in a run that turned KV transfer off, `--kv-off`:
+  each pull then moves one byte, so its time is all fixed cost and its ratio to the ideal says
+  nothing of the end host; the verdict says so in `not_judged`), the gateway's event-loop lag
+  and the load generator's send lag (`LoopLag`), and every source of evidence that did not
+  answer (`NetworkEvidence.missing`): `zcube_lab.emulator.verdict.limits` says why;
 - packets the userspace datapath lost between itself and its ports: send errors ovs-vswitchd
   logged (its shared send socket was full; `zcube_lab.emulator.lab.ovs` says why) and drops of its
   ports' receive sockets; no port, qdisc or OpenFlow counter records these, and a real switch has no
@@ -116,6 +118,8 @@ class KvPulls:
     # 0-1: p50 over the pulls of the busiest of each pull's links as it ran
     # (`transfers.kv_seen_busy`); judged in place of `path_busy` when counted
     seen_busy: float | None = None
+    # the run turned KV transfer off (`--kv-off`): each pull moved one byte, so not judged
+    kv_off: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,11 +171,13 @@ class NetworkEvidence:
 class NetworkJudgement:
     reasons: tuple[str, ...]
     explained: tuple[str, ...]
+    not_judged: tuple[str, ...] = ()  # rules that did not apply to the run, and why
 
 
 def judge_network(evidence: NetworkEvidence, limits: Limits) -> NetworkJudgement:
     """Reasons (one per missing source, one per host, interface or CPU, then one per late
-    engine, the KV pulls, one per late loop), and the events faults explain.
+    engine, the KV pulls, one per late loop), the events faults explain, and the rules that did
+    not apply to the run (the KV-pull rule under `--kv-off`).
     `judge_qdisc_drops=False` reports qdisc drops without judging them: for when the shaped
     queues model a real port's buffer, whose drops under incast are the fabric's own."""
     unexplained: dict[str, list[NetEvent]] = defaultdict(list)
@@ -204,7 +210,7 @@ def judge_network(evidence: NetworkEvidence, limits: Limits) -> NetworkJudgement
     reasons += _vswitchd_reasons(evidence.faults)
     reasons += _lossless_reasons(lossless, limits)
     notes = [f"{w}: {describe(evs)} (during {f})" for (w, f), evs in sorted(explained.items())]
-    return NetworkJudgement(tuple(reasons), tuple(notes))
+    return NetworkJudgement(tuple(reasons), tuple(notes), _kv_not_judged(evidence.kv, limits))
 
 
 def _lossless_reasons(lossless: LosslessEvidence | None, limits: Limits) -> list[str]:
@@ -343,8 +349,20 @@ def _behind_reasons(overruns: StepOverruns, limits: Limits) -> list[str]:
     ]
 
 
+def _kv_not_judged(kv: KvPulls | None, limits: Limits) -> tuple[str, ...]:
+    """Why the KV-pull rule did not apply, when the run turned KV transfer off."""
+    if not limits.judge_kv_pulls or kv is None or not kv.kv_off:
+        return ()
+    ratio = "" if kv.ratio_p50 is None else f" (p50 {kv.ratio_p50:.2f}x their ideal)"
+    return (
+        f"KV pulls: not judged over {kv.rated} pulls{ratio}: the run turned KV transfer off "
+        "(--kv-off), so each pull moved one byte and its time was all fixed cost, which says "
+        "nothing of how fast the end hosts moved KV",
+    )
+
+
 def _kv_reasons(kv: KvPulls | None, limits: Limits) -> list[str]:
-    if not limits.judge_kv_pulls or kv is None or kv.ratio_p50 is None:
+    if not limits.judge_kv_pulls or kv is None or kv.ratio_p50 is None or kv.kv_off:
         return []
     if kv.rated < limits.kv_min_pulls:
         return []
