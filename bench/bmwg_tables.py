@@ -140,9 +140,9 @@ def _n(k: int, what: str) -> str:
 
 
 def summary(docs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The answer in one paragraph, over every committed run: how many comparisons are within
-    the trials' spread, beyond it (by section, figure, direction and fabric), single-trial,
-    and out of reach at this time scale (by cause, `reach_cause`)."""
+    """The answer in one paragraph and a list, over every committed run: how many comparisons
+    are within the trials' spread, beyond it (one bullet per section and figure, by direction
+    and fabric), single-trial, and out of reach at this time scale (by cause, `reach_cause`)."""
     cs = [(d, c) for d in docs for c in shown(d)]
     if not cs:
         return []
@@ -181,8 +181,8 @@ def summary(docs: Sequence[Mapping[str, Any]]) -> list[str]:
             better = "higher" if fig in HIGHER_IS_BETTER else "lower"
             ways = ", ".join(f"{way} than {LABEL.get(o, o)} in {_n(k, 'case')}"
                              for (way, o), k in sorted(group.items()))  # fmt: skip
-            parts.append(f"§{section} {fig} ({better} is better): ZCube {ways}")
-        text += " Beyond the spread: " + "; ".join(parts) + "."
+            parts.append(f"- §{section} {fig} ({better} is better): ZCube {ways}")
+        return [text + " Beyond the spread:", "", *parts, ""]
     return [text, ""]
 
 

@@ -335,7 +335,10 @@ def test_the_answer_s_summary_counts_what_the_committed_json_holds():
     after = page.split(head, 1)[1].split("### Per test, headline figure and fabric pair", 1)
     assert len(after) == 2, "the summary comes first, the per-section detail under its heading"
     text = after[0].strip()
-    assert text.startswith("**In short**") and "\n" not in text  # one paragraph
+    assert text.startswith("**In short**")
+    # one paragraph, then (when any) one bullet per section and figure beyond the spread
+    para, *rest = text.split("\n\n")
+    assert "\n" not in para and all(ln.startswith("- §") for r in rest for ln in r.splitlines())
 
     def number(pattern: str) -> int:
         m = re.search(pattern, text)
@@ -357,8 +360,9 @@ def test_the_answer_s_summary_counts_what_the_committed_json_holds():
     for cause, n in causes.items():
         assert number(rf"(\d+) where {re.escape(words[cause])}") == n
     said = {}
-    listed = text.split("Beyond the spread: ", 1)[1]
-    for m in re.finditer(r"§([\d.]+) (\w+) \((?:higher|lower) is better\): ZCube ([^;]+)", listed):
+    listed = text.split("Beyond the spread:", 1)[1]
+    bullet = r"§([\d.]+) (\w+) \((?:higher|lower) is better\): ZCube ([^;\n]+)"
+    for m in re.finditer(bullet, listed):
         for way, other, n in re.findall(r"(higher|lower) than (\w+) in (\d+) cases?", m.group(3)):
             said[(m.group(1), m.group(2), way, other.lower())] = int(n)
     assert said == beyond
