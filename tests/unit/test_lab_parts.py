@@ -15,7 +15,7 @@ from zcube_lab.core.fabric.description import FabricSpec
 from zcube_lab.core.fabric.queues import queue_summary
 from zcube_lab.emulator.lab import losslessproc
 from zcube_lab.emulator.lab.controlplane import controller_argv, wait_listening, wait_routed
-from zcube_lab.emulator.lab.nodes import topology, unreachable
+from zcube_lab.emulator.lab.nodes import topology, unreachable, unreachable_text
 from zcube_lab.emulator.lab.options import LabOptions
 from zcube_lab.emulator.lab.system import LabError
 
@@ -110,10 +110,56 @@ def test_the_ping_sweep_reports_what_each_host_could_not_reach() -> None:
     dead = ZCUBE.hosts[1].interfaces[0].ip
     nodes = {h.name: FakeNode(everyone - {dead}) for h in ZCUBE.hosts}
     net = type("Net", (), {"get": staticmethod(nodes.__getitem__)})()
-    failures = unreachable(net, ZCUBE, 300, 1)
+    failures = unreachable(net, ZCUBE, 300, 1, passes=1)
     first = ZCUBE.hosts[0].name
     assert failures[first] == [dead] and failures[ZCUBE.hosts[1].name] == []
     assert nodes[first].sent[:5] == ["fping", "-a", "-t", "300", "-r"]
+
+
+class FlakyNode(FakeNode):
+    """Loses the replies of `lost` on its first sweep only, as a busy machine does."""
+
+    def __init__(self, up: set[str], lost: set[str]) -> None:
+        super().__init__(up)
+        self.lost, self.sweeps = lost, []
+
+    def sendCmd(self, *argv: str) -> None:
+        super().sendCmd(*argv)
+        self.sweeps.append(list(argv))
+
+    def waitOutput(self) -> str:
+        answered = super().waitOutput().split()
+        drop = self.lost if len(self.sweeps) == 1 else set()
+        return "".join(f"{ip}\n" for ip in answered if ip not in drop)
+
+
+def test_what_did_not_answer_is_asked_again_and_only_the_cut_off_stays_unreachable() -> None:
+    everyone = {i.ip for h in ZCUBE.hosts for i in h.interfaces}
+    dead = ZCUBE.hosts[1].interfaces[0].ip
+    slow = ZCUBE.hosts[2].interfaces[0].ip
+    nodes = {h.name: FlakyNode(everyone - {dead}, {slow}) for h in ZCUBE.hosts}
+    net = type("Net", (), {"get": staticmethod(nodes.__getitem__)})()
+    failures = unreachable(net, ZCUBE, 300, 1)
+    first = nodes[ZCUBE.hosts[0].name]
+    assert failures[ZCUBE.hosts[0].name] == [dead]  # the lost reply came on the second sweep
+    assert failures[ZCUBE.hosts[2].name] == [dead]
+    assert first.sweeps[1] == ["fping", "-a", "-t", "600", "-r", "1", dead, slow]  # waits longer
+    # with one sweep the lost reply counts as unreachable; nothing left asks no third time
+    nodes = {h.name: FlakyNode(everyone - {dead}, {slow}) for h in ZCUBE.hosts}
+    net = type("Net", (), {"get": staticmethod(nodes.__getitem__)})()
+    assert unreachable(net, ZCUBE, 300, 1, passes=1)[ZCUBE.hosts[0].name] == [dead, slow]
+    nodes = {h.name: FlakyNode(everyone, {slow}) for h in ZCUBE.hosts}
+    net = type("Net", (), {"get": staticmethod(nodes.__getitem__)})()
+    assert not any(unreachable(net, ZCUBE, 300, 1, passes=5).values())
+    assert max(len(n.sweeps) for n in nodes.values()) == 2
+
+
+def test_a_failed_check_is_told_in_a_line_with_the_whole_list_in_a_file() -> None:
+    bad = {f"h{i}": [f"198.18.0.{j}" for j in range(3)] for i in range(5)}
+    text = unreachable_text(bad, Path("/r/logs/unreachable.json"))
+    assert text.startswith("fabric not fully reachable after a second check: 15 address pairs")
+    assert "from 5 hosts" in text and "h0 -> 198.18.0.0" in text and "and 11 more" in text
+    assert text.endswith("all of them in /r/logs/unreachable.json)") and "\n" not in text
 
 
 def test_the_lossless_agent_s_waits(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from zcube_lab.emulator.lab.health import HealthSampler
 from zcube_lab.emulator.lab.injector import FaultInjector
 from zcube_lab.emulator.lab.netsampler import NetSampler
 from zcube_lab.emulator.lab.network import Lab
+from zcube_lab.emulator.lab.nodes import unreachable_text
 from zcube_lab.emulator.lab.options import LabOptions
 from zcube_lab.emulator.lab.procfaults import LabProcessFaults
 from zcube_lab.emulator.lab.system import LabError
@@ -189,7 +190,8 @@ class Launcher:
         failures = self.lab.check_reachability()
         bad = {h: v for h, v in failures.items() if v}
         if bad:
-            raise LabError(f"fabric not fully reachable: {bad}")
+            (self.dir / "logs" / "unreachable.json").write_text(json.dumps(bad, indent=1))
+            raise LabError(unreachable_text(bad, self.dir / "logs" / "unreachable.json"))
 
     # -- processes -----------------------------------------------------------------------
     def popen_in(self, host: str, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
