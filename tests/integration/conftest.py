@@ -30,9 +30,19 @@ def lab_missing() -> str | None:
     return None
 
 
+def xdist_workers() -> int:
+    """How many pytest-xdist workers this session runs on (1 without xdist)."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 @pytest.fixture(scope="session")
 def lab_available() -> None:
-    """Skip (with the reason) when the machine cannot run Mininet on Open vSwitch."""
+    """Skip (with the reason) when the machine cannot run Mininet on Open vSwitch; fail when
+    pytest runs on several xdist workers (`-n`), where two labs would share the machine's host
+    names, bridges and management bridge: scripts/test.sh runs tests/integration serially."""
+    workers = xdist_workers()
+    if workers > 1:
+        pytest.fail(f"lab tests run one at a time, not on {workers} pytest-xdist workers (-n)")
     reason = lab_missing()
     if reason:
         pytest.skip(reason)

@@ -12,10 +12,13 @@ exchange's, not the engine step's.
 - A KV pull reuses its connections: over 20 pulls the puller's host holds the same four
   (2 addresses x 2 streams) established KV connections and no closed ones pile up, where
   connections opened for each pull leave theirs in TIME-WAIT, four per pull.
-- A clean short run at a low rate is trustworthy.
+- That a clean short run is trustworthy is not run here (issue 48 item 4: a whole run, ~50 s,
+  that others make too): tests/integration/test_replay_fidelity.py trusts a run on this
+  default-size ZCube, tests/integration/test_kv_warm_lab.py one at a low rate with every
+  request completed and none failed.
 - Engine steps whose compute and exchange differ by 10x, both ways: the all-to-all histogram
   and log follow the exchange, the step histogram the step (`zcube_lab.emulator.probes.epprobe`).
-About 4 minutes: two labs and two short runs.
+About 54 s here: two labs and one short run (the clean run, before issue 48 item 4: 51 s more).
 """
 
 from __future__ import annotations
@@ -24,12 +27,10 @@ import json
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_trusted
 
 from tests.noisy import timing_bar
 from zcube_lab.core.fabric.builders import build_fabric
@@ -161,16 +162,3 @@ def test_a_run_with_overflowing_queues_is_not_trustworthy(tmp_path: Path) -> Non
     assert summary["trustworthy"] is False
     network = [r for r in reasons if NETWORK_REASON.match(r)]
     assert network, f"no network reason among {reasons}"
-
-
-def _fresh(base: Path) -> Path:
-    """A new results folder under `base` for each attempt."""
-    return Path(tempfile.mkdtemp(dir=base))
-
-
-def test_a_clean_run_is_trustworthy(tmp_path: Path) -> None:
-    summary = run_trusted(
-        lambda: _run(_fresh(tmp_path), "--duration", "20", "--drain", "30", "--rate", "1")
-    )
-    assert summary["health"]["reasons"] == [] and summary["trustworthy"] is True
-    assert summary["client"]["completed"] >= 10 and summary["client"]["failed"] == 0
