@@ -1,6 +1,14 @@
 """`zcube-lab bmwg run 12.3` on a real lab (issue 46): the smallest §12.3, one trial of 10 s on
-ZCube and on Clos through the CLI; the link chosen by role failed and came back, and every
-trial's figures agree with its run's own summary and records. About 1.5 minutes."""
+Clos through the CLI; the link chosen by role (the first of leaf3's two parallel links to spine0,
+`leaf3-spine0#0`) failed and came back, and the trial's figures agree with its run's own summary
+and records. About 36 s here (2026-12-07).
+
+One fabric (issue 48, suite time; before: ZCube and Clos, 71 s). Clos, for the one fault of a
+parallel link in a whole run; ZCube's link (a3-b0) fails in the same way in
+tests/integration/test_bmwg_soak_lab.py. Left to unit tests in tests/unit/test_bmwg_linkfail.py:
+each fabric's link (test_every_16_gpu_fabric_loses_one_link_into_its_decode_hosts_switch) and
+the comparison of the headline figures
+(test_the_comparison_judges_the_headline_figures_and_an_untrusted_run_is_out_of_reach)."""
 
 from __future__ import annotations
 
@@ -18,23 +26,24 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def test_one_link_failure_trial_on_two_fabrics(tmp_path: Path, lab_available: None) -> None:
+def test_one_link_failure_trial_on_clos(tmp_path: Path, lab_available: None) -> None:
     from zcube_lab.core.bmwg.linkfail import fault_timing
 
     cmd = [sys.executable, "-m", "zcube_lab.cli", "bmwg", "run", "12.3", "--fabrics",
-           "zcube,clos", "--trials", "1", "--trial-seconds", "10", "--retries", "0",
+           "clos", "--trials", "1", "--trial-seconds", "10", "--retries", "0",
            "--results", str(tmp_path)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = proc.stdout
     assert "estimated wall time" in out and "draft: 20 of >= 60 s | here: 1 of 10 s" in out
-    assert "[1/2] §12.3 zcube" in out and "[2/2] §12.3 clos" in out
+    assert "[1/1] §12.3 clos" in out
     (path,) = tmp_path.glob("bmwg-*/bmwg.json")
     doc = json.loads(path.read_text())
     assert doc["complete"] and doc["sections"] == ["12.3"] and doc["policy"] == "ff"
     at, span = fault_timing(10)
-    want = {"zcube": "a3-b0", "clos": "leaf3-spine0#0"}
+    want = {"clos": "leaf3-spine0#0"}
     assert {k: v["spec"] for k, v in doc["failed_links"].items()} == want
+    assert [r["fabric"] for r in doc["rows"]] == ["clos"]
     for r in doc["rows"]:
         f, run = r["figures"], path.parent / r["run"]
         summary = json.loads((run / "summary.json").read_text())
@@ -63,6 +72,4 @@ def test_one_link_failure_trial_on_two_fabrics(tmp_path: Path, lab_available: No
             assert f["recovery_time_s"] is None
         else:
             assert f["recovery_time_s"] >= f["disruption_time_s"] >= 0
-    assert {(c["figure"], c["versus"]) for c in doc["comparison"]} == {
-        (fig, "clos") for fig in ("failed_requests", "TTFT_p99_during_ms", "recovery_time_s")
-    }
+    assert doc["comparison"] == []  # one fabric: nothing to compare with
