@@ -16,8 +16,9 @@ unit-tested, in tests/unit/test_bmwg_balance.py unless named:
   test_the_tier_is_every_switch_to_switch_link_named_as_the_run_names_its_directions
 - the comparison: test_the_comparison_judges_the_draft_s_figures_and_the_page_shows_every_case
 - the EP-only scenario's one-byte KV pulls: tests/unit/test_production.py::
-  test_kv_off_makes_prefill_move_one_byte, and its verdict rule set aside:
-  test_the_kv_pull_rule_alone_is_set_aside_in_the_kv_off_scenario_and_nowhere_else
+  test_kv_off_makes_prefill_move_one_byte, and the verdict not judging such pulls:
+  tests/unit/test_verdict_limits.py::
+  test_a_kv_off_run_s_one_byte_pulls_are_not_judged_and_the_verdict_says_why
 """
 
 from __future__ import annotations
