@@ -426,6 +426,7 @@ def _figures(
             "htb_burst_bytes": lab.options.htb_burst_bytes,
             "lossless_priority": lab.options.lossless_priority,
             "lossless_poll_s": lab.options.lossless_poll_s,
+            "lossless_ingress": lab.options.lossless_ingress,
         },
         "xoff": {
             "real_bytes": threshold.xoff_bytes,
@@ -439,6 +440,14 @@ def _figures(
             rec.transfers, sent, got, ideal_s(fabric), float(rec.meta.get("kv_fixed_s", 0.0))
         ),
         "pauses": figures.pause_figures(delta, ts.clock),
+        "ingress": None
+        if report is None or not report.ingress
+        else {
+            "ports": report.ingress_ports,
+            "congestions": report.ingress_congestions,
+            "peak_bytes": report.ingress_peak_bytes,
+            "peak_port": report.ingress_peak_port,
+        },
         "pause_reaction_p99_us": None
         if report is None or report.reaction_p99_s is None
         else round(ts.clock.modelled(report.reaction_p99_s) * 1e6, 2),
