@@ -46,7 +46,7 @@ def test_a_live_lossless_run_starts_its_agent_at_real_time_priority_and_records_
     assert cfg["lab"] == {
         "lossless_priority": LOSSLESS_PRIORITY,
         "lossless_poll_s": POLL_S,
-        "lossless_ingress": True,
+        "lossless_ingress": False,
     }
     lossy = Launcher(plan_run(RunConfig(fabric=spec, results_root=tmp_path / "off")))
     assert not lossy.lab_options().lossless

@@ -168,7 +168,7 @@ def software() -> dict[str, str]:
         except (OSError, subprocess.SubprocessError):
             return "unknown"
 
-    from zcube_lab.emulator.lab.options import LabOptions  # what the replay's labs run with
+    from zcube_lab.emulator.replay.driver import LOSSLESS_INGRESS  # the replay labs' setting
 
     ovs = out(["ovs-vswitchd", "--version"]).splitlines()
     return {
@@ -177,7 +177,7 @@ def software() -> dict[str, str]:
         "kernel": platform.release(),
         "ovs": ovs[0] if ovs else "unknown",
         "datapath": "Open vSwitch userspace (netdev), HTB-shaped ports, lossless agent (PFC"
-        + (", ingress accounting)" if LabOptions().lossless_ingress else ")"),
+        + (", ingress accounting)" if LOSSLESS_INGRESS else ")"),
         "transport": "paced UDP datagrams, no congestion control (the replay agent)",
     }
 

@@ -27,7 +27,8 @@ the previous reading (the queue was below XOFF then) to the acknowledgement of t
 it caused, an upper bound on "queue passes XOFF -> feeding port stopped"; after a quiet
 reading, from the earliest instant the queue could have passed XOFF (`reaction_origin`).
 
-Ingress accounting (the plan's `ingress`, on unless the lab turns it off): with each poll the
+Ingress accounting (the plan's `ingress`: `LabOptions.lossless_ingress`, on in replays, off in
+live runs by default; docs/LOSSLESS.md): with each poll the
 agent also reads every switch port's ingress backlog, the receive memory of ovs-vswitchd's
 packet socket on that port (`zcube_lab.emulator.lab.ingressbacklog`: one read of
 /proc/net/packet in the root namespace, each socket mapped to its port by ifindex), and the

@@ -65,8 +65,9 @@ class LabOptions:
     # process and its log says so (losslessproc.realtime)
     lossless_priority: int = LOSSLESS_PRIORITY
     # the agent also counts each switch port's ingress backlog (ovs-vswitchd's receive socket)
-    # and pauses the link's far end past XOFF, as PFC's ingress accounting (docs/LOSSLESS.md)
-    lossless_ingress: bool = True
+    # and pauses the link's far end past XOFF, as PFC's ingress accounting; off in live runs,
+    # on in replays (replay.driver.LOSSLESS_INGRESS), measured both ways: docs/LOSSLESS.md
+    lossless_ingress: bool = False
     # every shaped port's HTB burst in bytes; None: Mininet's 15k. At a fine time scale 15 KB is
     # a real half megabyte arriving faster than line rate: a replay keeps it to two frames.
     htb_burst_bytes: int | None = None
