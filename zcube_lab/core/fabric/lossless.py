@@ -31,14 +31,15 @@ With a forced pause given, the machine also keeps every pause's start and end (`
 `dependency_cycle` finds a cyclic buffer dependency in the feeders (the condition a PFC
 deadlock needs).
 
-Ingress accounting (`ingress_watch`, opt-in by the plan, on by default in labs): a switch port's
-*ingress* backlog, the bytes that arrived on it and wait inside the switch before reaching any
-egress queue (in the lab: ovs-vswitchd's receive socket on that port), has its own XOFF and XON;
-past XOFF the far end of that port's link (the one sender into it: a host NIC or another switch's
-port) is paused until the backlog falls to XON, as PFC's per-ingress accounting does. Egress
-congestion pauses as before; a port is paused while either wants it. The egress rule alone
-misses a pile-up that has not reached an egress queue yet and then arrives there faster than any
-link could bring it (docs/REPLAY.md, "a third cause").
+Ingress accounting (`ingress_watch`, opt-in by the plan; on in replays, off by default in live
+runs: docs/LOSSLESS.md): a switch port's *ingress* backlog, the bytes that arrived on it and
+wait inside the switch before reaching any egress queue (in the lab: ovs-vswitchd's receive
+socket on that port), has its own XOFF and XON; past XOFF the far end of that port's link (the
+one sender into it: a host NIC or another switch's port) is paused until the backlog falls to
+XON, as PFC's per-ingress accounting does. Egress congestion pauses as before; a port is paused
+while either wants it. The egress rule alone misses a pile-up that has not reached an egress
+queue yet and then arrives there faster than any link could bring it (docs/REPLAY.md, "a third
+cause").
 
 Names: ports are interface names `<node>-eth<port>`; times are seconds, passed in.
 """
