@@ -112,6 +112,13 @@ def lost(rows: Sequence[dict[str, Any]]) -> str:
     return total + (f" ({', '.join(places)})" if places else "")
 
 
+# whether the agent also paused at ingress (rows from before it could record none)
+INGRESS_WORDS = {
+    True: ", pausing at ingress too (ovs-vswitchd's receive socket on a port past XOFF)",
+    False: ", pausing on egress queues only",
+}
+
+
 def settings(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The lab settings the rows ran with, or what they were before replays recorded them."""
     seen = {json.dumps(r.get("lab"), sort_keys=True) for r in rows}
@@ -128,7 +135,9 @@ def settings(rows: Sequence[dict[str, Any]]) -> list[str]:
             out.append(
                 f"Lab settings: every HTB burst {lab['htb_burst_bytes']:,} B, the lossless agent "
                 + (f"at real-time priority {prio}" if prio else "at normal priority")
-                + f", polling every {lab['lossless_poll_s'] * 1e3:g} ms of wall time."
+                + f", polling every {lab['lossless_poll_s'] * 1e3:g} ms of wall time"
+                + INGRESS_WORDS.get(lab.get("lossless_ingress"), "")
+                + "."
             )
     return ["", *out]
 

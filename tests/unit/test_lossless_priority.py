@@ -43,7 +43,11 @@ def test_a_live_lossless_run_starts_its_agent_at_real_time_priority_and_records_
     assert (opts.of_port, opts.metrics_port) == (7001, 7002)
     launcher.prepare()
     cfg = json.loads((launcher.dir / "config.json").read_text())
-    assert cfg["lab"] == {"lossless_priority": LOSSLESS_PRIORITY, "lossless_poll_s": POLL_S}
+    assert cfg["lab"] == {
+        "lossless_priority": LOSSLESS_PRIORITY,
+        "lossless_poll_s": POLL_S,
+        "lossless_ingress": False,
+    }
     lossy = Launcher(plan_run(RunConfig(fabric=spec, results_root=tmp_path / "off")))
     assert not lossy.lab_options().lossless
     lossy.prepare()

@@ -317,3 +317,15 @@ def test_the_answer_says_the_production_windows_victims_known_answer():
     assert production_victims(differ, ["zcube", "roft"]) == (
         "EP exchanges behind a KV-raised pause 0-2 / 1 (ZCube / ROFT) (4 of 4 replays trusted)"
     )
+
+
+def test_the_settings_say_whether_the_agent_paused_at_ingress():
+    from bench.replay_tables import settings
+
+    lab = {"htb_burst_bytes": 3000, "lossless_priority": 10, "lossless_poll_s": 0.001}
+    old, on, off = (
+        settings([{"lab": dict(lab, **extra)}])[1]
+        for extra in ({}, {"lossless_ingress": True}, {"lossless_ingress": False})
+    )
+    assert old.endswith("polling every 1 ms of wall time.")  # recorded before: unchanged
+    assert "pausing at ingress too" in on and "egress queues only" in off

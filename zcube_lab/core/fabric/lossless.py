@@ -31,6 +31,16 @@ With a forced pause given, the machine also keeps every pause's start and end (`
 `dependency_cycle` finds a cyclic buffer dependency in the feeders (the condition a PFC
 deadlock needs).
 
+Ingress accounting (`ingress_watch`, opt-in by the plan; on in replays, off by default in live
+runs: docs/LOSSLESS.md): a switch port's *ingress* backlog, the bytes that arrived on it and
+wait inside the switch before reaching any egress queue (in the lab: ovs-vswitchd's receive
+socket on that port), has its own XOFF and XON; past XOFF the far end of that port's link (the
+one sender into it: a host NIC or another switch's port) is paused until the backlog falls to
+XON, as PFC's per-ingress accounting does. Egress congestion pauses as before; a port is paused
+while either wants it. The egress rule alone misses a pile-up that has not reached an egress
+queue yet and then arrives there faster than any link could bring it (docs/REPLAY.md, "a third
+cause").
+
 Names: ports are interface names `<node>-eth<port>`; times are seconds, passed in.
 """
 
@@ -131,6 +141,40 @@ def feeders(fabric: Fabric) -> dict[str, frozenset[str]]:
     return {port: frozenset(up) for port, up in sorted(out.items())}
 
 
+def far_ends(fabric: Fabric) -> dict[str, str]:
+    """Every switch port and the port at the other end of its link (a host's interface or
+    another switch's port): the one sender into it."""
+    out = {}
+    for lk in fabric.links:
+        for node, port, far, far_port in (
+            (lk.node1, lk.port1, lk.node2, lk.port2),
+            (lk.node2, lk.port2, lk.node1, lk.port1),
+        ):
+            if fabric.is_switch(node):
+                out[_port(node, port)] = _port(far, far_port)
+    return dict(sorted(out.items()))
+
+
+def ingress_watch(
+    fabric: Fabric,
+    pausable: Iterable[str],
+    queue_packets: Mapping[str, int],
+    mtu: int,
+) -> tuple[dict[str, str], dict[str, PortThresholds]]:
+    """The switch ports whose ingress backlog the agent counts: every one whose link's far end
+    is `pausable`, mapped to that far end, and each one's thresholds: the XOFF and XON its own
+    queue has (the buffer model's packets for the port), so an ingress holds no more than its
+    egress queue may before its sender stops. The limit is the XOFF (an ingress has no FIFO
+    of its own to size)."""
+    can = set(pausable)
+    ends = {port: far for port, far in far_ends(fabric).items() if far in can}
+    limits = {}
+    for port in ends:
+        xoff, xon = thresholds(queue_packets[port], mtu)
+        limits[port] = PortThresholds(xoff, xon, xoff)
+    return ends, limits
+
+
 def thresholds(xoff_packets: int, mtu: int) -> tuple[int, int]:
     """XOFF and XON in bytes of a port the buffer model gives `xoff_packets` frames of `mtu`."""
     if xoff_packets < 1 or mtu < 1:
@@ -183,11 +227,18 @@ def idle_interval_s(
     rates_mbps: Mapping[str, float],
     poll_s: float,
     most_s: float = IDLE_MAX_S,
+    ingress: Mapping[str, str] | None = None,
+    ingress_limits: Mapping[str, PortThresholds] | None = None,
 ) -> float:
     """The longest poll interval (between `poll_s` and `most_s`) over which no watched queue
     below half its XOFF can reach XOFF: (XOFF / 2 - the feeders' bursts) over the rate the
-    feeders can fill it at beyond its own drain."""
+    feeders can fill it at beyond its own drain. A watched ingress (`ingress`: port -> its
+    far end) fills at its far end's full rate at most (the switch may forward none of it)."""
     best = most_s
+    for port, far in (ingress or {}).items():
+        lim = (ingress_limits or {})[port]
+        margin = lim.xoff * (1 - WATCH_FRACTION) - HTB_BURST_BYTES
+        best = min(best, max(0.0, margin) / (rates_mbps[far] * 1e6 / 8))
     for port, lim in limits.items():
         ups = list(feeds.get(port, ()))
         fill = (sum(rates_mbps[u] for u in ups) - rates_mbps[port]) * 1e6 / 8
@@ -336,16 +387,23 @@ class Decision:
     pause: tuple[str, ...] = ()
     resume: tuple[str, ...] = ()
     congested: tuple[str, ...] = ()
+    ingress: tuple[str, ...] = ()  # ingress ports whose backlog passed XOFF at this reading
 
 
 @dataclass
 class PauseMachine:
     """The pause state of a fabric: fed backlogs, it says which ports to pause and resume, and
-    keeps each paused port's count and paused time. Pure: times are passed in."""
+    keeps each paused port's count and paused time. Pure: times are passed in.
+
+    `ingress` (optional): switch ports whose ingress backlog is counted, each mapped to the far
+    end its congestion pauses, with their thresholds in `ingress_limits` (`ingress_watch`)."""
 
     limits: Mapping[str, PortThresholds]
     feeds: Mapping[str, frozenset[str]]
+    ingress: Mapping[str, str] = field(default_factory=dict)
+    ingress_limits: Mapping[str, PortThresholds] = field(default_factory=dict)
     congested: set[str] = field(default_factory=set)
+    ingress_congested: set[str] = field(default_factory=set)
     paused: set[str] = field(default_factory=set)
     records: dict[str, PortRecord] = field(default_factory=dict)
     forced: tuple[ForcedPause, ...] = ()
@@ -366,30 +424,24 @@ class PauseMachine:
                 self.history.append(entry)
                 self._open[port] = entry
 
-    def quiet(self, backlogs: Mapping[str, int]) -> bool:
-        """True when nothing is paused and every watched queue is below half its XOFF (the
-        agent may poll at its idle interval)."""
-        if self.paused or self.congested:
+    def quiet(self, backlogs: Mapping[str, int], ingress: Mapping[str, int] | None = None) -> bool:
+        """True when nothing is paused and every watched queue (and counted ingress) is below
+        half its XOFF (the agent may poll at its idle interval)."""
+        if self.paused or self.congested or self.ingress_congested:
             return False
-        return all(
-            b < self.limits[p].xoff * WATCH_FRACTION
-            for p, b in backlogs.items()
-            if p in self.limits
+        return _below_half(backlogs, self.limits) and _below_half(
+            ingress or {}, self.ingress_limits
         )
 
-    def observe(self, now: float, backlogs: Mapping[str, int]) -> Decision:
-        """Take every monitored port's backlog in bytes (a port missing keeps its state)."""
-        became = []
-        for port, backlog in backlogs.items():
-            lim = self.limits.get(port)
-            if lim is None:
-                continue
-            if port not in self.congested and backlog >= lim.xoff:
-                self.congested.add(port)
-                became.append(port)
-            elif port in self.congested and backlog <= lim.xon:
-                self.congested.discard(port)
+    def observe(
+        self, now: float, backlogs: Mapping[str, int], ingress: Mapping[str, int] | None = None
+    ) -> Decision:
+        """Take every monitored port's backlog in bytes and every counted ingress port's (a
+        port missing keeps its state)."""
+        became = _crossings(backlogs, self.limits, self.congested)
+        entered = _crossings(ingress or {}, self.ingress_limits, self.ingress_congested)
         want = set().union(*(self.feeds.get(p, frozenset()) for p in self.congested))
+        want |= {self.ingress[p] for p in self.ingress_congested}
         want |= {f.port for f in self.forced if f.active(now)}
         pause = sorted(want - self.paused)
         resume = sorted(self.paused - want)
@@ -404,7 +456,7 @@ class PauseMachine:
         for port in resume:
             self._close(port, now)
         self.paused = want
-        return Decision(tuple(pause), tuple(resume), tuple(sorted(became)))
+        return Decision(tuple(pause), tuple(resume), tuple(sorted(became)), tuple(sorted(entered)))
 
     def _close(self, port: str, now: float) -> None:
         record = self.records[port]
@@ -422,6 +474,7 @@ class PauseMachine:
             self._close(port, now)
         self.paused = set()
         self.congested = set()
+        self.ingress_congested = set()
         return ports
 
     def totals(self, now: float) -> dict[str, tuple[int, float]]:
@@ -431,3 +484,24 @@ class PauseMachine:
             open_s = max(0.0, now - r.since) if r.since is not None else 0.0
             out[port] = (r.pauses, r.paused_s + open_s)
         return out
+
+
+def _below_half(backlogs: Mapping[str, int], limits: Mapping[str, PortThresholds]) -> bool:
+    return all(b < limits[p].xoff * WATCH_FRACTION for p, b in backlogs.items() if p in limits)
+
+
+def _crossings(
+    backlogs: Mapping[str, int], limits: Mapping[str, PortThresholds], congested: set[str]
+) -> list[str]:
+    """Update `congested` from the backlogs (XOFF enters, XON leaves); the ports that entered."""
+    became = []
+    for port, backlog in backlogs.items():
+        lim = limits.get(port)
+        if lim is None:
+            continue
+        if port not in congested and backlog >= lim.xoff:
+            congested.add(port)
+            became.append(port)
+        elif port in congested and backlog <= lim.xon:
+            congested.discard(port)
+    return became

@@ -168,13 +168,16 @@ def software() -> dict[str, str]:
         except (OSError, subprocess.SubprocessError):
             return "unknown"
 
+    from zcube_lab.emulator.replay.driver import LOSSLESS_INGRESS  # the replay labs' setting
+
     ovs = out(["ovs-vswitchd", "--version"]).splitlines()
     return {
         "zcube_lab": __version__,
         "python": platform.python_version(),
         "kernel": platform.release(),
         "ovs": ovs[0] if ovs else "unknown",
-        "datapath": "Open vSwitch userspace (netdev), HTB-shaped ports, lossless agent (PFC)",
+        "datapath": "Open vSwitch userspace (netdev), HTB-shaped ports, lossless agent (PFC"
+        + (", ingress accounting)" if LOSSLESS_INGRESS else ")"),
         "transport": "paced UDP datagrams, no congestion control (the replay agent)",
     }
 

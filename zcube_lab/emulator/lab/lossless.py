@@ -26,6 +26,13 @@ end it, first resuming every paused port. Its reaction time per congestion: from
 the previous reading (the queue was below XOFF then) to the acknowledgement of the last pause
 it caused, an upper bound on "queue passes XOFF -> feeding port stopped"; after a quiet
 reading, from the earliest instant the queue could have passed XOFF (`reaction_origin`).
+
+Ingress accounting (the plan's `ingress`: `LabOptions.lossless_ingress`, on in replays, off in
+live runs by default; docs/LOSSLESS.md): with each poll the
+agent also reads every switch port's ingress backlog, the receive memory of ovs-vswitchd's
+packet socket on that port (`zcube_lab.emulator.lab.ingressbacklog`: one read of
+/proc/net/packet in the root namespace, each socket mapped to its port by ifindex), and the
+machine pauses the far end of a port whose backlog passed its XOFF until it falls to XON.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from zcube_lab.core.fabric.lossless import (
     Stillness,
     feeders,
     idle_interval_s,
+    ingress_watch,
     port_thresholds,
     reaction_origin,
 )
@@ -63,6 +71,7 @@ from zcube_lab.core.fabric.pauseepisodes import EPISODES_FILE
 from zcube_lab.core.fabric.queues import HTB_CLASS, LEAF_HANDLE
 from zcube_lab.emulator.lab import classcounterproc
 from zcube_lab.emulator.lab.episodehook import EpisodeHook
+from zcube_lab.emulator.lab.ingressbacklog import IngressReader
 from zcube_lab.emulator.lab.losslesstap import FabricTap
 from zcube_lab.emulator.lab.qdisc_netlink import (
     NetlinkError,
@@ -91,7 +100,9 @@ KICK_FRAME = (
 class AgentPlan:
     """What the agent watches and pauses: every monitored switch port's thresholds, each one's
     feeders, each pausable port's FIFO limit in bytes and its namespace (a path such as
-    /proc/<pid>/ns/net; absent: the root namespace), the MTU and the poll interval."""
+    /proc/<pid>/ns/net; absent: the root namespace), the MTU and the poll interval; and the
+    switch ports whose ingress backlog it counts (`ingress`: port -> the far end it pauses,
+    `ingress_thresholds`; empty: egress only)."""
 
     thresholds: dict[str, PortThresholds]
     feeds: dict[str, tuple[str, ...]]
@@ -104,6 +115,8 @@ class AgentPlan:
     # How long no queue below half XOFF can take to reach XOFF (`idle_interval_s` without the
     # poll's floor), where the reaction starts after a quiet reading; None: `idle_poll_s`.
     quiet_s: float | None = None
+    ingress: dict[str, str] = field(default_factory=dict)
+    ingress_thresholds: dict[str, PortThresholds] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -121,6 +134,10 @@ class AgentPlan:
             idle_poll_s=float(d.get("idle_poll_s", d["poll_s"])),
             tap=bool(d.get("tap", True)),
             quiet_s=None if d.get("quiet_s") is None else float(d["quiet_s"]),
+            ingress=dict(d.get("ingress", {})),
+            ingress_thresholds={
+                k: PortThresholds(**v) for k, v in d.get("ingress_thresholds", {}).items()
+            },
         )
 
 
@@ -153,9 +170,11 @@ def agent_plan(
     host_pids: Mapping[str, int],
     mtu: int,
     poll_s: float = POLL_S,
+    ingress: bool = True,
 ) -> AgentPlan:
     """The agent's plan for a lab: every routed switch port watched, its feeders pausable (a
-    host's port in its namespace, through the pid of a process in it)."""
+    host's port in its namespace, through the pid of a process in it); with `ingress`, also
+    every switch port whose link's far end is pausable counted at ingress (`ingress_watch`)."""
     packets = {name: shape.packets for name, shape in shapes.items()}
     rates = {name: shape.mbps for name, shape in shapes.items()}
     limits = port_thresholds(fabric, packets, rates, mtu)
@@ -174,9 +193,21 @@ def agent_plan(
         node = port.rsplit("-eth", 1)[0]
         if node in host_pids:
             namespaces[port] = f"/proc/{host_pids[node]}/ns/net"
-    idle = idle_interval_s(limits, feeds, rates, poll_s)
-    quiet = idle_interval_s(limits, feeds, rates, 0.0)
-    return AgentPlan(limits, feeds, fifo, namespaces, mtu, poll_s, idle, quiet_s=quiet)
+    ends, ends_limits = ingress_watch(fabric, pausable, packets, mtu) if ingress else ({}, {})
+    idle = idle_interval_s(limits, feeds, rates, poll_s, ingress=ends, ingress_limits=ends_limits)
+    quiet = idle_interval_s(limits, feeds, rates, 0.0, ingress=ends, ingress_limits=ends_limits)
+    return AgentPlan(
+        limits,
+        feeds,
+        fifo,
+        namespaces,
+        mtu,
+        poll_s,
+        idle,
+        quiet_s=quiet,
+        ingress=ends,
+        ingress_thresholds=ends_limits,
+    )
 
 
 @dataclass
@@ -203,6 +234,11 @@ class AgentReport:
     forced: list[list[Any]] = field(default_factory=list)  # [port, start, end] it holds
     # [port, start, end (None: still paused)] of every pause since the forced ones were given
     pause_log: list[list[Any]] | None = None
+    ingress: bool = False  # it counted the switch ports' ingress backlogs (ingressbacklog)
+    ingress_ports: int = 0  # how many
+    ingress_congestions: int = 0  # ingress backlogs that passed XOFF
+    ingress_peak_bytes: int = 0  # the largest ingress backlog read (socket memory)
+    ingress_peak_port: str = ""
 
     @property
     def cores(self) -> float:
@@ -224,7 +260,10 @@ class Agent:
     def __init__(self, plan: AgentPlan) -> None:
         self.plan = plan
         self.machine = PauseMachine(
-            plan.thresholds, {k: frozenset(v) for k, v in plan.feeds.items()}
+            plan.thresholds,
+            {k: frozenset(v) for k, v in plan.feeds.items()},
+            ingress=dict(plan.ingress),
+            ingress_limits=dict(plan.ingress_thresholds),
         )
         self.sockets: dict[str | None, QdiscSocket] = {}
         self.index: dict[str, tuple[QdiscSocket, int]] = {}
@@ -257,9 +296,13 @@ class Agent:
             if sock is root
         }
         self.tap = self._open_tap(root) if plan.tap else None
+        self.ingress_index = {self.index[port][1]: port for port in plan.ingress}
+        self.ingress_reader = IngressReader() if plan.ingress else None  # root: opened here
+        self.ingress_congestions = 0
+        self.ingress_peak = (0, "")
 
     def _open(self) -> None:
-        ports = set(self.plan.fifo_bytes) | set(self.plan.thresholds)
+        ports = set(self.plan.fifo_bytes) | set(self.plan.thresholds) | set(self.plan.ingress)
         by_ns: dict[str | None, list[str]] = {}
         for port in sorted(ports):
             by_ns.setdefault(self.plan.namespaces.get(port), []).append(port)
@@ -336,19 +379,40 @@ class Agent:
             self.quiet = False
             self.sleepy = self.stillness.observe(start, False, {}, -1)
             return start
-        decision = self.machine.observe(time.monotonic(), backlogs)
+        ingress = self._ingress()
+        decision = self.machine.observe(time.monotonic(), backlogs, ingress)
         for port in decision.pause:
             self._set(port, True)
         for port in decision.resume:
             self._set(port, False)
         if self.episodes is not None:
             self.episodes.after_observe(backlogs, self.machine.congested)
-        if decision.congested and decision.pause:
+        self.ingress_congestions += len(decision.ingress)
+        if (decision.congested or decision.ingress) and decision.pause:
             origin = reaction_origin(previous_start, self.quiet, self.quiet_s)
             self.reactions.add(max(0.0, time.monotonic() - origin))
-        self.quiet = self.machine.quiet(backlogs) and not self._pending(start)
-        self.sleepy = self.stillness.observe(start, self.quiet, backlogs, sum(sent.values()))
+        self.quiet = self.machine.quiet(backlogs, ingress) and not self._pending(start)
+        held = {**backlogs, **{f"in:{p}": b for p, b in ingress.items()}}
+        self.sleepy = self.stillness.observe(start, self.quiet, held, sum(sent.values()))
         return start
+
+    def _ingress(self) -> dict[str, int]:
+        """Every counted port's ingress backlog now (empty without ingress accounting or when
+        the read fails: the egress rule still holds)."""
+        if self.ingress_reader is None:
+            return {}
+        try:
+            memory = self.ingress_reader.read()
+        except (OSError, ValueError) as exc:
+            self.errors += 1
+            self.last_error = f"ingress: {exc}"
+            return {}
+        out = {port: memory.get(ifindex, 0) for ifindex, port in self.ingress_index.items()}
+        if out:
+            peak = max((b, p) for p, b in out.items())
+            if peak[0] > self.ingress_peak[0]:
+                self.ingress_peak = peak
+        return out
 
     def run(self, out: Path) -> None:
         """Poll until told to stop, writing the report every second and at the end (and the
@@ -447,6 +511,11 @@ class Agent:
             pause_log=None
             if self.machine.history is None
             else [list(e) for e in self.machine.history],
+            ingress=self.ingress_reader is not None,
+            ingress_ports=len(self.ingress_index),
+            ingress_congestions=self.ingress_congestions,
+            ingress_peak_bytes=self.ingress_peak[0],
+            ingress_peak_port=self.ingress_peak[1],
         )
 
 

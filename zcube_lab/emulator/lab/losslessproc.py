@@ -43,7 +43,9 @@ def start_agent(
     """Write the agent's plan and start it on the shaped ports of `fabric` (hosts' shells by
     name in `host_pids`); returns the process and its log, at once (`wait_watching` waits)."""
     o = options
-    plan = agent_plan(fabric, o.port_shapes(fabric), host_pids, o.mtu, o.lossless_poll_s)
+    plan = agent_plan(
+        fabric, o.port_shapes(fabric), host_pids, o.mtu, o.lossless_poll_s, o.lossless_ingress
+    )
     plan_file = run_dir / "lossless-plan.json"
     plan_file.write_text(plan.to_json())
     report = report_path(run_dir)

@@ -64,6 +64,10 @@ class LabOptions:
     # PFC logic is hardware that no CPU load delays; where the kernel refuses, it runs as any
     # process and its log says so (losslessproc.realtime)
     lossless_priority: int = LOSSLESS_PRIORITY
+    # the agent also counts each switch port's ingress backlog (ovs-vswitchd's receive socket)
+    # and pauses the link's far end past XOFF, as PFC's ingress accounting; off in live runs,
+    # on in replays (replay.driver.LOSSLESS_INGRESS), measured both ways: docs/LOSSLESS.md
+    lossless_ingress: bool = False
     # every shaped port's HTB burst in bytes; None: Mininet's 15k. At a fine time scale 15 KB is
     # a real half megabyte arriving faster than line rate: a replay keeps it to two frames.
     htb_burst_bytes: int | None = None
@@ -122,8 +126,9 @@ class LabOptions:
 
     def lossless_agent(self) -> dict[str, object]:
         """How the lossless agent runs (a run's config records it, as a replay's result does):
-        its real-time priority (0: none) and poll interval."""
+        its real-time priority (0: none), poll interval and whether it counts ingress backlogs."""
         return {
             "lossless_priority": self.lossless_priority,
             "lossless_poll_s": self.lossless_poll_s,
+            "lossless_ingress": self.lossless_ingress,
         }

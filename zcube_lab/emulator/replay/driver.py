@@ -40,6 +40,11 @@ START_DELAY_WALL_S = 0.5
 # millisecond it waits for a CPU is 8 modelled µs, so it runs at real-time priority (as in live
 # lossless runs: the lab's default).
 LOSSLESS_PRIORITY = _LAB_PRIORITY
+# The agent also pauses at ingress (ovs-vswitchd's receive socket on a switch port past XOFF,
+# as PFC's ingress accounting): at a fine time scale an incast offers ovs-vswitchd more than it
+# forwards, and the pile in those sockets reached the egress queue faster than its headroom
+# (docs/REPLAY.md, "a third cause"). Live runs keep the lab's default (off: docs/LOSSLESS.md).
+LOSSLESS_INGRESS = True
 # Frames an HTB class may send at once above its rate. Mininet's 15 KB is a real half megabyte
 # at a 2 µs frame (S = 33), more than XOFF for a chip's share (12 frames): a single flow would
 # pause itself. A real port sends one frame at a time at line rate; two frames keep HTB exact.
@@ -223,6 +228,7 @@ def lab_for(fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path) 
             queue=QueueModel(packets=frames),
             lossless=True,
             lossless_priority=LOSSLESS_PRIORITY,
+            lossless_ingress=LOSSLESS_INGRESS,
             htb_burst_bytes=BURST_FRAMES * ts.mtu,
         ),
     )
@@ -258,6 +264,7 @@ def replay(
     procs: list[subprocess.Popen[str]] = []
     try:
         before = _pauses(lab)
+        ingress0 = _ingress_count(lab)  # the report `_pauses` just refreshed
         counters = CounterReader(lab)
         origin: list[float] = []
 
@@ -280,6 +287,7 @@ def replay(
         extra["striping"] = striping
         if storm is not None:
             extra["storm"] = storm
+        extra["ingress"] = _ingress_figures(lab, ingress0)
         return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir, extra)
     finally:
         for p in procs:
@@ -332,6 +340,27 @@ def _victims(
         rec.transfers, sent, got, fabric, wall0, ts.clock, read_episodes(path), wall_end
     )
     return report.to_dict()
+
+
+def _ingress_count(lab: Lab) -> int:
+    """Ingress backlogs the agent has seen pass XOFF so far (its last report)."""
+    report = lab.lossless_report()
+    return report.ingress_congestions if report is not None else 0
+
+
+def _ingress_figures(lab: Lab, before: int) -> dict[str, Any] | None:
+    """What ingress accounting did in this replay (None: the agent did not count ingress): the
+    ports counted, the ingress backlogs that passed XOFF since `before`, and the largest
+    backlog over the lab's life (socket memory, bytes) and where."""
+    report = lab.lossless_report()  # refreshed just before (`_pauses`)
+    if report is None or not report.ingress:
+        return None
+    return {
+        "ports": report.ingress_ports,
+        "congestions": report.ingress_congestions - before,
+        "peak_bytes": report.ingress_peak_bytes,
+        "peak_port": report.ingress_peak_port,
+    }
 
 
 def _pauses(lab: Lab) -> dict[str, dict[str, float]]:
@@ -426,6 +455,7 @@ def _figures(
             "htb_burst_bytes": lab.options.htb_burst_bytes,
             "lossless_priority": lab.options.lossless_priority,
             "lossless_poll_s": lab.options.lossless_poll_s,
+            "lossless_ingress": lab.options.lossless_ingress,
         },
         "xoff": {
             "real_bytes": threshold.xoff_bytes,
