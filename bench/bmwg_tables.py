@@ -195,6 +195,9 @@ def answer(docs: Sequence[Mapping[str, Any]]) -> list[str]:
             t = test_of(section)
             lines.append(f"**§{section} {t.name}** ({doc['trials']} trials of "
                          f"{doc['trial_seconds']:g} modelled s, {_src(doc)}):")  # fmt: skip
+            if not [f for f in doc["fabrics"] if f != "zcube"]:
+                lines += ["- ZCube alone in this run: nothing to compare", ""]
+                continue
             for fig in HEADLINE[section]:
                 for other in [f for f in doc["fabrics"] if f != "zcube"]:
                     cs = _pairs(doc, section, fig, other)
@@ -824,11 +827,13 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "docs/results/fine-scale.md), so its comparisons are out of reach; paced case by",
         "case to the datapath's load (`quick-5.3-7.4-paced.json`, k = 120-382), §7.4 still",
         "lost transfers in some trials on every fabric and ZCube's eight §5.3 pairs lost",
-        "transfers in every trial, so those comparisons stay out of reach too (these runs",
-        "predate a cause found since: on ZCube the lossless agent did not pause a sender that",
-        "pins its source port, so its same-rail lanes, every §5.3 pair's among them, went",
-        "unpaused; fixed, not yet re-run: docs/REPLAY.md, \"Where the losses under PFC",
-        "were\"); in",
+        "transfers in every trial, so those comparisons stay out of reach too. Those runs",
+        "predate two causes found since (docs/REPLAY.md, \"Where the losses under PFC were\"):",
+        "on ZCube the lossless agent did not pause a sender that pins its source port (every",
+        "§5.3 pair's same-rail lane), and congestion waiting in ovs-vswitchd's receive sockets",
+        "was invisible to the pause until the agent counted it at ingress. With both fixed,",
+        "ZCube's §5.3 alone (`quick-5.3-zcube-ingress.json`, 3 trials) completed every",
+        "transfer in every trial; ROFT, Clos and §7.4 are not re-run yet. In",
         "§5.3 eight pairs move far less than eight times one pair on every fabric, and whether",
         "the fabrics' shared links or this 2-core machine's datapath bounds them is not yet",
         "separated; the lab's pause reaction (tens of modelled µs, docs/REPLAY.md) is slower than",
