@@ -25,6 +25,8 @@ if [ "$#" -gt 0 ]; then
 fi
 # The unit tests on both cores (pytest-xdist); then the integration tests one at a time, as
 # their labs must be (one lab on the machine at a time). Both parts run whatever the first gave.
+# Ctrl-C: pytest ends with its own exit code, so without this the lab tests would start next.
+trap 'echo "[test] interrupted"; exit 130' INT TERM
 echo "[test] pytest tests/unit (2 workers)"
 unit=0
 "$VENV/bin/python" -m pytest --durations=30 -n 2 tests/unit || unit=$?

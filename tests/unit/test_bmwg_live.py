@@ -75,7 +75,8 @@ def test_the_runner_runs_each_case_s_trials_on_each_fabric_and_writes_the_docume
 
     monkeypatch.setattr(live.subprocess, "run", fake_run)
     monkeypatch.setattr(
-        "zcube_lab.emulator.bmwg.runner.software", lambda: {"transport": "replaced"}
+        "zcube_lab.emulator.bmwg.runner.software",
+        lambda ingress=None: {"transport": "replaced", "ingress": ingress},
     )
     said: list[Any] = []
     progress: list[str] = []
@@ -92,6 +93,7 @@ def test_the_runner_runs_each_case_s_trials_on_each_fabric_and_writes_the_docume
     doc = json.loads(path.read_text())
     assert doc["complete"] and doc["mine"] == 7 and doc["notes"] == ["a note"]
     assert doc["software"]["transport"] == live.LIVE_TRANSPORT
+    assert doc["software"]["ingress"] is False  # live labs: no ingress accounting, recorded so
     assert doc["rows_seen"] == 8 and "closing over 8 rows" in progress
     r = doc["rows"][1]
     assert (r["case"], r["fabric"], r["trial"], r["params"], r["extra"]) == (

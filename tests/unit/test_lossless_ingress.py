@@ -177,4 +177,29 @@ def test_the_reader_reads_the_file_again_on_each_call(tmp_path):
     reader = IngressReader(str(path))
     first = reader.read()
     assert first[133835] == 1_765_888 and reader.read() == first
+    path.write_text(SAMPLE.replace("1765888", "4096"))  # the same file, its contents moved on
+    assert reader.read()[133835] == 4096  # read again, not the first reading kept
     reader.close()
+
+
+def test_a_failed_ingress_read_counts_an_error_and_resumes_what_ingress_paused():
+    """A read of /proc/net/packet that fails must not hold a far end paused without end: it
+    reads as empty backlogs (every counted port 0), and the error is counted."""
+    from zcube_lab.emulator.lab.lossless import Agent
+
+    class Broken:
+        def read(self) -> dict[int, int]:
+            raise OSError("gone")
+
+    agent = Agent.__new__(Agent)  # only what _ingress reads; no lab
+    agent.ingress_reader = Broken()
+    agent.ingress_index = {7: "b1-eth7", 8: "b1-eth8"}
+    agent.errors, agent.last_error, agent.ingress_peak = 0, "", (0, "")
+    assert agent._ingress() == {"b1-eth7": 0, "b1-eth8": 0}
+    assert agent.errors == 1 and agent.last_error == "ingress: gone"
+    machine = PauseMachine(
+        limits={}, feeds={}, ingress={"b1-eth7": "a2-eth6"},
+        ingress_limits={"b1-eth7": PortThresholds(10_000, 4_000, 10_000)},
+    )  # fmt: skip
+    assert machine.observe(0.0, {}, {"b1-eth7": 20_000}).pause == ("a2-eth6",)
+    assert machine.observe(0.1, {}, agent._ingress()).resume == ("a2-eth6",)

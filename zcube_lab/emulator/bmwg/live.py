@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from zcube_lab.core.bmwg import report
 from zcube_lab.core.bmwg import ttft as t61
 from zcube_lab.core.bmwg.catalogue import DRAFT
+from zcube_lab.emulator.lab.options import LabOptions
 
 if TYPE_CHECKING:
     from zcube_lab.core.bmwg.config import BmwgConfig
@@ -227,7 +228,8 @@ def _document(sec: LiveSection, fabrics: Sequence[str], gpus: int, trials: int,
         "estimate_wall_s": round(est, 1),
         "wall_s": round(time.monotonic() - t0, 1),
         "complete": done,
-        "software": {**software(), "transport": sec.transport},
+        # live runs keep the lab's default: no ingress accounting (docs/LOSSLESS.md)
+        "software": {**software(ingress=LabOptions().lossless_ingress), "transport": sec.transport},
         "notes": list(sec.notes),
         "refused": [],
         "rows": rows,

@@ -158,8 +158,9 @@ def paced(cases: list[bplan.Case], fabrics: dict[str, Fabric], hosts: list[str],
     return out, worst.reason if worst is not None else ""
 
 
-def software() -> dict[str, str]:
-    """The software configuration the draft's §14 asks documented."""
+def software(ingress: bool | None = None) -> dict[str, str]:
+    """The software configuration the draft's §14 asks documented; `ingress`: whether the
+    lossless agent counted ingress backlogs (None: the replay labs' setting)."""
     from zcube_lab import __version__
 
     def out(cmd: list[str]) -> str:
@@ -177,7 +178,7 @@ def software() -> dict[str, str]:
         "kernel": platform.release(),
         "ovs": ovs[0] if ovs else "unknown",
         "datapath": "Open vSwitch userspace (netdev), HTB-shaped ports, lossless agent (PFC"
-        + (", ingress accounting)" if LOSSLESS_INGRESS else ")"),
+        + (", ingress accounting)" if (LOSSLESS_INGRESS if ingress is None else ingress) else ")"),
         "transport": "paced UDP datagrams, no congestion control (the replay agent)",
     }
 

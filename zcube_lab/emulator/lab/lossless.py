@@ -397,8 +397,10 @@ class Agent:
         return start
 
     def _ingress(self) -> dict[str, int]:
-        """Every counted port's ingress backlog now (empty without ingress accounting or when
-        the read fails: the egress rule still holds)."""
+        """Every counted port's ingress backlog now (empty without ingress accounting). A read
+        that fails counts an error (the verdict rejects the run) and reads as empty backlogs,
+        so a far end paused at ingress is resumed, never held without end; the egress rule
+        still holds."""
         if self.ingress_reader is None:
             return {}
         try:
@@ -406,7 +408,7 @@ class Agent:
         except (OSError, ValueError) as exc:
             self.errors += 1
             self.last_error = f"ingress: {exc}"
-            return {}
+            return dict.fromkeys(self.ingress_index.values(), 0)
         out = {port: memory.get(ifindex, 0) for ifindex, port in self.ingress_index.items()}
         if out:
             peak = max((b, p) for p, b in out.items())
