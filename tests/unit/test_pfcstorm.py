@@ -229,3 +229,16 @@ def test_a_deadlocked_trial_puts_the_recovery_comparison_out_of_reach():
     verdicts = {c["figure"]: c["verdict"] for c in report.compare(report.summarize(rows))}
     assert verdicts["recovery_time_ms"] == OUT_OF_REACH
     assert verdicts["PFC_deadlock"] != OUT_OF_REACH
+
+
+def test_the_storm_replays_without_ingress_accounting_and_every_other_replay_with_it():
+    """§8.4's deadlock rule reads the union of every port's pauses, so the traffic's own
+    ingress pauses would count as a deadlock: its replays keep the egress rule alone, said in
+    the run's notes; the other replayed sections keep the replays' setting."""
+    from zcube_lab.emulator.bmwg import runner
+    from zcube_lab.emulator.replay.driver import LOSSLESS_INGRESS
+
+    assert runner._ingress("8.4") is False and runner.STORM_INGRESS is False
+    assert all(runner._ingress(s) is LOSSLESS_INGRESS for s in ("5.3", "7.4", "8.2", "10.4"))
+    assert "ingress" not in runner.software(ingress=False)["datapath"]
+    assert "ingress accounting" in runner.software(ingress=True)["datapath"]

@@ -207,8 +207,16 @@ def host_plans(
     return {h: p for h, p in plans.items() if p["out"] or p["expect"]}
 
 
-def lab_for(fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path) -> Lab:
-    """A lossless lab at the time scale, XOFF the threshold's frames at its byte scale."""
+def lab_for(
+    fabric: Fabric,
+    ts: TimeScale,
+    threshold: Threshold,
+    run_dir: Path,
+    ingress: bool = LOSSLESS_INGRESS,
+) -> Lab:
+    """A lossless lab at the time scale, XOFF the threshold's frames at its byte scale;
+    `ingress`: whether the agent also counts ingress backlogs (bmwg §8.4 turns it off:
+    `zcube_lab.emulator.bmwg.runner.STORM_INGRESS`)."""
     from zcube_lab.adapters.ports import free_port
     from zcube_lab.core.fabric.queues import QueueModel
     from zcube_lab.core.fabric.scale import Scale
@@ -228,7 +236,7 @@ def lab_for(fabric: Fabric, ts: TimeScale, threshold: Threshold, run_dir: Path) 
             queue=QueueModel(packets=frames),
             lossless=True,
             lossless_priority=LOSSLESS_PRIORITY,
-            lossless_ingress=LOSSLESS_INGRESS,
+            lossless_ingress=ingress,
             htb_burst_bytes=BURST_FRAMES * ts.mtu,
         ),
     )
