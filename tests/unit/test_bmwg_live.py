@@ -76,7 +76,7 @@ def test_the_runner_runs_each_case_s_trials_on_each_fabric_and_writes_the_docume
     monkeypatch.setattr(live.subprocess, "run", fake_run)
     monkeypatch.setattr(
         "zcube_lab.emulator.bmwg.runner.software",
-        lambda ingress=None: {"transport": "replaced", "ingress": ingress},
+        lambda ingress: {"transport": "replaced", "ingress": ingress},
     )
     said: list[Any] = []
     progress: list[str] = []

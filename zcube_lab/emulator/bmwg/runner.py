@@ -175,9 +175,9 @@ def _ingress(section: str) -> bool:
     return STORM_INGRESS if section == "8.4" else LOSSLESS_INGRESS
 
 
-def software(ingress: bool | None = None) -> dict[str, str]:
+def software(ingress: bool) -> dict[str, str]:
     """The software configuration the draft's §14 asks documented; `ingress`: whether the
-    lossless agent counted ingress backlogs (None: the replay labs' setting)."""
+    lossless agent counted ingress backlogs."""
     from zcube_lab import __version__
 
     def out(cmd: list[str]) -> str:
@@ -186,8 +186,6 @@ def software(ingress: bool | None = None) -> dict[str, str]:
         except (OSError, subprocess.SubprocessError):
             return "unknown"
 
-    from zcube_lab.emulator.replay.driver import LOSSLESS_INGRESS  # the replay labs' setting
-
     ovs = out(["ovs-vswitchd", "--version"]).splitlines()
     return {
         "zcube_lab": __version__,
@@ -195,7 +193,7 @@ def software(ingress: bool | None = None) -> dict[str, str]:
         "kernel": platform.release(),
         "ovs": ovs[0] if ovs else "unknown",
         "datapath": "Open vSwitch userspace (netdev), HTB-shaped ports, lossless agent (PFC"
-        + (", ingress accounting)" if (LOSSLESS_INGRESS if ingress is None else ingress) else ")"),
+        + (", ingress accounting)" if ingress else ")"),
         "transport": "paced UDP datagrams, no congestion control (the replay agent)",
     }
 

@@ -286,6 +286,7 @@ def replay(
                                    before_go=force if forced else None)  # fmt: skip
         wall_end = time.time()
         after = _pauses(lab)  # asks the agent for its report: its episodes are written with it
+        ingress = _ingress_figures(lab, ingress0)  # the same report, before the agent rewrites it
         storm = _storm(lab, ts, forced, origin[0]) if forced else None
         judged = counters.judge(lines, ts.mtu, _incomplete(rec, lines), load)
         extra = dict(judged or {})
@@ -295,7 +296,7 @@ def replay(
         extra["striping"] = striping
         if storm is not None:
             extra["storm"] = storm
-        extra["ingress"] = _ingress_figures(lab, ingress0)
+        extra["ingress"] = ingress
         return _figures(rec, fabric, ts, threshold, lines, before, after, lab, run_dir, extra)
     finally:
         for p in procs:
